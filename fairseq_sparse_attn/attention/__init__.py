@@ -1,0 +1,12 @@
+"""The attention core: activations, output norms and the module that composes them."""
+
+from .activations import ACTIVATION_REGISTRY, activation_names, build_activation, register_activation
+from .multihead import SparseMultiheadAttention
+from .options import ATTENTION_KINDS, AttentionSpec, attention_spec
+from .output_norms import OUTPUT_NORM_REGISTRY, build_output_norm, output_norm_names, register_output_norm
+
+__all__ = [
+    "ACTIVATION_REGISTRY", "OUTPUT_NORM_REGISTRY", "ATTENTION_KINDS", "AttentionSpec",
+    "SparseMultiheadAttention", "activation_names", "attention_spec", "build_activation",
+    "build_output_norm", "output_norm_names", "register_activation", "register_output_norm",
+]

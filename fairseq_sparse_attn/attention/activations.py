@@ -1,0 +1,212 @@
+"""Attention activations: scores -> weights, one small module per name.
+
+Every activation receives float32 scores of shape ``(bsz, heads, tgt_len, src_len)`` and a
+boolean ``mask`` broadcastable to it (``True`` = the key may not be seen) or ``None``, and
+returns weights of the same shape in which masked positions are exactly zero.
+
+Two families:
+
+* *normalizing* (softmax, sparsemax, entmax15, entmax_bisect): masked scores are removed
+  before the mapping (``-inf`` for softmax, a large finite negative number for the
+  entmax family whose sort/bisection would turn ``-inf`` into NaN), so each row is a
+  probability distribution over the visible keys only;
+* *rectified* (relu, gelu, leaky_relu): element-wise, so masked scores are zeroed
+  *after* the function.  ``gelu(-inf)`` and ``leaky_relu(-inf)`` are not zero, which is
+  why masking is never done by adding ``-inf`` for this family.
+
+Adding an activation = writing a module with this ``forward(scores, mask)`` signature
+and decorating it with :func:`register_activation`.
+"""
+
+from typing import Callable, Dict, Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+ACTIVATION_REGISTRY: Dict[str, Callable[..., nn.Module]] = {}
+
+# Finite stand-in for -inf for the sort/bisection based mappings.  Far below any real
+# attention score, small enough that squaring it (entmax15) stays finite in float32.
+ENTMAX_MASK_VALUE = -1e6
+
+
+def register_activation(name: str):
+    def wrap(cls):
+        if name in ACTIVATION_REGISTRY:
+            raise ValueError(f"attention activation {name!r} registered twice")
+        ACTIVATION_REGISTRY[name] = cls
+        cls.registry_name = name
+        return cls
+
+    return wrap
+
+
+def activation_names():
+    return sorted(ACTIVATION_REGISTRY)
+
+
+def build_activation(name: str, num_heads: int, options=None) -> nn.Module:
+    """Instantiate activation ``name`` for a module with ``num_heads`` heads.
+
+    ``options`` is any object with (optional) attributes ``entmax_alpha``,
+    ``entmax_alpha_learned``, ``entmax_bisect_iters``, ``leaky_relu_slope``.
+    """
+    if name not in ACTIVATION_REGISTRY:
+        raise ValueError(
+            f"unknown attention activation {name!r}; valid values: {', '.join(activation_names())}"
+        )
+    return ACTIVATION_REGISTRY[name](num_heads=num_heads, options=options)
+
+
+class AttentionActivation(nn.Module):
+    #: True when masked positions must be removed before the mapping (normalizing family)
+    normalizing: bool = True
+    registry_name: str = "?"
+
+    def __init__(self, num_heads: int, options=None):
+        super().__init__()
+        self.num_heads = num_heads
+
+    def extra_repr(self):
+        return self.registry_name
+
+
+def _opt(options, name, default):
+    value = getattr(options, name, None) if options is not None else None
+    return default if value is None else value
+
+
+@register_activation("softmax")
+class Softmax(AttentionActivation):
+    """Stock attention: softmax over the visible keys (float32, as fairseq)."""
+
+    def forward(self, scores, mask: Optional[torch.Tensor]):
+        if mask is not None:
+            scores = scores.masked_fill(mask, float("-inf"))
+        return torch.softmax(scores, dim=-1)
+
+
+class _Rectified(AttentionActivation):
+    normalizing = False
+
+    def fn(self, scores):
+        raise NotImplementedError
+
+    def forward(self, scores, mask: Optional[torch.Tensor]):
+        weights = self.fn(scores)
+        if mask is not None:
+            weights = weights.masked_fill(mask, 0.0)
+        return weights
+
+
+@register_activation("relu")
+class ReLU(_Rectified):
+    """ReLA (Zhang et al. 2021, Eq. 3): alpha = max(0, scores)."""
+
+    def fn(self, scores):
+        return F.relu(scores)
+
+
+@register_activation("gelu")
+class GELU(_Rectified):
+    """ReLA Table 1 row 9: GeLU instead of ReLU (not sparse, may be negative)."""
+
+    def fn(self, scores):
+        return F.gelu(scores)
+
+
+@register_activation("leaky_relu")
+class LeakyReLU(_Rectified):
+    """ReLA Table 1 row 10: leaky ReLU (slope ``--leaky-relu-slope``, default 0.01)."""
+
+    def __init__(self, num_heads, options=None):
+        super().__init__(num_heads, options)
+        self.slope = float(_opt(options, "leaky_relu_slope", 0.01))
+
+    def fn(self, scores):
+        return F.leaky_relu(scores, self.slope)
+
+
+def _entmax_package():
+    try:
+        import entmax
+    except ImportError as e:  # pragma: no cover - entmax is an install requirement
+        raise ImportError(
+            "sparsemax/entmax attention needs the 'entmax' package: pip install entmax"
+        ) from e
+    return entmax
+
+
+class _EntmaxFamily(AttentionActivation):
+    def mapping(self, scores):
+        raise NotImplementedError
+
+    def forward(self, scores, mask: Optional[torch.Tensor]):
+        if mask is not None:
+            scores = scores.masked_fill(mask, ENTMAX_MASK_VALUE)
+        weights = self.mapping(scores)
+        if mask is not None:
+            # the finite mask value already gives 0; this makes it exact by construction
+            weights = weights.masked_fill(mask, 0.0)
+        return weights
+
+
+@register_activation("sparsemax")
+class Sparsemax(_EntmaxFamily):
+    """Sparsemax (Martins & Astudillo 2016), via the entmax package (sort based)."""
+
+    def mapping(self, scores):
+        return _entmax_package().sparsemax(scores, dim=-1)
+
+
+@register_activation("entmax15")
+class Entmax15(_EntmaxFamily):
+    """1.5-entmax (Peters et al. 2019), exact sort-based algorithm of the entmax package."""
+
+    def mapping(self, scores):
+        return _entmax_package().entmax15(scores, dim=-1)
+
+
+@register_activation("entmax_bisect")
+class EntmaxBisect(_EntmaxFamily):
+    """alpha-entmax by bisection (entmax package), alpha fixed or learned per head.
+
+    Learned alpha follows Correia et al. (2019), "Adaptively Sparse Transformers":
+    alpha_h = 1 + sigmoid(a_h) in (1, 2), one scalar per head, with a_h initialised so
+    that alpha_h starts at ``--entmax-alpha`` (default 1.5).
+    """
+
+    def __init__(self, num_heads, options=None):
+        super().__init__(num_heads, options)
+        alpha = float(_opt(options, "entmax_alpha", 1.5))
+        self.n_iter = int(_opt(options, "entmax_bisect_iters", 50))
+        self.learned = bool(_opt(options, "entmax_alpha_learned", False))
+        if self.learned:
+            if not 1.0 < alpha < 2.0:
+                raise ValueError(
+                    f"--entmax-alpha must be in (1, 2) when learned per head, got {alpha}"
+                )
+            logit = torch.logit(torch.tensor(alpha - 1.0))
+            self.alpha_logit = nn.Parameter(torch.full((num_heads,), float(logit)))
+        else:
+            if alpha <= 1.0:
+                raise ValueError(
+                    f"--entmax-alpha must be > 1 for entmax_bisect (use softmax for 1), got {alpha}"
+                )
+            self.register_buffer("fixed_alpha", torch.tensor(alpha), persistent=False)
+
+    def alpha(self):
+        """Per-head alpha, shape (heads,) (learned) or a scalar tensor (fixed)."""
+        if self.learned:
+            return 1.0 + torch.sigmoid(self.alpha_logit.float())
+        return self.fixed_alpha
+
+    def mapping(self, scores):
+        alpha = self.alpha().to(scores)
+        if alpha.dim() == 1:
+            alpha = alpha.view(1, -1, 1, 1).expand(scores.size(0), -1, scores.size(2), 1)
+        return _entmax_package().entmax_bisect(scores, alpha=alpha, dim=-1, n_iter=self.n_iter)
+
+    def extra_repr(self):
+        return f"entmax_bisect, learned_alpha={self.learned}, n_iter={self.n_iter}"

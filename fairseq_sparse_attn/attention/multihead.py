@@ -1,0 +1,271 @@
+"""The one attention module every paper composes.
+
+Pipeline (see ../shared/DESIGN.md and docs/rela.md)::
+
+    q, k, v = q_proj(x), k_proj(y), v_proj(y)        stock names and cache format
+    scores  = q k^T / sqrt(d_h)                      float32
+    mask    = key padding | attention mask           boolean, True = not visible
+    weights = activation(scores, mask)               masked positions exactly 0
+    weights = dropout(weights)
+    heads   = weights v                              per head
+    z       = output_norm([head_1; ...; head_H])     on the concatenated heads
+    out     = out_proj(z)
+
+With ``activation="softmax"`` and ``output_norm="none"`` the module *is* stock fairseq:
+it delegates to :class:`fairseq.modules.MultiheadAttention` (including its fused fast
+path) unless a recorder is attached, per-head weights are asked for (the fused path
+silently averages them) or ``force_pipeline`` is set.  Every other
+configuration runs the pipeline above and never takes the fused softmax path.
+"""
+
+from typing import Callable, Dict, Optional, Tuple
+
+import torch
+from fairseq.modules import MultiheadAttention
+from torch import Tensor
+
+from .activations import build_activation
+from .output_norms import build_output_norm
+
+# Additive float masks use -inf (decoder future mask) or -1e8/-1e4 (fairseq's encoder
+# conversion of boolean masks).  Anything at or below this is "not visible".
+ADDITIVE_MASK_THRESHOLD = -1e4
+
+
+class SparseMultiheadAttention(MultiheadAttention):
+    """fairseq ``MultiheadAttention`` with a pluggable activation and output norm.
+
+    Args (beyond the stock ones):
+        activation: name in :mod:`.activations` (softmax, relu, sparsemax, ...)
+        output_norm: name in :mod:`.output_norms` (none, rmsnorm, gated_rmsnorm, ...)
+        options: object carrying activation/norm hyper-parameters (entmax alpha, ...)
+        kind: ``"encoder_self"``, ``"decoder_self"`` or ``"cross"`` (for logs/analysis)
+    """
+
+    def __init__(
+        self,
+        embed_dim,
+        num_heads,
+        kdim=None,
+        vdim=None,
+        dropout=0.0,
+        bias=True,
+        add_bias_kv=False,
+        add_zero_attn=False,
+        self_attention=False,
+        encoder_decoder_attention=False,
+        q_noise=0.0,
+        qn_block_size=8,
+        activation: str = "softmax",
+        output_norm: str = "none",
+        options=None,
+        kind: Optional[str] = None,
+    ):
+        super().__init__(
+            embed_dim,
+            num_heads,
+            kdim=kdim,
+            vdim=vdim,
+            dropout=dropout,
+            bias=bias,
+            add_bias_kv=add_bias_kv,
+            add_zero_attn=add_zero_attn,
+            self_attention=self_attention,
+            encoder_decoder_attention=encoder_decoder_attention,
+            q_noise=q_noise,
+            qn_block_size=qn_block_size,
+        )
+        self.activation = build_activation(activation, num_heads, options)
+        self.output_norm = build_output_norm(output_norm, embed_dim, self.head_dim, options)
+        self.activation_name = activation
+        self.output_norm_name = output_norm
+        self.kind = kind
+        self.is_stock = activation == "softmax" and output_norm == "none"
+        # Run the explicit pipeline even for stock softmax (tests, analysis).
+        self.force_pipeline = False
+        # Analysis hook: called as recorder(module, weights=..., values=...) when set.
+        self.recorder: Optional[Callable] = None
+
+    def extra_repr(self):
+        return f"kind={self.kind}, embed_dim={self.embed_dim}, heads={self.num_heads}"
+
+    # ------------------------------------------------------------------ projections
+    def _project(
+        self,
+        query: Tensor,
+        key: Optional[Tensor],
+        value: Optional[Tensor],
+        key_padding_mask: Optional[Tensor],
+        incremental_state,
+        static_kv: bool,
+        attn_mask: Optional[Tensor],
+    ):
+        """q, k, v in (batch*heads, len, head_dim) + updated masks; maintains the cache
+        exactly as stock fairseq (``prev_key``, ``prev_value``, ``prev_key_padding_mask``)."""
+        tgt_len, bsz, _ = query.size()
+        if incremental_state is not None:
+            saved_state = self._get_input_buffer(incremental_state)
+            if saved_state is not None and "prev_key" in saved_state and static_kv:
+                # static (encoder) keys/values are cached: do not recompute
+                key = value = None
+        else:
+            saved_state = None
+
+        q = self.q_proj(query)
+        if self.self_attention:
+            k = self.k_proj(query)
+            v = self.v_proj(query)
+        elif key is None:
+            k = v = None
+        else:
+            beam_size = getattr(self, "beam_size", 1)
+            if self.encoder_decoder_attention and beam_size > 1 and bsz == key.size(1):
+                # key is [T, bsz*beam, C]: keep one copy per sentence (stock optimisation)
+                key = key.view(key.size(0), -1, beam_size, key.size(2))[:, :, 0, :]
+                value = key
+                if key_padding_mask is not None:
+                    key_padding_mask = key_padding_mask.view(
+                        -1, beam_size, key_padding_mask.size(1)
+                    )[:, 0, :]
+            k = self.k_proj(key)
+            v = self.v_proj(key if self.encoder_decoder_attention else value)
+        q = q * self.scaling
+
+        if self.bias_k is not None:
+            k, v, attn_mask, key_padding_mask = self._add_bias(
+                k, v, attn_mask, key_padding_mask, bsz
+            )
+
+        q = q.contiguous().view(tgt_len, bsz * self.num_heads, self.head_dim).transpose(0, 1)
+        kv_bsz = bsz
+        if k is not None:
+            kv_bsz = k.size(1)
+            k = k.contiguous().view(-1, kv_bsz * self.num_heads, self.head_dim).transpose(0, 1)
+        if v is not None:
+            v = v.contiguous().view(-1, kv_bsz * self.num_heads, self.head_dim).transpose(0, 1)
+
+        if saved_state is not None:
+            if "prev_key" in saved_state:
+                prev_key = saved_state["prev_key"]
+                kv_bsz = prev_key.size(0)
+                prev_key = prev_key.view(kv_bsz * self.num_heads, -1, self.head_dim)
+                k = prev_key if static_kv else torch.cat([prev_key, k], dim=1)
+            if "prev_value" in saved_state:
+                prev_value = saved_state["prev_value"].view(
+                    kv_bsz * self.num_heads, -1, self.head_dim
+                )
+                v = prev_value if static_kv else torch.cat([prev_value, v], dim=1)
+            key_padding_mask = MultiheadAttention._append_prev_key_padding_mask(
+                key_padding_mask=key_padding_mask,
+                prev_key_padding_mask=saved_state.get("prev_key_padding_mask"),
+                batch_size=kv_bsz,
+                src_len=k.size(1),
+                static_kv=static_kv,
+            )
+            saved_state["prev_key"] = k.view(kv_bsz, self.num_heads, -1, self.head_dim)
+            saved_state["prev_value"] = v.view(kv_bsz, self.num_heads, -1, self.head_dim)
+            saved_state["prev_key_padding_mask"] = key_padding_mask
+            self._set_input_buffer(incremental_state, saved_state)
+
+        if key_padding_mask is not None and key_padding_mask.dim() == 0:
+            key_padding_mask = None
+        if self.add_zero_attn:
+            k, v, key_padding_mask, attn_mask = self._append_zero_attn(
+                k=k, v=v, key_padding_mask=key_padding_mask, attn_mask=attn_mask
+            )
+        return q, k, v, key_padding_mask, attn_mask, kv_bsz
+
+    # ------------------------------------------------------------------ masks
+    @staticmethod
+    def _split_attn_mask(attn_mask: Optional[Tensor]) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+        """(additive bias, boolean mask) from a fairseq attention mask (tgt, src)."""
+        if attn_mask is None:
+            return None, None
+        if attn_mask.dtype == torch.bool:
+            return None, attn_mask
+        hidden = attn_mask <= ADDITIVE_MASK_THRESHOLD
+        return attn_mask.float().masked_fill(hidden, 0.0), hidden
+
+    # ------------------------------------------------------------------ forward
+    def forward(
+        self,
+        query: Tensor,
+        key: Optional[Tensor],
+        value: Optional[Tensor],
+        key_padding_mask: Optional[Tensor] = None,
+        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+        need_weights: bool = True,
+        static_kv: bool = False,
+        attn_mask: Optional[Tensor] = None,
+        before_softmax: bool = False,
+        need_head_weights: bool = False,
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        if (self.is_stock and not self.force_pipeline and self.recorder is None
+                and not need_head_weights):  # the fused stock path cannot return per-head weights
+            return super().forward(
+                query, key, value, key_padding_mask=key_padding_mask,
+                incremental_state=incremental_state, need_weights=need_weights,
+                static_kv=static_kv, attn_mask=attn_mask, before_softmax=before_softmax,
+                need_head_weights=need_head_weights,
+            )
+        if need_head_weights:
+            need_weights = True
+        tgt_len, bsz, embed_dim = query.size()
+        assert embed_dim == self.embed_dim, f"query dim {embed_dim} != {self.embed_dim}"
+
+        q, k, v, key_padding_mask, attn_mask, kv_bsz = self._project(
+            query, key, value, key_padding_mask, incremental_state, static_kv, attn_mask
+        )
+        src_len = k.size(1)
+        heads = self.num_heads
+
+        if bsz != kv_bsz:  # cross-attention with one key copy per beam group
+            scores = torch.einsum(
+                "bxhtd,bhsd->bxhts",
+                q.view(kv_bsz, -1, heads, tgt_len, self.head_dim),
+                k.view(kv_bsz, heads, src_len, self.head_dim),
+            )
+        else:
+            scores = torch.bmm(q, k.transpose(1, 2))
+        scores = scores.reshape(bsz, heads, tgt_len, src_len).float()
+
+        bias, mask = self._split_attn_mask(attn_mask)
+        if bias is not None:
+            scores = scores + bias
+        if mask is not None:
+            mask = mask.view(1, 1, tgt_len, src_len)
+        if key_padding_mask is not None:
+            pad = key_padding_mask.to(torch.bool)
+            if pad.size(0) != bsz:
+                pad = pad.repeat_interleave(bsz // pad.size(0), dim=0)
+            pad = pad.view(bsz, 1, 1, src_len)
+            mask = pad if mask is None else (mask | pad)
+
+        if before_softmax:
+            if mask is not None:
+                scores = scores.masked_fill(mask, float("-inf"))
+            return scores.view(bsz * heads, tgt_len, src_len).type_as(q), v
+
+        weights = self.activation(scores, mask)  # float32, (bsz, heads, tgt, src)
+        if self.recorder is not None:
+            self.recorder(self, weights=weights.detach(), values=v.detach(),
+                          key_padding_mask=key_padding_mask)
+        probs = self.dropout_module(weights.type_as(q))
+
+        if bsz != kv_bsz:
+            attn = torch.einsum(
+                "bxhts,bhsd->bxhtd",
+                probs.view(kv_bsz, -1, heads, tgt_len, src_len),
+                v.view(kv_bsz, heads, src_len, self.head_dim),
+            ).reshape(bsz * heads, tgt_len, self.head_dim)
+        else:
+            attn = torch.bmm(probs.view(bsz * heads, tgt_len, src_len), v)
+        attn = attn.transpose(0, 1).contiguous().view(tgt_len, bsz, self.embed_dim)
+        attn = self.out_proj(self.output_norm(attn))
+
+        out_weights: Optional[Tensor] = None
+        if need_weights:
+            out_weights = weights.transpose(1, 0)  # (heads, bsz, tgt, src) as stock
+            if not need_head_weights:
+                out_weights = out_weights.mean(dim=0)
+        return attn, out_weights

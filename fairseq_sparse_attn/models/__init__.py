@@ -1,0 +1,2 @@
+from .sparse_transformer import SparseTransformerModel  # noqa: F401  (registers the model)
+from . import architectures  # noqa: F401  (registers the presets)

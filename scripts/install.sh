@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# make install: torch (kept if present), fairseq, fairseq's runtime deps, the plugin.
+# Idempotent: every step checks first and is skipped when already satisfied.
+set -euo pipefail
+PY=${PYTHON:-python3}
+PIP="$PY -m pip install --disable-pip-version-check"
+TORCH_VERSION=${TORCH_VERSION:-2.13.0}
+cd "$(dirname "$0")/.."
+
+have() { "$PY" -c "import $1" >/dev/null 2>&1; }
+say() { echo "[install] $*"; }
+
+pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+say "python $pyver ($("$PY" -c 'import sys; print(sys.executable)'))"
+
+# 1. torch: keep an installed build (CUDA clusters), else the CPU wheel
+if have torch; then
+  say "keeping installed torch $("$PY" -c 'import torch; print(torch.__version__)')"
+else
+  say "installing torch==$TORCH_VERSION"
+  $PIP "torch==$TORCH_VERSION"
+fi
+
+# 2. build requirements of fairseq's C/Cython extensions
+have Cython && have numpy && have setuptools && have wheel \
+  || $PIP cython numpy setuptools wheel
+
+# 3. fairseq: 0.12.2 does not build on Python >= 3.11; fairseq-fixed 0.12.3.1 does
+if have fairseq; then
+  say "keeping installed fairseq $("$PY" -c 'import fairseq; print(fairseq.__version__)' 2>/dev/null)"
+else
+  if "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)'; then
+    pkg="fairseq-fixed==0.12.3.1"
+  else
+    pkg="fairseq==0.12.2"
+  fi
+  say "building $pkg (a few minutes)"
+  $PIP --no-build-isolation --no-deps "$pkg"
+fi
+
+# 4. fairseq's real runtime dependencies, without torchaudio (it would pull a CUDA torch)
+FAIRSEQ_DEPS=(hydra-core==1.3.2 omegaconf==2.3.0 bitarray sacrebleu regex tqdm cffi scikit-learn packaging)
+if ! "$PY" -c 'import hydra, omegaconf, bitarray, sacrebleu, regex, tqdm, cffi, sklearn, packaging' 2>/dev/null; then
+  $PIP "${FAIRSEQ_DEPS[@]}"
+fi
+
+# 5. the plugin with its extras (test, plot, syntax)
+EXTRAS=${FSA_EXTRAS:-test,plot,syntax}
+if "$PY" -c 'import fairseq_sparse_attn, entmax, sacremoses, subword_nmt, pytest, matplotlib' 2>/dev/null \
+   && { [[ "$EXTRAS" != *syntax* ]] || "$PY" -c 'import spacy, benepar' 2>/dev/null; }; then
+  say "plugin and extras already installed"
+else
+  $PIP -e ".[$EXTRAS]"
+fi
+say "ok: $("$PY" -c 'import fairseq_sparse_attn as f; print("fairseq_sparse_attn", f.__version__, "user-dir", f.user_dir())' 2>/dev/null)"

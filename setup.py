@@ -1,0 +1,38 @@
+"""fairseq_sparse_attn: sparse and structured attention for fairseq, as a --user-dir plugin.
+
+torch and fairseq are not listed in install_requires on purpose: `make install`
+(scripts/install.sh) keeps an existing torch (GPU clusters bring their CUDA build) and
+builds fairseq itself; see README.md "Install".
+"""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="fairseq_sparse_attn",
+    version="0.1.0",
+    description="Sparse and structured attention (ReLA, ReLUFormer, fixed patterns, "
+    "norm analysis, redundant-head enlivening) for fairseq NMT",
+    packages=find_packages(include=["fairseq_sparse_attn", "fairseq_sparse_attn.*"]),
+    python_requires=">=3.8",
+    install_requires=[
+        "entmax>=1.1",
+        "sacrebleu>=2.0",
+        "sacremoses",
+        "subword-nmt",
+        "tqdm",
+    ],
+    extras_require={
+        "syntax": ["spacy>=3.0", "benepar"],
+        "test": ["pytest", "pytest-timeout"],
+        "plot": ["matplotlib"],
+    },
+    entry_points={
+        "console_scripts": [
+            "fsa-user-dir = fairseq_sparse_attn.cli:print_user_dir",
+            "fsa-train = fairseq_sparse_attn.cli:train",
+            "fsa-generate = fairseq_sparse_attn.cli:generate",
+            "fsa-interactive = fairseq_sparse_attn.cli:interactive",
+            "fsa-validate = fairseq_sparse_attn.cli:validate",
+        ]
+    },
+)

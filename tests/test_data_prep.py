@@ -1,0 +1,174 @@
+"""Tests for data_prep/prepare_multi30k.py (run as a subprocess, like a user would)."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "data_prep" / "prepare_multi30k.py"
+
+
+def _shared_multi30k() -> Path:
+    base = os.environ.get("FSA_SHARED_DATA")
+    if base:
+        return Path(base) / "multi30k"
+    return Path(__file__).resolve().parents[2] / "shared/data/multi30k"
+
+
+MULTI30K = _shared_multi30k()
+
+
+def _clean_env(**extra: str) -> dict:
+    env = dict(os.environ)
+    for k in ("MULTI30K_DIR", "MULTI30K_URL_BASE"):
+        env.pop(k, None)
+    env.update(extra)
+    return env
+
+
+def run_prep(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        env=env if env is not None else _clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _count_lines(path: Path) -> int:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return sum(1 for _ in f)
+
+
+def _write_gz(path: Path, lines: list[str]) -> None:
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in lines))
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    if not MULTI30K.is_dir():
+        pytest.skip(f"Multi30k raw data not found at {MULTI30K} (set FSA_SHARED_DATA)")
+    for mod in ("sacremoses", "subword_nmt", "fairseq_cli"):
+        if importlib.util.find_spec(mod) is None:
+            pytest.skip(f"{mod} not installed")
+    out = tmp_path_factory.mktemp("m30k") / "out"
+    args = ("--raw-dir", str(MULTI30K), "--out", str(out), "--max-train-lines", "2000", "--bpe-merges", "500")
+    proc = run_prep(*args)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return out, args, proc
+
+
+def test_end_to_end(prepared):
+    out, _, proc = prepared
+    databin = out / "data-bin"
+    assert (databin / "dict.de.txt").is_file()
+    assert (databin / "dict.en.txt").is_file()
+    # joined dictionary: identical source and target dictionaries
+    assert (databin / "dict.de.txt").read_text() == (databin / "dict.en.txt").read_text()
+    for split in ("train", "valid", "test"):
+        for lang in ("de", "en"):
+            for ext in ("bin", "idx"):
+                f = databin / f"{split}.de-en.{lang}.{ext}"
+                assert f.is_file() and f.stat().st_size > 0, f
+
+    bpe = out / "bpe"
+    assert (bpe / "codes").is_file()
+    assert "@@ " in (bpe / "train.de").read_text(encoding="utf-8")
+    assert "@@ " in (bpe / "train.en").read_text(encoding="utf-8")
+
+    expected = {"train": 2000, "valid": 1014, "test": 1000}
+    raw_src = {"valid": "val", "test": "test_2016_flickr"}
+    for split, n in expected.items():
+        for lang in ("de", "en"):
+            assert _count_lines(bpe / f"{split}.{lang}") == n, (split, lang)
+            assert _count_lines(out / "tok" / f"{split}.{lang}") == n, (split, lang)
+            if split in raw_src:
+                assert _count_lines(MULTI30K / f"{raw_src[split]}.{lang}.gz") == n
+
+    # untokenized reference kept for sacreBLEU
+    with gzip.open(MULTI30K / "test_2016_flickr.en.gz", "rt", encoding="utf-8") as f:
+        ref = [line.rstrip("\n") for line in f]
+    assert (out / "raw" / "test.en").read_text(encoding="utf-8").splitlines() == ref
+
+    # progress lines on stderr, nothing on stdout
+    assert "[multi30k] tokenize train.de: 2000 lines" in proc.stderr
+    assert (out / ".prepare_multi30k.json").is_file()
+    assert not (out / "data-bin.tmp").exists()
+
+
+def test_rerun_is_skipped(prepared):
+    out, args, _ = prepared
+    before = (out / "data-bin" / "train.de-en.de.bin").stat().st_mtime_ns
+    proc = run_prep(*args)
+    assert proc.returncode == 0, proc.stderr
+    assert "skipping" in proc.stderr
+    assert (out / "data-bin" / "train.de-en.de.bin").stat().st_mtime_ns == before
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize("via", ["flag", "env"])
+def test_missing_raw_dir(tmp_path, via):
+    missing = tmp_path / "does-not-exist"
+    if via == "flag":
+        proc = run_prep("--raw-dir", str(missing), "--out", str(tmp_path / "out"))
+    else:
+        proc = run_prep("--out", str(tmp_path / "out"), env=_clean_env(MULTI30K_DIR=str(missing)))
+    assert proc.returncode != 0
+    assert str(missing) in proc.stderr
+    assert "train.de.gz" in proc.stderr  # tells which files are expected
+    assert not (tmp_path / "out" / ".prepare_multi30k.json").exists()
+
+
+def test_missing_raw_file(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for stem in ("train", "val"):  # test_2016_flickr.* missing
+        for lang in ("de", "en"):
+            _write_gz(raw / f"{stem}.{lang}.gz", ["a b c"])
+    proc = run_prep("--raw-dir", str(raw), "--out", str(tmp_path / "out"))
+    assert proc.returncode != 0
+    assert str(raw / "test_2016_flickr.de.gz") in proc.stderr
+
+
+def test_line_count_mismatch(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    lines = [f"Satz Nummer {i} ." for i in range(5)]
+    _write_gz(raw / "train.de.gz", lines)
+    _write_gz(raw / "train.en.gz", lines[:-1])  # one line fewer
+    # plain (uncompressed) files must be accepted too
+    for stem in ("val", "test_2016_flickr"):
+        for lang in ("de", "en"):
+            (raw / f"{stem}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    proc = run_prep("--raw-dir", str(raw), "--out", str(tmp_path / "out"))
+    assert proc.returncode != 0
+    assert str(raw / "train.de.gz") in proc.stderr
+    assert str(raw / "train.en.gz") in proc.stderr
+    assert "5" in proc.stderr and "4" in proc.stderr
+    assert not (tmp_path / "out" / ".prepare_multi30k.json").exists()
+
+
+def test_download_failure(tmp_path):
+    out = tmp_path / "out"
+    base = "http://127.0.0.1:9/multi30k/"
+    proc = run_prep("--out", str(out), env=_clean_env(MULTI30K_URL_BASE=base), timeout=120)
+    assert proc.returncode != 0
+    assert base + "train.de.gz" in proc.stderr
+    assert "--raw-dir" in proc.stderr and "MULTI30K_DIR" in proc.stderr
+    assert list(out.rglob("*.part")) == []
+    assert not (out / ".prepare_multi30k.json").exists()

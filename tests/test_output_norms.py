@@ -1,0 +1,105 @@
+"""ReLA-g / ReLA-i / RMSNorm / LayerNorm formulas, initialisation ranges, null rows."""
+
+import math
+
+import pytest
+import torch
+
+from fairseq_sparse_attn.attention import build_output_norm, output_norm_names
+
+D, DH = 32, 8
+
+
+def plain_rms(z, eps=1e-8):
+    return [x / math.sqrt(sum(v * v for v in z) / len(z) + eps) for x in z]
+
+
+def test_rmsnorm_formula_and_init():
+    norm = build_output_norm("rmsnorm", D, DH)
+    assert torch.all(norm.weight == 1)
+    with torch.no_grad():
+        norm.weight.uniform_(-2, 2)
+    z = torch.randn(3, D)
+    out = norm(z)
+    for i in range(3):
+        expected = [r * g for r, g in zip(plain_rms(z[i].tolist()), norm.weight.tolist())]
+        torch.testing.assert_close(out[i], torch.tensor(expected), atol=1e-5, rtol=1e-5)
+
+
+def test_rela_i_gain_init_range():
+    torch.manual_seed(0)
+    norm = build_output_norm("rmsnorm_i", 4096, 64)
+    bound = math.sqrt(3 / 64)
+    w = norm.weight.detach()
+    assert w.abs().max() <= bound
+    assert w.abs().max() > 0.95 * bound  # really spans the range
+    assert abs(w.mean().item()) < 0.01
+    # uniform: variance bound^2 / 3
+    assert abs(w.var().item() - bound ** 2 / 3) < 0.1 * bound ** 2 / 3
+
+
+def test_rela_g_formula_and_gate_init():
+    torch.manual_seed(0)
+    norm = build_output_norm("gated_rmsnorm", D, DH)
+    bound = math.sqrt(3 / D)
+    assert norm.gate_weight.abs().max() <= bound
+    assert torch.all(norm.weight == 1)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+    z = torch.randn(4, D)
+    out = norm(z)
+    for i in range(4):
+        rms = plain_rms(z[i].tolist())
+        expected = [
+            (1 / (1 + math.exp(-w * x))) * r * g
+            for x, w, r, g in zip(z[i].tolist(), norm.gate_weight.tolist(), rms, norm.weight.tolist())
+        ]
+        torch.testing.assert_close(out[i], torch.tensor(expected), atol=1e-5, rtol=1e-5)
+
+
+def test_layernorm_variants():
+    z = torch.randn(5, D)
+    ln = build_output_norm("layernorm", D, DH)
+    mean = z.mean(-1, keepdim=True)
+    var = ((z - mean) ** 2).mean(-1, keepdim=True)
+    torch.testing.assert_close(ln(z), (z - mean) / torch.sqrt(var + 1e-5))
+    gln = build_output_norm("gated_layernorm", D, DH)
+    torch.testing.assert_close(gln(z), torch.sigmoid(z * gln.gate_weight) * (z - mean) / torch.sqrt(var + 1e-5))
+
+
+@pytest.mark.parametrize("name", ["rmsnorm", "rmsnorm_i", "gated_rmsnorm", "layernorm", "gated_layernorm"])
+def test_null_row_gives_finite_output_and_gradients(name):
+    norm = build_output_norm(name, D, DH)
+    z = torch.zeros(2, D, requires_grad=True)
+    out = norm(z)
+    assert torch.isfinite(out).all()
+    if "rms" in name:
+        assert torch.all(out == 0)
+    out.sum().backward()
+    assert torch.isfinite(z.grad).all()
+    for p in norm.parameters():
+        assert p.grad is None or torch.isfinite(p.grad).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_is_safe(dtype):
+    norm = build_output_norm("gated_rmsnorm", D, DH)
+    z = (torch.randn(3, D) * 1e-3).to(dtype)
+    z[0] = 0
+    out = norm(z)
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    ref = norm(z.float())
+    torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)
+
+
+def test_none_has_no_parameters_and_is_identity():
+    norm = build_output_norm("none", D, DH)
+    z = torch.randn(2, D)
+    assert list(norm.parameters()) == [] and torch.equal(norm(z), z)
+
+
+def test_unknown_norm_lists_valid_names():
+    with pytest.raises(ValueError) as e:
+        build_output_norm("rms", D, DH)
+    for name in output_norm_names():
+        assert name in str(e.value)
