@@ -14,6 +14,9 @@
    with a message that says so, and no checkpoint is written from a non-finite model
    (stock fairseq would save ``checkpoint_best.pt`` at the first validation even when
    its loss is NaN).
+
+3. A translation data directory that does not exist (or is not a fairseq-preprocess
+   output) fails with a message naming it, before fairseq's own deeper error.
 """
 
 import functools
@@ -116,6 +119,42 @@ def install_divergence_guard():
     Trainer.train_step = train_step
 
 
+def check_data_dirs(data: str):
+    """Clear error for a translation data directory that does not exist or is empty."""
+    import os
+
+    from fairseq import utils
+
+    for path in utils.split_paths(data or ""):
+        if "://" in path:  # remote storage handled by fairseq's PathManager
+            continue
+        if not os.path.isdir(path):
+            raise FileNotFoundError(
+                f"data directory {path!r} does not exist: expected the output folder of "
+                "fairseq-preprocess (dict.<lang>.txt, <split>.<src>-<tgt>.<lang>.bin/.idx)"
+            )
+        if not any(f.startswith("dict.") and f.endswith(".txt") for f in os.listdir(path)):
+            raise FileNotFoundError(
+                f"data directory {path!r} has no dict.<lang>.txt: is it the output folder "
+                "of fairseq-preprocess?"
+            )
+
+
+def install_data_dir_check():
+    from fairseq.tasks.translation import TranslationTask
+
+    original = TranslationTask.setup_task.__func__
+    if getattr(original, "_fsa_checked", False):
+        return
+
+    def setup_task(cls, cfg, **kwargs):
+        check_data_dirs(getattr(cfg, "data", None))
+        return original(cls, cfg, **kwargs)
+
+    setup_task._fsa_checked = True
+    TranslationTask.setup_task = classmethod(setup_task)
+
+
 def install():
     """Idempotent; called from ``fairseq_sparse_attn/__init__.py``."""
     global _INSTALLED
@@ -123,4 +162,5 @@ def install():
         return
     install_checkpoint_loading_fix()
     install_divergence_guard()
+    install_data_dir_check()
     _INSTALLED = True

@@ -29,8 +29,11 @@ def model_args(arch="sparse_transformer", **overrides):
         decoder_layers=2, decoder_attention_heads=4, dropout=0.0, attention_dropout=0.0,
         max_source_positions=64, max_target_positions=64, share_all_embeddings=False,
     )
-    for k, v in overrides.items():
-        setattr(args, k, v)
+    for k, v in overrides.items():  # None = leave it to the architecture
+        if v is None:
+            delattr(args, k)
+        else:
+            setattr(args, k, v)
     ARCH_CONFIG_REGISTRY[arch](args)
     return args
 

@@ -219,3 +219,4 @@ def test_recorder_sees_weights_without_changing_outputs():
     after, _ = m(x, x, x)
     assert torch.equal(before, after)
     assert seen["weights"].shape == (2, H, 4, 4) and seen["values"].shape == (2 * H, 4, E // H)
+    assert seen["mask"] is None

@@ -83,7 +83,9 @@ class SparseMultiheadAttention(MultiheadAttention):
         self.is_stock = activation == "softmax" and output_norm == "none"
         # Run the explicit pipeline even for stock softmax (tests, analysis).
         self.force_pipeline = False
-        # Analysis hook: called as recorder(module, weights=..., values=...) when set.
+        # Analysis hook, see fairseq_sparse_attn.analysis.recording: when set, called as
+        # recorder(module, weights=(bsz, heads, tgt, src) float32, values=(bsz*heads, src,
+        # head_dim), mask=bool broadcastable to weights, True = key not visible, or None).
         self.recorder: Optional[Callable] = None
 
     def extra_repr(self):
@@ -248,8 +250,7 @@ class SparseMultiheadAttention(MultiheadAttention):
 
         weights = self.activation(scores, mask)  # float32, (bsz, heads, tgt, src)
         if self.recorder is not None:
-            self.recorder(self, weights=weights.detach(), values=v.detach(),
-                          key_padding_mask=key_padding_mask)
+            self.recorder(self, weights=weights.detach(), values=v.detach(), mask=mask)
         probs = self.dropout_module(weights.type_as(q))
 
         if bsz != kv_bsz:

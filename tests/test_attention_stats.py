@@ -1,0 +1,49 @@
+"""Sparsity and null rate against a hand-computed example; recording is free when off."""
+
+import torch
+
+from fairseq_sparse_attn.analysis.attention_stats import SparsityStats, collect_sparsity
+from fairseq_sparse_attn.analysis.recording import AttentionSite, attention_sites, record_attention
+
+from helpers import build_model, random_batch
+
+
+def test_hand_computed_sparsity_and_null_rate():
+    site = AttentionSite("decoder_self", 0, "x", 2)
+    stats = SparsityStats()
+    # one sentence, 3 queries (the last is padding), 3 keys, causal mask, 2 heads
+    w = torch.tensor([[[[0.5, 0.0, 0.0], [0.0, 0.0, 0.0], [9.0, 9.0, 9.0]],
+                       [[0.0, 0.0, 0.0], [0.2, 0.3, 0.0], [0.0, 0.0, 0.0]]]])
+    causal = torch.triu(torch.ones(3, 3, dtype=torch.bool), 1).view(1, 1, 3, 3)
+    stats.set_query_padding(None, torch.tensor([[False, False, True]]))
+    stats(site, weights=w, mask=causal)
+    # valid positions: q0 -> k0, q1 -> k0,k1  = 3 per head
+    # head 0: zeros among valid = q1k0, q1k1 = 2 -> 2/3; null rows: q1 -> 1/2
+    # head 1: zeros = q0k0 = 1 -> 1/3; null rows: q0 -> 1/2
+    got = stats.per_head()[("decoder_self", 0)]
+    assert got["sparsity"] == [2 / 3, 1 / 3]
+    assert got["null_rate"] == [0.5, 0.5]
+    assert stats.per_layer()[("decoder_self", 0)] == {"sparsity": 0.5, "null_rate": 0.5}
+
+
+def test_softmax_model_has_zero_sparsity_and_recording_does_not_change_outputs():
+    model, d = build_model()
+    src, lengths, prev = random_batch(d)
+    with torch.no_grad():
+        before, _ = model(src, lengths, prev)
+        sample = {"net_input": {"src_tokens": src, "src_lengths": lengths, "prev_output_tokens": prev}}
+        stats = collect_sparsity(model, [sample], d.pad())
+        after, _ = model(src, lengths, prev)
+    torch.testing.assert_close(before, after, atol=1e-6, rtol=0)
+    kinds = stats.per_kind()
+    assert set(kinds) == {"encoder_self", "decoder_self", "cross"}
+    assert all(v["sparsity"] == 0 and v["null_rate"] == 0 for v in kinds.values())
+    assert all(m.recorder is None for m in model.attention_modules())
+
+
+def test_sites_name_kind_and_layer():
+    model, _ = build_model()
+    sites = attention_sites(model)
+    assert [(s.kind, s.layer) for s in sites] == [
+        ("encoder_self", 0), ("encoder_self", 1),
+        ("decoder_self", 0), ("cross", 0), ("decoder_self", 1), ("cross", 1)]
