@@ -28,7 +28,6 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 
 VARIANTS = {
     "softmax": dict(attn_activation="softmax", attn_output_norm="none"),
@@ -63,12 +62,13 @@ def timed(fn, device):
 
 
 def build(variant, preset, dictionary, device, seed=0):
-    from helpers import build_model
+    from fairseq_sparse_attn.models.standalone import build_standalone_model
 
-    model, _ = build_model(arch="sparse_transformer", seed=seed, dictionary=dictionary,
-                           dropout=0.1, attention_dropout=0.0, share_all_embeddings=True,
-                           max_source_positions=256, max_target_positions=256,
-                           **PRESETS[preset], **VARIANTS[variant])
+    torch.manual_seed(seed)
+    model = build_standalone_model(dictionary, "sparse_transformer", dropout=0.1,
+                                   attention_dropout=0.0, share_all_embeddings=True,
+                                   max_source_positions=256, max_target_positions=256,
+                                   **PRESETS[preset], **VARIANTS[variant])
     return model.to(device)
 
 
@@ -131,7 +131,7 @@ def main():
     args = p.parse_args()
 
     import fairseq_sparse_attn  # noqa: F401
-    from helpers import make_dictionary
+    from fairseq_sparse_attn.models.standalone import synthetic_dictionary
 
     device = torch.device(args.device)
     preset = args.preset or ("base" if device.type == "cuda" else "small")
@@ -142,7 +142,7 @@ def main():
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         sys.exit(f"unknown variants {unknown}; valid: {', '.join(VARIANTS)}")
-    dictionary = make_dictionary(8000)
+    dictionary = synthetic_dictionary(8000)
 
     train_batch = make_batch(dictionary, train_bsz, args.src_len, args.tgt_len, device, 1)
     batch64 = make_batch(dictionary, 64, args.src_len, args.tgt_len, device, 2)

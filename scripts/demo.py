@@ -92,6 +92,16 @@ def generate(name, checkpoint, args, data_bin, out):
     return [hyps[i] for i in sorted(hyps)], float(m.group(1)) if m else float("nan")
 
 
+def quiet_fairseq():
+    """The in-process steps (loading, statistics) should not flood the table with INFO."""
+    import logging
+    import warnings
+
+    logging.getLogger("fairseq").setLevel(logging.WARNING)
+    logging.getLogger().setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore")
+
+
 def load(checkpoint, data_bin):
     import fairseq_sparse_attn  # noqa: F401
     from fairseq import checkpoint_utils
@@ -189,6 +199,7 @@ def main():
 
     import sacrebleu
 
+    quiet_fairseq()
     results, panels = {}, []
     for name in MODELS:
         log(f"training {name}: {args.layers}+{args.layers} layers, d={args.dim}, "

@@ -1,51 +1,37 @@
 """Small builders shared by the tests."""
 
-import argparse
-
 import torch
-from fairseq.data import Dictionary
 
 
 def make_dictionary(n_symbols=20):
-    d = Dictionary()
-    for i in range(n_symbols):
-        d.add_symbol(f"w{i}")
-    return d
+    from fairseq_sparse_attn.models.standalone import synthetic_dictionary
+
+    return synthetic_dictionary(n_symbols)
 
 
-class TinyTask:
-    def __init__(self, dictionary):
-        self.source_dictionary = dictionary
-        self.target_dictionary = dictionary
+TINY = dict(
+    encoder_embed_dim=16, encoder_ffn_embed_dim=32, encoder_layers=2, encoder_attention_heads=4,
+    decoder_embed_dim=16, decoder_ffn_embed_dim=32, decoder_layers=2, decoder_attention_heads=4,
+    dropout=0.0, attention_dropout=0.0, max_source_positions=64, max_target_positions=64,
+    share_all_embeddings=False,
+)
 
 
 def model_args(arch="sparse_transformer", **overrides):
-    """Namespace for a tiny model, filled by the named architecture like fairseq does."""
-    from fairseq.models import ARCH_CONFIG_REGISTRY
+    """Namespace for a tiny model, filled by the named architecture like fairseq does
+    (an override of None leaves that value to the architecture)."""
+    from fairseq_sparse_attn.models.standalone import architecture_args
 
-    args = argparse.Namespace(
-        encoder_embed_dim=16, encoder_ffn_embed_dim=32, encoder_layers=2,
-        encoder_attention_heads=4, decoder_embed_dim=16, decoder_ffn_embed_dim=32,
-        decoder_layers=2, decoder_attention_heads=4, dropout=0.0, attention_dropout=0.0,
-        max_source_positions=64, max_target_positions=64, share_all_embeddings=False,
-    )
-    for k, v in overrides.items():  # None = leave it to the architecture
-        if v is None:
-            delattr(args, k)
-        else:
-            setattr(args, k, v)
-    ARCH_CONFIG_REGISTRY[arch](args)
-    return args
+    return architecture_args(arch, **{**TINY, **overrides})
 
 
-def build_model(arch="sparse_transformer", seed=0, dictionary=None, model_cls=None, **overrides):
+def build_model(arch="sparse_transformer", seed=0, dictionary=None, **overrides):
     import fairseq_sparse_attn  # noqa: F401
-    from fairseq_sparse_attn.models import SparseTransformerModel
+    from fairseq_sparse_attn.models.standalone import build_standalone_model
 
     dictionary = dictionary or make_dictionary()
     torch.manual_seed(seed)
-    cls = model_cls or SparseTransformerModel
-    model = cls.build_model(model_args(arch, **overrides), TinyTask(dictionary))
+    model = build_standalone_model(dictionary, arch, **{**TINY, **overrides})
     return model.eval(), dictionary
 
 

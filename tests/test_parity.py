@@ -9,9 +9,10 @@ from helpers import build_model, random_batch
 
 @pytest.mark.parametrize("force_pipeline", [False, True])
 def test_loads_stock_state_dict_and_gives_same_outputs(force_pipeline):
-    stock, d = build_model(arch="transformer", model_cls=TransformerModel, seed=3)
+    stock, d = build_model(arch="transformer", seed=3)
     ours, _ = build_model(arch="softmax_transformer_wmt_en_de", seed=4, dictionary=d,
                           encoder_embed_dim=16, decoder_embed_dim=16)
+    assert type(stock) is TransformerModel
     assert set(ours.state_dict()) == set(stock.state_dict())
     ours.load_state_dict(stock.state_dict(), strict=True)  # unchanged
     for m in ours.attention_modules():
@@ -25,7 +26,7 @@ def test_loads_stock_state_dict_and_gives_same_outputs(force_pipeline):
 
 
 def test_same_seed_same_initialisation_as_stock():
-    stock, d = build_model(arch="transformer", model_cls=TransformerModel, seed=7)
+    stock, d = build_model(arch="transformer", seed=7)
     ours, _ = build_model(arch="sparse_transformer", seed=7, dictionary=d)
     for (k, v), (k2, v2) in zip(stock.state_dict().items(), ours.state_dict().items()):
         assert k == k2 and torch.equal(v, v2), k

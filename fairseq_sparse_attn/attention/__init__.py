@@ -1,5 +1,6 @@
 """The attention core: activations, output norms and the module that composes them."""
 
+from . import scaled_relu  # noqa: F401  (registers relu_scaled)
 from .activations import ACTIVATION_REGISTRY, activation_names, build_activation, register_activation
 from .multihead import SparseMultiheadAttention
 from .options import ATTENTION_KINDS, AttentionSpec, attention_spec

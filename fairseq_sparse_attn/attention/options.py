@@ -24,6 +24,8 @@ DEFAULTS = dict(
     entmax_bisect_iters=50,
     leaky_relu_slope=0.01,
     attn_norm_eps=1e-8,
+    relu_scale_gamma=1.0,
+    relu_no_length_scale=False,
 )
 
 
@@ -52,6 +54,11 @@ def add_attention_args(parser):
                         help="negative slope of the leaky_relu activation (default 0.01)")
     parser.add_argument("--attn-norm-eps", type=float, metavar="EPS",
                         help="epsilon inside RMS of the (gated) RMSNorm (default 1e-8)")
+    parser.add_argument("--relu-scale-gamma", type=float, metavar="G",
+                        help="relu_scaled: gamma of the variance reduction factor "
+                             "gamma*sqrt(n/2) (default 1.0)")
+    parser.add_argument("--relu-no-length-scale", action="store_true",
+                        help="relu_scaled: drop the factor gamma*sqrt(n/2) (ReLUFormer Table 5 ablation)")
 
 
 def fill_attention_defaults(args, **overrides):

@@ -62,10 +62,17 @@ def uniform_unit_scaling_(tensor: torch.Tensor, fan: int) -> torch.Tensor:
         return tensor.uniform_(-bound, bound)
 
 
-def rms_normalize(z: torch.Tensor, eps: float) -> torch.Tensor:
-    """z / sqrt(mean(z^2) + eps) over the last dimension, computed in float32."""
+_FUSED_RMS_NORM = hasattr(F, "rms_norm")  # torch >= 2.4
+
+
+def rms_normalize(z: torch.Tensor, eps: float, weight: torch.Tensor = None) -> torch.Tensor:
+    """z / sqrt(mean(z^2) + eps) * weight over the last dimension, computed in float32."""
     z32 = z.float()
-    return z32 * torch.rsqrt(z32.pow(2).mean(dim=-1, keepdim=True) + eps)
+    w32 = None if weight is None else weight.float()
+    if _FUSED_RMS_NORM:
+        return F.rms_norm(z32, (z32.size(-1),), w32, eps)
+    out = z32 * torch.rsqrt(z32.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return out if w32 is None else out * w32
 
 
 @register_output_norm("none")
@@ -89,7 +96,7 @@ class RMSNorm(nn.Module):
         nn.init.ones_(self.weight)
 
     def forward(self, z):
-        return (rms_normalize(z, self.eps) * self.weight.float()).type_as(z)
+        return rms_normalize(z, self.eps, self.weight).type_as(z)
 
     def extra_repr(self):
         return f"{self.weight.numel()}, eps={self.eps}"
@@ -123,7 +130,7 @@ class GatedRMSNorm(_Gated):
         self.weight = nn.Parameter(torch.ones(embed_dim))
 
     def forward(self, z):
-        out = rms_normalize(z, self.eps) * self.weight.float() * self.gate(z)
+        out = rms_normalize(z, self.eps, self.weight) * self.gate(z)
         return out.type_as(z)
 
     def extra_repr(self):

@@ -18,6 +18,7 @@ from fairseq.modules.transformer_layer import (
 
 from ..attention import SparseMultiheadAttention, attention_spec
 from ..attention.options import add_attention_args
+from .ffn import FFN_TYPES, FFNActivation, LinearLayerNorm
 
 
 def build_attention(kind, embed_dim, num_heads, cfg, layer, **kwargs):
@@ -67,13 +68,37 @@ class _NeverFastPath:
         pass
 
 
-class SparseTransformerEncoderLayer(_NeverFastPath, TransformerEncoderLayerBase):
+def ffn_type(cfg) -> str:
+    try:
+        value = getattr(cfg, "ffn_type", None)
+    except AttributeError:
+        value = None
+    return value or "standard"
+
+
+class _FFNVariant:
+    """The FFN of the layer as ``--ffn-type`` says (see models/ffn.py)."""
+
+    def __init__(self, cfg, *args, **kwargs):
+        self._ffn_type = ffn_type(cfg)  # read by build_fc2 during the base __init__
+        super().__init__(cfg, *args, **kwargs)
+        self.activation_fn = FFNActivation(self._ffn_type, cfg.activation_fn)
+
+    def build_fc2(self, input_dim, output_dim, q_noise, qn_block_size):
+        if self._ffn_type == "softmax_layernorm":
+            if q_noise:
+                raise ValueError("--ffn-type softmax_layernorm does not support quant-noise")
+            return LinearLayerNorm(input_dim, output_dim)
+        return super().build_fc2(input_dim, output_dim, q_noise, qn_block_size)
+
+
+class SparseTransformerEncoderLayer(_NeverFastPath, _FFNVariant, TransformerEncoderLayerBase):
     def build_self_attention(self, embed_dim, cfg):
         return build_attention("encoder_self", embed_dim, cfg.encoder.attention_heads, cfg,
                                self, self_attention=True)
 
 
-class SparseTransformerDecoderLayer(TransformerDecoderLayerBase):
+class SparseTransformerDecoderLayer(_FFNVariant, TransformerDecoderLayerBase):
     def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
         return build_attention("decoder_self", embed_dim, cfg.decoder.attention_heads, cfg,
                                self, add_bias_kv=add_bias_kv, add_zero_attn=add_zero_attn,
@@ -104,6 +129,9 @@ class SparseTransformerModel(TransformerModel):
     def add_args(cls, parser):
         super().add_args(parser)
         add_attention_args(parser)
+        parser.add_argument("--ffn-type", choices=FFN_TYPES, metavar="TYPE",
+                            help="feed-forward variant: standard (fairseq, --activation-fn), "
+                                 "softmax (key-value memory), softmax_layernorm (default standard)")
 
     @classmethod
     def build_encoder(cls, cfg, src_dict, embed_tokens):

@@ -1,0 +1,65 @@
+"""ReLUFormer attention (Shen et al. 2023, Eq. 6): ReLU weights divided by the variance
+reduction factor gamma * sqrt(n_i / 2), where n_i is the number of keys query i may see.
+
+    s_ij = ReLU(q_i . k_j / sqrt(d_h)) / (gamma * sqrt(n_i / 2))
+
+n_i is counted from the visibility mask the attention core hands every activation, so it
+is, by construction, the same in teacher-forced training and in incremental decoding:
+
+* encoder self-attention and cross-attention: the non-padding keys of the sentence;
+* causal decoder self-attention: the positions up to and including i, minus padding
+  (teacher forcing: the causal mask hides j > i; incremental step t: the cache holds
+  exactly t keys).
+
+Flags: ``--relu-scale-gamma`` (gamma, default 1.0), ``--relu-no-length-scale`` (the
+"w/o scale factor" ablation of Table 5: plain ReLU weights, still collected for the
+regularization loss).  The regularization loss itself is computed by
+:mod:`fairseq_sparse_attn.criterions.relu_regularized` from what this activation
+reports to an attached ``regularizer`` (none by default: zero cost).
+"""
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from .activations import _opt, _Rectified, register_activation
+
+
+def visible_key_counts(scores: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
+    """n_i for every query row, shape broadcastable to ``scores`` with a last dim of 1."""
+    if mask is None:
+        return scores.new_full((1, 1, 1, 1), float(scores.size(-1)))
+    return (~mask).sum(dim=-1, keepdim=True).to(scores.dtype)
+
+
+@register_activation("relu_scaled")
+class ScaledReLU(_Rectified):
+    def __init__(self, num_heads, options=None):
+        super().__init__(num_heads, options)
+        self.gamma = float(_opt(options, "relu_scale_gamma", 1.0))
+        self.length_scale = not bool(_opt(options, "relu_no_length_scale", False))
+        if self.gamma <= 0:
+            raise ValueError(f"--relu-scale-gamma must be > 0, got {self.gamma}")
+        # Set by the regularized criterion: called as regularizer(weights, n, mask).
+        self.regularizer = None
+
+    def forward(self, scores, mask: Optional[torch.Tensor]):
+        weights = F.relu(scores)
+        if mask is not None:
+            weights = weights.masked_fill(mask, 0.0)
+        n = visible_key_counts(scores, mask)
+        if self.length_scale:
+            weights = weights / (self.gamma * torch.sqrt(n.clamp(min=1) / 2))
+        if self.regularizer is not None:
+            self.regularizer(weights, n, mask)
+        return weights
+
+    def extra_repr(self):
+        return f"relu_scaled, gamma={self.gamma}, length_scale={self.length_scale}"
+
+
+def scale_factor(n: int, gamma: float = 1.0) -> float:
+    """gamma * sqrt(n / 2), written out for docs and tests."""
+    return gamma * math.sqrt(n / 2)

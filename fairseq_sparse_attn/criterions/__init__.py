@@ -1,0 +1,1 @@
+from . import relu_regularized  # noqa: F401  (registers the criterion)

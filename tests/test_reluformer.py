@@ -1,0 +1,147 @@
+"""ReLUFormer: scaled ReLU attention (n_i by hand: padding, causal, incremental) and the
+regularization loss against the formula written plainly."""
+
+import math
+
+import pytest
+import torch
+from fairseq import utils
+
+from fairseq_sparse_attn.attention import SparseMultiheadAttention, build_activation
+from fairseq_sparse_attn.criterions.relu_regularized import RowTerms, row_regularization
+
+from helpers import build_model, random_batch
+
+E, H = 16, 4
+
+
+def test_scaled_relu_by_hand_with_padding_and_causal_mask():
+    act = build_activation("relu_scaled", 1, type("O", (), {"relu_scale_gamma": 2.0})())
+    scores = torch.tensor([[[[1.0, -1.0, 3.0, 5.0],
+                             [2.0, 4.0, -2.0, 6.0],
+                             [0.5, 1.5, 2.5, 7.0]]]])
+    causal = torch.triu(torch.ones(3, 4, dtype=torch.bool), 1).view(1, 1, 3, 4)
+    pad = torch.tensor([False, False, False, True]).view(1, 1, 1, 4)
+    w = act(scores, causal | pad)
+    # row 0 sees key 0 (n=1); row 1 keys 0,1 (n=2); row 2 keys 0..2 (n=3, key 3 is padding)
+    expected = torch.tensor([[1.0 / (2 * math.sqrt(1 / 2)), 0, 0, 0],
+                             [2.0 / (2 * math.sqrt(2 / 2)), 4.0 / (2 * math.sqrt(2 / 2)), 0, 0],
+                             [0.5 / (2 * math.sqrt(3 / 2)), 1.5 / (2 * math.sqrt(3 / 2)),
+                              2.5 / (2 * math.sqrt(3 / 2)), 0]])
+    torch.testing.assert_close(w[0, 0], expected)
+
+
+def test_no_length_scale_ablation_is_plain_relu():
+    act = build_activation("relu_scaled", 1, type("O", (), {"relu_no_length_scale": True})())
+    s = torch.randn(1, 1, 3, 5)
+    torch.testing.assert_close(act(s, None), torch.relu(s))
+
+
+def test_incremental_n_equals_teacher_forced_n():
+    """Step t of incremental decoding sees t keys: the same n_i as the causal row i."""
+    torch.manual_seed(0)
+    m = SparseMultiheadAttention(E, H, self_attention=True, activation="relu_scaled").eval()
+    seen = []
+    m.activation.regularizer = lambda w, n, mask: seen.append(n.flatten().tolist())
+    x = torch.randn(5, 2, E)
+    full, _ = m(x, x, x, attn_mask=utils.fill_with_neg_inf(torch.zeros(5, 5)).triu(1))
+    teacher_n = seen.pop()
+    state = {}
+    for t in range(5):
+        out, _ = m(x[t:t + 1], x[t:t + 1], x[t:t + 1], incremental_state=state)
+        assert seen.pop() == [t + 1]
+        torch.testing.assert_close(out[0], full[t], atol=1e-5, rtol=1e-5)
+    assert teacher_n == [1, 2, 3, 4, 5]
+
+
+def test_model_incremental_equals_full_fully_relu_transformer():
+    model, d = build_model(attn_activation="relu_scaled", attn_output_norm="none")
+    src, lengths, prev = random_batch(d)
+    with torch.no_grad():
+        enc = model.encoder(src, src_lengths=lengths)
+        full, _ = model.decoder(prev, encoder_out=enc)
+        state = {}
+        for t in range(prev.size(1)):
+            step, _ = model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)
+            real = prev[:, t].ne(d.pad())
+            torch.testing.assert_close(step[real, 0], full[real, t], atol=1e-5, rtol=1e-5)
+
+
+def plain_row_loss(row, n, c=0.7):
+    s = [x for x in row]
+    total = sum(s)
+    p = [x / total for x in s]
+    h = -sum(q * math.log(q) for q in p if q > 0)
+    return abs(math.log(total)) + max(h - c * math.log(n), 0.0), h, total
+
+
+def test_row_terms_against_plain_formula():
+    w = torch.tensor([[[[0.2, 0.0, 0.9, 0.4], [0.0, 0.0, 0.0, 0.0], [0.05, 0.05, 0.05, 0.05]]]])
+    n = torch.tensor([3.0, 4.0, 4.0]).view(1, 1, 3, 1)
+    terms = row_regularization(w, n)
+    for i in (0, 2):
+        loss, h, total = plain_row_loss(w[0, 0, i].tolist(), n[0, 0, i, 0].item())
+        assert terms["loss"][0, 0, i].item() == pytest.approx(loss, rel=1e-5)
+        assert terms["entropy"][0, 0, i].item() == pytest.approx(h, rel=1e-5)
+        assert terms["wsum"][0, 0, i].item() == pytest.approx(total, rel=1e-6)
+    # row 2 is uniform over 4 keys: H = log 4 > 0.7 log 4, so the margin term is active
+    assert terms["entropy"][0, 0, 2].item() == pytest.approx(math.log(4))
+    assert terms["bound"][0, 0, 2].item() == pytest.approx(0.7 * math.log(4))
+    assert terms["null"][0, 0].tolist() == [False, True, False]
+    assert torch.isfinite(terms["loss"]).all() and torch.isfinite(terms["entropy"]).all()
+
+
+def test_null_rows_excluded_and_gradients_finite():
+    scores = torch.tensor([[[[1.0, 2.0, -1.0], [-1.0, -2.0, -3.0]]]], requires_grad=True)
+    act = build_activation("relu_scaled", 1)
+    qpad = {}
+    col = RowTerms("encoder_self", 0.7, 1e-12, qpad)
+    act.regularizer = col
+    act(scores, None)
+    w = torch.relu(scores.detach())[0, 0, 0] / math.sqrt(3 / 2)
+    expected, _, _ = plain_row_loss(w.tolist(), 3)
+    assert col.loss.item() == pytest.approx(expected, rel=1e-5)  # mean over the 1 non-null row
+    assert col.stats[4].item() == 1 and col.stats[3].item() == 1  # one null row, one used row
+    col.loss.backward()
+    assert torch.isfinite(scores.grad).all()
+    assert torch.all(scores.grad[0, 0, 1] == 0)
+
+
+def test_query_padding_rows_are_excluded():
+    act = build_activation("relu_scaled", 1)
+    col = RowTerms("encoder_self", 0.7, 1e-12, {"encoder_self": torch.tensor([[False, True]])})
+    act.regularizer = col
+    act(torch.tensor([[[[1.0, 2.0], [5.0, 0.1]]]]), None)
+    assert col.stats[3].item() == 1  # only the first (real) query row counted
+
+
+@pytest.mark.parametrize("ffn", ["softmax", "softmax_layernorm"])
+def test_ffn_key_value_memory_against_formula(ffn):
+    model, _ = build_model(ffn_type=ffn)
+    layer = model.encoder.layers[0]
+    x = torch.randn(5, 16)
+    with torch.no_grad():
+        got = layer.fc2(layer.activation_fn(layer.fc1(x)))
+        keys, values = layer.fc1.weight, layer.fc2.weight  # (slots, d), (d, slots)
+        expected = torch.softmax(x @ keys.T + layer.fc1.bias, dim=-1) @ values.T + layer.fc2.bias
+        if ffn == "softmax_layernorm":
+            expected = torch.nn.functional.layer_norm(expected, (16,))
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    assert "encoder.layers.0.fc2.weight" in model.state_dict()
+
+
+def test_ffn_activation_rows_are_recordable():
+    model, d = build_model(ffn_type="softmax")
+    rows = []
+    for layer in model.encoder.layers:
+        layer.activation_fn.recorder = lambda mod, **kw: rows.append(kw["rows"])
+    src, lengths, prev = random_batch(d)
+    with torch.no_grad():
+        model(src, lengths, prev)
+    assert len(rows) == 2
+    torch.testing.assert_close(rows[0].sum(-1), torch.ones(rows[0].shape[:-1]))
+
+
+def test_unknown_ffn_type():
+    with pytest.raises(ValueError, match="softmax_layernorm"):
+        build_model(ffn_type="gelu_memory")
