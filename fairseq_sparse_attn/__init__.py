@@ -10,7 +10,7 @@ from . import compat
 
 compat.install()
 
-from . import attention, criterions, models  # noqa: E402,F401
+from . import attention, criterions, models, tasks  # noqa: E402,F401
 
 
 def user_dir() -> str:

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Prepare Europarl v7 En-De *documents* for --task document_translation (ReLUFormer).
+
+Input: the document-level Europarl7 set of Maruf et al. (2019): per split, line-aligned
+``<split>.en`` / ``<split>.de`` (optionally .gz) where a line ``<d>`` starts a document,
+already tokenized as released.  ``--raw-dir DIR`` (or $EUROPARL_DOC_DIR) points to them;
+without it the files are downloaded from the selective-attn repository into <out>/raw.
+
+For every L in ``--max-doc-length`` (e.g. 128 256 512 1024 2048):
+1. learn a joint BPE (subword-nmt) on the training sentences (once, shared by all L);
+2. apply it sentence by sentence;
+3. pack each document (Appendix B, fairseq_sparse_attn/data/documents.py): the longest
+   run of consecutive sentences with <= L BPE tokens on *both* sides;
+4. write one packed document per line to <out>/L<L>/bpe/{train,valid,test}.{src,tgt} and
+   binarize with fairseq-preprocess into <out>/L<L>/data-bin, plus doc_info.json.
+
+Splits: ``--train-split`` / ``--valid-split`` / ``--test-split`` name the raw files (the
+local copy has only dev and test; a real run uses train).  ``--max-docs N`` keeps the
+first N documents of every split (tests).
+
+    python data_prep/prepare_europarl_docs.py --raw-dir ../shared/data/europarl7_doc \\
+        --out data/europarl_docs --train-split dev --valid-split test --test-split test \\
+        --max-doc-length 256
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from fairseq_sparse_attn.data.documents import (  # noqa: E402
+    DocumentFormatError,
+    documents_from_marked_files,
+    pack_documents,
+)
+
+URL_BASE = os.environ.get(
+    "EUROPARL_DOC_URL_BASE",
+    "https://raw.githubusercontent.com/sameenmaruf/selective-attn/master/data/Europarl7/")
+TAG = "[europarl-docs]"
+
+
+def say(msg):
+    print(f"{TAG} {msg}", file=sys.stderr, flush=True)
+
+
+def find_raw(raw_dir: Path, split: str, lang: str) -> Path:
+    for name in (f"{split}.{lang}.gz", f"{split}.{lang}"):
+        if (raw_dir / name).exists():
+            return raw_dir / name
+    raise FileNotFoundError(
+        f"{raw_dir}: no {split}.{lang}(.gz); expected line-aligned files with '<d>' document "
+        f"starts, e.g. {split}.en and {split}.de")
+
+
+def download(out_raw: Path, split: str, lang: str) -> Path:
+    out_raw.mkdir(parents=True, exist_ok=True)
+    target = out_raw / f"{split}.{lang}"
+    if target.exists():
+        return target
+    url = f"{URL_BASE}{split}.{lang}"
+    part = target.with_suffix(target.suffix + ".part")
+    try:
+        with urllib.request.urlopen(url, timeout=60) as r, open(part, "wb") as f:
+            shutil.copyfileobj(r, f)
+    except (urllib.error.URLError, OSError) as e:
+        part.unlink(missing_ok=True)
+        sys.exit(f"{TAG} could not download {url} ({e}). Get the Europarl7 document files "
+                 "(github.com/sameenmaruf/selective-attn, data/Europarl7) and pass --raw-dir "
+                 "or set EUROPARL_DOC_DIR.")
+    part.rename(target)
+    return target
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--raw-dir", default=os.environ.get("EUROPARL_DOC_DIR"))
+    p.add_argument("--out", required=True)
+    p.add_argument("--src", default="en")
+    p.add_argument("--tgt", default="de")
+    p.add_argument("--train-split", default="train")
+    p.add_argument("--valid-split", default="dev")
+    p.add_argument("--test-split", default="test")
+    p.add_argument("--max-doc-length", type=int, nargs="+", required=True, metavar="L")
+    p.add_argument("--separator", default=None,
+                   help="token inserted between sentences of a packed document (default: none)")
+    p.add_argument("--bpe-merges", type=int, default=16000)
+    p.add_argument("--max-docs", type=int, default=None, help="first N documents per split")
+    p.add_argument("--workers", type=int, default=2)
+    args = p.parse_args()
+
+    import subword_nmt.learn_bpe as learn_bpe_module
+    from subword_nmt.apply_bpe import BPE
+    from subword_nmt.learn_bpe import learn_bpe
+
+    if not sys.stderr.isatty():  # no tqdm progress bar in logs / CI output
+        learn_bpe_module.tqdm = lambda iterable, *a, **k: iterable
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    splits = {"train": args.train_split, "valid": args.valid_split, "test": args.test_split}
+    docs = {}
+    for name, split in splits.items():
+        if args.raw_dir:
+            raw = Path(args.raw_dir)
+            if not raw.is_dir():
+                sys.exit(f"{TAG} raw directory {raw} does not exist")
+            try:
+                src_path, tgt_path = find_raw(raw, split, args.src), find_raw(raw, split, args.tgt)
+            except FileNotFoundError as e:
+                sys.exit(f"{TAG} {e}")
+        else:
+            src_path = download(out / "raw", split, args.src)
+            tgt_path = download(out / "raw", split, args.tgt)
+        try:
+            docs[name] = documents_from_marked_files(src_path, tgt_path)[: args.max_docs]
+        except (DocumentFormatError, FileNotFoundError) as e:
+            sys.exit(f"{TAG} {e}")
+        say(f"{name} ({split}): {len(docs[name])} documents, "
+            f"{sum(len(d.src) for d in docs[name])} sentences")
+
+    t0 = time.time()
+    codes = out / "bpe.codes"
+    tmp = codes.with_suffix(".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        lines = [s for d in docs["train"] for s in d.src + d.tgt]
+        learn_bpe(lines, f, args.bpe_merges)
+    tmp.rename(codes)
+    say(f"learned {args.bpe_merges} BPE merges on {len(lines)} training sentences ({time.time() - t0:.1f}s)")
+    with open(codes, encoding="utf-8") as f:
+        bpe = BPE(f)
+    for d in (d for ds in docs.values() for d in ds):
+        d.src = [bpe.process_line(s) for s in d.src]
+        d.tgt = [bpe.process_line(t) for t in d.tgt]
+
+    for L in args.max_doc_length:
+        root = out / f"L{L}"
+        text = root / "bpe"
+        text.mkdir(parents=True, exist_ok=True)
+        info = {"max_doc_length": L, "separator": args.separator, "src": args.src,
+                "tgt": args.tgt, "splits": {}, "longest_document": 0}
+        for name, ds in docs.items():
+            packed, report = pack_documents(ds, L, separator=args.separator)
+            (text / f"{name}.{args.src}").write_text("\n".join(s for s, _, _ in packed) + "\n", encoding="utf-8")
+            (text / f"{name}.{args.tgt}").write_text("\n".join(t for _, t, _ in packed) + "\n", encoding="utf-8")
+            (text / f"{name}.lines").write_text("\n".join(str(n) for _, _, n in packed) + "\n")
+            longest = max(max(len(s.split()), len(t.split())) for s, t, _ in packed)
+            info["longest_document"] = max(info["longest_document"], longest)
+            info["splits"][name] = dict(report.__dict__, longest=longest)
+            say(f"L={L} {name}: {report.documents_in} documents -> {report.packed} packed "
+                f"({report.overlong_sentences} sentences longer than L kept whole)")
+        bin_dir, tmp_dir = root / "data-bin", root / "data-bin.tmp"
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        cmd = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", args.src,
+               "--target-lang", args.tgt, "--trainpref", text / "train", "--validpref", text / "valid",
+               "--testpref", text / "test", "--destdir", tmp_dir, "--joined-dictionary",
+               "--workers", str(args.workers)]
+        proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
+        if proc.returncode != 0:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+            sys.exit(f"{TAG} fairseq-preprocess failed:\n{proc.stderr[-2000:]}")
+        (tmp_dir / "doc_info.json").write_text(json.dumps(info, indent=2))
+        shutil.rmtree(bin_dir, ignore_errors=True)
+        tmp_dir.rename(bin_dir)
+        say(f"L={L}: {bin_dir}")
+
+
+if __name__ == "__main__":
+    main()
