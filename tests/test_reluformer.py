@@ -145,3 +145,16 @@ def test_ffn_activation_rows_are_recordable():
 def test_unknown_ffn_type():
     with pytest.raises(ValueError, match="softmax_layernorm"):
         build_model(ffn_type="gelu_memory")
+
+
+def test_reluformer_presets():
+    from helpers import model_args
+
+    drop = dict(encoder_embed_dim=None, encoder_ffn_embed_dim=None, encoder_attention_heads=None,
+                encoder_layers=None, decoder_layers=None, decoder_attention_heads=None,
+                decoder_embed_dim=None, decoder_ffn_embed_dim=None)
+    a = model_args("reluformer_iwslt_de_en", **drop)
+    assert (a.attn_activation, a.encoder_layers, a.decoder_layers, a.encoder_attention_heads,
+            a.encoder_embed_dim, a.encoder_ffn_embed_dim) == ("relu_scaled", 6, 6, 4, 512, 1024)
+    b = model_args("reluformer_wmt_en_de", **drop)
+    assert (b.attn_activation, b.encoder_attention_heads, b.encoder_ffn_embed_dim) == ("relu_scaled", 8, 2048)

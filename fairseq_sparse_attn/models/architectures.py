@@ -21,6 +21,9 @@ ATTENTION_PRESETS = {
     "rela": dict(attn_activation="relu", attn_output_norm="gated_rmsnorm"),
     "sparsemax": dict(attn_activation="sparsemax", attn_output_norm="none"),
     "entmax15": dict(attn_activation="entmax15", attn_output_norm="none"),
+    # ReLUFormer (Shen et al. 2023): scaled ReLU in all three kinds, no output norm;
+    # train with --criterion relu_regularized_label_smoothed_cross_entropy
+    "reluformer": dict(attn_activation="relu_scaled", attn_output_norm="none"),
 }
 
 SIZES = {"wmt_en_de": base_architecture, "iwslt_de_en": transformer_iwslt_de_en}
@@ -32,10 +35,14 @@ def sparse_transformer(args):
     base_architecture(args)
 
 
+def _name(prefix, size):
+    return f"{prefix}_{size}" if prefix == "reluformer" else f"{prefix}_transformer_{size}"
+
+
 def _register(prefix, size):
     attention = ATTENTION_PRESETS[prefix]
     size_fn = SIZES[size]
-    name = f"{prefix}_transformer_{size}"
+    name = _name(prefix, size)
 
     def arch(args):
         fill_attention_defaults(args, **attention)
