@@ -63,6 +63,9 @@ class AttentionActivation(nn.Module):
     #: True when masked positions must be removed before the mapping (normalizing family)
     normalizing: bool = True
     registry_name: str = "?"
+    #: can run in the memory-bounded key-block path (attention/chunked_relu.py); such an
+    #: activation also provides ``row_scale(n)``
+    supports_chunking: bool = False
 
     def __init__(self, num_heads: int, options=None):
         super().__init__()
@@ -103,6 +106,11 @@ class _Rectified(AttentionActivation):
 @register_activation("relu")
 class ReLU(_Rectified):
     """ReLA (Zhang et al. 2021, Eq. 3): alpha = max(0, scores)."""
+
+    supports_chunking = True
+
+    def row_scale(self, n):
+        return torch.ones_like(n)
 
     def fn(self, scores):
         return F.relu(scores)

@@ -83,6 +83,8 @@ class SparseMultiheadAttention(MultiheadAttention):
         self.is_stock = activation == "softmax" and output_norm == "none"
         # Run the explicit pipeline even for stock softmax (tests, analysis).
         self.force_pipeline = False
+        # > 0: ReLU-family activations stream over blocks of this many keys (long inputs)
+        self.key_block_size = int(getattr(options, "attn_key_block_size", 0) or 0) if options is not None else 0
         # Analysis hook, see fairseq_sparse_attn.analysis.recording: when set, called as
         # recorder(module, weights=(bsz, heads, tgt, src) float32, values=(bsz*heads, src,
         # head_dim), mask=bool broadcastable to weights, True = key not visible, or None).
@@ -178,15 +180,44 @@ class SparseMultiheadAttention(MultiheadAttention):
         return q, k, v, key_padding_mask, attn_mask, kv_bsz
 
     # ------------------------------------------------------------------ masks
-    @staticmethod
-    def _split_attn_mask(attn_mask: Optional[Tensor]) -> Tuple[Optional[Tensor], Optional[Tensor]]:
-        """(additive bias, boolean mask) from a fairseq attention mask (tgt, src)."""
+    def _split_attn_mask(self, attn_mask: Optional[Tensor]) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+        """(additive bias or None, boolean mask) from a fairseq attention mask (tgt, src).
+
+        fairseq's own masks only hide (-inf future mask, -1e8 converted boolean masks): then
+        the bias is None and nothing is added to the scores.  The split of the last mask is
+        cached by storage and shape (fairseq slices the same cached future mask each step).
+        """
         if attn_mask is None:
             return None, None
         if attn_mask.dtype == torch.bool:
             return None, attn_mask
+        key = (attn_mask.data_ptr(), attn_mask.shape, attn_mask.stride(), attn_mask.dtype,
+               attn_mask.device, getattr(attn_mask, "_version", None))
+        cached = getattr(self, "_attn_mask_split", None)
+        if cached is not None and cached[0] == key:
+            return cached[2], cached[3]
         hidden = attn_mask <= ADDITIVE_MASK_THRESHOLD
-        return attn_mask.float().masked_fill(hidden, 0.0), hidden
+        bias = attn_mask.float().masked_fill(hidden, 0.0)
+        if not bool(bias.ne(0).any()):
+            bias = None
+        # the reference to attn_mask keeps its storage alive, so an equal key means the
+        # same (unmodified) tensor and never a new one that reuses a freed address
+        self._attn_mask_split = (key, attn_mask, bias, hidden)
+        return bias, hidden
+
+    def _visibility_mask(self, attn_mask, key_padding_mask, bsz, tgt_len, src_len):
+        """Boolean mask broadcastable to (bsz, heads, tgt, src), True = hidden, or None;
+        plus the additive bias of a float attn_mask (or None)."""
+        bias, mask = self._split_attn_mask(attn_mask)
+        if mask is not None:
+            mask = mask.view(1, 1, tgt_len, src_len)
+        if key_padding_mask is not None:
+            pad = key_padding_mask.to(torch.bool)
+            if pad.size(0) != bsz:
+                pad = pad.repeat_interleave(bsz // pad.size(0), dim=0)
+            pad = pad.view(bsz, 1, 1, src_len)
+            mask = pad if mask is None else (mask | pad)
+        return bias, mask
 
     # ------------------------------------------------------------------ forward
     def forward(
@@ -220,6 +251,11 @@ class SparseMultiheadAttention(MultiheadAttention):
         )
         src_len = k.size(1)
         heads = self.num_heads
+        bias, mask = self._visibility_mask(attn_mask, key_padding_mask, bsz, tgt_len, src_len)
+
+        if (self.key_block_size and self.activation.supports_chunking and not before_softmax
+                and not need_head_weights and self.recorder is None):
+            return self._chunked_forward(q, k, v, mask, bias, bsz, kv_bsz, tgt_len), None
 
         if bsz != kv_bsz:  # cross-attention with one key copy per beam group
             scores = torch.einsum(
@@ -230,18 +266,8 @@ class SparseMultiheadAttention(MultiheadAttention):
         else:
             scores = torch.bmm(q, k.transpose(1, 2))
         scores = scores.reshape(bsz, heads, tgt_len, src_len).float()
-
-        bias, mask = self._split_attn_mask(attn_mask)
         if bias is not None:
             scores = scores + bias
-        if mask is not None:
-            mask = mask.view(1, 1, tgt_len, src_len)
-        if key_padding_mask is not None:
-            pad = key_padding_mask.to(torch.bool)
-            if pad.size(0) != bsz:
-                pad = pad.repeat_interleave(bsz // pad.size(0), dim=0)
-            pad = pad.view(bsz, 1, 1, src_len)
-            mask = pad if mask is None else (mask | pad)
 
         if before_softmax:
             if mask is not None:
@@ -264,9 +290,42 @@ class SparseMultiheadAttention(MultiheadAttention):
         attn = attn.transpose(0, 1).contiguous().view(tgt_len, bsz, self.embed_dim)
         attn = self.out_proj(self.output_norm(attn))
 
+        return attn, self._returned_weights(weights, need_weights, need_head_weights)
+
+    @staticmethod
+    def _returned_weights(weights, need_weights, need_head_weights):
         out_weights: Optional[Tensor] = None
         if need_weights:
             out_weights = weights.transpose(1, 0)  # (heads, bsz, tgt, src) as stock
             if not need_head_weights:
                 out_weights = out_weights.mean(dim=0)
-        return attn, out_weights
+        return out_weights
+
+    def _chunked_forward(self, q, k, v, mask, bias, bsz, kv_bsz, tgt_len):
+        """Memory-bounded path (attention/chunked_relu.py): weights are never materialized;
+        returns the attention output only (no weights)."""
+        from .chunked_relu import chunked_relu_attention
+        from .scaled_relu import visible_key_counts
+
+        if bias is not None:
+            raise ValueError("the key-block (chunked) ReLU path does not support additive attention biases")
+        if self.training and self.dropout_module.p > 0:
+            raise ValueError("--attn-key-block-size needs --attention-dropout 0 "
+                             "(the chunked path cannot replay a dropout mask)")
+        heads, d = self.num_heads, self.head_dim
+        src_len = k.size(1)
+        q4 = q.view(bsz, heads, tgt_len, d)
+        k4 = k.view(kv_bsz, heads, src_len, d)
+        v4 = v.view(kv_bsz, heads, src_len, d)
+        if bsz != kv_bsz:
+            k4 = k4.repeat_interleave(bsz // kv_bsz, dim=0)
+            v4 = v4.repeat_interleave(bsz // kv_bsz, dim=0)
+        n = visible_key_counts(q4.new_empty(1, 1, 1, src_len), mask).float()
+        scale = self.activation.row_scale(n)
+        out, wsum, wlogw = chunked_relu_attention(q4.float(), k4.float(), v4.float(), mask, scale,
+                                                  block=self.key_block_size)
+        regularizer = getattr(self.activation, "regularizer", None)
+        if regularizer is not None:
+            regularizer.add_sums(wsum, wlogw, n)
+        attn = out.type_as(q).permute(2, 0, 1, 3).reshape(tgt_len, bsz, self.embed_dim)
+        return self.out_proj(self.output_norm(attn))

@@ -57,6 +57,10 @@ def add_attention_args(parser):
     parser.add_argument("--relu-scale-gamma", type=float, metavar="G",
                         help="relu_scaled: gamma of the variance reduction factor "
                              "gamma*sqrt(n/2) (default 1.0)")
+    parser.add_argument("--attn-key-block-size", type=int, metavar="N",
+                        help="relu / relu_scaled: memory-bounded attention that streams over "
+                             "blocks of N keys and recomputes them in backward (0 = off); "
+                             "needs --attention-dropout 0; returns no attention weights")
     parser.add_argument("--relu-no-length-scale", action="store_true",
                         help="relu_scaled: drop the factor gamma*sqrt(n/2) (ReLUFormer Table 5 ablation)")
 

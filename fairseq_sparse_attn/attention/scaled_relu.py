@@ -36,6 +36,8 @@ def visible_key_counts(scores: torch.Tensor, mask: Optional[torch.Tensor]) -> to
 
 @register_activation("relu_scaled")
 class ScaledReLU(_Rectified):
+    supports_chunking = True
+
     def __init__(self, num_heads, options=None):
         super().__init__(num_heads, options)
         self.gamma = float(_opt(options, "relu_scale_gamma", 1.0))
@@ -45,13 +47,19 @@ class ScaledReLU(_Rectified):
         # Set by the regularized criterion: called as regularizer(weights, n, mask).
         self.regularizer = None
 
+    def row_scale(self, n):
+        """1 / (gamma * sqrt(n_i / 2)) per row (1 for the no-scale ablation)."""
+        if not self.length_scale:
+            return torch.ones_like(n)
+        return 1.0 / (self.gamma * torch.sqrt(n.clamp(min=1) / 2))
+
     def forward(self, scores, mask: Optional[torch.Tensor]):
         weights = F.relu(scores)
         if mask is not None:
             weights = weights.masked_fill(mask, 0.0)
         n = visible_key_counts(scores, mask)
         if self.length_scale:
-            weights = weights / (self.gamma * torch.sqrt(n.clamp(min=1) / 2))
+            weights = weights * self.row_scale(n)
         if self.regularizer is not None:
             self.regularizer(weights, n, mask)
         return weights

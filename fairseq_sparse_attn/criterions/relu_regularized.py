@@ -53,7 +53,8 @@ class ReLURegularizedCriterionConfig(LabelSmoothedCrossEntropyCriterionConfig):
 
 class RowTerms:
     """Collector attached to one ScaledReLU: accumulates the differentiable loss and the
-    logged statistics of the rows it sees."""
+    logged statistics of the rows it sees (full weights, or per-row sums from the
+    memory-bounded chunked path)."""
 
     def __init__(self, kind, c, floor, query_padding):
         self.kind, self.c, self.floor = kind, c, floor
@@ -61,10 +62,14 @@ class RowTerms:
         self.loss = None
         self.stats = torch.zeros(5, dtype=torch.float64)  # loss, entropy, wsum, rows, null rows
 
-    def __call__(self, weights, n, mask):
-        terms = row_regularization(weights, n, self.c, self.floor)
-        bsz, heads, tgt, _ = weights.shape
-        valid = torch.ones(bsz, 1, tgt, dtype=torch.bool, device=weights.device)
+    def __call__(self, weights, n, mask=None):
+        wsum, wlogw = row_sums(weights)
+        self.add_sums(wsum, wlogw, n)
+
+    def add_sums(self, wsum, wlogw, n):
+        terms = terms_from_sums(wsum, wlogw, n, self.c, self.floor)
+        bsz, heads, tgt = wsum.shape
+        valid = torch.ones(bsz, 1, tgt, dtype=torch.bool, device=wsum.device)
         qpad = self.query_padding.get(self.kind)
         if qpad is not None and qpad.shape == (bsz, tgt):
             valid = ~qpad.view(bsz, 1, tgt)
@@ -80,18 +85,30 @@ class RowTerms:
                 count, null.sum()]).double().cpu()
 
 
+def row_sums(weights):
+    """(sum_j s_ij, sum_j s_ij log s_ij) over the last dim, 0 log 0 = 0 with a finite
+    gradient at 0 (xlogy's is -inf, which times the zero ReLU gradient of an inactive key
+    would give NaN)."""
+    wsum = weights.sum(dim=-1)
+    wlogw = (weights * torch.log(weights.clamp(min=1e-30))).sum(dim=-1)
+    return wsum, wlogw
+
+
+def terms_from_sums(wsum, wlogw, n, c=0.7, floor=1e-12):
+    """Per-row terms of Eq. 7 from the row sums: H(s_hat) = log S - (sum s log s) / S."""
+    null = wsum == 0
+    safe = wsum.clamp(min=floor)
+    entropy = torch.where(null, torch.zeros_like(wsum), torch.log(safe) - wlogw / safe)
+    bound = c * torch.log(n.squeeze(-1).clamp(min=1)).expand_as(entropy)
+    loss = torch.log(safe).abs() + torch.relu(entropy - bound)
+    return {"loss": loss, "entropy": entropy, "wsum": wsum, "bound": bound, "null": null}
+
+
 def row_regularization(weights, n, c=0.7, floor=1e-12):
     """Per-row terms of Eq. 7.  weights: (bsz, heads, tgt, src) non-negative; n: visible key
     counts broadcastable to (bsz, heads, tgt, 1).  Returns dict of (bsz, heads, tgt) tensors."""
-    wsum = weights.sum(dim=-1)
-    null = wsum == 0
-    p = weights / wsum.clamp(min=floor).unsqueeze(-1)
-    # 0 log 0 = 0, with a finite gradient at p = 0 (xlogy's is -inf, which times the zero
-    # ReLU gradient of an inactive key would give NaN)
-    entropy = -(p * torch.log(p.clamp(min=1e-30))).sum(dim=-1)
-    bound = c * torch.log(n.squeeze(-1).clamp(min=1)).expand_as(entropy)
-    loss = torch.log(wsum.clamp(min=floor)).abs() + torch.relu(entropy - bound)
-    return {"loss": loss, "entropy": entropy, "wsum": wsum, "bound": bound, "null": null}
+    wsum, wlogw = row_sums(weights)
+    return terms_from_sums(wsum, wlogw, n, c, floor)
 
 
 @register_criterion("relu_regularized_label_smoothed_cross_entropy",
