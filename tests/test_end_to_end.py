@@ -100,7 +100,8 @@ def test_validate_interactive_and_hub_load_plugin_checkpoints(data, rela_checkpo
 
     assert int(torch.__version__.split(".")[0]) >= 2
     proc = run([sys.executable, "-m", "fairseq_cli.validate", data / "data-bin", "--user-dir", USER_DIR,
-                "--path", rela_checkpoint, "--valid-subset", "valid", "--max-tokens", "4096"])
+                "--task", "translation", "--path", rela_checkpoint, "--valid-subset", "valid",
+                "--max-tokens", "4096"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "valid on 'valid' subset" in proc.stdout + proc.stderr
     proc = run([sys.executable, "-m", "fairseq_cli.interactive", data / "data-bin", "--user-dir", USER_DIR,

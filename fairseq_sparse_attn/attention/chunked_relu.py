@@ -28,17 +28,19 @@ LOG_FLOOR = 1e-30
 
 
 def _block_weights(q, k_blk, mask_blk, scale):
-    raw = torch.matmul(q, k_blk.transpose(-1, -2))  # (B, H, T, C)
-    active = raw > 0
+    """s = ReLU(q k^T) * scale with hidden keys zeroed; s > 0 exactly where the ReLU is
+    active on a visible key (scale > 0), which is all the backward needs."""
+    s = torch.relu_(torch.matmul(q, k_blk.transpose(-1, -2)))  # (B, H, T, C)
     if mask_blk is not None:
-        active = active & ~mask_blk
-    s = torch.where(active, raw, raw.new_zeros(())) * scale
-    return s, active
+        s.masked_fill_(mask_blk, 0.0)
+    return s.mul_(scale)
 
 
 class ChunkedReLUAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, mask: Optional[torch.Tensor], scale: torch.Tensor, block: int):
+    def forward(ctx, q, k, v, mask: Optional[torch.Tensor], scale: torch.Tensor, block: int,
+                with_sums: bool):
+        ctx.set_materialize_grads(False)
         bsz, heads, tgt, _ = q.shape
         src = k.size(-2)
         out = q.new_zeros(bsz, heads, tgt, v.size(-1))
@@ -47,10 +49,11 @@ class ChunkedReLUAttention(torch.autograd.Function):
         for start in range(0, src, block):
             end = min(start + block, src)
             mask_blk = None if mask is None else mask[..., start:end]
-            s, _ = _block_weights(q, k[..., start:end, :], mask_blk, scale)
+            s = _block_weights(q, k[..., start:end, :], mask_blk, scale)
             out += torch.matmul(s, v[..., start:end, :])
-            wsum += s.sum(-1)
-            wlogw += (s * torch.log(s.clamp(min=LOG_FLOOR))).sum(-1)
+            if with_sums:
+                wsum += s.sum(-1)
+                wlogw += (s * torch.log(s.clamp(min=LOG_FLOOR))).sum(-1)
         ctx.save_for_backward(q, k, v, mask if mask is not None else torch.empty(0), scale)
         ctx.has_mask = mask is not None
         ctx.block = block
@@ -60,6 +63,8 @@ class ChunkedReLUAttention(torch.autograd.Function):
     def backward(ctx, g_out, g_wsum, g_wlogw):
         q, k, v, mask, scale = ctx.saved_tensors
         mask = mask if ctx.has_mask else None
+        if g_out is None:
+            g_out = torch.zeros(q.shape[:-1] + (v.size(-1),), dtype=q.dtype, device=q.device)
         g_q = torch.zeros_like(q)
         g_k = torch.zeros_like(k)
         g_v = torch.zeros_like(v)
@@ -68,24 +73,25 @@ class ChunkedReLUAttention(torch.autograd.Function):
             end = min(start + ctx.block, src)
             k_blk, v_blk = k[..., start:end, :], v[..., start:end, :]
             mask_blk = None if mask is None else mask[..., start:end]
-            s, active = _block_weights(q, k_blk, mask_blk, scale)
+            s = _block_weights(q, k_blk, mask_blk, scale)
             g_s = torch.matmul(g_out, v_blk.transpose(-1, -2))
             if g_wsum is not None:
-                g_s = g_s + g_wsum.unsqueeze(-1)
+                g_s += g_wsum.unsqueeze(-1)
             if g_wlogw is not None:
-                g_s = g_s + g_wlogw.unsqueeze(-1) * (torch.log(s.clamp(min=LOG_FLOOR)) + 1)
-            g_raw = torch.where(active, g_s * scale, g_s.new_zeros(()))
+                g_s += g_wlogw.unsqueeze(-1) * (torch.log(s.clamp(min=LOG_FLOOR)) + 1)
+            g_raw = g_s.mul_(scale).masked_fill_(s <= 0, 0.0)
             g_q += torch.matmul(g_raw, k_blk)
             g_k[..., start:end, :] = torch.matmul(g_raw.transpose(-1, -2), q)
             g_v[..., start:end, :] = torch.matmul(s.transpose(-1, -2), g_out)
-        return g_q, g_k, g_v, None, None, None
+        return g_q, g_k, g_v, None, None, None, None
 
 
-def chunked_relu_attention(q, k, v, mask, scale, block: int = 256):
+def chunked_relu_attention(q, k, v, mask, scale, block: int = 256, with_sums: bool = True):
     """q: (B, H, T, d) already multiplied by 1/sqrt(d_h); k, v: (B, H, S, d); mask: bool
     broadcastable to (B, H, T, S), True = hidden, or None; scale: per-row factor
-    broadcastable to (B, H, T, 1).  Returns (out (B, H, T, d), wsum, wlogw (B, H, T))."""
+    broadcastable to (B, H, T, 1).  Returns (out (B, H, T, d), wsum, wlogw (B, H, T));
+    with ``with_sums=False`` the two sums are not computed (returned as zeros)."""
     if block <= 0:
         raise ValueError(f"block size must be positive, got {block}")
     scale = scale.to(q.dtype).expand(q.size(0), 1, q.size(2), 1) if scale.dim() == 4 else scale
-    return ChunkedReLUAttention.apply(q, k, v, mask, scale, block)
+    return ChunkedReLUAttention.apply(q, k, v, mask, scale, block, with_sums)

@@ -322,9 +322,10 @@ class SparseMultiheadAttention(MultiheadAttention):
             v4 = v4.repeat_interleave(bsz // kv_bsz, dim=0)
         n = visible_key_counts(q4.new_empty(1, 1, 1, src_len), mask).float()
         scale = self.activation.row_scale(n)
-        out, wsum, wlogw = chunked_relu_attention(q4.float(), k4.float(), v4.float(), mask, scale,
-                                                  block=self.key_block_size)
         regularizer = getattr(self.activation, "regularizer", None)
+        out, wsum, wlogw = chunked_relu_attention(q4.float(), k4.float(), v4.float(), mask, scale,
+                                                  block=self.key_block_size,
+                                                  with_sums=regularizer is not None)
         if regularizer is not None:
             regularizer.add_sums(wsum, wlogw, n)
         attn = out.type_as(q).permute(2, 0, 1, 3).reshape(tgt_len, bsz, self.embed_dim)
