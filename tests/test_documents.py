@@ -111,7 +111,7 @@ def doc_data(tmp_path_factory):
     out = tmp_path_factory.mktemp("europarl_docs")
     proc = run([sys.executable, REPO / "data_prep" / "prepare_europarl_docs.py", "--raw-dir", d,
                 "--out", out, "--train-split", "dev", "--valid-split", "test", "--test-split", "test",
-                "--max-doc-length", "256", "--bpe-merges", "3000", "--max-docs", "240"])
+                "--max-doc-length", "256", "--bpe-merges", "3000", "--max-docs", "120"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     info = json.loads((out / "L256" / "data-bin" / "doc_info.json").read_text())
     assert info["max_doc_length"] == 256
@@ -133,13 +133,16 @@ def test_tiny_document_level_run(doc_data, model, tmp_path):
                 "--decoder-ffn-embed-dim", "256", "--encoder-attention-heads", "4",
                 "--decoder-attention-heads", "4", "--share-all-embeddings", "--optimizer", "adam",
                 "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "50",
-                "--max-tokens", "4096", "--max-update", "150", "--save-dir", tmp_path,
+                "--max-tokens", "4096", "--max-update", "100", "--save-dir", tmp_path,
                 "--no-epoch-checkpoints", "--num-workers", "0", "--seed", "1", "--log-format", "simple",
-                "--validate-interval-updates", "150"])
+                "--validate-interval-updates", "100"])
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-3000:]
     if model == "reluformer":
-        assert re.search(r"valid on 'valid' subset .*reg_cross [\d.]+ .*entropy_encoder_self", log)
+        valid_line = next(line for line in log.splitlines() if "valid on 'valid' subset" in line)
+        for kind in ("encoder_self", "decoder_self", "cross"):
+            for stat in ("reg", "entropy", "wsum", "null"):
+                assert re.search(rf"\b{stat}_{kind} [\d.]+", valid_line), (stat, kind, valid_line)
     proc = run([sys.executable, "-m", "fairseq_cli.generate", doc_data / "data-bin", "--user-dir", USER_DIR,
                 "--task", "document_translation", "--max-doc-length", "256", "--path",
                 tmp_path / "checkpoint_last.pt", "--gen-subset", "test", "--beam", "1",

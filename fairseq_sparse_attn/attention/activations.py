@@ -112,7 +112,10 @@ class ReLU(_Rectified):
     def row_scale(self, n):
         return torch.ones_like(n)
 
-    def fn(self, scores):
+    def forward(self, scores, mask: Optional[torch.Tensor]):
+        # hide first (relu(0) = 0), then rectify in place: one tensor instead of two
+        if mask is not None:
+            return scores.masked_fill(mask, 0.0).relu_()
         return F.relu(scores)
 
 

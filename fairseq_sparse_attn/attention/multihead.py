@@ -212,12 +212,24 @@ class SparseMultiheadAttention(MultiheadAttention):
         if mask is not None:
             mask = mask.view(1, 1, tgt_len, src_len)
         if key_padding_mask is not None:
-            pad = key_padding_mask.to(torch.bool)
-            if pad.size(0) != bsz:
-                pad = pad.repeat_interleave(bsz // pad.size(0), dim=0)
-            pad = pad.view(bsz, 1, 1, src_len)
+            pad = self._padding_mask(key_padding_mask, bsz, src_len)
             mask = pad if mask is None else (mask | pad)
         return bias, mask
+
+    def _padding_mask(self, key_padding_mask, bsz, src_len):
+        """(bsz, 1, 1, src) boolean; cached like the attention mask, since incremental
+        decoding hands the same encoder padding mask to cross-attention at every step."""
+        key = (key_padding_mask.data_ptr(), key_padding_mask.shape, key_padding_mask.stride(),
+               key_padding_mask.dtype, bsz, getattr(key_padding_mask, "_version", None))
+        cached = getattr(self, "_padding_mask_cache", None)
+        if cached is not None and cached[0] == key:
+            return cached[2]
+        pad = key_padding_mask.to(torch.bool)
+        if pad.size(0) != bsz:
+            pad = pad.repeat_interleave(bsz // pad.size(0), dim=0)
+        pad = pad.view(bsz, 1, 1, src_len)
+        self._padding_mask_cache = (key, key_padding_mask, pad)
+        return pad
 
     # ------------------------------------------------------------------ forward
     def forward(

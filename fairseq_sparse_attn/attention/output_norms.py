@@ -119,7 +119,12 @@ class _Gated(nn.Module):
         uniform_unit_scaling_(self.gate_weight, embed_dim)
 
     def gate(self, z):
-        return torch.sigmoid(z.float() * self.gate_weight.float())
+        return (z.float() * self.gate_weight.float()).sigmoid_()
+
+    @staticmethod
+    def gated(normed, gate):
+        """normed * gate; in place when no gradient is recorded (decoding)."""
+        return normed.mul_(gate) if not torch.is_grad_enabled() else normed * gate
 
 
 @register_output_norm("gated_rmsnorm")
@@ -130,8 +135,7 @@ class GatedRMSNorm(_Gated):
         self.weight = nn.Parameter(torch.ones(embed_dim))
 
     def forward(self, z):
-        out = rms_normalize(z, self.eps, self.weight) * self.gate(z)
-        return out.type_as(z)
+        return self.gated(rms_normalize(z, self.eps, self.weight), self.gate(z)).type_as(z)
 
     def extra_repr(self):
         return f"{self.weight.numel()}, eps={self.eps}"
@@ -157,4 +161,4 @@ class GatedLayerNorm(_Gated):
         self.norm = LayerNormOutput(embed_dim, head_dim, eps)
 
     def forward(self, z):
-        return (self.norm(z).float() * self.gate(z)).type_as(z)
+        return self.gated(self.norm(z).float(), self.gate(z)).type_as(z)
