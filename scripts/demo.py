@@ -142,8 +142,11 @@ def cross_attention_of(model, task, index):
 
 
 def heatmap(panels, path):
+    import logging
+
     import matplotlib
 
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -173,7 +176,7 @@ def main():
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--dim", type=int, default=256)
     p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--max-update", type=int, default=int(os.environ.get("DEMO_MAX_UPDATE", 300)))
+    p.add_argument("--max-update", type=int, default=int(os.environ.get("DEMO_MAX_UPDATE", 280)))
     p.add_argument("--max-tokens", type=int, default=2048)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--warmup", type=int, default=150)
