@@ -29,12 +29,14 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from fairseq_sparse_attn.models.architectures import ATTENTION_PRESETS  # noqa: E402
+
 VARIANTS = {
-    "softmax": dict(attn_activation="softmax", attn_output_norm="none"),
-    "rela_g": dict(attn_activation="relu", attn_output_norm="gated_rmsnorm"),
-    "rela_i": dict(attn_activation="relu", attn_output_norm="rmsnorm_i"),
-    "sparsemax": dict(attn_activation="sparsemax", attn_output_norm="none"),
-    "entmax15": dict(attn_activation="entmax15", attn_output_norm="none"),
+    "softmax": ATTENTION_PRESETS["softmax"],
+    "rela_g": ATTENTION_PRESETS["rela"],
+    "rela_i": dict(ATTENTION_PRESETS["rela"], attn_output_norm="rmsnorm_i"),
+    "sparsemax": ATTENTION_PRESETS["sparsemax"],
+    "entmax15": ATTENTION_PRESETS["entmax15"],
 }
 PRESETS = {
     # CPU-sized: the demo's model

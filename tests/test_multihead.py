@@ -11,7 +11,8 @@ from fairseq_sparse_attn.attention import SparseMultiheadAttention
 
 from helpers import build_model, random_batch
 
-ACTIVATIONS = ["softmax", "relu", "gelu", "leaky_relu", "sparsemax", "entmax15", "entmax_bisect"]
+ACTIVATIONS = ["softmax", "relu", "gelu", "leaky_relu", "sparsemax", "entmax15", "entmax_bisect",
+               "relu_scaled"]
 NORM_FOR = {"relu": "gated_rmsnorm", "gelu": "gated_rmsnorm", "leaky_relu": "rmsnorm_i"}
 E, H = 16, 4
 
