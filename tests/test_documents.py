@@ -122,8 +122,9 @@ def doc_data(tmp_path_factory):
 def test_tiny_document_level_run(doc_data, model, tmp_path):
     import sacrebleu
 
-    arch = (["--arch", "sparse_transformer", "--attn-activation", "relu_scaled",
-             "--criterion", "relu_regularized_label_smoothed_cross_entropy"]
+    # the ReLUFormer run also exercises the memory-bounded key-block path in training
+    arch = (["--arch", "reluformer_wmt_en_de", "--attn-key-block-size", "64",
+             "--attention-dropout", "0", "--criterion", "relu_regularized_label_smoothed_cross_entropy"]
             if model == "reluformer" else
             ["--arch", "softmax_transformer_wmt_en_de", "--criterion", "label_smoothed_cross_entropy"])
     proc = run([sys.executable, "-m", "fairseq_cli.train", doc_data / "data-bin", "--user-dir", USER_DIR,

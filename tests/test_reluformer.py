@@ -145,3 +145,27 @@ def test_reluformer_presets():
             a.encoder_embed_dim, a.encoder_ffn_embed_dim) == ("relu_scaled", 6, 6, 4, 512, 1024)
     b = model_args("reluformer_wmt_en_de", **drop)
     assert (b.attn_activation, b.encoder_attention_heads, b.encoder_ffn_embed_dim) == ("relu_scaled", 8, 2048)
+
+
+def test_ffn_analysis_hooks_against_direct_computation():
+    from fairseq_sparse_attn.analysis.ffn_stats import anisotropy, record_ffn, top_p_mass, variance_ratio
+
+    model, d = build_model(ffn_type="softmax_layernorm")
+    src, lengths, prev = random_batch(d)
+    seen = {}
+    with torch.no_grad(), record_ffn(model, lambda name, **kw: seen.setdefault(name, kw)) as names:
+        model(src, lengths, prev)
+    assert len(names) == 4 and set(seen) == set(names)
+    layer = model.encoder.layers[0]
+    entry = seen["encoder.layers.0"]
+    with torch.no_grad():  # post-norm layer: the FFN input is the residual stream
+        direct = layer.fc2(torch.softmax(layer.fc1(entry["residual"]), dim=-1))
+    torch.testing.assert_close(entry["ffn_output"], direct, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(entry["rows"].sum(-1), torch.ones(entry["rows"].shape[:-1]))
+    ratio = variance_ratio(entry["ffn_output"], entry["residual"])
+    assert ratio == pytest.approx((direct.var() / entry["residual"].var()).item(), rel=1e-5)
+    assert all(m.recorder is None for m in (l.activation_fn for l in model.encoder.layers))
+    # hand-computed examples
+    assert anisotropy(torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])) == pytest.approx(
+        (0 + 2 * (1 / 2 ** 0.5)) / 3)
+    assert top_p_mass(torch.tensor([[4.0, 3.0, 2.0, 1.0]]), 0.5) == pytest.approx(0.7)
