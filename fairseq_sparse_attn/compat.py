@@ -17,6 +17,13 @@
 
 3. A translation data directory that does not exist (or is not a fairseq-preprocess
    output) fails with a message naming it, before fairseq's own deeper error.
+
+4. Batching that loses sentences.  fairseq's vectorized ``batch_by_size`` (the Cython
+   ``batch_by_size_vec`` of fairseq-fixed 0.12.3.1) silently drops the last
+   ``len(indices) % required_batch_size_multiple`` examples when only ``max_sentences`` is
+   given: ``fairseq-generate --batch-size 32`` on a 447-document test set translated 440
+   (its default ``--required-batch-size-multiple`` is 8).  The wrapper puts every
+   dropped index back, in extra batches that respect ``max_sentences``/``max_tokens``.
 """
 
 import functools
@@ -74,6 +81,16 @@ def _all_finite(model) -> bool:
     return all(torch.isfinite(p).all().item() for p in model.parameters())
 
 
+def _floating_point_error_in_chain(exc):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, FloatingPointError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def install_divergence_guard():
     from fairseq import checkpoint_utils
     from fairseq.trainer import Trainer
@@ -109,11 +126,17 @@ def install_divergence_guard():
             return original_train_step(self, samples, raise_oom=raise_oom)
         except TrainingDivergedError:
             raise
-        except FloatingPointError as e:
+        except Exception as e:
+            # fairseq raises FloatingPointError("gradients are Nan/Inf") and then re-runs
+            # the step under its NanDetector, whose hooks can themselves fail (StopIteration
+            # on torch >= 2.x): look for the FloatingPointError in the exception chain
+            cause = _floating_point_error_in_chain(e)
+            if cause is None:
+                raise
             raise TrainingDivergedError(
-                f"training diverged at update {self.get_num_updates()}: {e}. "
-                "Stopping; checkpoints already on disk were written before the divergence "
-                "and no checkpoint is written from the diverged model."
+                f"training diverged at update {self.get_num_updates()}: {cause}. "
+                "Stopping; no checkpoint_last/checkpoint_best is written from the diverged "
+                "model (fairseq may leave crash.pt, its debugging dump of the failing state)."
             ) from e
 
     Trainer.train_step = train_step
@@ -155,6 +178,62 @@ def install_data_dir_check():
     TranslationTask.setup_task = classmethod(setup_task)
 
 
+def _complete_batches(batches, indices, num_tokens_fn, max_tokens, max_sentences, num_tokens_vec):
+    """Append the indices ``batches`` lost, as extra batches within the same limits."""
+    import numpy as np
+
+    covered = sum(len(b) for b in batches)
+    if covered >= len(indices):
+        return batches
+    seen = set()
+    for b in batches:
+        seen.update(int(i) for i in b)
+    missing = [int(i) for i in indices if int(i) not in seen]
+    max_sentences = max_sentences if max_sentences and max_sentences > 0 else len(missing)
+    max_tokens = max_tokens if max_tokens and max_tokens > 0 else None
+
+    def tokens(i):
+        return int(num_tokens_vec[i]) if num_tokens_vec is not None else int(num_tokens_fn(i))
+
+    extra, current, longest = [], [], 0
+    for i in missing:
+        longest_if_added = max(longest, tokens(i))
+        too_many = len(current) >= max_sentences
+        too_long = max_tokens is not None and current and longest_if_added * (len(current) + 1) > max_tokens
+        if current and (too_many or too_long):
+            extra.append(current)
+            current, longest_if_added = [], tokens(i)
+        current.append(i)
+        longest = longest_if_added
+    if current:
+        extra.append(current)
+    dtype = batches[0].dtype if len(batches) and hasattr(batches[0], "dtype") else np.int64
+    return list(batches) + [np.array(b, dtype=dtype) for b in extra]
+
+
+def install_batching_fix():
+    from fairseq.data import data_utils
+
+    original = data_utils.batch_by_size
+    if getattr(original, "_fsa_complete", False):
+        return
+
+    @functools.wraps(original)
+    def batch_by_size(indices, num_tokens_fn, num_tokens_vec=None, max_tokens=None,
+                      max_sentences=None, required_batch_size_multiple=1, fixed_shapes=None):
+        batches = original(indices, num_tokens_fn, num_tokens_vec=num_tokens_vec,
+                           max_tokens=max_tokens, max_sentences=max_sentences,
+                           required_batch_size_multiple=required_batch_size_multiple,
+                           fixed_shapes=fixed_shapes)
+        if fixed_shapes is not None:
+            return batches
+        return _complete_batches(batches, indices, num_tokens_fn, max_tokens, max_sentences,
+                                 num_tokens_vec)
+
+    batch_by_size._fsa_complete = True
+    data_utils.batch_by_size = batch_by_size
+
+
 def install():
     """Idempotent; called from ``fairseq_sparse_attn/__init__.py``."""
     global _INSTALLED
@@ -163,4 +242,5 @@ def install():
     install_checkpoint_loading_fix()
     install_divergence_guard()
     install_data_dir_check()
+    install_batching_fix()
     _INSTALLED = True
