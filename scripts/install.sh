@@ -7,8 +7,28 @@ PIP="$PY -m pip install --disable-pip-version-check"
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 cd "$(dirname "$0")/.."
 
-have() { "$PY" -c "import $1" >/dev/null 2>&1; }
 say() { echo "[install] $*"; }
+
+# One interpreter start finds what is already importable (importing fairseq takes seconds,
+# so checking package by package would make a no-op run slow).
+PRESENT=" $(FSA_REPO="$PWD" "$PY" -P - <<'EOF' 2>/dev/null
+import importlib.util as u
+import os
+names = ["torch", "Cython", "numpy", "setuptools", "wheel", "fairseq", "hydra", "omegaconf",
+         "bitarray", "sacrebleu", "regex", "tqdm", "cffi", "sklearn", "packaging",
+         "fairseq_sparse_attn", "entmax", "sacremoses", "subword_nmt", "pytest", "matplotlib",
+         "spacy", "benepar"]
+present = [n for n in names if u.find_spec(n) is not None]
+# the plugin counts as installed only if it is *this* checkout (editable install)
+spec = u.find_spec("fairseq_sparse_attn")
+repo = os.path.realpath(os.environ["FSA_REPO"])
+if spec is None or not os.path.realpath(spec.origin or "").startswith(repo + os.sep):
+    present = [n for n in present if n != "fairseq_sparse_attn"]
+print(" ".join(present))
+EOF
+) "
+have() { [[ "$PRESENT" == *" $1 "* ]]; }
+have_all() { local n; for n in "$@"; do have "$n" || return 1; done; }
 
 pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 say "python $pyver ($("$PY" -c 'import sys; print(sys.executable)'))"
@@ -22,8 +42,7 @@ else
 fi
 
 # 2. build requirements of fairseq's C/Cython extensions
-have Cython && have numpy && have setuptools && have wheel \
-  || $PIP cython numpy setuptools wheel
+have_all Cython numpy setuptools wheel || $PIP cython numpy setuptools wheel
 
 # 3. fairseq: 0.12.2 does not build on Python >= 3.11; fairseq-fixed 0.12.3.1 does
 if have fairseq; then
@@ -40,16 +59,15 @@ fi
 
 # 4. fairseq's real runtime dependencies, without torchaudio (it would pull a CUDA torch)
 FAIRSEQ_DEPS=(hydra-core==1.3.2 omegaconf==2.3.0 bitarray sacrebleu regex tqdm cffi scikit-learn packaging)
-if ! "$PY" -c 'import hydra, omegaconf, bitarray, sacrebleu, regex, tqdm, cffi, sklearn, packaging' 2>/dev/null; then
-  $PIP "${FAIRSEQ_DEPS[@]}"
-fi
+have_all hydra omegaconf bitarray sacrebleu regex tqdm cffi sklearn packaging || $PIP "${FAIRSEQ_DEPS[@]}"
 
 # 5. the plugin with its extras (test, plot, syntax)
 EXTRAS=${FSA_EXTRAS:-test,plot,syntax}
-if "$PY" -c 'import fairseq_sparse_attn, entmax, sacremoses, subword_nmt, pytest, matplotlib' 2>/dev/null \
-   && { [[ "$EXTRAS" != *syntax* ]] || "$PY" -c 'import spacy, benepar' 2>/dev/null; }; then
+if have_all fairseq_sparse_attn entmax sacremoses subword_nmt pytest matplotlib \
+   && { [[ "$EXTRAS" != *syntax* ]] || have_all spacy benepar; }; then
   say "plugin and extras already installed"
 else
   $PIP -e ".[$EXTRAS]"
 fi
-say "ok: $("$PY" -c 'import fairseq_sparse_attn as f; print("fairseq_sparse_attn", f.__version__, "user-dir", f.user_dir())' 2>/dev/null)"
+"$PY" -c 'import fairseq_sparse_attn as f; print("[install] ok: fairseq_sparse_attn", f.__version__, "user-dir", f.user_dir())' 2>/dev/null \
+  || { echo "[install] fairseq_sparse_attn does not import; see the messages above" >&2; exit 1; }
