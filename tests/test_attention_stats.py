@@ -3,7 +3,7 @@
 import torch
 
 from fairseq_sparse_attn.analysis.attention_stats import SparsityStats, collect_sparsity
-from fairseq_sparse_attn.analysis.recording import AttentionSite, attention_sites, record_attention
+from fairseq_sparse_attn.analysis.recording import AttentionSite, attention_sites
 
 from helpers import build_model, random_batch
 

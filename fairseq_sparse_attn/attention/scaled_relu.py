@@ -18,7 +18,6 @@ regularization loss).  The regularization loss itself is computed by
 reports to an attached ``regularizer`` (none by default: zero cost).
 """
 
-import math
 from typing import Optional
 
 import torch
@@ -54,9 +53,7 @@ class ScaledReLU(_Rectified):
         return 1.0 / (self.gamma * torch.sqrt(n.clamp(min=1) / 2))
 
     def forward(self, scores, mask: Optional[torch.Tensor]):
-        weights = F.relu(scores)
-        if mask is not None:
-            weights = weights.masked_fill(mask, 0.0)
+        weights = scores.masked_fill(mask, 0.0).relu_() if mask is not None else F.relu(scores)
         n = visible_key_counts(scores, mask)
         if self.length_scale:
             weights = weights * self.row_scale(n)
@@ -66,8 +63,3 @@ class ScaledReLU(_Rectified):
 
     def extra_repr(self):
         return f"relu_scaled, gamma={self.gamma}, length_scale={self.length_scale}"
-
-
-def scale_factor(n: int, gamma: float = 1.0) -> float:
-    """gamma * sqrt(n / 2), written out for docs and tests."""
-    return gamma * math.sqrt(n / 2)

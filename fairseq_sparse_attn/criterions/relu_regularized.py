@@ -27,7 +27,6 @@ forward arguments.  Logged per attention kind: ``reg_<kind>`` (mean L_i),
 ``entropy_<kind>`` (mean H), ``wsum_<kind>`` (mean S_i), ``null_<kind>`` (null-row rate).
 """
 
-import math
 from dataclasses import dataclass, field
 
 import torch
@@ -183,7 +182,3 @@ class ReLURegularizedCriterion(LabelSmoothedCrossEntropyCriterion):
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:
         return True
-
-
-def entropy_bound(n: int, c: float = 0.7) -> float:
-    return c * math.log(n)
