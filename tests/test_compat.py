@@ -22,10 +22,18 @@ def test_batch_by_size_keeps_every_index(n, max_tokens):
         assert all(len(b) * sizes[b].max() <= max_tokens for b in batches)
 
 
-def test_checkpoint_loader_trusts_fairseq_checkpoints_only():
+def test_checkpoint_loader_trusts_fairseq_checkpoints_only(tmp_path):
+    """A checkpoint holding an argparse Namespace (as fairseq's do) loads through fairseq's
+    loader, while torch.load elsewhere in the process keeps the weights_only default."""
+    import argparse
+
     import torch
     from fairseq import checkpoint_utils
 
-    assert checkpoint_utils.torch is not torch  # fairseq's loader has its own torch.load
-    assert checkpoint_utils.torch.Tensor is torch.Tensor
-    assert torch.load.__module__ == "torch.serialization"  # the process keeps torch's default
+    path = tmp_path / "ckpt.pt"
+    torch.save({"args": argparse.Namespace(arch="sparse_transformer"), "model": {}}, path)
+    state = checkpoint_utils.torch.load(path)  # the call load_checkpoint_to_cpu makes
+    assert state["args"].arch == "sparse_transformer"
+    assert torch.load is torch.serialization.load
+    with pytest.raises(Exception, match="[Ww]eights only"):
+        torch.load(path)

@@ -89,6 +89,7 @@ class SparseMultiheadAttention(MultiheadAttention):
         # recorder(module, weights=(bsz, heads, tgt, src) float32, values=(bsz*heads, src,
         # head_dim), mask=bool broadcastable to weights, True = key not visible, or None).
         self.recorder: Optional[Callable] = None
+        self._mask_cache: Dict[str, tuple] = {}
 
     def extra_repr(self):
         return f"kind={self.kind}, embed_dim={self.embed_dim}, heads={self.num_heads}"
@@ -180,56 +181,54 @@ class SparseMultiheadAttention(MultiheadAttention):
         return q, k, v, key_padding_mask, attn_mask, kv_bsz
 
     # ------------------------------------------------------------------ masks
-    def _split_attn_mask(self, attn_mask: Optional[Tensor]) -> Tuple[Optional[Tensor], Optional[Tensor]]:
-        """(additive bias or None, boolean mask) from a fairseq attention mask (tgt, src).
+    def _cached(self, slot: str, tensor: Tensor, extra, compute):
+        """``compute(tensor)``, remembered for the last tensor seen in ``slot``.
 
-        fairseq's own masks only hide (-inf future mask, -1e8 converted boolean masks): then
-        the bias is None and nothing is added to the scores.  The split of the last mask is
-        cached by storage and shape (fairseq slices the same cached future mask each step).
+        fairseq hands the same masks again and again (the cached future mask, sliced
+        each step; the encoder padding mask at every decoding step).  The key is the
+        storage, layout and version counter; the cache keeps a reference to the tensor so
+        that an equal key means that same, unmodified tensor, never a new one that
+        reuses a freed address.
         """
-        if attn_mask is None:
-            return None, None
-        if attn_mask.dtype == torch.bool:
-            return None, attn_mask
-        key = (attn_mask.data_ptr(), attn_mask.shape, attn_mask.stride(), attn_mask.dtype,
-               attn_mask.device, getattr(attn_mask, "_version", None))
-        cached = getattr(self, "_attn_mask_split", None)
+        key = (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device,
+               getattr(tensor, "_version", None), extra)
+        cached = self._mask_cache.get(slot)
         if cached is not None and cached[0] == key:
-            return cached[2], cached[3]
+            return cached[2]
+        value = compute(tensor)
+        self._mask_cache[slot] = (key, tensor, value)
+        return value
+
+    @staticmethod
+    def _split_attn_mask(attn_mask: Tensor) -> Tuple[Optional[Tensor], Tensor]:
+        """(additive bias or None, boolean mask) from a float fairseq attention mask.
+        fairseq's own masks only hide (-inf future mask, -1e8 converted boolean masks):
+        then the bias is None and nothing is added to the scores."""
         hidden = attn_mask <= ADDITIVE_MASK_THRESHOLD
         bias = attn_mask.float().masked_fill(hidden, 0.0)
-        if not bool(bias.ne(0).any()):
-            bias = None
-        # the reference to attn_mask keeps its storage alive, so an equal key means the
-        # same (unmodified) tensor and never a new one that reuses a freed address
-        self._attn_mask_split = (key, attn_mask, bias, hidden)
-        return bias, hidden
+        return (bias if bool(bias.ne(0).any()) else None), hidden
 
     def _visibility_mask(self, attn_mask, key_padding_mask, bsz, tgt_len, src_len):
         """Boolean mask broadcastable to (bsz, heads, tgt, src), True = hidden, or None;
         plus the additive bias of a float attn_mask (or None)."""
-        bias, mask = self._split_attn_mask(attn_mask)
-        if mask is not None:
+        bias, mask = None, None
+        if attn_mask is not None:
+            if attn_mask.dtype == torch.bool:
+                mask = attn_mask
+            else:
+                bias, mask = self._cached("attn_mask", attn_mask, None, self._split_attn_mask)
             mask = mask.view(1, 1, tgt_len, src_len)
         if key_padding_mask is not None:
-            pad = self._padding_mask(key_padding_mask, bsz, src_len)
+
+            def expand(kpm):
+                pad = kpm.to(torch.bool)
+                if pad.size(0) != bsz:  # one key copy per beam group
+                    pad = pad.repeat_interleave(bsz // pad.size(0), dim=0)
+                return pad.view(bsz, 1, 1, src_len)
+
+            pad = self._cached("key_padding", key_padding_mask, bsz, expand)
             mask = pad if mask is None else (mask | pad)
         return bias, mask
-
-    def _padding_mask(self, key_padding_mask, bsz, src_len):
-        """(bsz, 1, 1, src) boolean; cached like the attention mask, since incremental
-        decoding hands the same encoder padding mask to cross-attention at every step."""
-        key = (key_padding_mask.data_ptr(), key_padding_mask.shape, key_padding_mask.stride(),
-               key_padding_mask.dtype, bsz, getattr(key_padding_mask, "_version", None))
-        cached = getattr(self, "_padding_mask_cache", None)
-        if cached is not None and cached[0] == key:
-            return cached[2]
-        pad = key_padding_mask.to(torch.bool)
-        if pad.size(0) != bsz:
-            pad = pad.repeat_interleave(bsz // pad.size(0), dim=0)
-        pad = pad.view(bsz, 1, 1, src_len)
-        self._padding_mask_cache = (key, key_padding_mask, pad)
-        return pad
 
     # ------------------------------------------------------------------ forward
     def forward(
@@ -302,16 +301,12 @@ class SparseMultiheadAttention(MultiheadAttention):
         attn = attn.transpose(0, 1).contiguous().view(tgt_len, bsz, self.embed_dim)
         attn = self.out_proj(self.output_norm(attn))
 
-        return attn, self._returned_weights(weights, need_weights, need_head_weights)
-
-    @staticmethod
-    def _returned_weights(weights, need_weights, need_head_weights):
         out_weights: Optional[Tensor] = None
         if need_weights:
             out_weights = weights.transpose(1, 0)  # (heads, bsz, tgt, src) as stock
             if not need_head_weights:
                 out_weights = out_weights.mean(dim=0)
-        return out_weights
+        return attn, out_weights
 
     def _chunked_forward(self, q, k, v, mask, bias, bsz, kv_bsz, tgt_len):
         """Memory-bounded path (attention/chunked_relu.py): weights are never materialized;

@@ -21,9 +21,8 @@ reports to an attached ``regularizer`` (none by default: zero cost).
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 
-from .activations import _opt, _Rectified, register_activation
+from .activations import ReLU, _opt, register_activation
 
 
 def visible_key_counts(scores: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
@@ -34,8 +33,8 @@ def visible_key_counts(scores: torch.Tensor, mask: Optional[torch.Tensor]) -> to
 
 
 @register_activation("relu_scaled")
-class ScaledReLU(_Rectified):
-    supports_chunking = True
+class ScaledReLU(ReLU):
+    """ReLA's ``relu`` (masking included) times the per-row factor."""
 
     def __init__(self, num_heads, options=None):
         super().__init__(num_heads, options)
@@ -53,7 +52,7 @@ class ScaledReLU(_Rectified):
         return 1.0 / (self.gamma * torch.sqrt(n.clamp(min=1) / 2))
 
     def forward(self, scores, mask: Optional[torch.Tensor]):
-        weights = scores.masked_fill(mask, 0.0).relu_() if mask is not None else F.relu(scores)
+        weights = super().forward(scores, mask)
         n = visible_key_counts(scores, mask)
         if self.length_scale:
             weights = weights * self.row_scale(n)
