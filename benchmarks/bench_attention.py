@@ -37,7 +37,13 @@ VARIANTS = {
     "rela_i": dict(ATTENTION_PRESETS["rela"], attn_output_norm="rmsnorm_i"),
     "sparsemax": ATTENTION_PRESETS["sparsemax"],
     "entmax15": ATTENTION_PRESETS["entmax15"],
+    # Raganato et al.: softmax with 7 fixed + 1 learned encoder heads (needs 8 encoder heads:
+    # --preset base); not in the default list
+    "fixed_7f1l": dict(ATTENTION_PRESETS["softmax"], encoder_fixed_patterns="7F"),
+    "fixed_7f1l_word": dict(ATTENTION_PRESETS["softmax"], encoder_fixed_patterns="7F",
+                            encoder_fixed_pattern_unit="word"),
 }
+DEFAULT_VARIANTS = ["softmax", "rela_g", "rela_i", "sparsemax", "entmax15"]
 PRESETS = {
     # CPU-sized: the demo's model
     "small": dict(encoder_embed_dim=256, decoder_embed_dim=256, encoder_ffn_embed_dim=1024,
@@ -121,7 +127,8 @@ def main():
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--preset", choices=PRESETS, default=None,
                    help="model size (default: small on CPU, base on CUDA)")
-    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
+                   help=f"comma-separated, from {', '.join(VARIANTS)} (default: {','.join(DEFAULT_VARIANTS)})")
     p.add_argument("--train-batch", type=int, default=None, help="sentences per train batch")
     p.add_argument("--src-len", type=int, default=24)
     p.add_argument("--tgt-len", type=int, default=24)
@@ -144,6 +151,9 @@ def main():
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         sys.exit(f"unknown variants {unknown}; valid: {', '.join(VARIANTS)}")
+    if any(v.startswith("fixed_") for v in variants) and PRESETS[preset]["encoder_attention_heads"] < 8:
+        sys.exit(f"the fixed_7f1l variants need 8 encoder heads; preset {preset!r} has "
+                 f"{PRESETS[preset]['encoder_attention_heads']}: use --preset base")
     dictionary = synthetic_dictionary(8000)
 
     train_batch = make_batch(dictionary, train_bsz, args.src_len, args.tgt_len, device, 1)
