@@ -2,12 +2,14 @@
 
 from . import scaled_relu  # noqa: F401  (registers relu_scaled)
 from .activations import ACTIVATION_REGISTRY, activation_names, build_activation, register_activation
+from .biases import BIAS_REGISTRY, bias_names, build_bias, register_bias
 from .multihead import SparseMultiheadAttention
 from .options import ATTENTION_KINDS, AttentionSpec, attention_spec
 from .output_norms import OUTPUT_NORM_REGISTRY, build_output_norm, output_norm_names, register_output_norm
 
 __all__ = [
-    "ACTIVATION_REGISTRY", "OUTPUT_NORM_REGISTRY", "ATTENTION_KINDS", "AttentionSpec",
-    "SparseMultiheadAttention", "activation_names", "attention_spec", "build_activation",
-    "build_output_norm", "output_norm_names", "register_activation", "register_output_norm",
+    "ACTIVATION_REGISTRY", "BIAS_REGISTRY", "OUTPUT_NORM_REGISTRY", "ATTENTION_KINDS", "AttentionSpec",
+    "SparseMultiheadAttention", "activation_names", "attention_spec", "bias_names",
+    "build_activation", "build_bias", "build_output_norm", "output_norm_names",
+    "register_activation", "register_bias", "register_output_norm",
 ]

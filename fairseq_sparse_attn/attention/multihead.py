@@ -16,6 +16,12 @@ attend with fixed, non-learned patterns (Raganato et al. 2020, :mod:`.fixed_patt
 only the remaining ``num_heads - F`` heads have query/key projections; every head has its
 value projection.  ``masked_heads`` zeroes the output of chosen heads (test-time ablation).
 
+Encoder self-attention may add bias providers (:mod:`.biases`: syntax-enhanced attention
+DEA/LPEA, Rel_Pos, Localness) to the scores: ``scores += bias`` and their hidden keys join
+the mask.  With ``rhe`` (:mod:`.rhe`) the biased attention replaces, per sentence, only the
+heads identified as redundant on their standard attention; the other heads keep it.
+``prune_redundant_heads`` zeroes the output of the redundant heads instead.
+
 With ``activation="softmax"`` and ``output_norm="none"`` (and no fixed or masked heads)
 the module *is* stock fairseq:
 it delegates to :class:`fairseq.modules.MultiheadAttention` (including its fused fast
@@ -31,8 +37,10 @@ from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
 from .activations import build_activation
+from .biases import BiasContext, build_bias
 from .fixed_patterns import PATTERN_UNITS, check_pattern_names, pattern_weights
 from .output_norms import build_output_norm
+from .rhe import RedundantHeadIdentifier
 
 # Additive float masks use -inf (decoder future mask) or -1e8/-1e4 (fairseq's encoder
 # conversion of boolean masks).  Anything at or below this is "not visible".
@@ -51,6 +59,14 @@ class SparseMultiheadAttention(MultiheadAttention):
         fixed_pattern_unit: ``"token"`` or ``"word"`` (word ids come from the encoder,
             see :attr:`source_word_ids`)
         masked_heads: head indices whose output is zeroed (heads disabled)
+        biases: names of bias providers (:mod:`.biases`) added to the scores of every
+            head, or with ``rhe`` only of the heads found redundant (self-attention only;
+            per-batch inputs such as ``src_dep`` come from the encoder, see
+            :attr:`source_context`)
+        rhe: identify redundant heads per sentence (:mod:`.rhe`)
+        rhe_gate: ``"dynamic"`` (sigmoid(h_conf)) or a fixed gate value in (0, 1]
+        prune_redundant_heads: zero the output of the heads found redundant
+        layer_index: 0-based layer (names the logged redundant fraction)
     """
 
     def __init__(
@@ -74,6 +90,11 @@ class SparseMultiheadAttention(MultiheadAttention):
         fixed_patterns: Sequence[str] = (),
         fixed_pattern_unit: str = "token",
         masked_heads: Sequence[int] = (),
+        biases: Sequence[str] = (),
+        rhe: bool = False,
+        rhe_gate="dynamic",
+        prune_redundant_heads: bool = False,
+        layer_index: Optional[int] = None,
     ):
         super().__init__(
             embed_dim,
@@ -104,13 +125,15 @@ class SparseMultiheadAttention(MultiheadAttention):
             if not 0 <= h < num_heads:
                 raise ValueError(f"masked head index {h} out of range: this attention has "
                                  f"{num_heads} heads (0..{num_heads - 1})")
+        self._build_biases(biases, rhe, rhe_gate, prune_redundant_heads, layer_index, options)
         self.activation = build_activation(activation, max(self.num_learned_heads, 1), options)
         self.output_norm = build_output_norm(output_norm, embed_dim, self.head_dim, options)
         self.activation_name = activation
         self.output_norm_name = output_norm
         self.kind = kind
         self.is_stock = (activation == "softmax" and output_norm == "none"
-                         and not self.num_fixed_heads and not self.masked_heads)
+                         and not self.num_fixed_heads and not self.masked_heads
+                         and not self.biases and self.rhe is None)
         # Run the explicit pipeline even for stock softmax (tests, analysis).
         self.force_pipeline = False
         # > 0: ReLU-family activations stream over blocks of this many keys (long inputs)
@@ -125,6 +148,64 @@ class SparseMultiheadAttention(MultiheadAttention):
         fixed = f", fixed={list(self.fixed_patterns)} ({self.fixed_pattern_unit})" if self.num_fixed_heads else ""
         masked = f", masked_heads={list(self.masked_heads)}" if self.masked_heads else ""
         return f"kind={self.kind}, embed_dim={self.embed_dim}, heads={self.num_heads}{fixed}{masked}"
+
+    # ------------------------------------------------------------------ biases, RHE
+    def _build_biases(self, biases, rhe, rhe_gate, prune, layer_index, options):
+        self.layer_index = layer_index
+        self.biases = torch.nn.ModuleDict(
+            (name, build_bias(name, self.num_heads, self.head_dim, options)) for name in biases)
+        if prune and not rhe:
+            raise ValueError("pruning redundant heads needs redundant head identification (--rhe)")
+        name = None if layer_index is None else f"l{layer_index}"
+        self.rhe = RedundantHeadIdentifier(rhe_gate, prune, name) if rhe else None
+        if (self.biases or self.rhe is not None) and (
+                not self.self_attention or self.num_fixed_heads or self.bias_k is not None
+                or self.add_zero_attn):
+            raise ValueError("attention biases and RHE are for (encoder) self-attention without "
+                             "fixed-pattern heads, bias_kv or zero attention")
+        # per-batch source annotations (src_dep, src_rp), set by the encoder around forward
+        self.source_context: Optional[Dict[str, Tensor]] = None
+        needs = {n for provider in self.biases.values() for n in provider.needs}
+        if self.rhe is not None:
+            needs.add("src_dep")
+        self.source_needs = tuple(sorted(needs))
+
+    def _biased_weights(self, q, scores, mask, key_padding_mask, bsz, length):
+        """Weights of every head with the bias providers and RHE, plus the per-sentence
+        heads to keep (pruning) and the providers' value terms (or None)."""
+        heads = self.num_heads
+        ctx = BiasContext.build(key_padding_mask, bsz, length, scores.device,
+                                self.source_context, self.source_needs)
+        enhanced = None
+        if self.biases:
+            q4 = q.view(bsz, heads, length, self.head_dim)
+            biased, hidden = scores, mask
+            for provider in self.biases.values():
+                bias, hide = provider(q4, ctx)
+                if bias is not None:
+                    biased = biased + bias
+                if hide is not None:
+                    hidden = hide if hidden is None else hidden | hide
+            enhanced = self.activation(biased, hidden)
+        enlivened = keep = None
+        if self.rhe is None:
+            weights = enhanced
+        else:
+            weights = self.activation(scores, mask)
+            redundant = self.rhe(weights, ctx.src_dep, ctx.valid)
+            enlivened = redundant.view(bsz, heads, 1, 1)
+            if enhanced is not None:
+                weights = torch.where(enlivened, enhanced, weights)
+            if self.rhe.prune:
+                keep = ~redundant
+
+        value_term = None
+        with_values = [p for p in self.biases.values() if p.has_value_term]
+        if with_values:
+            def value_term(probs):
+                extra = sum(p.value_term(probs, ctx) for p in with_values)
+                return extra if enlivened is None else extra * enlivened.to(extra.dtype)
+        return weights, keep, value_term
 
     # ------------------------------------------------------------------ fixed heads
     def _build_learned_projections(self, num_heads, q_noise, qn_block_size, bias):
@@ -342,6 +423,10 @@ class SparseMultiheadAttention(MultiheadAttention):
         if self.num_fixed_heads and (incremental_state is not None or before_softmax):
             raise ValueError("fixed attention patterns are for encoder self-attention: no "
                              "incremental decoding, no before_softmax scores")
+        biased = bool(self.biases) or self.rhe is not None
+        if biased and (incremental_state is not None or before_softmax):
+            raise ValueError("attention biases and RHE are for encoder self-attention: no "
+                             "incremental decoding, no before_softmax scores")
         q, k, v, key_padding_mask, attn_mask, kv_bsz = self._project(
             query, key, value, key_padding_mask, incremental_state, static_kv, attn_mask
         )
@@ -351,7 +436,7 @@ class SparseMultiheadAttention(MultiheadAttention):
 
         if (self.key_block_size and self.activation.supports_chunking and not before_softmax
                 and not need_head_weights and self.recorder is None and not self.num_fixed_heads
-                and not self.masked_heads):
+                and not self.masked_heads and not biased):
             return self._chunked_forward(q, k, v, mask, bias, bsz, kv_bsz, tgt_len), None
 
         if self.num_fixed_heads:
@@ -390,22 +475,30 @@ class SparseMultiheadAttention(MultiheadAttention):
                 scores = scores.masked_fill(mask, float("-inf"))
             return scores.view(bsz * heads, tgt_len, src_len).type_as(q), v
 
-        weights = self.activation(scores, mask)  # float32, (bsz, heads, tgt, src)
+        head_keep = value_term = None
+        if biased:  # float32, (bsz, heads, tgt, src), see _biased_weights
+            weights, head_keep, value_term = self._biased_weights(q, scores, mask, key_padding_mask,
+                                                                  bsz, src_len)
+        else:
+            weights = self.activation(scores, mask)  # float32, (bsz, heads, tgt, src)
         if self.recorder is not None:
             self.recorder(self, weights=weights.detach(), values=v.detach(), mask=mask)
         probs = self.dropout_module(weights.type_as(q))
         return self._attend(probs, weights, v, bsz, kv_bsz, tgt_len, src_len,
-                            need_weights, need_head_weights)
+                            need_weights, need_head_weights, head_keep, value_term)
 
     def _attend(self, probs, weights, v, bsz, kv_bsz, tgt_len, src_len, need_weights,
-                need_head_weights):
-        """heads = probs · v, masked heads zeroed, output norm, out_proj; the weights
-        returned as stock fairseq does ((heads, bsz, tgt, src) or their head mean)."""
+                need_head_weights, head_keep=None, value_term=None):
+        """heads = probs · v (+ value_term(probs)), masked heads and heads not in
+        ``head_keep`` (bsz, heads) zeroed, output norm, out_proj; the weights returned as
+        stock fairseq does ((heads, bsz, tgt, src) or their head mean)."""
         heads = self.num_heads
         if self.masked_heads:
             keep = torch.ones(heads, dtype=probs.dtype, device=probs.device)
             keep[list(self.masked_heads)] = 0
             probs = probs * keep.view(1, heads, 1, 1)
+        if head_keep is not None:
+            probs = probs * head_keep.view(bsz, heads, 1, 1).to(probs.dtype)
         if bsz != kv_bsz:
             attn = torch.einsum(
                 "bxhts,bhsd->bxhtd",
@@ -414,6 +507,9 @@ class SparseMultiheadAttention(MultiheadAttention):
             ).reshape(bsz * heads, tgt_len, self.head_dim)
         else:
             attn = torch.bmm(probs.view(bsz * heads, tgt_len, src_len), v)
+        if value_term is not None:
+            extra = value_term(probs.view(bsz, heads, tgt_len, src_len))
+            attn = attn + extra.reshape(bsz * heads, tgt_len, self.head_dim).to(attn.dtype)
         attn = attn.transpose(0, 1).contiguous().view(tgt_len, bsz, self.embed_dim)
         attn = self.out_proj(self.output_norm(attn))
 

@@ -11,6 +11,7 @@ from fairseq.models.transformer.transformer_legacy import (
 )
 
 from ..attention.options import fill_attention_defaults
+from .encoder_biases import fill_bias_defaults
 
 # Encoder head options (Raganato et al. 2020); "none"/"" = every head learned, none masked
 HEAD_DEFAULTS = dict(
@@ -47,6 +48,7 @@ SIZES = {"wmt_en_de": base_architecture, "iwslt_de_en": transformer_iwslt_de_en}
 def sparse_transformer(args):
     fill_attention_defaults(args)
     fill_head_defaults(args)
+    fill_bias_defaults(args)
     base_architecture(args)
 
 
@@ -108,5 +110,35 @@ for _name_, _fn_ in FIXED_PATTERN_PRESETS.items():
         _fn(args)
 
     _arch.__name__ = _name_
+    register_model_architecture(MODEL, _name_)(_arch)
+    PRESET_NAMES.append(_name_)
+
+
+# ---------------------------------------------------------------------------------------
+# Redundant head enlivening (RHE) with syntax-enhanced attention: softmax attention
+# everywhere; in the first encoder layer (0-based layer 0) the heads identified as
+# redundant per sentence use LPEA (k = 6) with the dynamic gate.  One flag away:
+# --encoder-syntax-attention dea, --rhe-gate 0.3, --lpea-max-distance K, --rhe-layers /
+# --encoder-bias-layers, --prune-redundant-heads (test time).  SEA on all heads of the
+# layer (the paper's +DEA / +LPEA rows) is `--arch sparse_transformer
+# --encoder-syntax-attention lpea` (or any other preset with that flag), without --rhe.
+# Train and generate with --task parse_annotated_translation (src_dep / src_rp).
+
+
+def _rhe_base(args, size_fn):
+    fill_attention_defaults(args)
+    fill_head_defaults(args)
+    fill_bias_defaults(args, encoder_syntax_attention="lpea", rhe=True)
+    size_fn(args)
+
+
+RHE_PRESETS = {f"rhe_transformer_{size}": size_fn for size, size_fn in SIZES.items()}
+
+for _name_, _size_ in RHE_PRESETS.items():
+    def _arch(args, _size=_size_):
+        _rhe_base(args, _size)
+
+    _arch.__name__ = _name_
+    _arch.__doc__ = f"{_name_}: LPEA + RHE in encoder layer 0 at fairseq's transformer size"
     register_model_architecture(MODEL, _name_)(_arch)
     PRESET_NAMES.append(_name_)

@@ -27,7 +27,9 @@ from ..attention.fixed_patterns import (
     source_word_ids,
     word_start_table,
 )
+from ..attention.biases import check_source_annotations
 from ..attention.options import add_attention_args
+from .encoder_biases import add_encoder_bias_args, encoder_bias_options
 from .ffn import FFN_TYPES, FFNActivation, LinearLayerNorm
 
 
@@ -118,9 +120,14 @@ class _FFNVariant:
 
 
 class SparseTransformerEncoderLayer(_NeverFastPath, _FFNVariant, TransformerEncoderLayerBase):
+    def __init__(self, cfg, return_fc=False, layer_index=None):
+        self._layer_index = layer_index  # read by build_self_attention during the base __init__
+        super().__init__(cfg, return_fc=return_fc)
+
     def build_self_attention(self, embed_dim, cfg):
         return build_attention("encoder_self", embed_dim, cfg.encoder.attention_heads, cfg,
-                               self, self_attention=True, **encoder_head_options(cfg))
+                               self, self_attention=True, **encoder_head_options(cfg),
+                               **encoder_bias_options(cfg, self._layer_index))
 
 
 class SparseTransformerDecoderLayer(_FFNVariant, TransformerDecoderLayerBase):
@@ -136,33 +143,56 @@ class SparseTransformerDecoderLayer(_FFNVariant, TransformerDecoderLayerBase):
 
 
 class SparseTransformerEncoder(TransformerEncoderBase):
+    """Hands per-batch source information to the self-attention modules that need it, as
+    module attributes set around the forward: word ids (word-based fixed patterns) and the
+    syntax annotations ``src_dep`` / ``src_rp`` (syntax-enhanced attention, RHE), which
+    arrive as extra ``net_input`` keys of the parse_annotated_translation task."""
+
     def __init__(self, cfg, dictionary, embed_tokens, return_fc=False):
+        self._layers_built = 0  # layer index for build_encoder_layer
         super().__init__(cfg, dictionary, embed_tokens, return_fc=return_fc)
         self.subword_style = _option(cfg, "encoder_subword_style", "bpe")
-        self._word_modules = [m for m in self.modules() if isinstance(m, SparseMultiheadAttention)
-                              and m.num_fixed_heads and m.fixed_pattern_unit == "word"]
+        attention = [m for m in self.modules() if isinstance(m, SparseMultiheadAttention)]
+        self._word_modules = [m for m in attention
+                              if m.num_fixed_heads and m.fixed_pattern_unit == "word"]
         if self._word_modules:
             # per source symbol: does it continue a word? (derived from the dictionary)
             self.register_buffer("word_continuation",
                                  word_start_table(dictionary, self.subword_style), persistent=False)
+        self._context_modules = [m for m in attention if m.source_needs]
+        if self._context_modules and cfg.checkpoint_activations:
+            # the recomputation in backward runs after forward has cleared the annotations
+            raise ValueError("--checkpoint-activations is not supported with syntax-enhanced "
+                             "attention / RHE (the encoder hands src_dep/src_rp to the layers "
+                             "only during its forward)")
 
     def build_encoder_layer(self, cfg):
-        return wrap_layer(SparseTransformerEncoderLayer(cfg, return_fc=self.return_fc), cfg)
+        index, self._layers_built = self._layers_built, self._layers_built + 1
+        return wrap_layer(SparseTransformerEncoderLayer(cfg, return_fc=self.return_fc,
+                                                        layer_index=index), cfg)
 
     def forward(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False,
-                token_embeddings=None):
-        if not self._word_modules:
-            return super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
-        # word-based fixed patterns: word ids of this batch, from the source dictionary
-        ids = source_word_ids(src_tokens, self.word_continuation, self.subword_style,
-                              self.padding_idx, self.dictionary.eos())
-        for module in self._word_modules:
-            module.source_word_ids = ids
+                token_embeddings=None, src_dep=None, src_rp=None):
+        settings = []
+        if self._word_modules:
+            # word-based fixed patterns: word ids of this batch, from the source dictionary
+            ids = source_word_ids(src_tokens, self.word_continuation, self.subword_style,
+                                  self.padding_idx, self.dictionary.eos())
+            settings.append((self._word_modules, "source_word_ids", ids))
+        if self._context_modules:
+            valid = src_tokens.ne(self.padding_idx)
+            check_source_annotations(valid, src_dep, src_rp)
+            settings.append((self._context_modules, "source_context",
+                             {"src_dep": src_dep, "src_rp": src_rp}))
+        for modules, name, value in settings:
+            for module in modules:
+                setattr(module, name, value)
         try:
             return super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
         finally:
-            for module in self._word_modules:
-                module.source_word_ids = None
+            for modules, name, _ in settings:
+                for module in modules:
+                    setattr(module, name, None)
 
 
 class SparseTransformerDecoder(TransformerDecoderBase):
@@ -183,6 +213,7 @@ class SparseTransformerModel(TransformerModel):
                             help="feed-forward variant: standard (fairseq, --activation-fn), "
                                  "softmax (key-value memory), softmax_layernorm (default standard)")
         add_fixed_pattern_args(parser)
+        add_encoder_bias_args(parser)
 
     @classmethod
     def build_encoder(cls, cfg, src_dict, embed_tokens):
@@ -198,6 +229,20 @@ class SparseTransformerModel(TransformerModel):
         cfg = TransformerConfig.from_namespace(cfg)
         return SparseTransformerDecoder(cfg, tgt_dict, embed_tokens,
                                         no_encoder_attn=cfg.no_cross_attention)
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, return_all_hiddens: bool = True,
+                features_only: bool = False, alignment_layer=None, alignment_heads=None,
+                src_dep=None, src_rp=None):
+        """fairseq's encoder-decoder forward, plus the source syntax annotations of the
+        parse_annotated_translation task (net_input keys ``src_dep``, ``src_rp``), which go
+        to the encoder."""
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths,
+                                   return_all_hiddens=return_all_hiddens,
+                                   src_dep=src_dep, src_rp=src_rp)
+        return self.decoder(prev_output_tokens, encoder_out=encoder_out,
+                            features_only=features_only, alignment_layer=alignment_layer,
+                            alignment_heads=alignment_heads, src_lengths=src_lengths,
+                            return_all_hiddens=return_all_hiddens)
 
     def attention_modules(self):
         """All :class:`SparseMultiheadAttention` modules, in registration order."""
