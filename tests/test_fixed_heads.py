@@ -262,3 +262,13 @@ def test_padding_invariance_and_generation():
         alone = gen.forward({"net_input": {"src_tokens": src[b:b + 1, -n:],
                                            "src_lengths": lengths[b:b + 1]}})
         assert batch_hyps[b][0]["tokens"].tolist() == alone[0][0]["tokens"].tolist()
+
+
+def test_word_patterns_refuse_activation_checkpointing():
+    """Backward's recomputation would run after the encoder cleared the word ids."""
+    with pytest.raises(ValueError, match="checkpoint-activations"):
+        build_model("fixed_pattern_word_transformer_wmt_en_de", encoder_attention_heads=8,
+                    encoder_embed_dim=32, decoder_embed_dim=32, checkpoint_activations=True)
+    model, _ = build_model("fixed_pattern_transformer_wmt_en_de", encoder_attention_heads=8,
+                           encoder_embed_dim=32, decoder_embed_dim=32, checkpoint_activations=True)
+    assert model is not None  # token patterns need no per-batch input

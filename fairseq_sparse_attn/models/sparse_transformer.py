@@ -160,11 +160,11 @@ class SparseTransformerEncoder(TransformerEncoderBase):
             self.register_buffer("word_continuation",
                                  word_start_table(dictionary, self.subword_style), persistent=False)
         self._context_modules = [m for m in attention if m.source_needs]
-        if self._context_modules and cfg.checkpoint_activations:
+        if (self._context_modules or self._word_modules) and cfg.checkpoint_activations:
             # the recomputation in backward runs after forward has cleared the annotations
-            raise ValueError("--checkpoint-activations is not supported with syntax-enhanced "
-                             "attention / RHE (the encoder hands src_dep/src_rp to the layers "
-                             "only during its forward)")
+            raise ValueError("--checkpoint-activations is not supported with word-based fixed "
+                             "patterns, syntax-enhanced attention or RHE (the encoder hands "
+                             "word ids / src_dep / src_rp to the layers only during its forward)")
 
     def build_encoder_layer(self, cfg):
         index, self._layers_built = self._layers_built, self._layers_built + 1
