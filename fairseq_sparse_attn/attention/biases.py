@@ -14,7 +14,7 @@ seeing the sentence, as in stock fairseq), so no row is left without a visible k
 Rel_Pos also changes the head output (Shaw et al. 2018, Eq. 3): ``value_term(probs, ctx)``
 returns ``Σ_j α_ij a^V_ij`` per head, added to ``α·V``.
 
-Registered providers (paper equations in docs/rhe_attention.md):
+Registered providers (paper equations in docs/rhe.md):
 
 ==============  ===========================================================  =============
 name            what                                                        needs

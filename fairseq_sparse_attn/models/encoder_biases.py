@@ -1,5 +1,5 @@
 """Flags of the encoder self-attention biases and of redundant head enlivening (RHE), and
-their resolution per encoder layer.  See docs/rhe_attention.md.
+their resolution per encoder layer.  See docs/rhe.md.
 
     --encoder-syntax-attention {none,dea,lpea}   syntax-enhanced attention (SEA)
     --lpea-max-distance K                        LPEA clipping distance k (default 6)
