@@ -1,2 +1,3 @@
-"""Analyses of trained models.  Recording is in :mod:`.recording`; statistics in
-:mod:`.attention_stats`."""
+"""Analyses of trained models.  Recording is in :mod:`.recording`; sparsity and null rate
+in :mod:`.attention_stats`; word alignments and AER in :mod:`.alignment`; entropy, head
+diversity and top-p% score sums in :mod:`.head_stats`."""
