@@ -107,42 +107,83 @@ def test_js_refuses_rows_that_are_not_distributions():
         head_js_divergence(relu)
 
 
-def softmax_visible(alpha, tau):
-    e = [math.exp(a / tau) for a in alpha]
+def softmax_visible(alpha, tau, mode):
+    """Softmax over the listed (visible) keys of alpha**tau ("power") or alpha/tau."""
+    scores = [a ** tau if mode == "power" else a / tau for a in alpha]
+    e = [math.exp(s) for s in scores]
     return [x / sum(e) for x in e]
 
 
+@pytest.mark.parametrize("mode", ["power", "divide"])
 @pytest.mark.parametrize("tau", [1.0, 0.5, 0.25, 0.1])
-def test_relu_js_with_softmax_renormalization_and_null_slot(tau):
+def test_relu_js_with_softmax_renormalization_and_null_slot(tau, mode):
     # 1 sentence, 2 heads, 3 queries, 3 keys; key 2 is masked for query 1
     w = torch.tensor([[[[1.0, 0.0, 2.0], [1.0, 1.0, 5.0], [0.0, 0.0, 0.0]],
                        [[0.0, 0.0, 0.0], [0.0, 3.0, 7.0], [0.0, 0.0, 0.0]]]])
     mask = torch.tensor([[False] * 3, [False, False, True], [False] * 3]).view(1, 1, 3, 3)
     # slots: keys 0, 1, 2, then the null slot
-    p00 = softmax_visible([1.0, 0.0, 2.0], tau) + [0.0]   # keys with alpha = 0 get exp(0)
-    p10 = [0.0, 0.0, 0.0, 1.0]                              # null row: one-hot on the null slot
-    p01 = softmax_visible([1.0, 1.0], tau) + [0.0, 0.0]     # masked key 2 gets nothing
-    p11 = softmax_visible([0.0, 3.0], tau) + [0.0, 0.0]
+    p00 = softmax_visible([1.0, 0.0, 2.0], tau, mode) + [0.0]   # alpha = 0 still gets exp(0)
+    p10 = [0.0, 0.0, 0.0, 1.0]                                    # null row: one-hot on the null slot
+    p01 = softmax_visible([1.0, 1.0], tau, mode) + [0.0, 0.0]     # masked key 2 gets nothing
+    p11 = softmax_visible([0.0, 3.0], tau, mode) + [0.0, 0.0]
     expected = []
     for a, b in [(p00, p10), (p01, p11), ([0, 0, 0, 1.0], [0, 0, 0, 1.0])]:
         mix = [(x + y) / 2 for x, y in zip(a, b)]
         expected.append(H(mix) - (H(a) + H(b)) / 2)
     assert expected[2] == 0  # both heads null: JS 0, still counted
-    got = relu_head_js_divergence(w, tau, mask)
+    got = relu_head_js_divergence(w, tau, mask, mode=mode)
     assert got.rows == 3
     assert got.value == pytest.approx(sum(expected) / 3, abs=1e-12)
-    p = renormalize(w, tau, mask)
+    p = renormalize(w, tau, mask, mode=mode)
     assert p[0, 0, 0].tolist() == pytest.approx(p00)
     assert p[0, 1, 0].tolist() == [0.0, 0.0, 0.0, 1.0]
 
 
-def test_temperature_divides_the_scores():
-    # softmax(alpha / tau): tau < 1 sharpens (documented; ReLA's wording differs, see docs)
-    w = torch.tensor([[[[1.0, 2.0]]]])
-    sharp = renormalize(w, 0.5, None)[0, 0, 0, :2].tolist()
+def test_power_is_the_default_and_matches_hand_numbers():
+    # alpha = (0, 1, 4), tau = 0.5: alpha**tau = (0, 1, 2) -> (1, e, e^2) / (1 + e + e^2);
+    # the zero key keeps score 0 and still gets e^0 / Z
+    w = torch.tensor([[[[0.0, 1.0, 4.0]]]])
+    z = 1 + math.e + math.e ** 2
+    want = [1 / z, math.e / z, math.e ** 2 / z, 0.0]
+    assert renormalize(w, 0.5).tolist()[0][0][0] == pytest.approx(want, abs=1e-15)
+    # alpha = (4, 9), tau = 0.5: scores (2, 3)
+    two = renormalize(torch.tensor([[[[4.0, 9.0]]]]), 0.5)[0, 0, 0, :2].tolist()
+    assert two == pytest.approx([1 / (1 + math.e), math.e / (1 + math.e)], abs=1e-15)
+    # the default of relu_head_js_divergence is the power reading too: 2 heads, 1 query
+    w2 = torch.tensor([[[[0.0, 4.0]], [[9.0, 0.0]]]])
+    a = [1 / (1 + math.e ** 2), math.e ** 2 / (1 + math.e ** 2)]   # (0, 4) -> (0, 2)
+    b = [math.e ** 3 / (1 + math.e ** 3), 1 / (1 + math.e ** 3)]   # (9, 0) -> (3, 0)
+    js = H([(x + y) / 2 for x, y in zip(a, b)]) - (H(a) + H(b)) / 2
+    assert relu_head_js_divergence(w2, 0.5).value == pytest.approx(js, abs=1e-12)
+
+
+def test_smaller_power_temperature_smooths_and_divide_sharpens():
+    # alpha = (1, 4, 16): power scores 1, 4, 16 / 1, 2, 4 / 1, 1.41, 2 / ... -> entropy rises
+    w = torch.tensor([[[[1.0, 4.0, 16.0]]]])
+    power = [H(renormalize(w, tau)[0, 0, 0].tolist()) for tau in (1.0, 0.5, 0.25, 0.1)]
+    assert power == sorted(power) and power[-1] < math.log(3)
+    divide = [H(renormalize(w, tau, mode="divide")[0, 0, 0].tolist()) for tau in (1.0, 0.5, 0.25)]
+    assert divide == sorted(divide, reverse=True)
+    # divide: softmax(alpha / tau), tau = 0.5 on (1, 2)
+    sharp = renormalize(torch.tensor([[[[1.0, 2.0]]]]), 0.5, None, mode="divide")[0, 0, 0, :2].tolist()
     assert sharp == pytest.approx([1 / (1 + math.exp(2)), math.exp(2) / (1 + math.exp(2))])
+    # ... and softmax(tau * alpha) is divide with temperature 1 / tau
+    smooth = renormalize(torch.tensor([[[[1.0, 2.0]]]]), 2.0, None, mode="divide")[0, 0, 0, :2].tolist()
+    assert smooth == pytest.approx([1 / (1 + math.exp(0.5)), math.exp(0.5) / (1 + math.exp(0.5))])
+
+
+def test_renormalize_refuses_bad_arguments():
+    w = torch.tensor([[[[1.0, 2.0]]]])
     with pytest.raises(ValueError, match="temperature must be > 0"):
         renormalize(w, 0.0)
+    with pytest.raises(ValueError, match=r"mode must be one of \('power', 'divide'\).*'square'"):
+        renormalize(w, 0.5, mode="square")
+    signed = torch.tensor([[[[1.0, -0.5, -3.0]]]])
+    mask = torch.tensor([False, False, True]).view(1, 1, 1, 3)  # key 2 hidden: its sign is ignored
+    with pytest.raises(ValueError, match=r"non-negative.*query 0, key 1\) is -0.5.*mode='divide'"):
+        renormalize(signed, 0.5, mask)
+    assert renormalize(signed, 0.5, mask, mode="divide")[0, 0, 0].tolist() == pytest.approx(
+        [math.exp(2) / (math.exp(2) + math.exp(-1)), math.exp(-1) / (math.exp(2) + math.exp(-1)), 0.0, 0.0])
 
 
 # ------------------------------------------------------------------ recorded attention

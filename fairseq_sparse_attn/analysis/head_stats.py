@@ -18,7 +18,9 @@ natural.
   by the ``⌈p·n⌉`` largest of the ``n`` visible weights.
 * :func:`head_js_divergence`, :func:`relu_head_js_divergence` — ReLA (Zhang et al. 2021)
   §5.2 / Fig. 5 / Table 6, after Correia et al. (2019):
-  ``JS = H(1/H Σ_h p_h) − 1/H Σ_h H(p_h)`` across the heads of one layer, per query.
+  ``JS = H(1/H Σ_h p_h) − 1/H Σ_h H(p_h)`` across the heads of one layer, per query;
+  ReLU weights are re-normalized by ``softmax(α^τ)`` (ReLA's "α^τ before applying
+  softmax", Table 6) or, on request, ``softmax(α/τ)``.
 
 Null rows (all visible weights exactly 0, ReLA's null attention) have no distribution
 ŝ: entropy and top-p exclude them (they are counted by ``null_rate`` in
@@ -34,6 +36,8 @@ import torch
 
 # ReLA Table 6: the re-normalization temperatures it reports.
 RELA_TEMPERATURES = (1.0, 0.5, 0.25, 0.1)
+# renormalize(): "power" = softmax(alpha ** tau) (ReLA's wording), "divide" = softmax(alpha / tau)
+RENORMALIZATION_MODES = ("power", "divide")
 
 
 @dataclass(frozen=True)
@@ -198,30 +202,52 @@ def head_js_divergence(probs: torch.Tensor, mask: Optional[torch.Tensor] = None,
 
 
 def renormalize(weights: torch.Tensor, temperature: float,
-                mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+                mask: Optional[torch.Tensor] = None, mode: str = "power") -> torch.Tensor:
     """ReLA §5.2 re-normalization of non-probabilistic (ReLU) weights, with a null slot.
 
     Returns ``(bsz, heads, tgt, src + 1)``; the last slot is the dummy "null" position.
 
-    * a row with some non-zero visible weight: ``p_j = exp(α_j/τ) / Σ_{k visible}
-      exp(α_k/τ)`` for visible j (so keys with α = 0 get ``exp(0)`` mass too, as any
-      softmax would), 0 for invisible keys and for the null slot;
+    * a row with some non-zero visible weight: ``p_j = exp(s_j) / Σ_{k visible} exp(s_k)``
+      for visible j, 0 for invisible keys and for the null slot, where the scores are
+
+      - ``mode="power"`` (default, ReLA's literal wording "α^τ (in Eq. 3) before applying
+        softmax"): ``s_j = α_j^τ``.  Needs ``α ≥ 0`` on visible keys (ReLU outputs are);
+        a negative visible weight is an error.  A key with ``α_j = 0`` keeps ``s_j =
+        0^τ = 0`` and so still receives mass ``e^0 / Z``, as any softmax would;
+      - ``mode="divide"`` (the usual softmax temperature): ``s_j = α_j / τ``, any sign.
+
     * a null row (every visible α exactly 0): all mass on the null slot (entropy 0).
 
-    About τ: this is the usual temperature, ``softmax(α/τ)``; ``τ < 1`` *sharpens* the
-    distribution.  ReLA writes "adding temperatures τ to α, i.e. α^τ (in Eq. 3) before
-    applying softmax" and says "smaller temperatures will enforce smoothness", which
-    ``softmax(α/τ)`` does not do for its τ ∈ {1, 0.5, 0.25, 0.1}; the sentence fits
-    ``softmax(τ·α)`` (and the literal power ``α^τ``) instead.  ``softmax(τ·α)`` is this
-    function with ``temperature = 1/τ``; see docs/analysis.md.
+    What τ does.  ``power``: ``log α^τ = τ·log α``, so τ < 1 pulls every positive weight
+    towards 1 and shrinks the ratios between positive weights (τ → 0: all positive keys
+    get the same score 1) — the smoothing ReLA describes ("smaller temperatures will
+    enforce smoothness").  It also lifts weights below 1 away from the zero keys (0.01 vs
+    0 becomes 0.1 vs 0 at τ = 0.5), so on rows whose weights are all small it can
+    *sharpen* the contrast between the zero and the positive keys.  ``divide``: τ < 1
+    scales every score up and sharpens; ``softmax(τ·α)`` (the other smoothing reading) is
+    ``mode="divide"`` with ``temperature = 1/τ``.  See docs/analysis.md.
     """
+    if mode not in RENORMALIZATION_MODES:
+        raise ValueError(f"re-normalization mode must be one of {RENORMALIZATION_MODES} "
+                         f"(softmax(alpha**tau) or softmax(alpha/tau)), got {mode!r}")
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     _check_weights(weights)
     visible = visible_keys(weights, mask).expand_as(weights)
     w = weights.double()
+    if mode == "power":
+        negative = visible & (w < 0)
+        if negative.any():
+            b, h, t, s = (int(i) for i in negative.nonzero()[0])
+            raise ValueError(
+                f"mode='power' computes alpha**tau and needs non-negative weights (ReLU "
+                f"outputs) on visible keys; weight (batch {b}, head {h}, query {t}, key {s}) "
+                f"is {w[b, h, t, s].item():.6g}. Use mode='divide' for signed scores")
+        scores = w.pow(temperature)  # 0 ** tau = 0 for tau > 0
+    else:
+        scores = w / temperature
     null = ~((w != 0) & visible).any(dim=-1, keepdim=True)
-    scores = (w / temperature).masked_fill(~visible, -math.inf)
+    scores = scores.masked_fill(~visible, -math.inf)
     scores = scores.masked_fill(null, 0.0)  # keep softmax finite on rows replaced below
     p = torch.softmax(scores, dim=-1).masked_fill(null, 0.0)
     return torch.cat([p, null.double()], dim=-1)
@@ -229,10 +255,12 @@ def renormalize(weights: torch.Tensor, temperature: float,
 
 def relu_head_js_divergence(weights: torch.Tensor, temperature: float = 1.0,
                             mask: Optional[torch.Tensor] = None,
-                            query_padding: Optional[torch.Tensor] = None) -> RowAverage:
+                            query_padding: Optional[torch.Tensor] = None,
+                            mode: str = "power") -> RowAverage:
     """ReLA §5.2 / Table 6 head diversity for ReLU attention: the JS of
     :func:`head_js_divergence` on the distributions of :func:`renormalize`
-    (``softmax(α/τ)`` over visible keys, null rows one-hot on a dummy slot), averaged over
-    valid queries — queries where every head is null count, with JS 0."""
-    p = renormalize(weights, temperature, mask)
+    (``softmax(α^τ)`` over visible keys by default, ``softmax(α/τ)`` with
+    ``mode="divide"``; null rows one-hot on a dummy slot), averaged over valid queries —
+    queries where every head is null count, with JS 0."""
+    p = renormalize(weights, temperature, mask, mode)
     return _js(p, valid_queries(weights, query_padding))
