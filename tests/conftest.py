@@ -1,4 +1,6 @@
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,3 +20,16 @@ def multi30k_raw():
     if not (d / "train.de.gz").exists():
         pytest.skip(f"Multi30k raw data not found at {d} (set FSA_SHARED_DATA)")
     return d
+
+
+@pytest.fixture(scope="session")
+def data(tmp_path_factory, multi30k_raw):
+    """A 4,000-pair slice of Multi30k de-en, tokenized, joint BPE (2,000 merges), binarized
+    with a joined dictionary: <out>/data-bin, <out>/bpe/codes, <out>/raw/test.{de,en}."""
+    out = tmp_path_factory.mktemp("multi30k")
+    proc = subprocess.run([sys.executable, str(REPO / "data_prep" / "prepare_multi30k.py"),
+                           "--raw-dir", str(multi30k_raw), "--out", str(out),
+                           "--max-train-lines", "4000", "--bpe-merges", "2000"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out

@@ -33,15 +33,6 @@ def run(cmd, **kw):
     return proc
 
 
-@pytest.fixture(scope="session")
-def data(tmp_path_factory, multi30k_raw):
-    out = tmp_path_factory.mktemp("multi30k")
-    proc = run([sys.executable, REPO / "data_prep" / "prepare_multi30k.py", "--raw-dir", multi30k_raw,
-                "--out", out, "--max-train-lines", "4000", "--bpe-merges", "2000"])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
-
-
 def train(data, name, save_dir, extra=(), updates=UPDATES):
     return run([sys.executable, "-m", "fairseq_cli.train", data / "data-bin", "--user-dir", USER_DIR,
                 *CONFIGS.get(name, []), *TINY, "--optimizer", "adam", "--adam-betas", "(0.9,0.98)",

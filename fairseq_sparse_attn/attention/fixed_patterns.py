@@ -34,7 +34,8 @@ Choices that the paper leaves open
   ``next`` at ``i = n-1``, ``left_context`` at ``i < 2`` and ``right_context`` at
   ``i > n-3`` have no key to attend to; those rows put weight 1 on ``i`` itself, so every
   row of every pattern sums to 1.
-* Weights are computed in float64 and returned as float32.
+* Weights are computed in float64 on the CPU (float32 on accelerators, with the cubes
+  scaled by ``1/m^3`` so they stay in range) and returned as float32.
 
 Word-based variant
 ------------------
@@ -47,14 +48,23 @@ to 1 (so a key word split into ``k`` pieces receives ``k`` times its word weight
 renormalization).  Word ids follow the subword-nmt convention, see
 :func:`word_ids_from_tokens`; the EOS token is always a word of its own.
 
+Because the word row is renormalized over the tokens anyway, the word-level
+normalization constant cancels: the token weights are the *unnormalized* word weights
+``u(w_query, w_key)`` renormalized per token row.  That is how :func:`pattern_weights`
+computes both variants at once (the token-based variant is the word-based one with one
+word per token), vectorized over a padded batch, without Python loops over sentences.
+
 Batches
 -------
-:func:`batch_pattern_weights` places each sentence's matrix in a padded
-``(max_len, max_len)`` block (the last ``length`` positions when left-padded, else the
-first); padding rows and padding columns are exactly zero.
+:func:`pattern_weights` takes per-position word ids and a validity mask, so left and
+right padding (and any mix) are handled alike; padding rows and padding columns are
+exactly zero.  :func:`batch_pattern_weights` is the same from lengths and a padding side.
+:func:`source_word_ids` derives word ids from binarized ``src_tokens`` and the source
+dictionary (subword-nmt ``@@`` or SentencePiece ``▁`` markers), so the word-based
+variant needs no extra input.
 """
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 
@@ -69,6 +79,9 @@ PATTERNS = (
     "last_token",
 )
 SEVEN = PATTERNS[:7]
+# configuration shorthands of the paper: 7F = the seven patterns, 8F = 7F + last token
+PATTERN_SETS = {"7F": SEVEN, "8F": PATTERNS}
+PATTERN_UNITS = ("token", "word")
 
 _EXPONENT = 3
 
@@ -80,7 +93,8 @@ def _check_name(name: str) -> None:
         )
 
 
-def _check_names(names: Sequence[str]) -> List[str]:
+def check_pattern_names(names: Sequence[str]) -> List[str]:
+    """The names as a list; ``ValueError`` naming the valid ones for an unknown name."""
     if isinstance(names, str):
         raise TypeError(
             f"names must be a sequence of pattern names, not a single string ({names!r})"
@@ -91,49 +105,109 @@ def _check_names(names: Sequence[str]) -> List[str]:
     return names
 
 
-def _pattern64(name: str, n: int) -> torch.Tensor:
-    """(n, n) float64 weights of pattern ``name`` for ``n`` positions (rows sum to 1)."""
-    _check_name(name)
-    if isinstance(n, bool) or int(n) != n or n < 0:
-        raise ValueError(f"n must be a non-negative integer, got {n!r}")
-    n = int(n)
-    dt = torch.float64
-    if n == 0:
-        return torch.zeros(0, 0, dtype=dt)
-    i = torch.arange(n).unsqueeze(1)  # query positions, (n, 1)
-    j = torch.arange(n).unsqueeze(0)  # key positions, (1, n)
-    eye = torch.eye(n, dtype=dt)
-
+def _unnormalized(name: str, i: torch.Tensor, j: torch.Tensor, m: torch.Tensor, dtype) -> torch.Tensor:
+    """Unnormalized weight of key word ``j`` for query word ``i`` in a sentence of ``m``
+    words (broadcasting tensors).  The cubes are divided by ``m^3`` (a per-sentence
+    constant that the row normalization removes) to keep float32 in range."""
     if name == "current":
-        return eye
+        return (j == i).to(dtype)
     if name == "previous":
-        w = (j == i - 1).to(dt)
-    elif name == "next":
-        w = (j == i + 1).to(dt)
-    elif name == "last_token":
-        w = (j == n - 1).to(dt).expand(n, n).clone()
-    else:
-        grow_to_end = (j + 1).to(dt) ** _EXPONENT  # largest at j = n-1
-        grow_to_start = (n - j).to(dt) ** _EXPONENT  # largest at j = 0
-        if name == "left_context":
-            w = torch.where(j <= i - 2, grow_to_end, torch.zeros((), dtype=dt))
-        elif name == "right_context":
-            w = torch.where(j >= i + 2, grow_to_start, torch.zeros((), dtype=dt))
-        elif name == "end_of_sentence":
-            w = grow_to_end.expand(n, n).clone()
-        else:  # start_of_sentence
-            w = grow_to_start.expand(n, n).clone()
-    total = w.sum(dim=1, keepdim=True)
-    empty = total == 0  # no support -> current token
-    w = torch.where(empty, eye, w / torch.where(empty, torch.ones_like(total), total))
-    return w
+        return (j == i - 1).to(dtype)
+    if name == "next":
+        return (j == i + 1).to(dtype)
+    if name == "last_token":
+        return (j == m - 1).to(dtype)
+    mf = m.to(dtype)
+    grow_to_end = ((j + 1).to(dtype) / mf) ** _EXPONENT  # largest at j = m-1
+    grow_to_start = ((m - j).to(dtype) / mf) ** _EXPONENT  # largest at j = 0
+    if name == "left_context":
+        return grow_to_end * (j <= i - 2).to(dtype)
+    if name == "right_context":
+        return grow_to_start * (j >= i + 2).to(dtype)
+    if name == "end_of_sentence":
+        return grow_to_end
+    return grow_to_start  # start_of_sentence
+
+
+def parse_pattern_list(value) -> Tuple[str, ...]:
+    """Pattern names from a flag value: ``""``/``"none"`` (no fixed heads), ``"7F"``,
+    ``"8F"``, or comma-separated names (``"current,previous,next"``)."""
+    if value is None:
+        return ()
+    if not isinstance(value, str):
+        return tuple(check_pattern_names(value))
+    value = value.strip()
+    if value.lower() in ("", "none"):
+        return ()
+    if value.upper() in PATTERN_SETS:
+        return PATTERN_SETS[value.upper()]
+    return tuple(check_pattern_names([v.strip() for v in value.split(",") if v.strip()]))
+
+
+def parse_head_list(value) -> Tuple[int, ...]:
+    """Head indices from a flag value: ``""``/``"none"`` or comma-separated integers."""
+    if value is None:
+        return ()
+    if not isinstance(value, str):
+        return tuple(int(v) for v in value)
+    value = value.strip()
+    if value.lower() in ("", "none"):
+        return ()
+    try:
+        return tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise ValueError(f"expected comma-separated head indices such as '0,7', got {value!r}") from None
+
+
+def pattern_weights(names: Sequence[str], word_ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Fixed-pattern attention weights for a padded batch (token- or word-based).
+
+    Args:
+        names: pattern names (see :data:`PATTERNS`), one output head each.
+        word_ids: ``(bsz, T)`` integer word index of every position, 0-based within its
+            sentence, non-decreasing by steps of 0 or 1 over the valid positions (token
+            based: ``0, 1, 2, ...``).  Values at padding positions are ignored.
+        valid: ``(bsz, T)`` boolean, True at real positions (tokens and EOS).
+
+    Returns ``(bsz, len(names), T, T)`` float32 on ``word_ids.device``: row = query, column
+    = key; every valid row sums to 1; padding rows and columns are exactly 0.
+    """
+    names = check_pattern_names(names)
+    if word_ids.dim() != 2 or tuple(valid.shape) != tuple(word_ids.shape):
+        raise ValueError(
+            f"word_ids and valid must both be (bsz, T), got {tuple(word_ids.shape)} and "
+            f"{tuple(valid.shape)}"
+        )
+    bsz, T = word_ids.shape
+    if T == 0 or not names:
+        return torch.zeros(bsz, len(names), T, T, device=word_ids.device)
+    dtype = torch.float64 if word_ids.device.type == "cpu" else torch.float32
+    valid = valid.to(torch.bool)
+    ids = torch.where(valid, word_ids.long(), torch.zeros_like(word_ids, dtype=torch.long))
+    m = (ids.amax(dim=1) + 1).view(-1, 1, 1)  # words per sentence
+    i = ids.unsqueeze(2)  # (bsz, T, 1) query word
+    j = ids.unsqueeze(1)  # (bsz, 1, T) key word
+    pair = (valid.unsqueeze(2) & valid.unsqueeze(1)).to(dtype)  # real query x real key
+    current = (j == i).to(dtype) * pair
+    heads = []
+    for name in names:
+        w = _unnormalized(name, i, j, m, dtype) * pair
+        total = w.sum(dim=2, keepdim=True)
+        w = torch.where(total > 0, w, current)  # no support -> the current word
+        total = w.sum(dim=2, keepdim=True)
+        heads.append(w / total.clamp(min=torch.finfo(dtype).tiny))
+    return torch.stack(heads, dim=1).float()
 
 
 def pattern_matrix(name: str, n: int) -> torch.Tensor:
     """Token-based weights of pattern ``name`` for one unpadded sentence of ``n`` positions
     (EOS included).  Returns an ``(n, n)`` float32 tensor, row = query, column = key, every
     row summing to 1.  Raises ``ValueError`` for an unknown name."""
-    return _pattern64(name, n).to(torch.float32)
+    _check_name(name)
+    if isinstance(n, bool) or int(n) != n or n < 0:
+        raise ValueError(f"n must be a non-negative integer, got {n!r}")
+    positions = torch.arange(int(n)).unsqueeze(0)
+    return pattern_weights([name], positions, torch.ones_like(positions, dtype=torch.bool))[0, 0]
 
 
 def word_ids_from_tokens(
@@ -177,24 +251,14 @@ def _check_word_ids(word_ids: Sequence[int]) -> torch.Tensor:
     return ids
 
 
-def _word_pattern64(name: str, ids: torch.Tensor) -> torch.Tensor:
-    n_tok = ids.numel()
-    if n_tok == 0:
-        _check_name(name)
-        return torch.zeros(0, 0, dtype=torch.float64)
-    m = int(ids[-1].item()) + 1
-    word = _pattern64(name, m)  # (m, m)
-    tok = word[ids][:, ids]  # query piece -> its word's row; key piece -> its word's weight
-    return tok / tok.sum(dim=1, keepdim=True)
-
-
 def word_pattern_matrix(name: str, word_ids: Sequence[int]) -> torch.Tensor:
     """Word-based weights of pattern ``name`` for one unpadded sentence whose token ``t``
     belongs to word ``word_ids[t]`` (0-based, non-decreasing by steps of 0 or 1, EOS its own
     word).  The pattern is computed over the words and expanded to the pieces, then each
     row is renormalized (see the module docstring).  Returns ``(n_tok, n_tok)`` float32."""
     _check_name(name)
-    return _word_pattern64(name, _check_word_ids(word_ids)).to(torch.float32)
+    ids = _check_word_ids(word_ids).unsqueeze(0)
+    return pattern_weights([name], ids, torch.ones_like(ids, dtype=torch.bool))[0, 0]
 
 
 def batch_pattern_weights(
@@ -204,7 +268,7 @@ def batch_pattern_weights(
     left_pad: bool,
     word_ids: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
-    """Weights of the patterns ``names`` for a padded batch.
+    """Weights of the patterns ``names`` for a padded batch given by its lengths.
 
     ``lengths`` (bsz,) holds each sentence's number of positions (EOS included); sentence
     ``b`` occupies the last ``lengths[b]`` positions of ``max_len`` when ``left_pad`` else
@@ -212,38 +276,74 @@ def batch_pattern_weights(
     the word-based variant is used.  Returns ``(bsz, len(names), max_len, max_len)`` float32
     on ``lengths.device``; padding query rows and padding key columns are exactly zero.
     """
-    names = _check_names(names)
+    names = check_pattern_names(names)
     lengths = torch.as_tensor(lengths)
     if lengths.dim() != 1:
         raise ValueError(f"lengths must be 1-D (bsz,), got shape {tuple(lengths.shape)}")
-    bsz = lengths.numel()
-    max_len = int(max_len)
-    lens = [int(v) for v in lengths.tolist()]
-    for l in lens:
-        if l < 0 or l > max_len:
-            raise ValueError(f"every length must be in [0, max_len={max_len}], got {lens}")
-    if word_ids is not None:
-        word_ids = torch.as_tensor(word_ids)
-        if tuple(word_ids.shape) != (bsz, max_len):
+    bsz, max_len = lengths.numel(), int(max_len)
+    if bool(((lengths < 0) | (lengths > max_len)).any()):
+        raise ValueError(f"every length must be in [0, max_len={max_len}], got {lengths.tolist()}")
+    pos = torch.arange(max_len, device=lengths.device).unsqueeze(0)
+    start = (max_len - lengths).unsqueeze(1) if left_pad else torch.zeros_like(lengths).unsqueeze(1)
+    valid = (pos >= start) & (pos < start + lengths.unsqueeze(1))
+    if word_ids is None:
+        ids = pos - start
+    else:
+        ids = torch.as_tensor(word_ids, device=lengths.device)
+        if tuple(ids.shape) != (bsz, max_len):
             raise ValueError(
-                f"word_ids must have shape (bsz, max_len) = {(bsz, max_len)}, "
-                f"got {tuple(word_ids.shape)}"
+                f"word_ids must have shape (bsz, max_len) = {(bsz, max_len)}, got {tuple(ids.shape)}"
             )
-        word_ids = word_ids.detach().cpu().long()
+        for b in range(bsz):  # validate each sentence's ids (they come from the caller)
+            _check_word_ids(ids[b][valid[b]].tolist())
+    return pattern_weights(names, ids.expand(bsz, max_len), valid)
 
-    out = torch.zeros(bsz, len(names), max_len, max_len, dtype=torch.float32)
-    cache: Dict[Tuple[int, ...], torch.Tensor] = {}  # token-based blocks by length
-    for b, l in enumerate(lens):
-        if l == 0:
+
+# ---------------------------------------------------------------------------- source words
+
+SUBWORD_STYLES = ("bpe", "sentencepiece")
+
+
+def word_start_table(dictionary, style: str = "bpe") -> torch.Tensor:
+    """Per dictionary symbol, how it relates to word boundaries, as an int8 table:
+
+    * ``bpe`` (subword-nmt): 1 where the symbol ends in ``@@`` (it continues into the
+      next token), else 0;
+    * ``sentencepiece``: 1 where the symbol does *not* start with ``▁`` (it continues
+      the previous token's word), else 0.
+
+    Special symbols (``<s>``, ``<pad>``, ``</s>``, ``<unk>``) are 0.
+    """
+    if style not in SUBWORD_STYLES:
+        raise ValueError(f"unknown subword style {style!r}; valid: {', '.join(SUBWORD_STYLES)}")
+    table = torch.zeros(len(dictionary), dtype=torch.int8)
+    for idx, sym in enumerate(dictionary.symbols):
+        if idx < dictionary.nspecial:
             continue
-        start = max_len - l if left_pad else 0
-        if word_ids is None:
-            key: Tuple[int, ...] = (l,)
-            if key not in cache:
-                cache[key] = torch.stack([_pattern64(nm, l) for nm in names]).float()
-            block = cache[key]
+        if style == "bpe":
+            table[idx] = int(sym.endswith("@@"))
         else:
-            ids = _check_word_ids(word_ids[b, start : start + l].tolist())
-            block = torch.stack([_word_pattern64(nm, ids) for nm in names]).float()
-        out[b, :, start : start + l, start : start + l] = block
-    return out.to(lengths.device)
+            table[idx] = int(not sym.startswith("▁"))
+    return table
+
+
+def source_word_ids(src_tokens: torch.Tensor, table: torch.Tensor, style: str,
+                    pad: int, eos: int) -> torch.Tensor:
+    """``(bsz, T)`` 0-based word index of every source token (padding: ignored values).
+
+    ``table`` comes from :func:`word_start_table` for the same ``style``.  A new word starts
+    at the first real token, at EOS (always a word of its own), after EOS, and — ``bpe`` —
+    after a token that does not end in ``@@``, or — ``sentencepiece`` — at a token that
+    starts with ``▁``.  Works for left- and right-padded batches."""
+    valid = src_tokens.ne(pad)
+    flag = table.to(src_tokens.device)[src_tokens].bool() & valid
+    is_eos = src_tokens.eq(eos)
+    prev_valid = torch.nn.functional.pad(valid, (1, 0), value=False)[:, :-1]
+    prev_eos = torch.nn.functional.pad(is_eos, (1, 0), value=False)[:, :-1]
+    if style == "bpe":
+        prev_continues = torch.nn.functional.pad(flag, (1, 0), value=False)[:, :-1]
+        starts = ~prev_continues
+    else:
+        starts = ~flag
+    starts = (starts | ~prev_valid | is_eos | prev_eos) & valid
+    return (starts.long().cumsum(dim=1) - 1).clamp(min=0)

@@ -11,20 +11,27 @@ Pipeline (see ../shared/DESIGN.md and docs/rela.md)::
     z       = output_norm([head_1; ...; head_H])     on the concatenated heads
     out     = out_proj(z)
 
-With ``activation="softmax"`` and ``output_norm="none"`` the module *is* stock fairseq:
+Heads are "learned" or "given their weights": with ``fixed_patterns`` the first F heads
+attend with fixed, non-learned patterns (Raganato et al. 2020, :mod:`.fixed_patterns`) and
+only the remaining ``num_heads - F`` heads have query/key projections; every head has its
+value projection.  ``masked_heads`` zeroes the output of chosen heads (test-time ablation).
+
+With ``activation="softmax"`` and ``output_norm="none"`` (and no fixed or masked heads)
+the module *is* stock fairseq:
 it delegates to :class:`fairseq.modules.MultiheadAttention` (including its fused fast
 path) unless a recorder is attached, per-head weights are asked for (the fused path
 silently averages them) or ``force_pipeline`` is set.  Every other
 configuration runs the pipeline above and never takes the fused softmax path.
 """
 
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
 from .activations import build_activation
+from .fixed_patterns import PATTERN_UNITS, check_pattern_names, pattern_weights
 from .output_norms import build_output_norm
 
 # Additive float masks use -inf (decoder future mask) or -1e8/-1e4 (fairseq's encoder
@@ -40,6 +47,10 @@ class SparseMultiheadAttention(MultiheadAttention):
         output_norm: name in :mod:`.output_norms` (none, rmsnorm, gated_rmsnorm, ...)
         options: object carrying activation/norm hyper-parameters (entmax alpha, ...)
         kind: ``"encoder_self"``, ``"decoder_self"`` or ``"cross"`` (for logs/analysis)
+        fixed_patterns: names of fixed patterns (self-attention only): heads ``0..F-1``
+        fixed_pattern_unit: ``"token"`` or ``"word"`` (word ids come from the encoder,
+            see :attr:`source_word_ids`)
+        masked_heads: head indices whose output is zeroed (heads disabled)
     """
 
     def __init__(
@@ -60,6 +71,9 @@ class SparseMultiheadAttention(MultiheadAttention):
         output_norm: str = "none",
         options=None,
         kind: Optional[str] = None,
+        fixed_patterns: Sequence[str] = (),
+        fixed_pattern_unit: str = "token",
+        masked_heads: Sequence[int] = (),
     ):
         super().__init__(
             embed_dim,
@@ -75,12 +89,28 @@ class SparseMultiheadAttention(MultiheadAttention):
             q_noise=q_noise,
             qn_block_size=qn_block_size,
         )
-        self.activation = build_activation(activation, num_heads, options)
+        self.fixed_patterns = tuple(check_pattern_names(fixed_patterns))
+        self.num_fixed_heads = len(self.fixed_patterns)
+        self.num_learned_heads = num_heads - self.num_fixed_heads
+        if self.num_fixed_heads:
+            self._build_learned_projections(num_heads, q_noise, qn_block_size, bias)
+        if fixed_pattern_unit not in PATTERN_UNITS:
+            raise ValueError(f"fixed_pattern_unit must be one of {PATTERN_UNITS}, got {fixed_pattern_unit!r}")
+        self.fixed_pattern_unit = fixed_pattern_unit
+        # Set by the encoder for word-based patterns: (bsz, src_len) word index per token.
+        self.source_word_ids: Optional[Tensor] = None
+        self.masked_heads = tuple(sorted(set(int(h) for h in masked_heads)))
+        for h in self.masked_heads:
+            if not 0 <= h < num_heads:
+                raise ValueError(f"masked head index {h} out of range: this attention has "
+                                 f"{num_heads} heads (0..{num_heads - 1})")
+        self.activation = build_activation(activation, max(self.num_learned_heads, 1), options)
         self.output_norm = build_output_norm(output_norm, embed_dim, self.head_dim, options)
         self.activation_name = activation
         self.output_norm_name = output_norm
         self.kind = kind
-        self.is_stock = activation == "softmax" and output_norm == "none"
+        self.is_stock = (activation == "softmax" and output_norm == "none"
+                         and not self.num_fixed_heads and not self.masked_heads)
         # Run the explicit pipeline even for stock softmax (tests, analysis).
         self.force_pipeline = False
         # > 0: ReLU-family activations stream over blocks of this many keys (long inputs)
@@ -92,7 +122,54 @@ class SparseMultiheadAttention(MultiheadAttention):
         self._mask_cache: Dict[str, tuple] = {}
 
     def extra_repr(self):
-        return f"kind={self.kind}, embed_dim={self.embed_dim}, heads={self.num_heads}"
+        fixed = f", fixed={list(self.fixed_patterns)} ({self.fixed_pattern_unit})" if self.num_fixed_heads else ""
+        masked = f", masked_heads={list(self.masked_heads)}" if self.masked_heads else ""
+        return f"kind={self.kind}, embed_dim={self.embed_dim}, heads={self.num_heads}{fixed}{masked}"
+
+    # ------------------------------------------------------------------ fixed heads
+    def _build_learned_projections(self, num_heads, q_noise, qn_block_size, bias):
+        """Query/key projections for the learned heads only (fixed heads have none)."""
+        from fairseq.modules.quant_noise import quant_noise
+
+        if not self.self_attention:
+            raise ValueError("fixed attention patterns are defined for self-attention only")
+        if self.num_learned_heads < 0:
+            raise ValueError(f"{self.num_fixed_heads} fixed patterns do not fit in {num_heads} heads")
+        if self.num_learned_heads == 0:
+            self.q_proj = self.k_proj = None
+        else:
+            width = self.num_learned_heads * self.head_dim
+            self.q_proj = quant_noise(torch.nn.Linear(self.embed_dim, width, bias=bias), q_noise, qn_block_size)
+            self.k_proj = quant_noise(torch.nn.Linear(self.kdim, width, bias=bias), q_noise, qn_block_size)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        if getattr(self, "q_proj", None) is not None:
+            return super().reset_parameters()
+        # no learned heads (e.g. 8F): stock initialisation of v_proj and out_proj only
+        torch.nn.init.xavier_uniform_(self.v_proj.weight, gain=1 / 2 ** 0.5)
+        torch.nn.init.xavier_uniform_(self.out_proj.weight)
+        if self.out_proj.bias is not None:
+            torch.nn.init.constant_(self.out_proj.bias, 0.0)
+
+    def _fixed_weights(self, key_padding_mask: Optional[Tensor], bsz: int, src_len: int,
+                       device) -> Tensor:
+        """(bsz, F, src_len, src_len) weights of the fixed heads for this batch."""
+        if key_padding_mask is not None:
+            valid = ~key_padding_mask.to(torch.bool)
+        else:
+            valid = torch.ones(bsz, src_len, dtype=torch.bool, device=device)
+        if self.fixed_pattern_unit == "word":
+            ids = self.source_word_ids
+            if ids is None or tuple(ids.shape) != (bsz, src_len):
+                raise ValueError(
+                    "word-based fixed patterns need the source word ids of this batch "
+                    f"(bsz={bsz}, len={src_len}); they are set by the plugin's encoder "
+                    "(sparse_transformer) before each forward"
+                )
+        else:
+            ids = valid.long().cumsum(dim=1) - 1
+        return pattern_weights(self.fixed_patterns, ids, valid)
 
     # ------------------------------------------------------------------ projections
     def _project(
@@ -116,9 +193,9 @@ class SparseMultiheadAttention(MultiheadAttention):
         else:
             saved_state = None
 
-        q = self.q_proj(query)
+        q = self.q_proj(query) if self.q_proj is not None else None
         if self.self_attention:
-            k = self.k_proj(query)
+            k = self.k_proj(query) if self.k_proj is not None else None
             v = self.v_proj(query)
         elif key is None:
             k = v = None
@@ -134,18 +211,22 @@ class SparseMultiheadAttention(MultiheadAttention):
                     )[:, 0, :]
             k = self.k_proj(key)
             v = self.v_proj(key if self.encoder_decoder_attention else value)
-        q = q * self.scaling
+        if q is not None:
+            q = q * self.scaling
 
         if self.bias_k is not None:
             k, v, attn_mask, key_padding_mask = self._add_bias(
                 k, v, attn_mask, key_padding_mask, bsz
             )
 
-        q = q.contiguous().view(tgt_len, bsz * self.num_heads, self.head_dim).transpose(0, 1)
+        qk_heads = self.num_learned_heads  # = num_heads unless some heads are fixed
+        if q is not None:
+            q = q.contiguous().view(tgt_len, bsz * qk_heads, self.head_dim).transpose(0, 1)
         kv_bsz = bsz
+        if v is not None:
+            kv_bsz = v.size(1)
         if k is not None:
-            kv_bsz = k.size(1)
-            k = k.contiguous().view(-1, kv_bsz * self.num_heads, self.head_dim).transpose(0, 1)
+            k = k.contiguous().view(-1, kv_bsz * qk_heads, self.head_dim).transpose(0, 1)
         if v is not None:
             v = v.contiguous().view(-1, kv_bsz * self.num_heads, self.head_dim).transpose(0, 1)
 
@@ -153,7 +234,7 @@ class SparseMultiheadAttention(MultiheadAttention):
             if "prev_key" in saved_state:
                 prev_key = saved_state["prev_key"]
                 kv_bsz = prev_key.size(0)
-                prev_key = prev_key.view(kv_bsz * self.num_heads, -1, self.head_dim)
+                prev_key = prev_key.view(kv_bsz * qk_heads, -1, self.head_dim)
                 k = prev_key if static_kv else torch.cat([prev_key, k], dim=1)
             if "prev_value" in saved_state:
                 prev_value = saved_state["prev_value"].view(
@@ -164,10 +245,11 @@ class SparseMultiheadAttention(MultiheadAttention):
                 key_padding_mask=key_padding_mask,
                 prev_key_padding_mask=saved_state.get("prev_key_padding_mask"),
                 batch_size=kv_bsz,
-                src_len=k.size(1),
+                src_len=v.size(1),
                 static_kv=static_kv,
             )
-            saved_state["prev_key"] = k.view(kv_bsz, self.num_heads, -1, self.head_dim)
+            if k is not None:
+                saved_state["prev_key"] = k.view(kv_bsz, qk_heads, -1, self.head_dim)
             saved_state["prev_value"] = v.view(kv_bsz, self.num_heads, -1, self.head_dim)
             saved_state["prev_key_padding_mask"] = key_padding_mask
             self._set_input_buffer(incremental_state, saved_state)
@@ -257,16 +339,39 @@ class SparseMultiheadAttention(MultiheadAttention):
         tgt_len, bsz, embed_dim = query.size()
         assert embed_dim == self.embed_dim, f"query dim {embed_dim} != {self.embed_dim}"
 
+        if self.num_fixed_heads and (incremental_state is not None or before_softmax):
+            raise ValueError("fixed attention patterns are for encoder self-attention: no "
+                             "incremental decoding, no before_softmax scores")
         q, k, v, key_padding_mask, attn_mask, kv_bsz = self._project(
             query, key, value, key_padding_mask, incremental_state, static_kv, attn_mask
         )
-        src_len = k.size(1)
+        src_len = v.size(1)
         heads = self.num_heads
         bias, mask = self._visibility_mask(attn_mask, key_padding_mask, bsz, tgt_len, src_len)
 
         if (self.key_block_size and self.activation.supports_chunking and not before_softmax
-                and not need_head_weights and self.recorder is None):
+                and not need_head_weights and self.recorder is None and not self.num_fixed_heads
+                and not self.masked_heads):
             return self._chunked_forward(q, k, v, mask, bias, bsz, kv_bsz, tgt_len), None
+
+        if self.num_fixed_heads:
+            fixed = self._fixed_weights(key_padding_mask, bsz, src_len, v.device)
+            learned = None
+            if self.num_learned_heads:
+                scores = torch.bmm(q, k.transpose(1, 2)).view(bsz, self.num_learned_heads, tgt_len, src_len)
+                scores = scores.float()
+                if bias is not None:
+                    scores = scores + bias
+                learned = self.activation(scores, mask)
+            weights = fixed if learned is None else torch.cat([fixed, learned], dim=1)
+            if self.recorder is not None:
+                self.recorder(self, weights=weights.detach(), values=v.detach(), mask=mask)
+            # attention dropout regularizes learned attention only; fixed heads stay exact
+            probs = fixed.type_as(v)
+            if learned is not None:
+                probs = torch.cat([probs, self.dropout_module(learned.type_as(v))], dim=1)
+            return self._attend(probs, weights, v, bsz, kv_bsz, tgt_len, src_len,
+                                need_weights, need_head_weights)
 
         if bsz != kv_bsz:  # cross-attention with one key copy per beam group
             scores = torch.einsum(
@@ -289,7 +394,18 @@ class SparseMultiheadAttention(MultiheadAttention):
         if self.recorder is not None:
             self.recorder(self, weights=weights.detach(), values=v.detach(), mask=mask)
         probs = self.dropout_module(weights.type_as(q))
+        return self._attend(probs, weights, v, bsz, kv_bsz, tgt_len, src_len,
+                            need_weights, need_head_weights)
 
+    def _attend(self, probs, weights, v, bsz, kv_bsz, tgt_len, src_len, need_weights,
+                need_head_weights):
+        """heads = probs · v, masked heads zeroed, output norm, out_proj; the weights
+        returned as stock fairseq does ((heads, bsz, tgt, src) or their head mean)."""
+        heads = self.num_heads
+        if self.masked_heads:
+            keep = torch.ones(heads, dtype=probs.dtype, device=probs.device)
+            keep[list(self.masked_heads)] = 0
+            probs = probs * keep.view(1, heads, 1, 1)
         if bsz != kv_bsz:
             attn = torch.einsum(
                 "bxhts,bhsd->bxhtd",

@@ -12,6 +12,20 @@ from fairseq.models.transformer.transformer_legacy import (
 
 from ..attention.options import fill_attention_defaults
 
+# Encoder head options (Raganato et al. 2020); "none"/"" = every head learned, none masked
+HEAD_DEFAULTS = dict(
+    encoder_fixed_patterns="none",
+    encoder_fixed_pattern_unit="token",
+    encoder_subword_style="bpe",
+    encoder_masked_heads="",
+)
+
+
+def fill_head_defaults(args, **overrides):
+    for name, value in {**HEAD_DEFAULTS, **overrides}.items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, value)
+
 MODEL = "sparse_transformer"
 
 # preset prefix -> attention settings for all three kinds
@@ -32,6 +46,7 @@ SIZES = {"wmt_en_de": base_architecture, "iwslt_de_en": transformer_iwslt_de_en}
 @register_model_architecture(MODEL, MODEL)
 def sparse_transformer(args):
     fill_attention_defaults(args)
+    fill_head_defaults(args)
     base_architecture(args)
 
 
@@ -46,6 +61,7 @@ def _register(prefix, size):
 
     def arch(args):
         fill_attention_defaults(args, **attention)
+        fill_head_defaults(args)
         size_fn(args)
 
     arch.__name__ = name
@@ -55,3 +71,42 @@ def _register(prefix, size):
 
 
 PRESET_NAMES = [_register(p, s).__name__ for p in ATTENTION_PRESETS for s in SIZES]
+
+
+# ---------------------------------------------------------------------------------------
+# Fixed encoder self-attention patterns (Raganato, Scherrer & Tiedemann 2020): softmax
+# attention everywhere, the first 7 heads of every encoder layer fixed (7F+1L).
+# Change the configuration with flags: --encoder-fixed-patterns 8F / none,
+# --encoder-fixed-pattern-unit word, --encoder-layers N, --decoder-layers 1..6.
+
+
+def _fixed_pattern_base(args, unit, dropout):
+    fill_attention_defaults(args)
+    fill_head_defaults(args, encoder_fixed_patterns="7F", encoder_fixed_pattern_unit=unit)
+    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 8)
+    args.dropout = getattr(args, "dropout", dropout)
+    base_architecture(args)
+
+
+def _fixed_pattern_low_resource(args, unit):
+    """The paper's low-resource setting (Sec. 4.2): Transformer base with dropout 0.3 and
+    tied embeddings (one shared BPE vocabulary: preprocess with --joined-dictionary).
+    Train with --max-tokens 1000 (the paper's 1k-token batches)."""
+    args.share_all_embeddings = getattr(args, "share_all_embeddings", True)
+    _fixed_pattern_base(args, unit, dropout=0.3)
+
+
+FIXED_PATTERN_PRESETS = {
+    "fixed_pattern_transformer_wmt_en_de": lambda a: _fixed_pattern_base(a, "token", 0.1),
+    "fixed_pattern_word_transformer_wmt_en_de": lambda a: _fixed_pattern_base(a, "word", 0.1),
+    "fixed_pattern_transformer_iwslt_de_en": lambda a: _fixed_pattern_low_resource(a, "token"),
+    "fixed_pattern_word_transformer_iwslt_de_en": lambda a: _fixed_pattern_low_resource(a, "word"),
+}
+
+for _name_, _fn_ in FIXED_PATTERN_PRESETS.items():
+    def _arch(args, _fn=_fn_):
+        _fn(args)
+
+    _arch.__name__ = _name_
+    register_model_architecture(MODEL, _name_)(_arch)
+    PRESET_NAMES.append(_name_)

@@ -17,6 +17,16 @@ from fairseq.modules.transformer_layer import (
 )
 
 from ..attention import SparseMultiheadAttention, attention_spec
+from ..attention.fixed_patterns import (
+    PATTERN_SETS,
+    PATTERN_UNITS,
+    PATTERNS,
+    SUBWORD_STYLES,
+    parse_head_list,
+    parse_pattern_list,
+    source_word_ids,
+    word_start_table,
+)
 from ..attention.options import add_attention_args
 from .ffn import FFN_TYPES, FFNActivation, LinearLayerNorm
 
@@ -68,12 +78,27 @@ class _NeverFastPath:
         pass
 
 
-def ffn_type(cfg) -> str:
+def _option(cfg, name, default=None):
+    """A plugin option from a Namespace or a fairseq TransformerConfig (which raises
+    AttributeError for names it does not know)."""
     try:
-        value = getattr(cfg, "ffn_type", None)
+        value = getattr(cfg, name, None)
     except AttributeError:
         value = None
-    return value or "standard"
+    return default if value is None else value
+
+
+def ffn_type(cfg) -> str:
+    return _option(cfg, "ffn_type") or "standard"
+
+
+def encoder_head_options(cfg) -> dict:
+    """Fixed patterns (Raganato et al. 2020) and masked heads of encoder self-attention."""
+    return dict(
+        fixed_patterns=parse_pattern_list(_option(cfg, "encoder_fixed_patterns", "")),
+        fixed_pattern_unit=_option(cfg, "encoder_fixed_pattern_unit", "token"),
+        masked_heads=parse_head_list(_option(cfg, "encoder_masked_heads", "")),
+    )
 
 
 class _FFNVariant:
@@ -95,7 +120,7 @@ class _FFNVariant:
 class SparseTransformerEncoderLayer(_NeverFastPath, _FFNVariant, TransformerEncoderLayerBase):
     def build_self_attention(self, embed_dim, cfg):
         return build_attention("encoder_self", embed_dim, cfg.encoder.attention_heads, cfg,
-                               self, self_attention=True)
+                               self, self_attention=True, **encoder_head_options(cfg))
 
 
 class SparseTransformerDecoderLayer(_FFNVariant, TransformerDecoderLayerBase):
@@ -111,8 +136,33 @@ class SparseTransformerDecoderLayer(_FFNVariant, TransformerDecoderLayerBase):
 
 
 class SparseTransformerEncoder(TransformerEncoderBase):
+    def __init__(self, cfg, dictionary, embed_tokens, return_fc=False):
+        super().__init__(cfg, dictionary, embed_tokens, return_fc=return_fc)
+        self.subword_style = _option(cfg, "encoder_subword_style", "bpe")
+        self._word_modules = [m for m in self.modules() if isinstance(m, SparseMultiheadAttention)
+                              and m.num_fixed_heads and m.fixed_pattern_unit == "word"]
+        if self._word_modules:
+            # per source symbol: does it continue a word? (derived from the dictionary)
+            self.register_buffer("word_continuation",
+                                 word_start_table(dictionary, self.subword_style), persistent=False)
+
     def build_encoder_layer(self, cfg):
         return wrap_layer(SparseTransformerEncoderLayer(cfg, return_fc=self.return_fc), cfg)
+
+    def forward(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False,
+                token_embeddings=None):
+        if not self._word_modules:
+            return super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
+        # word-based fixed patterns: word ids of this batch, from the source dictionary
+        ids = source_word_ids(src_tokens, self.word_continuation, self.subword_style,
+                              self.padding_idx, self.dictionary.eos())
+        for module in self._word_modules:
+            module.source_word_ids = ids
+        try:
+            return super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
+        finally:
+            for module in self._word_modules:
+                module.source_word_ids = None
 
 
 class SparseTransformerDecoder(TransformerDecoderBase):
@@ -132,6 +182,7 @@ class SparseTransformerModel(TransformerModel):
         parser.add_argument("--ffn-type", choices=FFN_TYPES, metavar="TYPE",
                             help="feed-forward variant: standard (fairseq, --activation-fn), "
                                  "softmax (key-value memory), softmax_layernorm (default standard)")
+        add_fixed_pattern_args(parser)
 
     @classmethod
     def build_encoder(cls, cfg, src_dict, embed_tokens):
@@ -151,3 +202,25 @@ class SparseTransformerModel(TransformerModel):
     def attention_modules(self):
         """All :class:`SparseMultiheadAttention` modules, in registration order."""
         return [m for m in self.modules() if isinstance(m, SparseMultiheadAttention)]
+
+
+def add_fixed_pattern_args(parser):
+    """Fixed encoder self-attention patterns (Raganato et al. 2020) and head masking."""
+    sets = ", ".join(f"{k} = {'+'.join(v)}" for k, v in PATTERN_SETS.items())
+    parser.add_argument("--encoder-fixed-patterns", metavar="PATTERNS",
+                        help="fixed (non-learned) heads of every encoder layer, the first heads "
+                             f"of --encoder-attention-heads: none (default), 7F, 8F ({sets}), or "
+                             f"comma-separated names from {', '.join(PATTERNS)}; the remaining "
+                             "heads are learned")
+    parser.add_argument("--encoder-fixed-pattern-unit", choices=PATTERN_UNITS,
+                        help="fixed patterns over tokens (default) or over words (all pieces of "
+                             "a word share their weights)")
+    parser.add_argument("--encoder-subword-style", choices=SUBWORD_STYLES,
+                        help="how word boundaries are read from the source dictionary for word "
+                             "patterns: bpe (subword-nmt '@@' continuation, default) or "
+                             "sentencepiece ('\u2581' word start)")
+    parser.add_argument("--encoder-masked-heads", metavar="HEADS",
+                        help="comma-separated 0-based encoder self-attention head indices whose "
+                             "output is zeroed in every encoder layer (test-time ablation; set at "
+                             "generation with fsa-generate --mask-encoder-heads or "
+                             "--model-overrides \"{'encoder_masked_heads': '0,7'}\")")

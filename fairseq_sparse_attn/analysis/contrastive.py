@@ -1,0 +1,560 @@
+"""Contrastive evaluation of a translation model (Sennrich 2017, "How grammatical is
+character-level NMT?"; used by Raganato et al. 2020, Sec. 5, for subject-verb agreement and
+word sense disambiguation).
+
+A test item is a source sentence, its correct translation and one or more contrastive
+translations that each contain one error.  The model scores every (source, target) pair by
+teacher forcing; a *decision* is correct when the correct translation scores strictly
+higher than the contrastive one.  Accuracy is the fraction of correct decisions, overall
+and per group (error type, distance, word sense, ...).
+
+Score
+    ``score(x, y) = sum_t log p(y_t | y_<t, x)`` over the target tokens *including the
+    final EOS* (fairseq appends EOS to every target; the probability of ending the sentence
+    is part of the translation's probability, as in fairseq-generate's scores and in
+    Nematus' score.py used by the original test suites).  Log-probabilities come from
+    ``model.get_normalized_probs(net_output, log_probs=True)``.  Unknown words map to
+    ``<unk>`` and are scored like any other token.
+
+Decisions
+    * ``variant`` (one decision per contrastive translation): LingEval97's evaluate.py.
+    * ``item`` (one decision per item, correct only when the correct translation beats
+      *every* contrastive translation): ContraWSD's and MuCoW's evaluate.py (their
+      ``all_better``).  The per-decision TSV then lists the best-scoring contrastive.
+    Ties count as wrong in both (the original scripts compare with a strict ``<``/``>``).
+    The default follows each suite's own script: ``variant`` for plain and lingeval97,
+    ``item`` for contrawsd and mucow.
+
+Formats (all may be gzipped, by the extension ``.gz``)
+    ``plain``
+        Three line-aligned files: source, correct target, incorrect target (one contrastive
+        per item), e.g. distil-lingeval's ``subj_verb_agreement.mt`` split into
+        ``src.en``/``tgt.correct.de``/``tgt.incorrect.de``; optionally a fourth line-aligned
+        file with one group label per line (``--group-file``; an empty line = no group).
+        Item id = line number (1-based).
+    ``lingeval97`` (github.com/rsennrich/lingeval97: README "Data format", json_to_plaintext.py,
+    evaluate.py)
+        A JSON list of objects; read: ``source`` (str), ``reference`` (str), ``errors``
+        (list of objects with ``contrastive`` (str) and ``type`` (str); ``distance`` and
+        ``frequency`` are present only for some types).  Default group: the error's
+        ``type``; ``--group-by distance`` groups by the raw distance value (evaluate.py
+        bins distances above 15 into ">15"; we keep the raw value), and errors without the
+        field are counted in the total but in no group, as in evaluate.py.
+    ``contrawsd`` (github.com/ZurichNLP/ContraWSD, formerly a-rios/ContraWSD:
+    json_to_plaintext.py, evaluate.py; the data file ``de-en.final.json`` itself is
+    distributed from data.statmt.org and was not available to check, so the fields below are
+    those the official scripts read)
+        A JSON list of objects; read: ``source``, ``reference``, ``errors`` (list of objects
+        with ``contrastive``), and for the default group ``ambig word`` and ``sense``
+        (group = ``"<ambig word>:<sense>"``, evaluate.py's category).
+    ``mucow`` (github.com/Helsinki-NLP/MuCoW, "scoring test suite": README,
+    json_to_plaintext.py, evaluate_mod.py, checked against json/cs-en.mucow.scoring.json)
+        Same structure as ContraWSD: ``source``, ``reference``, ``errors[].contrastive``,
+        default group ``"<ambig word>:<sense>"``; ``--group-by origin`` gives evaluate_mod.py's
+        per-corpus table (Raganato et al. report TED and Tatoeba).
+    For the JSON formats ``--group-by FIELD`` takes the value of FIELD from each error
+    object, or from the item when the error has no such field.  Item id = 0-based index in
+    the JSON list.
+
+Text preprocessing: the model needs the text as it saw it in training.  ``encode_source`` /
+``encode_target`` map a raw sentence to the space-separated subword string (e.g. Moses
+tokenization + subword-nmt BPE, see :func:`build_encoder`), or are the identity when the
+files are already preprocessed.  Nothing else (punctuation normalization, truecasing) is
+applied.
+
+Command line (``cli_main``; prints the accuracy table)::
+
+    fsa-contrastive DATA_BIN src.en.gz tgt.correct.de.gz tgt.incorrect.de.gz --path ckpt.pt \
+        -s en -t de --tokenizer moses --bpe-codes codes --output-json report.json
+    fsa-contrastive DATA_BIN lingeval97.json --format lingeval97 --group-by distance --path ckpt.pt
+"""
+
+import argparse
+import ast
+import gzip
+import json
+import os
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+FORMATS = ("plain", "lingeval97", "contrawsd", "mucow")
+DEFAULT_DECISION = {"plain": "variant", "lingeval97": "variant", "contrawsd": "item", "mucow": "item"}
+WSD_GROUP_FIELDS = ("ambig word", "sense")
+
+
+@dataclass
+class ContrastiveItem:
+    item_id: str
+    source: str
+    correct: str
+    contrastives: List[str]
+    groups: List[Optional[str]]  # one label per contrastive; None = in no group
+
+
+@dataclass
+class Decision:
+    item_id: str
+    group: Optional[str]
+    score_correct: float
+    score_incorrect: float
+
+    @property
+    def correct(self) -> bool:
+        return self.score_correct > self.score_incorrect  # ties are wrong
+
+
+# --------------------------------------------------------------------------- readers
+
+
+def open_text(path):
+    """Open a UTF-8 text file for reading, gunzipping it when the name ends in .gz."""
+    if str(path).endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def read_lines(path) -> List[str]:
+    with open_text(path) as f:
+        return [line.rstrip("\r\n") for line in f]
+
+
+def read_plain(source_path, correct_path, incorrect_path, group_path=None) -> List[ContrastiveItem]:
+    """Line-aligned source / correct / incorrect (/ group) files, one item per line."""
+    paths = [p for p in (source_path, correct_path, incorrect_path, group_path) if p is not None]
+    columns = [read_lines(p) for p in paths]
+    for path, lines in zip(paths[1:], columns[1:]):
+        if len(lines) != len(columns[0]):
+            raise ValueError(
+                f"{path} has {len(lines)} lines but {paths[0]} has {len(columns[0])}: "
+                "contrastive files must be line-aligned")
+    groups = [g or None for g in columns[3]] if group_path is not None else [None] * len(columns[0])
+    return [
+        ContrastiveItem(str(i + 1), src, good, [bad], [group])
+        for i, (src, good, bad, group) in enumerate(zip(columns[0], columns[1], columns[2], groups))
+    ]
+
+
+def load_json(path):
+    try:
+        with open_text(path) as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}, line {e.lineno}, column {e.colno}: malformed JSON ({e.msg})") from None
+
+
+def _field(obj, name, kind, where):
+    """obj[name], which must exist and be of type ``kind``; ``where`` names file and entry."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where}: expected a JSON object, found {type(obj).__name__}")
+    if name not in obj:
+        raise ValueError(f"{where}: missing field {name!r}")
+    if not isinstance(obj[name], kind):
+        raise ValueError(f"{where}: field {name!r} should be a {kind.__name__}, "
+                         f"found {type(obj[name]).__name__}")
+    return obj[name]
+
+
+def _default_group(fmt, entry, error, where) -> Optional[str]:
+    if fmt == "lingeval97":
+        return _field(error, "type", str, where)
+    return ":".join(str(_field(entry, name, str, where)) for name in WSD_GROUP_FIELDS)
+
+
+def _group_by_field(entry, error, field) -> Optional[str]:
+    for obj in (error, entry):
+        if field in obj and obj[field] is not None:
+            return str(obj[field])
+    return None
+
+
+def read_json_suite(path, fmt, group_by: Optional[str] = None) -> List[ContrastiveItem]:
+    """A LingEval97 / ContraWSD / MuCoW JSON file (see the module docstring for the fields)."""
+    if fmt not in FORMATS[1:]:
+        raise ValueError(f"unknown JSON format {fmt!r}; expected one of {FORMATS[1:]}")
+    data = load_json(path)
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: expected a JSON list of items, found {type(data).__name__}")
+    items = []
+    for index, entry in enumerate(data):
+        where = f"{path}, item {index}"
+        source = _field(entry, "source", str, where)
+        reference = _field(entry, "reference", str, where)
+        errors = _field(entry, "errors", list, where)
+        contrastives, groups = [], []
+        for k, error in enumerate(errors):
+            where_error = f"{where}, errors[{k}]"
+            contrastives.append(_field(error, "contrastive", str, where_error))
+            if group_by is None:
+                groups.append(_default_group(fmt, entry, error, where_error))
+            else:
+                groups.append(_group_by_field(entry, error, group_by))
+        items.append(ContrastiveItem(str(index), source, reference, contrastives, groups))
+    if group_by is not None and items and all(g is None for item in items for g in item.groups):
+        raise ValueError(f"{path}: no item or error has the field {group_by!r} given to --group-by")
+    return items
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+def identity(text: str) -> str:
+    return text
+
+
+def encode_text(dictionary, text: str) -> torch.Tensor:
+    """Space-separated symbols -> LongTensor of indices, EOS appended, unknown -> <unk>."""
+    return dictionary.encode_line(text, add_if_not_exist=False, append_eos=True).long()
+
+
+def check_length(tokens: torch.Tensor, limit: Optional[int], what: str):
+    if limit is not None and tokens.numel() > limit:
+        raise ValueError(f"{what} has {tokens.numel()} tokens (with EOS) but the model accepts "
+                         f"at most {limit}")
+
+
+def _position_limits(model) -> Tuple[Optional[int], Optional[int]]:
+    limits = model.max_positions()
+    if isinstance(limits, tuple):
+        return limits[0], limits[1]
+    return limits, limits
+
+
+def make_batches(lengths: Sequence[int], batch_size: Optional[int], max_tokens: Optional[int]) -> List[List[int]]:
+    """Indices sorted by length (longest first), cut into batches of at most ``batch_size``
+    pairs and ``max_tokens`` padded tokens (a pair longer than ``max_tokens`` is a batch of
+    its own).  ``lengths[i]`` = max(source, target) length of pair i."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches, current = [], []
+    for i in order:
+        width = lengths[current[0]] if current else lengths[i]  # the longest comes first
+        full = (batch_size is not None and len(current) >= batch_size) or (
+            max_tokens is not None and (len(current) + 1) * width > max_tokens)
+        if current and full:
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def collate(pairs, pad: int, eos: int, device):
+    """fairseq's translation batch: left-padded source, right-padded target, and
+    prev_output_tokens = EOS + target without its last token."""
+    from fairseq.data.data_utils import collate_tokens
+
+    sources = [s for s, _ in pairs]
+    targets = [t for _, t in pairs]
+    src_tokens = collate_tokens(sources, pad, eos, left_pad=True)
+    src_lengths = torch.tensor([s.numel() for s in sources])
+    target = collate_tokens(targets, pad, eos, left_pad=False)
+    prev_output_tokens = collate_tokens(targets, pad, eos, left_pad=False, move_eos_to_beginning=True)
+    return src_tokens.to(device), src_lengths.to(device), prev_output_tokens.to(device), target.to(device)
+
+
+def batch_scores(model, src_tokens, src_lengths, prev_output_tokens, target, pad: int) -> torch.Tensor:
+    """Sum over the target positions (padding excluded) of log p(target_t | ...), per row."""
+    net_output = model(src_tokens, src_lengths, prev_output_tokens)
+    lprobs = model.get_normalized_probs(net_output, log_probs=True)
+    token_lprobs = lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    return token_lprobs.masked_fill(target.eq(pad), 0.0).double().sum(dim=1)
+
+
+def score_pairs(model, pairs: Sequence[Tuple[torch.Tensor, torch.Tensor]], pad: int, eos: int,
+                batch_size: Optional[int] = 32, max_tokens: Optional[int] = None,
+                device=None, progress: bool = False) -> List[float]:
+    """Teacher-forced log-probability sums of already encoded (source, target) pairs, in the
+    order given, computed in length-sorted batches with the model in eval mode."""
+    from tqdm import tqdm
+
+    device = device or next(model.parameters()).device
+    model.eval()
+    scores = [0.0] * len(pairs)
+    lengths = [max(s.numel(), t.numel()) for s, t in pairs]
+    batches = make_batches(lengths, batch_size, max_tokens)
+    with torch.no_grad():
+        for batch in tqdm(batches, desc="scoring", unit="batch", disable=not progress):
+            tensors = collate([pairs[i] for i in batch], pad, eos, device)
+            for i, score in zip(batch, batch_scores(model, *tensors, pad=pad).tolist()):
+                scores[i] = score
+    return scores
+
+
+def encode_items(items: Sequence[ContrastiveItem], src_dict, tgt_dict,
+                 encode_source: Callable[[str], str] = identity,
+                 encode_target: Optional[Callable[[str], str]] = None,
+                 max_positions: Tuple[Optional[int], Optional[int]] = (None, None)):
+    """(source, target) index tensors: per item the correct target, then each contrastive."""
+    encode_target = encode_target or encode_source
+    pairs = []
+    for item in items:
+        src = encode_text(src_dict, encode_source(item.source))
+        check_length(src, max_positions[0], f"item {item.item_id}: the source")
+        for k, text in enumerate([item.correct] + item.contrastives):
+            tgt = encode_text(tgt_dict, encode_target(text))
+            what = "the correct target" if k == 0 else f"contrastive target {k}"
+            check_length(tgt, max_positions[1], f"item {item.item_id}: {what}")
+            pairs.append((src, tgt))
+    return pairs
+
+
+def score_items(model, items: Sequence[ContrastiveItem], src_dict, tgt_dict,
+                encode_source: Callable[[str], str] = identity,
+                encode_target: Optional[Callable[[str], str]] = None,
+                batch_size: Optional[int] = 32, max_tokens: Optional[int] = None,
+                device=None, progress: bool = False) -> List[Tuple[float, List[float]]]:
+    """Per item: (score of the correct target, [score of each contrastive target])."""
+    pairs = encode_items(items, src_dict, tgt_dict, encode_source, encode_target,
+                         _position_limits(model))
+    flat = score_pairs(model, pairs, tgt_dict.pad(), tgt_dict.eos(), batch_size, max_tokens,
+                       device, progress)
+    out, pos = [], 0
+    for item in items:
+        n = 1 + len(item.contrastives)
+        out.append((flat[pos], flat[pos + 1:pos + n]))
+        pos += n
+    return out
+
+
+# --------------------------------------------------------------------------- decisions and report
+
+
+def decide(items: Sequence[ContrastiveItem], scores: Sequence[Tuple[float, List[float]]],
+           unit: str = "variant") -> List[Decision]:
+    """One decision per contrastive variant, or per item (correct beats every variant)."""
+    if unit not in ("variant", "item"):
+        raise ValueError(f"decision unit must be 'variant' or 'item', not {unit!r}")
+    decisions = []
+    for item, (good, bads) in zip(items, scores):
+        if unit == "variant":
+            decisions += [Decision(item.item_id, g, good, bad) for g, bad in zip(item.groups, bads)]
+        elif bads:
+            if len(set(item.groups)) > 1:
+                raise ValueError(f"item {item.item_id}: its contrastive variants are in different "
+                                 f"groups {sorted(map(str, set(item.groups)))}; per-item decisions "
+                                 "need one group per item (use decisions per variant)")
+            decisions.append(Decision(item.item_id, item.groups[0], good, max(bads)))
+    return decisions
+
+
+def _counts(decisions: Sequence[Decision]) -> Dict[str, float]:
+    n = len(decisions)
+    correct = sum(d.correct for d in decisions)
+    return {"correct": correct, "total": n, "accuracy": correct / n if n else None}
+
+
+def _group_key(group: str):
+    """Numeric groups (distances) in numeric order, then the others alphabetically."""
+    try:
+        return (0, float(group), "")
+    except ValueError:
+        return (1, 0.0, group)
+
+
+def summarize(decisions: Sequence[Decision]) -> Dict:
+    """{"overall": counts, "by_group": {group: counts}} with counts = correct, total, accuracy.
+    Decisions without a group count in "overall" only."""
+    by_group: Dict[str, List[Decision]] = {}
+    for d in decisions:
+        if d.group is not None:
+            by_group.setdefault(d.group, []).append(d)
+    return {
+        "overall": _counts(decisions),
+        "by_group": OrderedDict((g, _counts(by_group[g])) for g in sorted(by_group, key=_group_key)),
+    }
+
+
+def write_json(report: Dict, path):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
+def write_decisions_tsv(decisions: Sequence[Decision], path):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("item_id\tgroup\tscore_correct\tscore_incorrect\tcorrect\n")
+        for d in decisions:
+            group = "" if d.group is None else d.group
+            f.write(f"{d.item_id}\t{group}\t{d.score_correct:.6f}\t{d.score_incorrect:.6f}\t{int(d.correct)}\n")
+
+
+def format_report(report: Dict) -> str:
+    def line(name, c):
+        accuracy = "n/a" if c["accuracy"] is None else f"{c['accuracy']:.4f}"
+        return f"{name}\t{c['correct']}/{c['total']}\t{accuracy}"
+
+    lines = [line("overall", report["overall"])]
+    lines += [line(g, c) for g, c in report["by_group"].items()]
+    return "\n".join(lines)
+
+
+def evaluate(model, items: Sequence[ContrastiveItem], src_dict, tgt_dict,
+             encode_source: Callable[[str], str] = identity,
+             encode_target: Optional[Callable[[str], str]] = None,
+             unit: str = "variant", batch_size: Optional[int] = 32,
+             max_tokens: Optional[int] = None, device=None, progress: bool = False):
+    """Score, decide and summarize: returns (report dict, decisions)."""
+    scores = score_items(model, items, src_dict, tgt_dict, encode_source, encode_target,
+                         batch_size, max_tokens, device, progress)
+    decisions = decide(items, scores, unit)
+    return summarize(decisions), decisions
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def build_encoder(tokenizer: str, bpe_codes: Optional[str], lang: Optional[str]) -> Callable[[str], str]:
+    """Raw text -> model input string with fairseq's own encoders: Moses tokenization
+    (``tokenizer="moses"``, language ``lang``) then subword-nmt BPE (``bpe_codes``).
+
+    Moses runs as in this project's data preparation (data_prep/prepare_multi30k.py): no
+    XML escaping and no aggressive dash splitting (fairseq's ``--tokenizer moses`` would do
+    both by default, turning ``"`` into ``&quot;``, which a model trained on our data never saw)."""
+    from fairseq.data import encoders
+
+    steps = []
+    if tokenizer == "moses":
+        steps.append(encoders.build_tokenizer(argparse.Namespace(
+            tokenizer="moses", source_lang=lang or "en", target_lang=lang or "en",
+            moses_no_dash_splits=True, moses_no_escape=True)))
+    elif tokenizer != "none":
+        raise ValueError(f"unknown tokenizer {tokenizer!r}; expected 'moses' or 'none'")
+    if bpe_codes is not None:
+        if not os.path.isfile(bpe_codes):
+            raise FileNotFoundError(f"BPE codes file not found: {bpe_codes}")
+        steps.append(encoders.build_bpe(argparse.Namespace(
+            bpe="subword_nmt", bpe_codes=bpe_codes, bpe_separator="@@")))
+
+    def encode(text: str) -> str:
+        for step in steps:
+            text = step.encode(text)
+        return text
+
+    return encode
+
+
+def load_model(path: str, data_bin: str, source_lang=None, target_lang=None, model_overrides=None):
+    """(model, task) from a fairseq checkpoint, dictionaries read from ``data_bin``;
+    ``model_overrides`` (dict) replaces saved arguments, as fairseq's ``--model-overrides``."""
+    import fairseq_sparse_attn  # noqa: F401  (registers the plugin, torch>=2.6 loading fix)
+    from fairseq import checkpoint_utils
+
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    overrides = {**(model_overrides or {}), "data": data_bin}
+    if source_lang:
+        overrides["source_lang"] = source_lang
+    if target_lang:
+        overrides["target_lang"] = target_lang
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=overrides)
+    return models[0], task
+
+
+def parse_overrides(text: Optional[str]) -> Dict:
+    if not text:
+        return {}
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        value = None
+    if not isinstance(value, dict):
+        raise ValueError(f"--model-overrides must be a Python dict literal, got {text!r}")
+    return value
+
+
+def read_items(fmt: str, inputs: Sequence[str], group_file=None, group_by=None) -> List[ContrastiveItem]:
+    if fmt == "plain":
+        if len(inputs) != 3:
+            raise ValueError(f"--format plain needs 3 input files (source, correct, incorrect), got {len(inputs)}")
+        if group_by is not None:
+            raise ValueError("--group-by is for the JSON formats; use --group-file with --format plain")
+        return read_plain(*inputs, group_path=group_file)
+    if len(inputs) != 1:
+        raise ValueError(f"--format {fmt} needs 1 JSON input file, got {len(inputs)}")
+    if group_file is not None:
+        raise ValueError("--group-file is for --format plain; use --group-by FIELD with JSON formats")
+    return read_json_suite(inputs[0], fmt, group_by)
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="fsa-contrastive",
+        description="Contrastive evaluation: accuracy of a fairseq translation model at scoring "
+                    "correct translations above contrastive ones (LingEval97 protocol).")
+    p.add_argument("data_bin", metavar="DATA_BIN", help="fairseq-preprocess directory with the dictionaries")
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="plain: SOURCE CORRECT INCORRECT (line-aligned, .gz allowed); JSON formats: FILE")
+    p.add_argument("--path", required=True, metavar="CHECKPOINT", help="model checkpoint")
+    p.add_argument("--format", choices=FORMATS, default="plain")
+    p.add_argument("-s", "--source-lang", default=None)
+    p.add_argument("-t", "--target-lang", default=None)
+    p.add_argument("--tokenizer", choices=("moses", "none"), default="none",
+                   help="tokenize raw text before BPE (default: none, text already tokenized)")
+    p.add_argument("--bpe-codes", default=None, help="subword-nmt codes (default: text already BPE'd)")
+    p.add_argument("--group-file", default=None, help="plain: line-aligned group labels")
+    p.add_argument("--group-by", default=None, metavar="FIELD",
+                   help="JSON formats: group by this field of each error (or item) "
+                        "(default: lingeval97 'type', contrawsd/mucow 'ambig word:sense')")
+    p.add_argument("--decision", choices=("variant", "item"), default=None,
+                   help="one decision per contrastive variant, or per item (correct beats all); "
+                        "default: item for contrawsd/mucow, variant otherwise (the suites' own scripts)")
+    p.add_argument("--batch-size", type=int, default=32, help="max pairs per batch")
+    p.add_argument("--max-tokens", type=int, default=None, help="max padded tokens per batch")
+    p.add_argument("--max-items", type=int, default=None, help="evaluate only the first N items")
+    p.add_argument("--model-overrides", default=None, metavar="DICT",
+                   help="Python dict literal of model arguments to override, as in fairseq-generate, "
+                        "e.g. \"{'encoder_masked_heads': '7'}\"")
+    p.add_argument("--cpu", action="store_true", help="run on CPU even when CUDA is available")
+    p.add_argument("--output-json", default=None, help="write the report here")
+    p.add_argument("--output-tsv", default=None,
+                   help="write one line per decision: item_id, group, score_correct, score_incorrect, correct")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def cli_main(argv=None) -> Dict:
+    parser = get_parser()
+    args = parser.parse_args(argv)
+    for name in ("batch_size", "max_tokens", "max_items"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    try:
+        items = read_items(args.format, args.inputs, args.group_file, args.group_by)
+    except (ValueError, FileNotFoundError) as e:
+        parser.error(str(e))
+    if args.max_items is not None:
+        items = items[:args.max_items]
+
+    try:
+        model, task = load_model(args.path, args.data_bin, args.source_lang, args.target_lang,
+                                 parse_overrides(args.model_overrides))
+    except (ValueError, FileNotFoundError) as e:
+        parser.error(str(e))
+    device = torch.device("cuda" if torch.cuda.is_available() and not args.cpu else "cpu")
+    model.to(device)
+    src_lang = args.source_lang or getattr(task.cfg, "source_lang", None)
+    tgt_lang = args.target_lang or getattr(task.cfg, "target_lang", None)
+    encode_source = build_encoder(args.tokenizer, args.bpe_codes, src_lang)
+    encode_target = build_encoder(args.tokenizer, args.bpe_codes, tgt_lang)
+
+    report, decisions = evaluate(
+        model, items, task.source_dictionary, task.target_dictionary, encode_source, encode_target,
+        unit=args.decision or DEFAULT_DECISION[args.format], batch_size=args.batch_size,
+        max_tokens=args.max_tokens, device=device, progress=not args.no_progress)
+    report["decision"] = args.decision or DEFAULT_DECISION[args.format]
+    report["checkpoint"] = os.path.abspath(args.path)
+    report["inputs"] = [os.path.abspath(p) for p in args.inputs]
+    print(format_report(report))
+    if args.output_json:
+        write_json(report, args.output_json)
+    if args.output_tsv:
+        write_decisions_tsv(decisions, args.output_tsv)
+    return report
+
+
+if __name__ == "__main__":
+    cli_main()

@@ -1,0 +1,132 @@
+"""BLEU by reference length (Raganato et al. 2020, Fig. 2) from a ``fairseq-generate`` output.
+
+    fsa-length-bleu gen.out [--json bins.json] [--tsv bins.tsv]
+
+Reads the ``T-<id>`` (reference) and ``D-<id>`` (detokenized hypothesis; ``H-<id>`` when a
+sentence has no D line) lines of a generate log, bins the sentences by the number of
+whitespace-separated words of the reference — ``<10, [10,20), [20,30), [30,40), [40,50),
+>=50`` — and scores every bin with sacreBLEU's corpus BLEU (default tokenizer 13a, as
+sacreBLEU's own default).  Run generate with ``--remove-bpe`` (and ``--tokenizer moses``
+when the data was Moses-tokenized) so that both sides are plain text.
+"""
+
+import argparse
+import json
+import re
+import sys
+from typing import Dict, List, Optional, Sequence, Tuple
+
+BINS: Tuple[Tuple[int, Optional[int]], ...] = (
+    (0, 10), (10, 20), (20, 30), (30, 40), (40, 50), (50, None),
+)
+_LINE = re.compile(r"^([THD])-(\d+)\t(.*)$")
+
+
+def bin_label(lo: int, hi: Optional[int]) -> str:
+    if hi is None:
+        return f">={lo}"
+    return f"<{hi}" if lo == 0 else f"[{lo},{hi})"
+
+
+def read_generate_output(path: str) -> Tuple[List[str], List[str]]:
+    """(references, hypotheses) ordered by sentence id, from a fairseq-generate log.
+
+    Lines other than T-/H-/D- are ignored.  Raises ``ValueError`` naming the file and line
+    for a malformed T/H/D line, and naming the sentence ids that lack a reference or a
+    hypothesis."""
+    refs: Dict[int, str] = {}
+    hyps: Dict[int, str] = {}
+    detok: Dict[int, str] = {}
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.rstrip("\n")
+            if not line[:2] in ("T-", "H-", "D-"):
+                continue
+            m = _LINE.match(line)
+            if m is None:
+                raise ValueError(f"{path}:{lineno}: expected 'T-<id>\\t<text>' or "
+                                 f"'H-/D-<id>\\t<score>\\t<text>', got {line[:80]!r}")
+            kind, sid, rest = m.group(1), int(m.group(2)), m.group(3)
+            if kind == "T":
+                refs[sid] = rest
+                continue
+            parts = rest.split("\t", 1)
+            try:
+                float(parts[0])
+            except ValueError:
+                raise ValueError(f"{path}:{lineno}: expected a score after '{kind}-{sid}', "
+                                 f"got {parts[0][:40]!r}") from None
+            text = parts[1] if len(parts) > 1 else ""
+            # the first hypothesis of a sentence is the best one (--nbest > 1 prints more)
+            (detok if kind == "D" else hyps).setdefault(sid, text)
+    hyps.update(detok)
+    if not refs:
+        raise ValueError(f"{path}: no 'T-<id>' reference lines: was it written by "
+                         "fairseq-generate on a split with targets?")
+    missing_hyp = sorted(set(refs) - set(hyps))
+    missing_ref = sorted(set(hyps) - set(refs))
+    if missing_hyp or missing_ref:
+        raise ValueError(f"{path}: sentences without a hypothesis {missing_hyp[:10]} / "
+                         f"without a reference {missing_ref[:10]}")
+    ids = sorted(refs)
+    return [refs[i] for i in ids], [hyps[i] for i in ids]
+
+
+def bleu_by_length(references: Sequence[str], hypotheses: Sequence[str],
+                   bins=BINS, tokenize: str = "13a") -> List[dict]:
+    """One row per bin (and a final "all" row): label, sentences, reference words, BLEU
+    (None for an empty bin)."""
+    import sacrebleu
+
+    if len(references) != len(hypotheses):
+        raise ValueError(f"{len(references)} references but {len(hypotheses)} hypotheses")
+    rows = []
+    groups = [(bin_label(lo, hi), [i for i, r in enumerate(references)
+                                   if len(r.split()) >= lo and (hi is None or len(r.split()) < hi)])
+              for lo, hi in bins]
+    groups.append(("all", list(range(len(references)))))
+    for label, idx in groups:
+        bleu = None
+        if idx:
+            bleu = sacrebleu.corpus_bleu([hypotheses[i] for i in idx],
+                                         [[references[i] for i in idx]], tokenize=tokenize).score
+        rows.append(dict(bin=label, sentences=len(idx),
+                         reference_words=sum(len(references[i].split()) for i in idx), bleu=bleu))
+    return rows
+
+
+def format_table(rows: List[dict]) -> str:
+    lines = [f"{'reference length':<18}{'sentences':>10}{'BLEU':>8}"]
+    for r in rows:
+        bleu = "-" if r["bleu"] is None else f"{r['bleu']:.2f}"
+        lines.append(f"{r['bin']:<18}{r['sentences']:>10}{bleu:>8}")
+    return "\n".join(lines)
+
+
+def cli_main(argv=None):
+    parser = argparse.ArgumentParser(prog="fsa-length-bleu", description=__doc__.split("\n\n")[0])
+    parser.add_argument("generate_output", help="stdout of fairseq-generate (T-/H-/D- lines)")
+    parser.add_argument("--tokenize", default="13a", help="sacreBLEU tokenizer (default 13a)")
+    parser.add_argument("--json", help="write the rows as JSON here")
+    parser.add_argument("--tsv", help="write the rows as TSV here")
+    args = parser.parse_args(argv)
+    try:
+        refs, hyps = read_generate_output(args.generate_output)
+    except (OSError, ValueError) as e:
+        sys.exit(f"fsa-length-bleu: {e}")
+    rows = bleu_by_length(refs, hyps, tokenize=args.tokenize)
+    print(format_table(rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+    if args.tsv:
+        with open(args.tsv, "w") as f:
+            f.write("bin\tsentences\treference_words\tbleu\n")
+            for r in rows:
+                f.write(f"{r['bin']}\t{r['sentences']}\t{r['reference_words']}\t"
+                        f"{'' if r['bleu'] is None else round(r['bleu'], 4)}\n")
+    return rows
+
+
+if __name__ == "__main__":
+    cli_main()

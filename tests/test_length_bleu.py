@@ -1,0 +1,89 @@
+"""BLEU by reference length (fsa-length-bleu) and the --mask-encoder-heads wrapper flag."""
+
+import json
+
+import pytest
+import sacrebleu
+
+from fairseq_sparse_attn.analysis.length_bleu import (
+    bleu_by_length,
+    cli_main,
+    read_generate_output,
+)
+from fairseq_sparse_attn.cli import with_head_masking
+
+
+def words(n, w="x"):
+    return " ".join(f"{w}{i}" for i in range(n))
+
+
+def write_log(path, pairs):
+    """A fairseq-generate style log (ids printed out of order, as generate does)."""
+    lines = ["2026-11-22 | INFO | fairseq_cli.generate | something"]
+    for i in reversed(range(len(pairs))):
+        ref, hyp = pairs[i]
+        lines += [f"S-{i}\tsrc", f"T-{i}\t{ref}", f"H-{i}\t-0.5\t{hyp}@@ bpe", f"D-{i}\t-0.5\t{hyp}",
+                  f"P-{i}\t-0.1 -0.2"]
+    lines.append("Generate test with beam=2: BLEU4 = 1.0")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_read_prefers_detokenized_lines(tmp_path):
+    log = tmp_path / "gen.out"
+    write_log(log, [("a b c", "a b"), ("d e", "d e")])
+    refs, hyps = read_generate_output(log)
+    assert refs == ["a b c", "d e"] and hyps == ["a b", "d e"]
+
+
+def test_bins_against_sacrebleu_per_bin(tmp_path):
+    pairs = [(words(5), words(5)), (words(9), words(7)), (words(10), words(10, "y")),
+             (words(19), words(19)), (words(25), words(20)), (words(55), words(50))]
+    rows = bleu_by_length([r for r, _ in pairs], [h for _, h in pairs])
+    by = {r["bin"]: r for r in rows}
+    assert [r["bin"] for r in rows] == ["<10", "[10,20)", "[20,30)", "[30,40)", "[40,50)", ">=50", "all"]
+    assert [by[b]["sentences"] for b in ("<10", "[10,20)", "[20,30)", "[30,40)", "[40,50)", ">=50")] == [2, 2, 1, 0, 0, 1]
+    assert by["[30,40)"]["bleu"] is None
+    expected_lt10 = sacrebleu.corpus_bleu([pairs[0][1], pairs[1][1]], [[pairs[0][0], pairs[1][0]]]).score
+    assert by["<10"]["bleu"] == pytest.approx(expected_lt10)
+    assert by[">=50"]["reference_words"] == 55
+    assert by["all"]["sentences"] == 6
+
+
+def test_cli_writes_json_and_tsv(tmp_path, capsys):
+    log = tmp_path / "gen.out"
+    write_log(log, [(words(12), words(12)), (words(3), words(2))])
+    cli_main([str(log), "--json", str(tmp_path / "b.json"), "--tsv", str(tmp_path / "b.tsv")])
+    rows = json.loads((tmp_path / "b.json").read_text())
+    assert rows[1]["bin"] == "[10,20)" and rows[1]["bleu"] == pytest.approx(100.0)
+    tsv = (tmp_path / "b.tsv").read_text().splitlines()
+    assert tsv[0] == "bin\tsentences\treference_words\tbleu" and len(tsv) == 8
+    assert "reference length" in capsys.readouterr().out
+
+
+def test_bad_logs_name_file_and_line(tmp_path):
+    log = tmp_path / "bad.out"
+    log.write_text("T-0\tok\nH-0\tnot-a-score\thyp\n")
+    with pytest.raises(ValueError, match=r"bad.out:2: expected a score"):
+        read_generate_output(log)
+    log.write_text("H-0\t-1.0\thyp\n")
+    with pytest.raises(ValueError, match="no 'T-<id>' reference lines"):
+        read_generate_output(log)
+    log.write_text("T-0\ta\nT-1\tb\nH-0\t-1\ta\n")
+    with pytest.raises(ValueError, match=r"without a hypothesis \[1\]"):
+        read_generate_output(log)
+    with pytest.raises(SystemExit):
+        cli_main([str(tmp_path / "missing.out")])
+
+
+def test_mask_encoder_heads_becomes_model_overrides():
+    import ast
+
+    argv = with_head_masking(["data", "--path", "c.pt", "--mask-encoder-heads", "0,7"])
+    assert argv[:3] == ["data", "--path", "c.pt"]
+    assert argv[3] == "--model-overrides"
+    assert ast.literal_eval(argv[4]) == {"encoder_masked_heads": "0,7"}
+    argv = with_head_masking(["d", "--model-overrides", "{'beam': 2}", "--mask-encoder-heads=3"])
+    assert ast.literal_eval(argv[argv.index("--model-overrides") + 1]) == {"beam": 2, "encoder_masked_heads": "3"}
+    assert with_head_masking(["d", "--beam", "4"]) == ["d", "--beam", "4"]
+    with pytest.raises(SystemExit, match="head indices"):
+        with_head_masking(["d", "--mask-encoder-heads", "first"])
