@@ -38,6 +38,7 @@ setup(
             "fsa-validate = fairseq_sparse_attn.cli:validate",
             "fsa-length-bleu = fairseq_sparse_attn.analysis.length_bleu:cli_main",
             "fsa-contrastive = fairseq_sparse_attn.analysis.contrastive:cli_main",
+            "fsa-analyze = fairseq_sparse_attn.analysis.cli:main",
         ]
     },
 )
