@@ -1,0 +1,101 @@
+"""``fsa-train`` with observation points, for tests/test_distributed.py (not a user tool).
+
+    FSA_PROBE_DIR=DIR python tests/fsa_train_probe.py DATA-BIN <fairseq-train args>
+
+runs exactly what ``fsa-train`` runs (``fairseq_sparse_attn.cli.train``) in this process
+and writes, per rank R (torchrun's RANK, else SLURM_PROCID, else 0):
+
+- ``DIR/updates.rankR.jsonl``: one line per update, from inside fairseq's
+  ``Trainer.train_step``: the update number, the training loss fairseq logs for it before
+  rounding (summed ``loss`` / summed ``sample_size`` / ln 2 over the logging outputs after
+  they were gathered from all ranks, as label_smoothed_cross_entropy computes it), the
+  example ids this rank's batches held, and the world size torch.distributed reports;
+- ``DIR/params.rankR.pt``: the model's parameters when training has finished.
+
+``FSA_PROBE_SAVE_DIR_PER_RANK=1`` turns ``--save-dir X`` into ``X/rankR``, to see which
+ranks write checkpoints.
+"""
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # this checkout's plugin, not another installed one
+
+
+def _rank():
+    return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", 0)))
+
+
+def _per_rank_save_dir(argv, rank):
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg == "--save-dir":
+            out[i + 1] = os.path.join(out[i + 1], f"rank{rank}")
+        elif arg.startswith("--save-dir="):
+            out[i] = os.path.join(arg, f"rank{rank}")
+    return out
+
+
+def main():
+    import torch
+    import torch.distributed as dist
+    from fairseq.trainer import Trainer
+
+    probe = Path(os.environ["FSA_PROBE_DIR"])
+    probe.mkdir(parents=True, exist_ok=True)
+    rank = _rank()
+    if os.environ.get("FSA_PROBE_SAVE_DIR_PER_RANK") == "1":
+        sys.argv = [sys.argv[0]] + _per_rank_save_dir(sys.argv[1:], rank)
+    records = open(probe / f"updates.rank{rank}.jsonl", "w")
+    trainers = []
+
+    original_init = Trainer.__init__
+
+    def __init__(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        trainers.append(self)
+
+    original_train_step = Trainer.train_step
+
+    def train_step(self, samples, raise_oom=False):
+        self._probe_ids = [int(i) for s in samples if s for i in s["id"].tolist()]
+        self._probe_in_train_step = True
+        try:
+            return original_train_step(self, samples, raise_oom=raise_oom)
+        finally:
+            self._probe_in_train_step = False
+
+    original_reduce = Trainer._reduce_and_log_stats
+
+    def _reduce_and_log_stats(self, logging_outputs, sample_size, grad_norm=None):
+        if getattr(self, "_probe_in_train_step", False) and logging_outputs:
+            loss = sum(float(log.get("loss", 0)) for log in logging_outputs)
+            size = sum(float(log.get("sample_size", 0)) for log in logging_outputs)
+            records.write(json.dumps({
+                "update": self.get_num_updates(),
+                "loss": loss / size / math.log(2),
+                "ids": self._probe_ids,
+                "world_size": dist.get_world_size() if dist.is_initialized() else 1,
+            }) + "\n")
+            records.flush()
+        return original_reduce(self, logging_outputs, sample_size, grad_norm)
+
+    Trainer.__init__ = __init__
+    Trainer.train_step = train_step
+    Trainer._reduce_and_log_stats = _reduce_and_log_stats
+
+    from fairseq_sparse_attn import cli
+
+    cli.train()
+    records.close()
+    model = trainers[-1].get_model()
+    torch.save({k: v.detach().clone() for k, v in model.state_dict().items()},
+               probe / f"params.rank{rank}.pt")
+
+
+if __name__ == "__main__":
+    main()
