@@ -308,3 +308,14 @@ def test_bad_arguments(tmp_path):
     proc = run_prep("wmt14_en_de", "--out", tmp_path, "--raw-dir", tmp_path / "nope")
     assert proc.returncode == 1 and "raw data directory not found" in proc.stderr
     assert "training-parallel-europarl-v7.tgz" in proc.stderr
+
+
+def test_europarl_docs_dead_url(tmp_path):
+    env = {"EUROPARL_DOC_URL_BASE": "http://127.0.0.1:9/europarl/"}
+    e = dict(os.environ, **env)
+    proc = subprocess.run([sys.executable, str(DATA_PREP / "prepare_europarl_docs.py"), "--out", str(tmp_path),
+                           "--max-doc-length", "128"], capture_output=True, text=True, env=e, timeout=120)
+    assert proc.returncode == 1
+    assert "could not download train.en" in proc.stderr and "http://127.0.0.1:9/europarl/train.en" in proc.stderr
+    assert "github.com/sameenmaruf/selective-attn" in proc.stderr and "--raw-dir" in proc.stderr
+    assert list(tmp_path.rglob("*.part")) == []
