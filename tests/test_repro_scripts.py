@@ -161,11 +161,25 @@ def test_fixed_pattern_scripts(smoke_data, tmp_path):
     assert [r["masked_head"] for r in t4] == ["-", "7"] and t4[1]["pattern"] == "learned"
     assert float(t4[1]["delta"]) == pytest.approx(float(t4[1]["sacrebleu"]) - float(t4[0]["sacrebleu"]), abs=1e-3)
 
-    # analyses: BLEU by length for the model and with its learned head masked
-    proc = run_script("fixed_patterns/analyses.sh", smoke_data, 0, out, LAYERS="2+1", MODELS="7Ftoken 7Ftoken_H8off")
+    # analyses: BLEU by length and a contrastive suite (plain format: 20 test sentences
+    # against their reversed word order) for the model and with its learned head masked
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    src = (smoke_data / "raw" / "test.de").read_text(encoding="utf-8").splitlines()[:20]
+    ref = (smoke_data / "raw" / "test.en").read_text(encoding="utf-8").splitlines()[:20]
+    (suite / "src.de").write_text("\n".join(src) + "\n", encoding="utf-8")
+    (suite / "correct.en").write_text("\n".join(ref) + "\n", encoding="utf-8")
+    (suite / "incorrect.en").write_text("\n".join(" ".join(r.split()[::-1]) for r in ref) + "\n", encoding="utf-8")
+    contrastive = (f"--format plain {suite}/src.de {suite}/correct.en {suite}/incorrect.en --tokenizer moses "
+                   f"--bpe-codes {smoke_data}/bpe/codes")
+    proc = run_script("fixed_patterns/analyses.sh", smoke_data, 0, out, LAYERS="2+1", MODELS="7Ftoken 7Ftoken_H8off",
+                      CONTRASTIVE=contrastive)
     assert proc.returncode == 0, proc.stderr[-3000:]
     length = rows(out / "analyses" / "length.tsv")
     assert {r["model"] for r in length} == {"7Ftoken", "7Ftoken_H8off"}
+    acc = rows(out / "analyses" / "contrastive.tsv")
+    assert [r["model"] for r in acc] == ["7Ftoken", "7Ftoken_H8off"]
+    assert all(0.0 <= float(r["accuracy"]) <= 1.0 for r in acc)
     full = (out / "analyses" / "gen.7Ftoken_2+1.txt").read_text()
     masked = (out / "analyses" / "gen.7Ftoken_H8off_2+1.txt").read_text()
     assert "encoder_masked_heads" not in full and full != masked

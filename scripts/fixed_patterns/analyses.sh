@@ -6,6 +6,7 @@
 #   CONTRASTIVE="--format lingeval97 suite.json" scripts/fixed_patterns/analyses.sh DATA_DIR NUM_GPUS OUT_DIR
 # CONTRASTIVE: the fsa-contrastive inputs and options (repeat the script per suite; the
 # suites are English->German: DATA_DIR must be En->De then); empty = length analysis only.
+# CONTRASTIVE_NAME labels the suite in the TSV (default: its --format).
 # LAYERS (default "6+6 6+1") and MODELS (default "8L 7Ftoken 7Ftoken_H8off") select.  Writes OUT_DIR/analyses/length.tsv and
 # OUT_DIR/analyses/contrastive.tsv.
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
@@ -14,6 +15,8 @@ fsa_init "Raganato et al. Fig. 2, 3, Table 6; env: CONTRASTIVE, LAYERS, SMOKE" "
 fp_base_args
 A="$OUT/analyses"
 mkdir -p "$A"
+suite_name=$(grep -o -- '--format [a-z0-9]*' <<< "${CONTRASTIVE:-}" | cut -d' ' -f2 || true)
+suite_name=${suite_name:-plain}
 rm -f "$A/length.tsv" "$A/contrastive.tsv"
 for layers in ${LAYERS:-6+6 6+1}; do
   for model in ${MODELS:-8L 7Ftoken 7Ftoken_H8off}; do
@@ -38,7 +41,7 @@ for layers in ${LAYERS:-6+6 6+1}; do
         > "$A/contrastive.${model}_$layers.log" 2>&1 || fsa_die "fsa-contrastive failed (see $A/contrastive.${model}_$layers.log)"
       acc=$("$PY" -c "import json,sys; r=json.load(open(sys.argv[1])); print(r.get('accuracy', r.get('overall', {}).get('accuracy', '-')))" \
         "$A/contrastive.${model}_$layers.json")
-      fsa_result "$A/contrastive.tsv" "model=$model" "layers=$layers" "accuracy=$acc" "suite=${CONTRASTIVE// /_}" "paper=see Fig. 3 / Table 6"
+      fsa_result "$A/contrastive.tsv" "model=$model" "layers=$layers" "accuracy=$acc" "suite=${CONTRASTIVE_NAME:-$suite_name}" "paper=see Fig. 3 / Table 6"
     fi
   done
 done
