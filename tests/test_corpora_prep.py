@@ -172,7 +172,7 @@ def test_iwslt14_from_raw_dir(iwslt_raw, tmp_path):
         assert (out / "data-bin" / f"{split}.de-en.de.bin").stat().st_size > 0
     assert (out / "data-bin" / "dict.de.txt").read_text() == (out / "data-bin" / "dict.en.txt").read_text()
     assert "@@ " in (out / "bpe" / "train.de").read_text()
-    # rerun: skipped; reversed direction: en-de
+    # rerun: skipped
     proc = run_prep("iwslt14_de_en", "--raw-dir", raw, "--out", out, "--bpe-merges", "60")
     assert proc.returncode == 0 and "up to date, skipping" in proc.stderr
 
@@ -244,6 +244,13 @@ def test_wmt14_en_de_from_raw_dir(tmp_path):
     assert lines(out / "raw" / "valid.de") == de[45:50]
     assert lines(out / "raw" / "test.de") == de[50:58] and lines(out / "raw" / "test.en") == en[50:58]
     assert (out / "data-bin" / "test.en-de.de.bin").is_file()  # default direction en -> de
+
+    # the other direction: de -> en
+    proc = run_prep("wmt14_en_de", "--raw-dir", raw, "--out", tmp_path / "deen", "--src", "de", "--tgt", "en",
+                    "--bpe-merges", "80", "--max-eval-lines", "8")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "deen" / "data-bin" / "train.de-en.de.bin").is_file()
+    assert lines(tmp_path / "deen" / "raw" / "test.en") == en[50:58]
 
     # a member with a different number of lines is named with both counts
     _tar(raw / "training-parallel-nc-v9.tgz",
