@@ -200,6 +200,17 @@ fsa_result() {
   echo "$row" >> "$tsv"
 }
 
+# fsa_publish PATH.partial: a finished table takes its final name (rows are appended to
+# PATH.partial while the script runs, so one that stops early leaves no complete-looking
+# table); prints it
+fsa_publish() {
+  local part=$1 final=${1%.partial}
+  [[ -f "$part" ]] || return 0
+  mv "$part" "$final"
+  fsa_log "results: $final"
+  { column -t -s $'\t' "$final" || cat "$final"; } >&2 2>/dev/null
+}
+
 # fsa_eval_row NAME TSV col=value...: average last 5 checkpoints, generate the
 # test set with GEN_ARGS, score, append a row with sacreBLEU, tokenized BLEU, signature
 fsa_eval_row() {

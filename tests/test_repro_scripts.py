@@ -74,6 +74,11 @@ def test_usage_and_bad_data_dir(tmp_path):
     assert proc.returncode == 1 and "NUM_GPUS must be a number" in proc.stderr
 
 
+def _published(out):
+    """A finished script leaves its tables under their final names only."""
+    return not list(Path(out).rglob("*.partial"))
+
+
 def _check_row(row, out):
     assert is_bleu(row["sacrebleu"]) and is_bleu(row["tok_bleu"]), row
     assert row["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a"), row
@@ -85,6 +90,7 @@ def test_rela_scripts(smoke_data, tmp_path):
     proc = run_script("rela/table1.sh", smoke_data, 0, out, ROWS="7")
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = rows(out / "table1.tsv")
+    assert _published(out)
     assert row["row"] == "7" and row["model"] == "ReLA-g" and row["paper_sacrebleu"] == "26.6"
     _check_row(row, out)
     cmd = (out / "row7" / "train.cmd").read_text()
@@ -94,9 +100,12 @@ def test_rela_scripts(smoke_data, tmp_path):
     root = tmp_path / "data_root"
     root.mkdir()
     (root / "wmt16_ro_en").symlink_to(smoke_data)
-    proc = run_script("rela/table3.sh", root, 0, tmp_path / "rela3", PAIRS="wmt16_ro_en", MODELS="softmax")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (row,) = rows(tmp_path / "rela3" / "table3.tsv")
+    # a task that is missing stops the script after the first one: its table stays .partial
+    proc = run_script("rela/table3.sh", root, 0, tmp_path / "rela3", PAIRS="wmt16_ro_en wmt14_en_fr", MODELS="softmax")
+    assert proc.returncode == 1
+    assert f"{root}/wmt14_en_fr not found: prepare it with data_prep/prepare_wmt14_en_fr.py" in proc.stderr
+    assert not (tmp_path / "rela3" / "table3.tsv").exists()
+    (row,) = rows(tmp_path / "rela3" / "table3.tsv.partial")
     assert row["task"] == "wmt16_ro_en" and row["paper_sacrebleu"] == "32.7"
     _check_row(row, out)
 
@@ -118,6 +127,7 @@ def test_reluformer_scripts(smoke_data, tmp_path, multi30k_raw):
 
     proc = run_script("reluformer/sentence_level.sh", smoke_data, 0, tmp_path / "sent", RUNS="reluformer")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _published(tmp_path / "sent")
     (t4,) = rows(tmp_path / "sent" / "table4.tsv")
     (t5,) = rows(tmp_path / "sent" / "table5.tsv")
     assert t4["model"] == "reluformer" and t4["paper_tok_bleu"] == "34.56" and is_bleu(t4["tok_bleu"])
@@ -187,6 +197,7 @@ def test_fixed_pattern_scripts(smoke_data, tmp_path):
     proc = run_script("fixed_patterns/table5_8f.sh", smoke_data, 0, out, CONFIGS="8F", LAYERS="2+1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = rows(out / "table5.tsv")
+    assert _published(out)
     assert row["config"] == "8F" and int(row["params"].replace(",", "")) > 0 and is_bleu(row["sacrebleu"])
     assert "--encoder-fixed-patterns 8F" in (out / "8F_2+1" / "train.cmd").read_text()
 

@@ -17,7 +17,7 @@ A="$OUT/analyses"
 mkdir -p "$A"
 suite_name=$(grep -o -- '--format [a-z0-9]*' <<< "${CONTRASTIVE:-}" | cut -d' ' -f2 || true)
 suite_name=${suite_name:-plain}
-rm -f "$A/length.tsv" "$A/contrastive.tsv"
+rm -f "$A/length.tsv" "$A/contrastive.tsv" "$A/length.tsv.partial" "$A/contrastive.tsv.partial"
 for layers in ${LAYERS:-6+6 6+1}; do
   for model in ${MODELS:-8L 7Ftoken 7Ftoken_H8off}; do
     config=${model%_H8off}
@@ -30,8 +30,8 @@ for layers in ${LAYERS:-6+6 6+1}; do
     cp "$gen" "$A/gen.${model}_$layers.txt"
     "$PY" -m fairseq_sparse_attn.analysis.length_bleu "$A/gen.${model}_$layers.txt" --tsv "$A/length.${model}_$layers.tsv" \
       > /dev/null || fsa_die "fsa-length-bleu failed on $A/gen.${model}_$layers.txt"
-    [[ -f "$A/length.tsv" ]] || printf 'model\tlayers\t%s\n' "$(head -1 "$A/length.${model}_$layers.tsv")" > "$A/length.tsv"
-    awk -v m="$model" -v l="$layers" 'NR > 1 { print m "\t" l "\t" $0 }' "$A/length.${model}_$layers.tsv" >> "$A/length.tsv"
+    [[ -f "$A/length.tsv.partial" ]] || printf 'model\tlayers\t%s\n' "$(head -1 "$A/length.${model}_$layers.tsv")" > "$A/length.tsv.partial"
+    awk -v m="$model" -v l="$layers" 'NR > 1 { print m "\t" l "\t" $0 }' "$A/length.${model}_$layers.tsv" >> "$A/length.tsv.partial"
     if [[ -n "${CONTRASTIVE:-}" ]]; then
       # shellcheck disable=SC2206
       cargs=($CONTRASTIVE)
@@ -41,8 +41,9 @@ for layers in ${LAYERS:-6+6 6+1}; do
         > "$A/contrastive.${model}_$layers.log" 2>&1 || fsa_die "fsa-contrastive failed (see $A/contrastive.${model}_$layers.log)"
       acc=$("$PY" -c "import json,sys; r=json.load(open(sys.argv[1])); print(r.get('accuracy', r.get('overall', {}).get('accuracy', '-')))" \
         "$A/contrastive.${model}_$layers.json")
-      fsa_result "$A/contrastive.tsv" "model=$model" "layers=$layers" "accuracy=$acc" "suite=${CONTRASTIVE_NAME:-$suite_name}" "paper=see Fig. 3 / Table 6"
+      fsa_result "$A/contrastive.tsv.partial" "model=$model" "layers=$layers" "accuracy=$acc" "suite=${CONTRASTIVE_NAME:-$suite_name}" "paper=see Fig. 3 / Table 6"
     fi
   done
 done
-fsa_log "results: $A/length.tsv${CONTRASTIVE:+ $A/contrastive.tsv}"
+fsa_publish "$A/length.tsv.partial"
+fsa_publish "$A/contrastive.tsv.partial"

@@ -10,12 +10,11 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 fsa_init "Raganato et al. Table 1; env: CONFIGS, LAYERS, MAX_UPDATE, SMOKE" "$@"
 fp_base_args
-TSV="$OUT/table1.tsv"
-rm -f "$TSV"
+TSV="$OUT/table1.tsv.partial"
+rm -f "$TSV" "${TSV%.partial}"
 for config in ${CONFIGS:-8L 7Ftoken 7Fword 1L}; do
   for layers in ${LAYERS:-6+6 6+1 5+1 4+1 3+1 2+1 1+1}; do
     fp_run "${config}_$layers" "$TSV" "Table 1" "$config" "$layers"
   done
 done
-fsa_log "results: $TSV"
-column -t -s $'\t' "$TSV" >&2 || cat "$TSV" >&2
+fsa_publish "$TSV"

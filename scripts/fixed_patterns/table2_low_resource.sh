@@ -14,10 +14,9 @@ if [[ "$SMOKE" != "1" ]]; then
   gpus=$NGPUS; [[ $gpus -ge 1 ]] || gpus=1
   MAX_TOKENS=$(( (1000 + gpus - 1) / gpus ))  # 1k tokens per update in all
 fi
-TSV="$OUT/table2.tsv"
-rm -f "$TSV"
+TSV="$OUT/table2.tsv.partial"
+rm -f "$TSV" "${TSV%.partial}"
 for config in ${CONFIGS:-8L 7Ftoken 7Fword}; do
   fp_run "low_$config" "$TSV" "Table 2 ($SRC-$TGT)" "$config" "6+6" low
 done
-fsa_log "results: $TSV"
-column -t -s $'\t' "$TSV" >&2 || cat "$TSV" >&2
+fsa_publish "$TSV"

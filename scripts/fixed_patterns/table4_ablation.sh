@@ -11,8 +11,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 fsa_init "Raganato et al. Table 4; env: CONFIG, LAYERS, HEADS, MAX_UPDATE, SMOKE" "$@"
 fp_base_args
 CONFIG="${CONFIG:-7Ftoken}"
-TSV="$OUT/table4.tsv"
-rm -f "$TSV"
+TSV="$OUT/table4.tsv.partial"
+rm -f "$TSV" "${TSV%.partial}"
 for layers in ${LAYERS:-6+1 6+6}; do
   name="${CONFIG}_$layers"
   if [[ ! -f "$OUT/$name/.trained" ]]; then
@@ -32,5 +32,4 @@ for layers in ${LAYERS:-6+1 6+6}; do
       "sacrebleu=$bleu" "delta=$delta" "paper=see Table 4"
   done
 done
-fsa_log "results: $TSV"
-column -t -s $'\t' "$TSV" >&2 || cat "$TSV" >&2
+fsa_publish "$TSV"

@@ -14,8 +14,8 @@ if [[ "${LOW:-0}" == "1" ]]; then
   low=low; FP_TARGET=1000
   if [[ "$SMOKE" != "1" ]]; then gpus=$NGPUS; [[ $gpus -ge 1 ]] || gpus=1; MAX_TOKENS=$(( (1000 + gpus - 1) / gpus )); fi
 fi
-TSV="$OUT/table5.tsv"
-rm -f "$TSV"
+TSV="$OUT/table5.tsv.partial"
+rm -f "$TSV" "${TSV%.partial}"
 for config in ${CONFIGS:-8L 7Ftoken 8F}; do
   for layers in ${LAYERS:-6+6 6+1}; do
     name="${config}_$layers"
@@ -28,5 +28,4 @@ for config in ${CONFIGS:-8L 7Ftoken 8F}; do
       "signature=${row[5]}" "paper=see Table 5"
   done
 done
-fsa_log "results: $TSV"
-column -t -s $'\t' "$TSV" >&2 || cat "$TSV" >&2
+fsa_publish "$TSV"

@@ -22,8 +22,8 @@ GOLD="$DATA/gold/test.talp"
 [[ -f "$GOLD" ]] || fsa_die "$GOLD not found: prepare DATA_DIR with data_prep/prepare_europarl_de_en_align.py"
 MAX_TOKENS="${MAX_TOKENS:-4000}"
 [[ "$SMOKE" == "1" ]] && MAX_TOKENS=1024
-TSV="$OUT/aer.tsv"
-rm -f "$TSV"
+TSV="$OUT/aer.tsv.partial"
+rm -f "$TSV" "${TSV%.partial}"
 for seed in ${SEEDS:-1 2 3 4 5}; do
   name="seed$seed"
   fsa_train "$name" 64000 --arch softmax_transformer_iwslt_de_en --optimizer adam --adam-betas '(0.9,0.98)' \
@@ -44,4 +44,5 @@ for seed in ${SEEDS:-1 2 3 4 5}; do
     done
   done
 done
-fsa_log "results: $TSV (paper, 5-seed means: AWO weights layer mean 68.4, best layer 47.7; AWO norms layer mean 62.9, best layer 41.4; AWI norms layer mean 60.4, best layer 25.0)"
+fsa_publish "$TSV"
+fsa_log "(paper, 5-seed means: AWO weights layer mean 68.4, best layer 47.7; AWO norms layer mean 62.9, best layer 41.4; AWI norms layer mean 60.4, best layer 25.0)"

@@ -8,8 +8,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 fsa_init "ReLA Table 1 (WMT14 En-De ablations); env: ROWS, MAX_UPDATE, MAX_TOKENS, SMOKE" "$@"
 rela_base_args
-TSV="$OUT/table1.tsv"
-rm -f "$TSV"
+TSV="$OUT/table1.tsv.partial"
+rm -f "$TSV" "${TSV%.partial}"
 
 # row|name|flags|paper sacreBLEU|paper tokenized BLEU
 ROWS_SPEC=(
@@ -39,5 +39,4 @@ for spec in "${ROWS_SPEC[@]}"; do
       "sacrebleu=diverged" "tok_bleu=diverged" "signature=-" "checkpoint=-"
   fi
 done
-fsa_log "results: $TSV"
-column -t -s $'\t' "$TSV" >&2 || cat "$TSV" >&2
+fsa_publish "$TSV"

@@ -9,8 +9,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 MAX_UPDATE="${MAX_UPDATE:-500}"
 fsa_init "ReLA Table 2 (speed); env: MODELS, MAX_UPDATE (500), SMOKE" "$@"
 rela_base_args
-TSV="$OUT/table2.tsv"
-rm -f "$TSV"
+TSV="$OUT/table2.tsv.partial"
+rm -f "$TSV" "${TSV%.partial}"
 declare -A PAPER_TRAIN=([softmax]=1.00 [sparsemax]=0.26 [entmax15]=0.27 [rela_g]=0.93)
 declare -A PAPER_DECODE=([softmax]=1.00 [sparsemax]=0.54 [entmax15]=0.49 [rela_g]=0.98)
 declare -A PAPER_PARAMS=([softmax]=72.31M [sparsemax]=72.31M [entmax15]=72.31M [rela_g]=72.34M)
@@ -45,5 +45,4 @@ for model in $MODELS; do
     "train_speedup=$tr" "decode_speedup=$de" "paper_params=${PAPER_PARAMS[$model]:--}" \
     "paper_train_speedup=${PAPER_TRAIN[$model]:--}" "paper_decode_speedup=${PAPER_DECODE[$model]:--}"
 done
-fsa_log "results: $TSV"
-column -t -s $'\t' "$TSV" >&2 || cat "$TSV" >&2
+fsa_publish "$TSV"

@@ -8,8 +8,8 @@ FSA_DATA_IS_ROOT=1
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 fsa_init "ReLA Table 3; env: PAIRS, MODELS, MAX_UPDATE, MAX_TOKENS, SMOKE" "$@"
-TSV="$OUT/table3.tsv"
-rm -f "$TSV"
+TSV="$OUT/table3.tsv.partial"
+rm -f "$TSV" "${TSV%.partial}"
 declare -A PAPER=(
   [wmt14_en_fr.softmax]=37.2 [wmt14_en_fr.sparsemax]=37.3 [wmt14_en_fr.entmax15]=37.9 [wmt14_en_fr.rela_g]=37.9
   [wmt18_en_fi.softmax]=15.5 [wmt18_en_fi.sparsemax]=15.1 [wmt18_en_fi.entmax15]=15.5 [wmt18_en_fi.rela_g]=15.4
@@ -34,5 +34,4 @@ for pair in ${PAIRS:-wmt14_en_fr wmt18_en_fi wmt18_zh_en wmt16_ro_en}; do
     fi
   done
 done
-fsa_log "results: $TSV"
-column -t -s $'\t' "$TSV" >&2 || cat "$TSV" >&2
+fsa_publish "$TSV"

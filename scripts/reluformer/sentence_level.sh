@@ -37,7 +37,7 @@ declare -A T2=([softmax]="Softmax, no scale factor|34.22" [relu_noscale_noreg]="
                [relu_scaled_noreg]="ReLU, scale factor|33.19")
 declare -A T5=([reluformer]="ReLUFormer|34.56|1.60" [reluformer_noscale]="- scale factor|-|-"
                [relu_scaled_noreg]="- reg loss|33.19|0.08")
-rm -f "$OUT"/table{2,4,5}.tsv
+rm -f "$OUT"/table{2,4,5}.tsv "$OUT"/table{2,4,5}.tsv.partial
 for run in ${RUNS:-$DEFAULT_RUNS}; do
   [[ -n "${FLAGS[$run]:-}" ]] || fsa_die "unknown run '$run' (${!FLAGS[*]})"
   # shellcheck disable=SC2206
@@ -53,18 +53,17 @@ for run in ${RUNS:-$DEFAULT_RUNS}; do
   entropy=$(grep "valid on" "$OUT/$run/train.log" 2>/dev/null | tail -1 | grep -o 'entropy_encoder_self [0-9.]*' | cut -d' ' -f2 || true)
   entropy=${entropy:--}
   if [[ -n "${T4[$run]:-}" ]]; then
-    fsa_result "$OUT/table4.tsv" "task=$TASK" "model=$run" "tok_bleu=$tok" "sacrebleu=$bleu" "paper_tok_bleu=${T4[$run]}" "signature=$sig"
+    fsa_result "$OUT/table4.tsv.partial" "task=$TASK" "model=$run" "tok_bleu=$tok" "sacrebleu=$bleu" "paper_tok_bleu=${T4[$run]}" "signature=$sig"
   fi
   if [[ "$TASK" == iwslt14 && -n "${T2[$run]:-}" ]]; then
     IFS='|' read -r label paper <<< "${T2[$run]}"
-    fsa_result "$OUT/table2.tsv" "row=$label" "run=$run" "tok_bleu=$tok" "paper_tok_bleu=$paper"
+    fsa_result "$OUT/table2.tsv.partial" "row=$label" "run=$run" "tok_bleu=$tok" "paper_tok_bleu=$paper"
   fi
   if [[ "$TASK" == iwslt14 && -n "${T5[$run]:-}" ]]; then
     IFS='|' read -r label paper pent <<< "${T5[$run]}"
-    fsa_result "$OUT/table5.tsv" "row=$label" "run=$run" "tok_bleu=$tok" "entropy=$entropy" "paper_tok_bleu=$paper" "paper_entropy=$pent"
+    fsa_result "$OUT/table5.tsv.partial" "row=$label" "run=$run" "tok_bleu=$tok" "entropy=$entropy" "paper_tok_bleu=$paper" "paper_entropy=$pent"
   fi
 done
 for t in 2 4 5; do
-  [[ -f "$OUT/table$t.tsv" ]] && { fsa_log "results: $OUT/table$t.tsv"; column -t -s $'\t' "$OUT/table$t.tsv" >&2; }
+  fsa_publish "$OUT/table$t.tsv.partial"
 done
-true

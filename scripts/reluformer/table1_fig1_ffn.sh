@@ -9,8 +9,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 fsa_init "ReLUFormer Table 1 / Figure 1; env: TYPES, SIZES, MAX_UPDATE, SMOKE" "$@"
 rf_base_args iwslt14
-TSV="$OUT/table1_fig1.tsv"
-rm -f "$TSV"
+TSV="$OUT/table1_fig1.tsv.partial"
+rm -f "$TSV" "${TSV%.partial}"
 declare -A PAPER=([standard.1024]=34.22 [softmax.1024]=33.08 [softmax_layernorm.1024]=34.21)
 for type in ${TYPES:-standard softmax softmax_layernorm}; do
   for size in ${SIZES:-32 64 128 256 512 1024 2048 3072 4096}; do
@@ -24,5 +24,4 @@ for type in ${TYPES:-standard softmax softmax_layernorm}; do
     fi
   done
 done
-fsa_log "results: $TSV (the paper reports tokenized BLEU: compare tok_bleu)"
-column -t -s $'\t' "$TSV" >&2 || cat "$TSV" >&2
+fsa_publish "$TSV"

@@ -11,8 +11,8 @@ FSA_DATA_IS_ROOT=1
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 fsa_init "ReLUFormer Table 6; env: LENGTHS, MODELS, KEY_BLOCK, MAX_UPDATE, SMOKE" "$@"
-TSV="$OUT/table6.tsv"
-rm -f "$TSV"
+TSV="$OUT/table6.tsv.partial"
+rm -f "$TSV" "${TSV%.partial}"
 declare -A PAPER=(
   [transformer.128]=31.19 [transformer.256]=31.94 [transformer.512]=31.81 [transformer.1024]=31.74 [transformer.2048]=31.89
   [sparsemax.128]=31.04 [sparsemax.256]=31.70 [sparsemax.512]=- [sparsemax.1024]=- [sparsemax.2048]=-
@@ -58,5 +58,4 @@ for L in ${LENGTHS:-128 256 512 1024 2048}; do
     fsa_result "$TSV" "length=$L" "model=$model" "tok_bleu=$tok" "paper_tok_bleu=${PAPER[$model.$L]}"
   done
 done
-fsa_log "results: $TSV"
-column -t -s $'\t' "$TSV" >&2 || cat "$TSV" >&2
+fsa_publish "$TSV"

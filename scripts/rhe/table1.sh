@@ -18,8 +18,8 @@ case $TASK in
   nc11_en_cs)  P=(15.46 15.60 15.65 15.84 15.96 15.97 16.27) ;;
   *) fsa_die "TASK must be nc11_en_de, wmt14_en_de or nc11_en_cs" ;;
 esac
-rm -f "$OUT/table1.tsv"
-rhe_rows "$OUT/table1.tsv" \
+rm -f "$OUT/table1.tsv" "$OUT/table1.tsv.partial"
+rhe_rows "$OUT/table1.tsv.partial" \
   "transformer=|${P[0]}" \
   "rel_pos=--encoder-rel-pos-k $K|${P[1]}" \
   "localness=--encoder-localness|${P[2]}" \
@@ -27,4 +27,4 @@ rhe_rows "$OUT/table1.tsv" \
   "dea_rhe=--encoder-syntax-attention dea --rhe --rhe-gate dynamic|${P[4]}" \
   "lpea=--encoder-syntax-attention lpea --lpea-max-distance $K|${P[5]}" \
   "lpea_rhe=--encoder-syntax-attention lpea --lpea-max-distance $K --rhe --rhe-gate dynamic|${P[6]}"
-fsa_log "results: $OUT/table1.tsv"
+fsa_publish "$OUT/table1.tsv.partial"

@@ -14,10 +14,10 @@ rhe_base_args
 K="${K:-6}"
 PARTS="${PARTS:-table2 gate k}"
 if fsa_selected table2 "$PARTS"; then
-  rm -f "$OUT/table2.tsv"
+  rm -f "$OUT/table2.tsv" "$OUT/table2.tsv.partial"
   # the paper gives differences: RHE lifts Rel_Pos by +0.28 and Localness by +0.20;
   # pruning the redundant heads costs 0.1 BLEU
-  rhe_rows "$OUT/table2.tsv" \
+  rhe_rows "$OUT/table2.tsv.partial" \
     "rel_pos=--encoder-rel-pos-k $K|25.49" \
     "rel_pos_rhe=--encoder-rel-pos-k $K --rhe --rhe-gate dynamic|25.49+0.28" \
     "localness=--encoder-localness|25.53" \
@@ -26,19 +26,19 @@ if fsa_selected table2 "$PARTS"; then
     "lpea_rhe_pruned=--encoder-syntax-attention lpea --lpea-max-distance $K --rhe --rhe-gate dynamic --prune-redundant-heads|26.28-0.1"
 fi
 if fsa_selected gate "$PARTS"; then
-  rm -f "$OUT/gate.tsv"
+  rm -f "$OUT/gate.tsv" "$OUT/gate.tsv.partial"
   rows=()
   for g in dynamic 0.1 0.2 0.3 0.4 0.5; do
     rows+=("gate_$g=--encoder-syntax-attention lpea --lpea-max-distance $K --rhe --rhe-gate $g|fig. 4")
   done
-  rhe_rows "$OUT/gate.tsv" "${rows[@]}"
+  rhe_rows "$OUT/gate.tsv.partial" "${rows[@]}"
 fi
 if fsa_selected k "$PARTS"; then
-  rm -f "$OUT/k.tsv"
+  rm -f "$OUT/k.tsv" "$OUT/k.tsv.partial"
   rows=()
   for k in 0 1 2 3 4 5 6; do
     rows+=("k$k=--encoder-syntax-attention lpea --lpea-max-distance $k --rhe --rhe-gate dynamic|Table 3")
   done
-  rhe_rows "$OUT/k.tsv" "${rows[@]}"
+  rhe_rows "$OUT/k.tsv.partial" "${rows[@]}"
 fi
-fsa_log "results in $OUT"
+for t in table2 gate k; do fsa_publish "$OUT/$t.tsv.partial"; done
