@@ -13,7 +13,7 @@ test:               ## the whole test suite (unit + small real end-to-end runs)
 	$(PYTHON) -m pytest -q tests
 
 test-fast:          ## unit tests only (no training runs)
-	$(PYTHON) -m pytest -q tests --ignore=tests/test_end_to_end.py --ignore=tests/test_analysis_cli.py --ignore=tests/test_distributed.py --ignore-glob='*_e2e.py'
+	$(PYTHON) -m pytest -q tests --ignore=tests/test_end_to_end.py --ignore=tests/test_analysis_cli.py --ignore=tests/test_distributed.py --ignore=tests/test_repro_scripts.py --ignore-glob='*_e2e.py'
 
 demo:               ## softmax vs ReLA-g on Multi30k, CPU, <= 15 min
 	$(PYTHON) scripts/demo.py --out $(DEMO_DIR)

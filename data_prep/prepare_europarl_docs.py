@@ -26,17 +26,23 @@ first N documents of every split (tests).
 import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from common import (  # noqa: E402
+    PrepError,
+    Source,
+    binarize,
+    download,
+    learn_bpe,
+    main_wrapper,
+    make_logger,
+)
 from fairseq_sparse_attn.data.documents import (  # noqa: E402
     DocumentFormatError,
     documents_from_marked_files,
@@ -46,42 +52,29 @@ from fairseq_sparse_attn.data.documents import (  # noqa: E402
 URL_BASE = os.environ.get(
     "EUROPARL_DOC_URL_BASE",
     "https://raw.githubusercontent.com/sameenmaruf/selective-attn/master/data/Europarl7/")
+HOMEPAGE = ("https://github.com/sameenmaruf/selective-attn (data/Europarl7); pass --raw-dir DIR "
+            "or set EUROPARL_DOC_DIR")
 TAG = "[europarl-docs]"
-
-
-def say(msg):
-    print(f"{TAG} {msg}", file=sys.stderr, flush=True)
+say = make_logger(TAG)
 
 
 def find_raw(raw_dir: Path, split: str, lang: str) -> Path:
     for name in (f"{split}.{lang}.gz", f"{split}.{lang}"):
         if (raw_dir / name).exists():
             return raw_dir / name
-    raise FileNotFoundError(
+    raise PrepError(
         f"{raw_dir}: no {split}.{lang}(.gz); expected line-aligned files with '<d>' document "
         f"starts, e.g. {split}.en and {split}.de")
 
 
-def download(out_raw: Path, split: str, lang: str) -> Path:
-    out_raw.mkdir(parents=True, exist_ok=True)
-    target = out_raw / f"{split}.{lang}"
-    if target.exists():
-        return target
-    url = f"{URL_BASE}{split}.{lang}"
-    part = target.with_suffix(target.suffix + ".part")
-    try:
-        with urllib.request.urlopen(url, timeout=60) as r, open(part, "wb") as f:
-            shutil.copyfileobj(r, f)
-    except (urllib.error.URLError, OSError) as e:
-        part.unlink(missing_ok=True)
-        sys.exit(f"{TAG} could not download {url} ({e}). Get the Europarl7 document files "
-                 "(github.com/sameenmaruf/selective-attn, data/Europarl7) and pass --raw-dir "
-                 "or set EUROPARL_DOC_DIR.")
-    part.rename(target)
-    return target
+def fetch(out_raw: Path, split: str, lang: str) -> Path:
+    """Download ``<split>.<lang>`` (no published checksum or size: not verified)."""
+    name = f"{split}.{lang}"
+    return download(Source(name=name, urls=(URL_BASE + name,), homepage=HOMEPAGE), out_raw, say,
+                    what="Europarl7 documents")
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--raw-dir", default=os.environ.get("EUROPARL_DOC_DIR"))
     p.add_argument("--out", required=True)
@@ -96,14 +89,12 @@ def main():
     p.add_argument("--bpe-merges", type=int, default=16000)
     p.add_argument("--max-docs", type=int, default=None, help="first N documents per split")
     p.add_argument("--workers", type=int, default=2)
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    return main_wrapper(TAG, lambda: run(args))
 
-    import subword_nmt.learn_bpe as learn_bpe_module
+
+def run(args):
     from subword_nmt.apply_bpe import BPE
-    from subword_nmt.learn_bpe import learn_bpe
-
-    if not sys.stderr.isatty():  # no tqdm progress bar in logs / CI output
-        learn_bpe_module.tqdm = lambda iterable, *a, **k: iterable
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -113,28 +104,22 @@ def main():
         if args.raw_dir:
             raw = Path(args.raw_dir)
             if not raw.is_dir():
-                sys.exit(f"{TAG} raw directory {raw} does not exist")
-            try:
-                src_path, tgt_path = find_raw(raw, split, args.src), find_raw(raw, split, args.tgt)
-            except FileNotFoundError as e:
-                sys.exit(f"{TAG} {e}")
+                raise PrepError(f"raw directory {raw} does not exist")
+            src_path, tgt_path = find_raw(raw, split, args.src), find_raw(raw, split, args.tgt)
         else:
-            src_path = download(out / "raw", split, args.src)
-            tgt_path = download(out / "raw", split, args.tgt)
+            src_path = fetch(out / "raw", split, args.src)
+            tgt_path = fetch(out / "raw", split, args.tgt)
         try:
             docs[name] = documents_from_marked_files(src_path, tgt_path)[: args.max_docs]
         except (DocumentFormatError, FileNotFoundError) as e:
-            sys.exit(f"{TAG} {e}")
+            raise PrepError(str(e)) from None
         say(f"{name} ({split}): {len(docs[name])} documents, "
             f"{sum(len(d.src) for d in docs[name])} sentences")
 
     t0 = time.time()
     codes = out / "bpe.codes"
-    tmp = codes.with_suffix(".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        lines = [s for d in docs["train"] for s in d.src + d.tgt]
-        learn_bpe(lines, f, args.bpe_merges)
-    tmp.rename(codes)
+    lines = [s for d in docs["train"] for s in d.src + d.tgt]
+    learn_bpe(lines, codes, args.bpe_merges)
     say(f"learned {args.bpe_merges} BPE merges on {len(lines)} training sentences ({time.time() - t0:.1f}s)")
     with open(codes, encoding="utf-8") as f:
         bpe = BPE(f)
@@ -158,21 +143,11 @@ def main():
             info["splits"][name] = dict(report.__dict__, longest=longest)
             say(f"L={L} {name}: {report.documents_in} documents -> {report.packed} packed "
                 f"({report.overlong_sentences} sentences longer than L kept whole)")
-        bin_dir, tmp_dir = root / "data-bin", root / "data-bin.tmp"
-        shutil.rmtree(tmp_dir, ignore_errors=True)
-        cmd = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", args.src,
-               "--target-lang", args.tgt, "--trainpref", text / "train", "--validpref", text / "valid",
-               "--testpref", text / "test", "--destdir", tmp_dir, "--joined-dictionary",
-               "--workers", str(args.workers)]
-        proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
-        if proc.returncode != 0:
-            shutil.rmtree(tmp_dir, ignore_errors=True)
-            sys.exit(f"{TAG} fairseq-preprocess failed:\n{proc.stderr[-2000:]}")
-        (tmp_dir / "doc_info.json").write_text(json.dumps(info, indent=2))
-        shutil.rmtree(bin_dir, ignore_errors=True)
-        tmp_dir.rename(bin_dir)
+        bin_dir = root / "data-bin"
+        binarize(text, bin_dir, args.src, args.tgt, joined=True, workers=args.workers, log=say,
+                 extra_files={"doc_info.json": json.dumps(info, indent=2)})
         say(f"L={L}: {bin_dir}")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -6,16 +6,17 @@ Pipeline
 1. Locate the raw text: ``--raw-dir DIR``, else the ``MULTI30K_DIR``
    environment variable, else ``<out>/raw/`` (files downloaded earlier), else
    download the six files from the public Multi30k repository into
-   ``<out>/raw/``.  Each file may be gzipped (``train.de.gz``) or plain
-   (``train.de``).
+   ``<out>/raw/`` (resumable, checked by size and as gzip; ``data_prep/common.py``).
+   Each file may be gzipped (``train.de.gz``) or plain (``train.de``).
 2. Tokenize with sacremoses (case kept, no escaping) -> ``<out>/tok/``.
 3. Learn a joint BPE (subword-nmt) on tokenized train src+tgt and apply it to
    all splits -> ``<out>/bpe/{train,valid,test}.{src,tgt}`` and
    ``<out>/bpe/codes``.
 4. Binarize with ``fairseq-preprocess --joined-dictionary`` ->
    ``<out>/data-bin/``.
-5. Keep the untokenized test reference at ``<out>/raw/test.<tgt>`` for
-   sacreBLEU.
+5. Keep the untokenized test source and reference at ``<out>/raw/test.{src,tgt}``
+   for sacreBLEU.  ``--max-train-lines`` / ``--max-eval-lines`` keep the first N pairs
+   (smoke runs).
 
 The run is idempotent: a stamp file ``<out>/.prepare_multi30k.json`` records
 the options; a later run with the same options and complete outputs is a
@@ -32,26 +33,41 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import json
 import os
-import shutil
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
-from multiprocessing import Pool
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (  # noqa: E402
+    PrepError,
+    Source,
+    apply_bpe,
+    binarize,
+    binarized_files,
+    download,
+    learn_bpe,
+    main_wrapper,
+    make_logger,
+    read_lines,
+    read_stamp,
+    tokenize,
+    write_lines,
+    write_stamp,
+)
 
 TAG = "[multi30k]"
 STAMP_NAME = ".prepare_multi30k.json"
-STAMP_VERSION = 1
+STAMP_VERSION = 2
 
 DEFAULT_URL_BASE = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
 # Hidden override (used by the tests to simulate a network failure).
 URL_BASE_ENV = "MULTI30K_URL_BASE"
 RAW_DIR_ENV = "MULTI30K_DIR"
+HOMEPAGE = (f"https://github.com/multi30k/dataset (data/task1/raw), or set {RAW_DIR_ENV}=DIR "
+            "to a local copy")
 
 # raw file stem -> fairseq split name
 SPLITS: Tuple[Tuple[str, str], ...] = (
@@ -60,16 +76,16 @@ SPLITS: Tuple[Tuple[str, str], ...] = (
     ("test_2016_flickr", "test"),
 )
 LANGS = ("de", "en")
-CHUNK_LINES = 500
-DOWNLOAD_TIMEOUT_S = 60
+# No published checksums.  Sizes of the repository's gzip files (gzip headers dated
+# 2017-12-21, the release), measured on the copies in ../shared/data/multi30k.
+SIZES = {
+    "train.de.gz": 637044, "train.en.gz": 568929,
+    "val.de.gz": 24681, "val.en.gz": 21650,
+    "test_2016_flickr.de.gz": 22890, "test_2016_flickr.en.gz": 21077,
+}
+SIZE_NOTE = "no published checksum; verified by size (the 2017 release files)"
 
-
-class PrepError(Exception):
-    """A user-facing error: printed without a traceback, exit status 1."""
-
-
-def log(msg: str) -> None:
-    print(f"{TAG} {msg}", file=sys.stderr, flush=True)
+log = make_logger(TAG)
 
 
 # --------------------------------------------------------------------------- raw files
@@ -119,111 +135,29 @@ def validate_raw_dir(raw_dir: Path, langs: Sequence[str]) -> dict:
     return found
 
 
-def read_lines(path: Path) -> List[str]:
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8", newline="") as f:
-        return [line.rstrip("\r\n") for line in f]
+def source_for(name: str, url_base: str) -> Source:
+    if not url_base.endswith("/"):
+        url_base += "/"
+    return Source(name=name, urls=(url_base + name,), homepage=HOMEPAGE, size=SIZES.get(name),
+                  checksum_from=SIZE_NOTE)
 
 
 def download_raw(raw_dir: Path, url_base: str) -> None:
-    """Download the six gz files into raw_dir (skipping ones already there)."""
-    raw_dir.mkdir(parents=True, exist_ok=True)
-    if not url_base.endswith("/"):
-        url_base += "/"
+    """Download the six gz files into raw_dir (skipping ones already there), each checked
+    by size and as a readable gzip file (a broken one is removed)."""
     for name in expected_names():
-        dest = raw_dir / name
-        if dest.is_file():
-            continue
-        url = url_base + name
-        part = dest.with_name(dest.name + ".part")
-        t0 = time.time()
+        path = download(source_for(name, url_base), raw_dir, log, what="Multi30k")
         try:
-            with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as resp, open(part, "wb") as out:
-                shutil.copyfileobj(resp, out)
-            # sanity check: must be a readable gzip file
-            with gzip.open(part, "rb") as g:
+            with gzip.open(path, "rb") as g:
                 while g.read(1 << 20):
                     pass
-            os.replace(part, dest)
-        except (urllib.error.URLError, OSError, EOFError) as e:
-            part.unlink(missing_ok=True)
-            raise PrepError(
-                f"download of {url} failed: {e}\n"
-                f"  no network? pass --raw-dir DIR or set {RAW_DIR_ENV}=DIR to a local copy of "
-                f"Multi30k task1 raw data ({expected_files_msg()})"
-            ) from None
-        except BaseException:
-            part.unlink(missing_ok=True)
-            raise
-        log(f"download {name}: {dest.stat().st_size} bytes ({time.time() - t0:.1f}s)")
-
-
-# --------------------------------------------------------------------------- workers
-
-_TOKENIZERS: dict = {}
-_BPE = None
-
-
-def _tokenize_chunk(job: Tuple[str, List[str]]) -> List[str]:
-    lang, lines = job
-    tok = _TOKENIZERS.get(lang)
-    if tok is None:
-        from sacremoses import MosesTokenizer
-
-        tok = _TOKENIZERS[lang] = MosesTokenizer(lang=lang)
-    return [
-        tok.tokenize(line, aggressive_dash_splits=False, escape=False, return_str=True)
-        for line in lines
-    ]
-
-
-def _init_bpe(codes_path: str) -> None:
-    global _BPE
-    from subword_nmt.apply_bpe import BPE
-
-    with open(codes_path, encoding="utf-8") as f:
-        _BPE = BPE(f)
-
-
-def _bpe_chunk(lines: List[str]) -> List[str]:
-    return [_BPE.process_line(line) for line in lines]
-
-
-def _chunks(lines: Sequence, n: int = CHUNK_LINES) -> Iterator[list]:
-    for i in range(0, len(lines), n):
-        yield list(lines[i : i + n])
-
-
-def _pmap(pool, fn: Callable, jobs: Iterable) -> List[str]:
-    """Order-preserving chunked map; ``pool=None`` runs inline."""
-    out: List[str] = []
-    it = pool.imap(fn, jobs) if pool is not None else map(fn, jobs)
-    for part in it:
-        out.extend(part)
-    return out
+        except (OSError, EOFError) as e:
+            path.unlink(missing_ok=True)
+            raise PrepError(f"{path} is not a readable gzip file ({e}); it was removed: run again "
+                            f"or get it from {HOMEPAGE}") from None
 
 
 # --------------------------------------------------------------------------- outputs
-
-
-def write_lines(path: Path, lines: Iterable[str]) -> None:
-    """Write atomically (tmp file + rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-        for line in lines:
-            f.write(line)
-            f.write("\n")
-    os.replace(tmp, path)
-
-
-def binarized_files(src: str, tgt: str) -> List[str]:
-    names = [f"dict.{src}.txt", f"dict.{tgt}.txt"]
-    for _, split in SPLITS:
-        for lang in (src, tgt):
-            for ext in ("bin", "idx"):
-                names.append(f"{split}.{src}-{tgt}.{lang}.{ext}")
-    return names
 
 
 def outputs_complete(out: Path, src: str, tgt: str) -> bool:
@@ -236,19 +170,6 @@ def outputs_complete(out: Path, src: str, tgt: str) -> bool:
     if not all((bpe / f"{split}.{lang}").is_file() for _, split in SPLITS for lang in (src, tgt)):
         return False
     return (out / "raw" / f"test.{tgt}").is_file()
-
-
-def read_stamp(path: Path) -> Optional[dict]:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def write_stamp(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 # --------------------------------------------------------------------------- main
@@ -276,6 +197,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         default=None,
         help="use only the first N training sentence pairs (for tests/CI)",
     )
+    p.add_argument(
+        "--max-eval-lines",
+        type=int,
+        default=None,
+        help="use only the first N pairs of the validation and test sets (smoke runs)",
+    )
     p.add_argument("--workers", type=int, default=2, help="worker processes (default: 2)")
     p.add_argument("--force", action="store_true", help="rebuild even if up-to-date outputs exist")
     args = p.parse_args(argv)
@@ -283,8 +210,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         p.error("--src and --tgt must differ")
     if args.bpe_merges < 1:
         p.error("--bpe-merges must be >= 1")
-    if args.max_train_lines is not None and args.max_train_lines < 1:
-        p.error("--max-train-lines must be >= 1")
+    for name in ("max_train_lines", "max_eval_lines"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.workers < 1:
         p.error("--workers must be >= 1")
     return args
@@ -323,6 +251,7 @@ def run(args: argparse.Namespace) -> None:
         "tgt": tgt,
         "bpe_merges": args.bpe_merges,
         "max_train_lines": args.max_train_lines,
+        "max_eval_lines": args.max_eval_lines,
         "source": source_desc,
     }
     stamp_path = out / STAMP_NAME
@@ -358,96 +287,49 @@ def run(args: argparse.Namespace) -> None:
             )
         if not ls:
             raise PrepError(f"split '{stem}' is empty: {ps}, {pt}")
-        if split == "train" and args.max_train_lines is not None:
-            ls, lt = ls[: args.max_train_lines], lt[: args.max_train_lines]
+        limit = args.max_train_lines if split == "train" else args.max_eval_lines
+        if limit is not None:
+            ls, lt = ls[:limit], lt[:limit]
         raw_text[(split, src)] = ls
         raw_text[(split, tgt)] = lt
 
-    # untokenized reference for sacreBLEU
-    raw_ref = out / "raw" / f"test.{tgt}"
-    write_lines(raw_ref, raw_text[("test", tgt)])
-    log(f"reference {raw_ref}: {len(raw_text[('test', tgt)])} lines")
+    # untokenized references for sacreBLEU
+    for lang in (src, tgt):
+        write_lines(out / "raw" / f"test.{lang}", raw_text[("test", lang)])
+    log(f"reference {out / 'raw' / f'test.{tgt}'}: {len(raw_text[('test', tgt)])} lines")
 
     tok_dir, bpe_dir, databin = out / "tok", out / "bpe", out / "data-bin"
     workers = args.workers
 
     # ---- tokenize
     tokenized = {}
-    pool = Pool(workers) if workers > 1 else None
-    try:
-        for stem, split in SPLITS:
-            for lang in (src, tgt):
-                t0 = time.time()
-                lines = raw_text[(split, lang)]
-                tok = _pmap(pool, _tokenize_chunk, ((lang, c) for c in _chunks(lines)))
-                write_lines(tok_dir / f"{split}.{lang}", tok)
-                tokenized[(split, lang)] = tok
-                log(f"tokenize {stem}.{lang}: {len(tok)} lines ({time.time() - t0:.1f}s)")
-    finally:
-        if pool is not None:
-            pool.close()
-            pool.join()
+    for stem, split in SPLITS:
+        for lang in (src, tgt):
+            t0 = time.time()
+            tok = tokenize(raw_text[(split, lang)], lang, workers=workers)
+            write_lines(tok_dir / f"{split}.{lang}", tok)
+            tokenized[(split, lang)] = tok
+            log(f"tokenize {stem}.{lang}: {len(tok)} lines ({time.time() - t0:.1f}s)")
 
     # ---- learn joint BPE
-    import subword_nmt.learn_bpe as _learn_bpe_mod
-
-    if not sys.stderr.isatty():  # no tqdm progress bar in logs / CI output
-        _learn_bpe_mod.tqdm = lambda iterable, *a, **k: iterable
-    learn_bpe = _learn_bpe_mod.learn_bpe
-
     t0 = time.time()
     codes = bpe_dir / "codes"
-    bpe_dir.mkdir(parents=True, exist_ok=True)
-    codes_tmp = codes.with_name("codes.tmp")
     train_joint = tokenized[("train", src)] + tokenized[("train", tgt)]
-    with open(codes_tmp, "w", encoding="utf-8") as f:
-        learn_bpe(train_joint, f, args.bpe_merges)
-    os.replace(codes_tmp, codes)
-    n_codes = sum(1 for line in codes.read_text(encoding="utf-8").splitlines() if not line.startswith("#version"))
+    n_codes = learn_bpe(train_joint, codes, args.bpe_merges)
     log(f"learn bpe on {len(train_joint)} lines: {n_codes} merges ({time.time() - t0:.1f}s)")
     del train_joint
 
     # ---- apply BPE
-    pool = Pool(workers, initializer=_init_bpe, initargs=(str(codes),)) if workers > 1 else None
-    if pool is None:
-        _init_bpe(str(codes))
-    try:
-        for _, split in SPLITS:
-            for lang in (src, tgt):
-                t0 = time.time()
-                seg = _pmap(pool, _bpe_chunk, _chunks(tokenized[(split, lang)]))
-                write_lines(bpe_dir / f"{split}.{lang}", seg)
-                log(f"apply bpe {split}.{lang}: {len(seg)} lines ({time.time() - t0:.1f}s)")
-    finally:
-        if pool is not None:
-            pool.close()
-            pool.join()
+    for _, split in SPLITS:
+        for lang in (src, tgt):
+            t0 = time.time()
+            seg = apply_bpe(tokenized[(split, lang)], codes, workers=workers)
+            write_lines(bpe_dir / f"{split}.{lang}", seg)
+            log(f"apply bpe {split}.{lang}: {len(seg)} lines ({time.time() - t0:.1f}s)")
 
     # ---- binarize (into a temp dir, then swap in)
     t0 = time.time()
-    tmp_databin = out / "data-bin.tmp"
-    shutil.rmtree(tmp_databin, ignore_errors=True)
-    cmd = [
-        sys.executable, "-m", "fairseq_cli.preprocess",
-        "--source-lang", src, "--target-lang", tgt,
-        "--trainpref", str(bpe_dir / "train"),
-        "--validpref", str(bpe_dir / "valid"),
-        "--testpref", str(bpe_dir / "test"),
-        "--destdir", str(tmp_databin),
-        "--joined-dictionary",
-        "--workers", str(workers),
-    ]  # fmt: skip
-    log("binarize: " + " ".join(cmd))
-    # fairseq logs to stderr; send its stdout there too so our stdout stays clean
-    proc = subprocess.run(cmd, stdout=sys.stderr, stderr=None)
-    if proc.returncode != 0:
-        shutil.rmtree(tmp_databin, ignore_errors=True)
-        raise PrepError(f"fairseq-preprocess failed with exit status {proc.returncode}: {' '.join(cmd)}")
-    missing = [n for n in binarized_files(src, tgt) if not (tmp_databin / n).is_file()]
-    if missing:
-        raise PrepError(f"fairseq-preprocess did not produce: {', '.join(missing)} in {tmp_databin}")
-    shutil.rmtree(databin, ignore_errors=True)
-    os.replace(tmp_databin, databin)
+    binarize(bpe_dir, databin, src, tgt, joined=True, workers=workers, log=log)
     with open(databin / f"dict.{src}.txt", encoding="utf-8") as f:
         vocab = sum(1 for _ in f)
     log(f"binarize -> {databin}: joined dictionary {vocab} types ({time.time() - t0:.1f}s)")
@@ -461,15 +343,7 @@ def run(args: argparse.Namespace) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    try:
-        run(args)
-    except PrepError as e:
-        print(f"{TAG} error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"{TAG} interrupted", file=sys.stderr)
-        return 130
-    return 0
+    return main_wrapper(TAG, lambda: run(args))
 
 
 if __name__ == "__main__":

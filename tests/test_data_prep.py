@@ -172,3 +172,48 @@ def test_download_failure(tmp_path):
     assert "--raw-dir" in proc.stderr and "MULTI30K_DIR" in proc.stderr
     assert list(out.rglob("*.part")) == []
     assert not (out / ".prepare_multi30k.json").exists()
+
+
+def _serve(directory):
+    import threading
+    from functools import partial
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), partial(Quiet, directory=str(directory)))
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, f"http://127.0.0.1:{srv.server_address[1]}/"
+
+
+def test_download_checks_sizes(tmp_path):
+    """The download path on a local server: the release files pass the size check (the
+    pipeline then runs on them); a file of another size is rejected and removed."""
+    if not MULTI30K.is_dir():
+        pytest.skip(f"Multi30k raw data not found at {MULTI30K}")
+    served = tmp_path / "served"
+    served.mkdir()
+    for name in ("train", "val", "test_2016_flickr"):
+        for lang in ("de", "en"):
+            (served / f"{name}.{lang}.gz").write_bytes((MULTI30K / f"{name}.{lang}.gz").read_bytes())
+    srv, base = _serve(served)
+    try:
+        out = tmp_path / "ok"
+        proc = run_prep("--out", str(out), "--max-train-lines", "300", "--max-eval-lines", "50",
+                        "--bpe-merges", "100", env=_clean_env(MULTI30K_URL_BASE=base))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "downloaded train.de.gz: 637044 bytes" in proc.stderr and "verified by size" in proc.stderr
+        assert _count_lines(out / "bpe" / "test.en") == 50 and _count_lines(out / "raw" / "test.de") == 50
+
+        _write_gz(served / "val.en.gz", ["not the release"])
+        out = tmp_path / "bad"
+        proc = run_prep("--out", str(out), env=_clean_env(MULTI30K_URL_BASE=base))
+        assert proc.returncode == 1
+        assert "checksum mismatch for val.en.gz" in proc.stderr and "expected 21650 bytes" in proc.stderr
+        assert not (out / "raw" / "val.en.gz").exists() and list(out.rglob("*.part")) == []
+        assert (out / "raw" / "train.de.gz").is_file()  # the files before it stay for the next run
+    finally:
+        srv.shutdown()
+        srv.server_close()

@@ -3,6 +3,8 @@ three attention kinds.  With softmax everywhere and no output norm it has exactl
 parameters (names and shapes) of fairseq's ``transformer`` and computes the same thing.
 """
 
+import argparse
+
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model
 from fairseq.models.transformer import (
@@ -214,6 +216,19 @@ class SparseTransformerModel(TransformerModel):
                                  "softmax (key-value memory), softmax_layernorm (default standard)")
         add_fixed_pattern_args(parser)
         add_encoder_bias_args(parser)
+
+    @classmethod
+    def build_model(cls, args, task):
+        # fairseq-hydra-train (configs/*.yaml) hands a legacy model a DictConfig, and
+        # TransformerConfig.from_namespace copies keys it does not declare (every plugin
+        # option: attention activation and norm, fixed patterns, FFN type) only from a
+        # Namespace -- vars() of a DictConfig is its internals -- so they would be dropped
+        # silently and a softmax model trained.  The CLI path passes a Namespace already.
+        from omegaconf import OmegaConf
+
+        if OmegaConf.is_config(args):
+            args = argparse.Namespace(**OmegaConf.to_container(args, resolve=True))
+        return super().build_model(args, task)
 
     @classmethod
     def build_encoder(cls, cfg, src_dict, embed_tokens):

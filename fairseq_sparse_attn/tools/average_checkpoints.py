@@ -1,0 +1,108 @@
+"""Average the parameters of the last N checkpoints of a fairseq run (ReLA: "we average
+the last 5 checkpoints").
+
+fairseq's own ``scripts/average_checkpoints.py`` is not installed with the fairseq wheels
+(fairseq-fixed 0.12.3.1 included), so the plugin carries this one:
+
+    python -m fairseq_sparse_attn.tools.average_checkpoints --inputs SAVE_DIR --num 5 \\
+        --output SAVE_DIR/checkpoint_avg5.pt
+    python -m fairseq_sparse_attn.tools.average_checkpoints --inputs a.pt b.pt --output avg.pt
+
+With a directory, the update checkpoints ``checkpoint_<epoch>_<updates>.pt``
+(``--save-interval-updates``) are used, the N with the most updates; without any, the
+epoch checkpoints ``checkpoint<epoch>.pt``.  The output is the newest input's checkpoint
+(configuration, optimizer history) with ``model`` replaced by the element-wise mean of the
+models' tensors, computed in float64 and cast back to each tensor's dtype; integer
+tensors (buffers such as step counters) must be equal and are copied.
+"""
+
+import argparse
+import os
+import re
+import sys
+from collections import OrderedDict
+from pathlib import Path
+from typing import List
+
+_UPDATE = re.compile(r"^checkpoint_(\d+)_(\d+)\.pt$")
+_EPOCH = re.compile(r"^checkpoint(\d+)\.pt$")
+
+
+def last_checkpoints(directory: Path, n: int) -> List[Path]:
+    """The n newest update checkpoints of ``directory`` (else epoch checkpoints), oldest
+    first; raises ValueError when it has none."""
+    names = os.listdir(directory)
+    updates = sorted((int(m.group(2)), name) for name in names if (m := _UPDATE.match(name)))
+    if updates:
+        return [directory / name for _, name in updates[-n:]]
+    epochs = sorted((int(m.group(1)), name) for name in names if (m := _EPOCH.match(name)))
+    if epochs:
+        return [directory / name for _, name in epochs[-n:]]
+    raise ValueError(f"{directory}: no checkpoint_<epoch>_<updates>.pt or checkpoint<epoch>.pt files "
+                     "(train with --save-interval-updates N --keep-interval-updates K)")
+
+
+def average(paths: List[Path]):
+    import torch
+
+    states = []
+    for p in paths:
+        state = torch.load(p, map_location="cpu", weights_only=False)
+        if "model" not in state:
+            raise ValueError(f"{p}: not a fairseq checkpoint (no 'model' entry)")
+        states.append(state)
+    keys = list(states[0]["model"].keys())
+    for p, s in zip(paths[1:], states[1:]):
+        if list(s["model"].keys()) != keys:
+            missing = set(keys) ^ set(s["model"].keys())
+            raise ValueError(f"{p}: different parameters than {paths[0]} ({sorted(missing)[:5]})")
+    averaged = OrderedDict()
+    for k in keys:
+        tensors = [s["model"][k] for s in states]
+        first = tensors[0]
+        if first.is_floating_point():
+            total = torch.zeros_like(first, dtype=torch.float64)
+            for t in tensors:
+                if t.shape != first.shape:
+                    raise ValueError(f"{k}: shapes differ between checkpoints ({tuple(first.shape)} vs {tuple(t.shape)})")
+                total += t.to(torch.float64)
+            averaged[k] = (total / len(tensors)).to(first.dtype)
+        else:
+            for p, t in zip(paths, tensors):
+                if not torch.equal(t, first):
+                    raise ValueError(f"{k}: integer tensor differs in {p}; cannot average")
+            averaged[k] = first.clone()
+    out = states[-1]
+    out["model"] = averaged
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--inputs", nargs="+", required=True, help="a save directory, or checkpoint files")
+    p.add_argument("--num", type=int, default=5, help="with a directory: how many of the newest checkpoints")
+    p.add_argument("--output", required=True)
+    args = p.parse_args(argv)
+    import torch
+
+    try:
+        if len(args.inputs) == 1 and Path(args.inputs[0]).is_dir():
+            paths = last_checkpoints(Path(args.inputs[0]), args.num)
+        else:
+            paths = [Path(x) for x in args.inputs]
+            missing = [str(x) for x in paths if not x.is_file()]
+            if missing:
+                raise ValueError(f"checkpoint(s) not found: {', '.join(missing)}")
+        state = average(paths)
+    except ValueError as e:
+        print(f"average_checkpoints: error: {e}", file=sys.stderr)
+        return 1
+    tmp = args.output + ".tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, args.output)
+    print(f"averaged {len(paths)} checkpoints: {' '.join(x.name for x in paths)} -> {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""BLEU of a ``fairseq-generate`` output, the two ways the papers report it:
+
+- sacreBLEU (detokenized, case-sensitive, 13a) of the ``D-`` lines against the untokenized
+  reference file, with its signature (ReLA, fixed patterns);
+- tokenized BLEU (multi-bleu.perl style: sacreBLEU with ``tokenize="none"``) of the ``H-``
+  lines (BPE removed, still Moses-tokenized) against the tokenized reference (ReLA's
+  bracketed numbers, ReLUFormer, RHE).
+
+    python -m fairseq_sparse_attn.tools.score gen.txt --ref raw/test.en --tok-ref tok/test.en --json bleu.json
+
+Hypotheses are ordered by sentence id; a count different from the reference file's is an
+error naming both files.
+"""
+
+import argparse
+import json
+import re
+import sys
+
+_LINE = re.compile(r"^([HD])-(\d+)\t([^\t]*)\t?(.*)$")
+_TARGET = re.compile(r"^T-(\d+)\t(.*)$")
+
+
+def read_targets(path):
+    """{id: T text}: the references fairseq-generate printed."""
+    refs = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            m = _TARGET.match(line.rstrip("\n"))
+            if m:
+                refs[int(m.group(1))] = m.group(2)
+    return refs
+
+
+def read_hypotheses(path):
+    """({id: H text}, {id: D text}); the first hypothesis of a sentence (nbest order)."""
+    hyps, detok = {}, {}
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.startswith(("H-", "D-")):
+                continue
+            m = _LINE.match(line.rstrip("\n"))
+            if m is None:
+                raise ValueError(f"{path}:{lineno}: expected 'H-/D-<id>\\t<score>\\t<text>', got {line[:80]!r}")
+            kind, sid, text = m.group(1), int(m.group(2)), m.group(4)
+            (detok if kind == "D" else hyps).setdefault(sid, text)
+    if not hyps:
+        raise ValueError(f"{path}: no H-/D- lines (not a fairseq-generate output?)")
+    return hyps, detok
+
+
+def _ordered(table, n, path, ref):
+    ids = sorted(table)
+    if ids != list(range(n)):
+        raise ValueError(f"{path} has hypotheses for {len(ids)} sentences (ids {ids[:3]}...), "
+                         f"but {ref} has {n} lines")
+    return [table[i] for i in ids]
+
+
+def _read(path):
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def score(gen, ref=None, tok_ref=None, lowercase=False, t_lines=False):
+    import sacrebleu
+
+    hyps, detok = read_hypotheses(gen)
+    result = {"generate_output": gen, "sentences": len(hyps)}
+    if t_lines:  # tokenized BLEU of H against the T lines (generate run without --tokenizer)
+        refs_by_id = read_targets(gen)
+        ids = sorted(hyps)
+        if sorted(refs_by_id) != ids:
+            raise ValueError(f"{gen}: T- lines for {len(refs_by_id)} sentences, H- lines for {len(ids)}")
+        bleu = sacrebleu.metrics.BLEU(tokenize="none", lowercase=lowercase, force=True)
+        s = bleu.corpus_score([hyps[i] for i in ids], [[refs_by_id[i] for i in ids]])
+        result.update(tok_bleu=round(s.score, 2), tok_reference="T- lines", signature=str(bleu.get_signature()))
+    if ref:
+        refs = _read(ref)
+        sys_out = _ordered(detok or hyps, len(refs), gen, ref)
+        bleu = sacrebleu.metrics.BLEU(lowercase=lowercase)
+        s = bleu.corpus_score(sys_out, [refs])
+        result.update(sacrebleu=round(s.score, 2), signature=str(bleu.get_signature()), reference=ref)
+    if tok_ref:
+        refs = _read(tok_ref)
+        sys_out = _ordered(hyps, len(refs), gen, tok_ref)
+        bleu = sacrebleu.metrics.BLEU(tokenize="none", lowercase=lowercase, force=True)
+        result.update(tok_bleu=round(bleu.corpus_score(sys_out, [refs]).score, 2), tok_reference=tok_ref)
+    return result
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("gen", help="fairseq-generate output")
+    p.add_argument("--ref", help="untokenized reference (sacreBLEU)")
+    p.add_argument("--tok-ref", help="tokenized reference (tokenized BLEU)")
+    p.add_argument("--t-lines", action="store_true",
+                   help="tokenized BLEU of the H- lines against the T- lines of the output itself")
+    p.add_argument("--lowercase", action="store_true", help="case-insensitive")
+    p.add_argument("--json", help="write the result here")
+    args = p.parse_args(argv)
+    if not args.ref and not args.tok_ref and not args.t_lines:
+        p.error("give --ref and/or --tok-ref, or --t-lines")
+    try:
+        result = score(args.gen, args.ref, args.tok_ref, args.lowercase, args.t_lines)
+    except (ValueError, OSError) as e:
+        print(f"score: error: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2)
+    print(" ".join(f"{k}={result[k]}" for k in ("sacrebleu", "tok_bleu", "signature") if k in result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Raganato et al. (2020) analyses with the models of table1.sh (same OUT_DIR):
+# BLEU by reference length (Fig. 2, fsa-length-bleu) and contrastive test suites
+# (subject-verb agreement / LingEval97 Fig. 3, ContraWSD and MuCoW Table 6, fsa-contrastive)
+# for 8L, 7F_token+1L and 7F_token+1L with the learned head (H8) masked.
+#   CONTRASTIVE="--format lingeval97 suite.json" scripts/fixed_patterns/analyses.sh DATA_DIR NUM_GPUS OUT_DIR
+# CONTRASTIVE: the fsa-contrastive inputs and options (repeat the script per suite; the
+# suites are English->German: DATA_DIR must be En->De then); empty = length analysis only.
+# CONTRASTIVE_NAME labels the suite in the TSV (default: its --format).
+# LAYERS (default "6+6 6+1") and MODELS (default "8L 7Ftoken 7Ftoken_H8off") select.  Writes OUT_DIR/analyses/length.tsv and
+# OUT_DIR/analyses/contrastive.tsv.
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+fsa_init "Raganato et al. Fig. 2, 3, Table 6; env: CONTRASTIVE, LAYERS, SMOKE" "$@"
+fp_base_args
+A="$OUT/analyses"
+mkdir -p "$A"
+suite_name=$(grep -o -- '--format [a-z0-9]*' <<< "${CONTRASTIVE:-}" | cut -d' ' -f2 || true)
+suite_name=${suite_name:-plain}
+rm -f "$A/length.tsv" "$A/contrastive.tsv" "$A/length.tsv.partial" "$A/contrastive.tsv.partial"
+for layers in ${LAYERS:-6+6 6+1}; do
+  for model in ${MODELS:-8L 7Ftoken 7Ftoken_H8off}; do
+    config=${model%_H8off}
+    name="${config}_$layers"
+    [[ -f "$OUT/$name/.trained" ]] || fp_run "$name" "$OUT/$name.eval.tsv" "Fig. 2" "$config" "$layers"
+    ckpt=$(fsa_average "$name" "$AVERAGE")
+    mask=()
+    [[ "$model" == *_H8off ]] && mask=(--model-overrides "{'encoder_masked_heads': '7'}")
+    gen=$(fsa_generate "$name" "$ckpt" test "${GEN_ARGS[@]}" "${mask[@]}")
+    cp "$gen" "$A/gen.${model}_$layers.txt"
+    "$PY" -m fairseq_sparse_attn.analysis.length_bleu "$A/gen.${model}_$layers.txt" --tsv "$A/length.${model}_$layers.tsv" \
+      > /dev/null || fsa_die "fsa-length-bleu failed on $A/gen.${model}_$layers.txt"
+    [[ -f "$A/length.tsv.partial" ]] || printf 'model\tlayers\t%s\n' "$(head -1 "$A/length.${model}_$layers.tsv")" > "$A/length.tsv.partial"
+    awk -v m="$model" -v l="$layers" 'NR > 1 { print m "\t" l "\t" $0 }' "$A/length.${model}_$layers.tsv" >> "$A/length.tsv.partial"
+    if [[ -n "${CONTRASTIVE:-}" ]]; then
+      # shellcheck disable=SC2206
+      cargs=($CONTRASTIVE)
+      [[ "$NGPUS" -eq 0 ]] && cargs+=(--cpu)
+      "$PY" -m fairseq_sparse_attn.analysis.contrastive "$DATA_BIN" "${cargs[@]}" --path "$ckpt" \
+        -s "$SRC" -t "$TGT" "${mask[@]}" --no-progress --output-json "$A/contrastive.${model}_$layers.json" \
+        > "$A/contrastive.${model}_$layers.log" 2>&1 || fsa_die "fsa-contrastive failed (see $A/contrastive.${model}_$layers.log)"
+      acc=$("$PY" -c "import json,sys; r=json.load(open(sys.argv[1])); print(r.get('accuracy', r.get('overall', {}).get('accuracy', '-')))" \
+        "$A/contrastive.${model}_$layers.json")
+      fsa_result "$A/contrastive.tsv.partial" "model=$model" "layers=$layers" "accuracy=$acc" "suite=${CONTRASTIVE_NAME:-$suite_name}" "paper=see Fig. 3 / Table 6"
+    fi
+  done
+done
+fsa_publish "$A/length.tsv.partial"
+fsa_publish "$A/contrastive.tsv.partial"

@@ -1,0 +1,55 @@
+# Fixed encoder self-attention patterns (Raganato, Scherrer & Tiedemann 2020): settings
+# shared by the scripts (sourced).  Transformer base (the paper trains with OpenNMT-py's
+# base settings and does not list steps or learning rate): Adam (0.9, 0.98), inverse-sqrt
+# schedule, 4k warmup, LR 7e-4, label smoothing 0.1, 4k tokens per batch (1k tokens,
+# dropout 0.3 and tied embeddings in the low-resource setting), MAX_UPDATE (default
+# 100000), beam 5, sacreBLEU.
+FP_TARGET_TOKENS=4096
+MAX_UPDATE="${MAX_UPDATE:-100000}"
+fp_base_args() {
+  FP_ARGS=(--optimizer adam --adam-betas '(0.9,0.98)' --lr "${LR:-7e-4}" --lr-scheduler inverse_sqrt
+           --warmup-updates 4000 --warmup-init-lr 1e-7 --attention-dropout 0.1
+           --criterion label_smoothed_cross_entropy --label-smoothing 0.1 $(fsa_share_args)
+           --max-update "$MAX_UPDATE" --save-interval-updates "${SAVE_INTERVAL:-1000}"
+           --keep-interval-updates 5 --no-epoch-checkpoints --seed "${SEED:-1}")
+  GEN_ARGS=(--beam 5 --batch-size "${GEN_BATCH:-128}")
+  SCORE_ARGS=()
+  AVERAGE="${AVERAGE:-1}"  # the paper does not average checkpoints
+  # smoke: the tiny model keeps 8 encoder heads (7 fixed + 1 learned, head size 8)
+  FP_SMOKE=()
+  [[ "$SMOKE" == "1" ]] && FP_SMOKE=("${FSA_SMOKE_MODEL[@]}" --encoder-attention-heads 8)
+  true
+}
+# fp_config_args CONFIG [low]: encoder attention configuration (docs/fixed_patterns.md)
+fp_config_args() {
+  local size=wmt_en_de
+  [[ "${2:-}" == low ]] && size=iwslt_de_en
+  case $1 in
+    8L)      if [[ $size == iwslt_de_en ]]; then echo --arch softmax_transformer_wmt_en_de --dropout 0.3
+             else echo --arch softmax_transformer_wmt_en_de; fi ;;
+    7Ftoken) echo --arch fixed_pattern_transformer_$size ;;
+    7Fword)  echo --arch fixed_pattern_word_transformer_$size ;;
+    1L)      echo --arch softmax_transformer_wmt_en_de --encoder-attention-heads 1 ;;
+    8F)      echo --arch fixed_pattern_transformer_$size --encoder-fixed-patterns 8F ;;
+    *) fsa_die "unknown configuration '$1' (8L 7Ftoken 7Fword 1L 8F)" ;;
+  esac
+}
+# fp_layer_args E+D
+fp_layer_args() {
+  [[ "$1" =~ ^([0-9]+)\+([0-9]+)$ ]] || fsa_die "layers must look like 6+1, got '$1'"
+  echo --encoder-layers "${BASH_REMATCH[1]}" --decoder-layers "${BASH_REMATCH[2]}"
+}
+# fp_run NAME TSV PAPER_TABLE CONFIG LAYERS [low]: train (or reuse) and evaluate one model
+fp_run() {
+  local name=$1 tsv=$2 table=$3 config=$4 layers=$5 low=${6:-}
+  local flags
+  # shellcheck disable=SC2207
+  flags=($(fp_config_args "$config" "$low") $(fp_layer_args "$layers"))
+  if [[ "$config" == 1L ]]; then flags+=(--encoder-attention-heads 1); fi
+  if fsa_train "$name" "${FP_TARGET:-$FP_TARGET_TOKENS}" "${FP_ARGS[@]}" "${FP_SMOKE[@]}" "${flags[@]}"; then
+    fsa_eval_row "$name" "$tsv" "config=$config" "layers=$layers" "paper=see $table"
+  else
+    fsa_result "$tsv" "config=$config" "layers=$layers" "paper=see $table" "sacrebleu=diverged" \
+      "tok_bleu=diverged" "signature=-" "checkpoint=-"
+  fi
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Raganato et al. (2020) Table 4: mask one encoder head (the same index in every layer)
+# at test time; BLEU change against the full 7F_token+1L model, 6+1 and 6+6 layers.
+# Calls scripts/fixed_patterns/head_ablation.py on each model.
+#   scripts/fixed_patterns/table4_ablation.sh DATA_DIR NUM_GPUS OUT_DIR
+# Trains 7Ftoken_6+1 and 7Ftoken_6+6 into OUT_DIR unless table1.sh already did (same
+# OUT_DIR).  LAYERS, CONFIG (7Ftoken | 7Fword) and HEADS="0,7" select.
+# Writes OUT_DIR/ablation_<config>_<layers>/{gen.*.txt,ablation.tsv} and OUT_DIR/table4.tsv.
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+fsa_init "Raganato et al. Table 4; env: CONFIG, LAYERS, HEADS, MAX_UPDATE, SMOKE" "$@"
+fp_base_args
+CONFIG="${CONFIG:-7Ftoken}"
+TSV="$OUT/table4.tsv.partial"
+rm -f "$TSV" "${TSV%.partial}"
+for layers in ${LAYERS:-6+1 6+6}; do
+  name="${CONFIG}_$layers"
+  if [[ ! -f "$OUT/$name/.trained" ]]; then
+    fp_run "$name" "$OUT/$name.eval.tsv" "Table 4" "$CONFIG" "$layers"
+  fi
+  ckpt=$(fsa_average "$name" "$AVERAGE")
+  dir="$OUT/ablation_$name"
+  gen=("${GEN_ARGS[@]}" --remove-bpe --tokenizer moses --source-lang "$SRC" --target-lang "$TGT")
+  [[ "$NGPUS" -eq 0 ]] && gen+=(--cpu)
+  gen+=("${FSA_SMOKE_GEN[@]}")
+  heads=()
+  [[ -n "${HEADS:-}" ]] && heads=(--heads "$HEADS")
+  "$PY" "$FSA_REPO/scripts/fixed_patterns/head_ablation.py" "$DATA_BIN" --path "$ckpt" --out "$dir" \
+    "${heads[@]}" -- "${gen[@]}" > "$dir.log" 2>&1 || fsa_die "head ablation of $name failed (see $dir.log)"
+  tail -n +2 "$dir/ablation.tsv" | while IFS=$'\t' read -r head pattern bleu delta; do
+    fsa_result "$TSV" "config=$CONFIG" "layers=$layers" "masked_head=$head" "pattern=$pattern" \
+      "sacrebleu=$bleu" "delta=$delta" "paper=see Table 4"
+  done
+done
+fsa_publish "$TSV"

@@ -1,0 +1,228 @@
+# Shared shell functions of the reproduction scripts (scripts/<paper>/*.sh).
+# Source it after setting nothing; it parses "DATA_DIR NUM_GPUS OUT_DIR" with fsa_init.
+#
+#   source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+#   fsa_init "usage text" "$@"          # DATA, NGPUS, OUT, DATA_BIN, SRC, TGT, SMOKE
+#   fsa_train NAME TARGET_TOKENS ARGS   # fairseq-train, --update-freq from the target batch
+#   fsa_average NAME 5                  # average the last 5 checkpoints
+#   fsa_generate NAME CKPT SUBSET ARGS  # fairseq-generate -> $OUT/NAME/gen.<SUBSET>.txt
+#   fsa_score NAME SUBSET               # sacreBLEU (signature) + tokenized BLEU -> JSON
+#   fsa_result TSV col=value ...        # append a row to a results table
+#
+# Environment: SMOKE=1 (tiny model 2+2 layers d=64, 10 updates of 2 x 512 tokens, beam 1,
+# short outputs: the test suite's mode),
+# MAX_TOKENS (per GPU and step, default 4096), MAX_UPDATE (each script's paper value),
+# PYTHON (python3).  Effective batch = MAX_TOKENS x GPUs x --update-freq.
+
+set -euo pipefail
+
+FSA_REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+FSA_USER_DIR="$FSA_REPO/fairseq_sparse_attn"
+export PYTHONPATH="$FSA_REPO${PYTHONPATH:+:$PYTHONPATH}"
+PY="${PYTHON:-python3}"
+SMOKE="${SMOKE:-0}"
+
+fsa_log() { echo "[$(basename "$0" .sh)] $*" >&2; }
+fsa_die() { echo "[$(basename "$0" .sh)] error: $*" >&2; exit 1; }
+
+# fsa_update_freq TARGET_TOKENS MAX_TOKENS GPUS -> the --update-freq whose effective batch
+# (MAX_TOKENS x GPUS x update_freq) is closest to TARGET_TOKENS (at least 1)
+fsa_update_freq() {
+  local target=$1 max_tokens=$2 gpus=$3
+  [[ "$gpus" -ge 1 ]] || gpus=1
+  local per_step=$(( max_tokens * gpus ))
+  local uf=$(( (target + per_step / 2) / per_step ))
+  [[ "$uf" -ge 1 ]] || uf=1
+  echo "$uf"
+}
+
+# fsa_init USAGE "$@": DATA NGPUS OUT from the command line; checks the data dir
+fsa_init() {
+  local usage=$1; shift
+  if [[ $# -lt 3 || "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+    echo "usage: $(basename "$0") DATA_DIR NUM_GPUS OUT_DIR" >&2
+    echo "$usage" >&2
+    exit 2
+  fi
+  DATA="$(cd "$1" 2>/dev/null && pwd)" || fsa_die "data directory not found: $1"
+  NGPUS=$2
+  OUT=$3
+  [[ "$NGPUS" =~ ^[0-9]+$ ]] || fsa_die "NUM_GPUS must be a number (0 = CPU), got '$NGPUS'"
+  mkdir -p "$OUT"
+  OUT="$(cd "$OUT" && pwd)"
+  MAX_TOKENS="${MAX_TOKENS:-4096}"
+  FSA_DEVICE_ARGS=()
+  if [[ "$NGPUS" -eq 0 ]]; then
+    FSA_DEVICE_ARGS=(--cpu)
+  elif [[ "$NGPUS" -gt 1 ]]; then
+    FSA_DEVICE_ARGS=(--distributed-world-size "$NGPUS")
+  fi
+  FSA_SMOKE_MODEL=()
+  FSA_SMOKE_TRAIN=()
+  FSA_SMOKE_GEN=()
+  if [[ "$SMOKE" == "1" ]]; then
+    # one intra-op thread: a tiny model on a shared CPU runs ~50x slower with thread contention
+    export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
+    FSA_SMOKE_GEN=(--beam 1 --max-len-a 0.5 --max-len-b 5)
+    MAX_TOKENS="${MAX_TOKENS_SMOKE:-512}"
+    FSA_SMOKE_MODEL=(--encoder-layers 2 --decoder-layers 2 --encoder-embed-dim 64 --decoder-embed-dim 64
+                     --encoder-ffn-embed-dim 128 --decoder-ffn-embed-dim 128
+                     --encoder-attention-heads 4 --decoder-attention-heads 4)
+    FSA_SMOKE_TRAIN=(--max-update "${SMOKE_UPDATES:-10}" --warmup-updates 5 --lr 1e-3
+                     --save-interval-updates 5 --keep-interval-updates 5
+                     --num-workers 0 --disable-validation)
+  fi
+  if [[ "${FSA_DATA_IS_ROOT:-0}" == "1" ]]; then
+    fsa_log "data root $DATA, $NGPUS GPU(s), output $OUT$( [[ $SMOKE == 1 ]] && echo ', SMOKE mode' )"
+  else
+    fsa_data_dir "$DATA"
+    fsa_log "data $DATA_BIN ($SRC -> $TGT), $NGPUS GPU(s), output $OUT$( [[ $SMOKE == 1 ]] && echo ', SMOKE mode' )"
+  fi
+}
+
+# fsa_data_dir DIR: DATA_BIN, SRC, TGT of a data_prep output dir (DIR/data-bin) or a data-bin
+fsa_data_dir() {
+  local d=$1
+  if [[ -d "$d/data-bin" ]]; then DATA_BIN="$d/data-bin"; DATA_ROOT="$d"; else DATA_BIN="$d"; DATA_ROOT="$d/.."; fi
+  local f
+  f=$(ls "$DATA_BIN"/train.*-*.*.idx 2>/dev/null | head -1) || true
+  [[ -n "$f" ]] || fsa_die "$d: no train.SRC-TGT.*.idx: expected the output of data_prep/prepare_*.py (DIR/data-bin) or a fairseq data-bin"
+  local pair
+  pair=$(basename "$f" | cut -d. -f2)
+  SRC=${pair%-*}
+  TGT=${pair#*-}
+}
+
+# fsa_share_args: tie all embeddings when the data has one joined dictionary, else only
+# the decoder's input and output embeddings
+fsa_share_args() {
+  if cmp -s "$DATA_BIN/dict.$SRC.txt" "$DATA_BIN/dict.$TGT.txt"; then
+    echo --share-all-embeddings
+  else
+    echo --share-decoder-input-output-embed
+  fi
+}
+
+# fsa_require_python_flag ARCH_OR_FLAG_CHECK: a python expression over the plugin that
+# must be true, else the message
+fsa_require() {
+  local check=$1 msg=$2
+  "$PY" -c "$check" >/dev/null 2>&1 || fsa_die "$msg"
+}
+
+# fsa_train NAME TARGET_TOKENS ARGS... : trains into $OUT/NAME.  A finished run
+# ($OUT/NAME/.trained) is reused when its command was the same (scripts sharing an OUT_DIR
+# share models), and refused when it differs.  Returns 1 when the run diverged (the row
+# then says so); any other failure stops the script with the log's last lines.
+fsa_train() {
+  local name=$1 target=$2; shift 2
+  local dir="$OUT/$name"
+  mkdir -p "$dir"
+  local paper_target=$target
+  # smoke runs keep update-freq > 1 but small
+  [[ "$SMOKE" == "1" ]] && target="${SMOKE_TARGET_TOKENS:-1024}"
+  local uf
+  uf=$(fsa_update_freq "$target" "$MAX_TOKENS" "$NGPUS")
+  local gpus=$NGPUS; [[ $gpus -ge 1 ]] || gpus=1
+  local cmd=("$PY" -m fairseq_cli.train "$DATA_BIN" --user-dir "$FSA_USER_DIR" --save-dir "$dir/checkpoints"
+             --max-tokens "$MAX_TOKENS" --update-freq "$uf" --log-format simple --log-interval 10
+             "${FSA_DEVICE_ARGS[@]}" "$@" "${FSA_SMOKE_TRAIN[@]}")
+  local cmdline
+  cmdline="$(printf '%q ' "${cmd[@]}")"
+  if [[ -f "$dir/.trained" ]]; then
+    if [[ "$(cat "$dir/train.cmd")" == "$cmdline" ]]; then
+      fsa_log "$name: trained already ($dir)"
+      return 0
+    fi
+    fsa_die "$name: $dir was trained with other arguments (see $dir/train.cmd); remove it or use another OUT_DIR"
+  fi
+  echo "$cmdline" > "$dir/train.cmd"
+  fsa_log "$name: training, effective batch $(( MAX_TOKENS * gpus * uf )) tokens (max-tokens $MAX_TOKENS x $gpus GPU(s) x update-freq $uf; paper: $paper_target) -> $dir/train.log"
+  if "${cmd[@]}" > "$dir/train.log" 2>&1; then
+    touch "$dir/.trained"
+    return 0
+  fi
+  if grep -q "training diverged" "$dir/train.log"; then
+    fsa_log "$name: $(grep -o 'training diverged.*' "$dir/train.log" | tail -1 | cut -c1-160)"
+    return 1
+  fi
+  fsa_die "$name: training failed (see $dir/train.log):
+$(tail -5 "$dir/train.log")"
+}
+
+# fsa_average NAME N: $OUT/NAME/checkpoint_avgN.pt from the last N update checkpoints
+# (else epoch checkpoints; else checkpoint_last.pt alone); prints its path
+fsa_average() {
+  local name=$1 n=$2 dir="$OUT/$1/checkpoints"
+  local out="$dir/checkpoint_avg$n.pt"
+  if [[ ! -f "$out" ]]; then
+    "$PY" -m fairseq_sparse_attn.tools.average_checkpoints --inputs "$dir" --num "$n" --output "$out" \
+      >> "$OUT/$name/average.log" 2>&1 || fsa_die "$name: checkpoint averaging failed (see $OUT/$name/average.log)"
+  fi
+  echo "$out"
+}
+
+# fsa_generate NAME CKPT SUBSET ARGS... -> $OUT/NAME/gen.SUBSET.txt
+fsa_generate() {
+  local name=$1 ckpt=$2 subset=$3; shift 3
+  local out="$OUT/$name/gen.$subset.txt"
+  local extra=()
+  [[ "$NGPUS" -eq 0 ]] && extra=(--cpu)
+  extra+=("${FSA_SMOKE_GEN[@]}")
+  "$PY" -m fairseq_cli.generate "$DATA_BIN" --user-dir "$FSA_USER_DIR" --path "$ckpt" --gen-subset "$subset" \
+    --remove-bpe --tokenizer moses --source-lang "$SRC" --target-lang "$TGT" "$@" "${extra[@]}" \
+    > "$out" 2> "$OUT/$name/gen.$subset.log" || fsa_die "$name: fairseq-generate failed (see $OUT/$name/gen.$subset.log)"
+  echo "$out"
+}
+
+# fsa_score NAME SUBSET [--lowercase]: sacreBLEU of the detokenized output against
+# DATA/raw/SUBSET.TGT (with signature) and tokenized BLEU against DATA/tok/SUBSET.TGT
+# -> $OUT/NAME/bleu.SUBSET.json; prints "sacrebleu tok_bleu"
+fsa_score() {
+  local name=$1 subset=$2; shift 2
+  "$PY" -m fairseq_sparse_attn.tools.score "$OUT/$name/gen.$subset.txt" \
+    --ref "$DATA_ROOT/raw/$subset.$TGT" --tok-ref "$DATA_ROOT/tok/$subset.$TGT" \
+    --json "$OUT/$name/bleu.$subset.json" "$@" || fsa_die "$name: scoring failed"
+}
+
+# fsa_json FILE KEY: a value of a JSON file
+fsa_json() { "$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
+
+# fsa_result TSV col=value...: append a row; the header is written with the first row
+fsa_result() {
+  local tsv=$1; shift
+  local header="" row="" kv
+  for kv in "$@"; do
+    header+="${header:+$'\t'}${kv%%=*}"
+    row+="${row:+$'\t'}${kv#*=}"
+  done
+  [[ -f "$tsv" ]] || echo "$header" > "$tsv"
+  echo "$row" >> "$tsv"
+}
+
+# fsa_publish PATH.partial: a finished table takes its final name (rows are appended to
+# PATH.partial while the script runs, so one that stops early leaves no complete-looking
+# table); prints it
+fsa_publish() {
+  local part=$1 final=${1%.partial}
+  [[ -f "$part" ]] || return 0
+  mv "$part" "$final"
+  fsa_log "results: $final"
+  { column -t -s $'\t' "$final" || cat "$final"; } >&2 2>/dev/null
+}
+
+# fsa_eval_row NAME TSV col=value...: average last 5 checkpoints, generate the
+# test set with GEN_ARGS, score, append a row with sacreBLEU, tokenized BLEU, signature
+fsa_eval_row() {
+  local name=$1 tsv=$2; shift 2
+  local ckpt scores
+  ckpt=$(fsa_average "$name" "${AVERAGE:-5}")
+  fsa_generate "$name" "$ckpt" test "${GEN_ARGS[@]}" > /dev/null
+  fsa_score "$name" test "${SCORE_ARGS[@]}" > /dev/null
+  local j="$OUT/$name/bleu.test.json"
+  fsa_result "$tsv" "$@" "sacrebleu=$(fsa_json "$j" sacrebleu)" "tok_bleu=$(fsa_json "$j" tok_bleu)" \
+    "signature=$(fsa_json "$j" signature)" "checkpoint=$ckpt"
+}
+
+# fsa_selected WORD LIST: is WORD in the space-separated LIST (an empty LIST selects all)
+fsa_selected() { [[ -z "$2" ]] && return 0; [[ " $2 " == *" $1 "* ]]; }

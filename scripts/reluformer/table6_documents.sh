@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# ReLUFormer Table 6: document-level translation on Europarl7 En-De with documents packed
+# to L = 128..2048 BPE tokens: Transformer, Sparsemax, ReLUFormer.
+#   scripts/reluformer/table6_documents.sh DATA_DIR NUM_GPUS OUT_DIR
+# DATA_DIR: data_prep/prepare_europarl_docs.py --out DATA_DIR --max-doc-length 128 256 512 1024 2048
+# (one DATA_DIR/L<L>/data-bin per length).  LENGTHS / MODELS select; KEY_BLOCK=N runs the
+# ReLUFormer with the memory-bounded key-block path (--attn-key-block-size N, attention
+# dropout 0).  BLEU is tokenized BLEU over whole documents (H- against T- lines).
+# Writes OUT_DIR/L<L>/<model>/... and OUT_DIR/table6.tsv.
+FSA_DATA_IS_ROOT=1
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+fsa_init "ReLUFormer Table 6; env: LENGTHS, MODELS, KEY_BLOCK, MAX_UPDATE, SMOKE" "$@"
+TSV="$OUT/table6.tsv.partial"
+rm -f "$TSV" "${TSV%.partial}"
+declare -A PAPER=(
+  [transformer.128]=31.19 [transformer.256]=31.94 [transformer.512]=31.81 [transformer.1024]=31.74 [transformer.2048]=31.89
+  [sparsemax.128]=31.04 [sparsemax.256]=31.70 [sparsemax.512]=- [sparsemax.1024]=- [sparsemax.2048]=-
+  [reluformer.128]=31.22 [reluformer.256]=32.09 [reluformer.512]=32.69 [reluformer.1024]=32.89 [reluformer.2048]=32.58
+)
+ROOT_OUT=$OUT
+BASE_MAX_TOKENS=$MAX_TOKENS
+for L in ${LENGTHS:-128 256 512 1024 2048}; do
+  [[ -d "$DATA/L$L/data-bin" ]] || fsa_die "$DATA/L$L/data-bin not found: run data_prep/prepare_europarl_docs.py --out $DATA --max-doc-length $L"
+  fsa_data_dir "$DATA/L$L"
+  OUT="$ROOT_OUT/L$L"
+  mkdir -p "$OUT"
+  rf_base_args wmt14
+  # a batch must hold the longest document
+  longest=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['longest_document'])" "$DATA_BIN/doc_info.json")
+  MAX_TOKENS=$(( BASE_MAX_TOKENS > longest + 2 ? BASE_MAX_TOKENS : longest + 2 ))
+  for model in ${MODELS:-transformer sparsemax reluformer}; do
+    case $model in
+      transformer) flags=(--arch softmax_transformer_wmt_en_de "${CE[@]}") ;;
+      sparsemax)   flags=(--arch sparsemax_transformer_wmt_en_de "${CE[@]}") ;;
+      reluformer)  flags=(--arch reluformer_wmt_en_de "${REG[@]}")
+                   [[ -n "${KEY_BLOCK:-}" ]] && flags+=(--attn-key-block-size "$KEY_BLOCK") ;;
+      *) fsa_die "unknown model '$model' (transformer sparsemax reluformer)" ;;
+    esac
+    extra=()
+    [[ "$model" == reluformer && -n "${KEY_BLOCK:-}" ]] && extra=(--attention-dropout 0)
+    tok=diverged
+    if fsa_train "$model" "$RF_TARGET_TOKENS" --task document_translation --max-doc-length "$L" \
+        "${flags[@]}" "${RF_ARGS[@]}" "${FSA_SMOKE_MODEL[@]}" "${extra[@]}"; then
+      ckpt=$(fsa_average "$model" "${AVERAGE}")
+      gen="$OUT/$model/gen.test.txt"
+      gextra=()
+      [[ "$NGPUS" -eq 0 ]] && gextra=(--cpu)
+      gextra+=("${FSA_SMOKE_GEN[@]}")
+      "$PY" -m fairseq_cli.generate "$DATA_BIN" --user-dir "$FSA_USER_DIR" --task document_translation \
+        --max-doc-length "$L" --path "$ckpt" --gen-subset test --remove-bpe --beam 5 --lenpen 0.6 \
+        --batch-size "${GEN_BATCH:-16}" "${gextra[@]}" > "$gen" 2> "$OUT/$model/gen.test.log" \
+        || fsa_die "L$L/$model: fairseq-generate failed (see $OUT/$model/gen.test.log)"
+      "$PY" -m fairseq_sparse_attn.tools.score "$gen" --t-lines --json "$OUT/$model/bleu.test.json" > /dev/null \
+        || fsa_die "L$L/$model: scoring failed"
+      tok=$(fsa_json "$OUT/$model/bleu.test.json" tok_bleu)
+    fi
+    fsa_result "$TSV" "length=$L" "model=$model" "tok_bleu=$tok" "paper_tok_bleu=${PAPER[$model.$L]}"
+  done
+done
+fsa_publish "$TSV"

@@ -1,0 +1,47 @@
+# RHE ("Enlivening Redundant Heads in Multi-head Self-attention for MT") settings shared
+# by its scripts (sourced).  Transformer base, 32k BPE, BLEU (4-gram, tokenized).  The
+# paper's training hyper-parameters are in an appendix our copy lacks: Adam (0.9, 0.98),
+# LR 7e-4, inverse-sqrt with 4k warmup, label smoothing 0.1, 25k tokens per batch,
+# MAX_UPDATE (default 100000), beam 4, length penalty 0.6 are our choices.
+# DEPENDS ON the RHE flags and task (another branch): --arch rhe_transformer_wmt_en_de
+# --task parse_annotated_translation --encoder-syntax-attention {dea,lpea} --rhe
+# --rhe-gate {dynamic,0.1..0.5} --lpea-max-distance K --encoder-rel-pos-k K
+# --encoder-localness --prune-redundant-heads, and data_prep/parse_source.py.
+RHE_TARGET_TOKENS=25000
+MAX_UPDATE="${MAX_UPDATE:-100000}"
+rhe_check() {
+  [[ -f "$FSA_REPO/data_prep/parse_source.py" ]] || fsa_die "data_prep/parse_source.py not found: the RHE scripts \
+need the syntax branch (source parsing, --task parse_annotated_translation, --arch rhe_transformer_wmt_en_de)"
+  fsa_require "import fairseq_sparse_attn
+from fairseq.models import ARCH_MODEL_REGISTRY
+from fairseq.tasks import TASK_REGISTRY
+assert 'rhe_transformer_wmt_en_de' in ARCH_MODEL_REGISTRY and 'parse_annotated_translation' in TASK_REGISTRY" \
+    "--arch rhe_transformer_wmt_en_de / --task parse_annotated_translation are not registered by $FSA_USER_DIR: \
+the RHE scripts need the syntax branch"
+}
+rhe_base_args() {
+  RHE_ARGS=(--task parse_annotated_translation --optimizer adam --adam-betas '(0.9,0.98)' --lr "${LR:-7e-4}"
+            --lr-scheduler inverse_sqrt --warmup-updates 4000 --warmup-init-lr 1e-7 --dropout 0.1
+            --attention-dropout 0.1 --criterion label_smoothed_cross_entropy --label-smoothing 0.1
+            $(fsa_share_args) --max-update "$MAX_UPDATE" --save-interval-updates "${SAVE_INTERVAL:-1000}"
+            --keep-interval-updates 5 --no-epoch-checkpoints --seed "${SEED:-1}")
+  GEN_ARGS=(--task parse_annotated_translation --beam 4 --lenpen 0.6 --batch-size "${GEN_BATCH:-128}")
+  SCORE_ARGS=()
+  AVERAGE="${AVERAGE:-5}"
+}
+# rhe_rows TSV NAME=FLAGS|PAPER ... : train and evaluate each row
+rhe_rows() {
+  local tsv=$1; shift
+  local spec name rest flags paper
+  for spec in "$@"; do
+    name=${spec%%=*}; rest=${spec#*=}; flags=${rest%|*}; paper=${rest##*|}
+    fsa_selected "$name" "${ROWS:-}" || continue
+    # shellcheck disable=SC2206
+    local f=($flags)
+    if fsa_train "$name" "$RHE_TARGET_TOKENS" --arch rhe_transformer_wmt_en_de "${RHE_ARGS[@]}" "${FSA_SMOKE_MODEL[@]}" "${f[@]}"; then
+      fsa_eval_row "$name" "$tsv" "row=$name" "flags=$flags" "paper_bleu=$paper"
+    else
+      fsa_result "$tsv" "row=$name" "flags=$flags" "paper_bleu=$paper" "sacrebleu=diverged" "tok_bleu=diverged" "signature=-" "checkpoint=-"
+    fi
+  done
+}

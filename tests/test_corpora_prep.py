@@ -1,0 +1,328 @@
+"""The per-corpus entry points (data_prep/prepare_<corpus>.py) on small local raw files laid
+out like the real archives (tar/zip members, SGML, IWSLT tags/XML, latin-1 gold files),
+run as subprocesses like a user would; plus the corpus table's consistency."""
+
+import gzip
+import io
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from functools import partial
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DATA_PREP = REPO / "data_prep"
+sys.path.insert(0, str(DATA_PREP))
+
+from common import parse_text  # noqa: E402
+from corpora import CORPORA  # noqa: E402
+
+from conftest import shared_data_dir  # noqa: E402
+
+
+def _sentences(n):
+    """n real sentence pairs (Multi30k) of similar length (no pair trips the length-ratio
+    filter), else skip."""
+    d = shared_data_dir() / "multi30k"
+    if not (d / "train.de.gz").exists():
+        pytest.skip(f"Multi30k raw data not found at {d}")
+    with gzip.open(d / "train.de.gz", "rt", encoding="utf-8") as f_de, \
+            gzip.open(d / "train.en.gz", "rt", encoding="utf-8") as f_en:
+        out = {"de": [], "en": []}
+        for de, en in zip(f_de, f_en):
+            a, b = len(de.split()), len(en.split())
+            if max(a, b) <= 1.2 * min(a, b):
+                out["de"].append(de.rstrip("\n"))
+                out["en"].append(en.rstrip("\n"))
+                if len(out["de"]) == n:
+                    return out
+    raise AssertionError("not enough similar-length pairs")
+
+
+def _tar(path, members):
+    with tarfile.open(path, "w:gz") as t:
+        for name, data in members.items():
+            if isinstance(data, str):
+                data = data.encode("utf-8")
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+
+
+def _sgm(lines, lang):
+    body = "".join(f'<seg id="{i + 1}">{s}</seg>\n' for i, s in enumerate(lines))
+    return f'<srcset setid="x" srclang="any">\n<doc docid="d" genre="news" origlang="{lang}">\n<p>\n{body}</p>\n</doc>\n</srcset>\n'
+
+
+def run_prep(corpus, *args, env=None):
+    e = dict(os.environ)
+    e.pop("FSA_DATA_MIRROR", None)
+    e.update(env or {})
+    return subprocess.run([sys.executable, str(DATA_PREP / f"prepare_{corpus}.py"), *map(str, args)],
+                          capture_output=True, text=True, env=e, timeout=300)
+
+
+def lines(path):
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+# ------------------------------------------------------------------------ the table
+
+
+def test_every_corpus_has_an_entry_point_and_consistent_parts():
+    for name, c in CORPORA.items():
+        assert (DATA_PREP / f"prepare_{name}.py").is_file(), name
+        names = {s.name for s in c.sources}
+        assert len(names) == len(c.sources), name
+        for part in c.train + c.valid + c.test + ((c.gold and (c.gold,)) or ()):
+            texts = part.files.values() if hasattr(part, "files") else [part]
+            if hasattr(part, "files"):
+                assert set(part.files) == set(c.pair), (name, part.name)
+            for t in texts:
+                assert t.source in names, (name, t.source)
+        assert c.valid or c.valid_from_train, name
+        for s in c.sources:
+            assert s.urls or s.manual, s.name
+            assert s.homepage, s.name
+            if s.sha256:
+                assert re.fullmatch(r"[0-9a-f]{64}", s.sha256), s.name
+            if s.md5:
+                assert re.fullmatch(r"[0-9a-f]{32}", s.md5), s.name
+            if s.sha256 or s.md5 or s.size:
+                assert s.checksum_from, s.name
+
+
+def test_paper_settings():
+    assert CORPORA["iwslt14_de_en"].bpe_merges == 10000 and CORPORA["iwslt14_de_en"].lowercase
+    assert CORPORA["wmt14_en_de"].bpe_merges == 32000
+    assert CORPORA["wmt19_de_en"].bpe_merges == 35000
+    assert CORPORA["iwslt15_en_vi"].bpe_merges == 30000 and not CORPORA["korean_en"].joint_bpe
+    assert CORPORA["europarl_de_en_align"].bpe_merges == 10000
+    assert [p.name for p in CORPORA["iwslt14_de_en"].test] == [
+        "TED.dev2010", "TEDX.dev2012", "TED.tst2010", "TED.tst2011", "TED.tst2012"]
+
+
+def test_text_formats():
+    tmx = (b'<?xml version="1.0"?><tmx><body><tu><tuv xml:lang="en"><seg>Hello</seg></tuv>'
+           b'<tuv xml:lang="ro"><seg>Salut</seg></tuv></tu><tu><tuv xml:lang="EN"><seg>Two</seg></tuv>'
+           b'<tuv xml:lang="ro-RO"><seg>Doi</seg></tuv></tu></body></tmx>')
+    assert parse_text(tmx, "tmx", "x", lang="ro") == ["Salut", "Doi"]
+    assert parse_text(tmx, "tmx", "x", lang="en") == ["Hello", "Two"]
+    assert parse_text(b"a\tb\nc\n", "tsv", "x", column=1) == ["b", ""]
+    assert parse_text(b"Helsinki ||| Helsinki city\n", "bars", "x", column=1) == ["Helsinki city"]
+    assert parse_text(b"<url>u</url>\n<title>T</title>\nSatz\n", "iwslt_tags", "x") == ["T", "Satz"]
+    assert parse_text('<seg id="1"> It\u2019s </seg>\n'.encode(), "iwslt_xml", "x") == ["It's"]
+    with pytest.raises(Exception, match=r"f.xml: no <seg> lines"):
+        parse_text(b"nothing\n", "sgm", "f.xml")
+    with pytest.raises(Exception, match=r"f.txt, line 2: not valid utf-8"):
+        parse_text(b"ok\n\xff\n", "plain", "f.txt")
+
+
+# ------------------------------------------------------------------------ IWSLT14
+
+
+@pytest.fixture(scope="module")
+def iwslt_raw(tmp_path_factory):
+    s = _sentences(92 + 5 * 4)
+    raw = tmp_path_factory.mktemp("iwslt_raw")
+    members = {}
+    for lang in ("de", "en"):
+        train = s[lang][:92]
+        body = []
+        for i, line in enumerate(train):
+            if i % 30 == 0:
+                body += ["<url>http://www.ted.com/talks/x.html</url>", "<keywords>talks</keywords>",
+                         "<talkid>1</talkid>", "<title>Ein Titel</title>" if lang == "de" else "<title>A Title</title>"]
+            body.append(line)
+        # a pair the length-ratio filter drops (1 token vs 6)
+        body.append("Ja" if lang == "de" else "Yes , yes , yes .")
+        members[f"de-en/train.tags.de-en.{lang}"] = "\n".join(body) + "\n"
+        for k, name in enumerate(("TED.dev2010", "TEDX.dev2012", "TED.tst2010", "TED.tst2011", "TED.tst2012")):
+            segs = s[lang][92 + 4 * k: 96 + 4 * k]
+            if k == 0:
+                segs = [segs[0] + " It\u2019s"] + segs[1:]
+            members[f"de-en/IWSLT14.{name}.de-en.{lang}.xml"] = _sgm(segs, lang)
+    _tar(raw / "de-en.tgz", members)
+    return raw, s
+
+
+def test_iwslt14_from_raw_dir(iwslt_raw, tmp_path):
+    raw, s = iwslt_raw
+    out = tmp_path / "iwslt"
+    proc = run_prep("iwslt14_de_en", "--raw-dir", raw, "--out", out, "--bpe-merges", "60")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # 92 sentences + 4 titles per language; the ratio filter drops 1 pair
+    assert "dropped 1 of 97 pairs" in proc.stderr
+    tok_train, tok_valid = lines(out / "tok" / "train.de"), lines(out / "tok" / "valid.de")
+    assert len(tok_valid) == 96 // 23 and len(tok_train) == 96 - 96 // 23
+    assert all(t == t.lower() for t in tok_train + tok_valid)
+    assert not any("<url>" in t or "<title>" in t for t in tok_train)
+    assert "ein titel" in tok_train
+    # test = dev2010, dev2012, tst2010, tst2011, tst2012 in that order, untokenized in raw/
+    raw_test = lines(out / "raw" / "test.en")
+    assert raw_test[0] == s["en"][92] + " It's" and raw_test[4:8] == s["en"][96:100] and len(raw_test) == 20
+    assert lines(out / "tok" / "test.en")[0].endswith("it &apos;s")  # Moses escaping, as fairseq's recipe
+    for split in ("train", "valid", "test"):
+        assert (out / "data-bin" / f"{split}.de-en.de.bin").stat().st_size > 0
+    assert (out / "data-bin" / "dict.de.txt").read_text() == (out / "data-bin" / "dict.en.txt").read_text()
+    assert "@@ " in (out / "bpe" / "train.de").read_text()
+    # rerun: skipped
+    proc = run_prep("iwslt14_de_en", "--raw-dir", raw, "--out", out, "--bpe-merges", "60")
+    assert proc.returncode == 0 and "up to date, skipping" in proc.stderr
+
+
+def test_download_through_mirror_then_checksum_mismatch(iwslt_raw, tmp_path):
+    """IWSLT14 has no published checksum: a mirror download runs the whole pipeline.  A
+    corpus with one (News Commentary v11) rejects a file that differs, removing it."""
+    raw, _ = iwslt_raw
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "de-en.tgz").write_bytes((raw / "de-en.tgz").read_bytes())
+    (served / "training-parallel-nc-v11.tgz").write_bytes((raw / "de-en.tgz").read_bytes())
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), partial(_QuietHandler, directory=str(served)))
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    mirror = {"FSA_DATA_MIRROR": f"http://127.0.0.1:{srv.server_address[1]}/"}
+    try:
+        out = tmp_path / "dl"
+        proc = run_prep("iwslt14_de_en", "--out", out, "--bpe-merges", "60", env=mirror)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "downloaded de-en.tgz" in proc.stderr and "not verified" in proc.stderr
+        assert (out / "downloads" / "de-en.tgz").is_file() and (out / "data-bin" / "test.de-en.en.bin").is_file()
+
+        out = tmp_path / "nc"
+        proc = run_prep("nc11_en_de", "--out", out, env=mirror)
+        assert proc.returncode == 1
+        size = (raw / "de-en.tgz").stat().st_size
+        assert "checksum mismatch for training-parallel-nc-v11.tgz" in proc.stderr
+        assert f"size {size} bytes, expected 75178032 bytes (tensorflow/datasets" in proc.stderr
+        assert "the partial file was removed" in proc.stderr
+        assert list((out / "downloads").iterdir()) == []
+        assert not (out / ".prepare_corpus.json").exists()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+# ------------------------------------------------------------------------ WMT14 En-De
+
+
+def test_wmt14_en_de_from_raw_dir(tmp_path):
+    s = _sentences(60)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    de, en = s["de"], s["en"]
+    en = [en[0] + " state-of-the-art"] + en[1:]
+    _tar(raw / "training-parallel-europarl-v7.tgz",
+         {"training/europarl-v7.de-en.de": "\n".join(de[:20]) + "\n",
+          "training/europarl-v7.de-en.en": "\n".join(en[:20]) + "\n",
+          "training/europarl-v7.fr-en.fr": "x\n"})
+    _tar(raw / "training-parallel-commoncrawl.tgz",
+         {"commoncrawl.de-en.de": "\n".join(de[20:35]) + "\n", "commoncrawl.de-en.en": "\n".join(en[20:35]) + "\n"})
+    _tar(raw / "training-parallel-nc-v9.tgz",
+         {"training/news-commentary-v9.de-en.de": "\n".join(de[35:45]) + "\n",
+          "training/news-commentary-v9.de-en.en": "\n".join(en[35:45]) + "\n"})
+    _tar(raw / "wmt19-dev.tgz",
+         {"dev/newstest2013.de": "\n".join(de[45:50]) + "\n", "dev/newstest2013.en": "\n".join(en[45:50]) + "\n",
+          "dev/newstest2014-deen-src.de.sgm": _sgm(de[50:60], "de"),
+          "dev/newstest2014-deen-ref.en.sgm": _sgm(en[50:60], "en")})
+    out = tmp_path / "out"
+    proc = run_prep("wmt14_en_de", "--raw-dir", raw, "--out", out, "--bpe-merges", "80", "--max-eval-lines", "8")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(lines(out / "tok" / "train.en")) == 45
+    assert "state @-@ of @-@ the @-@ art" in lines(out / "tok" / "train.en")[0]  # -a as fairseq's recipe
+    assert lines(out / "raw" / "valid.de") == de[45:50]
+    assert lines(out / "raw" / "test.de") == de[50:58] and lines(out / "raw" / "test.en") == en[50:58]
+    assert (out / "data-bin" / "test.en-de.de.bin").is_file()  # default direction en -> de
+
+    # the other direction: de -> en
+    proc = run_prep("wmt14_en_de", "--raw-dir", raw, "--out", tmp_path / "deen", "--src", "de", "--tgt", "en",
+                    "--bpe-merges", "80", "--max-eval-lines", "8")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "deen" / "data-bin" / "train.de-en.de.bin").is_file()
+    assert lines(tmp_path / "deen" / "raw" / "test.en") == en[50:58]
+
+    # a member with a different number of lines is named with both counts
+    _tar(raw / "training-parallel-nc-v9.tgz",
+         {"training/news-commentary-v9.de-en.de": "\n".join(de[35:45]) + "\n",
+          "training/news-commentary-v9.de-en.en": "\n".join(en[35:44]) + "\n"})
+    proc = run_prep("wmt14_en_de", "--raw-dir", raw, "--out", tmp_path / "bad")
+    assert proc.returncode == 1
+    assert re.search(r"news-commentary-v9: .*training-parallel-nc-v9.tgz \[training/news-commentary-v9.de-en.en\] "
+                     r"has 9 sentences but .*\[training/news-commentary-v9.de-en.de\] has 10", proc.stderr), proc.stderr
+    assert not (tmp_path / "bad" / "data-bin").exists()
+
+    # a missing file is named with its URL; a missing member with the archive's names
+    (raw / "wmt19-dev.tgz").unlink()
+    proc = run_prep("wmt14_en_de", "--raw-dir", raw, "--out", tmp_path / "bad")
+    assert proc.returncode == 1
+    assert "wmt19-dev.tgz (from http://data.statmt.org/wmt19/translation-task/dev.tgz)" in proc.stderr
+
+
+# ------------------------------------------------------------------------ Europarl + gold
+
+
+def test_europarl_alignment_corpus(tmp_path):
+    s = _sentences(2130)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    gold_de = ["Das ist schön .", "Über die Tagesordnung,ja ."]  # released tokenized: kept as is
+    gold_en = ["That is nice .", "On the agenda ."]
+    train_de = s["de"][:1100] + ["", "Das ist schön ."] + s["de"][1100:]
+    train_en = s["en"][:1100] + ["Only one side", "That is nice ."] + s["en"][1100:]
+    _tar(raw / "europarl-v7.de-en.tgz", {"europarl-v7.de-en.de": "\n".join(train_de) + "\n",
+                                         "europarl-v7.de-en.en": "\n".join(train_en) + "\n"})
+    _tar(raw / "DeEnGoldAlignment.tar.gz", {
+        "DeEn/de": ("\n".join(gold_de) + "\n").encode("latin-1"),
+        "DeEn/en": ("\n".join(gold_en) + "\n").encode("latin-1"),
+        "DeEn/alignmentDeEn.talp": "1-1 2-2 3-3 4-4\n1-2 2-3 3-3 4-4\n"})
+    out = tmp_path / "out"
+    proc = run_prep("europarl_de_en_align", "--raw-dir", raw, "--out", out, "--bpe-merges", "100")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "removed 1 test pairs from the training data" in proc.stderr
+    assert "dropped 1 pairs with an empty side" in proc.stderr
+    # latin-1 -> utf-8, lowercased, not re-tokenized (the gold alignments index its tokens)
+    assert lines(out / "tok" / "test.de") == ["das ist schön .", "über die tagesordnung,ja ."]
+    train, valid = lines(out / "tok" / "train.de"), lines(out / "tok" / "valid.de")
+    assert len(valid) == 1000 and len(train) == 2130 - 1000
+    assert valid[-1].replace(" ", "") == s["de"][-1].lower().replace(" ", "")  # the last pair
+    assert all(t == t.lower() for t in train) and "das ist schön ." not in train
+    assert lines(out / "gold" / "test.talp") == ["1-1 2-2 3-3 4-4", "1-2 2-3 3-3 4-4"]
+    # separate BPE per language: two dictionaries
+    assert (out / "bpe" / "codes.de").is_file() and (out / "bpe" / "codes.en").is_file()
+    assert (out / "data-bin" / "dict.de.txt").read_text() != (out / "data-bin" / "dict.en.txt").read_text()
+
+    (raw / "DeEnGoldAlignment.tar.gz").unlink()
+    proc = run_prep("europarl_de_en_align", "--out", tmp_path / "dl")
+    assert proc.returncode == 1
+    assert "DeEnGoldAlignment.tar.gz cannot be downloaded automatically" in proc.stderr or \
+        "could not download europarl-v7.de-en.tgz" in proc.stderr
+
+
+def test_bad_arguments(tmp_path):
+    proc = run_prep("wmt14_en_de", "--out", tmp_path, "--src", "fr")
+    assert proc.returncode == 2 and "--src/--tgt must be the two languages of wmt14_en_de: en and de" in proc.stderr
+    proc = run_prep("wmt14_en_de", "--out", tmp_path, "--raw-dir", tmp_path / "nope")
+    assert proc.returncode == 1 and "raw data directory not found" in proc.stderr
+    assert "training-parallel-europarl-v7.tgz" in proc.stderr
+
+
+def test_europarl_docs_dead_url(tmp_path):
+    env = {"EUROPARL_DOC_URL_BASE": "http://127.0.0.1:9/europarl/"}
+    e = dict(os.environ, **env)
+    proc = subprocess.run([sys.executable, str(DATA_PREP / "prepare_europarl_docs.py"), "--out", str(tmp_path),
+                           "--max-doc-length", "128"], capture_output=True, text=True, env=e, timeout=120)
+    assert proc.returncode == 1
+    assert "could not download train.en" in proc.stderr and "http://127.0.0.1:9/europarl/train.en" in proc.stderr
+    assert "github.com/sameenmaruf/selective-attn" in proc.stderr and "--raw-dir" in proc.stderr
+    assert list(tmp_path.rglob("*.part")) == []

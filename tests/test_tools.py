@@ -1,0 +1,90 @@
+"""fairseq_sparse_attn.tools: checkpoint averaging (fairseq's script is not installed) and
+the BLEU scorer of the reproduction scripts, against plain computations."""
+
+import json
+
+import pytest
+import torch
+
+from fairseq_sparse_attn.tools import average_checkpoints, score
+
+
+def _ckpt(path, w, step, extra=None):
+    state = {"model": {"w": w, "num_batches": torch.tensor(step)}, "cfg": {"tag": path.name}, "extra_state": extra}
+    torch.save(state, path)
+
+
+def test_average_picks_the_newest_update_checkpoints(tmp_path):
+    ws = {}
+    for epoch, upd in [(1, 5), (1, 10), (2, 15), (2, 20), (3, 100)]:
+        ws[upd] = torch.randn(3, 4, generator=torch.Generator().manual_seed(upd))
+        _ckpt(tmp_path / f"checkpoint_{epoch}_{upd}.pt", ws[upd], 7)
+    (tmp_path / "checkpoint_last.pt").write_bytes(b"not used")
+    chosen = average_checkpoints.last_checkpoints(tmp_path, 3)
+    assert [p.name for p in chosen] == ["checkpoint_2_15.pt", "checkpoint_2_20.pt", "checkpoint_3_100.pt"]
+    out = tmp_path / "avg.pt"
+    assert average_checkpoints.main(["--inputs", str(tmp_path), "--num", "3", "--output", str(out)]) == 0
+    avg = torch.load(out, weights_only=False)
+    expected = (ws[15].double() + ws[20].double() + ws[100].double()) / 3
+    assert torch.allclose(avg["model"]["w"].double(), expected, atol=1e-7)
+    assert avg["model"]["w"].dtype == torch.float32
+    assert avg["model"]["num_batches"].item() == 7
+    assert avg["cfg"] == {"tag": "checkpoint_3_100.pt"}  # the newest checkpoint's configuration
+
+
+def test_average_epoch_checkpoints_half_precision_and_errors(tmp_path, capsys):
+    a, b = torch.tensor([1.0, 2.0], dtype=torch.float16), torch.tensor([2.0, 5.0], dtype=torch.float16)
+    _ckpt(tmp_path / "checkpoint9.pt", a, 1)
+    _ckpt(tmp_path / "checkpoint10.pt", b, 1)
+    assert [p.name for p in average_checkpoints.last_checkpoints(tmp_path, 5)] == ["checkpoint9.pt", "checkpoint10.pt"]
+    avg = average_checkpoints.average(average_checkpoints.last_checkpoints(tmp_path, 5))
+    assert avg["model"]["w"].dtype == torch.float16 and avg["model"]["w"].tolist() == [1.5, 3.5]
+
+    _ckpt(tmp_path / "checkpoint11.pt", b, 2)
+    with pytest.raises(ValueError, match="num_batches: integer tensor differs"):
+        average_checkpoints.average(average_checkpoints.last_checkpoints(tmp_path, 2))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert average_checkpoints.main(["--inputs", str(empty), "--output", str(tmp_path / "x.pt")]) == 1
+    assert "no checkpoint_<epoch>_<updates>.pt" in capsys.readouterr().err
+    assert not (tmp_path / "x.pt").exists()
+
+
+def test_score_orders_by_id_and_reports_both_bleus(tmp_path):
+    import sacrebleu
+
+    refs = ["The cat sits on the mat.", "A dog runs in the park.", "Two men play football."]
+    tok_refs = ["The cat sits on the mat .", "A dog runs in the park .", "Two men play football ."]
+    hyps_tok = ["The cat sits on a mat .", "A dog runs in the park .", "Two men play soccer ."]
+    hyps = ["The cat sits on a mat.", "A dog runs in the park.", "Two men play soccer."]
+    gen = tmp_path / "gen.txt"
+    lines = []
+    for i in (2, 0, 1):  # fairseq prints in batch order
+        lines += [f"S-{i}\tsrc", f"T-{i}\t{refs[i]}", f"H-{i}\t-0.5\t{hyps_tok[i]}", f"D-{i}\t-0.5\t{hyps[i]}",
+                  f"P-{i}\t-0.1 -0.2"]
+    gen.write_text("\n".join(lines) + "\n")
+    (tmp_path / "ref").write_text("\n".join(refs) + "\n")
+    (tmp_path / "tok").write_text("\n".join(tok_refs) + "\n")
+    out = tmp_path / "bleu.json"
+    assert score.main([str(gen), "--ref", str(tmp_path / "ref"), "--tok-ref", str(tmp_path / "tok"),
+                       "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["sacrebleu"] == round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
+    assert r["tok_bleu"] == round(sacrebleu.corpus_bleu(hyps_tok, [tok_refs], tokenize="none").score, 2)
+    assert r["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
+    # tokenized BLEU against the T- lines (document-level scripts)
+    r = score.score(str(gen), t_lines=True)
+    assert r["tok_bleu"] == round(sacrebleu.corpus_bleu(hyps_tok, [refs], tokenize="none").score, 2)
+
+
+def test_score_count_mismatch_names_both_files(tmp_path, capsys):
+    gen = tmp_path / "gen.txt"
+    gen.write_text("H-0\t-1\ta b\nD-0\t-1\ta b\n")
+    ref = tmp_path / "ref"
+    ref.write_text("a b\nc d\n")
+    assert score.main([str(gen), "--ref", str(ref)]) == 1
+    err = capsys.readouterr().err
+    assert str(gen) in err and str(ref) in err and "2 lines" in err
+    (tmp_path / "empty").write_text("nothing\n")
+    assert score.main([str(tmp_path / "empty"), "--ref", str(ref)]) == 1
+    assert "no H-/D- lines" in capsys.readouterr().err
