@@ -41,11 +41,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-try:  # the data side (parse_annotated_translation) owns the constant
-    from ..syntax import NO_PHRASE
-except ImportError:  # pragma: no cover - until the syntax package is merged
-    NO_PHRASE = -32768
-    """src_rp value for "x_j is not in the local phrase of x_i" (and for padding)."""
+from ..syntax import NO_PHRASE  # src_rp value for "not in the local phrase" (and padding)
 
 BIAS_REGISTRY: Dict[str, Callable[..., nn.Module]] = {}
 
@@ -117,13 +113,9 @@ class BiasContext:
     src_rp: Optional[Tensor] = None
 
     @classmethod
-    def build(cls, key_padding_mask: Optional[Tensor], bsz: int, length: int, device,
-              source: Optional[dict] = None, needs=()):
-        if key_padding_mask is None:
-            valid = torch.ones(bsz, length, dtype=torch.bool, device=device)
-        else:
-            valid = ~key_padding_mask.to(torch.bool)
+    def build(cls, valid: Tensor, source: Optional[dict] = None, needs=()):
         source = source or {}
+        bsz, length = valid.shape
         ctx = cls(valid, source.get("src_dep"), source.get("src_rp"))
         for name in needs:
             value = getattr(ctx, name)

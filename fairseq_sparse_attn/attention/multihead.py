@@ -174,7 +174,7 @@ class SparseMultiheadAttention(MultiheadAttention):
         """Weights of every head with the bias providers and RHE, plus the per-sentence
         heads to keep (pruning) and the providers' value terms (or None)."""
         heads = self.num_heads
-        ctx = BiasContext.build(key_padding_mask, bsz, length, scores.device,
+        ctx = BiasContext.build(self._real_keys(key_padding_mask, bsz, length, scores.device),
                                 self.source_context, self.source_needs)
         enhanced = None
         if self.biases:
@@ -233,13 +233,16 @@ class SparseMultiheadAttention(MultiheadAttention):
         if self.out_proj.bias is not None:
             torch.nn.init.constant_(self.out_proj.bias, 0.0)
 
-    def _fixed_weights(self, key_padding_mask: Optional[Tensor], bsz: int, src_len: int,
-                       device) -> Tensor:
-        """(bsz, F, src_len, src_len) weights of the fixed heads for this batch."""
-        if key_padding_mask is not None:
-            valid = ~key_padding_mask.to(torch.bool)
-        else:
-            valid = torch.ones(bsz, src_len, dtype=torch.bool, device=device)
+    @staticmethod
+    def _real_keys(key_padding_mask: Optional[Tensor], bsz: int, src_len: int, device) -> Tensor:
+        """(bsz, src_len) bool, True = real key position (not padding)."""
+        if key_padding_mask is None:
+            return torch.ones(bsz, src_len, dtype=torch.bool, device=device)
+        return ~key_padding_mask.to(torch.bool)
+
+    def _fixed_weights(self, valid: Tensor, bsz: int, src_len: int) -> Tensor:
+        """(bsz, F, src_len, src_len) weights of the fixed heads for this batch; ``valid``
+        from :meth:`_real_keys`."""
         if self.fixed_pattern_unit == "word":
             ids = self.source_word_ids
             if ids is None or tuple(ids.shape) != (bsz, src_len):
@@ -440,7 +443,8 @@ class SparseMultiheadAttention(MultiheadAttention):
             return self._chunked_forward(q, k, v, mask, bias, bsz, kv_bsz, tgt_len), None
 
         if self.num_fixed_heads:
-            fixed = self._fixed_weights(key_padding_mask, bsz, src_len, v.device)
+            fixed = self._fixed_weights(self._real_keys(key_padding_mask, bsz, src_len, v.device),
+                                        bsz, src_len)
             learned = None
             if self.num_learned_heads:
                 scores = torch.bmm(q, k.transpose(1, 2)).view(bsz, self.num_learned_heads, tgt_len, src_len)
