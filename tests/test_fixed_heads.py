@@ -212,7 +212,7 @@ def test_encoder_word_patterns_on_the_paper_example():
             assert torch.all(w[0, h, :, :2] == 0) and torch.all(w[0, h, :2] == 0)
     for m in model.encoder.modules():
         if isinstance(m, SparseMultiheadAttention):
-            assert m.source_word_ids is None  # cleared after the forward
+            assert m.source_word_ids is None and m.given_fixed_weights is None  # cleared
 
 
 # ---------------------------------------------------------------------------- models
@@ -272,3 +272,24 @@ def test_word_patterns_refuse_activation_checkpointing():
     model, _ = build_model("fixed_pattern_transformer_wmt_en_de", encoder_attention_heads=8,
                            encoder_embed_dim=32, decoder_embed_dim=32, checkpoint_activations=True)
     assert model is not None  # token patterns need no per-batch input
+
+
+@pytest.mark.parametrize("arch", ["fixed_pattern_transformer_wmt_en_de",
+                                  "fixed_pattern_word_transformer_wmt_en_de"])
+def test_encoder_computes_pattern_weights_once_per_batch(arch, monkeypatch):
+    """Every layer carries the same patterns: the encoder computes them once per forward,
+    and the result equals what each module computes on its own from the padding mask."""
+    import fairseq_sparse_attn.models.sparse_transformer as st
+
+    model, d = build_model(arch, encoder_layers=3, encoder_attention_heads=8,
+                           encoder_embed_dim=32, decoder_embed_dim=32)
+    src, lengths, prev = random_batch(d, bsz=3, src_len=7)
+    calls = []
+    real = st.pattern_weights
+    monkeypatch.setattr(st, "pattern_weights", lambda *a: calls.append(a) or real(*a))
+    shared = model(src, lengths, prev)[0]
+    assert len(calls) == 1
+    if "word" not in arch:  # token patterns: the modules' own computation gives the same
+        model.encoder._fixed_modules = []  # each module computes its own weights
+        alone = model(src, lengths, prev)[0]
+        torch.testing.assert_close(shared, alone, rtol=0, atol=0)

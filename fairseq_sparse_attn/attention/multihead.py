@@ -120,6 +120,9 @@ class SparseMultiheadAttention(MultiheadAttention):
         self.fixed_pattern_unit = fixed_pattern_unit
         # Set by the encoder for word-based patterns: (bsz, src_len) word index per token.
         self.source_word_ids: Optional[Tensor] = None
+        # Set by the encoder: (bsz, F, src_len, src_len) weights it computed once for every
+        # layer with the same patterns (otherwise computed here, token-based from the mask).
+        self.given_fixed_weights: Optional[Tensor] = None
         self.masked_heads = tuple(sorted(set(int(h) for h in masked_heads)))
         for h in self.masked_heads:
             if not 0 <= h < num_heads:
@@ -243,6 +246,13 @@ class SparseMultiheadAttention(MultiheadAttention):
     def _fixed_weights(self, valid: Tensor, bsz: int, src_len: int) -> Tensor:
         """(bsz, F, src_len, src_len) weights of the fixed heads for this batch; ``valid``
         from :meth:`_real_keys`."""
+        given = self.given_fixed_weights
+        if given is not None:
+            expected = (bsz, self.num_fixed_heads, src_len, src_len)
+            if tuple(given.shape) != expected:
+                raise ValueError(f"given fixed-pattern weights have shape {tuple(given.shape)}, "
+                                 f"expected {expected}")
+            return given
         if self.fixed_pattern_unit == "word":
             ids = self.source_word_ids
             if ids is None or tuple(ids.shape) != (bsz, src_len):

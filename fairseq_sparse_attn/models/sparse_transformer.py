@@ -26,6 +26,7 @@ from ..attention.fixed_patterns import (
     SUBWORD_STYLES,
     parse_head_list,
     parse_pattern_list,
+    pattern_weights,
     source_word_ids,
     word_start_table,
 )
@@ -146,8 +147,8 @@ class SparseTransformerDecoderLayer(_FFNVariant, TransformerDecoderLayerBase):
 
 class SparseTransformerEncoder(TransformerEncoderBase):
     """Hands per-batch source information to the self-attention modules that need it, as
-    module attributes set around the forward: word ids (word-based fixed patterns) and the
-    syntax annotations ``src_dep`` / ``src_rp`` (syntax-enhanced attention, RHE), which
+    module attributes set around the forward: fixed-pattern weights (computed once per
+    batch for all layers) and the syntax annotations ``src_dep`` / ``src_rp`` (syntax-enhanced attention, RHE), which
     arrive as extra ``net_input`` keys of the parse_annotated_translation task."""
 
     def __init__(self, cfg, dictionary, embed_tokens, return_fc=False):
@@ -155,8 +156,8 @@ class SparseTransformerEncoder(TransformerEncoderBase):
         super().__init__(cfg, dictionary, embed_tokens, return_fc=return_fc)
         self.subword_style = _option(cfg, "encoder_subword_style", "bpe")
         attention = [m for m in self.modules() if isinstance(m, SparseMultiheadAttention)]
-        self._word_modules = [m for m in attention
-                              if m.num_fixed_heads and m.fixed_pattern_unit == "word"]
+        self._fixed_modules = [m for m in attention if m.num_fixed_heads]
+        self._word_modules = [m for m in self._fixed_modules if m.fixed_pattern_unit == "word"]
         if self._word_modules:
             # per source symbol: does it continue a word? (derived from the dictionary)
             self.register_buffer("word_continuation",
@@ -176,11 +177,20 @@ class SparseTransformerEncoder(TransformerEncoderBase):
     def forward(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False,
                 token_embeddings=None, src_dep=None, src_rp=None):
         settings = []
-        if self._word_modules:
-            # word-based fixed patterns: word ids of this batch, from the source dictionary
-            ids = source_word_ids(src_tokens, self.word_continuation, self.subword_style,
-                                  self.padding_idx, self.dictionary.eos())
-            settings.append((self._word_modules, "source_word_ids", ids))
+        if self._fixed_modules:
+            # fixed-pattern weights, computed once per batch for every layer that shares them
+            valid = src_tokens.ne(self.padding_idx)
+            ids = {"token": valid.long().cumsum(dim=1) - 1}
+            if self._word_modules:  # word ids of this batch, from the source dictionary
+                ids["word"] = source_word_ids(src_tokens, self.word_continuation,
+                                              self.subword_style, self.padding_idx,
+                                              self.dictionary.eos())
+            shared = {}
+            for module in self._fixed_modules:
+                key = (module.fixed_patterns, module.fixed_pattern_unit)
+                if key not in shared:
+                    shared[key] = pattern_weights(module.fixed_patterns, ids[key[1]], valid)
+                settings.append(([module], "given_fixed_weights", shared[key]))
         if self._context_modules:
             valid = src_tokens.ne(self.padding_idx)
             check_source_annotations(valid, src_dep, src_rp)
