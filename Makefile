@@ -9,11 +9,11 @@ export MULTI30K_DIR
 install:            ## torch (kept if present), fairseq, deps, the plugin with extras
 	PYTHON=$(PYTHON) bash scripts/install.sh
 
-test:               ## the whole test suite (unit + small real end-to-end runs)
-	$(PYTHON) -m pytest -q tests
+test:               ## the whole test suite: tests/unit + tests/integration (small real runs)
+	$(PYTHON) -m pytest -q tests/unit tests/integration
 
-test-fast:          ## unit tests only (no training runs)
-	$(PYTHON) -m pytest -q tests --ignore=tests/test_end_to_end.py --ignore=tests/test_analysis_cli.py --ignore=tests/test_distributed.py --ignore=tests/test_repro_scripts.py --ignore-glob='*_e2e.py'
+test-fast:          ## tests/unit only: no training, no subprocess (minutes)
+	$(PYTHON) -m pytest -q tests/unit
 
 demo:               ## softmax vs ReLA-g on Multi30k, CPU, <= 15 min
 	$(PYTHON) scripts/demo.py --out $(DEMO_DIR)

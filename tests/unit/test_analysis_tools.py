@@ -537,7 +537,7 @@ def test_json_output_has_no_nan(tmp_path):
 
 
 def test_console_script_and_every_flag_documented():
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     assert '"fsa-analyze = fairseq_sparse_attn.analysis.cli:main"' in (repo / "setup.py").read_text()
     parser = cli.get_parser()
     [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((REPO / "configs").glob("*/*.yaml"))
 PENDING = {"rhe_transformer_wmt_en_de", "parse_annotated_translation"}  # the RHE branch
 

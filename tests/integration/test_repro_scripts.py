@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "scripts"
 ALL_SCRIPTS = sorted(SCRIPTS.glob("*/*.sh")) + [SCRIPTS / "lib.sh"]
 

@@ -52,7 +52,7 @@ from pathlib import Path  # noqa: E402
 
 from fairseq_sparse_attn import compat  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def training_cfg(*flags):

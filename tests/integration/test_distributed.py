@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 USER_DIR = str(REPO / "fairseq_sparse_attn")
 PROBE = str(REPO / "tests" / "fsa_train_probe.py")
 

@@ -16,7 +16,7 @@ import torch
 
 from fairseq_sparse_attn.analysis import cli
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 USER_DIR = str(REPO / "fairseq_sparse_attn")
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
 TINY = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "64",

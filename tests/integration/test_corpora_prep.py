@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DATA_PREP = REPO / "data_prep"
 sys.path.insert(0, str(DATA_PREP))
 

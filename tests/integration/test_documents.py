@@ -21,7 +21,7 @@ from fairseq_sparse_attn.data.documents import (
 
 from conftest import shared_data_dir
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 USER_DIR = str(REPO / "fairseq_sparse_attn")
 
 
