@@ -26,7 +26,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from .fixed_patterns import PATTERN_UNITS, check_pattern_names, pattern_weights
+from .fixed_patterns import PATTERN_UNITS, check_pattern_names, check_right_context_reading, pattern_weights
 from .rhe import RedundantHeadIdentifier
 
 HEAD_POLICY_REGISTRY: Dict[str, Callable] = {}
@@ -71,15 +71,20 @@ class LearnedHeads:
 @register_head_policy("fixed_pattern")
 @dataclass(frozen=True)
 class FixedPatternHeads:
-    """Heads 0..F-1 take the weights of ``patterns`` (over tokens or words)."""
+    """Heads 0..F-1 take the weights of ``patterns`` (over tokens or words; readings of
+    :mod:`.fixed_patterns`: ``right_context_reading``, ``exclude_eos``)."""
 
     patterns: Tuple[str, ...]
     unit: str = "token"
+    right_context_reading: str = "mirrored"
+    exclude_eos: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "patterns", tuple(check_pattern_names(self.patterns)))
         if self.unit not in PATTERN_UNITS:
             raise ValueError(f"fixed_pattern_unit must be one of {PATTERN_UNITS}, got {self.unit!r}")
+        object.__setattr__(self, "right_context_reading",
+                           check_right_context_reading(self.right_context_reading))
 
     @property
     def num_given(self) -> int:
@@ -88,7 +93,7 @@ class FixedPatternHeads:
     @property
     def key(self):
         """What identifies these weights in :attr:`~.core.AttentionInputs.pattern_weights`."""
-        return (self.patterns, self.unit)
+        return (self.patterns, self.unit, self.right_context_reading, self.exclude_eos)
 
     def weights(self, inputs, bsz: int, src_len: int, device) -> Tensor:
         """(bsz, F, src_len, src_len): computed once per batch by the encoder
@@ -110,7 +115,7 @@ class FixedPatternHeads:
                     "plugin's encoder (sparse_transformer) from src_tokens")
         else:
             ids = valid.long().cumsum(dim=1) - 1
-        return pattern_weights(self.patterns, ids, valid)
+        return pattern_weights(self.patterns, ids, valid, self.right_context_reading, self.exclude_eos)
 
 
 @register_head_policy("masked")

@@ -36,6 +36,7 @@ from torch import Tensor
 from .activations import build_activation
 from .biases import build_bias
 from .core import AttendSpec, AttentionInputs, _scores, attend, backend_names, is_stock
+from .options import ATTN_INITS
 from .heads import FixedPatternHeads, HeadPlan, MaskedHeads, RedundantHeads
 from .intermediates import deliver, wanted
 from .output_norms import build_output_norm
@@ -57,6 +58,8 @@ class SparseMultiheadAttention(MultiheadAttention):
         fixed_patterns: names of fixed patterns (self-attention only): heads ``0..F-1``
         fixed_pattern_unit: ``"token"`` or ``"word"`` (word ids come from the encoder
             in ``attn_inputs``)
+        right_context_reading: ``"mirrored"`` or ``"literal"`` (:mod:`.fixed_patterns`)
+        fixed_patterns_exclude_eos: fixed patterns computed without the source's EOS
         masked_heads: head indices whose output is zeroed (heads disabled)
         biases: names of bias providers (:mod:`.biases`) added to the scores of every
             head, or with ``rhe`` only of the heads found redundant (self-attention only;
@@ -88,6 +91,8 @@ class SparseMultiheadAttention(MultiheadAttention):
         kind: Optional[str] = None,
         fixed_patterns: Sequence[str] = (),
         fixed_pattern_unit: str = "token",
+        right_context_reading: str = "mirrored",
+        fixed_patterns_exclude_eos: bool = False,
         masked_heads: Sequence[int] = (),
         biases: Sequence[str] = (),
         rhe: bool = False,
@@ -109,11 +114,13 @@ class SparseMultiheadAttention(MultiheadAttention):
             q_noise=q_noise,
             qn_block_size=qn_block_size,
         )
-        fixed = FixedPatternHeads(tuple(fixed_patterns), fixed_pattern_unit) if fixed_patterns else None
-        if fixed is None and fixed_pattern_unit not in ("token", "word"):
-            FixedPatternHeads((), fixed_pattern_unit)  # raises the unit error
-        self.fixed_patterns = fixed.patterns if fixed is not None else ()
+        fixed = FixedPatternHeads(tuple(fixed_patterns), fixed_pattern_unit, right_context_reading,
+                                  bool(fixed_patterns_exclude_eos))
+        self.fixed_patterns = fixed.patterns
         self.fixed_pattern_unit = fixed_pattern_unit
+        self.right_context_reading = fixed.right_context_reading
+        self.fixed_patterns_exclude_eos = fixed.exclude_eos
+        fixed = fixed if fixed.patterns else None
         self.num_fixed_heads = len(self.fixed_patterns)
         self.num_learned_heads = num_heads - self.num_fixed_heads
         if self.num_fixed_heads:
@@ -137,6 +144,11 @@ class SparseMultiheadAttention(MultiheadAttention):
         # > 0: ReLU-family activations stream over blocks of this many keys (long inputs)
         self.key_block_size = int(_option(options, "attn_key_block_size", 0) or 0)
         self._mask_cache: Dict[str, tuple] = {}
+        init = _option(options, "attn_init", "fairseq")
+        if init not in ATTN_INITS:
+            raise ValueError(f"--attn-init must be one of {', '.join(ATTN_INITS)}, got {init!r}")
+        if init == "rela_official":
+            self.apply_rela_official_init()
 
     @property
     def force_pipeline(self) -> bool:
@@ -154,7 +166,11 @@ class SparseMultiheadAttention(MultiheadAttention):
                           key_block_size=self.key_block_size)
 
     def extra_repr(self):
-        fixed = f", fixed={list(self.fixed_patterns)} ({self.fixed_pattern_unit})" if self.num_fixed_heads else ""
+        fixed = ""
+        if self.num_fixed_heads:
+            fixed = f", fixed={list(self.fixed_patterns)} ({self.fixed_pattern_unit}"
+            fixed += ", right_context literal" if self.right_context_reading == "literal" else ""
+            fixed += ", without EOS)" if self.fixed_patterns_exclude_eos else ")"
         masked = f", masked_heads={list(self.masked_heads)}" if self.masked_heads else ""
         return f"kind={self.kind}, embed_dim={self.embed_dim}, heads={self.num_heads}{fixed}{masked}"
 
@@ -202,6 +218,23 @@ class SparseMultiheadAttention(MultiheadAttention):
         torch.nn.init.xavier_uniform_(self.out_proj.weight)
         if self.out_proj.bias is not None:
             torch.nn.init.constant_(self.out_proj.bias, 0.0)
+
+    def apply_rela_official_init(self):
+        """q/k/v as ReLA's official code (bzhangGo/zero, ``modules/rela.py`` + ``func.linear``)
+        initialises them: every weight by TF's variance scaling (fan_avg, uniform, scale 1) =
+        xavier_uniform of the matrix the code creates, every bias 0.  Self-attention there
+        is one (d, 3d) ``qkv_map``: bound sqrt(6/(d+3d)), fairseq's gain 1/sqrt(2) on each
+        (d, d) block, so those weights are left as fairseq drew them.  Cross-attention has
+        separate ``q_map``, ``k_map``, ``v_map``: xavier_uniform with gain 1 (fairseq: 1/sqrt(2)
+        when key/value dims equal the model's).  ``out_proj`` is xavier gain 1 with bias 0
+        in both."""
+        if not self.self_attention:
+            for proj in (self.q_proj, self.k_proj, self.v_proj):
+                if proj is not None:
+                    torch.nn.init.xavier_uniform_(proj.weight)
+        for proj in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
+            if proj is not None and proj.bias is not None:
+                torch.nn.init.zeros_(proj.bias)
 
     # ------------------------------------------------------------------ projections
     def _project(

@@ -28,7 +28,9 @@ from ..attention.fixed_patterns import (
     PATTERN_SETS,
     PATTERN_UNITS,
     PATTERNS,
+    RIGHT_CONTEXT_READINGS,
     SUBWORD_STYLES,
+    last_positions,
     parse_head_list,
     parse_pattern_list,
     pattern_weights,
@@ -110,6 +112,8 @@ def encoder_head_options(cfg) -> dict:
     return dict(
         fixed_patterns=parse_pattern_list(_option(cfg, "encoder_fixed_patterns", "")),
         fixed_pattern_unit=_option(cfg, "encoder_fixed_pattern_unit", "token"),
+        right_context_reading=_option(cfg, "encoder_right_context_reading", "mirrored"),
+        fixed_patterns_exclude_eos=bool(_option(cfg, "encoder_fixed_patterns_exclude_eos", False)),
         masked_heads=parse_head_list(_option(cfg, "encoder_masked_heads", "")),
     )
 
@@ -201,7 +205,7 @@ class SparseTransformerEncoder(TransformerEncoderBase):
         self.subword_style = _option(cfg, "encoder_subword_style", "bpe")
         attention = [m for m in self.modules() if isinstance(m, SparseMultiheadAttention)]
         self._pattern_sets = sorted({m.heads.fixed.key for m in attention if m.heads.fixed is not None})
-        self._needs_word_ids = any(unit == "word" for _, unit in self._pattern_sets)
+        self._needs_word_ids = any(key[1] == "word" for key in self._pattern_sets)
         if self._needs_word_ids:
             # per source symbol: does it continue a word? (derived from the dictionary)
             self.register_buffer("word_continuation",
@@ -223,8 +227,14 @@ class SparseTransformerEncoder(TransformerEncoderBase):
                 word_ids = ids["word"] = source_word_ids(src_tokens, self.word_continuation,
                                                          self.subword_style, self.padding_idx,
                                                          self.dictionary.eos())
-            for patterns, unit in self._pattern_sets:
-                by_set[(patterns, unit)] = pattern_weights(patterns, ids[unit], valid)
+            if any(key[3] for key in self._pattern_sets):  # --encoder-fixed-patterns-exclude-eos
+                last = last_positions(valid)
+                if not bool(src_tokens[last].eq(self.dictionary.eos()).all()):
+                    raise ValueError("--encoder-fixed-patterns-exclude-eos: every source sentence "
+                                     "must end in EOS (</s>), but a batch has one that does not")
+            for key in self._pattern_sets:
+                patterns, unit, reading, exclude_eos = key
+                by_set[key] = pattern_weights(patterns, ids[unit], valid, reading, exclude_eos)
         if self._needs_annotations:
             check_source_annotations(src_tokens.ne(self.padding_idx), src_dep, src_rp)
         return AttentionInputs(pattern_weights=by_set, word_ids=word_ids,
@@ -364,6 +374,13 @@ def add_fixed_pattern_args(parser):
     parser.add_argument("--encoder-fixed-pattern-unit", choices=PATTERN_UNITS,
                         help="fixed patterns over tokens (default) or over words (all pieces of "
                              "a word share their weights)")
+    parser.add_argument("--encoder-right-context-reading", choices=RIGHT_CONTEXT_READINGS,
+                        help="fixed pattern right_context: mirrored (mirror image of "
+                             "left_context, largest weight at i+2; default) or literal (the "
+                             "paper's f over i+2..n, largest weight at the end of the sentence)")
+    parser.add_argument("--encoder-fixed-patterns-exclude-eos", action="store_true", default=None,
+                        help="fixed patterns over the sentence without its EOS: no token gives "
+                             "EOS weight, EOS attends to itself (default: EOS is a position)")
     parser.add_argument("--encoder-subword-style", choices=SUBWORD_STYLES,
                         help="how word boundaries are read from the source dictionary for word "
                              "patterns: bpe (subword-nmt '@@' continuation, default) or "
