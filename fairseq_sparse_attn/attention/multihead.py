@@ -39,6 +39,7 @@ from .core import AttendSpec, AttentionInputs, _scores, attend, backend_names, i
 from .options import ATTN_INITS
 from .heads import FixedPatternHeads, HeadPlan, MaskedHeads, RedundantHeads
 from .intermediates import deliver, wanted
+from ..options import plugin_options
 from .output_norms import build_output_norm
 from .rhe import RedundantHeadIdentifier
 
@@ -137,14 +138,15 @@ class SparseMultiheadAttention(MultiheadAttention):
                               rhe=RedundantHeads(self.rhe) if self.rhe is not None else None)
         self.is_stock = is_stock(activation, output_norm, self.heads, self.biases)
         # "auto" or a backend name of attention/core.py (--attn-backend)
-        backend = _option(options, "attn_backend", "auto")
+        opts = plugin_options(options)
+        backend = opts.attn_backend
         if backend not in backend_names():
             raise ValueError(f"--attn-backend must be one of {', '.join(backend_names())}, got {backend!r}")
         self.backend = backend
         # > 0: ReLU-family activations stream over blocks of this many keys (long inputs)
-        self.key_block_size = int(_option(options, "attn_key_block_size", 0) or 0)
+        self.key_block_size = int(opts.attn_key_block_size or 0)
         self._mask_cache: Dict[str, tuple] = {}
-        init = _option(options, "attn_init", "fairseq")
+        init = opts.attn_init
         if init not in ATTN_INITS:
             raise ValueError(f"--attn-init must be one of {', '.join(ATTN_INITS)}, got {init!r}")
         if init == "rela_official":
@@ -453,13 +455,3 @@ class SparseMultiheadAttention(MultiheadAttention):
             if not need_head_weights:
                 out_weights = out_weights.mean(dim=0)
         return attn, out_weights
-
-
-def _option(options, name, default):
-    """An option from a Namespace or a fairseq TransformerConfig (which raises
-    AttributeError for names it does not know)."""
-    try:
-        value = getattr(options, name, None) if options is not None else None
-    except AttributeError:
-        value = None
-    return default if value is None else value

@@ -25,11 +25,6 @@ from ..attention.core import AttentionInputs
 from ..attention.intermediates import collect
 from ..attention.rhe import log_redundant_fractions
 from ..attention.fixed_patterns import (
-    PATTERN_SETS,
-    PATTERN_UNITS,
-    PATTERNS,
-    RIGHT_CONTEXT_READINGS,
-    SUBWORD_STYLES,
     last_positions,
     parse_head_list,
     parse_pattern_list,
@@ -38,10 +33,10 @@ from ..attention.fixed_patterns import (
     word_start_table,
 )
 from ..attention.biases import check_source_annotations
-from ..attention.options import add_attention_args
+from ..options import add_plugin_args, plugin_options
 from .checkpointing import checkpoint_layer
-from .encoder_biases import add_encoder_bias_args, encoder_bias_options
-from .ffn import FFN_TYPES, FFNActivation, LinearLayerNorm
+from .encoder_biases import encoder_bias_options
+from .ffn import FFNActivation, LinearLayerNorm
 
 
 def build_attention(kind, embed_dim, num_heads, cfg, layer, **kwargs):
@@ -93,28 +88,19 @@ class _NeverFastPath:
         pass
 
 
-def _option(cfg, name, default=None):
-    """A plugin option from a Namespace or a fairseq TransformerConfig (which raises
-    AttributeError for names it does not know)."""
-    try:
-        value = getattr(cfg, name, None)
-    except AttributeError:
-        value = None
-    return default if value is None else value
-
-
 def ffn_type(cfg) -> str:
-    return _option(cfg, "ffn_type") or "standard"
+    return plugin_options(cfg).ffn_type
 
 
 def encoder_head_options(cfg) -> dict:
     """Fixed patterns (Raganato et al. 2020) and masked heads of encoder self-attention."""
+    opts = plugin_options(cfg)
     return dict(
-        fixed_patterns=parse_pattern_list(_option(cfg, "encoder_fixed_patterns", "")),
-        fixed_pattern_unit=_option(cfg, "encoder_fixed_pattern_unit", "token"),
-        right_context_reading=_option(cfg, "encoder_right_context_reading", "mirrored"),
-        fixed_patterns_exclude_eos=bool(_option(cfg, "encoder_fixed_patterns_exclude_eos", False)),
-        masked_heads=parse_head_list(_option(cfg, "encoder_masked_heads", "")),
+        fixed_patterns=parse_pattern_list(opts.encoder_fixed_patterns),
+        fixed_pattern_unit=opts.encoder_fixed_pattern_unit,
+        right_context_reading=opts.encoder_right_context_reading,
+        fixed_patterns_exclude_eos=bool(opts.encoder_fixed_patterns_exclude_eos),
+        masked_heads=parse_head_list(opts.encoder_masked_heads),
     )
 
 
@@ -202,7 +188,7 @@ class SparseTransformerEncoder(TransformerEncoderBase):
     def __init__(self, cfg, dictionary, embed_tokens, return_fc=False):
         self._layers_built = 0  # layer index for build_encoder_layer
         super().__init__(cfg, dictionary, embed_tokens, return_fc=return_fc)
-        self.subword_style = _option(cfg, "encoder_subword_style", "bpe")
+        self.subword_style = plugin_options(cfg).encoder_subword_style
         attention = [m for m in self.modules() if isinstance(m, SparseMultiheadAttention)]
         self._pattern_sets = sorted({m.heads.fixed.key for m in attention if m.heads.fixed is not None})
         self._needs_word_ids = any(key[1] == "word" for key in self._pattern_sets)
@@ -302,12 +288,7 @@ class SparseTransformerModel(TransformerModel):
     @classmethod
     def add_args(cls, parser):
         super().add_args(parser)
-        add_attention_args(parser)
-        parser.add_argument("--ffn-type", choices=FFN_TYPES, metavar="TYPE",
-                            help="feed-forward variant: standard (fairseq, --activation-fn), "
-                                 "softmax (key-value memory), softmax_layernorm (default standard)")
-        add_fixed_pattern_args(parser)
-        add_encoder_bias_args(parser)
+        add_plugin_args(parser)  # every plugin flag, from fairseq_sparse_attn.options.PluginOptions
 
     @classmethod
     def build_model(cls, args, task):
@@ -364,29 +345,6 @@ class SparseTransformerModel(TransformerModel):
 
 
 def add_fixed_pattern_args(parser):
-    """Fixed encoder self-attention patterns (Raganato et al. 2020) and head masking."""
-    sets = ", ".join(f"{k} = {'+'.join(v)}" for k, v in PATTERN_SETS.items())
-    parser.add_argument("--encoder-fixed-patterns", metavar="PATTERNS",
-                        help="fixed (non-learned) heads of every encoder layer, the first heads "
-                             f"of --encoder-attention-heads: none (default), 7F, 8F ({sets}), or "
-                             f"comma-separated names from {', '.join(PATTERNS)}; the remaining "
-                             "heads are learned")
-    parser.add_argument("--encoder-fixed-pattern-unit", choices=PATTERN_UNITS,
-                        help="fixed patterns over tokens (default) or over words (all pieces of "
-                             "a word share their weights)")
-    parser.add_argument("--encoder-right-context-reading", choices=RIGHT_CONTEXT_READINGS,
-                        help="fixed pattern right_context: mirrored (mirror image of "
-                             "left_context, largest weight at i+2; default) or literal (the "
-                             "paper's f over i+2..n, largest weight at the end of the sentence)")
-    parser.add_argument("--encoder-fixed-patterns-exclude-eos", action="store_true", default=None,
-                        help="fixed patterns over the sentence without its EOS: no token gives "
-                             "EOS weight, EOS attends to itself (default: EOS is a position)")
-    parser.add_argument("--encoder-subword-style", choices=SUBWORD_STYLES,
-                        help="how word boundaries are read from the source dictionary for word "
-                             "patterns: bpe (subword-nmt '@@' continuation, default) or "
-                             "sentencepiece ('\u2581' word start)")
-    parser.add_argument("--encoder-masked-heads", metavar="HEADS",
-                        help="comma-separated 0-based encoder self-attention head indices whose "
-                             "output is zeroed in every encoder layer (test-time ablation; set at "
-                             "generation with fsa-generate --mask-encoder-heads or "
-                             "--model-overrides \"{'encoder_masked_heads': '0,7'}\")")
+    """Fixed encoder self-attention patterns (Raganato et al. 2020) and head masking flags
+    (a subset of :func:`fairseq_sparse_attn.options.add_plugin_args`; kept for old imports)."""
+    add_plugin_args(parser, groups=("heads",))
