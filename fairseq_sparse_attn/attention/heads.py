@@ -1,6 +1,6 @@
 """Head policies: how each head of an attention gets its weights and whether its output
 is kept.  A head is *learned* (weights = activation of its scores) or *given* its weights
-(DESIGN.md); after that, heads may be *masked* (output zeroed) or *replaced* per
+(docs/architecture.md); after that, heads may be *masked* (output zeroed) or *replaced* per
 sentence (RHE).
 
 ==================  ==========================================================  ==============

@@ -1,4 +1,4 @@
-"""Bias providers: the "scores += biases" step of the attention core (DESIGN.md).
+"""Bias providers: the "scores += biases" step of the attention core (docs/architecture.md).
 
 A provider is a small ``nn.Module`` that, for one batch of encoder self-attention, returns
 
