@@ -12,7 +12,7 @@ policy              what                                                        
 ``masked``          the output of chosen heads is zeroed (test-time ablation)   --encoder-masked-heads
 ``rhe``             per sentence, heads found redundant on their standard       RHE (docs/rhe.md)
                     weights take the biased (syntax-enhanced) weights, or are
-                    zeroed with pruning
+                    pruned (output zero, their computation skipped)
 ==================  ==========================================================  ==============
 
 The pieces are small objects built once per attention module (:func:`build_head_policy`
