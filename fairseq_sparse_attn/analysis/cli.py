@@ -52,6 +52,8 @@ def get_parser() -> argparse.ArgumentParser:
 def run(argv: Optional[Sequence[str]] = None) -> Dict:
     """Parse ``argv`` and run the subcommand; errors propagate (see :func:`main`)."""
     args = get_parser().parse_args(argv)
+    # the command line each result's provenance records (this call's, not the process's)
+    args.argv = None if argv is None else ["fsa-analyze", *map(str, argv)]
     return COMMANDS[args.command](args)
 
 

@@ -468,7 +468,8 @@ def cli_main(argv=None) -> Dict:
     if args.output_json:
         from ..provenance import write_json as write_with_provenance
 
-        write_with_provenance(args.output_json, report)
+        write_with_provenance(args.output_json, report,
+                              argv=None if argv is None else ["fsa-contrastive", *map(str, argv)])
         print(f"wrote {args.output_json}")
     if args.output_tsv:
         write_decisions_tsv(decisions, args.output_tsv)

@@ -56,8 +56,10 @@ class Output:
     """An output directory (created) and the files written into it, announced on
     ``stream`` as they are written."""
 
-    def __init__(self, directory: Union[str, Path], stream=None):
+    def __init__(self, directory: Union[str, Path], stream=None, argv: Optional[Sequence[str]] = None):
+        """``argv``: the command line recorded in the provenance (default ``sys.argv``)."""
         self.dir = Path(directory)
+        self.argv = None if argv is None else list(argv)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.stream = stream
         self.files: List[Path] = []
@@ -73,6 +75,8 @@ class Output:
 
     def json(self, name: str, data: Dict, **provenance) -> Path:
         """``data`` + provenance (``seed=...`` etc., see :mod:`fairseq_sparse_attn.provenance`)."""
+        if self.argv is not None:
+            provenance.setdefault("argv", self.argv)
         return self.wrote(write_with_provenance(self.dir / name, clean(data), **provenance))
 
     def tsv(self, name: str, header: Sequence[str], rows: Sequence[Sequence]) -> Path:

@@ -130,7 +130,7 @@ def run(args) -> Dict:
         mean, sd = summarize([r["aer"] for r in per_run])
         table.append({"setting": first["setting"], "method": first["method"], "row": first["row"],
                       "aer": mean, "sd": sd, "runs": per_run})
-    out = Output(args.output_dir)
+    out = Output(args.output_dir, argv=getattr(args, "argv", None))
     report = {"command": NAME, "schema_version": SCHEMA_VERSION, "runs": [name for name, _ in runs],
               "rows": table}
     out.json("aer_table.json", report)

@@ -92,7 +92,7 @@ class Context:
         if not self.examples:
             raise UsageError(f"{self.where}: no sentence pairs to analyse")
         check_lengths(self.examples, self.loaded.model, self.where)
-        self.out = Output(args.output_dir)
+        self.out = Output(args.output_dir, argv=getattr(args, "argv", None))
 
     @property
     def model(self):

@@ -104,7 +104,7 @@ def run(args) -> Dict:
     series = {m: series[m] for m in wanted if m in series}
     if not series:
         raise UsageError(f"nothing to plot: the inputs have no {args.kind} per-layer statistics")
-    out = Output(args.output_dir)
+    out = Output(args.output_dir, argv=getattr(args, "argv", None))
     names = {"sparsity": "sparsity rate", "null_rate": "null rate", "entropy": "entropy H(ŝ)",
              "js": f"JS divergence (ReLU: τ={tau})", "aer": f"AER ({args.align_method}, {args.align_setting})"}
     layer_curves(series, out / "curves.png", title=f"{args.kind} attention",
