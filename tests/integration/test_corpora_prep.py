@@ -331,7 +331,7 @@ def test_europarl_docs_dead_url(tmp_path):
 def test_europarl_gold_blank_lines_are_dropped_as_lilt_alignment_scripts_do(tmp_path):
     """lilt/alignment-scripts preprocess/deen-test.sh: sed '/^[[:space:]]*$/d' on the talp
     file and on both text files, each on its own; the sentences and links stay paired."""
-    s = _sentences(1200)
+    s = _sentences(2010)
     raw = tmp_path / "raw"
     raw.mkdir()
     _tar(raw / "europarl-v7.de-en.tgz", {"europarl-v7.de-en.de": "\n".join(s["de"]) + "\n",
