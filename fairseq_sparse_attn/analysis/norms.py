@@ -32,7 +32,10 @@ Heads.  Every head has a value projection, fixed-pattern heads included, so ``f^
 computed for all heads.  A head listed in the module's ``masked_heads`` (test-time
 ablation) is zeroed by the module *after* the recorder sees its weights: its ``f`` and
 per-head ``‖αf‖`` are still computed (what it would contribute), but it is left out of
-the layer-level sum, which therefore stays the module's actual output.
+the layer-level sum, which therefore stays the module's actual output.  Heads pruned per
+sentence by RHE (``--prune-redundant-heads``) are left out of that sentence's layer-level
+sum the same way.  A Rel_Pos value term (``--encoder-rel-pos-values``) makes the vector a
+key contributes depend on the query: :func:`check_decomposable` refuses it.
 """
 
 import math
