@@ -91,6 +91,14 @@ def words(pieces: Sequence[str], scheme: str) -> List[str]:
     return out
 
 
+def strip_markers(piece: str) -> str:
+    """The piece without its subword markers (a trailing ``@@``, leading ``▁``), whichever
+    scheme it comes from (token categories of the norm analysis)."""
+    if piece.endswith(CONTINUATION):
+        piece = piece[:-len(CONTINUATION)]
+    return piece.lstrip(SENTENCEPIECE_WORD_START)
+
+
 def join_words(pieces: Sequence[str], scheme: str) -> str:
     """The text with subword markers removed, words separated by one blank."""
     return " ".join(w for w in words(pieces, scheme) if w)

@@ -48,6 +48,7 @@ from typing import (Callable, Dict, Hashable, Iterable, Iterator, List, Optional
 import torch
 
 from ..attention.options import ATTENTION_KINDS as KINDS  # noqa: F401  (re-exported)
+from ..subwords import strip_markers
 from .recording import AttentionSite, record_attention
 
 SPEARMAN_UNITS = ("pair", "key")
@@ -445,8 +446,7 @@ def token_category(symbol: str, eos: str = "</s>") -> str:
     Kobayashi et al.'s [SEP]/[CLS], "comma & period" and "others")."""
     if symbol == eos:
         return "eos"
-    core = symbol[:-2] if symbol.endswith("@@") else symbol
-    core = core.lstrip("\u2581")
+    core = strip_markers(symbol)
     if core and all(c in _PUNCTUATION or unicodedata.category(c).startswith("P") for c in core):
         return "punctuation"
     return "other"

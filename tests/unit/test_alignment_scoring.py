@@ -13,8 +13,8 @@ from fairseq_sparse_attn.analysis.commands.align import result_entry, sentences_
 from fairseq_sparse_attn.analysis.commands.aer_table import highest_norm_choices, run_rows, summarize
 from fairseq_sparse_attn.analysis.loading import Example
 from fairseq_sparse_attn.provenance import check_provenance
-from fairseq_sparse_attn.subwords import (join_words, uncertain_boundaries, word_count, word_index,
-                                          words)
+from fairseq_sparse_attn.subwords import (join_words, strip_markers, uncertain_boundaries, word_count,
+                                          word_index, words)
 
 # ------------------------------------------------------------------------ grouping
 
@@ -31,6 +31,7 @@ def test_one_grouping_for_every_scheme_and_the_fixed_pattern_convention():
     assert word_index(["\u2581a", "b", "</s>", "c"], "sentencepiece", eos="</s>") == [0, 0, 1, 2]
     with pytest.raises(ValueError, match="must be one of"):
         word_index(["a"], "wordpiece")
+    assert [strip_markers(p) for p in (",@@", "\u2581.", "ab", "@@")] == [",", ".", "ab", ""]
 
 
 # ---------------------------------------------------------------- unknown pieces
