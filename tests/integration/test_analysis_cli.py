@@ -511,6 +511,9 @@ def test_curves_compare_checkpoints(stats_dirs, data, models, six, tmp_path):
     report = load(out / "curves.json")
     assert set(report) == {"command", "schema_version", "kind", "tau", "align_method", "align_setting",
                            "inputs", "series", "image", "provenance"}
+    from fairseq_sparse_attn.provenance import check_provenance
+
+    assert "curves" in check_provenance(report)["command"]
     assert list(report["series"]) == ["sparsity", "null_rate", "entropy", "js", "aer"]
     assert sorted(report["series"]["sparsity"]) == ["rela", "softmax"]
     assert list(report["series"]["aer"]) == ["rela"]
