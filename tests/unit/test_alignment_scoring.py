@@ -8,7 +8,7 @@ import math
 import pytest
 
 from fairseq_sparse_attn.analysis import cli
-from fairseq_sparse_attn.analysis.alignment import SentenceAlignment, sentence_alignment
+from fairseq_sparse_attn.analysis.alignment import sentence_alignment
 from fairseq_sparse_attn.analysis.commands.align import result_entry, sentences_with_unknown_pieces
 from fairseq_sparse_attn.analysis.commands.aer_table import highest_norm_choices, run_rows, summarize
 from fairseq_sparse_attn.analysis.loading import Example
