@@ -27,7 +27,10 @@ def require_decomposable(model, kinds, allow_output_norm: bool, path: str) -> bo
     try:
         return model_decomposition(model, kinds, allow_output_norm)
     except ValueError as e:
-        raise UsageError(f"{path}: {e}") from None
+        hint = ""
+        if "value term" in str(e) and "encoder_self" in kinds:
+            hint = "; leave encoder self-attention out (--kinds cross decoder_self) to analyse the rest"
+        raise UsageError(f"{path}: {e}{hint}") from None
 
 
 def run(args) -> Dict:
