@@ -185,3 +185,13 @@ def test_rhe_pruned_heads_are_left_out_of_the_layer_norm_per_sentence():
         from fairseq_sparse_attn.analysis.recording import attention_sites
         site = attention_sites(model)[0]
         norms(site, weights=w, values=torch.zeros(len(xs) * H, T, D), mask=None)
+
+
+def test_command_line_check_names_the_checkpoint_and_the_way_out():
+    from fairseq_sparse_attn.analysis.commands.base import UsageError
+    from fairseq_sparse_attn.analysis.commands.norms import require_decomposable
+
+    model = Wrapper(make(biases=("rel_pos",), rel_k=2, rel_values=True))
+    with pytest.raises(UsageError, match=r"^ckpt\.pt: .*--encoder-rel-pos-values.*--kinds cross decoder_self"):
+        require_decomposable(model, ("encoder_self", "cross"), False, "ckpt.pt")
+    assert require_decomposable(model, ("cross",), False, "ckpt.pt") is True  # no cross module here
