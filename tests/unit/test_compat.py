@@ -1,0 +1,204 @@
+"""The compat patches, checked directly, in this process (the real runs: tests/integration/
+test_compat.py, test_distributed.py, test_resume.py)."""
+
+import re
+
+import numpy as np
+import pytest
+
+import fairseq_sparse_attn  # noqa: F401  (installs the shims)
+from fairseq.data import data_utils
+
+
+@pytest.mark.parametrize("n", [447, 1000, 13, 9, 1])
+@pytest.mark.parametrize("max_tokens", [None, 2000])
+def test_batch_by_size_keeps_every_index(n, max_tokens):
+    """Stock fairseq drops the last n % 8 examples with --required-batch-size-multiple 8."""
+    sizes = np.random.RandomState(0).randint(5, 300, n)
+    batches = data_utils.batch_by_size(np.arange(n), num_tokens_fn=lambda i: sizes[i],
+                                       max_tokens=max_tokens, max_sentences=32,
+                                       required_batch_size_multiple=8, num_tokens_vec=sizes)
+    flat = sorted(int(i) for b in batches for i in b)
+    assert flat == list(range(n))
+    assert all(len(b) <= 32 for b in batches)
+    if max_tokens:
+        assert all(len(b) * sizes[b].max() <= max_tokens for b in batches)
+
+
+def test_checkpoint_loader_trusts_fairseq_checkpoints_only(tmp_path):
+    """A checkpoint holding an argparse Namespace (as fairseq's do) loads through fairseq's
+    loader, while torch.load elsewhere in the process keeps the weights_only default."""
+    import argparse
+
+    import torch
+    from fairseq import checkpoint_utils
+
+    path = tmp_path / "ckpt.pt"
+    torch.save({"args": argparse.Namespace(arch="sparse_transformer"), "model": {}}, path)
+    state = checkpoint_utils.torch.load(path)  # the call load_checkpoint_to_cpu makes
+    assert state["args"].arch == "sparse_transformer"
+    assert torch.load is torch.serialization.load
+    with pytest.raises(Exception, match="[Ww]eights only"):
+        torch.load(path)
+
+
+# --- multi-process training on CPU (compat.cpu_distributed); real runs: test_distributed.py ---
+
+import subprocess  # noqa: E402
+
+from fairseq_sparse_attn import compat  # noqa: E402
+from fairseq_sparse_attn.compat import cpu_distributed  # noqa: E402
+
+
+def training_cfg(*flags):
+    """fairseq-train's config for these flags, as fairseq builds it."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, ["data-bin", "--arch", "transformer", *flags])
+    return convert_namespace_to_omegaconf(args)
+
+
+TORCHRUN = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": "29500"}
+
+
+def slurm(rank, **extra):
+    return {"SLURM_JOB_ID": "77", "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank % 2),
+            "SLURM_NTASKS": "4", "SLURM_JOB_NODELIST": "cn[07-08]", **extra}
+
+
+@pytest.fixture
+def no_scontrol(monkeypatch):
+    """The node-list parser, also on a machine where scontrol is installed."""
+    real_run = subprocess.run
+
+    def run(cmd, *args, **kwargs):
+        if cmd and cmd[0] == "scontrol":
+            raise FileNotFoundError("scontrol")
+        return real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(cpu_distributed.subprocess, "run", run)
+
+
+@pytest.mark.parametrize("nodelist,first", [
+    ("localhost", "localhost"), ("gpu7", "gpu7"), ("cn[07-08]", "cn07"),
+    ("node[003-005,009],login1", "node003"), ("n[4,1-2]", "n4"), ("r[1-2]c[3-4],x", "r1c3"),
+])
+def test_first_slurm_host(no_scontrol, nodelist, first):
+    assert compat.first_slurm_host(nodelist) == first
+
+
+@pytest.mark.parametrize("bad", ["cn[07-08", "cn[1[2]]", ""])
+def test_first_slurm_host_bad_list(no_scontrol, bad):
+    with pytest.raises(compat.DistributedSetupError, match="SLURM node list"):
+        compat.first_slurm_host(bad)
+
+
+def test_launcher_world_from_torchrun_and_slurm(no_scontrol):
+    assert compat.cpu_launcher_world({}) is None
+    assert compat.cpu_launcher_world({**TORCHRUN, "WORLD_SIZE": "1", "RANK": "0"}) is None
+    assert compat.cpu_launcher_world(TORCHRUN) == dict(
+        launcher="torchrun", rank=1, world_size=2, local_rank=1, init_method="env://")
+    # torchrun started inside a SLURM allocation: torchrun's world
+    assert compat.cpu_launcher_world({**slurm(3), **TORCHRUN})["launcher"] == "torchrun"
+    worlds = [compat.cpu_launcher_world(slurm(r)) for r in range(4)]
+    assert [(w["rank"], w["local_rank"], w["world_size"]) for w in worlds] == [
+        (0, 0, 4), (1, 1, 4), (2, 0, 4), (3, 1, 4)]
+    # every task meets at the same address: the first node, a port derived from the job
+    assert len({w["init_method"] for w in worlds}) == 1
+    assert re.fullmatch(r"tcp://cn07:\d+", worlds[0]["init_method"])
+    assert compat.cpu_launcher_world(slurm(0), distributed_port=1234)["init_method"] == "tcp://cn07:1234"
+    assert compat.cpu_launcher_world(slurm(0, MASTER_PORT="4321"))["init_method"] == "tcp://cn07:4321"
+    # srun's step variables win over the job's (the batch script is a task of its own)
+    step = compat.cpu_launcher_world(slurm(1, SLURM_STEP_NUM_TASKS="2", SLURM_STEP_NODELIST="cn08"))
+    assert (step["world_size"], step["init_method"].split(":")[1]) == (2, "//cn08")
+    assert compat.cpu_launcher_world(slurm(0, SLURM_NTASKS="1")) is None
+
+
+@pytest.mark.parametrize("env,message", [
+    ({**TORCHRUN, "RANK": "2"}, "rank 2 is outside a world of 2"),
+    ({**TORCHRUN, "WORLD_SIZE": "two"}, r"\$WORLD_SIZE must be an integer"),
+    ({k: v for k, v in slurm(1).items() if k != "SLURM_JOB_NODELIST"}, "no SLURM_STEP_NODELIST"),
+])
+def test_launcher_world_bad_environment(no_scontrol, env, message):
+    with pytest.raises(compat.DistributedSetupError, match=message):
+        compat.cpu_launcher_world(env)
+
+
+def test_configure_cpu_distributed_from_torchrun():
+    cfg = training_cfg()
+    dt = cfg.distributed_training
+    assert (dt.distributed_world_size, dt.distributed_backend) == (1, "nccl")  # fairseq on CPU
+    compat.configure_cpu_distributed(cfg, env=TORCHRUN)
+    assert (dt.distributed_world_size, dt.distributed_rank, dt.device_id) == (2, 1, 1)
+    assert (dt.distributed_init_method, dt.distributed_backend) == ("env://", "gloo")
+    assert dt.distributed_no_spawn
+    # an explicit backend other than nccl is kept
+    cfg = training_cfg("--distributed-backend", "mpi")
+    compat.configure_cpu_distributed(cfg, env=TORCHRUN)
+    assert cfg.distributed_training.distributed_backend == "mpi"
+    # one process: untouched
+    cfg = training_cfg()
+    before = dict(cfg.distributed_training)
+    compat.configure_cpu_distributed(cfg, env={})
+    assert dict(cfg.distributed_training) == before
+
+
+def test_configure_cpu_distributed_manual_init_method():
+    cfg = training_cfg("--distributed-init-method", "tcp://10.0.0.1:5000",
+                       "--distributed-world-size", "3", "--distributed-rank", "2")
+    compat.configure_cpu_distributed(cfg, env={})
+    dt = cfg.distributed_training
+    assert (dt.distributed_world_size, dt.distributed_rank, dt.distributed_backend) == (3, 2, "gloo")
+    assert dt.distributed_no_spawn
+
+
+@pytest.mark.parametrize("flags,env,message", [
+    (["--distributed-world-size", "2"], {}, "fairseq starts one process per GPU.*torchrun --no-python --nproc_per_node 2 fsa-train"),
+    (["--distributed-world-size", "4"], TORCHRUN, "--distributed-world-size 4 but torchrun started 2"),
+    (["--distributed-init-method", "tcp://h:1"], TORCHRUN, "drop one of them"),
+    (["--distributed-init-method", "tcp://h:1"], {}, "needs --distributed-world-size N > 1"),
+])
+def test_configure_cpu_distributed_errors(flags, env, message):
+    with pytest.raises(compat.DistributedSetupError, match=message):
+        compat.configure_cpu_distributed(training_cfg(*flags), env=env)
+
+
+def test_cpu_flag_on_a_gpu_machine(monkeypatch):
+    """--cpu where 4 GPUs are visible: fairseq's default world is 4 (it would spawn 4 CPU
+    processes with nccl); without a launcher that is one process, under torchrun its world."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    # (fairseq computed its default when it was imported here: give the 4-GPU value)
+    gpu_default = ["--cpu", "--distributed-world-size", "4"]
+    cfg = training_cfg(*gpu_default)
+    assert compat._runs_on_cpu(cfg)
+    compat.configure_cpu_distributed(cfg, env={})
+    assert cfg.distributed_training.distributed_world_size == 1
+    assert cfg.distributed_training.distributed_init_method is None
+    cfg = training_cfg(*gpu_default)
+    compat.configure_cpu_distributed(cfg, env=TORCHRUN)
+    dt = cfg.distributed_training
+    assert (dt.distributed_world_size, dt.distributed_rank, dt.distributed_backend) == (2, 1, "gloo")
+
+
+def test_call_main_leaves_gpu_runs_to_fairseq(monkeypatch):
+    """With CUDA visible (and no --cpu) fairseq's own setup runs: nccl, nothing changed."""
+    import torch
+    from fairseq.distributed import utils as distributed_utils
+
+    for k, v in TORCHRUN.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    cfg, seen = training_cfg(), []
+    distributed_utils.call_main(cfg, lambda c: seen.append(dict(c.distributed_training)))
+    assert seen and seen[0]["distributed_backend"] == "nccl"
+    assert seen[0]["distributed_init_method"] is None and seen[0]["distributed_world_size"] == 1
+    assert not compat._runs_on_cpu(cfg)
+    assert compat._runs_on_cpu(training_cfg("--cpu"))  # --cpu on a GPU machine: the CPU path
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert compat._runs_on_cpu(training_cfg())
