@@ -33,3 +33,16 @@ def data(tmp_path_factory, multi30k_raw):
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
+
+
+@pytest.fixture(scope="session")
+def small_data(tmp_path_factory, multi30k_raw):
+    """A 300-pair slice of Multi30k de-en (joint BPE, 500 merges), binarized: 12 updates an
+    epoch at --max-tokens 1000, for runs that must cross epochs or only fail early."""
+    out = tmp_path_factory.mktemp("multi30k_small")
+    proc = subprocess.run([sys.executable, str(REPO / "data_prep" / "prepare_multi30k.py"),
+                           "--raw-dir", str(multi30k_raw), "--out", str(out),
+                           "--max-train-lines", "300", "--bpe-merges", "500"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out

@@ -17,6 +17,9 @@ exact_resume             yes        a restart builds the epoch's batches as the
                                     uninterrupted run did (exact resume after epoch 1)
 crash_safe_checkpoints   yes        checkpoints written to a temporary file and renamed;
                                     a restart skips a checkpoint that does not load
+resume_config_check      yes        refuses to resume a checkpoint whose attention
+                                    options differ from the flags
+                                    (``--allow-attention-change`` to allow it)
 =======================  =========  ==================================================
 
 ``FSA_COMPAT_OFF`` turns patches off for a process: ``FSA_COMPAT_OFF=behaviour`` (or
@@ -37,6 +40,7 @@ from . import (  # noqa: F401  (the patch modules)
     divergence_guard,
     exact_resume,
     quiet_logs,
+    resume_config_check,
 )
 # names that tests, scripts and users import from ``fairseq_sparse_attn.compat``
 from .batching import _complete_batches, install_batching_fix  # noqa: F401
@@ -63,6 +67,7 @@ PATCHES = {
     "cpu_distributed": cpu_distributed,
     "exact_resume": exact_resume,
     "crash_safe_checkpoints": crash_safe_checkpoints,
+    "resume_config_check": resume_config_check,
 }
 SWITCH = "FSA_COMPAT_OFF"
 

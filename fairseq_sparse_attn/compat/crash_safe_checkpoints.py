@@ -14,6 +14,9 @@ dies in ``PytorchStreamReader`` while an intact checkpoint sits beside it.
   so and why, and training resumes from the newest checkpoint in ``--save-dir`` that does
   (naming it); if none does, or an explicit ``--restore-file`` does not load, a one-line
   :class:`CheckpointError` names the file.
+- Any other load of a damaged checkpoint (``fsa-generate --path``, ``fairseq-validate``,
+  ``checkpoint_utils.load_model_ensemble``) fails with that one line instead of torch's
+  ``PytorchStreamReader`` traceback (checked only after the load failed: no cost otherwise).
 """
 
 import functools
@@ -156,3 +159,17 @@ def install():
 
     load_checkpoint._fsa_crash_safe = True
     checkpoint_utils.load_checkpoint = load_checkpoint
+
+    original_to_cpu = checkpoint_utils.load_checkpoint_to_cpu
+
+    @functools.wraps(original_to_cpu)
+    def load_checkpoint_to_cpu(path, arg_overrides=None, load_on_all_ranks=False):
+        try:
+            return original_to_cpu(path, arg_overrides, load_on_all_ranks)
+        except Exception:
+            problem = checkpoint_problem(path) if _is_local(path) and os.path.isfile(path) else None
+            if problem is None:
+                raise
+            raise CheckpointError(f"{path} {problem}") from None
+
+    checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu

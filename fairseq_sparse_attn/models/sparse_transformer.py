@@ -34,6 +34,7 @@ from ..attention.biases import check_source_annotations
 from ..attention.options import add_attention_args
 from .encoder_biases import add_encoder_bias_args, encoder_bias_options
 from .ffn import FFN_TYPES, FFNActivation, LinearLayerNorm
+from ..validation import add_resume_args, validate_model_args
 
 
 def build_attention(kind, embed_dim, num_heads, cfg, layer, **kwargs):
@@ -226,6 +227,7 @@ class SparseTransformerModel(TransformerModel):
                                  "softmax (key-value memory), softmax_layernorm (default standard)")
         add_fixed_pattern_args(parser)
         add_encoder_bias_args(parser)
+        add_resume_args(parser)  # issue 14: --allow-attention-change (validation.py)
 
     @classmethod
     def build_model(cls, args, task):
@@ -238,6 +240,7 @@ class SparseTransformerModel(TransformerModel):
 
         if OmegaConf.is_config(args):
             args = argparse.Namespace(**OmegaConf.to_container(args, resolve=True))
+        validate_model_args(args, task)  # issue 14: flag errors before any data is read
         return super().build_model(args, task)
 
     @classmethod
