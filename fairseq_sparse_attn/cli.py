@@ -101,6 +101,32 @@ def _required_flags(command, argv):
                          "or `fsa-train --help` after --arch)")
     if command in ("fsa-generate", "fsa-validate") and not _flag_given(argv, "--path"):
         raise SystemExit(f"{command}: error: --path CHECKPOINT is required")
+    if command == "fsa-validate" and not _flag_given(argv, "--task"):
+        task = _checkpoint_task(_option_value(argv, "--path"))
+        raise SystemExit("fsa-validate: error: --task is required (fairseq-validate has no "
+                         "default): " + (f"the checkpoint was trained with --task {task}"
+                                         if task else "e.g. --task translation"))
+
+
+def _option_value(argv, name):
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _checkpoint_task(path):
+    """The task name saved in a checkpoint (first of a ':'-separated list), or None."""
+    try:
+        from fairseq_sparse_attn.compat.resume_config_check import read_checkpoint_config
+
+        cfg = read_checkpoint_config(path.split(":")[0])
+        task = cfg.get("task") if cfg is not None else None
+        return task.get("_name") if task is not None else None
+    except Exception:  # any unreadable checkpoint: the error message suggests an example
+        return None
 
 
 def _run(module_name, mask_heads=False, log_stream=None):

@@ -17,13 +17,22 @@ import os
 BEHAVIOUR_CHANGE = True
 
 
-def saved_model_args(path):
+def _read_state(path):
     import torch
 
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+        return torch.load(path, map_location="cpu", weights_only=False, mmap=True)
     except RuntimeError:  # not the zip format: no mmap
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def read_checkpoint_config(path):
+    """The ``cfg`` a fairseq checkpoint saved (tensors memory-mapped, not read), or None."""
+    return _read_state(path).get("cfg")
+
+
+def saved_model_args(path):
+    state = _read_state(path)
     cfg = state.get("cfg")
     if cfg is not None and cfg.get("model") is not None:
         model = cfg["model"]
