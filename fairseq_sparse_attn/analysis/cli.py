@@ -24,6 +24,7 @@ Results: JSON (schema in docs/analysis.md, "fsa-analyze"), TSV and PNG in
 import argparse
 import json
 import math
+import logging
 import os
 import sys
 from pathlib import Path
@@ -76,6 +77,7 @@ def write_json(data: Dict, path: Path) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(_clean(data), f, indent=2, ensure_ascii=False, allow_nan=False)
         f.write("\n")
+    logging.getLogger("fairseq_sparse_attn.analysis").info(f"wrote {path}")  # issue 14
 
 
 def _cell(value) -> str:
@@ -91,6 +93,7 @@ def write_tsv(path: Path, header: Sequence[str], rows: Sequence[Sequence]) -> No
         f.write("\t".join(header) + "\n")
         for row in rows:
             f.write("\t".join(_cell(v) for v in row) + "\n")
+    logging.getLogger("fairseq_sparse_attn.analysis").info(f"wrote {path}")  # issue 14
 
 
 def _post_process(pieces: Sequence[str], scheme: str) -> str:

@@ -40,6 +40,7 @@ import os
 import random
 import re
 import subprocess
+import warnings
 
 import torch
 
@@ -251,7 +252,12 @@ def install_cpu_distributed_fix():
         # fairseq passes device_ids=[device_id]; torch wants None for a CPU module
         if device_ids is not None and all(p.device.type == "cpu" for p in module.parameters()):
             device_ids = output_device = None
-        return ddp_class(module, device_ids=device_ids, output_device=output_device, **kwargs)
+        with warnings.catch_warnings():
+            # fairseq passes broadcast_buffers (newer torch: a FutureWarning that named this
+            # file under torchrun); its meaning is kept, the notice is not for users
+            warnings.filterwarnings("ignore", message="`broadcast_buffers` is deprecated",
+                                    category=FutureWarning)
+            return ddp_class(module, device_ids=device_ids, output_device=output_device, **kwargs)
 
     distributed_fairseq_model.DistributedDataParallel = DistributedDataParallel
 

@@ -8,6 +8,7 @@ cheap; one tiny ReLA checkpoint (2 updates) is shared.
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -73,7 +74,23 @@ def rela_run(small_data, tmp_path_factory):
     proc = fsa("train", small_data / "data-bin", "--arch", "rela_transformer_wmt_en_de", *TINY,
                "--save-dir", save)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    (save / "train.log").write_text(proc.stdout + proc.stderr)
     return save
+
+
+def test_logs_are_quiet_and_timestamped(rela_run):
+    """No tensorboardX line, no warning attributed to a plugin file (hydra's deprecations
+    used to name cli.py), fairseq's timestamped format, the active compat patches named."""
+    log = (rela_run / "train.log").read_text()
+    assert "tensorboardX" not in log
+    assert not re.search(r"fairseq_sparse_attn/\S+\.py:\d+: \w*Warning", log), log[-3000:]
+    assert "hydra" not in log
+    assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| INFO \| fairseq_cli\.train \| ", log, re.M)
+    assert re.search(r"\| fairseq_sparse_attn\.compat \| fairseq_sparse_attn compat patches: "
+                     r"quiet_logs, checkpoint_loading, .*exact_resume", log)
+    # (checkpoint files in the save dir: the two fairseq writes, no temporary file)
+    assert sorted(p.name for p in rela_run.glob("*.pt*")) == ["checkpoint_best.pt",
+                                                              "checkpoint_last.pt"]
 
 
 # --- data ---------------------------------------------------------------------------
@@ -204,4 +221,4 @@ def test_restart_with_no_loadable_checkpoint(small_data, rela_run, tmp_path):
                "--save-dir", save)
     one_line_error(proc, "fsa-train: error: ", f"{save / 'checkpoint_last.pt'} is truncated",
                    f"no other checkpoint in {save} loads")
-    assert sorted(p.name for p in save.iterdir()) == ["checkpoint_best.pt", "checkpoint_last.pt"]
+    assert sorted(p.name for p in save.glob("*.pt*")) == ["checkpoint_best.pt", "checkpoint_last.pt"]
