@@ -77,9 +77,16 @@ def syntax_inputs_needed(args):
     return need
 
 
+def _fairseq_task_cfg(task):
+    """The task's config; None for the dictionary-only stand-in of
+    ``build_standalone_model`` (Python use without a task: nothing to check against)."""
+    return getattr(task, "cfg", None) if task is not None else None
+
+
 def check_syntax_inputs(args, task):
     need = syntax_inputs_needed(args)
-    if not need or task is None:
+    cfg = _fairseq_task_cfg(task)
+    if not need or cfg is None:
         return
     what = ", ".join(f"src_{n}" for n in need)
     why = []
@@ -88,7 +95,6 @@ def check_syntax_inputs(args, task):
     if _get(args, "rhe", False):
         why.append("--rhe")
     why = " and ".join(why)
-    cfg = getattr(task, "cfg", None)
     inputs = getattr(cfg, "syntax_inputs", None)
     if inputs is None:
         raise UsageError(f"this model ({why}) needs {what} for every batch: train and generate "
@@ -108,7 +114,8 @@ def check_syntax_inputs(args, task):
 def check_subword_style(args, task):
     """Word-based fixed patterns read word boundaries from the source dictionary's subword
     markers: a style the dictionary does not use would give wrong words silently."""
-    if _get(args, "encoder_fixed_pattern_unit", "token") != "word" or task is None:
+    if (_get(args, "encoder_fixed_pattern_unit", "token") != "word"
+            or _fairseq_task_cfg(task) is None):
         return
     dictionary = getattr(task, "source_dictionary", None)
     if dictionary is None:

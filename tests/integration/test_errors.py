@@ -104,27 +104,24 @@ def test_missing_dictionary(databin, tmp_path):
     assert empty(tmp_path / "ckpt")
 
 
-def test_truncated_bin(databin, tmp_path):
-    path = databin / "train.de-en.en.bin"
-    size = path.stat().st_size
-    os.truncate(path, size // 2)
+@pytest.mark.parametrize("damage", ["truncated_bin", "overwritten_idx"])
+def test_damaged_binarized_data(databin, tmp_path, damage):
+    """A .bin cut in half (stock: "offset must be non-negative", no file named); an index
+    with 64 bytes overwritten (stock: one update, then 22 GB and the kernel's OOM killer)."""
+    if damage == "truncated_bin":
+        path = databin / "train.de-en.en.bin"
+        size = path.stat().st_size
+        os.truncate(path, size // 2)
+        expected = (f"{path} is truncated: {size // 2} bytes", f"describes {size}")
+    else:
+        path = databin / "train.de-en.de.idx"
+        with open(path, "r+b") as f:
+            f.seek(200)
+            f.write(b"\xff" * 64)
+        expected = (f"{path} is damaged",)
     proc = fsa("train", databin, "--arch", "softmax_transformer_wmt_en_de", *TINY,
                "--save-dir", tmp_path / "ckpt")
-    one_line_error(proc, "fsa-train: error: ", f"{path} is truncated: {size // 2} bytes",
-                   f"describes {size}")
-    assert empty(tmp_path / "ckpt")
-
-
-def test_corrupt_index(databin, tmp_path):
-    """64 bytes overwritten in the middle of an index (stock fairseq trained one update,
-    then grew to 22 GB)."""
-    path = databin / "train.de-en.de.idx"
-    with open(path, "r+b") as f:
-        f.seek(200)
-        f.write(b"\xff" * 64)
-    proc = fsa("train", databin, "--arch", "softmax_transformer_wmt_en_de", *TINY,
-               "--save-dir", tmp_path / "ckpt")
-    one_line_error(proc, "fsa-train: error: ", f"{path} is damaged")
+    one_line_error(proc, "fsa-train: error: ", *expected)
     assert empty(tmp_path / "ckpt")
 
 
@@ -162,8 +159,8 @@ def test_validate_without_task(small_data, rela_run):
                         "pattern 'bogus'; valid names: current, previous"),
     (["--arch", "rela_transformer_wmt_en_de", "--attn-key-block-size", "16",
       "--attention-dropout", "0.1"], "--attn-key-block-size 16 needs --attention-dropout 0"),
-    (["--arch", "fixed_pattern_word_transformer_wmt_en_de", "--encoder-subword-style",
-      "sentencepiece"], "--encoder-subword-style sentencepiece, but the source dictionary has "
+    (["--arch", "fixed_pattern_word_transformer_wmt_en_de", "--encoder-attention-heads", "8",
+      "--encoder-subword-style", "sentencepiece"], "--encoder-subword-style sentencepiece, but the source dictionary has "
                         "no '\u2581' word-start pieces (it has subword-nmt '@@' pieces: use "
                         "--encoder-subword-style bpe)"),
 ])

@@ -207,6 +207,8 @@ def test_syntax_inputs_for_the_encoder_biases():
         validation.validate_model_args(lpea_rhe, task_with("dep"))
     with pytest.raises(UsageError, match="--task parse_annotated_translation"):
         validation.validate_model_args(lpea_rhe, task_with(None))
+    # build_standalone_model's stand-in task (no cfg): Python use, nothing to check
+    validation.validate_model_args(lpea_rhe, SimpleNamespace(source_dictionary=Dictionary()))
 
 
 BPE = ["the", "ca@@", "t", "sat", "."]
