@@ -1,5 +1,5 @@
 """The compat patches, checked directly, in this process (the real runs: tests/integration/
-test_compat.py, test_distributed.py, test_resume.py)."""
+test_compat_processes.py, test_distributed.py, test_resume.py)."""
 
 import re
 
