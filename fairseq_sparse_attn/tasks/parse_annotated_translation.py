@@ -135,7 +135,7 @@ class ParseAnnotatedTranslationTask(TranslationTask):
         # does not belong to its sentence: every example is parsed and aligned once here
         try:
             for i in range(len(dataset)):
-                dataset.structure(i, base[i]["source"])
+                dataset.aligned_parse(i, base[i]["source"])
         except ValueError as e:  # ParseFormatError (a ValueError) names file:line
             raise UsageError(" ".join(str(e).split())) from None
         logger.info(f"{split}: parses from {parse_path} ({', '.join(features)}) for {len(dataset)} examples")
