@@ -191,6 +191,12 @@ class PluginOptions:
         "at test time (same loss and gradients; the bias providers' parameters then get no "
         "gradient instead of zeros, so multi-GPU training needs --find-unused-parameters)",
         switch=True)
+    # ---------------------------------------------------------------- resuming
+    allow_attention_change: bool = option(
+        False, "resume a checkpoint (checkpoint_last.pt in --save-dir) even though its "
+        "attention options differ from the flags given; without it such a resume is refused, "
+        "naming both (fairseq_sparse_attn/validation.py)", switch=True, switch_default=False,
+        preset=False)
 
     def attention_kind(self, kind: str):
         """(activation, output norm) of one attention kind: the per-kind option, else the
