@@ -186,6 +186,11 @@ class PluginOptions:
     prune_redundant_heads: bool = option(
         False, "zero the output of the heads identified redundant (test-time pruning; at "
         "generation --model-overrides \"{{'prune_redundant_heads': True}}\")", switch=True)
+    prune_skip_in_training: bool = option(
+        False, "with --prune-redundant-heads in training: skip the pruned heads' computation as "
+        "at test time (same loss and gradients; the bias providers' parameters then get no "
+        "gradient instead of zeros, so multi-GPU training needs --find-unused-parameters)",
+        switch=True)
     # ---------------------------------------------------------------- resuming
     allow_attention_change: bool = option(
         False, "resume a checkpoint (checkpoint_last.pt in --save-dir) even though its "
