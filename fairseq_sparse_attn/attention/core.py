@@ -198,6 +198,7 @@ class Backend:
 
 
 BACKENDS: Dict[str, Backend] = {}
+_BY_PRIORITY: list = []  # BACKENDS sorted by priority (rebuilt when BACKENDS changes)
 
 
 def register_backend(backend: Backend) -> Backend:
@@ -205,6 +206,12 @@ def register_backend(backend: Backend) -> Backend:
         raise ValueError(f"attention backend {backend.name!r} registered twice")
     BACKENDS[backend.name] = backend
     return backend
+
+
+def _by_priority():
+    if len(_BY_PRIORITY) != len(BACKENDS) or any(BACKENDS.get(b.name) is not b for b in _BY_PRIORITY):
+        _BY_PRIORITY[:] = sorted(BACKENDS.values(), key=lambda b: b.priority)
+    return _BY_PRIORITY
 
 
 def backend_names():
@@ -222,7 +229,7 @@ def choose_backend(spec: AttendSpec, call: Call) -> Backend:
             raise ValueError(f"attention backend {backend.name!r} (--attn-backend) cannot serve "
                              f"this configuration: {reason}; use --attn-backend auto")
         return backend
-    for backend in sorted(BACKENDS.values(), key=lambda b: b.priority):
+    for backend in _by_priority():
         if backend.enabled(spec, call) and cannot_serve(backend.capabilities, call) is None:
             return backend
     raise ValueError(f"no attention backend serves this configuration ({call})")

@@ -20,12 +20,12 @@ RUNS = {
 
 def train_losses(log):
     """(loss, reg or None) of every 'train_inner'/'train' line, in order."""
-    lines = re.findall(r"\| (?:train_inner|train) \|(.*)$", log, re.M)
+    lines = re.findall(r"\| (?:train_inner|train) \|(.*)$", log, re.M)  # "loss=" or "| loss "
     assert lines, log[-3000:]
     out = []
     for line in lines:
-        loss = float(re.search(r" loss ([\d.]+)", line).group(1))
-        reg = re.search(r" reg ([\d.]+)", line)
+        loss = float(re.search(r"[ |]loss[= ]([\d.]+)", line).group(1))
+        reg = re.search(r"[ |,]reg[= ]([\d.]+)", line)
         out.append((loss, float(reg.group(1)) if reg else None))
     return out
 
@@ -34,7 +34,8 @@ def train_losses(log):
 def test_checkpoint_activations_trains_like_without(data, name, tmp_path):
     logs = {}
     for ckpt in (False, True):
-        extra = RUNS[name] + ["--log-interval", "10"] + (["--checkpoint-activations"] if ckpt else [])
+        extra = RUNS[name] + ["--log-interval", "10", "--disable-validation", "--no-save"] + \
+            (["--checkpoint-activations"] if ckpt else [])
         proc = train(data, name, tmp_path / f"ckpt{ckpt}", extra=extra, updates=UPDATES)
         assert proc.returncode == 0, proc.stderr[-3000:]
         logs[ckpt] = train_losses(proc.stdout + proc.stderr)
