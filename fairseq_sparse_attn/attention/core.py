@@ -65,8 +65,9 @@ class AttentionInputs:
     key_padding: (bsz, src) bool, True = padding key, or None (self-attention: gives the
         real tokens for fixed patterns, bias providers and RHE)
     kv_groups: queries per key copy (beam search: one encoder copy per sentence)
-    pattern_weights: fixed-pattern weights computed once per batch by the encoder,
-        keyed by (patterns, unit) (see :class:`~.heads.FixedPatternHeads`)
+    pattern_weights: fixed-pattern weights computed once per batch by the encoder, keyed
+        by :attr:`~.heads.FixedPatternHeads.key` (patterns, unit, right-context reading,
+        EOS exclusion)
     word_ids: (bsz, src) word index of every source token (word-level fixed patterns)
     src_dep, src_rp: (bsz, T, T) syntax annotations (DEA, RHE; LPEA) of the
         ``parse_annotated_translation`` task
