@@ -186,6 +186,12 @@ class PluginOptions:
     prune_redundant_heads: bool = option(
         False, "zero the output of the heads identified redundant (test-time pruning; at "
         "generation --model-overrides \"{{'prune_redundant_heads': True}}\")", switch=True)
+    # ---------------------------------------------------------------- resuming
+    allow_attention_change: bool = option(
+        False, "resume a checkpoint (checkpoint_last.pt in --save-dir) even though its "
+        "attention options differ from the flags given; without it such a resume is refused, "
+        "naming both (fairseq_sparse_attn/validation.py)", switch=True, switch_default=False,
+        preset=False)
 
     def attention_kind(self, kind: str):
         """(activation, output norm) of one attention kind: the per-kind option, else the
@@ -200,7 +206,8 @@ OPTION_FIELDS = {f.name: f for f in fields(PluginOptions)}
 
 # flag groups (for the old per-group helpers): first field of each group, in order
 _GROUP_STARTS = (("attention", "attn_activation"), ("ffn", "ffn_type"),
-                 ("heads", "encoder_fixed_patterns"), ("biases", "encoder_syntax_attention"))
+                 ("heads", "encoder_fixed_patterns"), ("biases", "encoder_syntax_attention"),
+                 ("resume", "allow_attention_change"))
 
 
 def option_group(name: str) -> str:

@@ -24,6 +24,7 @@ EXPECTED = {
     "--encoder-syntax-attention": "none", "--lpea-max-distance": 6, "--encoder-rel-pos-k": 0,
     "--encoder-rel-pos-values": False, "--encoder-localness": False, "--encoder-bias-layers": "0",
     "--rhe": False, "--rhe-layers": None, "--rhe-gate": "dynamic", "--prune-redundant-heads": False,
+    "--allow-attention-change": False,
 }
 
 
@@ -93,7 +94,8 @@ def test_old_helper_names_still_work():
                       (add_encoder_bias_args, "--rhe-gate")):
         p = argparse.ArgumentParser()
         add(p)
-        assert flag in {s for a in p._actions for s in a.option_strings}
+        flags = {s for a in p._actions for s in a.option_strings}
+        assert flag in flags and "--allow-attention-change" not in flags
     args = argparse.Namespace()
     fill_attention_defaults(args)
     fill_head_defaults(args)
