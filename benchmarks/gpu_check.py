@@ -30,6 +30,7 @@ from fairseq import utils  # noqa: E402
 from fairseq.data import Dictionary  # noqa: E402
 
 from fairseq_sparse_attn.attention import SparseMultiheadAttention  # noqa: E402
+from fairseq_sparse_attn.attention.core import AttentionInputs  # noqa: E402
 from fairseq_sparse_attn.attention.fixed_patterns import (  # noqa: E402
     PATTERNS, SEVEN, source_word_ids, word_start_table)
 
@@ -88,14 +89,15 @@ def bpe_source(d, T, lengths, seed):
 
 # ------------------------------------------------------------------ module checks
 
-def run_module(m, x, kind, pad, future, enc=None, enc_pad=None, need_head_weights=True):
+def run_module(m, x, kind, pad, future, enc=None, enc_pad=None, need_head_weights=True,
+               attn_inputs=None):
     """forward + backward of sum(out * fixed random projection); returns out, weights, grads."""
     m.zero_grad(set_to_none=True)
     xi = x.detach().clone().requires_grad_(True)
     inputs = [xi]
     if kind == "self":
         out, w = m(xi, xi, xi, key_padding_mask=pad, attn_mask=future,
-                   need_head_weights=need_head_weights)
+                   need_head_weights=need_head_weights, attn_inputs=attn_inputs)
     else:
         ei = enc.detach().clone().requires_grad_(True)
         inputs.append(ei)
@@ -134,17 +136,17 @@ def check_module(name, T=23, B=5, E=64, H=8, kind="self", causal=False, train=Fa
         ids_cuda = source_word_ids(src.to(CUDA), table.to(CUDA), "bpe", d.pad(), d.eos())
         valid = ~pad
         assert torch.equal(ids[valid], ids_cuda.cpu()[valid]), "source_word_ids differ CPU vs CUDA"
-        cpu.source_word_ids = ids
+    # per-batch word ids go to the attention as an argument (AttentionInputs)
+    in_cpu = AttentionInputs(word_ids=ids) if word else None
+    in_cuda = AttentionInputs(word_ids=ids_cuda) if word else None
     gpu = copy.deepcopy(cpu).to(CUDA)
-    if word:
-        gpu.source_word_ids = ids_cuda
     if key_block:
         gpu.key_block_size = key_block  # plain path on CPU, key-block path on CUDA
     to = (lambda t: None if t is None else t.to(CUDA))
     need_w = not key_block
 
-    o1, w1, g1 = run_module(cpu, x, kind, pad, future, enc, enc_pad, need_w)
-    o2, w2, g2 = run_module(gpu, to(x), kind, to(pad), to(future), to(enc), to(enc_pad), need_w)
+    o1, w1, g1 = run_module(cpu, x, kind, pad, future, enc, enc_pad, need_w, in_cpu)
+    o2, w2, g2 = run_module(gpu, to(x), kind, to(pad), to(future), to(enc), to(enc_pad), need_w, in_cuda)
     diffs = {"f32_out": maxdiff(o1, o2),
              "f32_w": maxdiff(w1, w2) if need_w else 0.0,
              "f32_grad": max(maxdiff(a, b) / max(1.0, a.abs().max().item()) for a, b in zip(g1, g2))}
@@ -156,10 +158,8 @@ def check_module(name, T=23, B=5, E=64, H=8, kind="self", causal=False, train=Fa
     finite = True
     for dtype, tag in ((torch.float16, "fp16"), (torch.bfloat16, "bf16")):
         half = copy.deepcopy(gpu).to(dtype)
-        if word:
-            half.source_word_ids = ids_cuda
         oh, wh, gh = run_module(half, to(x).to(dtype), kind, to(pad), to(future),
-                                None if enc is None else to(enc).to(dtype), to(enc_pad), need_w)
+                                None if enc is None else to(enc).to(dtype), to(enc_pad), need_w, in_cuda)
         fin = bool(torch.isfinite(oh).all()) and all(bool(torch.isfinite(t).all()) for t in gh)
         if wh is not None:
             fin = fin and bool(torch.isfinite(wh).all())

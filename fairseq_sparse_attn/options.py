@@ -211,7 +211,8 @@ OPTION_FIELDS = {f.name: f for f in fields(PluginOptions)}
 
 # flag groups (for the old per-group helpers): first field of each group, in order
 _GROUP_STARTS = (("attention", "attn_activation"), ("ffn", "ffn_type"),
-                 ("heads", "encoder_fixed_patterns"), ("biases", "encoder_syntax_attention"))
+                 ("heads", "encoder_fixed_patterns"), ("biases", "encoder_syntax_attention"),
+                 ("resume", "allow_attention_change"))
 
 
 def option_group(name: str) -> str:

@@ -18,32 +18,21 @@ Adding an activation = writing a module with this ``forward(scores, mask)`` sign
 and decorating it with :func:`register_activation`.
 """
 
-from typing import Callable, Dict, Optional
+from typing import Optional
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-ACTIVATION_REGISTRY: Dict[str, Callable[..., nn.Module]] = {}
+from .registry import Registry
+
+ACTIVATION_REGISTRY = Registry("attention activation")
+register_activation = ACTIVATION_REGISTRY.register
+activation_names = ACTIVATION_REGISTRY.names
 
 # Finite stand-in for -inf for the sort/bisection based mappings.  Far below any real
 # attention score, small enough that squaring it (entmax15) stays finite in float32.
 ENTMAX_MASK_VALUE = -1e6
-
-
-def register_activation(name: str):
-    def wrap(cls):
-        if name in ACTIVATION_REGISTRY:
-            raise ValueError(f"attention activation {name!r} registered twice")
-        ACTIVATION_REGISTRY[name] = cls
-        cls.registry_name = name
-        return cls
-
-    return wrap
-
-
-def activation_names():
-    return sorted(ACTIVATION_REGISTRY)
 
 
 def build_activation(name: str, num_heads: int, options=None) -> nn.Module:
@@ -52,11 +41,7 @@ def build_activation(name: str, num_heads: int, options=None) -> nn.Module:
     ``options`` is any object with (optional) attributes ``entmax_alpha``,
     ``entmax_alpha_learned``, ``entmax_bisect_iters``, ``leaky_relu_slope``.
     """
-    if name not in ACTIVATION_REGISTRY:
-        raise ValueError(
-            f"unknown attention activation {name!r}; valid values: {', '.join(activation_names())}"
-        )
-    return ACTIVATION_REGISTRY[name](num_heads=num_heads, options=options)
+    return ACTIVATION_REGISTRY.get_or_raise(name)(num_heads=num_heads, options=options)
 
 
 class AttentionActivation(nn.Module):

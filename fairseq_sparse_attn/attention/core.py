@@ -31,6 +31,8 @@ name            priority  serves
 ``key_block``   30        relu / relu_scaled streamed over blocks of keys
                           (:mod:`.chunked_relu`), only with ``--attn-key-block-size``;
                           no weights, no dropout (an error in training), no biases
+``flex_relu``   25        relu / relu_scaled through FlexAttention when
+                          ``attention/flex_relu.py`` is present (auto: CUDA only)
 ``materialized`` 100      everything (the reference; returns the weights)
 ==============  ========  ==========================================================
 
@@ -63,8 +65,9 @@ class AttentionInputs:
     key_padding: (bsz, src) bool, True = padding key, or None (self-attention: gives the
         real tokens for fixed patterns, bias providers and RHE)
     kv_groups: queries per key copy (beam search: one encoder copy per sentence)
-    pattern_weights: fixed-pattern weights computed once per batch by the encoder,
-        keyed by (patterns, unit) (see :class:`~.heads.FixedPatternHeads`)
+    pattern_weights: fixed-pattern weights computed once per batch by the encoder, keyed
+        by :attr:`~.heads.FixedPatternHeads.key` (patterns, unit, right-context reading,
+        EOS exclusion)
     word_ids: (bsz, src) word index of every source token (word-level fixed patterns)
     src_dep, src_rp: (bsz, T, T) syntax annotations (DEA, RHE; LPEA) of the
         ``parse_annotated_translation`` task
@@ -147,6 +150,7 @@ class Call:
     grad: bool
     device: str
     row_sums: bool
+    dtype: torch.dtype = torch.float32
 
 
 def describe_call(q, v, inputs: AttentionInputs, spec: AttendSpec) -> Call:
@@ -162,6 +166,7 @@ def describe_call(q, v, inputs: AttentionInputs, spec: AttendSpec) -> Call:
         grad=torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, v)),
         device=v.device.type,
         row_sums="row_sums" in inputs.collect and getattr(spec.activation, "reports_row_sums", False),
+        dtype=v.dtype,
     )
 
 
@@ -195,9 +200,16 @@ class Backend:
     priority: int = 50
     #: in "auto", the backend is only tried when this says the module asked for it
     enabled: Callable[[AttendSpec, Call], bool] = lambda spec, call: True
+    #: a reason (str) the backend cannot serve ``call`` beyond its capabilities (platform
+    #: limits), or None
+    limits: Callable[[Call], Optional[str]] = lambda call: None
+
+    def cannot_serve(self, call: Call) -> Optional[str]:
+        return cannot_serve(self.capabilities, call) or self.limits(call)
 
 
 BACKENDS: Dict[str, Backend] = {}
+_BY_PRIORITY: list = []  # BACKENDS sorted by priority (rebuilt when BACKENDS changes)
 
 
 def register_backend(backend: Backend) -> Backend:
@@ -205,6 +217,12 @@ def register_backend(backend: Backend) -> Backend:
         raise ValueError(f"attention backend {backend.name!r} registered twice")
     BACKENDS[backend.name] = backend
     return backend
+
+
+def _by_priority():
+    if len(_BY_PRIORITY) != len(BACKENDS) or any(BACKENDS.get(b.name) is not b for b in _BY_PRIORITY):
+        _BY_PRIORITY[:] = sorted(BACKENDS.values(), key=lambda b: b.priority)
+    return _BY_PRIORITY
 
 
 def backend_names():
@@ -217,13 +235,13 @@ def choose_backend(spec: AttendSpec, call: Call) -> Backend:
         if backend is None:
             raise ValueError(f"unknown attention backend {spec.backend!r}; valid values: "
                              f"{', '.join(backend_names())}")
-        reason = cannot_serve(backend.capabilities, call)
+        reason = backend.cannot_serve(call)
         if reason is not None:
             raise ValueError(f"attention backend {backend.name!r} (--attn-backend) cannot serve "
                              f"this configuration: {reason}; use --attn-backend auto")
         return backend
-    for backend in sorted(BACKENDS.values(), key=lambda b: b.priority):
-        if backend.enabled(spec, call) and cannot_serve(backend.capabilities, call) is None:
+    for backend in _by_priority():
+        if backend.enabled(spec, call) and backend.cannot_serve(call) is None:
             return backend
     raise ValueError(f"no attention backend serves this configuration ({call})")
 
@@ -444,3 +462,31 @@ def sdpa(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
 register_backend(Backend("sdpa", sdpa, Capabilities(
     activations=frozenset({"softmax"}), dropout=True, score_bias=True),
     priority=20))
+
+
+# --------------------------------------------------------------------------- fused ReLU
+def _register_flex_relu():
+    """ReLA / ReLUFormer through FlexAttention (``attention/flex_relu.py``) when that module
+    is present: chosen by "auto" on CUDA only (on CPU the compiled kernel is inference-only
+    and compiles on first use), or with ``--attn-backend flex_relu``."""
+    try:
+        from .flex_relu import flex_relu_attention, flex_relu_unavailable
+    except ImportError:
+        return
+
+    def run(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
+        groups = inputs.kv_groups
+        if groups > 1:
+            k = k.repeat_interleave(groups, dim=0)
+            v = v.repeat_interleave(groups, dim=0)
+        scaled = getattr(spec.activation, "length_scale", False)
+        out = flex_relu_attention(q, k, v, inputs.hidden, spec.activation.row_scale if scaled else None)
+        return out, Intermediates(backend="flex_relu")
+
+    register_backend(Backend(
+        "flex_relu", run, Capabilities(activations=frozenset({"relu", "relu_scaled"})), priority=25,
+        enabled=lambda spec, call: call.device == "cuda",
+        limits=lambda call: flex_relu_unavailable(call.device, call.grad, call.dtype)))
+
+
+_register_flex_relu()

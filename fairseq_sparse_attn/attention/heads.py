@@ -21,36 +21,22 @@ providers) and used by :func:`~.core.attend`.  :class:`HeadPlan` holds the activ
 """
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
 from .fixed_patterns import PATTERN_UNITS, check_pattern_names, check_right_context_reading, pattern_weights
+from .registry import Registry
 from .rhe import RedundantHeadIdentifier
 
-HEAD_POLICY_REGISTRY: Dict[str, Callable] = {}
-
-
-def register_head_policy(name: str):
-    def wrap(cls):
-        if name in HEAD_POLICY_REGISTRY:
-            raise ValueError(f"head policy {name!r} registered twice")
-        HEAD_POLICY_REGISTRY[name] = cls
-        cls.registry_name = name
-        return cls
-
-    return wrap
-
-
-def head_policy_names():
-    return sorted(HEAD_POLICY_REGISTRY)
+HEAD_POLICY_REGISTRY = Registry("head policy")
+register_head_policy = HEAD_POLICY_REGISTRY.register
+head_policy_names = HEAD_POLICY_REGISTRY.names
 
 
 def build_head_policy(name: str, **kwargs):
-    if name not in HEAD_POLICY_REGISTRY:
-        raise ValueError(f"unknown head policy {name!r}; valid values: {', '.join(head_policy_names())}")
-    return HEAD_POLICY_REGISTRY[name](**kwargs)
+    return HEAD_POLICY_REGISTRY.get_or_raise(name)(**kwargs)
 
 
 def real_keys(key_padding: Optional[Tensor], bsz: int, src_len: int, device) -> Tensor:

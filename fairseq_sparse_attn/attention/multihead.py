@@ -130,7 +130,6 @@ class SparseMultiheadAttention(MultiheadAttention):
         if self.num_fixed_heads:
             self._build_learned_projections(num_heads, q_noise, qn_block_size, bias)
         masked = MaskedHeads(tuple(masked_heads), num_heads) if masked_heads else None
-        self.masked_heads = masked.heads if masked is not None else ()
         self._build_biases(biases, rhe, rhe_gate, prune_redundant_heads, layer_index, options)
         self.activation = build_activation(activation, max(self.num_learned_heads, 1), options)
         self.output_norm = build_output_norm(output_norm, embed_dim, self.head_dim, options)
@@ -140,7 +139,6 @@ class SparseMultiheadAttention(MultiheadAttention):
         self.heads = HeadPlan(num_heads, fixed=fixed, masked=masked,
                               rhe=(RedundantHeads(self.rhe, prune_skip_in_training)
                                    if self.rhe is not None else None))
-        self.is_stock = is_stock(activation, output_norm, self.heads, self.biases)
         # "auto" or a backend name of attention/core.py (--attn-backend)
         opts = plugin_options(options)
         backend = opts.attn_backend
@@ -155,6 +153,21 @@ class SparseMultiheadAttention(MultiheadAttention):
             raise ValueError(f"--attn-init must be one of {', '.join(ATTN_INITS)}, got {init!r}")
         if init == "rela_official":
             self.apply_rela_official_init()
+
+    @property
+    def is_stock(self) -> bool:
+        """Exactly fairseq's MultiheadAttention (softmax, no norm, learned heads, no biases)."""
+        return is_stock(self.activation_name, self.output_norm_name, self.heads, self.biases)
+
+    @property
+    def masked_heads(self) -> Tuple[int, ...]:
+        return self.heads.masked.heads if self.heads.masked is not None else ()
+
+    @masked_heads.setter
+    def masked_heads(self, heads: Sequence[int]):
+        """Change the masked heads of a built module (test-time ablation)."""
+        masked = MaskedHeads(tuple(heads), self.num_heads) if heads else None
+        self.heads = dataclasses.replace(self.heads, masked=masked)
 
     @property
     def force_pipeline(self) -> bool:

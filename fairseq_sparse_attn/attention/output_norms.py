@@ -20,40 +20,25 @@ safe: eps = 1e-8 underflows in fp16) and the result is cast back.
 """
 
 import math
-from typing import Callable, Dict
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-OUTPUT_NORM_REGISTRY: Dict[str, Callable[..., nn.Module]] = {}
+from .registry import Registry
+
+OUTPUT_NORM_REGISTRY = Registry("attention output norm")
+register_output_norm = OUTPUT_NORM_REGISTRY.register
+output_norm_names = OUTPUT_NORM_REGISTRY.names
 
 RMSNORM_EPS = 1e-8
 
 
-def register_output_norm(name: str):
-    def wrap(cls_or_fn):
-        if name in OUTPUT_NORM_REGISTRY:
-            raise ValueError(f"attention output norm {name!r} registered twice")
-        OUTPUT_NORM_REGISTRY[name] = cls_or_fn
-        return cls_or_fn
-
-    return wrap
-
-
-def output_norm_names():
-    return sorted(OUTPUT_NORM_REGISTRY)
-
-
 def build_output_norm(name: str, embed_dim: int, head_dim: int, options=None) -> nn.Module:
-    if name not in OUTPUT_NORM_REGISTRY:
-        raise ValueError(
-            f"unknown attention output norm {name!r}; valid values: {', '.join(output_norm_names())}"
-        )
     from ..options import plugin_options
 
     eps = plugin_options(options).attn_norm_eps  # default RMSNORM_EPS
-    return OUTPUT_NORM_REGISTRY[name](embed_dim=embed_dim, head_dim=head_dim, eps=float(eps))
+    return OUTPUT_NORM_REGISTRY.get_or_raise(name)(embed_dim=embed_dim, head_dim=head_dim, eps=float(eps))
 
 
 def uniform_unit_scaling_(tensor: torch.Tensor, fan: int) -> torch.Tensor:

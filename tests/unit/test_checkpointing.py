@@ -30,20 +30,10 @@ def bpe_dictionary():
     return d
 
 
-def annotations(src, pad, seed=0):
-    from fairseq_sparse_attn.syntax import NO_PHRASE
+def annotations(src, pad):
+    from test_rhe import batch_annotations  # random symmetric src_dep / src_rp of a batch
 
-    g = torch.Generator().manual_seed(seed)
-    bsz, T = src.shape
-    valid = src.ne(pad)
-    both = valid.unsqueeze(2) & valid.unsqueeze(1)
-    r = torch.rand(bsz, T, T, generator=g) < 0.3
-    dep = (r | r.transpose(1, 2) | torch.eye(T, dtype=torch.bool)) & both
-    rp = torch.randint(-3, 4, (bsz, T, T), generator=g, dtype=torch.int16)
-    rp[torch.rand(bsz, T, T, generator=g) < 0.3] = NO_PHRASE
-    rp[:, torch.arange(T), torch.arange(T)] = 0
-    rp[~both] = NO_PHRASE
-    return dep, rp
+    return batch_annotations(src, pad)
 
 
 # every named preset, plus the flag-only configurations refused before

@@ -37,36 +37,22 @@ and a line in the table above); see docs/architecture.md for the worked example
 """
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 
+from ..registry import Registry
 from ...syntax import NO_PHRASE  # src_rp value for "not in the local phrase" (and padding)
 
-BIAS_REGISTRY: Dict[str, Callable[..., nn.Module]] = {}
-
-
-def register_bias(name: str):
-    def wrap(cls):
-        if name in BIAS_REGISTRY:
-            raise ValueError(f"bias provider {name!r} registered twice")
-        BIAS_REGISTRY[name] = cls
-        cls.registry_name = name
-        return cls
-
-    return wrap
-
-
-def bias_names():
-    return sorted(BIAS_REGISTRY)
+BIAS_REGISTRY = Registry("bias provider", unknown="attention bias")
+register_bias = BIAS_REGISTRY.register
+bias_names = BIAS_REGISTRY.names
 
 
 def build_bias(name: str, num_heads: int, head_dim: int, options=None) -> nn.Module:
-    if name not in BIAS_REGISTRY:
-        raise ValueError(f"unknown attention bias {name!r}; valid values: {', '.join(bias_names())}")
-    return BIAS_REGISTRY[name](num_heads=num_heads, head_dim=head_dim, options=options)
+    return BIAS_REGISTRY.get_or_raise(name)(num_heads=num_heads, head_dim=head_dim, options=options)
 
 
 def check_source_annotations(valid: Tensor, src_dep: Optional[Tensor] = None,
