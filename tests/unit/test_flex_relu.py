@@ -1,0 +1,106 @@
+"""The fused FlexAttention ReLU kernel (attention/flex_relu.py), compiled on CPU (forward
+only), against the materialized computation written plainly: ReLA (relu) and ReLUFormer
+(relu_scaled) weights, padding, causal, null rows, fully padded rows, incremental decoding.
+
+Compilation dominates the cost (tens of seconds per graph on a loaded 2-core machine; the
+inductor cache makes reruns fast): the tests share tiny shapes and a few mask layouts."""
+
+import math
+
+import pytest
+import torch
+
+from fairseq_sparse_attn.attention.flex_relu import flex_relu_attention, flex_relu_unavailable
+
+REASON = flex_relu_unavailable("cpu", grad=False)
+pytestmark = pytest.mark.skipif(REASON is not None, reason=f"fused kernel unavailable: {REASON}")
+
+B, H, T, D = 3, 2, 6, 8
+
+
+def plain_relu_attention(q, k, v, hidden, gamma=None):
+    """sum_j relu(q_i . k_j) [/ (gamma sqrt(n_i / 2))] v_j over visible keys, written out."""
+    out = torch.zeros(q.shape[:3] + (v.size(-1),), dtype=torch.float64)
+    for b in range(q.size(0)):
+        for h in range(q.size(1)):
+            for i in range(q.size(2)):
+                row = torch.zeros(v.size(-1), dtype=torch.float64)
+                n = 0
+                for j in range(k.size(2)):
+                    if hidden is not None and bool(hidden[b if hidden.size(0) > 1 else 0, 0,
+                                                          i if hidden.size(2) > 1 else 0, j]):
+                        continue
+                    n += 1
+                    s = float(q[b, h, i].double() @ k[b, h, j].double())
+                    row += max(s, 0.0) * v[b, h, j].double()
+                if gamma is not None and n > 0:
+                    row /= gamma * math.sqrt(n / 2)
+                out[b, h, i] = row
+    return out
+
+
+def scaled_row_scale(gamma):
+    return lambda n: 1.0 / (gamma * torch.sqrt(n.clamp(min=1) / 2))
+
+
+def inputs(src, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H, T, D, generator=g) / math.sqrt(D)
+    k = torch.randn(B, H, src, D, generator=g)
+    v = torch.randn(B, H, src, D, generator=g)
+    q[0, 0, 1] = -k[0, 0].sum(0) * 10  # most scores of this row negative
+    q[1, 1, 2] = 0  # a null row: every score is 0
+    return q, k, v
+
+
+def padding(src):
+    pad = torch.zeros(B, 1, 1, src, dtype=torch.bool)
+    pad[1, ..., src - 2:] = True  # sentence 1: two padding keys
+    pad[2] = True  # sentence 2: every key is padding
+    return pad
+
+
+@pytest.mark.parametrize("gamma", [None, 1.5], ids=["rela", "reluformer"])
+def test_encoder_and_cross_attention_with_padding(gamma):
+    src = 7  # cross-attention: src != tgt
+    q, k, v = inputs(src)
+    hidden = padding(src)
+    out = flex_relu_attention(q, k, v, hidden, None if gamma is None else scaled_row_scale(gamma))
+    expected = plain_relu_attention(q, k, v, hidden, gamma)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), expected, atol=2e-5, rtol=2e-5)
+    assert torch.all(out[2] == 0), "a sentence whose keys are all padding gives exactly 0"
+    assert torch.all(out[1, 1, 2] == 0), "a null row gives exactly 0"
+
+
+@pytest.mark.parametrize("gamma", [None, 1.0], ids=["rela", "reluformer"])
+def test_causal_self_attention_and_incremental_decoding(gamma):
+    q, k, v = inputs(T, seed=1)
+    causal = torch.ones(T, T, dtype=torch.bool).triu(1).view(1, 1, T, T)
+    hidden = causal | padding(T)
+    scale = None if gamma is None else scaled_row_scale(gamma)
+    full = flex_relu_attention(q, k, v, hidden, scale)
+    torch.testing.assert_close(full.double(), plain_relu_attention(q, k, v, hidden, gamma),
+                               atol=2e-5, rtol=2e-5)
+    assert torch.all(full[2] == 0)
+    # decoding: step t sees the cache of keys 0..t (padding only), one query at a time
+    for t in range(T):
+        step = flex_relu_attention(q[:, :, t:t + 1], k[:, :, :t + 1], v[:, :, :t + 1],
+                                   padding(T)[..., :t + 1], scale)
+        torch.testing.assert_close(step, full[:, :, t:t + 1], atol=2e-5, rtol=2e-5)
+
+
+def test_no_mask_and_bad_input_errors():
+    q, k, v = inputs(5, seed=2)
+    out = flex_relu_attention(q, k, v, None)
+    torch.testing.assert_close(out.double(), plain_relu_attention(q, k, v, None), atol=2e-5, rtol=2e-5)
+    with pytest.raises(ValueError, match="bool mask"):
+        flex_relu_attention(q, k, v, torch.zeros(B, 1, 1, 5))
+    with pytest.raises(ValueError, match="q \\(B, H, T, d\\)"):
+        flex_relu_attention(q[0], k, v)
+
+
+def test_availability_reasons():
+    assert "forward-only" in flex_relu_unavailable("cpu", grad=True)
+    assert "float64" in flex_relu_unavailable("cpu", grad=False, dtype=torch.float64)
+    assert flex_relu_unavailable("mps", grad=False) is not None
