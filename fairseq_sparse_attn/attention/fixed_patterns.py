@@ -30,6 +30,12 @@ Choices that the paper leaves open
   also grows toward the token, i.e. ``f(j) ∝ (n-j)^3`` restricted to ``j >= i+2``, and
   the nearest key ``i+2`` gets the largest weight.  Patterns 6 and 7 are the analogous
   pair over the whole sentence ("0 to n" grows toward the end, "n to 0" toward the start).
+  ``--encoder-right-context-reading literal`` gives the literal reading instead:
+  ``f(j) ∝ (j+1)^3`` restricted to ``j >= i+2`` (largest weight on the last key).
+* **EOS** counts as a position by default; with ``exclude_eos`` (flag
+  ``--encoder-fixed-patterns-exclude-eos``) the patterns are computed over the sentence
+  without its EOS (the paper's toolkit, OpenNMT-py, appends none to the source), no row of
+  a real token gives EOS any weight, and EOS's own row puts weight 1 on EOS.
 * **Rows without support fall back to the current token.**  ``previous`` at ``i = 0``,
   ``next`` at ``i = n-1``, ``left_context`` at ``i < 2`` and ``right_context`` at
   ``i > n-3`` have no key to attend to; those rows put weight 1 on ``i`` itself, so every
@@ -82,6 +88,9 @@ SEVEN = PATTERNS[:7]
 # configuration shorthands of the paper: 7F = the seven patterns, 8F = 7F + last token
 PATTERN_SETS = {"7F": SEVEN, "8F": PATTERNS}
 PATTERN_UNITS = ("token", "word")
+# right_context: "mirrored" (default) = mirror image of left_context, largest weight at
+# i+2; "literal" = the paper's f = (j+1)^3 over i+2..n-1, largest weight at the last key
+RIGHT_CONTEXT_READINGS = ("mirrored", "literal")
 
 _EXPONENT = 3
 
@@ -105,7 +114,15 @@ def check_pattern_names(names: Sequence[str]) -> List[str]:
     return names
 
 
-def _unnormalized(name: str, i: torch.Tensor, j: torch.Tensor, m: torch.Tensor, dtype) -> torch.Tensor:
+def check_right_context_reading(reading: str) -> str:
+    if reading not in RIGHT_CONTEXT_READINGS:
+        raise ValueError(f"unknown right_context reading {reading!r}; valid: "
+                         f"{', '.join(RIGHT_CONTEXT_READINGS)} (--encoder-right-context-reading)")
+    return reading
+
+
+def _unnormalized(name: str, i: torch.Tensor, j: torch.Tensor, m: torch.Tensor, dtype,
+                  right_context: str = "mirrored") -> torch.Tensor:
     """Unnormalized weight of key word ``j`` for query word ``i`` in a sentence of ``m``
     words (broadcasting tensors).  The cubes are divided by ``m^3`` (a per-sentence
     constant that the row normalization removes) to keep float32 in range."""
@@ -123,7 +140,8 @@ def _unnormalized(name: str, i: torch.Tensor, j: torch.Tensor, m: torch.Tensor, 
     if name == "left_context":
         return grow_to_end * (j <= i - 2).to(dtype)
     if name == "right_context":
-        return grow_to_start * (j >= i + 2).to(dtype)
+        grow = grow_to_end if right_context == "literal" else grow_to_start
+        return grow * (j >= i + 2).to(dtype)
     if name == "end_of_sentence":
         return grow_to_end
     return grow_to_start  # start_of_sentence
@@ -159,7 +177,15 @@ def parse_head_list(value) -> Tuple[int, ...]:
         raise ValueError(f"expected comma-separated head indices such as '0,7', got {value!r}") from None
 
 
-def pattern_weights(names: Sequence[str], word_ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+def last_positions(valid: torch.Tensor) -> torch.Tensor:
+    """``(bsz, T)`` bool, True at the last valid position of each row (the source's EOS:
+    fairseq appends it to every source sentence; valid positions are contiguous)."""
+    following = torch.nn.functional.pad(valid[:, 1:], (0, 1), value=False)
+    return valid & ~following
+
+
+def pattern_weights(names: Sequence[str], word_ids: torch.Tensor, valid: torch.Tensor,
+                    right_context: str = "mirrored", exclude_eos: bool = False) -> torch.Tensor:
     """Fixed-pattern attention weights for a padded batch (token- or word-based).
 
     Args:
@@ -168,11 +194,16 @@ def pattern_weights(names: Sequence[str], word_ids: torch.Tensor, valid: torch.T
             sentence, non-decreasing by steps of 0 or 1 over the valid positions (token
             based: ``0, 1, 2, ...``).  Values at padding positions are ignored.
         valid: ``(bsz, T)`` boolean, True at real positions (tokens and EOS).
+        right_context: reading of ``right_context`` (:data:`RIGHT_CONTEXT_READINGS`).
+        exclude_eos: the last valid position of each sentence (EOS) is not a position of
+            the patterns: they are computed over the other positions as if EOS were absent
+            (no weight on EOS), and EOS's own row puts weight 1 on EOS.
 
     Returns ``(bsz, len(names), T, T)`` float32 on ``word_ids.device``: row = query, column
     = key; every valid row sums to 1; padding rows and columns are exactly 0.
     """
     names = check_pattern_names(names)
+    check_right_context_reading(right_context)
     if word_ids.dim() != 2 or tuple(valid.shape) != tuple(word_ids.shape):
         raise ValueError(
             f"word_ids and valid must both be (bsz, T), got {tuple(word_ids.shape)} and "
@@ -183,6 +214,12 @@ def pattern_weights(names: Sequence[str], word_ids: torch.Tensor, valid: torch.T
         return torch.zeros(bsz, len(names), T, T, device=word_ids.device)
     dtype = torch.float64 if word_ids.device.type == "cpu" else torch.float32
     valid = valid.to(torch.bool)
+    eos_self = None
+    if exclude_eos:
+        eos = last_positions(valid)
+        valid = valid & ~eos
+        diagonal = torch.eye(T, dtype=torch.bool, device=valid.device)
+        eos_self = (diagonal & eos.unsqueeze(2)).to(dtype)  # EOS row: weight 1 on EOS
     ids = torch.where(valid, word_ids.long(), torch.zeros_like(word_ids, dtype=torch.long))
     m = (ids.amax(dim=1) + 1).view(-1, 1, 1)  # words per sentence
     i = ids.unsqueeze(2)  # (bsz, T, 1) query word
@@ -191,15 +228,17 @@ def pattern_weights(names: Sequence[str], word_ids: torch.Tensor, valid: torch.T
     current = (j == i).to(dtype) * pair
     heads = []
     for name in names:
-        w = _unnormalized(name, i, j, m, dtype) * pair
+        w = _unnormalized(name, i, j, m, dtype, right_context) * pair
         total = w.sum(dim=2, keepdim=True)
         w = torch.where(total > 0, w, current)  # no support -> the current word
         total = w.sum(dim=2, keepdim=True)
-        heads.append(w / total.clamp(min=torch.finfo(dtype).tiny))
+        w = w / total.clamp(min=torch.finfo(dtype).tiny)
+        heads.append(w if eos_self is None else w + eos_self)
     return torch.stack(heads, dim=1).float()
 
 
-def pattern_matrix(name: str, n: int) -> torch.Tensor:
+def pattern_matrix(name: str, n: int, right_context: str = "mirrored",
+                   exclude_eos: bool = False) -> torch.Tensor:
     """Token-based weights of pattern ``name`` for one unpadded sentence of ``n`` positions
     (EOS included).  Returns an ``(n, n)`` float32 tensor, row = query, column = key, every
     row summing to 1.  Raises ``ValueError`` for an unknown name."""
@@ -207,7 +246,8 @@ def pattern_matrix(name: str, n: int) -> torch.Tensor:
     if isinstance(n, bool) or int(n) != n or n < 0:
         raise ValueError(f"n must be a non-negative integer, got {n!r}")
     positions = torch.arange(int(n)).unsqueeze(0)
-    return pattern_weights([name], positions, torch.ones_like(positions, dtype=torch.bool))[0, 0]
+    return pattern_weights([name], positions, torch.ones_like(positions, dtype=torch.bool),
+                           right_context, exclude_eos)[0, 0]
 
 
 def word_ids_from_tokens(
@@ -251,14 +291,16 @@ def _check_word_ids(word_ids: Sequence[int]) -> torch.Tensor:
     return ids
 
 
-def word_pattern_matrix(name: str, word_ids: Sequence[int]) -> torch.Tensor:
+def word_pattern_matrix(name: str, word_ids: Sequence[int], right_context: str = "mirrored",
+                        exclude_eos: bool = False) -> torch.Tensor:
     """Word-based weights of pattern ``name`` for one unpadded sentence whose token ``t``
     belongs to word ``word_ids[t]`` (0-based, non-decreasing by steps of 0 or 1, EOS its own
     word).  The pattern is computed over the words and expanded to the pieces, then each
     row is renormalized (see the module docstring).  Returns ``(n_tok, n_tok)`` float32."""
     _check_name(name)
     ids = _check_word_ids(word_ids).unsqueeze(0)
-    return pattern_weights([name], ids, torch.ones_like(ids, dtype=torch.bool))[0, 0]
+    return pattern_weights([name], ids, torch.ones_like(ids, dtype=torch.bool),
+                           right_context, exclude_eos)[0, 0]
 
 
 def batch_pattern_weights(
@@ -267,6 +309,8 @@ def batch_pattern_weights(
     max_len: int,
     left_pad: bool,
     word_ids: Optional[torch.Tensor] = None,
+    right_context: str = "mirrored",
+    exclude_eos: bool = False,
 ) -> torch.Tensor:
     """Weights of the patterns ``names`` for a padded batch given by its lengths.
 
@@ -296,7 +340,7 @@ def batch_pattern_weights(
             )
         for b in range(bsz):  # validate each sentence's ids (they come from the caller)
             _check_word_ids(ids[b][valid[b]].tolist())
-    return pattern_weights(names, ids.expand(bsz, max_len), valid)
+    return pattern_weights(names, ids.expand(bsz, max_len), valid, right_context, exclude_eos)
 
 
 # ---------------------------------------------------------------------------- source words

@@ -38,7 +38,9 @@ from torch import Tensor
 
 from .activations import build_activation
 from .biases import BiasContext, build_bias
-from .fixed_patterns import PATTERN_UNITS, check_pattern_names, pattern_weights
+from .fixed_patterns import (PATTERN_UNITS, check_pattern_names, check_right_context_reading,
+                             pattern_weights)
+from .options import ATTN_INITS, _lookup as _option_value
 from .output_norms import build_output_norm
 from .rhe import RedundantHeadIdentifier
 
@@ -58,6 +60,8 @@ class SparseMultiheadAttention(MultiheadAttention):
         fixed_patterns: names of fixed patterns (self-attention only): heads ``0..F-1``
         fixed_pattern_unit: ``"token"`` or ``"word"`` (word ids come from the encoder,
             see :attr:`source_word_ids`)
+        right_context_reading: ``"mirrored"`` or ``"literal"`` (:mod:`.fixed_patterns`)
+        fixed_patterns_exclude_eos: fixed patterns computed without the source's EOS
         masked_heads: head indices whose output is zeroed (heads disabled)
         biases: names of bias providers (:mod:`.biases`) added to the scores of every
             head, or with ``rhe`` only of the heads found redundant (self-attention only;
@@ -89,6 +93,8 @@ class SparseMultiheadAttention(MultiheadAttention):
         kind: Optional[str] = None,
         fixed_patterns: Sequence[str] = (),
         fixed_pattern_unit: str = "token",
+        right_context_reading: str = "mirrored",
+        fixed_patterns_exclude_eos: bool = False,
         masked_heads: Sequence[int] = (),
         biases: Sequence[str] = (),
         rhe: bool = False,
@@ -118,6 +124,8 @@ class SparseMultiheadAttention(MultiheadAttention):
         if fixed_pattern_unit not in PATTERN_UNITS:
             raise ValueError(f"fixed_pattern_unit must be one of {PATTERN_UNITS}, got {fixed_pattern_unit!r}")
         self.fixed_pattern_unit = fixed_pattern_unit
+        self.right_context_reading = check_right_context_reading(right_context_reading)
+        self.fixed_patterns_exclude_eos = bool(fixed_patterns_exclude_eos)
         # Set by the encoder for word-based patterns: (bsz, src_len) word index per token.
         self.source_word_ids: Optional[Tensor] = None
         # Set by the encoder: (bsz, F, src_len, src_len) weights it computed once for every
@@ -146,9 +154,18 @@ class SparseMultiheadAttention(MultiheadAttention):
         # head_dim), mask=bool broadcastable to weights, True = key not visible, or None).
         self.recorder: Optional[Callable] = None
         self._mask_cache: Dict[str, tuple] = {}
+        init = _option_value(options, "attn_init") or "fairseq"
+        if init not in ATTN_INITS:
+            raise ValueError(f"--attn-init must be one of {', '.join(ATTN_INITS)}, got {init!r}")
+        if init == "rela_official":
+            self.apply_rela_official_init()
 
     def extra_repr(self):
-        fixed = f", fixed={list(self.fixed_patterns)} ({self.fixed_pattern_unit})" if self.num_fixed_heads else ""
+        fixed = ""
+        if self.num_fixed_heads:
+            fixed = f", fixed={list(self.fixed_patterns)} ({self.fixed_pattern_unit}"
+            fixed += ", right_context literal" if self.right_context_reading == "literal" else ""
+            fixed += ", without EOS)" if self.fixed_patterns_exclude_eos else ")"
         masked = f", masked_heads={list(self.masked_heads)}" if self.masked_heads else ""
         return f"kind={self.kind}, embed_dim={self.embed_dim}, heads={self.num_heads}{fixed}{masked}"
 
@@ -236,6 +253,23 @@ class SparseMultiheadAttention(MultiheadAttention):
         if self.out_proj.bias is not None:
             torch.nn.init.constant_(self.out_proj.bias, 0.0)
 
+    def apply_rela_official_init(self):
+        """q/k/v as ReLA's official code (bzhangGo/zero, ``modules/rela.py`` + ``func.linear``)
+        initialises them: every weight by TF's variance scaling (fan_avg, uniform, scale 1) =
+        xavier_uniform of the matrix the code creates, every bias 0.  Self-attention there
+        is one (d, 3d) ``qkv_map``: bound sqrt(6/(d+3d)), fairseq's gain 1/sqrt(2) on each
+        (d, d) block, so those weights are left as fairseq drew them.  Cross-attention has
+        separate ``q_map``, ``k_map``, ``v_map``: xavier_uniform with gain 1 (fairseq: 1/sqrt(2)
+        when key/value dims equal the model's).  ``out_proj`` is xavier gain 1 with bias 0
+        in both."""
+        if not self.self_attention:
+            for proj in (self.q_proj, self.k_proj, self.v_proj):
+                if proj is not None:
+                    torch.nn.init.xavier_uniform_(proj.weight)
+        for proj in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
+            if proj is not None and proj.bias is not None:
+                torch.nn.init.zeros_(proj.bias)
+
     @staticmethod
     def _real_keys(key_padding_mask: Optional[Tensor], bsz: int, src_len: int, device) -> Tensor:
         """(bsz, src_len) bool, True = real key position (not padding)."""
@@ -263,7 +297,8 @@ class SparseMultiheadAttention(MultiheadAttention):
                 )
         else:
             ids = valid.long().cumsum(dim=1) - 1
-        return pattern_weights(self.fixed_patterns, ids, valid)
+        return pattern_weights(self.fixed_patterns, ids, valid, self.right_context_reading,
+                               self.fixed_patterns_exclude_eos)
 
     # ------------------------------------------------------------------ projections
     def _project(

@@ -15,6 +15,9 @@ from .activations import activation_names
 from .output_norms import output_norm_names
 
 ATTENTION_KINDS = ("encoder_self", "decoder_self", "cross")
+# q/k/v initialisation: fairseq's MultiheadAttention.reset_parameters, or ReLA's official
+# code (bzhangGo/zero); see SparseMultiheadAttention.apply_rela_official_init, docs/rela.md
+ATTN_INITS = ("fairseq", "rela_official")
 
 DEFAULTS = dict(
     attn_activation="softmax",
@@ -26,6 +29,7 @@ DEFAULTS = dict(
     attn_norm_eps=1e-8,
     relu_scale_gamma=1.0,
     relu_no_length_scale=False,
+    attn_init="fairseq",
 )
 
 
@@ -61,6 +65,11 @@ def add_attention_args(parser):
                         help="relu / relu_scaled: memory-bounded attention that streams over "
                              "blocks of N keys and recomputes them in backward (0 = off); "
                              "needs --attention-dropout 0; returns no attention weights")
+    parser.add_argument("--attn-init", choices=ATTN_INITS,
+                        help="q/k/v initialisation: fairseq (default; xavier gain 1/sqrt(2) "
+                             "wherever q, k, v have the model's dimension, cross-attention "
+                             "included, biases nn.Linear's) or rela_official (ReLA's code: "
+                             "cross-attention q/k/v xavier gain 1, all q/k/v biases 0)")
     parser.add_argument("--relu-no-length-scale", action="store_true",
                         help="relu_scaled: drop the factor gamma*sqrt(n/2) (ReLUFormer Table 5 ablation)")
 

@@ -22,7 +22,7 @@ from fairseq.data import BaseWrapperDataset
 
 from ..syntax.readers import (ParseFormatError, first_difference, leaf_matches, parse_dep_line,
                               parse_ptb, ptb_unescape)
-from ..syntax.structure import (NO_PHRASE, AlignmentError, align_pieces,
+from ..syntax.structure import (NO_PHRASE, AlignmentError, align_pieces, check_rule2,
                                 dependency_matrix, local_phrases, phrase_rp_matrix)
 
 FEATURES = ("dep", "rp")
@@ -127,10 +127,11 @@ class ParseAnnotatedDataset(BaseWrapperDataset):
     ``side[i]`` must be the parse of example ``i`` (a :class:`ParseSideData`, or fairseq's
     ``ConcatDataset`` of them mirroring a combined split).  ``features``: which of
     ``dep`` / ``rp`` to build.  ``allow_truncated``: sources may stop inside the parsed
-    sentence (``--truncate-source``)."""
+    sentence (``--truncate-source``).  ``rule2``: LPEA Rule 2 reading of ``src_rp``
+    (``symmetric`` or ``literal``, see :func:`..syntax.structure.word_phrase_mask`)."""
 
     def __init__(self, dataset, side, src_dict, features: Sequence[str] = FEATURES,
-                 allow_truncated: bool = False, source_desc: str = ""):
+                 allow_truncated: bool = False, source_desc: str = "", rule2: str = "symmetric"):
         super().__init__(dataset)
         if len(side) != len(dataset):
             raise ValueError(f"{len(side)} parses for {len(dataset)} examples")
@@ -141,6 +142,7 @@ class ParseAnnotatedDataset(BaseWrapperDataset):
         self.src_dict = src_dict
         self.features = tuple(features)
         self.allow_truncated = allow_truncated
+        self.rule2 = check_rule2(rule2)
         self.source_desc = source_desc
         self.eos = getattr(dataset, "eos", src_dict.eos())
 
@@ -181,7 +183,7 @@ class ParseAnnotatedDataset(BaseWrapperDataset):
         if "rp" in self.features:
             if parse.phrases is None:
                 raise ValueError(f"{parse.where}: no tree (.tree file) for src_rp")
-            rp = phrase_rp_matrix(parse.phrases, word_ids, with_eos)
+            rp = phrase_rp_matrix(parse.phrases, word_ids, with_eos, self.rule2)
         return dep, rp
 
     def __getitem__(self, index):

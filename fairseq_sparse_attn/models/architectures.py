@@ -17,6 +17,8 @@ from .encoder_biases import fill_bias_defaults
 HEAD_DEFAULTS = dict(
     encoder_fixed_patterns="none",
     encoder_fixed_pattern_unit="token",
+    encoder_right_context_reading="mirrored",
+    encoder_fixed_patterns_exclude_eos=False,
     encoder_subword_style="bpe",
     encoder_masked_heads="",
 )

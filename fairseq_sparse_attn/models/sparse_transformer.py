@@ -23,7 +23,9 @@ from ..attention.fixed_patterns import (
     PATTERN_SETS,
     PATTERN_UNITS,
     PATTERNS,
+    RIGHT_CONTEXT_READINGS,
     SUBWORD_STYLES,
+    last_positions,
     parse_head_list,
     parse_pattern_list,
     pattern_weights,
@@ -102,6 +104,8 @@ def encoder_head_options(cfg) -> dict:
     return dict(
         fixed_patterns=parse_pattern_list(_option(cfg, "encoder_fixed_patterns", "")),
         fixed_pattern_unit=_option(cfg, "encoder_fixed_pattern_unit", "token"),
+        right_context_reading=_option(cfg, "encoder_right_context_reading", "mirrored"),
+        fixed_patterns_exclude_eos=bool(_option(cfg, "encoder_fixed_patterns_exclude_eos", False)),
         masked_heads=parse_head_list(_option(cfg, "encoder_masked_heads", "")),
     )
 
@@ -185,11 +189,18 @@ class SparseTransformerEncoder(TransformerEncoderBase):
                 ids["word"] = source_word_ids(src_tokens, self.word_continuation,
                                               self.subword_style, self.padding_idx,
                                               self.dictionary.eos())
+            if any(m.fixed_patterns_exclude_eos for m in self._fixed_modules):
+                last = last_positions(valid)
+                if not bool(src_tokens[last].eq(self.dictionary.eos()).all()):
+                    raise ValueError("--encoder-fixed-patterns-exclude-eos: every source sentence "
+                                     "must end in EOS (</s>), but a batch has one that does not")
             shared = {}
             for module in self._fixed_modules:
-                key = (module.fixed_patterns, module.fixed_pattern_unit)
+                key = (module.fixed_patterns, module.fixed_pattern_unit,
+                       module.right_context_reading, module.fixed_patterns_exclude_eos)
                 if key not in shared:
-                    shared[key] = pattern_weights(module.fixed_patterns, ids[key[1]], valid)
+                    shared[key] = pattern_weights(module.fixed_patterns, ids[key[1]], valid,
+                                                  key[2], key[3])
                 settings.append(([module], "given_fixed_weights", shared[key]))
         if self._context_modules:
             valid = src_tokens.ne(self.padding_idx)
@@ -285,6 +296,13 @@ def add_fixed_pattern_args(parser):
     parser.add_argument("--encoder-fixed-pattern-unit", choices=PATTERN_UNITS,
                         help="fixed patterns over tokens (default) or over words (all pieces of "
                              "a word share their weights)")
+    parser.add_argument("--encoder-right-context-reading", choices=RIGHT_CONTEXT_READINGS,
+                        help="fixed pattern right_context: mirrored (mirror image of "
+                             "left_context, largest weight at i+2; default) or literal (the "
+                             "paper's f over i+2..n, largest weight at the end of the sentence)")
+    parser.add_argument("--encoder-fixed-patterns-exclude-eos", action="store_true", default=None,
+                        help="fixed patterns over the sentence without its EOS: no token gives "
+                             "EOS weight, EOS attends to itself (default: EOS is a position)")
     parser.add_argument("--encoder-subword-style", choices=SUBWORD_STYLES,
                         help="how word boundaries are read from the source dictionary for word "
                              "patterns: bpe (subword-nmt '@@' continuation, default) or "

@@ -34,8 +34,10 @@ Definitions (docs/rhe.md "Parsing and data")
   words directly under phrase nodes, where the leaf's actual depth is used.
 * Local phrase, Rule 1: the words under the lowest ancestor of x_i that has more than one
   word below it (unary chains are skipped; in a one-word sentence the phrase is the word
-  itself).  Rule 2: symmetric closure, so j is in LP(i) iff j is under i's Rule-1 node or
-  i is under j's.  Every Rule-1 phrase is a contiguous span, so a sentence's local
+  itself).  Rule 2 (default ``"symmetric"``): symmetric closure, so j is in LP(i) iff j
+  is under i's Rule-1 node or i is under j's; ``"literal"`` (the paper's "if x_i in
+  LP(x_j), j < i, then x_j in LP(x_i)"): j is in LP(i) iff j is under i's Rule-1 node, or
+  j < i and i is under j's.  Every Rule-1 phrase is a contiguous span, so a sentence's local
   phrases are stored as (layer, span start, span end) per word (:class:`LocalPhrases`).
 """
 
@@ -47,6 +49,9 @@ import numpy as np
 import torch
 
 from .readers import Tree, check_heads, first_difference, leaf_matches, parse_ptb
+
+RULE2_READINGS = ("symmetric", "literal")
+"""Readings of LPEA's Rule 2 (docs/rhe.md), flag ``--local-phrase-rule2``."""
 
 NO_PHRASE = -32768
 """``src_rp`` value where j is not in the local phrase of i, at EOS and at padding."""
@@ -103,20 +108,32 @@ def local_phrases(tree: Union[Tree, str]) -> LocalPhrases:
     return LocalPhrases(np.array(layers, dtype=np.int64).reshape(n), starts.reshape(n), ends.reshape(n))
 
 
-def word_phrase_mask(phrases: LocalPhrases) -> np.ndarray:
-    """``M[i, j]``: j in the local phrase of i (Rules 1 and 2), ``(n, n)`` bool."""
+def check_rule2(rule2: str) -> str:
+    if rule2 not in RULE2_READINGS:
+        raise ValueError(f"unknown Rule 2 reading {rule2!r}; valid: {', '.join(RULE2_READINGS)} "
+                         "(--local-phrase-rule2)")
+    return rule2
+
+
+def word_phrase_mask(phrases: LocalPhrases, rule2: str = "symmetric") -> np.ndarray:
+    """``M[i, j]``: j in the local phrase of i (Rules 1 and 2), ``(n, n)`` bool.
+    ``rule2``: ``"symmetric"`` closure or the paper's ``"literal"`` one-directional rule
+    (only an earlier word j < i is added to LP(i) when i is in j's Rule-1 phrase)."""
+    check_rule2(rule2)
     n = len(phrases)
     idx = np.arange(n)
     rule1 = (phrases.starts[:, None] <= idx[None, :]) & (idx[None, :] < phrases.ends[:, None])
+    if rule2 == "literal":
+        return rule1 | (rule1.T & (idx[None, :] < idx[:, None]))
     return rule1 | rule1.T
 
 
-def word_rp_matrix(phrases: LocalPhrases) -> np.ndarray:
+def word_rp_matrix(phrases: LocalPhrases, rule2: str = "symmetric") -> np.ndarray:
     """Word-level ``RP_ij = layer(j) - layer(i)`` inside local phrases, else NO_PHRASE."""
     if len(phrases) and phrases.layers.max() > 32767:  # |RP| <= the deepest layer
         raise ValueError("tree too deep for int16 relative phrasal positions")
     rp = phrases.layers[None, :] - phrases.layers[:, None]
-    return np.where(word_phrase_mask(phrases), rp, NO_PHRASE).astype(np.int16)
+    return np.where(word_phrase_mask(phrases, rule2), rp, NO_PHRASE).astype(np.int16)
 
 
 def word_dependency_matrix(heads: Sequence[int]) -> np.ndarray:
@@ -173,14 +190,15 @@ def dependency_matrix(heads: Sequence[int], word_ids: Optional[Sequence[int]] = 
 
 
 def phrase_rp_matrix(tree: Union[Tree, str, LocalPhrases], word_ids: Optional[Sequence[int]] = None,
-                     with_eos: bool = True) -> torch.Tensor:
+                     with_eos: bool = True, rule2: str = "symmetric") -> torch.Tensor:
     """Token-level relative phrasal positions (``torch.int16``), NO_PHRASE where masked.
 
     ``tree``: a :class:`Tree`, a PTB bracketed string, or :class:`LocalPhrases`.
     ``word_ids`` and ``with_eos`` as in :func:`dependency_matrix`; the EOS row and column
-    are NO_PHRASE except ``RP[EOS, EOS] = 0``."""
+    are NO_PHRASE except ``RP[EOS, EOS] = 0``.  ``rule2``: see :func:`word_phrase_mask`."""
     phrases = tree if isinstance(tree, LocalPhrases) else local_phrases(tree)
-    return torch.from_numpy(_expand(word_rp_matrix(phrases), word_ids, with_eos, NO_PHRASE, 0))
+    return torch.from_numpy(_expand(word_rp_matrix(phrases, rule2), word_ids, with_eos,
+                                    NO_PHRASE, 0))
 
 
 # --------------------------------------------------------------------------- BPE alignment

@@ -31,6 +31,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from ..data.parse_annotated_dataset import FEATURES, ParseAnnotatedDataset, ParseSideData
+from ..syntax.structure import RULE2_READINGS, check_rule2
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +49,12 @@ class ParseAnnotatedTranslationConfig(TranslationConfig):
         default="dep,rp",
         metadata={"help": "encoder inputs to build: 'dep' (src_dep, from .dep files), 'rp' "
                           "(src_rp, from .tree files) or 'dep,rp'"})
+    local_phrase_rule2: str = field(
+        default="symmetric",
+        metadata={"help": "LPEA Rule 2 when building src_rp: 'symmetric' (j in LP(i) iff i in "
+                          "LP(j) by Rule 1, or the reverse; default) or 'literal' (the paper's "
+                          "'if x_i in LP(x_j), j < i, then x_j in LP(x_i)': only earlier words "
+                          f"are added); one of {', '.join(RULE2_READINGS)}"})
 
 
 def parse_features(value: str) -> List[str]:
@@ -64,6 +71,7 @@ class ParseAnnotatedTranslationTask(TranslationTask):
     @classmethod
     def setup_task(cls, cfg, **kwargs):
         parse_features(cfg.syntax_inputs)
+        check_rule2(cfg.local_phrase_rule2)
         return super().setup_task(cfg, **kwargs)
 
     def _shard_prefixes(self, data_path: str, split: str, combine: bool) -> List[str]:
@@ -128,7 +136,8 @@ class ParseAnnotatedTranslationTask(TranslationTask):
             side = ConcatDataset([s for s, _ in shards], ratios)
             desc = ", ".join(d for _, d in shards)
         dataset = ParseAnnotatedDataset(base, side, self.src_dict, features,
-                                        allow_truncated=self.cfg.truncate_source, source_desc=desc)
+                                        allow_truncated=self.cfg.truncate_source, source_desc=desc,
+                                        rule2=self.cfg.local_phrase_rule2)
         # fail at load time, not mid-epoch, when the side files do not belong to this data
         for i in sorted({0, len(dataset) - 1}):
             if len(dataset):

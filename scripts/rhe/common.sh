@@ -5,10 +5,13 @@
 # MAX_UPDATE (default 100000), beam 4, length penalty 0.6 are our choices.
 # Uses the RHE flags and task: --arch rhe_transformer_wmt_en_de
 # --task parse_annotated_translation --encoder-syntax-attention {dea,lpea} --rhe
-# --rhe-gate {dynamic,0.1..0.5} --lpea-max-distance K --encoder-rel-pos-k K
+# --rhe-gate {dynamic,0.1..0.5} --lpea-max-distance K --encoder-rel-pos-k 16 --encoder-rel-pos-values
 # --encoder-localness, --prune-redundant-heads at generation (model override), and
 # data_prep/parse_source.py (DATA_DIR/data-bin/<split>.<src>.{dep,tree}).
 RHE_TARGET_TOKENS=25000
+# Rel_Pos baseline: Shaw et al. (2018)'s setting (clipping distance 16, keys and values),
+# which the paper cites without changing; REL_POS_K overrides k (docs/rhe.md "Baselines")
+REL_POS="--encoder-rel-pos-k ${REL_POS_K:-16} --encoder-rel-pos-values"
 MAX_UPDATE="${MAX_UPDATE:-100000}"
 rhe_check() {
   [[ -f "$FSA_REPO/data_prep/parse_source.py" ]] || fsa_die "data_prep/parse_source.py not found: the RHE scripts \

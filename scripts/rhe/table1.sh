@@ -7,7 +7,7 @@
 # Needs the RHE flags (another branch): see scripts/rhe/common.sh.
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-fsa_init "RHE Table 1; env: TASK (nc11_en_de | wmt14_en_de | nc11_en_cs), ROWS, K, MAX_UPDATE, SMOKE" "$@"
+fsa_init "RHE Table 1; env: TASK (nc11_en_de | wmt14_en_de | nc11_en_cs), ROWS, K, REL_POS_K, MAX_UPDATE, SMOKE" "$@"
 rhe_check
 rhe_base_args
 TASK="${TASK:-nc11_en_de}"
@@ -21,7 +21,7 @@ esac
 rm -f "$OUT/table1.tsv" "$OUT/table1.tsv.partial"
 rhe_rows "$OUT/table1.tsv.partial" \
   "transformer=|${P[0]}" \
-  "rel_pos=--encoder-rel-pos-k $K|${P[1]}" \
+  "rel_pos=$REL_POS|${P[1]}" \
   "localness=--encoder-localness|${P[2]}" \
   "dea=--encoder-syntax-attention dea|${P[3]}" \
   "dea_rhe=--encoder-syntax-attention dea --rhe --rhe-gate dynamic|${P[4]}" \

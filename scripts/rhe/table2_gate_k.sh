@@ -8,7 +8,7 @@
 # Needs the RHE flags (another branch): see scripts/rhe/common.sh.
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-fsa_init "RHE Table 2 / Fig. 4 / Table 3; env: PARTS, ROWS, K, MAX_UPDATE, SMOKE" "$@"
+fsa_init "RHE Table 2 / Fig. 4 / Table 3; env: PARTS, ROWS, K, REL_POS_K, MAX_UPDATE, SMOKE" "$@"
 rhe_check
 rhe_base_args
 K="${K:-6}"
@@ -18,8 +18,8 @@ if fsa_selected table2 "$PARTS"; then
   # the paper gives differences: RHE lifts Rel_Pos by +0.28 and Localness by +0.20;
   # pruning the redundant heads (of the lpea_rhe model, at test time) costs 0.1 BLEU
   rhe_rows "$OUT/table2.tsv.partial" \
-    "rel_pos=--encoder-rel-pos-k $K|25.49" \
-    "rel_pos_rhe=--encoder-rel-pos-k $K --rhe --rhe-gate dynamic|25.49+0.28" \
+    "rel_pos=$REL_POS|25.49" \
+    "rel_pos_rhe=$REL_POS --rhe --rhe-gate dynamic|25.49+0.28" \
     "localness=--encoder-localness|25.53" \
     "localness_rhe=--encoder-localness --rhe --rhe-gate dynamic|25.53+0.20" \
     "lpea_rhe=--encoder-syntax-attention lpea --lpea-max-distance $K --rhe --rhe-gate dynamic|26.28" \

@@ -293,3 +293,57 @@ def test_encoder_computes_pattern_weights_once_per_batch(arch, monkeypatch):
         model.encoder._fixed_modules = []  # each module computes its own weights
         alone = model(src, lengths, prev)[0]
         torch.testing.assert_close(shared, alone, rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------------------- readings (issue 16)
+
+
+def test_encoder_right_context_reading_and_exclude_eos_flags():
+    """--encoder-right-context-reading literal / --encoder-fixed-patterns-exclude-eos reach
+    every fixed-pattern module through the encoder: a left-padded 4-token sentence + EOS
+    gets the hand-written matrices of test_fixed_patterns.py; defaults keep today's."""
+    import argparse
+
+    from fairseq_sparse_attn.analysis.recording import record_attention
+    from fairseq_sparse_attn.models.sparse_transformer import add_fixed_pattern_args
+    from test_fixed_patterns import N5, N5_LITERAL_RIGHT, N5_WITHOUT_EOS
+
+    parser = argparse.ArgumentParser()
+    add_fixed_pattern_args(parser)
+    args = parser.parse_args(["--encoder-right-context-reading", "literal",
+                              "--encoder-fixed-patterns-exclude-eos"])
+    assert args.encoder_right_context_reading == "literal" and args.encoder_fixed_patterns_exclude_eos
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--encoder-right-context-reading", "reversed"])
+
+    words = ["w1", "w2", "w3", "w4"]
+    d = dictionary(words)
+    sent = [d.index(w) for w in words] + [d.eos()]
+    src = torch.full((1, 7), d.pad())
+    src[0, 2:] = torch.tensor(sent)
+    prev = torch.tensor([[d.eos(), d.index("w1")]])
+    rc = SEVEN.index("right_context")
+
+    def encoder_weights(**flags):
+        model, _ = build_model("fixed_pattern_transformer_wmt_en_de", dictionary=d,
+                               encoder_attention_heads=8, decoder_attention_heads=8,
+                               encoder_embed_dim=32, decoder_embed_dim=32, **flags)
+        seen = []
+        with record_attention(model, lambda site, weights, **_: seen.append((site, weights))):
+            model(src, torch.tensor([5]), prev)
+        return [w for site, w in seen if site.kind == "encoder_self"], model
+
+    for w in encoder_weights()[0]:  # defaults: mirrored, EOS a position
+        torch.testing.assert_close(w[0, rc, 2:, 2:], torch.tensor(N5["right_context"], dtype=torch.float32))
+    for w in encoder_weights(encoder_right_context_reading="literal")[0]:
+        torch.testing.assert_close(w[0, rc, 2:, 2:], torch.tensor(N5_LITERAL_RIGHT, dtype=torch.float32))
+    enc, model = encoder_weights(encoder_fixed_patterns_exclude_eos=True)
+    for w in enc:
+        for h, name in enumerate(SEVEN):
+            torch.testing.assert_close(w[0, h, 2:, 2:], torch.tensor(N5_WITHOUT_EOS[name], dtype=torch.float32))
+            assert torch.all(w[0, h, :2] == 0) and torch.all(w[0, h, :, :2] == 0)
+    # a source that does not end in EOS cannot be read without its EOS
+    bad = src.clone()
+    bad[0, -1] = d.index("w4")
+    with pytest.raises(ValueError, match="must end in EOS"):
+        model(bad, torch.tensor([5]), prev)

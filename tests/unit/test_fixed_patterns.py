@@ -244,6 +244,16 @@ def test_batch_previous_hand_written():
     torch.testing.assert_close(right[1, 0], T([[1, 0, 0], [1, 0, 0], [0, 1, 0]]))
 
 
+def sentence_block(w, start, length):
+    """The (length, length) block of a sentence at ``start`` in a padded (L, L) weight
+    matrix, after checking that its padding rows and columns are exactly zero."""
+    real = torch.zeros(w.shape[-1], dtype=torch.bool)
+    real[start: start + length] = True
+    assert torch.equal(w[~real], torch.zeros_like(w[~real]))  # padding query rows
+    assert torch.equal(w[:, ~real], torch.zeros_like(w[:, ~real]))  # padding key columns
+    return w[start: start + length, start: start + length]
+
+
 @pytest.mark.parametrize("left_pad", [True, False])
 def test_batch_token_based(left_pad):
     lengths = torch.tensor([5, 2, 7, 1, 0])
@@ -252,13 +262,9 @@ def test_batch_token_based(left_pad):
     assert out.shape == (5, len(PATTERNS), L, L) and out.dtype == torch.float32
     for b, l in enumerate(lengths.tolist()):
         s = L - l if left_pad else 0
-        real = torch.zeros(L, dtype=torch.bool)
-        real[s : s + l] = True
         for h, name in enumerate(PATTERNS):
-            w = out[b, h]
-            assert torch.equal(w[~real], torch.zeros_like(w[~real]))  # padding query rows
-            assert torch.equal(w[:, ~real], torch.zeros_like(w[:, ~real]))  # padding key cols
-            torch.testing.assert_close(w[s : s + l, s : s + l], pattern_matrix(name, l), rtol=0, atol=0)
+            block = sentence_block(out[b, h], s, l)
+            torch.testing.assert_close(block, pattern_matrix(name, l), rtol=0, atol=0)
     # the n=5 sentence against the hand-written matrices
     s = 2 if left_pad else 0
     for h, name in enumerate(PATTERNS):
@@ -279,13 +285,9 @@ def test_batch_word_based(left_pad):
     for b, ids in enumerate([ids_ex, ids_short]):
         l = len(ids)
         s = L - l if left_pad else 0
-        real = torch.zeros(L, dtype=torch.bool)
-        real[s : s + l] = True
         for h, name in enumerate(PATTERNS):
-            w = out[b, h]
-            assert torch.equal(w[~real], torch.zeros_like(w[~real]))
-            assert torch.equal(w[:, ~real], torch.zeros_like(w[:, ~real]))
-            torch.testing.assert_close(w[s : s + l, s : s + l], word_pattern_matrix(name, ids), rtol=0, atol=0)
+            block = sentence_block(out[b, h], s, l)
+            torch.testing.assert_close(block, word_pattern_matrix(name, ids), rtol=0, atol=0)
     s = 2 if left_pad else 0
     for h, name in enumerate(PATTERNS):
         torch.testing.assert_close(out[0, h, s : s + 8, s : s + 8], T(WORD_EXPECTED[name]))
@@ -318,3 +320,99 @@ def test_unknown_pattern_name():
         batch_pattern_weights(["current", "diagonal"], torch.tensor([2]), 2, left_pad=True)
     with pytest.raises(TypeError):
         batch_pattern_weights("current", torch.tensor([2]), 2, left_pad=True)
+
+
+# ---------------------------------------------------------------------------- readings (issue 16)
+# right_context "literal": the paper's f = (j+1)^3 over i+2..n-1 (grows toward the end);
+# exclude_eos: the last position (EOS) is not a position of the patterns, its row is 1 on EOS.
+
+N5_LITERAL_RIGHT = [
+    [0, 0, 27 / 216, 64 / 216, 125 / 216],  # 3^3, 4^3, 5^3
+    [0, 0, 0, 64 / 189, 125 / 189],
+    [0, 0, 0, 0, 1],
+    [0, 0, 0, 1, 0],  # fallback
+    [0, 0, 0, 0, 1],  # fallback
+]
+
+
+def test_right_context_literal_n5():
+    got = pattern_matrix("right_context", 5, right_context="literal")
+    check(got, T(N5_LITERAL_RIGHT))
+    assert got[0, 4] > got[0, 3] > got[0, 2]  # largest weight at the end of the sentence
+    # every other pattern is the same under both readings
+    for name in PATTERNS:
+        if name != "right_context":
+            check(pattern_matrix(name, 5, right_context="literal"), T(N5[name]))
+
+
+def test_right_context_literal_word_example():
+    # words 2..6 of the example (a master | of science fiction . </s>), (w+1)^3 =
+    # 27, 64, 125, 216, 343; "fiction" has two pieces -> 125 twice, total 900
+    got = word_pattern_matrix("right_context", word_ids_from_tokens(EXAMPLE), right_context="literal")
+    check(got[0], T([0, 0, 27 / 900, 64 / 900, 125 / 900, 125 / 900, 216 / 900, 343 / 900]))
+    check(got[3], T([0, 0, 0, 0, 0, 0, 216 / 559, 343 / 559]))  # science: words 5, 6
+    check(got[4], T([0, 0, 0, 0, 0, 0, 0, 1]))  # fic@@: word 6 only
+
+
+def test_unknown_right_context_reading():
+    with pytest.raises(ValueError, match="--encoder-right-context-reading"):
+        pattern_matrix("right_context", 3, right_context="reversed")
+
+
+E = [0, 0, 0, 0, 1]  # EOS row: weight 1 on EOS itself
+# n = 5 positions, the last one EOS: the patterns of a 4-token sentence, EOS column 0
+N5_WITHOUT_EOS = {
+    "current": [[1, 0, 0, 0, 0], [0, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 0, 1, 0], E],
+    "previous": [[1, 0, 0, 0, 0], [1, 0, 0, 0, 0], [0, 1, 0, 0, 0], [0, 0, 1, 0, 0], E],
+    "next": [[0, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 0, 1, 0], [0, 0, 0, 1, 0], E],
+    "left_context": [[1, 0, 0, 0, 0], [0, 1, 0, 0, 0], [1, 0, 0, 0, 0], [1 / 9, 8 / 9, 0, 0, 0], E],
+    # mirrored: (4-j)^3 over j >= i+2 of the 4 tokens: 2^3, 1^3
+    "right_context": [[0, 0, 8 / 9, 1 / 9, 0], [0, 0, 0, 1, 0], [0, 0, 1, 0, 0], [0, 0, 0, 1, 0], E],
+    "end_of_sentence": [[1 / 100, 8 / 100, 27 / 100, 64 / 100, 0]] * 4 + [E],
+    "start_of_sentence": [[64 / 100, 27 / 100, 8 / 100, 1 / 100, 0]] * 4 + [E],
+    "last_token": [[0, 0, 0, 1, 0]] * 4 + [E],  # the last token before EOS
+}
+
+
+@pytest.mark.parametrize("name", PATTERNS)
+def test_n5_without_eos(name):
+    check(pattern_matrix(name, 5, exclude_eos=True), T(N5_WITHOUT_EOS[name]))
+
+
+def test_without_eos_literal_right_context():
+    check(pattern_matrix("right_context", 5, right_context="literal", exclude_eos=True),
+          T([[0, 0, 27 / 91, 64 / 91, 0], [0, 0, 0, 1, 0], [0, 0, 1, 0, 0], [0, 0, 0, 1, 0], E]))
+
+
+def test_without_eos_single_position():
+    for name in PATTERNS:
+        check(pattern_matrix(name, 1, exclude_eos=True), T([[1.0]]))
+
+
+def test_without_eos_word_example():
+    ids = word_ids_from_tokens(EXAMPLE)  # EOS (token 7) is word 6
+    eos = [0, 0, 0, 0, 0, 0, 0, 1]
+    # words 0..5 weights 1,8,27,64,125,216; fiction twice -> 566
+    check(word_pattern_matrix("end_of_sentence", ids, exclude_eos=True),
+          T([[1 / 566, 8 / 566, 27 / 566, 64 / 566, 125 / 566, 125 / 566, 216 / 566, 0]] * 7 + [eos]))
+    check(word_pattern_matrix("last_token", ids, exclude_eos=True),
+          T([[0, 0, 0, 0, 0, 0, 1, 0]] * 7 + [eos]))  # "." is the last word
+    check(word_pattern_matrix("next", ids, exclude_eos=True)[5:], T([
+        [0, 0, 0, 0, 0, 0, 1, 0],  # tion -> .
+        [0, 0, 0, 0, 0, 0, 1, 0],  # . : fallback to itself, not EOS
+        eos]))
+
+
+@pytest.mark.parametrize("left_pad", [True, False])
+def test_batch_without_eos(left_pad):
+    lengths = torch.tensor([5, 2, 1])
+    L = 6
+    out = batch_pattern_weights(PATTERNS, lengths, L, left_pad=left_pad, exclude_eos=True)
+    for b, l in enumerate(lengths.tolist()):
+        s = L - l if left_pad else 0
+        for h, name in enumerate(PATTERNS):
+            block = sentence_block(out[b, h], s, l)
+            if l == 5:
+                check(block, T(N5_WITHOUT_EOS[name]))
+            else:  # one token + EOS / EOS alone: each attends to itself
+                check(block, torch.eye(l))

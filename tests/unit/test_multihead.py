@@ -221,3 +221,61 @@ def test_recorder_sees_weights_without_changing_outputs():
     assert torch.equal(before, after)
     assert seen["weights"].shape == (2, H, 4, 4) and seen["values"].shape == (2 * H, 4, E // H)
     assert seen["mask"] is None
+
+
+# ------------------------------------------------------------------ --attn-init (issue 16)
+
+
+def _uniform_bound_checks(weight, bound):
+    """A U(-bound, bound) draw: nothing beyond the bound, the extremes reached, std bound/√3."""
+    w = weight.detach().double()
+    assert w.abs().max().item() <= bound + 1e-7
+    assert w.abs().max().item() > 0.99 * bound
+    assert abs(w.std().item() / (bound / math.sqrt(3)) - 1) < 0.02
+
+
+def test_attn_init_statistics_against_the_xavier_formula():
+    from types import SimpleNamespace
+
+    import fairseq_sparse_attn.attention.multihead as mh
+
+    d = 512
+    official = SimpleNamespace(attn_init="rela_official")
+    xavier_dd = math.sqrt(6 / (d + d))  # xavier_uniform bound of a (d, d) matrix, gain 1
+    torch.manual_seed(0)
+    cross_fairseq = mh.SparseMultiheadAttention(d, 8, kdim=d, vdim=d, encoder_decoder_attention=True)
+    cross_official = mh.SparseMultiheadAttention(d, 8, kdim=d, vdim=d, encoder_decoder_attention=True,
+                                                 options=official)
+    self_official = mh.SparseMultiheadAttention(d, 8, self_attention=True, options=official)
+    for name in ("q_proj", "k_proj", "v_proj"):
+        # fairseq: gain 1/sqrt(2) whenever key/value dims equal the model's, cross included
+        _uniform_bound_checks(getattr(cross_fairseq, name).weight, xavier_dd / math.sqrt(2))
+        assert getattr(cross_fairseq, name).bias.abs().max() > 0  # nn.Linear's default bias
+        # official ReLA code: separate q_map / k_map / v_map (d, d), TF variance scaling
+        # fan_avg uniform scale 1: sqrt(3 / ((d + d) / 2))
+        _uniform_bound_checks(getattr(cross_official, name).weight, math.sqrt(3 / ((d + d) / 2)))
+        # official self-attention: one (d, 3d) qkv_map: sqrt(3 / ((d + 3d) / 2))
+        _uniform_bound_checks(getattr(self_official, name).weight, math.sqrt(3 / ((d + 3 * d) / 2)))
+        for m in (cross_official, self_official):
+            assert torch.count_nonzero(getattr(m, name).bias) == 0
+    for m in (cross_fairseq, cross_official, self_official):
+        _uniform_bound_checks(m.out_proj.weight, xavier_dd)
+        assert torch.count_nonzero(m.out_proj.bias) == 0
+    with pytest.raises(ValueError, match="--attn-init"):
+        mh.SparseMultiheadAttention(d, 8, self_attention=True, options=SimpleNamespace(attn_init="he"))
+
+
+def test_attn_init_flag_and_presets():
+    import argparse
+
+    from fairseq_sparse_attn.attention.options import add_attention_args
+
+    from helpers import build_model, model_args
+
+    parser = argparse.ArgumentParser()
+    add_attention_args(parser)
+    assert parser.parse_args(["--attn-init", "rela_official"]).attn_init == "rela_official"
+    assert model_args("rela_transformer_wmt_en_de").attn_init == "fairseq"  # presets: fairseq
+    model, _ = build_model("rela_transformer_wmt_en_de", attn_init="rela_official")
+    cross = [m for m in model.decoder.modules() if getattr(m, "kind", None) == "cross"]
+    assert cross and all(torch.count_nonzero(m.q_proj.bias) == 0 for m in cross)

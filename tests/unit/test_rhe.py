@@ -729,3 +729,77 @@ def test_redundant_fraction_logged_by_the_model():
         meter = agg[f"rhe_redundant_l{layer}"]
         assert meter.count == 3 * H
         assert math.isclose(float(meter.avg), float(att.rhe.last_redundant.float().mean()), rel_tol=1e-6)
+
+
+# ----------------------------------------------------------------- Rule 2 readings (issue 16)
+PAPER_TREE = ("(S (NP (NNP Bush)) (VP (VBD held) (NP (DT a) (NN talk)) "
+              "(PP (IN with) (NP (NNP Sharon)))))")
+# "the cat sat": Rule 1 gives the: NP -> {the, cat}; cat: {the, cat}; sat: VBD is unary
+# -> S -> {the, cat, sat}.  "the" is in LP(sat) with sat later than "the": the symmetric
+# closure adds sat to LP(the) and LP(cat); the literal Rule 2 ("x_i in LP(x_j), j < i =>
+# x_j in LP(x_i)") adds only earlier words, so it does not.  Layers: the 3, cat 3, sat 2.
+CAT_TREE = "(S (NP (DT the) (NN cat)) (VBD sat))"
+CAT_RP_SYMMETRIC = [
+    # the cat sat </s>
+    [0,  0,  -1, X],
+    [0,  0,  -1, X],
+    [1,  1,  0,  X],
+    [X,  X,  X,  0],
+]
+CAT_RP_LITERAL = [
+    [0,  0,  X,  X],
+    [0,  0,  X,  X],
+    [1,  1,  0,  X],
+    [X,  X,  X,  0],
+]
+
+
+def test_rule2_readings_hand_derived():
+    from fairseq_sparse_attn.syntax.structure import phrase_rp_matrix
+
+    rp = lambda tree, rule2: phrase_rp_matrix(tree, rule2=rule2).tolist()  # noqa: E731
+    assert rp(CAT_TREE, "symmetric") == CAT_RP_SYMMETRIC
+    assert rp(CAT_TREE, "literal") == CAT_RP_LITERAL
+    assert rp(CAT_TREE, "literal") != rp(CAT_TREE, "symmetric")
+    # the paper's example: every Rule-1 phrase of a later word that holds an earlier word
+    # is held by that earlier word's phrase too, so both readings give Figure 3
+    assert rp(PAPER_TREE, "symmetric") == PAPER_RP == rp(PAPER_TREE, "literal")
+    assert phrase_rp_matrix(CAT_TREE).tolist() == CAT_RP_SYMMETRIC  # default unchanged
+    with pytest.raises(ValueError, match="--local-phrase-rule2"):
+        phrase_rp_matrix(CAT_TREE, rule2="transitive")
+
+
+@pytest.mark.parametrize("rule2, expected", [("symmetric", CAT_RP_SYMMETRIC), ("literal", CAT_RP_LITERAL)])
+def test_rule2_reaches_the_dataset_src_rp(rule2, expected):
+    """The task's dataset builds src_rp of "the c@@ at sat </s>" with the chosen reading
+    (pieces of "cat" share the word's row and column)."""
+    from fairseq.data import Dictionary
+
+    from fairseq_sparse_attn.data.parse_annotated_dataset import ParseAnnotatedDataset, SentenceParse
+    from fairseq_sparse_attn.syntax.structure import local_phrases
+
+    d = Dictionary()
+    for piece in ("the", "c@@", "at", "sat"):
+        d.add_symbol(piece)
+    parse = SentenceParse(["the", "cat", "sat"], None, local_phrases(CAT_TREE), "cat.tree line 1")
+    dataset = ParseAnnotatedDataset([None], [parse], d, features=("rp",), rule2=rule2)
+    source = torch.tensor([d.index(p) for p in ("the", "c@@", "at", "sat")] + [d.eos()])
+    _, rp = dataset.structure(0, source)
+    words = [0, 1, 1, 2, 3]  # token -> row/column of the word-level matrix (EOS = 3)
+    assert rp.tolist() == [[expected[a][b] for b in words] for a in words]
+
+
+def test_rule2_task_flag():
+    import argparse
+
+    from fairseq.dataclass.utils import gen_parser_from_dataclass
+
+    from fairseq_sparse_attn.tasks.parse_annotated_translation import (
+        ParseAnnotatedTranslationConfig, ParseAnnotatedTranslationTask)
+
+    parser = argparse.ArgumentParser()
+    gen_parser_from_dataclass(parser, ParseAnnotatedTranslationConfig())
+    assert parser.parse_args(["data"]).local_phrase_rule2 == "symmetric"
+    cfg = parser.parse_args(["data", "--local-phrase-rule2", "transitive"])
+    with pytest.raises(ValueError, match="--local-phrase-rule2"):
+        ParseAnnotatedTranslationTask.setup_task(cfg)
