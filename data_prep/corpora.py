@@ -59,6 +59,10 @@ class Corpus:
     clean: Optional[Tuple[int, int, float]] = (1, 250, 1.5)  # min, max tokens, ratio (train)
     remove_test_from_train: bool = False
     gold: Optional[Text] = None  # word alignments of the test set -> <out>/gold/test.talp
+    # drop whitespace-only lines from each test file and the gold file, each on its own, as
+    # lilt/alignment-scripts' preprocess/deen-test.sh does (sed '/^[[:space:]]*$/d'); the
+    # counts must agree afterwards
+    drop_blank_test_lines: bool = False
     papers: str = ""
     notes: str = ""
     extra: Dict[str, str] = field(default_factory=dict)
@@ -342,12 +346,14 @@ _add(Corpus(
     test=(Part("rwth-gold", {"de": Text(RWTH_GOLD_DE_EN.name, "DeEn/de", encoding="latin-1"),
                              "en": Text(RWTH_GOLD_DE_EN.name, "DeEn/en", encoding="latin-1")}),),
     valid_from_train=("last", 1000), bpe_merges=10000, joint_bpe=False, lowercase=True, clean=None,
-    tokenize_test=False,
+    tokenize_test=False, drop_blank_test_lines=True,
     remove_test_from_train=True, gold=Text(RWTH_GOLD_DE_EN.name, "DeEn/alignmentDeEn.talp", encoding="latin-1"),
     papers="Kobayashi et al. (Table 3, AER)",
     notes="As lilt/alignment-scripts (Zenkel et al. 2019, Ding et al. 2019): training side Moses-"
           "tokenized without escaping, test pairs removed from training, lowercased, empty lines "
           "removed; the 508 gold sentences are latin-1 (converted to UTF-8) and already tokenized; "
+          "blank lines are dropped from the gold text and alignment files, each on its own, as "
+          "their deen-test.sh does (the counts must then agree); "
           "last 1,000 training pairs -> valid; BPE 10k merges per language (subword-nmt; the "
           "alignment scripts used SentencePiece BPE of the same size). The gold file cannot be "
           "downloaded automatically (a form): put DeEnGoldAlignment.tar.gz into --raw-dir."))

@@ -131,6 +131,11 @@ def read_part(part: Part, langs: Tuple[str, str], files: Dict[str, Path]) -> Dic
     return out
 
 
+def drop_blank_lines(lines: List[str]) -> List[str]:
+    """The lines that are not empty or whitespace only (sed '/^[[:space:]]*$/d')."""
+    return [line for line in lines if line.strip()]
+
+
 def outputs_complete(out: Path, src: str, tgt: str, corpus: Corpus) -> bool:
     if not all((out / "data-bin" / n).is_file() for n in binarized_files(src, tgt)):
         return False
@@ -183,6 +188,15 @@ def run(args: argparse.Namespace) -> None:
             for lang in langs:
                 text[split][lang].extend(got[lang])
             log(f"read {split} {part.name}: {len(got[src])} pairs ({time.time() - t0:.1f}s)")
+    if corpus.drop_blank_test_lines:
+        for lang in langs:
+            before = len(text["test"][lang])
+            text["test"][lang] = drop_blank_lines(text["test"][lang])
+            log(f"test.{lang}: dropped {before - len(text['test'][lang])} blank lines")
+        if len(text["test"][src]) != len(text["test"][tgt]):
+            raise PrepError(f"after dropping blank lines the test sides differ: {len(text['test'][src])} "
+                            f"{src} and {len(text['test'][tgt])} {tgt} sentences; their blank lines are "
+                            f"not at the same places")
     limits = {"train": args.max_train_lines, "valid": args.max_eval_lines, "test": args.max_eval_lines}
     for split, lim in limits.items():
         if lim is not None and split in text:
@@ -274,7 +288,17 @@ def run(args: argparse.Namespace) -> None:
     if corpus.gold is not None:
         g = corpus.gold
         data = read_member_bytes(files[g.source], g.member)
-        lines = parse_text(data, "plain", f"{files[g.source]} [{g.member}]", encoding=g.encoding)
+        origin = f"{files[g.source]} [{g.member}]"
+        lines = parse_text(data, "plain", origin, encoding=g.encoding)
+        if corpus.drop_blank_test_lines:
+            before = len(lines)
+            lines = drop_blank_lines(lines)
+            log(f"gold alignments: dropped {before - len(lines)} blank lines")
+            if args.max_eval_lines is not None:
+                lines = lines[:args.max_eval_lines]
+            if len(lines) != len(tok["test"][src]):
+                raise PrepError(f"{origin}: {len(lines)} alignment lines but {len(tok['test'][src])} test "
+                                f"sentences after dropping blank lines; expected one line per sentence")
         write_lines(out / "gold" / "test.talp", lines)
         log(f"gold alignments: {out / 'gold' / 'test.talp'} ({len(lines)} sentences)")
 

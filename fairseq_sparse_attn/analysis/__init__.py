@@ -1,7 +1,9 @@
 """Analyses of trained models.  Recording is in :mod:`.recording`; sparsity and null rate
-in :mod:`.attention_stats`; word alignments and AER in :mod:`.alignment`; entropy, head
-diversity and top-p% score sums in :mod:`.head_stats`; the norm-based analysis of
-Kobayashi et al. (2020) (‖f(x)‖, ‖αf(x)‖, layer norms, Spearman per token category) in
-:mod:`.norms`; ReLUFormer's FFN statistics in :mod:`.ffn_stats`.  The ``fsa-analyze``
-command line (:mod:`.cli`) runs them over a data set: checkpoints and data in
-:mod:`.loading`, corpus collectors in :mod:`.collect`, PNG plots in :mod:`.plots`."""
+in :mod:`.attention_stats`; word alignments and AER in :mod:`.alignment` (pieces -> words:
+:mod:`fairseq_sparse_attn.subwords`); entropy, head diversity and top-p% score sums in
+:mod:`.head_stats`; the norm-based analysis of Kobayashi et al. (2020) (‖f(x)‖, ‖αf(x)‖,
+layer norms, Spearman per token category) in :mod:`.norms`; ReLUFormer's FFN statistics in
+:mod:`.ffn_stats`.  The ``fsa-analyze`` command line (:mod:`.cli`, one module per
+subcommand in :mod:`.commands`) runs them over a data set: checkpoints, text and batches in
+:mod:`.loading`, corpus collectors in :mod:`.collect`, result files in :mod:`.results`,
+PNG plots in :mod:`.plots`."""

@@ -34,11 +34,12 @@ from typing import (AbstractSet, Dict, FrozenSet, Iterable, List, Mapping, Optio
 
 import torch
 
+from ..subwords import SUBWORD_SCHEMES, word_index  # noqa: F401  (the one grouping; re-exported)
+
 Link = Tuple[int, int]  # (source index, target index), 0-based
 Links = AbstractSet[Link]
 
 SETTINGS = ("awo", "awi")
-SUBWORD_SCHEMES = ("subword-nmt", "sentencepiece", "word")
 
 # ----------------------------------------------------------------------------- rows
 
@@ -75,37 +76,6 @@ def aligned_rows(attention: torch.Tensor, num_target_pieces: int, setting: str) 
 
 
 # ------------------------------------------------------------------ subword merging
-
-
-def word_index(pieces: Sequence[str], scheme: str) -> List[int]:
-    """The 0-based word each piece belongs to.
-
-    * ``"subword-nmt"``: a piece ending in ``@@`` continues into the next piece;
-    * ``"sentencepiece"``: a piece starting with ``▁`` (U+2581) starts a word; the first
-      piece starts word 0 whether or not it carries ``▁``;
-    * ``"word"``: every piece is a word.
-    """
-    if scheme not in SUBWORD_SCHEMES:
-        raise ValueError(f"subword scheme must be one of {SUBWORD_SCHEMES}, got {scheme!r}")
-    out: List[int] = []
-    word = -1
-    continues = False  # the previous piece says the word goes on
-    for i, piece in enumerate(pieces):
-        if scheme == "word":
-            word += 1
-        elif scheme == "subword-nmt":
-            if not continues:
-                word += 1
-            continues = piece.endswith("@@")
-        else:
-            if i == 0 or piece.startswith("\u2581"):
-                word += 1
-        out.append(word)
-    if scheme == "subword-nmt" and continues:
-        raise ValueError(
-            f"subword-nmt pieces end with a continuation piece {pieces[-1]!r} (trailing "
-            f"'@@'): the last word is cut off; pieces: {' '.join(pieces)}")
-    return out
 
 
 def _group_matrix(groups: Sequence[int], average: bool) -> torch.Tensor:

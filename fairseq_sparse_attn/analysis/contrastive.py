@@ -70,8 +70,6 @@ Command line (``cli_main``; prints the accuracy table)::
 """
 
 import argparse
-import ast
-import gzip
 import json
 import os
 from collections import OrderedDict
@@ -79,6 +77,13 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
+
+# text, encoders, batches and the checkpoint loader are the analyses' own (re-exported here)
+from .loading import (Example, build_encoder, iterate_batches, length_batches,  # noqa: F401
+                      load_checkpoint, make_batches as _example_batches, open_text,
+                      parse_overrides, read_lines)
+
+make_batches = length_batches  # fsa-contrastive's name for it (lengths -> batches)
 
 FORMATS = ("plain", "lingeval97", "contrawsd", "mucow")
 DEFAULT_DECISION = {"plain": "variant", "lingeval97": "variant", "contrawsd": "item", "mucow": "item"}
@@ -107,18 +112,6 @@ class Decision:
 
 
 # --------------------------------------------------------------------------- readers
-
-
-def open_text(path):
-    """Open a UTF-8 text file for reading, gunzipping it when the name ends in .gz."""
-    if str(path).endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
-
-
-def read_lines(path) -> List[str]:
-    with open_text(path) as f:
-        return [line.rstrip("\r\n") for line in f]
 
 
 def read_plain(source_path, correct_path, incorrect_path, group_path=None) -> List[ContrastiveItem]:
@@ -222,39 +215,6 @@ def _position_limits(model) -> Tuple[Optional[int], Optional[int]]:
     return limits, limits
 
 
-def make_batches(lengths: Sequence[int], batch_size: Optional[int], max_tokens: Optional[int]) -> List[List[int]]:
-    """Indices sorted by length (longest first), cut into batches of at most ``batch_size``
-    pairs and ``max_tokens`` padded tokens (a pair longer than ``max_tokens`` is a batch of
-    its own).  ``lengths[i]`` = max(source, target) length of pair i."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches, current = [], []
-    for i in order:
-        width = lengths[current[0]] if current else lengths[i]  # the longest comes first
-        full = (batch_size is not None and len(current) >= batch_size) or (
-            max_tokens is not None and (len(current) + 1) * width > max_tokens)
-        if current and full:
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
-    return batches
-
-
-def collate(pairs, pad: int, eos: int, device):
-    """fairseq's translation batch: left-padded source, right-padded target, and
-    prev_output_tokens = EOS + target without its last token."""
-    from fairseq.data.data_utils import collate_tokens
-
-    sources = [s for s, _ in pairs]
-    targets = [t for _, t in pairs]
-    src_tokens = collate_tokens(sources, pad, eos, left_pad=True)
-    src_lengths = torch.tensor([s.numel() for s in sources])
-    target = collate_tokens(targets, pad, eos, left_pad=False)
-    prev_output_tokens = collate_tokens(targets, pad, eos, left_pad=False, move_eos_to_beginning=True)
-    return src_tokens.to(device), src_lengths.to(device), prev_output_tokens.to(device), target.to(device)
-
-
 def batch_scores(model, src_tokens, src_lengths, prev_output_tokens, target, pad: int) -> torch.Tensor:
     """Sum over the target positions (padding excluded) of log p(target_t | ...), per row."""
     net_output = model(src_tokens, src_lengths, prev_output_tokens)
@@ -267,18 +227,22 @@ def score_pairs(model, pairs: Sequence[Tuple[torch.Tensor, torch.Tensor]], pad: 
                 batch_size: Optional[int] = 32, max_tokens: Optional[int] = None,
                 device=None, progress: bool = False) -> List[float]:
     """Teacher-forced log-probability sums of already encoded (source, target) pairs, in the
-    order given, computed in length-sorted batches with the model in eval mode."""
+    order given, computed in length-sorted batches (:func:`.loading.iterate_batches`, as
+    every analysis) with the model in eval mode."""
     from tqdm import tqdm
 
     device = device or next(model.parameters()).device
     model.eval()
     scores = [0.0] * len(pairs)
-    lengths = [max(s.numel(), t.numel()) for s, t in pairs]
-    batches = make_batches(lengths, batch_size, max_tokens)
+    examples = [Example(i, s, t, [], []) for i, (s, t) in enumerate(pairs)]
+    total = len(_example_batches(examples, batch_size, max_tokens))
     with torch.no_grad():
-        for batch in tqdm(batches, desc="scoring", unit="batch", disable=not progress):
-            tensors = collate([pairs[i] for i in batch], pad, eos, device)
-            for i, score in zip(batch, batch_scores(model, *tensors, pad=pad).tolist()):
+        batches = iterate_batches(examples, pad, eos, batch_size, max_tokens, device)
+        for sample in tqdm(batches, total=total, desc="scoring", unit="batch", disable=not progress):
+            net = sample["net_input"]
+            batch = batch_scores(model, net["src_tokens"], net["src_lengths"],
+                                 net["prev_output_tokens"], sample["target"], pad=pad)
+            for i, score in zip(sample["id"].tolist(), batch.tolist()):
                 scores[i] = score
     return scores
 
@@ -368,9 +332,20 @@ def summarize(decisions: Sequence[Decision]) -> Dict:
 
 
 def write_json(report: Dict, path):
+    """The report as it is (library use); ``fsa-contrastive --output-json`` writes it with
+    provenance (:func:`fairseq_sparse_attn.provenance.write_json`)."""
     with open(path, "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2, ensure_ascii=False)
         f.write("\n")
+
+
+def load_model(path: str, data_bin: str, source_lang=None, target_lang=None, model_overrides=None):
+    """(model, task) from a fairseq checkpoint, dictionaries read from ``data_bin``;
+    ``model_overrides`` (dict) replaces saved arguments, as fairseq's ``--model-overrides``.
+    The analyses' loader (:func:`.loading.load_checkpoint`): plugin checkpoints as trained,
+    stock fairseq transformers as the parity-tested ``sparse_transformer``."""
+    loaded = load_checkpoint(path, data_bin, source_lang, target_lang, model_overrides)
+    return loaded.model, loaded.task
 
 
 def write_decisions_tsv(decisions: Sequence[Decision], path):
@@ -404,65 +379,6 @@ def evaluate(model, items: Sequence[ContrastiveItem], src_dict, tgt_dict,
 
 
 # --------------------------------------------------------------------------- command line
-
-
-def build_encoder(tokenizer: str, bpe_codes: Optional[str], lang: Optional[str]) -> Callable[[str], str]:
-    """Raw text -> model input string with fairseq's own encoders: Moses tokenization
-    (``tokenizer="moses"``, language ``lang``) then subword-nmt BPE (``bpe_codes``).
-
-    Moses runs as in this project's data preparation (data_prep/prepare_multi30k.py): no
-    XML escaping and no aggressive dash splitting (fairseq's ``--tokenizer moses`` would do
-    both by default, turning ``"`` into ``&quot;``, which a model trained on our data never saw)."""
-    from fairseq.data import encoders
-
-    steps = []
-    if tokenizer == "moses":
-        steps.append(encoders.build_tokenizer(argparse.Namespace(
-            tokenizer="moses", source_lang=lang or "en", target_lang=lang or "en",
-            moses_no_dash_splits=True, moses_no_escape=True)))
-    elif tokenizer != "none":
-        raise ValueError(f"unknown tokenizer {tokenizer!r}; expected 'moses' or 'none'")
-    if bpe_codes is not None:
-        if not os.path.isfile(bpe_codes):
-            raise FileNotFoundError(f"BPE codes file not found: {bpe_codes}")
-        steps.append(encoders.build_bpe(argparse.Namespace(
-            bpe="subword_nmt", bpe_codes=bpe_codes, bpe_separator="@@")))
-
-    def encode(text: str) -> str:
-        for step in steps:
-            text = step.encode(text)
-        return text
-
-    return encode
-
-
-def load_model(path: str, data_bin: str, source_lang=None, target_lang=None, model_overrides=None):
-    """(model, task) from a fairseq checkpoint, dictionaries read from ``data_bin``;
-    ``model_overrides`` (dict) replaces saved arguments, as fairseq's ``--model-overrides``."""
-    import fairseq_sparse_attn  # noqa: F401  (registers the plugin, torch>=2.6 loading fix)
-    from fairseq import checkpoint_utils
-
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"checkpoint not found: {path}")
-    overrides = {**(model_overrides or {}), "data": data_bin}
-    if source_lang:
-        overrides["source_lang"] = source_lang
-    if target_lang:
-        overrides["target_lang"] = target_lang
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=overrides)
-    return models[0], task
-
-
-def parse_overrides(text: Optional[str]) -> Dict:
-    if not text:
-        return {}
-    try:
-        value = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        value = None
-    if not isinstance(value, dict):
-        raise ValueError(f"--model-overrides must be a Python dict literal, got {text!r}")
-    return value
 
 
 def read_items(fmt: str, inputs: Sequence[str], group_file=None, group_by=None) -> List[ContrastiveItem]:
@@ -550,7 +466,11 @@ def cli_main(argv=None) -> Dict:
     report["inputs"] = [os.path.abspath(p) for p in args.inputs]
     print(format_report(report))
     if args.output_json:
-        write_json(report, args.output_json)
+        from ..provenance import write_json as write_with_provenance
+
+        write_with_provenance(args.output_json, report,
+                              argv=None if argv is None else ["fsa-contrastive", *map(str, argv)])
+        print(f"wrote {args.output_json}")
     if args.output_tsv:
         write_decisions_tsv(decisions, args.output_tsv)
     return report

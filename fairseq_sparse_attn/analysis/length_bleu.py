@@ -2,6 +2,9 @@
 
     fsa-length-bleu gen.out [--json bins.json] [--tsv bins.tsv]
 
+``--json`` writes ``{"bins": [rows], "tokenize": ..., "provenance": {...}}`` (the
+provenance carries sacreBLEU's signature, :mod:`fairseq_sparse_attn.provenance`).
+
 Reads the ``T-<id>`` (reference) and ``D-<id>`` (detokenized hypothesis; ``H-<id>`` when a
 sentence has no D line) lines of a generate log, bins the sentences by the number of
 whitespace-separated words of the reference — ``<10, [10,20), [20,30), [30,40), [40,50),
@@ -11,10 +14,11 @@ when the data was Moses-tokenized) so that both sides are plain text.
 """
 
 import argparse
-import json
 import re
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
+
+from ..subwords import word_count
 
 BINS: Tuple[Tuple[int, Optional[int]], ...] = (
     (0, 10), (10, 20), (20, 30), (30, 40), (40, 50), (50, None),
@@ -72,6 +76,22 @@ def read_generate_output(path: str) -> Tuple[List[str], List[str]]:
     return [refs[i] for i in ids], [hyps[i] for i in ids]
 
 
+def reference_words(text: str) -> int:
+    """Words of a plain-text reference: its whitespace-separated tokens (the ``"word"``
+    scheme of :mod:`fairseq_sparse_attn.subwords`)."""
+    return word_count(text.split(), "word")
+
+
+def sacrebleu_signature(references: Sequence[str], hypotheses: Sequence[str],
+                        tokenize: str = "13a") -> str:
+    """sacreBLEU's signature of the corpus BLEU these rows use (one reference)."""
+    from sacrebleu.metrics import BLEU
+
+    bleu = BLEU(tokenize=tokenize)
+    bleu.corpus_score(list(hypotheses), [list(references)])
+    return str(bleu.get_signature())
+
+
 def bleu_by_length(references: Sequence[str], hypotheses: Sequence[str],
                    bins=BINS, tokenize: str = "13a") -> List[dict]:
     """One row per bin (and a final "all" row): label, sentences, reference words, BLEU
@@ -81,8 +101,9 @@ def bleu_by_length(references: Sequence[str], hypotheses: Sequence[str],
     if len(references) != len(hypotheses):
         raise ValueError(f"{len(references)} references but {len(hypotheses)} hypotheses")
     rows = []
-    groups = [(bin_label(lo, hi), [i for i, r in enumerate(references)
-                                   if len(r.split()) >= lo and (hi is None or len(r.split()) < hi)])
+    lengths = [reference_words(r) for r in references]
+    groups = [(bin_label(lo, hi), [i for i, n in enumerate(lengths)
+                                   if n >= lo and (hi is None or n < hi)])
               for lo, hi in bins]
     groups.append(("all", list(range(len(references)))))
     for label, idx in groups:
@@ -91,7 +112,7 @@ def bleu_by_length(references: Sequence[str], hypotheses: Sequence[str],
             bleu = sacrebleu.corpus_bleu([hypotheses[i] for i in idx],
                                          [[references[i] for i in idx]], tokenize=tokenize).score
         rows.append(dict(bin=label, sentences=len(idx),
-                         reference_words=sum(len(references[i].split()) for i in idx), bleu=bleu))
+                         reference_words=sum(lengths[i] for i in idx), bleu=bleu))
     return rows
 
 
@@ -117,14 +138,19 @@ def cli_main(argv=None):
     rows = bleu_by_length(refs, hyps, tokenize=args.tokenize)
     print(format_table(rows))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
+        from ..provenance import write_json
+
+        write_json(args.json, {"bins": rows, "tokenize": args.tokenize},
+                   sacrebleu_signature=sacrebleu_signature(refs, hyps, args.tokenize),
+                   argv=None if argv is None else ["fsa-length-bleu", *map(str, argv)])
+        print(f"wrote {args.json}")
     if args.tsv:
         with open(args.tsv, "w") as f:
             f.write("bin\tsentences\treference_words\tbleu\n")
             for r in rows:
                 f.write(f"{r['bin']}\t{r['sentences']}\t{r['reference_words']}\t"
                         f"{'' if r['bleu'] is None else round(r['bleu'], 4)}\n")
+        print(f"wrote {args.tsv}")
     return rows
 
 

@@ -223,23 +223,81 @@ def examples_from_split(task, split: str, limit: Optional[int] = None) -> List[E
     return out
 
 
-def read_text_lines(path: str) -> List[str]:
-    from .contrastive import read_lines
+def open_text(path):
+    """Open a UTF-8 text file for reading, gunzipping it when the name ends in .gz."""
+    import gzip
 
+    if str(path).endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def read_lines(path) -> List[str]:
+    """The lines of a text file (``.gz`` allowed), without their line ends."""
+    with open_text(path) as f:
+        return [line.rstrip("\r\n") for line in f]
+
+
+def read_text_lines(path: str) -> List[str]:
     if not os.path.isfile(path):
         raise FileNotFoundError(f"text file not found: {path}")
     return read_lines(path)
 
 
+def build_encoder(tokenizer: str, bpe_codes: Optional[str], lang: Optional[str]):
+    """Raw text -> model input string with fairseq's own encoders: Moses tokenization
+    (``tokenizer="moses"``, language ``lang``) then subword-nmt BPE (``bpe_codes``).
+
+    Moses runs as in this project's data preparation (data_prep/prepare_multi30k.py): no
+    XML escaping and no aggressive dash splitting (fairseq's ``--tokenizer moses`` would do
+    both by default, turning ``"`` into ``&quot;``, which a model trained on our data never saw)."""
+    from fairseq.data import encoders
+
+    steps = []
+    if tokenizer == "moses":
+        steps.append(encoders.build_tokenizer(argparse.Namespace(
+            tokenizer="moses", source_lang=lang or "en", target_lang=lang or "en",
+            moses_no_dash_splits=True, moses_no_escape=True)))
+    elif tokenizer != "none":
+        raise ValueError(f"unknown tokenizer {tokenizer!r}; expected 'moses' or 'none'")
+    if bpe_codes is not None:
+        if not os.path.isfile(bpe_codes):
+            raise FileNotFoundError(f"BPE codes file not found: {bpe_codes}")
+        steps.append(encoders.build_bpe(argparse.Namespace(
+            bpe="subword_nmt", bpe_codes=bpe_codes, bpe_separator="@@")))
+
+    def encode(text: str) -> str:
+        for step in steps:
+            text = step.encode(text)
+        return text
+
+    return encode
+
+
+def parse_overrides(text: Optional[str]) -> Dict:
+    """``--model-overrides``: a Python dict literal (as fairseq-generate's)."""
+    import ast
+
+    if not text:
+        return {}
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        value = None
+    if not isinstance(value, dict):
+        raise ValueError(f"--model-overrides must be a Python dict literal, got {text!r}")
+    return value
+
+
 def examples_from_raw(task, source_path: str, target_path: str, tokenizer: str = "none",
                       bpe_codes: Optional[str] = None, limit: Optional[int] = None,
                       source_lang: Optional[str] = None,
-                      target_lang: Optional[str] = None) -> List[Example]:
+                      target_lang: Optional[str] = None,
+                      target_bpe_codes: Optional[str] = None) -> List[Example]:
     """Line-aligned raw text: tokenized (``tokenizer`` ``"moses"`` or ``"none"``), BPE
-    (``bpe_codes``, or none when the text is already segmented), ids from the task's
-    dictionaries (unknown pieces -> ``<unk>``; the pieces keep their text)."""
-    from .contrastive import build_encoder
-
+    (``bpe_codes``, or none when the text is already segmented; ``target_bpe_codes`` for
+    the target side when it has codes of its own), ids from the task's dictionaries
+    (unknown pieces -> ``<unk>``; the pieces keep their text)."""
     sources, targets = read_text_lines(source_path), read_text_lines(target_path)
     if len(sources) != len(targets):
         raise ValueError(f"{target_path} has {len(targets)} lines but {source_path} has "
@@ -247,7 +305,7 @@ def examples_from_raw(task, source_path: str, target_path: str, tokenizer: str =
     source_lang = source_lang or getattr(task.cfg, "source_lang", None)
     target_lang = target_lang or getattr(task.cfg, "target_lang", None)
     encode_source = build_encoder(tokenizer, bpe_codes, source_lang)
-    encode_target = build_encoder(tokenizer, bpe_codes, target_lang)
+    encode_target = build_encoder(tokenizer, target_bpe_codes or bpe_codes, target_lang)
     n = len(sources) if limit is None else min(limit, len(sources))
     out = []
     for i in range(n):
@@ -271,14 +329,32 @@ def check_lengths(examples: Sequence[Example], model, where: str) -> None:
                                  f"tokens (with </s>) but the model accepts at most {limit}")
 
 
+def length_batches(lengths: Sequence[int], batch_size: Optional[int],
+                   max_tokens: Optional[int]) -> List[List[int]]:
+    """Indices sorted by length (longest first), cut into batches of at most ``batch_size``
+    pairs and ``max_tokens`` padded tokens (a pair longer than ``max_tokens`` is a batch of
+    its own).  ``lengths[i]`` = max(source, target) length of pair i."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches, current = [], []
+    for i in order:
+        width = lengths[current[0]] if current else lengths[i]  # the longest comes first
+        full = (batch_size is not None and len(current) >= batch_size) or (
+            max_tokens is not None and (len(current) + 1) * width > max_tokens)
+        if current and full:
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
 def make_batches(examples: Sequence[Example], batch_size: Optional[int],
                  max_tokens: Optional[int]) -> List[List[int]]:
     """Positions in ``examples``, longest pair first, in batches of at most ``batch_size``
     pairs and ``max_tokens`` padded tokens (a longer pair is a batch of its own)."""
-    from .contrastive import make_batches as _make
-
     lengths = [max(ex.source.numel(), ex.target.numel()) for ex in examples]
-    return _make(lengths, batch_size, max_tokens)
+    return length_batches(lengths, batch_size, max_tokens)
 
 
 def collate(examples: Sequence[Example], positions: Sequence[int], pad: int, eos: int,

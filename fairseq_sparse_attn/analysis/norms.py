@@ -32,7 +32,10 @@ Heads.  Every head has a value projection, fixed-pattern heads included, so ``f^
 computed for all heads.  A head listed in the module's ``masked_heads`` (test-time
 ablation) is zeroed by the module *after* the recorder sees its weights: its ``f`` and
 per-head ``‖αf‖`` are still computed (what it would contribute), but it is left out of
-the layer-level sum, which therefore stays the module's actual output.
+the layer-level sum, which therefore stays the module's actual output.  Heads pruned per
+sentence by RHE (``--prune-redundant-heads``) are left out of that sentence's layer-level
+sum the same way.  A Rel_Pos value term (``--encoder-rel-pos-values``) makes the vector a
+key contributes depend on the query: :func:`check_decomposable` refuses it.
 """
 
 import math
@@ -44,29 +47,75 @@ from typing import (Callable, Dict, Hashable, Iterable, Iterator, List, Optional
 
 import torch
 
+from ..attention.options import ATTENTION_KINDS as KINDS  # noqa: F401  (re-exported)
+from ..subwords import strip_markers
 from .recording import AttentionSite, record_attention
 
-KINDS = ("encoder_self", "decoder_self", "cross")
 SPEARMAN_UNITS = ("pair", "key")
 
 # --------------------------------------------------------------- the decomposition
 
 
+def value_term_providers(module) -> List[str]:
+    """Names of the module's bias providers that add a term of their own to the heads'
+    weighted values (Rel_Pos with ``--encoder-rel-pos-values``)."""
+    biases = getattr(module, "biases", None) or {}
+    return [name for name, p in biases.items() if getattr(p, "has_value_term", False)]
+
+
+def pruned_per_sentence(module) -> bool:
+    """True when the module zeroes redundant heads per sentence (RHE with pruning)."""
+    rhe = getattr(module, "rhe", None)
+    return rhe is not None and bool(getattr(rhe, "prune", False))
+
+
 def check_decomposable(module, allow_output_norm: bool = False) -> None:
     """Raise unless ``Σ_h α_h f_h`` (+ b^O) is the module's output, or the caller accepts
-    norms of pre-norm vectors (``allow_output_norm=True``)."""
+    norms of pre-norm vectors (``allow_output_norm=True``).
+
+    * An output norm on the concatenated heads (ReLA): refused unless
+      ``allow_output_norm``.
+    * A value term of a bias provider (Rel_Pos values, Shaw et al. Eq. 3:
+      ``z_i = Σ_j α_ij (v_j + a^V_{j−i})``): always refused.  The vector a key
+      contributes then depends on the query (``f_i(x_j) = (v_j + a^V_{j−i}) W^O``), so
+      there is no per-key ``f(x_j)`` as Kobayashi et al. define it.
+    * RHE pruning (heads zeroed per sentence) is decomposable: :class:`NormRecorder`
+      leaves each sentence's pruned heads out of the layer norm (read from the module's
+      identifier, ``rhe.last_redundant``, of the same forward).
+    """
     for attr in ("out_proj", "num_heads", "head_dim", "embed_dim"):
         if not hasattr(module, attr):
             raise ValueError(f"norm analysis needs a multi-head attention module with "
                              f"{attr!r} (fairseq MultiheadAttention); got {type(module).__name__}")
+    extra = value_term_providers(module)
+    if extra:
+        raise ValueError(
+            f"attention module ({getattr(module, 'kind', None)}) adds the value term of "
+            f"{', '.join(extra)} (--encoder-rel-pos-values: z_i = Σ_j α_ij (v_j + a^V_(j-i))) to "
+            f"its heads, so the vector each key contributes depends on the query and the "
+            f"output is not Σ_h α_h f_h(x_j) with a per-key f (Kobayashi et al. Eq. 10): the "
+            f"norm-based analysis is not defined for it (weight-based analyses are)")
     norm = getattr(module, "output_norm_name", "none")
     if norm != "none" and not allow_output_norm:
         raise ValueError(
             f"attention module ({getattr(module, 'kind', None)}) applies the output norm "
             f"{norm!r} to the concatenated heads before out_proj, so its output is not "
             f"Σ_h α_h f_h(x) (Kobayashi et al. Eq. 10) and the norms would not be those of "
-            f"its summands; pass allow_output_norm=True to get the norms of the pre-norm "
-            f"vectors anyway")
+            f"its summands; pass allow_output_norm=True (--allow-output-norm) to get the norms "
+            f"of the pre-norm vectors anyway")
+
+
+def model_decomposition(model, kinds: Iterable[str] = KINDS, allow_output_norm: bool = False) -> bool:
+    """:func:`check_decomposable` for every attention module of ``kinds``; returns True
+    when the decomposition is exact (no output norm), False when only ``allow_output_norm``
+    let it through."""
+    exact = True
+    kinds = tuple(kinds)
+    for module in model.attention_modules():
+        if module.kind in kinds:
+            check_decomposable(module, allow_output_norm)
+            exact = exact and getattr(module, "output_norm_name", "none") == "none"
+    return exact
 
 
 def head_output_blocks(module) -> torch.Tensor:
@@ -111,13 +160,16 @@ class NormStatistics:
 
 
 def norm_statistics(weights: torch.Tensor, f: torch.Tensor,
-                    masked_heads: Sequence[int] = ()) -> NormStatistics:
+                    masked_heads: Sequence[int] = (),
+                    head_keep: Optional[torch.Tensor] = None) -> NormStatistics:
     """The three norms of the norm-based analysis for one attention module and batch.
 
     ``weights`` ``(bsz, heads, tgt, src)`` (α, invisible keys 0); ``f`` ``(bsz', heads,
     src, embed)`` from :func:`value_transforms`, ``bsz'`` dividing ``bsz`` (one key copy
     per beam group is repeated).  ``masked_heads`` are left out of the layer-level sum
-    (the module zeroes their output); their per-head norms are still given.
+    (the module zeroes their output); their per-head norms are still given.  ``head_keep``
+    ``(bsz, heads)`` bool does the same per sentence (False = pruned in that sentence,
+    RHE pruning).
 
     The layer norm is computed without materializing the ``(bsz, tgt, src, embed)`` sum:
     ``‖Σ_h α_h f_h‖² = Σ_{h,g} α_h α_g ⟨f_h, f_g⟩`` with the per-key Gram matrix of the
@@ -146,6 +198,11 @@ def norm_statistics(weights: torch.Tensor, f: torch.Tensor,
             raise ValueError(f"masked head {h} out of range for {heads} heads")
         keep[int(h)] = 0.0
     a = alpha * keep.view(1, heads, 1, 1)
+    if head_keep is not None:
+        if tuple(head_keep.shape) != (bsz, heads):
+            raise ValueError(f"head_keep must be (bsz, heads) = ({bsz}, {heads}), got "
+                             f"{tuple(head_keep.shape)}")
+        a = a * head_keep.to(device=a.device, dtype=a.dtype).view(bsz, heads, 1, 1)
     gram = torch.einsum("bhse,bgse->bshg", f, f)  # (bsz, src, heads, heads)
     ag = torch.einsum("bhts,bshg->bgts", a, gram)
     layer = (ag * a).sum(dim=1).clamp(min=0).sqrt()
@@ -175,6 +232,7 @@ class SentenceNorms:
     visible: torch.Tensor
     query_tokens: Optional[torch.Tensor] = None
     key_tokens: Optional[torch.Tensor] = None
+    pruned: Optional[torch.Tensor] = None  # (heads,) bool: heads pruned in this sentence (RHE)
 
 
 class NormRecorder:
@@ -263,8 +321,19 @@ class NormRecorder:
                              f"{module.dropout_module.p}: the recorded weights are not the ones "
                              f"used; call model.eval() before recording norms")
         f = value_transforms(module, values, self.allow_output_norm)
-        stats = norm_statistics(weights, f, getattr(module, "masked_heads", ()))
         bsz, heads, tgt, src = weights.shape
+        pruned = None
+        if pruned_per_sentence(module):
+            pruned = getattr(module.rhe, "last_redundant", None)
+            if pruned is None or tuple(pruned.shape) != (bsz, heads):
+                raise ValueError(
+                    f"{site.name} prunes redundant heads per sentence (RHE) but its identifier "
+                    f"holds no (bsz, heads) = ({bsz}, {heads}) decision for this forward "
+                    f"(rhe.last_redundant is {None if pruned is None else tuple(pruned.shape)}); "
+                    f"the layer norm cannot leave the pruned heads out")
+            pruned = pruned.detach().bool()
+        stats = norm_statistics(weights, f, getattr(module, "masked_heads", ()),
+                                None if pruned is None else ~pruned)
         qside, kside = self._sides(site.kind)
         qvalid = self._valid(qside, bsz, tgt, site.kind)
         kvalid = self._valid(kside, bsz, src, site.kind)
@@ -293,6 +362,7 @@ class NormRecorder:
                 visible=~hidden[b][q][:, k],
                 query_tokens=None if qt is None else qt[b, q],
                 key_tokens=None if kt is None else kt[b, k],
+                pruned=None if pruned is None else pruned[b].cpu(),
             ))
 
 
@@ -376,8 +446,7 @@ def token_category(symbol: str, eos: str = "</s>") -> str:
     Kobayashi et al.'s [SEP]/[CLS], "comma & period" and "others")."""
     if symbol == eos:
         return "eos"
-    core = symbol[:-2] if symbol.endswith("@@") else symbol
-    core = core.lstrip("\u2581")
+    core = strip_markers(symbol)
     if core and all(c in _PUNCTUATION or unicodedata.category(c).startswith("P") for c in core):
         return "punctuation"
     return "other"

@@ -1,20 +1,33 @@
 """Recording what the attention modules compute, only while an analysis asks for it.
 
+    with record_attention(model) as taps:
+        model(**sample["net_input"])
+    for tap in taps:            # one per attention call, in call order
+        tap.site, tap.weights, tap.values, tap.mask, tap.redundant
+
+or, with a callback called once per attention call (the original API)::
+
     with record_attention(model, callback):
         model(**sample["net_input"])
 
-calls ``callback(site, weights=..., values=..., mask=...)`` once per attention module and
-forward, where ``site`` says which module it is (kind, layer).  Outside the ``with``
-block the modules carry no recorder and pay nothing.  Attaching a recorder makes a stock
-softmax module run the plugin pipeline, which gives the same outputs (parity-tested).
+``callback(site, weights=..., values=..., mask=...)``, where ``site`` says which module it
+is (kind, layer).  Both are built on the intermediates that
+:func:`fairseq_sparse_attn.attention.core.attend` returns (a
+:func:`~fairseq_sparse_attn.attention.intermediates.collect` scope): outside the ``with``
+block nothing is computed or kept.  Recording makes a stock softmax module run the
+plugin pipeline (materialized weights), which gives the same outputs (parity-tested).
+Tensors are detached.
 """
 
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, List
+from typing import Callable, List, Optional
+
+from torch import Tensor
 
 from ..attention import SparseMultiheadAttention
+from ..attention.intermediates import Collector, collecting_into
 
 _LAYER = re.compile(r"layers\.(\d+)\.")
 
@@ -27,6 +40,21 @@ class AttentionSite:
     num_heads: int
 
 
+@dataclass(frozen=True)
+class AttentionTap:
+    """What one attention call computed (detached).
+
+    weights (bsz, heads, tgt, src) float32 before dropout; values (kv_bsz*heads, src,
+    head_dim); mask bool broadcastable to weights (True = key not visible) or None;
+    redundant (bsz, heads) bool RHE decisions or None."""
+
+    site: AttentionSite
+    weights: Tensor
+    values: Tensor
+    mask: Optional[Tensor]
+    redundant: Optional[Tensor] = None
+
+
 def attention_sites(model) -> List[AttentionSite]:
     sites = []
     for name, module in model.named_modules():
@@ -37,8 +65,34 @@ def attention_sites(model) -> List[AttentionSite]:
     return sites
 
 
+class _Taps(Collector):
+    """A collector that turns each record into an :class:`AttentionTap` (and calls the
+    callback) as it arrives."""
+
+    def __init__(self, sites_by_module, callback):
+        super().__init__(("weights", "redundant"))
+        self.sites_by_module = sites_by_module
+        self.callback = callback
+        self.taps: List[AttentionTap] = []
+
+    def append(self, record):
+        module, inter = record
+        site = self.sites_by_module.get(id(module))
+        if site is None or inter.weights is None:
+            return
+        detach = lambda t: None if t is None else t.detach()  # noqa: E731
+        tap = AttentionTap(site, inter.weights.detach(), inter.values.detach(), detach(inter.mask),
+                           detach(inter.redundant))
+        if self.callback is not None:
+            self.callback(site, weights=tap.weights, values=tap.values, mask=tap.mask)
+        else:
+            self.taps.append(tap)
+
+
 @contextmanager
-def record_attention(model, callback: Callable):
+def record_attention(model, callback: Optional[Callable] = None):
+    """Yields the list of :class:`AttentionTap` of the calls in the block (empty when a
+    ``callback`` takes them instead)."""
     modules = dict(model.named_modules())
     sites = attention_sites(model)
     if not sites:
@@ -46,12 +100,6 @@ def record_attention(model, callback: Callable):
             "the model has no fairseq_sparse_attn attention modules to record "
             f"({type(model).__name__}); load it with the plugin's sparse_transformer"
         )
-    try:
-        for site in sites:
-            modules[site.name].recorder = (
-                lambda module, _site=site, **kw: callback(_site, **kw)
-            )
-        yield sites
-    finally:
-        for site in sites:
-            modules[site.name].recorder = None
+    taps = _Taps({id(modules[s.name]): s for s in sites}, callback)
+    with collecting_into(taps):
+        yield taps.taps

@@ -75,9 +75,12 @@ class AttentionActivation(nn.Module):
         return self.registry_name
 
 
-def _opt(options, name, default):
-    value = getattr(options, name, None) if options is not None else None
-    return default if value is None else value
+def _opt(options, name, default=None):
+    """Option ``name`` as :func:`fairseq_sparse_attn.options.plugin_options` resolves it
+    (``default`` is ignored: the defaults live in PluginOptions; kept for old callers)."""
+    from ..options import plugin_options
+
+    return getattr(plugin_options(options), name)
 
 
 @register_activation("softmax")

@@ -1,46 +1,45 @@
-"""The one attention module every paper composes.
+"""The fairseq attention module every paper composes: a thin façade over
+:func:`~.core.attend`.
 
-Pipeline (see ../shared/DESIGN.md and docs/rela.md)::
+It owns the parameters (stock names ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``; the
+activation, output norm and bias-provider submodules), the projections, fairseq's cache
+format (``prev_key``, ``prev_value``, ``prev_key_padding_mask``), beam reordering and
+the return shapes; the attention itself (scores, biases, mask, activation, dropout, head
+policies, value mix) is :func:`~.core.attend`, which returns the head outputs and
+:class:`~.intermediates.Intermediates`.  Then ``out = out_proj(output_norm(heads))``.
 
-    q, k, v = q_proj(x), k_proj(y), v_proj(y)        stock names and cache format
-    scores  = q k^T / sqrt(d_h)                      float32
-    mask    = key padding | attention mask           boolean, True = not visible
-    weights = activation(scores, mask)               masked positions exactly 0
-    weights = dropout(weights)
-    heads   = weights v                              per head
-    z       = output_norm([head_1; ...; head_H])     on the concatenated heads
-    out     = out_proj(z)
+Per-batch data that is not a fairseq argument (fixed-pattern weights, word ids, syntax
+annotations) arrives in ``forward(..., attn_inputs=AttentionInputs(...))`` from the
+encoder layer; nothing is set on the module during forward.  Intermediates go to the
+callers that asked for them (:func:`~.intermediates.collect`).
 
-Heads are "learned" or "given their weights": with ``fixed_patterns`` the first F heads
-attend with fixed, non-learned patterns (Raganato et al. 2020, :mod:`.fixed_patterns`) and
-only the remaining ``num_heads - F`` heads have query/key projections; every head has its
-value projection.  ``masked_heads`` zeroes the output of chosen heads (test-time ablation).
+Heads are "learned" or "given their weights" (:mod:`.heads`): with ``fixed_patterns``
+the first F heads attend with fixed patterns (Raganato et al. 2020) and only the
+remaining heads have query/key projections; ``masked_heads`` zeroes chosen heads;
+``biases`` (:mod:`.biases`) add to the scores of every head, or with ``rhe``
+(:mod:`.rhe`) only of the heads found redundant per sentence.
 
-Encoder self-attention may add bias providers (:mod:`.biases`: syntax-enhanced attention
-DEA/LPEA, Rel_Pos, Localness) to the scores: ``scores += bias`` and their hidden keys join
-the mask.  With ``rhe`` (:mod:`.rhe`) the biased attention replaces, per sentence, only the
-heads identified as redundant on their standard attention; the other heads keep it.
-``prune_redundant_heads`` zeroes the output of the redundant heads instead.
-
-With ``activation="softmax"`` and ``output_norm="none"`` (and no fixed or masked heads)
-the module *is* stock fairseq:
-it delegates to :class:`fairseq.modules.MultiheadAttention` (including its fused fast
-path) unless a recorder is attached, per-head weights are asked for (the fused path
-silently averages them) or ``force_pipeline`` is set.  Every other
-configuration runs the pipeline above and never takes the fused softmax path.
+With ``activation="softmax"``, ``output_norm="none"`` and learned heads only the module
+*is* stock fairseq: it delegates to :class:`fairseq.modules.MultiheadAttention`
+(including its fused fast path) unless per-head weights are asked for (the fused path
+averages them), an analysis collects weights, or a backend is forced
+(``backend``/``force_pipeline``).  See docs/architecture.md.
 """
 
-from typing import Callable, Dict, Optional, Sequence, Tuple
+import dataclasses
+from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
 from .activations import build_activation
-from .biases import BiasContext, build_bias
-from .fixed_patterns import (PATTERN_UNITS, check_pattern_names, check_right_context_reading,
-                             pattern_weights)
-from .options import ATTN_INITS, _lookup as _option_value
+from .biases import build_bias
+from .core import AttendSpec, AttentionInputs, _scores, attend, backend_names, is_stock
+from .options import ATTN_INITS
+from .heads import FixedPatternHeads, HeadPlan, MaskedHeads, RedundantHeads
+from .intermediates import deliver, wanted
+from ..options import plugin_options
 from .output_norms import build_output_norm
 from .rhe import RedundantHeadIdentifier
 
@@ -58,15 +57,15 @@ class SparseMultiheadAttention(MultiheadAttention):
         options: object carrying activation/norm hyper-parameters (entmax alpha, ...)
         kind: ``"encoder_self"``, ``"decoder_self"`` or ``"cross"`` (for logs/analysis)
         fixed_patterns: names of fixed patterns (self-attention only): heads ``0..F-1``
-        fixed_pattern_unit: ``"token"`` or ``"word"`` (word ids come from the encoder,
-            see :attr:`source_word_ids`)
+        fixed_pattern_unit: ``"token"`` or ``"word"`` (word ids come from the encoder
+            in ``attn_inputs``)
         right_context_reading: ``"mirrored"`` or ``"literal"`` (:mod:`.fixed_patterns`)
         fixed_patterns_exclude_eos: fixed patterns computed without the source's EOS
         masked_heads: head indices whose output is zeroed (heads disabled)
         biases: names of bias providers (:mod:`.biases`) added to the scores of every
             head, or with ``rhe`` only of the heads found redundant (self-attention only;
-            per-batch inputs such as ``src_dep`` come from the encoder, see
-            :attr:`source_context`)
+            per-batch inputs such as ``src_dep`` come from the encoder in
+            ``attn_inputs``)
         rhe: identify redundant heads per sentence (:mod:`.rhe`)
         rhe_gate: ``"dynamic"`` (sigmoid(h_conf)) or a fixed gate value in (0, 1]
         prune_redundant_heads: zero the output of the heads found redundant
@@ -116,49 +115,57 @@ class SparseMultiheadAttention(MultiheadAttention):
             q_noise=q_noise,
             qn_block_size=qn_block_size,
         )
-        self.fixed_patterns = tuple(check_pattern_names(fixed_patterns))
+        fixed = FixedPatternHeads(tuple(fixed_patterns), fixed_pattern_unit, right_context_reading,
+                                  bool(fixed_patterns_exclude_eos))
+        self.fixed_patterns = fixed.patterns
+        self.fixed_pattern_unit = fixed_pattern_unit
+        self.right_context_reading = fixed.right_context_reading
+        self.fixed_patterns_exclude_eos = fixed.exclude_eos
+        fixed = fixed if fixed.patterns else None
         self.num_fixed_heads = len(self.fixed_patterns)
         self.num_learned_heads = num_heads - self.num_fixed_heads
         if self.num_fixed_heads:
             self._build_learned_projections(num_heads, q_noise, qn_block_size, bias)
-        if fixed_pattern_unit not in PATTERN_UNITS:
-            raise ValueError(f"fixed_pattern_unit must be one of {PATTERN_UNITS}, got {fixed_pattern_unit!r}")
-        self.fixed_pattern_unit = fixed_pattern_unit
-        self.right_context_reading = check_right_context_reading(right_context_reading)
-        self.fixed_patterns_exclude_eos = bool(fixed_patterns_exclude_eos)
-        # Set by the encoder for word-based patterns: (bsz, src_len) word index per token.
-        self.source_word_ids: Optional[Tensor] = None
-        # Set by the encoder: (bsz, F, src_len, src_len) weights it computed once for every
-        # layer with the same patterns (otherwise computed here, token-based from the mask).
-        self.given_fixed_weights: Optional[Tensor] = None
-        self.masked_heads = tuple(sorted(set(int(h) for h in masked_heads)))
-        for h in self.masked_heads:
-            if not 0 <= h < num_heads:
-                raise ValueError(f"masked head index {h} out of range: this attention has "
-                                 f"{num_heads} heads (0..{num_heads - 1})")
+        masked = MaskedHeads(tuple(masked_heads), num_heads) if masked_heads else None
+        self.masked_heads = masked.heads if masked is not None else ()
         self._build_biases(biases, rhe, rhe_gate, prune_redundant_heads, layer_index, options)
         self.activation = build_activation(activation, max(self.num_learned_heads, 1), options)
         self.output_norm = build_output_norm(output_norm, embed_dim, self.head_dim, options)
         self.activation_name = activation
         self.output_norm_name = output_norm
         self.kind = kind
-        self.is_stock = (activation == "softmax" and output_norm == "none"
-                         and not self.num_fixed_heads and not self.masked_heads
-                         and not self.biases and self.rhe is None)
-        # Run the explicit pipeline even for stock softmax (tests, analysis).
-        self.force_pipeline = False
+        self.heads = HeadPlan(num_heads, fixed=fixed, masked=masked,
+                              rhe=RedundantHeads(self.rhe) if self.rhe is not None else None)
+        self.is_stock = is_stock(activation, output_norm, self.heads, self.biases)
+        # "auto" or a backend name of attention/core.py (--attn-backend)
+        opts = plugin_options(options)
+        backend = opts.attn_backend
+        if backend not in backend_names():
+            raise ValueError(f"--attn-backend must be one of {', '.join(backend_names())}, got {backend!r}")
+        self.backend = backend
         # > 0: ReLU-family activations stream over blocks of this many keys (long inputs)
-        self.key_block_size = int(getattr(options, "attn_key_block_size", 0) or 0) if options is not None else 0
-        # Analysis hook, see fairseq_sparse_attn.analysis.recording: when set, called as
-        # recorder(module, weights=(bsz, heads, tgt, src) float32, values=(bsz*heads, src,
-        # head_dim), mask=bool broadcastable to weights, True = key not visible, or None).
-        self.recorder: Optional[Callable] = None
+        self.key_block_size = int(opts.attn_key_block_size or 0)
         self._mask_cache: Dict[str, tuple] = {}
-        init = _option_value(options, "attn_init") or "fairseq"
+        init = opts.attn_init
         if init not in ATTN_INITS:
             raise ValueError(f"--attn-init must be one of {', '.join(ATTN_INITS)}, got {init!r}")
         if init == "rela_official":
             self.apply_rela_official_init()
+
+    @property
+    def force_pipeline(self) -> bool:
+        """True = never delegate to stock fairseq; run the materialized backend."""
+        return self.backend == "materialized"
+
+    @force_pipeline.setter
+    def force_pipeline(self, value: bool):
+        self.backend = "materialized" if value else "auto"
+
+    def spec(self) -> AttendSpec:
+        """What :func:`~.core.attend` needs from this module (no copy of parameters)."""
+        return AttendSpec(activation=self.activation, dropout=self.dropout_module, heads=self.heads,
+                          biases=tuple(self.biases.values()), backend=self.backend,
+                          key_block_size=self.key_block_size)
 
     def extra_repr(self):
         fixed = ""
@@ -183,49 +190,10 @@ class SparseMultiheadAttention(MultiheadAttention):
                 or self.add_zero_attn):
             raise ValueError("attention biases and RHE are for (encoder) self-attention without "
                              "fixed-pattern heads, bias_kv or zero attention")
-        # per-batch source annotations (src_dep, src_rp), set by the encoder around forward
-        self.source_context: Optional[Dict[str, Tensor]] = None
         needs = {n for provider in self.biases.values() for n in provider.needs}
         if self.rhe is not None:
             needs.add("src_dep")
         self.source_needs = tuple(sorted(needs))
-
-    def _biased_weights(self, q, scores, mask, key_padding_mask, bsz, length):
-        """Weights of every head with the bias providers and RHE, plus the per-sentence
-        heads to keep (pruning) and the providers' value terms (or None)."""
-        heads = self.num_heads
-        ctx = BiasContext.build(self._real_keys(key_padding_mask, bsz, length, scores.device),
-                                self.source_context, self.source_needs)
-        enhanced = None
-        if self.biases:
-            q4 = q.view(bsz, heads, length, self.head_dim)
-            biased, hidden = scores, mask
-            for provider in self.biases.values():
-                bias, hide = provider(q4, ctx)
-                if bias is not None:
-                    biased = biased + bias
-                if hide is not None:
-                    hidden = hide if hidden is None else hidden | hide
-            enhanced = self.activation(biased, hidden)
-        enlivened = keep = None
-        if self.rhe is None:
-            weights = enhanced
-        else:
-            weights = self.activation(scores, mask)
-            redundant = self.rhe(weights, ctx.src_dep, ctx.valid)
-            enlivened = redundant.view(bsz, heads, 1, 1)
-            if enhanced is not None:
-                weights = torch.where(enlivened, enhanced, weights)
-            if self.rhe.prune:
-                keep = ~redundant
-
-        value_term = None
-        with_values = [p for p in self.biases.values() if p.has_value_term]
-        if with_values:
-            def value_term(probs):
-                extra = sum(p.value_term(probs, ctx) for p in with_values)
-                return extra if enlivened is None else extra * enlivened.to(extra.dtype)
-        return weights, keep, value_term
 
     # ------------------------------------------------------------------ fixed heads
     def _build_learned_projections(self, num_heads, q_noise, qn_block_size, bias):
@@ -269,36 +237,6 @@ class SparseMultiheadAttention(MultiheadAttention):
         for proj in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
             if proj is not None and proj.bias is not None:
                 torch.nn.init.zeros_(proj.bias)
-
-    @staticmethod
-    def _real_keys(key_padding_mask: Optional[Tensor], bsz: int, src_len: int, device) -> Tensor:
-        """(bsz, src_len) bool, True = real key position (not padding)."""
-        if key_padding_mask is None:
-            return torch.ones(bsz, src_len, dtype=torch.bool, device=device)
-        return ~key_padding_mask.to(torch.bool)
-
-    def _fixed_weights(self, valid: Tensor, bsz: int, src_len: int) -> Tensor:
-        """(bsz, F, src_len, src_len) weights of the fixed heads for this batch; ``valid``
-        from :meth:`_real_keys`."""
-        given = self.given_fixed_weights
-        if given is not None:
-            expected = (bsz, self.num_fixed_heads, src_len, src_len)
-            if tuple(given.shape) != expected:
-                raise ValueError(f"given fixed-pattern weights have shape {tuple(given.shape)}, "
-                                 f"expected {expected}")
-            return given
-        if self.fixed_pattern_unit == "word":
-            ids = self.source_word_ids
-            if ids is None or tuple(ids.shape) != (bsz, src_len):
-                raise ValueError(
-                    "word-based fixed patterns need the source word ids of this batch "
-                    f"(bsz={bsz}, len={src_len}); they are set by the plugin's encoder "
-                    "(sparse_transformer) before each forward"
-                )
-        else:
-            ids = valid.long().cumsum(dim=1) - 1
-        return pattern_weights(self.fixed_patterns, ids, valid, self.right_context_reading,
-                               self.fixed_patterns_exclude_eos)
 
     # ------------------------------------------------------------------ projections
     def _project(
@@ -454,8 +392,13 @@ class SparseMultiheadAttention(MultiheadAttention):
         attn_mask: Optional[Tensor] = None,
         before_softmax: bool = False,
         need_head_weights: bool = False,
+        attn_inputs: Optional[AttentionInputs] = None,
     ) -> Tuple[Tensor, Optional[Tensor]]:
-        if (self.is_stock and not self.force_pipeline and self.recorder is None
+        """fairseq's ``MultiheadAttention.forward`` plus ``attn_inputs``: the per-batch
+        inputs of :func:`~.core.attend` that fairseq does not pass (fixed-pattern
+        weights, word ids, syntax annotations), from the plugin's encoder layer."""
+        collect = wanted()
+        if (self.is_stock and self.backend == "auto" and "weights" not in collect
                 and not need_head_weights):  # the fused stock path cannot return per-head weights
             return super().forward(
                 query, key, value, key_padding_mask=key_padding_mask,
@@ -471,130 +414,44 @@ class SparseMultiheadAttention(MultiheadAttention):
         if self.num_fixed_heads and (incremental_state is not None or before_softmax):
             raise ValueError("fixed attention patterns are for encoder self-attention: no "
                              "incremental decoding, no before_softmax scores")
-        biased = bool(self.biases) or self.rhe is not None
-        if biased and (incremental_state is not None or before_softmax):
+        if (self.biases or self.rhe is not None) and (incremental_state is not None or before_softmax):
             raise ValueError("attention biases and RHE are for encoder self-attention: no "
                              "incremental decoding, no before_softmax scores")
         q, k, v, key_padding_mask, attn_mask, kv_bsz = self._project(
             query, key, value, key_padding_mask, incremental_state, static_kv, attn_mask
         )
         src_len = v.size(1)
-        heads = self.num_heads
+        heads, d = self.num_heads, self.head_dim
         bias, mask = self._visibility_mask(attn_mask, key_padding_mask, bsz, tgt_len, src_len)
-
-        if (self.key_block_size and self.activation.supports_chunking and not before_softmax
-                and not need_head_weights and self.recorder is None and not self.num_fixed_heads
-                and not self.masked_heads and not biased):
-            return self._chunked_forward(q, k, v, mask, bias, bsz, kv_bsz, tgt_len), None
-
-        if self.num_fixed_heads:
-            fixed = self._fixed_weights(self._real_keys(key_padding_mask, bsz, src_len, v.device),
-                                        bsz, src_len)
-            learned = None
-            if self.num_learned_heads:
-                scores = torch.bmm(q, k.transpose(1, 2)).view(bsz, self.num_learned_heads, tgt_len, src_len)
-                scores = scores.float()
-                if bias is not None:
-                    scores = scores + bias
-                learned = self.activation(scores, mask)
-            weights = fixed if learned is None else torch.cat([fixed, learned], dim=1)
-            if self.recorder is not None:
-                self.recorder(self, weights=weights.detach(), values=v.detach(), mask=mask)
-            # attention dropout regularizes learned attention only; fixed heads stay exact
-            probs = fixed.type_as(v)
-            if learned is not None:
-                probs = torch.cat([probs, self.dropout_module(learned.type_as(v))], dim=1)
-            return self._attend(probs, weights, v, bsz, kv_bsz, tgt_len, src_len,
-                                need_weights, need_head_weights)
-
-        if bsz != kv_bsz:  # cross-attention with one key copy per beam group
-            scores = torch.einsum(
-                "bxhtd,bhsd->bxhts",
-                q.view(kv_bsz, -1, heads, tgt_len, self.head_dim),
-                k.view(kv_bsz, heads, src_len, self.head_dim),
-            )
-        else:
-            scores = torch.bmm(q, k.transpose(1, 2))
-        scores = scores.reshape(bsz, heads, tgt_len, src_len).float()
-        if bias is not None:
-            scores = scores + bias
+        qk_heads = self.num_learned_heads
+        q4 = q.view(bsz, qk_heads, tgt_len, d) if q is not None else None
+        k4 = k.view(kv_bsz, qk_heads, src_len, d) if k is not None else None
+        v4 = v.view(kv_bsz, heads, src_len, d)
 
         if before_softmax:
+            scores = _scores(q4, k4, bsz // kv_bsz)
+            if bias is not None:
+                scores = scores + bias
             if mask is not None:
                 scores = scores.masked_fill(mask, float("-inf"))
             return scores.view(bsz * heads, tgt_len, src_len).type_as(q), v
 
-        head_keep = value_term = None
-        if biased:  # float32, (bsz, heads, tgt, src), see _biased_weights
-            weights, head_keep, value_term = self._biased_weights(q, scores, mask, key_padding_mask,
-                                                                  bsz, src_len)
-        else:
-            weights = self.activation(scores, mask)  # float32, (bsz, heads, tgt, src)
-        if self.recorder is not None:
-            self.recorder(self, weights=weights.detach(), values=v.detach(), mask=mask)
-        probs = self.dropout_module(weights.type_as(q))
-        return self._attend(probs, weights, v, bsz, kv_bsz, tgt_len, src_len,
-                            need_weights, need_head_weights, head_keep, value_term)
+        if need_head_weights or (need_weights and not self.key_block_size):
+            # with --attn-key-block-size, head-averaged weights are returned only when the
+            # call ran materialized (as before: the key-block path returns none)
+            collect = collect | {"weights"}
+        inputs = attn_inputs if attn_inputs is not None else AttentionInputs()
+        inputs = dataclasses.replace(inputs, hidden=mask, score_bias=bias, key_padding=key_padding_mask,
+                                     kv_groups=bsz // kv_bsz, collect=collect)
+        out, inter = attend(q4, k4, v4, inputs, self.spec())
+        if collect:
+            deliver(self, inter)
 
-    def _attend(self, probs, weights, v, bsz, kv_bsz, tgt_len, src_len, need_weights,
-                need_head_weights, head_keep=None, value_term=None):
-        """heads = probs · v (+ value_term(probs)), masked heads and heads not in
-        ``head_keep`` (bsz, heads) zeroed, output norm, out_proj; the weights returned as
-        stock fairseq does ((heads, bsz, tgt, src) or their head mean)."""
-        heads = self.num_heads
-        if self.masked_heads:
-            keep = torch.ones(heads, dtype=probs.dtype, device=probs.device)
-            keep[list(self.masked_heads)] = 0
-            probs = probs * keep.view(1, heads, 1, 1)
-        if head_keep is not None:
-            probs = probs * head_keep.view(bsz, heads, 1, 1).to(probs.dtype)
-        if bsz != kv_bsz:
-            attn = torch.einsum(
-                "bxhts,bhsd->bxhtd",
-                probs.view(kv_bsz, -1, heads, tgt_len, src_len),
-                v.view(kv_bsz, heads, src_len, self.head_dim),
-            ).reshape(bsz * heads, tgt_len, self.head_dim)
-        else:
-            attn = torch.bmm(probs.view(bsz * heads, tgt_len, src_len), v)
-        if value_term is not None:
-            extra = value_term(probs.view(bsz, heads, tgt_len, src_len))
-            attn = attn + extra.reshape(bsz * heads, tgt_len, self.head_dim).to(attn.dtype)
-        attn = attn.transpose(0, 1).contiguous().view(tgt_len, bsz, self.embed_dim)
+        attn = out.reshape(bsz * heads, tgt_len, d).transpose(0, 1).contiguous().view(tgt_len, bsz, self.embed_dim)
         attn = self.out_proj(self.output_norm(attn))
-
         out_weights: Optional[Tensor] = None
-        if need_weights:
-            out_weights = weights.transpose(1, 0)  # (heads, bsz, tgt, src) as stock
+        if need_weights and inter.weights is not None:
+            out_weights = inter.weights.transpose(1, 0)  # (heads, bsz, tgt, src) as stock
             if not need_head_weights:
                 out_weights = out_weights.mean(dim=0)
         return attn, out_weights
-
-    def _chunked_forward(self, q, k, v, mask, bias, bsz, kv_bsz, tgt_len):
-        """Memory-bounded path (attention/chunked_relu.py): weights are never materialized;
-        returns the attention output only (no weights)."""
-        from .chunked_relu import chunked_relu_attention
-        from .scaled_relu import visible_key_counts
-
-        if bias is not None:
-            raise ValueError("the key-block (chunked) ReLU path does not support additive attention biases")
-        if self.training and self.dropout_module.p > 0:
-            raise ValueError("--attn-key-block-size needs --attention-dropout 0 "
-                             "(the chunked path cannot replay a dropout mask)")
-        heads, d = self.num_heads, self.head_dim
-        src_len = k.size(1)
-        q4 = q.view(bsz, heads, tgt_len, d)
-        k4 = k.view(kv_bsz, heads, src_len, d)
-        v4 = v.view(kv_bsz, heads, src_len, d)
-        if bsz != kv_bsz:
-            k4 = k4.repeat_interleave(bsz // kv_bsz, dim=0)
-            v4 = v4.repeat_interleave(bsz // kv_bsz, dim=0)
-        n = visible_key_counts(q4.new_empty(1, 1, 1, src_len), mask).float()
-        scale = self.activation.row_scale(n)
-        regularizer = getattr(self.activation, "regularizer", None)
-        out, wsum, wlogw = chunked_relu_attention(q4.float(), k4.float(), v4.float(), mask, scale,
-                                                  block=self.key_block_size,
-                                                  with_sums=regularizer is not None)
-        if regularizer is not None:
-            regularizer.add_sums(wsum, wlogw, n)
-        attn = out.type_as(q).permute(2, 0, 1, 3).reshape(tgt_len, bsz, self.embed_dim)
-        return self.out_proj(self.output_norm(attn))

@@ -50,10 +50,10 @@ def build_output_norm(name: str, embed_dim: int, head_dim: int, options=None) ->
         raise ValueError(
             f"unknown attention output norm {name!r}; valid values: {', '.join(output_norm_names())}"
         )
-    eps = getattr(options, "attn_norm_eps", None) if options is not None else None
-    return OUTPUT_NORM_REGISTRY[name](
-        embed_dim=embed_dim, head_dim=head_dim, eps=RMSNORM_EPS if eps is None else float(eps)
-    )
+    from ..options import plugin_options
+
+    eps = plugin_options(options).attn_norm_eps  # default RMSNORM_EPS
+    return OUTPUT_NORM_REGISTRY[name](embed_dim=embed_dim, head_dim=head_dim, eps=float(eps))
 
 
 def uniform_unit_scaling_(tensor: torch.Tensor, fan: int) -> torch.Tensor:

@@ -70,12 +70,13 @@ def redundant_heads(weights: Tensor, dep: Tensor, valid: Tensor,
 
 
 class RedundantHeadIdentifier(nn.Module):
-    """The identification step of one attention module (no parameters).
+    """The identification step of one attention module (no parameters, no state).
 
-    Calling it returns the (bsz, heads) redundant mask of the batch and logs the fraction
-    of (sentence, head) pairs found redundant as ``rhe_redundant_<name>`` through fairseq's
-    metrics (shown with the training and validation statistics).  The last mask is kept in
-    ``last_redundant`` for analysis.
+    Calling it returns the (bsz, heads) redundant mask of the batch.  The attention
+    returns that mask in its intermediates (``redundant``); the model logs the fraction
+    of (sentence, head) pairs found redundant as ``rhe_redundant_<name>`` through
+    fairseq's metrics after its forward (:func:`log_redundant_fractions`), so a layer
+    recomputed by activation checkpointing is not counted twice.
     """
 
     def __init__(self, gate: Union[str, float] = GATE_DYNAMIC, prune: bool = False,
@@ -84,15 +85,21 @@ class RedundantHeadIdentifier(nn.Module):
         self.gate = parse_gate(gate)
         self.prune = bool(prune)
         self.name = name
-        self.last_redundant: Optional[Tensor] = None
 
     def forward(self, weights: Tensor, dep: Tensor, valid: Tensor) -> Tensor:
-        redundant = redundant_heads(weights, dep, valid, self.gate)
-        self.last_redundant = redundant
-        if self.name is not None:
-            metrics.log_scalar(f"rhe_redundant_{self.name}", redundant.float().mean(),
-                               weight=redundant.numel(), round=3)
-        return redundant
+        return redundant_heads(weights, dep, valid, self.gate)
 
     def extra_repr(self):
         return f"gate={self.gate}, prune={self.prune}, name={self.name}"
+
+
+def log_redundant_fractions(records) -> None:
+    """Log ``rhe_redundant_<name>`` for every (module, intermediates) record of a
+    forward that carries RHE decisions (see :mod:`.intermediates`)."""
+    for module, inter in records:
+        identifier = getattr(module, "rhe", None)
+        if inter.redundant is None or identifier is None or identifier.name is None:
+            continue
+        redundant = inter.redundant
+        metrics.log_scalar(f"rhe_redundant_{identifier.name}", redundant.float().mean(),
+                           weight=redundant.numel(), round=3)

@@ -14,8 +14,9 @@ is, by construction, the same in teacher-forced training and in incremental deco
 Flags: ``--relu-scale-gamma`` (gamma, default 1.0), ``--relu-no-length-scale`` (the
 "w/o scale factor" ablation of Table 5: plain ReLU weights, still collected for the
 regularization loss).  The regularization loss itself is computed by
-:mod:`fairseq_sparse_attn.criterions.relu_regularized` from what this activation
-reports to an attached ``regularizer`` (none by default: zero cost).
+:mod:`fairseq_sparse_attn.criterions.relu_regularized` from the row sums
+(:func:`row_sums`) that :func:`~.core.attend` returns in its intermediates when asked
+(``collect("row_sums")``, see :mod:`.intermediates`; nothing is computed otherwise).
 """
 
 from typing import Optional
@@ -32,9 +33,21 @@ def visible_key_counts(scores: torch.Tensor, mask: Optional[torch.Tensor]) -> to
     return (~mask).sum(dim=-1, keepdim=True).to(scores.dtype)
 
 
+def row_sums(weights):
+    """(sum_j s_ij, sum_j s_ij log s_ij) over the last dim, 0 log 0 = 0 with a finite
+    gradient at 0 (xlogy's is -inf, which times the zero ReLU gradient of an inactive key
+    would give NaN)."""
+    wsum = weights.sum(dim=-1)
+    wlogw = (weights * torch.log(weights.clamp(min=1e-30))).sum(dim=-1)
+    return wsum, wlogw
+
+
 @register_activation("relu_scaled")
 class ScaledReLU(ReLU):
     """ReLA's ``relu`` (masking included) times the per-row factor."""
+
+    #: attend() returns its row sums when a caller collects "row_sums"
+    reports_row_sums = True
 
     def __init__(self, num_heads, options=None):
         super().__init__(num_heads, options)
@@ -42,8 +55,6 @@ class ScaledReLU(ReLU):
         self.length_scale = not bool(_opt(options, "relu_no_length_scale", False))
         if self.gamma <= 0:
             raise ValueError(f"--relu-scale-gamma must be > 0, got {self.gamma}")
-        # Set by the regularized criterion: called as regularizer(weights, n, mask).
-        self.regularizer = None
 
     def row_scale(self, n):
         """1 / (gamma * sqrt(n_i / 2)) per row (1 for the no-scale ablation)."""
@@ -56,8 +67,6 @@ class ScaledReLU(ReLU):
         n = visible_key_counts(scores, mask)
         if self.length_scale:
             weights = weights * self.row_scale(n)
-        if self.regularizer is not None:
-            self.regularizer(weights, n, mask)
         return weights
 
     def extra_repr(self):

@@ -21,9 +21,12 @@ loss, so they are *excluded* from L_reg (and counted in the logged null rate); f
 other rows S_i is floored at ``--relu-reg-sum-floor`` (1e-12) inside the log, and 0 log 0
 is taken as 0 in the entropy.  Nothing here can produce inf/NaN.
 
-The terms are collected from the attention modules (the criterion attaches a collector
-to each ``relu_scaled`` activation for the duration of its forward), not threaded through
-forward arguments.  Logged per attention kind: ``reg_<kind>`` (mean L_i),
+The row sums come back from the attention calls as intermediates: the criterion runs the
+model inside ``collect("row_sums")`` (:mod:`fairseq_sparse_attn.attention.intermediates`)
+and builds the loss from the returned (wsum, wlogw, n) of every ``relu_scaled`` call.
+Nothing is attached to a module, and with ``--checkpoint-activations`` the sums are
+outputs of the checkpointed layers (:mod:`fairseq_sparse_attn.models.checkpointing`), so
+their gradient is the same as without checkpointing.  Logged per attention kind: ``reg_<kind>`` (mean L_i),
 ``entropy_<kind>`` (mean H), ``wsum_<kind>`` (mean S_i), ``null_<kind>`` (null-row rate).
 """
 
@@ -37,8 +40,9 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 )
 from fairseq.logging import metrics
 
+from ..attention.intermediates import collect
 from ..attention.options import ATTENTION_KINDS
-from ..attention.scaled_relu import ScaledReLU
+from ..attention.scaled_relu import row_sums  # noqa: F401  (re-exported: used to live here)
 
 
 @dataclass
@@ -51,9 +55,9 @@ class ReLURegularizedCriterionConfig(LabelSmoothedCrossEntropyCriterionConfig):
 
 
 class RowTerms:
-    """Collector attached to one ScaledReLU: accumulates the differentiable loss and the
-    logged statistics of the rows it sees (full weights, or per-row sums from the
-    memory-bounded chunked path)."""
+    """The terms of one ``relu_scaled`` attention call: the differentiable loss and the
+    logged statistics of its rows, from full weights (``terms(weights, n)``) or from the
+    row sums the call returned (``add_sums(wsum, wlogw, n)``)."""
 
     def __init__(self, kind, c, floor, query_padding):
         self.kind, self.c, self.floor = kind, c, floor
@@ -82,15 +86,6 @@ class RowTerms:
             self.stats += torch.stack([
                 terms["loss"][used].sum(), terms["entropy"][used].sum(), terms["wsum"][used].sum(),
                 count, null.sum()]).double().cpu()
-
-
-def row_sums(weights):
-    """(sum_j s_ij, sum_j s_ij log s_ij) over the last dim, 0 log 0 = 0 with a finite
-    gradient at 0 (xlogy's is -inf, which times the zero ReLU gradient of an inactive key
-    would give NaN)."""
-    wsum = weights.sum(dim=-1)
-    wlogw = (weights * torch.log(weights.clamp(min=1e-30))).sum(dim=-1)
-    return wsum, wlogw
 
 
 def terms_from_sums(wsum, wlogw, n, c=0.7, floor=1e-12):
@@ -124,29 +119,28 @@ class ReLURegularizedCriterion(LabelSmoothedCrossEntropyCriterion):
         self.floor = relu_reg_sum_floor
         self.reduction = relu_reg_layer_reduction
 
-    def _attach(self, model, sample):
+    def _query_padding(self, sample):
         pad = self.padding_idx
         net_input = sample["net_input"]
         query_padding = {"encoder_self": net_input["src_tokens"].eq(pad)}
         if "prev_output_tokens" in net_input:
             tgt_pad = net_input["prev_output_tokens"].eq(pad)
             query_padding.update(decoder_self=tgt_pad, cross=tgt_pad)
-        collectors = []
-        for module in model.modules():
-            act = getattr(module, "activation", None)
-            if isinstance(act, ScaledReLU):
-                act.regularizer = RowTerms(module.kind, self.c, self.floor, query_padding)
-                collectors.append((act, act.regularizer))
-        return collectors
+        return query_padding
 
     def forward(self, model, sample, reduce=True):
-        collectors = self._attach(model, sample) if self.lam > 0 else []
-        try:
+        if self.lam <= 0:
+            return super().forward(model, sample, reduce=reduce)
+        with collect("row_sums") as records:
             loss, sample_size, logging_output = super().forward(model, sample, reduce=reduce)
-        finally:
-            for act, _ in collectors:
-                act.regularizer = None
-        losses = [col.loss for _, col in collectors if col.loss is not None]
+        query_padding = self._query_padding(sample)
+        collectors = []
+        for module, inter in records:
+            if inter.row_sums is not None:
+                terms = RowTerms(module.kind, self.c, self.floor, query_padding)
+                terms.add_sums(*inter.row_sums)
+                collectors.append(terms)
+        losses = [col.loss for col in collectors if col.loss is not None]
         if losses:
             reg = torch.stack(losses).sum()
             if self.reduction == "mean":
@@ -154,7 +148,7 @@ class ReLURegularizedCriterion(LabelSmoothedCrossEntropyCriterion):
             loss = loss + self.lam * reg.to(loss.dtype) * sample_size
             logging_output["reg_loss"] = reg.data * sample_size
             for kind in ATTENTION_KINDS:
-                stats = sum((col.stats for _, col in collectors if col.kind == kind),
+                stats = sum((col.stats for col in collectors if col.kind == kind),
                             torch.zeros(5, dtype=torch.float64))
                 if stats[3] + stats[4] > 0:
                     for i, name in enumerate(("loss", "entropy", "wsum", "rows", "null")):

@@ -10,24 +10,15 @@ from fairseq.models.transformer.transformer_legacy import (
     transformer_iwslt_de_en,
 )
 
-from ..attention.options import fill_attention_defaults
-from .encoder_biases import fill_bias_defaults
+from ..options import OPTION_FIELDS, fill_defaults
 
-# Encoder head options (Raganato et al. 2020); "none"/"" = every head learned, none masked
-HEAD_DEFAULTS = dict(
-    encoder_fixed_patterns="none",
-    encoder_fixed_pattern_unit="token",
-    encoder_right_context_reading="mirrored",
-    encoder_fixed_patterns_exclude_eos=False,
-    encoder_subword_style="bpe",
-    encoder_masked_heads="",
-)
+# Encoder head options (Raganato et al. 2020) as PluginOptions defines them (old name)
+HEAD_DEFAULTS = {name: OPTION_FIELDS[name].default for name in (
+    "encoder_fixed_patterns", "encoder_fixed_pattern_unit", "encoder_right_context_reading",
+    "encoder_fixed_patterns_exclude_eos", "encoder_subword_style", "encoder_masked_heads")}
 
-
-def fill_head_defaults(args, **overrides):
-    for name, value in {**HEAD_DEFAULTS, **overrides}.items():
-        if getattr(args, name, None) is None:
-            setattr(args, name, value)
+# old helper names: every plugin option default comes from fairseq_sparse_attn.options
+fill_head_defaults = fill_attention_defaults = fill_bias_defaults = fill_defaults
 
 MODEL = "sparse_transformer"
 
@@ -48,9 +39,7 @@ SIZES = {"wmt_en_de": base_architecture, "iwslt_de_en": transformer_iwslt_de_en}
 
 @register_model_architecture(MODEL, MODEL)
 def sparse_transformer(args):
-    fill_attention_defaults(args)
-    fill_head_defaults(args)
-    fill_bias_defaults(args)
+    fill_defaults(args)
     base_architecture(args)
 
 
@@ -64,8 +53,7 @@ def _register(prefix, size):
     name = _name(prefix, size)
 
     def arch(args):
-        fill_attention_defaults(args, **attention)
-        fill_head_defaults(args)
+        fill_defaults(args, **attention)
         size_fn(args)
 
     arch.__name__ = name
@@ -85,8 +73,7 @@ PRESET_NAMES = [_register(p, s).__name__ for p in ATTENTION_PRESETS for s in SIZ
 
 
 def _fixed_pattern_base(args, unit, dropout):
-    fill_attention_defaults(args)
-    fill_head_defaults(args, encoder_fixed_patterns="7F", encoder_fixed_pattern_unit=unit)
+    fill_defaults(args, encoder_fixed_patterns="7F", encoder_fixed_pattern_unit=unit)
     args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 8)
     args.dropout = getattr(args, "dropout", dropout)
     base_architecture(args)
@@ -128,9 +115,7 @@ for _name_, _fn_ in FIXED_PATTERN_PRESETS.items():
 
 
 def _rhe_base(args, size_fn):
-    fill_attention_defaults(args)
-    fill_head_defaults(args)
-    fill_bias_defaults(args, encoder_syntax_attention="lpea", rhe=True)
+    fill_defaults(args, encoder_syntax_attention="lpea", rhe=True)
     size_fn(args)
 
 

@@ -17,69 +17,27 @@ Layers are 0-based: the paper's "first encoder layer" is layer 0.
 
 from typing import FrozenSet, Optional
 
-from ..attention.options import _lookup
+from ..attention.biases import BIAS_REGISTRY
 from ..attention.rhe import parse_gate
+from ..options import OPTION_FIELDS, add_plugin_args, fill_defaults, plugin_options
 
 SYNTAX_ATTENTIONS = ("none", "dea", "lpea")
 
-BIAS_DEFAULTS = dict(
-    encoder_syntax_attention="none",
-    lpea_max_distance=6,
-    encoder_rel_pos_k=0,
-    encoder_rel_pos_values=False,
-    encoder_localness=False,
-    encoder_bias_layers="0",
-    rhe=False,
-    rhe_gate="dynamic",
-    prune_redundant_heads=False,
-)
+# the bias/RHE group's preset defaults (from fairseq_sparse_attn.options.PluginOptions)
+BIAS_DEFAULTS = {name: OPTION_FIELDS[name].default for name in (
+    "encoder_syntax_attention", "lpea_max_distance", "encoder_rel_pos_k", "encoder_rel_pos_values",
+    "encoder_localness", "encoder_bias_layers", "rhe", "rhe_gate", "prune_redundant_heads")}
 
 
 def fill_bias_defaults(args, **overrides):
-    """Architecture helper: set missing bias/RHE args (``overrides`` first, then defaults);
+    """Architecture helper (kept for old imports): :func:`fairseq_sparse_attn.options.fill_defaults`;
     ``rhe_layers`` stays unset (= the bias layers)."""
-    for name, value in {**BIAS_DEFAULTS, **overrides}.items():
-        if getattr(args, name, None) is None:
-            setattr(args, name, value)
+    fill_defaults(args, **overrides)
 
 
 def add_encoder_bias_args(parser):
-    """Switches default to None (not False) so that presets can turn them on."""
-    parser.add_argument("--encoder-syntax-attention", choices=SYNTAX_ATTENTIONS,
-                        help="syntax-enhanced attention in the encoder self-attention of "
-                             "--encoder-bias-layers: dea (dependency mask, needs src_dep) or lpea "
-                             "(local-phrase bias, needs src_rp); both from --task "
-                             "parse_annotated_translation (default none)")
-    parser.add_argument("--lpea-max-distance", type=int, metavar="K",
-                        help="LPEA: relative phrasal positions are clipped to [-K, K] (default 6)")
-    parser.add_argument("--encoder-rel-pos-k", type=int, metavar="K",
-                        help="Rel_Pos baseline (Shaw et al. 2018): relative position "
-                             "representations of the keys with clipping distance K in "
-                             "--encoder-bias-layers (default 0 = off)")
-    parser.add_argument("--encoder-rel-pos-values", action="store_true", default=None,
-                        help="Rel_Pos: also relative position representations of the values")
-    parser.add_argument("--encoder-localness", action="store_true", default=None,
-                        help="Localness baseline (Yang et al. 2018): learned Gaussian bias "
-                             "in --encoder-bias-layers")
-    parser.add_argument("--encoder-bias-layers", metavar="LAYERS",
-                        help="0-based encoder layers that get the syntax attention / Rel_Pos / "
-                             "Localness: comma-separated, or 'all' (default 0 = the paper's "
-                             "first encoder layer)")
-    parser.add_argument("--rhe", action="store_true", default=None,
-                        help="redundant head enlivening: per sentence, only the heads found "
-                             "redundant (Syn_attn <= Syn_gate) use the biased attention, the "
-                             "others keep standard attention; needs src_dep")
-    parser.add_argument("--rhe-layers", metavar="LAYERS",
-                        help="0-based encoder layers with redundant head identification "
-                             "(default: --encoder-bias-layers); a layer without a bias only "
-                             "identifies (logged, and pruned with --prune-redundant-heads)")
-    parser.add_argument("--rhe-gate", metavar="GATE",
-                        help="Syn_gate of RHE: 'dynamic' = sigmoid(h_conf) (default) or a fixed "
-                             "value in (0, 1]")
-    parser.add_argument("--prune-redundant-heads", action="store_true", default=None,
-                        help="zero the output of the heads identified redundant (test-time "
-                             "pruning; at generation --model-overrides "
-                             "\"{'prune_redundant_heads': True}\")")
+    """The bias/RHE flags (a subset of :func:`fairseq_sparse_attn.options.add_plugin_args`)."""
+    add_plugin_args(parser, groups=("biases",))
 
 
 def parse_layer_list(value, num_layers: int, flag: str) -> FrozenSet[int]:
@@ -105,41 +63,33 @@ def parse_layer_list(value, num_layers: int, flag: str) -> FrozenSet[int]:
     return layers
 
 
-def _get(cfg, name):
-    value = _lookup(cfg, name)
-    return BIAS_DEFAULTS.get(name) if value is None else value
-
-
 def encoder_bias_options(cfg, layer_index: Optional[int]) -> dict:
     """Keyword arguments of :class:`SparseMultiheadAttention` for the self-attention of
     encoder layer ``layer_index``; raises ValueError for inconsistent flags."""
-    syntax = _get(cfg, "encoder_syntax_attention")
+    opts = plugin_options(cfg)
+    syntax = opts.encoder_syntax_attention
     if syntax not in SYNTAX_ATTENTIONS:
         raise ValueError(f"--encoder-syntax-attention must be one of {', '.join(SYNTAX_ATTENTIONS)}, "
                          f"got {syntax!r}")
-    rel_k = int(_get(cfg, "encoder_rel_pos_k"))
-    if rel_k < 0:
-        raise ValueError(f"--encoder-rel-pos-k must be >= 0, got {rel_k}")
-    if _get(cfg, "encoder_rel_pos_values") and not rel_k:
-        raise ValueError("--encoder-rel-pos-values needs --encoder-rel-pos-k K >= 1")
-    if int(_get(cfg, "lpea_max_distance")) < 0:
-        raise ValueError(f"--lpea-max-distance must be >= 0, got {_get(cfg, 'lpea_max_distance')}")
-    names = ([syntax] if syntax != "none" else []) + (["rel_pos"] if rel_k else []) \
-        + (["localness"] if _get(cfg, "encoder_localness") else [])
+    # every registered provider checks its options and says whether they select it
+    # (registration order: dea, lpea, rel_pos, localness, then plugins')
+    for provider in BIAS_REGISTRY.values():
+        provider.check_options(opts)
+    names = [name for name, provider in BIAS_REGISTRY.items() if provider.selected(opts)]
 
-    num_layers = int(_lookup(cfg, "encoder_layers"))
-    bias_layers = parse_layer_list(_get(cfg, "encoder_bias_layers"), num_layers, "--encoder-bias-layers")
-    rhe = bool(_get(cfg, "rhe"))
-    rhe_spec = _lookup(cfg, "rhe_layers")
+    num_layers = int(getattr(cfg, "encoder_layers"))
+    bias_layers = parse_layer_list(opts.encoder_bias_layers, num_layers, "--encoder-bias-layers")
+    rhe = bool(opts.rhe)
+    rhe_spec = opts.rhe_layers
     if rhe_spec is not None and not rhe:
         raise ValueError("--rhe-layers needs --rhe")
     rhe_layers = (parse_layer_list(rhe_spec, num_layers, "--rhe-layers") if rhe_spec is not None
                   else bias_layers if rhe else frozenset())
-    prune = bool(_get(cfg, "prune_redundant_heads"))
+    prune = bool(opts.prune_redundant_heads)
     if prune and not rhe:
         raise ValueError("--prune-redundant-heads needs --rhe (the heads to prune are the ones "
                          "RHE identifies as redundant)")
-    gate = parse_gate(_get(cfg, "rhe_gate"))
+    gate = parse_gate(opts.rhe_gate)
 
     layer_biases = tuple(names) if layer_index in bias_layers else ()
     layer_rhe = layer_index in rhe_layers

@@ -4,7 +4,10 @@ parameters (names and shapes) of fairseq's ``transformer`` and computes the same
 """
 
 import argparse
+from contextlib import nullcontext
+from typing import Optional
 
+import torch
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model
 from fairseq.models.transformer import (
@@ -12,19 +15,16 @@ from fairseq.models.transformer import (
     TransformerEncoderBase,
     TransformerModel,
 )
-from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import (
     TransformerDecoderLayerBase,
     TransformerEncoderLayerBase,
 )
 
 from ..attention import SparseMultiheadAttention, attention_spec
+from ..attention.core import AttentionInputs
+from ..attention.intermediates import collect
+from ..attention.rhe import log_redundant_fractions
 from ..attention.fixed_patterns import (
-    PATTERN_SETS,
-    PATTERN_UNITS,
-    PATTERNS,
-    RIGHT_CONTEXT_READINGS,
-    SUBWORD_STYLES,
     last_positions,
     parse_head_list,
     parse_pattern_list,
@@ -33,9 +33,10 @@ from ..attention.fixed_patterns import (
     word_start_table,
 )
 from ..attention.biases import check_source_annotations
-from ..attention.options import add_attention_args
-from .encoder_biases import add_encoder_bias_args, encoder_bias_options
-from .ffn import FFN_TYPES, FFNActivation, LinearLayerNorm
+from ..options import add_plugin_args, plugin_options
+from .checkpointing import checkpoint_layer
+from .encoder_biases import encoder_bias_options
+from .ffn import FFNActivation, LinearLayerNorm
 
 
 def build_attention(kind, embed_dim, num_heads, cfg, layer, **kwargs):
@@ -55,10 +56,12 @@ def build_attention(kind, embed_dim, num_heads, cfg, layer, **kwargs):
 
 
 def wrap_layer(layer, cfg):
-    """Activation checkpointing and FSDP wrapping, as fairseq's build_*_layer does."""
+    """Activation checkpointing and FSDP wrapping, as fairseq's build_*_layer does
+    (checkpointing through :func:`.checkpointing.checkpoint_layer`, which keeps the
+    attention intermediates and their gradients)."""
     checkpoint = cfg.checkpoint_activations
     if checkpoint:
-        layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+        layer = checkpoint_layer(layer, offload_to_cpu=cfg.offload_activations)
     min_params_to_wrap = cfg.min_params_to_wrap if not checkpoint else 0
     return fsdp_wrap(layer, min_num_params=min_params_to_wrap)
 
@@ -85,28 +88,19 @@ class _NeverFastPath:
         pass
 
 
-def _option(cfg, name, default=None):
-    """A plugin option from a Namespace or a fairseq TransformerConfig (which raises
-    AttributeError for names it does not know)."""
-    try:
-        value = getattr(cfg, name, None)
-    except AttributeError:
-        value = None
-    return default if value is None else value
-
-
 def ffn_type(cfg) -> str:
-    return _option(cfg, "ffn_type") or "standard"
+    return plugin_options(cfg).ffn_type
 
 
 def encoder_head_options(cfg) -> dict:
     """Fixed patterns (Raganato et al. 2020) and masked heads of encoder self-attention."""
+    opts = plugin_options(cfg)
     return dict(
-        fixed_patterns=parse_pattern_list(_option(cfg, "encoder_fixed_patterns", "")),
-        fixed_pattern_unit=_option(cfg, "encoder_fixed_pattern_unit", "token"),
-        right_context_reading=_option(cfg, "encoder_right_context_reading", "mirrored"),
-        fixed_patterns_exclude_eos=bool(_option(cfg, "encoder_fixed_patterns_exclude_eos", False)),
-        masked_heads=parse_head_list(_option(cfg, "encoder_masked_heads", "")),
+        fixed_patterns=parse_pattern_list(opts.encoder_fixed_patterns),
+        fixed_pattern_unit=opts.encoder_fixed_pattern_unit,
+        right_context_reading=opts.encoder_right_context_reading,
+        fixed_patterns_exclude_eos=bool(opts.encoder_fixed_patterns_exclude_eos),
+        masked_heads=parse_head_list(opts.encoder_masked_heads),
     )
 
 
@@ -131,6 +125,40 @@ class SparseTransformerEncoderLayer(_NeverFastPath, _FFNVariant, TransformerEnco
         self._layer_index = layer_index  # read by build_self_attention during the base __init__
         super().__init__(cfg, return_fc=return_fc)
 
+    def forward(self, x, encoder_padding_mask: Optional[torch.Tensor],
+                attn_mask: Optional[torch.Tensor] = None,
+                attn_inputs: Optional[AttentionInputs] = None):
+        """fairseq's encoder layer forward (TransformerEncoderLayerBase), with the batch's
+        ``attn_inputs`` (fixed-pattern weights, word ids, syntax annotations) passed to
+        the self-attention as an argument."""
+        if attn_mask is not None:
+            attn_mask = attn_mask.masked_fill(attn_mask.to(torch.bool),
+                                              -1e8 if x.dtype == torch.float32 else -1e4)
+        residual = x
+        if self.normalize_before:
+            x = self.self_attn_layer_norm(x)
+        x, _ = self.self_attn(query=x, key=x, value=x, key_padding_mask=encoder_padding_mask,
+                              need_weights=False, attn_mask=attn_mask, attn_inputs=attn_inputs)
+        x = self.dropout_module(x)
+        x = self.residual_connection(x, residual)
+        if not self.normalize_before:
+            x = self.self_attn_layer_norm(x)
+
+        residual = x
+        if self.normalize_before:
+            x = self.final_layer_norm(x)
+        x = self.activation_fn(self.fc1(x))
+        x = self.activation_dropout_module(x)
+        x = self.fc2(x)
+        fc_result = x
+        x = self.dropout_module(x)
+        x = self.residual_connection(x, residual)
+        if not self.normalize_before:
+            x = self.final_layer_norm(x)
+        if self.return_fc and not torch.jit.is_scripting():
+            return x, fc_result
+        return x
+
     def build_self_attention(self, embed_dim, cfg):
         return build_attention("encoder_self", embed_dim, cfg.encoder.attention_heads, cfg,
                                self, self_attention=True, **encoder_head_options(cfg),
@@ -150,72 +178,97 @@ class SparseTransformerDecoderLayer(_FFNVariant, TransformerDecoderLayerBase):
 
 
 class SparseTransformerEncoder(TransformerEncoderBase):
-    """Hands per-batch source information to the self-attention modules that need it, as
-    module attributes set around the forward: fixed-pattern weights (computed once per
-    batch for all layers) and the syntax annotations ``src_dep`` / ``src_rp`` (syntax-enhanced attention, RHE), which
-    arrive as extra ``net_input`` keys of the parse_annotated_translation task."""
+    """Hands per-batch source information to its layers as an argument
+    (:class:`~..attention.core.AttentionInputs`): fixed-pattern weights (computed once
+    per batch for all layers with the same patterns), word ids, and the syntax
+    annotations ``src_dep`` / ``src_rp`` (syntax-enhanced attention, RHE), which arrive as
+    extra ``net_input`` keys of the parse_annotated_translation task.  Nothing is set on
+    a module, so activation checkpointing can re-run any layer."""
 
     def __init__(self, cfg, dictionary, embed_tokens, return_fc=False):
         self._layers_built = 0  # layer index for build_encoder_layer
         super().__init__(cfg, dictionary, embed_tokens, return_fc=return_fc)
-        self.subword_style = _option(cfg, "encoder_subword_style", "bpe")
+        self.subword_style = plugin_options(cfg).encoder_subword_style
         attention = [m for m in self.modules() if isinstance(m, SparseMultiheadAttention)]
-        self._fixed_modules = [m for m in attention if m.num_fixed_heads]
-        self._word_modules = [m for m in self._fixed_modules if m.fixed_pattern_unit == "word"]
-        if self._word_modules:
+        self._pattern_sets = sorted({m.heads.fixed.key for m in attention if m.heads.fixed is not None})
+        self._needs_word_ids = any(key[1] == "word" for key in self._pattern_sets)
+        if self._needs_word_ids:
             # per source symbol: does it continue a word? (derived from the dictionary)
             self.register_buffer("word_continuation",
                                  word_start_table(dictionary, self.subword_style), persistent=False)
-        self._context_modules = [m for m in attention if m.source_needs]
-        if (self._context_modules or self._word_modules) and cfg.checkpoint_activations:
-            # the recomputation in backward runs after forward has cleared the annotations
-            raise ValueError("--checkpoint-activations is not supported with word-based fixed "
-                             "patterns, syntax-enhanced attention or RHE (the encoder hands "
-                             "word ids / src_dep / src_rp to the layers only during its forward)")
+        self._needs_annotations = any(m.source_needs for m in attention)
 
     def build_encoder_layer(self, cfg):
         index, self._layers_built = self._layers_built, self._layers_built + 1
         return wrap_layer(SparseTransformerEncoderLayer(cfg, return_fc=self.return_fc,
                                                         layer_index=index), cfg)
 
-    def forward(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False,
-                token_embeddings=None, src_dep=None, src_rp=None):
-        settings = []
-        if self._fixed_modules:
-            # fixed-pattern weights, computed once per batch for every layer that shares them
+    def attention_inputs(self, src_tokens, src_dep=None, src_rp=None) -> AttentionInputs:
+        """The per-batch inputs of the encoder's self-attention calls."""
+        by_set, word_ids = {}, None
+        if self._pattern_sets:
             valid = src_tokens.ne(self.padding_idx)
             ids = {"token": valid.long().cumsum(dim=1) - 1}
-            if self._word_modules:  # word ids of this batch, from the source dictionary
-                ids["word"] = source_word_ids(src_tokens, self.word_continuation,
-                                              self.subword_style, self.padding_idx,
-                                              self.dictionary.eos())
-            if any(m.fixed_patterns_exclude_eos for m in self._fixed_modules):
+            if self._needs_word_ids:  # word ids of this batch, from the source dictionary
+                word_ids = ids["word"] = source_word_ids(src_tokens, self.word_continuation,
+                                                         self.subword_style, self.padding_idx,
+                                                         self.dictionary.eos())
+            if any(key[3] for key in self._pattern_sets):  # --encoder-fixed-patterns-exclude-eos
                 last = last_positions(valid)
                 if not bool(src_tokens[last].eq(self.dictionary.eos()).all()):
                     raise ValueError("--encoder-fixed-patterns-exclude-eos: every source sentence "
                                      "must end in EOS (</s>), but a batch has one that does not")
-            shared = {}
-            for module in self._fixed_modules:
-                key = (module.fixed_patterns, module.fixed_pattern_unit,
-                       module.right_context_reading, module.fixed_patterns_exclude_eos)
-                if key not in shared:
-                    shared[key] = pattern_weights(module.fixed_patterns, ids[key[1]], valid,
-                                                  key[2], key[3])
-                settings.append(([module], "given_fixed_weights", shared[key]))
-        if self._context_modules:
-            valid = src_tokens.ne(self.padding_idx)
-            check_source_annotations(valid, src_dep, src_rp)
-            settings.append((self._context_modules, "source_context",
-                             {"src_dep": src_dep, "src_rp": src_rp}))
-        for modules, name, value in settings:
-            for module in modules:
-                setattr(module, name, value)
-        try:
-            return super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
-        finally:
-            for modules, name, _ in settings:
-                for module in modules:
-                    setattr(module, name, None)
+            for key in self._pattern_sets:
+                patterns, unit, reading, exclude_eos = key
+                by_set[key] = pattern_weights(patterns, ids[unit], valid, reading, exclude_eos)
+        if self._needs_annotations:
+            check_source_annotations(src_tokens.ne(self.padding_idx), src_dep, src_rp)
+        return AttentionInputs(pattern_weights=by_set, word_ids=word_ids,
+                               src_dep=src_dep, src_rp=src_rp)
+
+    def forward(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False,
+                token_embeddings=None, src_dep=None, src_rp=None):
+        return self.forward_scriptable(src_tokens, src_lengths, return_all_hiddens,
+                                       token_embeddings, src_dep=src_dep, src_rp=src_rp)
+
+    def forward_scriptable(self, src_tokens, src_lengths: Optional[torch.Tensor] = None,
+                           return_all_hiddens: bool = False,
+                           token_embeddings: Optional[torch.Tensor] = None,
+                           src_dep=None, src_rp=None):
+        """fairseq's TransformerEncoderBase.forward_scriptable, with the batch's
+        attention inputs passed to every layer."""
+        attn_inputs = self.attention_inputs(src_tokens, src_dep, src_rp)
+        encoder_padding_mask = src_tokens.eq(self.padding_idx)
+        has_pads = torch.tensor(src_tokens.device.type == "xla") or encoder_padding_mask.any()
+        x, encoder_embedding = self.forward_embedding(src_tokens, token_embeddings)
+        x = x * (1 - encoder_padding_mask.unsqueeze(-1).type_as(x) * has_pads.type_as(x))
+        x = x.transpose(0, 1)  # B x T x C -> T x B x C
+
+        encoder_states, fc_results = [], []
+        if return_all_hiddens:
+            encoder_states.append(x)
+        for layer in self.layers:
+            lr = layer(x, encoder_padding_mask=encoder_padding_mask if has_pads else None,
+                       attn_inputs=attn_inputs)
+            if isinstance(lr, tuple) and len(lr) == 2:
+                x, fc_result = lr
+            else:
+                x, fc_result = lr, None
+            if return_all_hiddens:
+                encoder_states.append(x)
+                fc_results.append(fc_result)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        src_lengths = src_tokens.ne(self.padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1).contiguous()
+        return {
+            "encoder_out": [x],  # T x B x C
+            "encoder_padding_mask": [encoder_padding_mask],  # B x T
+            "encoder_embedding": [encoder_embedding],  # B x T x C
+            "encoder_states": encoder_states,  # List[T x B x C]
+            "fc_results": fc_results,  # List[T x B x C]
+            "src_tokens": [],
+            "src_lengths": [src_lengths],
+        }
 
 
 class SparseTransformerDecoder(TransformerDecoderBase):
@@ -228,15 +281,14 @@ class SparseTransformerModel(TransformerModel):
     """Transformer whose attention activation and output norm are chosen per kind
     (encoder self, decoder self, cross): softmax, ReLA, sparsemax, entmax, ..."""
 
+    def __init__(self, args, encoder, decoder):
+        super().__init__(args, encoder, decoder)
+        self.has_rhe = any(m.rhe is not None for m in self.attention_modules())
+
     @classmethod
     def add_args(cls, parser):
         super().add_args(parser)
-        add_attention_args(parser)
-        parser.add_argument("--ffn-type", choices=FFN_TYPES, metavar="TYPE",
-                            help="feed-forward variant: standard (fairseq, --activation-fn), "
-                                 "softmax (key-value memory), softmax_layernorm (default standard)")
-        add_fixed_pattern_args(parser)
-        add_encoder_bias_args(parser)
+        add_plugin_args(parser)  # every plugin flag, from fairseq_sparse_attn.options.PluginOptions
 
     @classmethod
     def build_model(cls, args, task):
@@ -272,13 +324,20 @@ class SparseTransformerModel(TransformerModel):
         """fairseq's encoder-decoder forward, plus the source syntax annotations of the
         parse_annotated_translation task (net_input keys ``src_dep``, ``src_rp``), which go
         to the encoder."""
-        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths,
-                                   return_all_hiddens=return_all_hiddens,
-                                   src_dep=src_dep, src_rp=src_rp)
+        # RHE decisions come back as intermediates and are logged here, once per forward
+        # (a layer re-run by activation checkpointing does not log again)
+        scope = collect("redundant") if self.has_rhe else nullcontext(())
+        with scope as records:
+            encoder_out = self.encoder(src_tokens, src_lengths=src_lengths,
+                                       return_all_hiddens=return_all_hiddens,
+                                       src_dep=src_dep, src_rp=src_rp)
+        log_redundant_fractions(records)
         return self.decoder(prev_output_tokens, encoder_out=encoder_out,
                             features_only=features_only, alignment_layer=alignment_layer,
                             alignment_heads=alignment_heads, src_lengths=src_lengths,
                             return_all_hiddens=return_all_hiddens)
+
+
 
     def attention_modules(self):
         """All :class:`SparseMultiheadAttention` modules, in registration order."""
@@ -286,29 +345,6 @@ class SparseTransformerModel(TransformerModel):
 
 
 def add_fixed_pattern_args(parser):
-    """Fixed encoder self-attention patterns (Raganato et al. 2020) and head masking."""
-    sets = ", ".join(f"{k} = {'+'.join(v)}" for k, v in PATTERN_SETS.items())
-    parser.add_argument("--encoder-fixed-patterns", metavar="PATTERNS",
-                        help="fixed (non-learned) heads of every encoder layer, the first heads "
-                             f"of --encoder-attention-heads: none (default), 7F, 8F ({sets}), or "
-                             f"comma-separated names from {', '.join(PATTERNS)}; the remaining "
-                             "heads are learned")
-    parser.add_argument("--encoder-fixed-pattern-unit", choices=PATTERN_UNITS,
-                        help="fixed patterns over tokens (default) or over words (all pieces of "
-                             "a word share their weights)")
-    parser.add_argument("--encoder-right-context-reading", choices=RIGHT_CONTEXT_READINGS,
-                        help="fixed pattern right_context: mirrored (mirror image of "
-                             "left_context, largest weight at i+2; default) or literal (the "
-                             "paper's f over i+2..n, largest weight at the end of the sentence)")
-    parser.add_argument("--encoder-fixed-patterns-exclude-eos", action="store_true", default=None,
-                        help="fixed patterns over the sentence without its EOS: no token gives "
-                             "EOS weight, EOS attends to itself (default: EOS is a position)")
-    parser.add_argument("--encoder-subword-style", choices=SUBWORD_STYLES,
-                        help="how word boundaries are read from the source dictionary for word "
-                             "patterns: bpe (subword-nmt '@@' continuation, default) or "
-                             "sentencepiece ('\u2581' word start)")
-    parser.add_argument("--encoder-masked-heads", metavar="HEADS",
-                        help="comma-separated 0-based encoder self-attention head indices whose "
-                             "output is zeroed in every encoder layer (test-time ablation; set at "
-                             "generation with fsa-generate --mask-encoder-heads or "
-                             "--model-overrides \"{'encoder_masked_heads': '0,7'}\")")
+    """Fixed encoder self-attention patterns (Raganato et al. 2020) and head masking flags
+    (a subset of :func:`fairseq_sparse_attn.options.add_plugin_args`; kept for old imports)."""
+    add_plugin_args(parser, groups=("heads",))

@@ -110,7 +110,7 @@ def read_tsv(path):
     return header, rows
 
 
-HEADER_KEYS = {"command", "schema_version", "model", "data"}
+HEADER_KEYS = {"command", "schema_version", "model", "data", "provenance"}
 MODEL_KEYS = {"checkpoint", "arch", "loaded_as"}
 SPLIT_DATA_KEYS = {"data_bin", "split", "sentences", "sentences_in_data"}
 RAW_DATA_KEYS = {"data_bin", "raw_source", "raw_target", "tokenizer", "bpe_codes", "sentences",
@@ -118,6 +118,9 @@ RAW_DATA_KEYS = {"data_bin", "raw_source", "raw_target", "tokenizer", "bpe_codes
 
 
 def check_header(report, command, loaded_as, sentences, data_keys=SPLIT_DATA_KEYS):
+    from fairseq_sparse_attn.provenance import check_provenance
+
+    check_provenance(report)
     assert report["command"] == command and report["schema_version"] == 1
     assert set(report["model"]) == MODEL_KEYS and report["model"]["loaded_as"] == loaded_as
     assert set(report["data"]) == data_keys and report["data"]["sentences"] == sentences
@@ -369,6 +372,62 @@ def test_align_with_gold_and_bad_gold_files(data, models, six, tmp_path, capsys)
     assert "--allow-output-norm" in capsys.readouterr().err
 
 
+def test_align_on_binarized_data_leaves_out_sentences_with_unknown_pieces(data, models, tmp_path, capsys):
+    """A piece missing from the dictionary is <unk> in the data-bin split and has lost its
+    "@@": such sentences are found (checked here against BPE applied to the tokenized text
+    with subword-nmt and the dictionary files read directly), reported, and left out of the
+    AER by default; the raw text + BPE codes path keeps every piece's text."""
+    from subword_nmt.apply_bpe import BPE
+
+    tok = {lang: (data / "tok" / f"test.{lang}").read_text(encoding="utf-8").splitlines() for lang in ("de", "en")}
+    with open(data / "bpe" / "codes", encoding="utf-8") as f:
+        bpe = BPE(f)
+    known = {lang: {line.split()[0] for line in (data / "data-bin" / f"dict.{lang}.txt").read_text(
+        encoding="utf-8").splitlines()} for lang in ("de", "en")}
+    affected = [i for i, (s, t) in enumerate(zip(tok["de"], tok["en"]))
+                if any(p not in known["de"] for p in bpe.process_line(s).split())
+                or any(p not in known["en"] for p in bpe.process_line(t).split())]
+    assert affected, "the test split of the slice has no unknown piece"
+    gold = tmp_path / "gold.talp"  # rule-made: i-i sure for every position both sides have
+    gold.write_text("".join(" ".join(f"{i}-{i}" for i in range(1, min(len(s.split()), len(t.split())) + 1)) + "\n"
+                            for s, t in zip(tok["de"], tok["en"])))
+    out = tmp_path / "bin"
+    capsys.readouterr()
+    assert analyze("align", *common(data, models["rela"], out, "--gold", gold, "--setting", "awi",
+                                    "--no-plots")) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert f"wrote {out / 'align.json'}" in printed and f"wrote {out / 'align.tsv'}" in printed
+    assert any(line.startswith(f"wrote {out / 'alignments'} (") for line in printed)
+    report = load(out / "align.json")
+    check_header(report, "align", "plugin", len(tok["de"]))
+    assert report["unknown_pieces"] == {"sentences": len(affected), "indices": affected, "policy": "exclude",
+                                        "scored_sentences": len(tok["de"]) - len(affected)}
+    gold_lines = gold.read_text().splitlines()
+    scored = [i for i in range(len(gold_lines)) if i not in set(affected)]
+    for r in report["results"][0]["rows"]:
+        predicted = (out / r["file"]).read_text().splitlines()
+        assert len(predicted) == len(gold_lines)  # predictions written for every sentence
+        aer, _ = plain_aer([predicted[i] for i in scored], [gold_lines[i] for i in scored])
+        assert r["aer"] == pytest.approx(aer)
+    kept = tmp_path / "keep"
+    assert analyze("align", *common(data, models["rela"], kept, "--gold", gold, "--setting", "awi",
+                                    "--no-plots", "--unknown-pieces", "keep")) == 0
+    again = load(kept / "align.json")
+    assert again["unknown_pieces"]["policy"] == "keep" and again["unknown_pieces"]["scored_sentences"] == len(tok["de"])
+    row = again["results"][0]["rows"][0]
+    assert row["aer"] == pytest.approx(plain_aer((kept / row["file"]).read_text().splitlines(), gold_lines)[0])
+    # raw text + codes: no <unk> question, words as the tokenized text has them
+    raw = tmp_path / "raw"
+    assert analyze("align", *common(data, models["rela"], raw, "--raw-source", data / "tok" / "test.de",
+                                    "--raw-target", data / "tok" / "test.en", "--bpe-codes", data / "bpe" / "codes",
+                                    "--gold", gold, "--setting", "awi", "--no-plots", "--max-sentences", "200")) == 0
+    assert "unknown_pieces" not in load(raw / "align.json")
+    for line, s, t in zip((raw / report["results"][0]["rows"][0]["file"]).read_text().splitlines(), tok["de"], tok["en"]):
+        for link in line.split():
+            a, b = (int(x) for x in link.split("-"))
+            assert a <= len(s.split()) and b <= len(t.split())
+
+
 # ----------------------------------------------------------------- null attention
 
 
@@ -451,7 +510,10 @@ def test_curves_compare_checkpoints(stats_dirs, data, models, six, tmp_path):
                    f"rela={align_out / 'align.json'}", "--output-dir", out) == 0
     report = load(out / "curves.json")
     assert set(report) == {"command", "schema_version", "kind", "tau", "align_method", "align_setting",
-                           "inputs", "series", "image"}
+                           "inputs", "series", "image", "provenance"}
+    from fairseq_sparse_attn.provenance import check_provenance
+
+    assert "curves" in check_provenance(report)["command"]
     assert list(report["series"]) == ["sparsity", "null_rate", "entropy", "js", "aer"]
     assert sorted(report["series"]["sparsity"]) == ["rela", "softmax"]
     assert list(report["series"]["aer"]) == ["rela"]

@@ -417,3 +417,20 @@ def test_cli_model_overrides_reach_the_model(tmp_path, checkpoint):
     assert C.cli_main(args)["overall"]["total"] == 1
     with pytest.raises(ValueError, match=r"item 1: the correct target has 5 tokens .* at most 4"):
         C.cli_main(args + ["--model-overrides", "{'max_target_positions': 4}"])
+
+
+def test_cli_json_has_provenance_and_the_file_is_announced(tmp_path, checkpoint, capsys):
+    from fairseq_sparse_attn.provenance import check_provenance
+
+    path, data_bin, _, _ = checkpoint
+    src = write(tmp_path / "src.en", "the dog runs .\n")
+    good = write(tmp_path / "good.de", "der hund läuft .\n")
+    bad = write(tmp_path / "bad.de", "der hund laufen .\n")
+    out = tmp_path / "r.json"
+    report = C.cli_main([str(data_bin), str(src), str(good), str(bad), "--path", str(path),
+                         "--no-progress", "--cpu", "--output-json", str(out)])
+    written = json.loads(out.read_text())
+    record = check_provenance(written)
+    assert "--output-json" in record["command"] and record["sacrebleu_signature"] is None
+    assert {k: v for k, v in written.items() if k != "provenance"} == json.loads(json.dumps(report))
+    assert f"wrote {out}" in capsys.readouterr().out

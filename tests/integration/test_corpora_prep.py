@@ -326,3 +326,31 @@ def test_europarl_docs_dead_url(tmp_path):
     assert "could not download train.en" in proc.stderr and "http://127.0.0.1:9/europarl/train.en" in proc.stderr
     assert "github.com/sameenmaruf/selective-attn" in proc.stderr and "--raw-dir" in proc.stderr
     assert list(tmp_path.rglob("*.part")) == []
+
+
+def test_europarl_gold_blank_lines_are_dropped_as_lilt_alignment_scripts_do(tmp_path):
+    """lilt/alignment-scripts preprocess/deen-test.sh: sed '/^[[:space:]]*$/d' on the talp
+    file and on both text files, each on its own; the sentences and links stay paired."""
+    s = _sentences(2010)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    _tar(raw / "europarl-v7.de-en.tgz", {"europarl-v7.de-en.de": "\n".join(s["de"]) + "\n",
+                                         "europarl-v7.de-en.en": "\n".join(s["en"]) + "\n"})
+
+    def gold_archive(de, en, talp):
+        _tar(raw / "DeEnGoldAlignment.tar.gz", {"DeEn/de": de.encode("latin-1"), "DeEn/en": en.encode("latin-1"),
+                                                "DeEn/alignmentDeEn.talp": talp})
+
+    gold_archive("Das ist schön .\n\nJa .\n \n", "That is nice .\n\nYes .\n\t\n", "1-1 2-2\n\n1-1\n   \n")
+    out = tmp_path / "out"
+    proc = run_prep("europarl_de_en_align", "--raw-dir", raw, "--out", out, "--bpe-merges", "50")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert lines(out / "tok" / "test.de") == ["das ist schön .", "ja ."]
+    assert lines(out / "tok" / "test.en") == ["that is nice .", "yes ."]
+    assert lines(out / "gold" / "test.talp") == ["1-1 2-2", "1-1"]
+    assert "test.de: dropped 2 blank lines" in proc.stderr and "gold alignments: dropped 2 blank lines" in proc.stderr
+
+    gold_archive("Das ist schön .\nJa .\n", "That is nice .\nYes .\n", "1-1 2-2\n")  # a line short
+    proc = run_prep("europarl_de_en_align", "--raw-dir", raw, "--out", tmp_path / "bad", "--bpe-merges", "50")
+    assert proc.returncode == 1
+    assert "1 alignment lines but 2 test sentences after dropping blank lines" in proc.stderr

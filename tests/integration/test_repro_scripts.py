@@ -6,6 +6,7 @@ slice prepared En->De with source parses (needs spaCy's English model).  The scr
 are also checked against the plugin's parsers."""
 
 import csv
+import json
 import os
 import re
 import subprocess
@@ -270,6 +271,16 @@ def test_norm_analysis_aer_script(smoke_data, tmp_path):
             assert sum(r["head"] == "layer" for r in sel) == 2 and len(sel) == 2 * (4 + 1)
     assert all(0.0 <= float(r["aer"]) <= 1.0 for r in table), [r["aer"] for r in table]
     assert all(int(r["links"]) > 0 and (out / "seed1" / "align" / r["file"]).is_file() for r in table)
+    # the text + BPE codes path by default (no <unk> question), and Table 3's rows
+    align = json.loads((out / "seed1" / "align" / "align.json").read_text(encoding="utf-8"))
+    assert align["data"]["raw_source"].endswith("tok/test.de") and "unknown_pieces" not in align
+    table3 = rows(out / "aer_table.tsv")
+    assert [(r["setting"], r["method"]) for r in table3] == [
+        (s, m) for s in ("awo", "awi") for m in ("weights",) * 2 + ("norms",) * 4]
+    by_row = {(r["setting"], r["method"], r["row"]): r for r in table3}
+    for setting in ("awo", "awi"):
+        result = [e for e in align["results"] if (e["method"], e["setting"]) == ("norms", setting)][0]
+        assert float(by_row[(setting, "norms", "layer mean")]["aer"]) == pytest.approx(result["layer_mean_aer"], abs=1e-5)
 
 
 def test_norm_analysis_script_calls_the_real_align_interface():
@@ -282,6 +293,26 @@ def test_norm_analysis_script_calls_the_real_align_interface():
     align = get_parser()._subparsers._group_actions[0].choices["align"]
     known = {opt for action in align._actions for opt in action.option_strings}
     assert flags and flags <= known, flags - known
+
+
+def test_norm_analysis_script_input_and_table_flags_are_the_cli_s():
+    """The text/BPE input flags, the norms call and the aer-table call of aer.sh exist."""
+    from fairseq_sparse_attn.analysis.cli import get_parser
+
+    text = (REPO / "scripts" / "norm_analysis" / "aer.sh").read_text()
+    choices = get_parser()._subparsers._group_actions[0].choices
+
+    def known(name):
+        return {opt for action in choices[name]._actions for opt in action.option_strings}
+
+    case = text[text.index('case "${ALIGN_INPUT'):text.index("esac")]
+    flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", case))
+    assert {"--raw-source", "--raw-target", "--bpe-codes", "--target-bpe-codes", "--split"} <= flags
+    assert flags <= known("align") and flags <= known("norms")
+    norms = text[text.index('"$FSA_ANALYZE" norms'):text.index('> "$d.norms.log"')]
+    assert set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", norms)) <= known("norms")
+    table = text[text.index('"$FSA_ANALYZE" aer-table'):text.index('> "$OUT/table.log"')]
+    assert set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", table)) <= known("aer-table")
 
 
 @pytest.fixture(scope="module")

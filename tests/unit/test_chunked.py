@@ -7,6 +7,7 @@ from fairseq import utils
 
 from fairseq_sparse_attn.attention import SparseMultiheadAttention
 from fairseq_sparse_attn.attention.chunked_relu import chunked_relu_attention
+from fairseq_sparse_attn.attention.intermediates import collect
 from fairseq_sparse_attn.criterions.relu_regularized import RowTerms
 
 from helpers import build_model, random_batch
@@ -39,13 +40,19 @@ def test_self_attention_with_causal_and_padding(activation, block):
     pad[2, 2:] = True
     future = utils.fill_with_neg_inf(torch.zeros(T, T)).triu(1)
     terms = []
-    for m in (plain, chunked):
+    outs = []
+    for m, x in ((plain, x1), (chunked, x2)):
+        with collect("row_sums") as records:
+            outs.append(m(x, x, x, key_padding_mask=pad, attn_mask=future))
+        (_, inter), = records
+        assert inter.backend == ("materialized" if m is plain else "key_block")
         if activation == "relu_scaled":
             col = RowTerms("decoder_self", 0.7, 1e-12, {"decoder_self": pad})
-            m.activation.regularizer = col
+            col.add_sums(*inter.row_sums)
             terms.append(col)
-    out1, w1 = plain(x1, x1, x1, key_padding_mask=pad, attn_mask=future)
-    out2, w2 = chunked(x2, x2, x2, key_padding_mask=pad, attn_mask=future)
+        else:
+            assert inter.row_sums is None  # plain relu reports no row sums
+    (out1, w1), (out2, w2) = outs
     assert w2 is None
     torch.testing.assert_close(out2, out1, atol=1e-5, rtol=1e-5)
     loss1, loss2 = (out1 ** 2).sum(), (out2 ** 2).sum()

@@ -210,9 +210,9 @@ def test_encoder_word_patterns_on_the_paper_example():
             torch.testing.assert_close(w[0, h, 2:, 2:], torch.tensor(WORD_EXPECTED[name]),
                                        rtol=1e-6, atol=1e-7)
             assert torch.all(w[0, h, :, :2] == 0) and torch.all(w[0, h, :2] == 0)
-    for m in model.encoder.modules():
+    for m in model.encoder.modules():  # per-batch inputs are arguments, never module state
         if isinstance(m, SparseMultiheadAttention):
-            assert m.source_word_ids is None and m.given_fixed_weights is None  # cleared
+            assert not any(torch.is_tensor(v) for v in vars(m).values())
 
 
 # ---------------------------------------------------------------------------- models
@@ -264,16 +264,6 @@ def test_padding_invariance_and_generation():
         assert batch_hyps[b][0]["tokens"].tolist() == alone[0][0]["tokens"].tolist()
 
 
-def test_word_patterns_refuse_activation_checkpointing():
-    """Backward's recomputation would run after the encoder cleared the word ids."""
-    with pytest.raises(ValueError, match="checkpoint-activations"):
-        build_model("fixed_pattern_word_transformer_wmt_en_de", encoder_attention_heads=8,
-                    encoder_embed_dim=32, decoder_embed_dim=32, checkpoint_activations=True)
-    model, _ = build_model("fixed_pattern_transformer_wmt_en_de", encoder_attention_heads=8,
-                           encoder_embed_dim=32, decoder_embed_dim=32, checkpoint_activations=True)
-    assert model is not None  # token patterns need no per-batch input
-
-
 @pytest.mark.parametrize("arch", ["fixed_pattern_transformer_wmt_en_de",
                                   "fixed_pattern_word_transformer_wmt_en_de"])
 def test_encoder_computes_pattern_weights_once_per_batch(arch, monkeypatch):
@@ -290,7 +280,7 @@ def test_encoder_computes_pattern_weights_once_per_batch(arch, monkeypatch):
     shared = model(src, lengths, prev)[0]
     assert len(calls) == 1
     if "word" not in arch:  # token patterns: the modules' own computation gives the same
-        model.encoder._fixed_modules = []  # each module computes its own weights
+        model.encoder._pattern_sets = []  # each module computes its own weights
         alone = model(src, lengths, prev)[0]
         torch.testing.assert_close(shared, alone, rtol=0, atol=0)
 

@@ -53,11 +53,23 @@ def test_cli_writes_json_and_tsv(tmp_path, capsys):
     log = tmp_path / "gen.out"
     write_log(log, [(words(12), words(12)), (words(3), words(2))])
     cli_main([str(log), "--json", str(tmp_path / "b.json"), "--tsv", str(tmp_path / "b.tsv")])
-    rows = json.loads((tmp_path / "b.json").read_text())
+    result = json.loads((tmp_path / "b.json").read_text())
+    rows = result["bins"]
     assert rows[1]["bin"] == "[10,20)" and rows[1]["bleu"] == pytest.approx(100.0)
     tsv = (tmp_path / "b.tsv").read_text().splitlines()
     assert tsv[0] == "bin\tsentences\treference_words\tbleu" and len(tsv) == 8
-    assert "reference length" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "reference length" in out
+    assert f"wrote {tmp_path / 'b.json'}" in out and f"wrote {tmp_path / 'b.tsv'}" in out
+    # provenance, with the signature of the BLEU it reports (sacreBLEU's own, written plainly)
+    from sacrebleu.metrics import BLEU
+
+    from fairseq_sparse_attn.provenance import check_provenance
+
+    record = check_provenance(result, bleu=True)
+    bleu = BLEU(tokenize="13a")
+    bleu.corpus_score([words(12), words(2)], [[words(12), words(3)]])
+    assert record["sacrebleu_signature"] == str(bleu.get_signature()) and "tok:13a" in record["sacrebleu_signature"]
 
 
 def test_bad_logs_name_file_and_line(tmp_path):

@@ -8,6 +8,7 @@ import torch
 from fairseq import utils
 
 from fairseq_sparse_attn.attention import SparseMultiheadAttention
+from fairseq_sparse_attn.attention.intermediates import collect
 
 from helpers import build_model, random_batch
 
@@ -215,10 +216,12 @@ def test_recorder_sees_weights_without_changing_outputs():
     m = make("relu", "gated_rmsnorm", self_attention=True)
     x = torch.randn(4, 2, E)
     before, _ = m(x, x, x)
-    seen = {}
-    m.recorder = lambda mod, **kw: seen.update(kw)
-    after, _ = m(x, x, x)
+    with collect("weights") as records:
+        after, _ = m(x, x, x)
     assert torch.equal(before, after)
+    (module, inter), = records
+    assert module is m
+    seen = vars(inter)
     assert seen["weights"].shape == (2, H, 4, 4) and seen["values"].shape == (2 * H, 4, E // H)
     assert seen["mask"] is None
 

@@ -8,6 +8,8 @@ import torch
 from fairseq import utils
 
 from fairseq_sparse_attn.attention import SparseMultiheadAttention, build_activation
+from fairseq_sparse_attn.attention.intermediates import collect
+from fairseq_sparse_attn.attention.scaled_relu import visible_key_counts
 from fairseq_sparse_attn.criterions.relu_regularized import RowTerms, row_regularization
 
 from helpers import build_model, random_batch
@@ -41,15 +43,15 @@ def test_incremental_n_equals_teacher_forced_n():
     """Step t of incremental decoding sees t keys: the same n_i as the causal row i."""
     torch.manual_seed(0)
     m = SparseMultiheadAttention(E, H, self_attention=True, activation="relu_scaled").eval()
-    seen = []
-    m.activation.regularizer = lambda w, n, mask: seen.append(n.flatten().tolist())
     x = torch.randn(5, 2, E)
-    full, _ = m(x, x, x, attn_mask=utils.fill_with_neg_inf(torch.zeros(5, 5)).triu(1))
-    teacher_n = seen.pop()
+    with collect("row_sums") as records:
+        full, _ = m(x, x, x, attn_mask=utils.fill_with_neg_inf(torch.zeros(5, 5)).triu(1))
+    teacher_n = records[-1][1].row_sums[2].flatten().tolist()
     state = {}
     for t in range(5):
-        out, _ = m(x[t:t + 1], x[t:t + 1], x[t:t + 1], incremental_state=state)
-        assert seen.pop() == [t + 1]
+        with collect("row_sums") as records:
+            out, _ = m(x[t:t + 1], x[t:t + 1], x[t:t + 1], incremental_state=state)
+        assert records[-1][1].row_sums[2].flatten().tolist() == [t + 1]
         torch.testing.assert_close(out[0], full[t], atol=1e-5, rtol=1e-5)
     assert teacher_n == [1, 2, 3, 4, 5]
 
@@ -83,8 +85,7 @@ def test_null_rows_excluded_and_gradients_finite():
     act = build_activation("relu_scaled", 1)
     qpad = {}
     col = RowTerms("encoder_self", 0.7, 1e-12, qpad)
-    act.regularizer = col
-    act(scores, None)
+    col(act(scores, None), visible_key_counts(scores, None))
     w = torch.relu(scores.detach())[0, 0, 0] / math.sqrt(3 / 2)
     expected, _, _ = plain_row_loss(w.tolist(), 3)
     assert col.loss.item() == pytest.approx(expected, rel=1e-5)  # mean over the 1 non-null row
@@ -97,8 +98,8 @@ def test_null_rows_excluded_and_gradients_finite():
 def test_query_padding_rows_are_excluded():
     act = build_activation("relu_scaled", 1)
     col = RowTerms("encoder_self", 0.7, 1e-12, {"encoder_self": torch.tensor([[False, True]])})
-    act.regularizer = col
-    act(torch.tensor([[[[1.0, 2.0], [5.0, 0.1]]]]), None)
+    scores = torch.tensor([[[[1.0, 2.0], [5.0, 0.1]]]])
+    col(act(scores, None), visible_key_counts(scores, None))
     assert col.stats[3].item() == 1  # only the first (real) query row counted
 
 

@@ -16,6 +16,8 @@ import torch
 from fairseq.logging import metrics
 
 from fairseq_sparse_attn.attention import SparseMultiheadAttention
+from fairseq_sparse_attn.attention.core import AttentionInputs
+from fairseq_sparse_attn.attention.intermediates import Intermediates, collect
 from fairseq_sparse_attn.attention.biases import (
     NO_PHRASE,
     BiasContext,
@@ -23,6 +25,7 @@ from fairseq_sparse_attn.attention.biases import (
     check_source_annotations,
 )
 from fairseq_sparse_attn.attention.rhe import (
+    log_redundant_fractions,
     head_confidence,
     parse_gate,
     redundant_heads,
@@ -123,9 +126,15 @@ def run(m, xs, source=None):
     for b, xb in enumerate(xs):
         x[T - len(xb):, b] = xb
         pad[b, T - len(xb):] = False
-    m.source_context = source
-    out, w = m(x, x, x, key_padding_mask=pad, need_head_weights=True)
+    inputs = AttentionInputs(**source) if source is not None else None
+    with collect("redundant") as records:
+        out, w = m(x, x, x, key_padding_mask=pad, need_head_weights=True, attn_inputs=inputs)
+    LAST_REDUNDANT[m] = records[-1][1].redundant if records else None
     return out, w
+
+
+# module -> the (bsz, heads) RHE decisions of its last run() (returned as intermediates)
+LAST_REDUNDANT = {}
 
 
 def projections(m, x):
@@ -401,7 +410,7 @@ def check_against(m, xs, source, expected):
         torch.testing.assert_close(out[s:, b], outs[b], atol=1e-5, rtol=1e-5)
         for h in range(H):
             torch.testing.assert_close(w[h, b, s:, s:], weights[b][h], atol=1e-6, rtol=1e-5)
-    assert m.rhe.last_redundant.tolist() == redundant
+    assert LAST_REDUNDANT[m].tolist() == redundant
 
 
 def dea_enliven(visible):
@@ -458,10 +467,13 @@ def test_redundant_fraction_is_logged_per_layer():
     xs = designed_sentences()
     source = example_annotations()
     with metrics.aggregate() as agg:
-        run(m, xs, source)
-        first = m.rhe.last_redundant.float()
+        run(m, xs, source)  # the module itself logs nothing: the model logs the records
+        assert "rhe_redundant_l0" not in agg
+        first = LAST_REDUNDANT[m].float()
         run(m, xs[:1], {k: v[:1] for k, v in source.items()})
-        second = m.rhe.last_redundant.float()
+        second = LAST_REDUNDANT[m].float()
+        log_redundant_fractions([(m, Intermediates(redundant=first.bool())),
+                                 (m, Intermediates(redundant=second.bool()))])
     meter = agg["rhe_redundant_l0"]
     assert meter.count == 3 * H  # (sentence, head) pairs of both batches
     assert math.isclose(float(meter.avg), float((first.sum() + second.sum()) / (3 * H)), rel_tol=1e-6)
@@ -637,8 +649,7 @@ def test_command_line_flags_and_presets():
     assert (a.rhe, a.encoder_rel_pos_k, a.encoder_rel_pos_values, a.encoder_localness) == (False, 16, True, True)
     with pytest.raises(SystemExit):
         parse("--arch", "sparse_transformer", "--encoder-syntax-attention", "srl")
-    with pytest.raises(ValueError, match="checkpoint-activations"):
-        build_model(encoder_syntax_attention="dea", checkpoint_activations=True)
+    build_model(encoder_syntax_attention="dea", checkpoint_activations=True)  # refused before v2
 
 
 def test_parameter_counts():
@@ -722,13 +733,14 @@ def test_redundant_fraction_logged_by_the_model():
     model, d = build_model(encoder_syntax_attention="dea", rhe=True, rhe_layers="0,1")
     src, lengths, prev = random_batch(d, bsz=3, src_len=7)
     dep, rp = batch_annotations(src, d.pad())
-    with metrics.aggregate() as agg:
+    with metrics.aggregate() as agg, collect("redundant") as records:
         model(src, lengths, prev, src_dep=dep, src_rp=rp)
+    decisions = {m: inter.redundant for m, inter in records if inter.redundant is not None}
     for layer in (0, 1):
         att = model.encoder.layers[layer].self_attn
         meter = agg[f"rhe_redundant_l{layer}"]
         assert meter.count == 3 * H
-        assert math.isclose(float(meter.avg), float(att.rhe.last_redundant.float().mean()), rel_tol=1e-6)
+        assert math.isclose(float(meter.avg), float(decisions[att].float().mean()), rel_tol=1e-6)
 
 
 # ----------------------------------------------------------------- Rule 2 readings (issue 16)

@@ -1,0 +1,156 @@
+"""What every ``fsa-analyze`` subcommand shares: command-line types, the flags of the
+subcommands that run a model (:func:`add_model_args`), and :class:`Context` (the loaded
+checkpoint, the sentence pairs and the output directory).
+
+A subcommand is one module of this package with ``NAME``, ``HELP``,
+``add_arguments(parser)`` and ``run(args) -> report``, listed in
+:data:`fairseq_sparse_attn.analysis.commands.MODULES`.
+"""
+
+import argparse
+import os
+from typing import Dict, List, Optional
+
+from ...attention.options import ATTENTION_KINDS as KINDS  # noqa: F401  (re-exported)
+from ..results import SCHEMA_VERSION, Output
+
+
+class UsageError(ValueError):
+    """Bad command-line input (reported as ``fsa-analyze <cmd>: error: ...``, exit 2)."""
+
+
+def float_list(text: str) -> List[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected at least one number, got {text!r}")
+    return values
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def device(name: str):
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is available")
+    return torch.device(name)
+
+
+class Context:
+    """The loaded checkpoint, the examples and where the results go."""
+
+    def __init__(self, args, limit: Optional[int] = None):
+        from ..loading import (check_lengths, examples_from_raw, examples_from_split,
+                               load_checkpoint, parse_overrides, read_text_lines, split_size)
+
+        self.args = args
+        if (args.raw_source is None) != (args.raw_target is None):
+            raise UsageError("--raw-source and --raw-target go together (line-aligned raw text)")
+        if args.target_bpe_codes is not None and args.bpe_codes is None:
+            raise UsageError("--target-bpe-codes goes with --bpe-codes (the source side's codes)")
+        if args.raw_source is None and (args.tokenizer != "none" or args.bpe_codes is not None):
+            raise UsageError("--tokenizer / --bpe-codes apply to raw text "
+                             "(--raw-source/--raw-target); a data-bin split is already encoded")
+        self.device = device(args.device)
+        self.loaded = load_checkpoint(args.path, args.data, args.source_lang, args.target_lang,
+                                      parse_overrides(args.model_overrides), self.device)
+        task = self.loaded.task
+        limit = args.max_sentences if limit is None else limit
+        self.binarized = args.raw_source is None  # pieces from a data-bin split
+        if not self.binarized:
+            self.examples = examples_from_raw(task, args.raw_source, args.raw_target,
+                                              args.tokenizer, args.bpe_codes, limit,
+                                              args.source_lang, args.target_lang,
+                                              target_bpe_codes=args.target_bpe_codes)
+            self.total = len(read_text_lines(args.raw_source))
+            self.where = f"{args.raw_source} / {args.raw_target}"
+            self.data = {"data_bin": os.path.abspath(args.data),
+                         "raw_source": os.path.abspath(args.raw_source),
+                         "raw_target": os.path.abspath(args.raw_target),
+                         "tokenizer": args.tokenizer,
+                         "bpe_codes": None if args.bpe_codes is None else os.path.abspath(args.bpe_codes)}
+            if args.target_bpe_codes is not None:  # per-language BPE
+                self.data["target_bpe_codes"] = os.path.abspath(args.target_bpe_codes)
+        else:
+            self.examples = examples_from_split(task, args.split, limit)
+            self.total = split_size(task, args.split)
+            self.where = f"{args.data} split {args.split!r}"
+            self.data = {"data_bin": os.path.abspath(args.data), "split": args.split}
+        if not self.examples:
+            raise UsageError(f"{self.where}: no sentence pairs to analyse")
+        check_lengths(self.examples, self.loaded.model, self.where)
+        self.out = Output(args.output_dir, argv=getattr(args, "argv", None))
+
+    @property
+    def model(self):
+        return self.loaded.model
+
+    def header(self, command: str) -> Dict:
+        return {"command": command, "schema_version": SCHEMA_VERSION,
+                "model": self.loaded.describe(),
+                "data": {**self.data, "sentences": len(self.examples),
+                         "sentences_in_data": self.total}}
+
+    def run(self, collectors, examples=None, ffn=None, description=None) -> int:
+        from ..collect import run_passes
+
+        src, tgt = self.loaded.source_dictionary, self.loaded.target_dictionary
+        return run_passes(self.model, self.examples if examples is None else examples, collectors,
+                          src.pad(), tgt.pad(), tgt.eos(), self.args.batch_size,
+                          self.args.max_tokens, self.device, not self.args.no_progress, ffn,
+                          description or self.args.command)
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    from ...subwords import SUBWORD_SCHEMES
+
+    p.add_argument("data", metavar="DATA",
+                   help="fairseq-preprocess directory (dictionaries; the split unless raw text is given)")
+    p.add_argument("--path", required=True, metavar="CHECKPOINT",
+                   help="checkpoint trained with the plugin, or a stock fairseq transformer")
+    p.add_argument("--output-dir", required=True, metavar="DIR", help="where results are written")
+    p.add_argument("--split", default="test", help="split of DATA to analyse (default: test)")
+    p.add_argument("--raw-source", metavar="FILE", help="raw source text, one sentence per line "
+                   "(instead of --split; with --raw-target)")
+    p.add_argument("--raw-target", metavar="FILE", help="raw target text, line-aligned with --raw-source")
+    p.add_argument("--tokenizer", choices=("moses", "none"), default="none",
+                   help="raw text: tokenize before BPE (default none: already tokenized)")
+    p.add_argument("--bpe-codes", metavar="FILE", help="raw text: subword-nmt codes (default: already segmented)")
+    p.add_argument("--target-bpe-codes", metavar="FILE",
+                   help="raw text: subword-nmt codes of the target side when they differ from "
+                        "--bpe-codes (per-language BPE, e.g. Europarl De-En; default: --bpe-codes)")
+    p.add_argument("-s", "--source-lang", default=None)
+    p.add_argument("-t", "--target-lang", default=None)
+    p.add_argument("--subword-scheme", choices=SUBWORD_SCHEMES, default="subword-nmt",
+                   help="how pieces form words ('@@' continuation, '▁' word start, or none); "
+                        "alignments and the text of filter's output (default subword-nmt)")
+    p.add_argument("--batch-size", type=positive_int, default=32, help="max pairs per batch (default 32)")
+    p.add_argument("--max-tokens", type=positive_int, default=None, help="max padded tokens per batch")
+    p.add_argument("--max-sentences", type=positive_int, default=None, metavar="N",
+                   help="analyse only the first N sentence pairs (a quick look)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="default: cuda when available, else cpu")
+    p.add_argument("--model-overrides", default=None, metavar="DICT",
+                   help="Python dict literal of model arguments to override, as fairseq-generate's")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def add_plots_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-plots", action="store_true", help="no PNG")
+
+
+def checkpoint_name(args) -> str:
+    return os.path.basename(args.path)

@@ -1,0 +1,415 @@
+"""``attend()``: the attention pipeline as one function without module state.
+
+    scores  = q kᵀ                  (q already scaled by 1/√d_h), float32
+    scores += biases                additive mask bias, bias providers (:mod:`.biases`)
+    mask    : padding | causal | pattern | provider-hidden keys (True = not visible)
+    weights = activation(scores, mask)           (:mod:`.activations`)
+    weights = dropout(weights)
+    heads   : learned / given (fixed patterns) / masked / RHE-replaced (:mod:`.heads`)
+    out     = weights · v  (+ value terms of bias providers)
+
+``attend(q, k, v, inputs, spec) -> (heads_out, Intermediates)``:
+
+* ``q`` (bsz, H_qk, tgt, d) or None (every head given), ``k`` (kv_bsz, H_qk, src, d) or
+  None, ``v`` (kv_bsz, H, src, d), with ``bsz = kv_bsz * inputs.kv_groups`` (beam search
+  keeps one copy of the encoder keys per sentence);
+* ``inputs`` (:class:`AttentionInputs`): everything that changes per batch;
+* ``spec`` (:class:`AttendSpec`): everything fixed per module (activation, dropout,
+  head policies, bias providers, backend choice);
+* returns ``heads_out`` (bsz, H, tgt, d) and :class:`~.intermediates.Intermediates`.
+
+Backends serve the call (:data:`BACKENDS`, :func:`register_backend`): each declares in a
+:class:`Capabilities` what it can serve; ``spec.backend = "auto"`` takes the first one in
+priority order that serves the call, a named backend that cannot serve it raises a
+ValueError saying why.  Registered here:
+
+==============  ========  ==========================================================
+name            priority  serves
+==============  ========  ==========================================================
+``sdpa``        20        softmax, learned heads only, no bias providers, no weights
+                          returned: torch's fused ``scaled_dot_product_attention``
+``key_block``   30        relu / relu_scaled streamed over blocks of keys
+                          (:mod:`.chunked_relu`), only with ``--attn-key-block-size``;
+                          no weights, no dropout (an error in training), no biases
+``materialized`` 100      everything (the reference; returns the weights)
+==============  ========  ==========================================================
+
+(lower priority = tried first).  A softmax module with no output norm and learned heads
+does not reach ``attend()`` at all: :class:`~.multihead.SparseMultiheadAttention` hands
+it to stock fairseq (its fused fast path), see :func:`is_stock`.  A fused non-softmax
+kernel (e.g. FlexAttention for the ReLU family) registers itself with
+:func:`register_backend` and a :class:`Capabilities`.
+"""
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .heads import HeadPlan, real_keys
+from .intermediates import Intermediates
+
+
+@dataclass(frozen=True)
+class AttentionInputs:
+    """Everything that changes per batch, passed down as an argument.
+
+    hidden: bool broadcastable to (bsz, H, tgt, src), True = key not visible (padding,
+        causal, pattern), or None
+    score_bias: additive float32 bias broadcastable to the scores (a float attention
+        mask with finite values), or None
+    key_padding: (bsz, src) bool, True = padding key, or None (self-attention: gives the
+        real tokens for fixed patterns, bias providers and RHE)
+    kv_groups: queries per key copy (beam search: one encoder copy per sentence)
+    pattern_weights: fixed-pattern weights computed once per batch by the encoder,
+        keyed by (patterns, unit) (see :class:`~.heads.FixedPatternHeads`)
+    word_ids: (bsz, src) word index of every source token (word-level fixed patterns)
+    src_dep, src_rp: (bsz, T, T) syntax annotations (DEA, RHE; LPEA) of the
+        ``parse_annotated_translation`` task
+    collect: what the caller wants in the returned intermediates
+        (:data:`~.intermediates.WANTS`)
+    """
+
+    hidden: Optional[Tensor] = None
+    score_bias: Optional[Tensor] = None
+    key_padding: Optional[Tensor] = None
+    kv_groups: int = 1
+    pattern_weights: Mapping = field(default_factory=dict)
+    word_ids: Optional[Tensor] = None
+    src_dep: Optional[Tensor] = None
+    src_rp: Optional[Tensor] = None
+    collect: FrozenSet[str] = frozenset()
+
+
+@dataclass
+class AttendSpec:
+    """Everything fixed per attention module (its submodules are owned by the module).
+
+    activation: scores -> weights module (:mod:`.activations`)
+    dropout: weights dropout (a module; its ``p`` and ``training`` are read)
+    heads: :class:`~.heads.HeadPlan`
+    biases: bias providers (:mod:`.biases`), in order
+    backend: ``"auto"`` or a name in :data:`BACKENDS`
+    key_block_size: > 0 enables the ``key_block`` backend (blocks of that many keys)
+    """
+
+    activation: torch.nn.Module
+    dropout: torch.nn.Module
+    heads: HeadPlan
+    biases: Sequence[torch.nn.Module] = ()
+    backend: str = "auto"
+    key_block_size: int = 0
+
+    @property
+    def activation_name(self) -> str:
+        return getattr(self.activation, "registry_name", "?")
+
+    @property
+    def biased(self) -> bool:
+        return bool(self.biases) or self.heads.rhe is not None
+
+
+def is_stock(activation: str, output_norm: str, heads: HeadPlan, biases) -> bool:
+    """True when a module is exactly fairseq's ``MultiheadAttention`` (and uses it)."""
+    return activation == "softmax" and output_norm == "none" and heads.all_learned and not biases
+
+
+# --------------------------------------------------------------------------- backends
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can serve.  ``activations`` None = any."""
+
+    activations: Optional[FrozenSet[str]] = None
+    returns_weights: bool = False
+    dropout: bool = False
+    score_bias: bool = False
+    bias_providers: bool = False
+    given_heads: bool = False  # fixed-pattern heads
+    head_selection: bool = False  # masked heads, RHE
+    grad: bool = True
+    devices: Optional[FrozenSet[str]] = None  # None = any
+    row_sums: bool = False  # can return the ReLUFormer row sums
+
+
+@dataclass(frozen=True)
+class Call:
+    """What one call needs (derived by :func:`describe_call`)."""
+
+    activation: str
+    needs_weights: bool
+    dropout: bool
+    score_bias: bool
+    bias_providers: bool
+    given_heads: bool
+    head_selection: bool
+    grad: bool
+    device: str
+    row_sums: bool
+
+
+def describe_call(q, v, inputs: AttentionInputs, spec: AttendSpec) -> Call:
+    heads = spec.heads
+    return Call(
+        activation=spec.activation_name,
+        needs_weights="weights" in inputs.collect,
+        dropout=bool(spec.dropout.training and spec.dropout.p > 0),
+        score_bias=inputs.score_bias is not None,
+        bias_providers=bool(spec.biases),
+        given_heads=heads.fixed is not None,
+        head_selection=heads.masked is not None or heads.rhe is not None,
+        grad=torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, v)),
+        device=v.device.type,
+        row_sums="row_sums" in inputs.collect and getattr(spec.activation, "reports_row_sums", False),
+    )
+
+
+def cannot_serve(caps: Capabilities, call: Call) -> Optional[str]:
+    """None when ``caps`` covers ``call``, else the first reason it does not."""
+    if caps.activations is not None and call.activation not in caps.activations:
+        return f"activation {call.activation} (serves {', '.join(sorted(caps.activations))})"
+    checks = (
+        (call.needs_weights, caps.returns_weights, "returning attention weights (analysis)"),
+        (call.dropout, caps.dropout, "attention dropout in training"),
+        (call.score_bias, caps.score_bias, "an additive attention-mask bias"),
+        (call.bias_providers, caps.bias_providers, "attention bias providers"),
+        (call.given_heads, caps.given_heads, "fixed-pattern heads"),
+        (call.head_selection, caps.head_selection, "masked heads / RHE"),
+        (call.grad, caps.grad, "gradients"),
+        (call.row_sums, caps.row_sums, "ReLUFormer row sums"),
+    )
+    for needed, served, what in checks:
+        if needed and not served:
+            return what
+    if caps.devices is not None and call.device not in caps.devices:
+        return f"device {call.device}"
+    return None
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    run: Callable  # (q, k, v, inputs, spec, call) -> (heads_out, Intermediates)
+    capabilities: Capabilities
+    priority: int = 50
+    #: in "auto", the backend is only tried when this says the module asked for it
+    enabled: Callable[[AttendSpec, Call], bool] = lambda spec, call: True
+
+
+BACKENDS: Dict[str, Backend] = {}
+
+
+def register_backend(backend: Backend) -> Backend:
+    if backend.name in BACKENDS or backend.name == "auto":
+        raise ValueError(f"attention backend {backend.name!r} registered twice")
+    BACKENDS[backend.name] = backend
+    return backend
+
+
+def backend_names():
+    return ["auto"] + sorted(BACKENDS)
+
+
+def choose_backend(spec: AttendSpec, call: Call) -> Backend:
+    if spec.backend != "auto":
+        backend = BACKENDS.get(spec.backend)
+        if backend is None:
+            raise ValueError(f"unknown attention backend {spec.backend!r}; valid values: "
+                             f"{', '.join(backend_names())}")
+        reason = cannot_serve(backend.capabilities, call)
+        if reason is not None:
+            raise ValueError(f"attention backend {backend.name!r} (--attn-backend) cannot serve "
+                             f"this configuration: {reason}; use --attn-backend auto")
+        return backend
+    for backend in sorted(BACKENDS.values(), key=lambda b: b.priority):
+        if backend.enabled(spec, call) and cannot_serve(backend.capabilities, call) is None:
+            return backend
+    raise ValueError(f"no attention backend serves this configuration ({call})")
+
+
+def attend(q: Optional[Tensor], k: Optional[Tensor], v: Tensor, inputs: AttentionInputs,
+           spec: AttendSpec) -> Tuple[Tensor, Intermediates]:
+    """Run the pipeline (module docstring) on the backend chosen for this call."""
+    call = describe_call(q, v, inputs, spec)
+    backend = choose_backend(spec, call)
+    return backend.run(q, k, v, inputs, spec, call)
+
+
+# --------------------------------------------------------------------------- materialized
+def _scores(q: Tensor, k: Tensor, groups: int) -> Tensor:
+    """(bsz, H, tgt, src) float32 scores q kᵀ."""
+    bsz, heads, tgt, d = q.shape
+    kv_bsz, _, src, _ = k.shape
+    if groups > 1:  # one key copy per beam group
+        scores = torch.einsum("bxhtd,bhsd->bxhts", q.view(kv_bsz, groups, heads, tgt, d), k)
+    else:
+        scores = torch.bmm(q.reshape(bsz * heads, tgt, d), k.reshape(kv_bsz * heads, src, d).transpose(1, 2))
+    return scores.reshape(bsz, heads, tgt, src).float()
+
+
+def _value_mix(probs: Tensor, v: Tensor, groups: int) -> Tensor:
+    """(bsz, H, tgt, d) = probs · v per head."""
+    bsz, heads, tgt, src = probs.shape
+    kv_bsz, _, _, d = v.shape
+    if groups > 1:
+        out = torch.einsum("bxhts,bhsd->bxhtd", probs.view(kv_bsz, groups, heads, tgt, src), v)
+        return out.reshape(bsz, heads, tgt, d)
+    return torch.bmm(probs.view(bsz * heads, tgt, src), v.reshape(kv_bsz * heads, src, d)).view(bsz, heads, tgt, d)
+
+
+def _biased(q, scores, inputs, spec, valid):
+    """Weights with the bias providers and RHE (encoder self-attention): (weights,
+    redundant or None, keep or None, value_term or None)."""
+    from .biases import BiasContext
+
+    heads = spec.heads
+    needs = {n for p in spec.biases for n in p.needs} | ({"src_dep"} if heads.rhe is not None else set())
+    ctx = BiasContext.build(valid, {"src_dep": inputs.src_dep, "src_rp": inputs.src_rp}, sorted(needs))
+    mask = inputs.hidden
+    enhanced = None
+    if spec.biases:
+        biased, hidden = scores, mask
+        for provider in spec.biases:
+            bias, hide = provider(q, ctx)
+            if bias is not None:
+                biased = biased + bias
+            if hide is not None:
+                hidden = hide if hidden is None else hidden | hide
+        enhanced = spec.activation(biased, hidden)
+    redundant = keep = None
+    if heads.rhe is None:
+        weights = enhanced
+    else:
+        standard = spec.activation(scores, mask)
+        weights, redundant, keep = heads.rhe.replace(standard, enhanced, inputs, valid)
+    value_term = None
+    with_values = [p for p in spec.biases if p.has_value_term]
+    if with_values:
+        def value_term(probs):
+            extra = sum(p.value_term(probs, ctx) for p in with_values)
+            if redundant is None:
+                return extra
+            return extra * redundant.view(*redundant.shape, 1, 1).to(extra.dtype)
+    return weights, redundant, keep, value_term
+
+
+def _row_sums(weights, scores_like, mask):
+    from .scaled_relu import row_sums, visible_key_counts
+
+    wsum, wlogw = row_sums(weights)
+    return wsum, wlogw, visible_key_counts(scores_like, mask)
+
+
+def materialized(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
+    """Scores and weights as full (bsz, H, tgt, src) tensors: every feature."""
+    heads = spec.heads
+    groups = inputs.kv_groups
+    kv_bsz, num_heads, src_len, _ = v.shape
+    bsz = kv_bsz * groups
+    mask = inputs.hidden
+    fixed = learned = scores = redundant = keep = value_term = None
+    if heads.fixed is not None:
+        fixed = heads.fixed.weights(inputs, bsz, src_len, v.device)
+    if heads.num_learned:
+        scores = _scores(q, k, groups)
+        if inputs.score_bias is not None:
+            scores = scores + inputs.score_bias
+        if spec.biased:
+            valid = real_keys(inputs.key_padding, bsz, src_len, v.device)
+            learned, redundant, keep, value_term = _biased(q, scores, inputs, spec, valid)
+        else:
+            learned = spec.activation(scores, mask)  # float32 (bsz, H_learned, tgt, src)
+
+    if fixed is None:
+        weights = learned
+        probs = spec.dropout(learned.type_as(v))
+    else:
+        # attention dropout regularizes learned attention only; fixed heads stay exact
+        weights = fixed if learned is None else torch.cat([fixed, learned], dim=1)
+        probs = fixed.type_as(v)
+        if learned is not None:
+            probs = torch.cat([probs, spec.dropout(learned.type_as(v))], dim=1)
+    if heads.masked is not None:
+        probs = probs * heads.masked.keep(probs.dtype, probs.device)
+    if keep is not None:
+        probs = probs * keep.view(bsz, num_heads, 1, 1).to(probs.dtype)
+    out = _value_mix(probs, v, groups)
+    if value_term is not None:
+        out = out + value_term(probs).to(out.dtype)
+
+    inter = Intermediates(backend="materialized", redundant=redundant)
+    if "weights" in inputs.collect:
+        inter.weights = weights
+        inter.values = v.reshape(kv_bsz * num_heads, src_len, v.size(-1))
+        inter.mask = mask
+    if call.row_sums and learned is not None:
+        inter.row_sums = _row_sums(learned, scores, mask)
+    return out, inter
+
+
+register_backend(Backend("materialized", materialized, Capabilities(
+    returns_weights=True, dropout=True, score_bias=True, bias_providers=True, given_heads=True,
+    head_selection=True, row_sums=True), priority=100))
+
+
+# --------------------------------------------------------------------------- key blocks
+def key_block(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
+    """ReLU-family weights streamed over blocks of keys (:mod:`.chunked_relu`): the
+    (tgt × src) weights are never held; the row sums come from the same pass."""
+    from .chunked_relu import chunked_relu_attention
+    from .scaled_relu import visible_key_counts
+
+    groups = inputs.kv_groups
+    if groups > 1:
+        k = k.repeat_interleave(groups, dim=0)
+        v = v.repeat_interleave(groups, dim=0)
+    mask = inputs.hidden
+    n = visible_key_counts(q.new_empty(1, 1, 1, k.size(2)), mask).float()
+    scale = spec.activation.row_scale(n)
+    out, wsum, wlogw = chunked_relu_attention(q.float(), k.float(), v.float(), mask, scale,
+                                              block=spec.key_block_size, with_sums=call.row_sums)
+    inter = Intermediates(backend="key_block")
+    if call.row_sums:
+        inter.row_sums = (wsum, wlogw, n)
+    return out.type_as(q), inter
+
+
+def _key_block_enabled(spec: AttendSpec, call: Call) -> bool:
+    if spec.key_block_size <= 0 or not getattr(spec.activation, "supports_chunking", False):
+        return False
+    if call.dropout:
+        raise ValueError("--attn-key-block-size needs --attention-dropout 0 "
+                         "(the key-block path cannot replay a dropout mask)")
+    return True
+
+
+register_backend(Backend("key_block", key_block, Capabilities(
+    activations=frozenset({"relu", "relu_scaled"}), row_sums=True), priority=30,
+    enabled=_key_block_enabled))
+
+
+# --------------------------------------------------------------------------- fused softmax
+def sdpa(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
+    """Softmax through ``torch.nn.functional.scaled_dot_product_attention`` (fused
+    kernels on GPU); q is already scaled, so the kernel's own scale is 1."""
+    groups = inputs.kv_groups
+    if groups > 1:
+        k = k.repeat_interleave(groups, dim=0)
+        v = v.repeat_interleave(groups, dim=0)
+    mask = None
+    if inputs.hidden is not None or inputs.score_bias is not None:
+        mask = torch.zeros((), dtype=torch.float32, device=q.device)
+        if inputs.score_bias is not None:
+            mask = mask + inputs.score_bias
+        if inputs.hidden is not None:
+            mask = torch.where(inputs.hidden, torch.tensor(float("-inf"), device=q.device), mask)
+        mask = mask.to(q.dtype)
+    p = spec.dropout.p if call.dropout else 0.0
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=1.0)
+    return out, Intermediates(backend="sdpa")
+
+
+register_backend(Backend("sdpa", sdpa, Capabilities(
+    activations=frozenset({"softmax"}), dropout=True, score_bias=True),
+    priority=20))

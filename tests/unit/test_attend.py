@@ -1,0 +1,233 @@
+"""attend() against the formulas written plainly here, per backend, on the same inputs;
+backend choice (auto, forced, registration) and the fused paths."""
+
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+
+from fairseq_sparse_attn.attention import SparseMultiheadAttention, build_activation
+from fairseq_sparse_attn.attention import core
+from fairseq_sparse_attn.attention.core import (
+    AttendSpec,
+    AttentionInputs,
+    Backend,
+    Capabilities,
+    attend,
+    register_backend,
+)
+from fairseq_sparse_attn.attention.heads import FixedPatternHeads, HeadPlan, MaskedHeads
+from fairseq_sparse_attn.attention.fixed_patterns import pattern_matrix
+from fairseq_sparse_attn.attention.intermediates import collect
+
+B, H, T, S, D = 2, 3, 4, 5, 8
+
+
+def inputs_qkv(seed=0, tgt=T, src=S, heads=H):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, heads, tgt, D, generator=g) / math.sqrt(D)
+    k = torch.randn(B, heads, src, D, generator=g)
+    v = torch.randn(B, heads, src, D, generator=g)
+    return q, k, v
+
+
+def padding_and_causal(tgt=T, src=S):
+    pad = torch.zeros(B, src, dtype=torch.bool)
+    pad[1, -2:] = True
+    causal = torch.ones(tgt, src, dtype=torch.bool).triu(1 + src - tgt)
+    hidden = pad.view(B, 1, 1, src) | causal.view(1, 1, tgt, src)
+    return pad, hidden
+
+
+def spec(activation, backend="auto", heads=None, key_block_size=0, num_heads=H):
+    return AttendSpec(activation=build_activation(activation, num_heads), dropout=nn.Dropout(0.0),
+                      heads=heads or HeadPlan(num_heads), backend=backend, key_block_size=key_block_size)
+
+
+def plain(q, k, v, hidden, fn, bias=None):
+    """Per sentence and head: w = fn(q kᵀ (+ bias) over the visible keys), out = w v."""
+    out = torch.zeros(q.shape[:3] + (v.size(-1),))
+    weights = torch.zeros(q.shape[:3] + (k.size(2),))
+    for b in range(q.size(0)):
+        for h in range(q.size(1)):
+            for i in range(q.size(2)):
+                visible = ~hidden[b if hidden.size(0) > 1 else 0, 0, i]
+                s = q[b, h, i] @ k[b, h].T
+                if bias is not None:
+                    s = s + bias[i]
+                w = torch.zeros(k.size(2))
+                w[visible] = fn(s[visible])
+                weights[b, h, i] = w
+                out[b, h, i] = w @ v[b, h]
+    return out, weights
+
+
+def softmax(s):
+    e = torch.exp(s - s.max())
+    return e / e.sum()
+
+
+def relu(s):
+    return torch.clamp(s, min=0)
+
+
+def relu_scaled(s):
+    return relu(s) / math.sqrt(len(s) / 2)
+
+
+def sparsemax(s):
+    """Martins & Astudillo (2016), Alg. 1."""
+    z, _ = torch.sort(s, descending=True)
+    k = torch.arange(1, len(s) + 1, dtype=s.dtype)
+    support = 1 + k * z > torch.cumsum(z, 0)
+    kz = int(support.nonzero().max()) + 1
+    tau = (z[:kz].sum() - 1) / kz
+    return torch.clamp(s - tau, min=0)
+
+
+FORMULAS = {"softmax": softmax, "relu": relu, "relu_scaled": relu_scaled, "sparsemax": sparsemax}
+# backend -> activations it is tested with
+CASES = [("materialized", a) for a in FORMULAS] + [("sdpa", "softmax")] + \
+    [("key_block", a) for a in ("relu", "relu_scaled")]
+
+
+@pytest.mark.parametrize("backend,activation", CASES)
+def test_backend_against_formula(backend, activation):
+    q, k, v = inputs_qkv()
+    pad, hidden = padding_and_causal()
+    inp = AttentionInputs(hidden=hidden, key_padding=pad)
+    out, inter = attend(q, k, v, inp, spec(activation, backend, key_block_size=2))
+    assert inter.backend == backend
+    expected, weights = plain(q, k, v, hidden, FORMULAS[activation])
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    if backend == "materialized":
+        with_weights = AttentionInputs(hidden=hidden, key_padding=pad, collect=frozenset({"weights"}))
+        _, inter = attend(q, k, v, with_weights, spec(activation, backend))
+        torch.testing.assert_close(inter.weights, weights, atol=1e-6, rtol=1e-5)
+        assert torch.all(inter.weights[hidden.expand_as(inter.weights)] == 0)
+
+
+@pytest.mark.parametrize("backend", ["materialized", "sdpa"])
+def test_additive_score_bias(backend):
+    q, k, v = inputs_qkv(1)
+    pad, hidden = padding_and_causal()
+    bias = torch.randn(T, S)
+    out, _ = attend(q, k, v, AttentionInputs(hidden=hidden, score_bias=bias.view(1, 1, T, S)),
+                    spec("softmax", backend))
+    expected, _ = plain(q, k, v, hidden, softmax, bias)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend,activation", [("materialized", "relu"), ("sdpa", "softmax"),
+                                                ("key_block", "relu_scaled")])
+def test_beam_groups_share_one_key_copy(backend, activation):
+    """kv_groups = 2: queries of 2*B sentences, keys of B (beam search cross-attention)."""
+    q, _, _ = inputs_qkv(2)
+    q2 = torch.cat([q, q.flip(0)], dim=0).view(2, B, H, T, D).transpose(0, 1).reshape(2 * B, H, T, D)
+    _, k, v = inputs_qkv(3)
+    out, _ = attend(q2, k, v, AttentionInputs(kv_groups=2), spec(activation, backend, key_block_size=3))
+    k2, v2 = k.repeat_interleave(2, dim=0), v.repeat_interleave(2, dim=0)
+    expected, _ = plain(q2, k2, v2, torch.zeros(1, 1, T, S, dtype=torch.bool), FORMULAS[activation])
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_row_sums_against_formula_materialized_and_key_block():
+    q, k, v = inputs_qkv(4)
+    pad, hidden = padding_and_causal()
+    inp = AttentionInputs(hidden=hidden, collect=frozenset({"row_sums"}))
+    _, weights = plain(q, k, v, hidden, relu_scaled)
+    n = (~hidden).sum(-1).expand(B, 1, T).float()
+    wsum = weights.sum(-1)
+    wlogw = torch.where(weights > 0, weights * torch.log(weights.clamp(min=1e-30)), torch.zeros(())).sum(-1)
+    for backend in ("materialized", "key_block"):
+        _, inter = attend(q, k, v, inp, spec("relu_scaled", backend, key_block_size=2))
+        got_wsum, got_wlogw, got_n = inter.row_sums
+        torch.testing.assert_close(got_wsum, wsum, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got_wlogw, wlogw, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got_n.expand(B, 1, T, 1).squeeze(-1), n)
+    # nothing asked: nothing computed
+    _, inter = attend(q, k, v, AttentionInputs(hidden=hidden), spec("relu_scaled"))
+    assert inter.row_sums is None and inter.weights is None
+
+
+def test_fixed_and_masked_heads():
+    """Heads 0..1 take the fixed 'previous' and 'next' patterns (given per batch), head 1
+    is masked: out = W_fixed v for head 0, 0 for head 1, the formula for head 2."""
+    q, k, v = inputs_qkv(5, tgt=S)
+    fixed = FixedPatternHeads(("previous", "next"))
+    heads = HeadPlan(H, fixed=fixed, masked=MaskedHeads((1,), H))
+    weights = torch.stack([pattern_matrix("previous", S), pattern_matrix("next", S)]).expand(B, 2, S, S)
+    inp = AttentionInputs(pattern_weights={fixed.key: weights})
+    out, _ = attend(q[:, 2:], k[:, 2:], v, inp, spec("relu", heads=heads, num_heads=1))
+    torch.testing.assert_close(out[:, 0], weights[:, 0] @ v[:, 0], atol=1e-6, rtol=1e-6)
+    assert torch.all(out[:, 1] == 0)
+    expected, _ = plain(q[:, 2:], k[:, 2:], v[:, 2:], torch.zeros(1, 1, S, S, dtype=torch.bool), relu)
+    torch.testing.assert_close(out[:, 2:], expected, atol=1e-5, rtol=1e-5)
+    # without given weights the head policy computes the token patterns from the padding
+    out2, _ = attend(q[:, 2:], k[:, 2:], v, AttentionInputs(), spec("relu", heads=heads, num_heads=1))
+    torch.testing.assert_close(out2, out, atol=0, rtol=0)
+
+
+def test_forced_backend_that_cannot_serve_is_a_clear_error():
+    q, k, v = inputs_qkv()
+    with pytest.raises(ValueError, match="'sdpa'.*cannot serve.*activation relu"):
+        attend(q, k, v, AttentionInputs(), spec("relu", "sdpa"))
+    with pytest.raises(ValueError, match="'key_block'.*cannot serve.*returning attention weights"):
+        attend(q, k, v, AttentionInputs(collect=frozenset({"weights"})), spec("relu", "key_block"))
+    with pytest.raises(ValueError, match="unknown attention backend 'flash'"):
+        attend(q, k, v, AttentionInputs(), spec("relu", "flash"))
+    # auto: a configuration a backend cannot serve gets the next one
+    _, inter = attend(q, k, v, AttentionInputs(collect=frozenset({"weights"})), spec("softmax"))
+    assert inter.backend == "materialized"
+    _, inter = attend(q, k, v, AttentionInputs(), spec("softmax"))
+    assert inter.backend == "sdpa"
+
+
+def test_a_registered_backend_is_chosen_by_what_it_serves():
+    calls = []
+
+    def run(q, k, v, inputs, spec, call):
+        calls.append(call)
+        return core.materialized(q, k, v, inputs, spec, call)[0], core.Intermediates(backend="test")
+
+    register_backend(Backend("test_relu", run, Capabilities(activations=frozenset({"relu"})), priority=1))
+    try:
+        q, k, v = inputs_qkv()
+        _, inter = attend(q, k, v, AttentionInputs(), spec("relu"))
+        assert inter.backend == "test" and calls[-1].activation == "relu"
+        _, inter = attend(q, k, v, AttentionInputs(collect=frozenset({"weights"})), spec("relu"))
+        assert inter.backend == "materialized"  # the test backend returns no weights
+        _, inter = attend(q, k, v, AttentionInputs(), spec("softmax"))
+        assert inter.backend == "sdpa"
+        with pytest.raises(ValueError, match="registered twice"):
+            register_backend(Backend("test_relu", run, Capabilities()))
+    finally:
+        del core.BACKENDS["test_relu"]
+
+
+def test_module_softmax_with_norm_takes_sdpa_and_stock_takes_fairseq(monkeypatch):
+    import torch.nn.functional as F
+
+    sdpa_calls, mha_calls = [], []
+    real_sdpa, real_mha = F.scaled_dot_product_attention, F.multi_head_attention_forward
+    monkeypatch.setattr(core.F, "scaled_dot_product_attention",
+                        lambda *a, **kw: sdpa_calls.append(1) or real_sdpa(*a, **kw))
+    monkeypatch.setattr(F, "multi_head_attention_forward",
+                        lambda *a, **kw: mha_calls.append(1) or real_mha(*a, **kw))
+    x = torch.randn(4, 2, 16)
+    torch.manual_seed(0)
+    normed = SparseMultiheadAttention(16, 4, self_attention=True, output_norm="rmsnorm").eval()
+    out, _ = normed(x, x, x, need_weights=False)
+    assert sdpa_calls and not mha_calls
+    normed.force_pipeline = True  # the materialized backend gives the same
+    ref, _ = normed(x, x, x, need_weights=False)
+    torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-5)
+    sdpa_calls.clear()
+    stock = SparseMultiheadAttention(16, 4, self_attention=True).eval()
+    stock(x, x, x)
+    assert mha_calls and not sdpa_calls  # stock fairseq's fused path, attend() not reached
+    with collect("weights") as records:  # analysis asks for weights: materialized
+        normed.force_pipeline = False
+        normed(x, x, x, need_weights=False)
+    assert records[0][1].backend == "materialized" and records[0][1].weights is not None
