@@ -300,6 +300,15 @@ def check_flex(name, causal=False, cross=False, gamma=None, B=3, H=4, T=37, d=64
     record(name, **diffs)
 
 
+def guarded(name, check, *args, **kwargs):
+    """Run one check; an exception is a failure of that check, printed, not the end."""
+    try:
+        check(*args, **kwargs)
+    except Exception:
+        FAILURES.append(name)
+        print(f"ERROR {name}\n{traceback.format_exc()}", flush=True)
+
+
 def main():
     if CUDA.type == "cuda":
         assert torch.cuda.is_available(), "no CUDA device"
@@ -338,19 +347,11 @@ def main():
         ("entmax15, base size E=512 T=64", dict(activation="entmax15", E=512, T=64)),
     ]
     for name, kw in checks:
-        try:
-            check_module(name, **kw)
-        except Exception:
-            FAILURES.append(name)
-            print(f"ERROR {name}\n{traceback.format_exc()}", flush=True)
+        guarded(name, check_module, name, **kw)
     for act, norm in (("softmax", "none"), ("relu", "gated_rmsnorm"), ("sparsemax", "none"),
                       ("entmax15", "none"), ("relu_scaled", "none")):
         name = f"incremental == full on CUDA: {act}"
-        try:
-            check_incremental(name, act, norm)
-        except Exception:
-            FAILURES.append(name)
-            print(f"ERROR {name}\n{traceback.format_exc()}", flush=True)
+        guarded(name, check_incremental, name, act, norm)
     models = [
         ("model softmax", "sparse_transformer", dict(attn_activation="softmax")),
         ("model rela-g", "sparse_transformer", dict(attn_activation="relu", attn_output_norm="gated_rmsnorm")),
@@ -364,21 +365,13 @@ def main():
          dict(encoder_fixed_patterns="8F", encoder_masked_heads="3")),
     ]
     for name, arch, over in models:
-        try:
-            check_model(name, arch, **over)
-        except Exception:
-            FAILURES.append(name)
-            print(f"ERROR {name}\n{traceback.format_exc()}", flush=True)
+        guarded(name, check_model, name, arch, **over)
     flex = [("fused flex relu, self, left-pad", dict()),
             ("fused flex relu, self causal", dict(causal=True)),
             ("fused flex relu_scaled, cross", dict(cross=True, gamma=1.0)),
             ("fused flex relu_scaled, self causal", dict(causal=True, gamma=1.0))]
     for name, kw in flex:
-        try:
-            check_flex(name, **kw)
-        except Exception:
-            FAILURES.append(name)
-            print(f"ERROR {name}\n{traceback.format_exc()}", flush=True)
+        guarded(name, check_flex, name, **kw)
     print(f"\n{len(checks) + 5 + len(models) + len(flex)} checks, "
           f"{len(FAILURES)} failed{': ' + ', '.join(FAILURES) if FAILURES else ''}")
     return 1 if FAILURES else 0

@@ -31,6 +31,10 @@ name            priority  serves
 ``key_block``   30        relu / relu_scaled streamed over blocks of keys
                           (:mod:`.chunked_relu`), only with ``--attn-key-block-size``;
                           no weights, no dropout (an error in training), no biases
+``flex``        40        relu / relu_scaled through the fused FlexAttention kernel
+                          (:mod:`.flex_relu`): in auto only for calls with at least
+                          ``--attn-flex-min-keys`` keys on a platform that supports it
+                          (CUDA; CPU inference); no weights, dropout, biases, row sums
 ``materialized`` 100      everything (the reference; returns the weights)
 ==============  ========  ==========================================================
 
@@ -93,6 +97,8 @@ class AttendSpec:
     biases: bias providers (:mod:`.biases`), in order
     backend: ``"auto"`` or a name in :data:`BACKENDS`
     key_block_size: > 0 enables the ``key_block`` backend (blocks of that many keys)
+    flex_min_keys: > 0: in "auto", the fused ``flex`` backend serves calls with at least
+        this many keys where the platform supports it (0 = only when forced)
     """
 
     activation: torch.nn.Module
@@ -101,6 +107,7 @@ class AttendSpec:
     biases: Sequence[torch.nn.Module] = ()
     backend: str = "auto"
     key_block_size: int = 0
+    flex_min_keys: int = 0
 
     @property
     def activation_name(self) -> str:
@@ -147,6 +154,8 @@ class Call:
     grad: bool
     device: str
     row_sums: bool
+    keys: int = 0  # number of key positions (src)
+    dtype: Optional[torch.dtype] = None  # of the values
 
 
 def describe_call(q, v, inputs: AttentionInputs, spec: AttendSpec) -> Call:
@@ -162,6 +171,8 @@ def describe_call(q, v, inputs: AttentionInputs, spec: AttendSpec) -> Call:
         grad=torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, v)),
         device=v.device.type,
         row_sums="row_sums" in inputs.collect and getattr(spec.activation, "reports_row_sums", False),
+        keys=v.size(2),
+        dtype=v.dtype,
     )
 
 
@@ -413,3 +424,35 @@ def sdpa(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
 register_backend(Backend("sdpa", sdpa, Capabilities(
     activations=frozenset({"softmax"}), dropout=True, score_bias=True),
     priority=20))
+
+
+# --------------------------------------------------------------------------- fused ReLU
+def flex(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
+    """relu / relu_scaled through the fused FlexAttention kernel (:mod:`.flex_relu`):
+    no (tgt × src) weights held; CUDA training and inference, CPU compiled inference."""
+    from .flex_relu import flex_relu_attention, flex_relu_unavailable
+
+    reason = flex_relu_unavailable(call.device, call.grad, q.dtype)
+    if reason is not None:
+        raise ValueError(f"attention backend 'flex' (--attn-backend) cannot serve this "
+                         f"configuration: {reason}; use --attn-backend auto")
+    groups = inputs.kv_groups
+    if groups > 1:
+        k = k.repeat_interleave(groups, dim=0)
+        v = v.repeat_interleave(groups, dim=0)
+    row_scale = spec.activation.row_scale if call.activation == "relu_scaled" else None
+    out = flex_relu_attention(q, k, v, inputs.hidden, row_scale)
+    return out, Intermediates(backend="flex")
+
+
+def _flex_enabled(spec: AttendSpec, call: Call) -> bool:
+    if spec.flex_min_keys <= 0 or call.keys < spec.flex_min_keys:
+        return False
+    from .flex_relu import flex_relu_unavailable
+
+    return flex_relu_unavailable(call.device, call.grad, call.dtype or torch.float32) is None
+
+
+register_backend(Backend("flex", flex, Capabilities(
+    activations=frozenset({"relu", "relu_scaled"}), devices=frozenset({"cpu", "cuda"})),
+    priority=40, enabled=_flex_enabled))

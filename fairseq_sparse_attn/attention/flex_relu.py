@@ -6,7 +6,7 @@ recovered exactly with the *log trick* and a *sink* key:
 
 * score_mod: ``s' = log(s)`` where ``s > 0`` on a visible key, ``-inf`` elsewhere, so the
   kernel's softmax weights are ``relu(s_j) / Z`` with ``Z = sum_j relu(s_j)``;
-* one extra key (index ``src``) with score ``s' = 0`` (weight ``1 / (Z + 1)``), always
+* one extra key (index 0, before the real keys) with score ``s' = 0`` (weight ``1 / (Z + 1)``), always
   visible, whose value is the unit vector ``e_d`` of an extra value column, every real
   value having 0 there.  The kernel returns ``o = [sum_j relu(s_j) v_j, 1] / (Z + 1)``, so
 
@@ -38,6 +38,10 @@ import torch
 from torch import Tensor
 
 LOG_FLOOR = 1e-30
+# The compiled CPU kernel returned NaN now and then for rows whose real keys were all
+# hidden when the number of keys was not a multiple of its vector width (reads past the
+# last key); padding the keys with hidden zero keys to a multiple of this avoids it.
+KEY_MULTIPLE = 32
 
 
 @functools.lru_cache(maxsize=None)
@@ -98,12 +102,6 @@ def _as_3d(hidden: Tensor) -> Tensor:
     return hidden[:, 0]
 
 
-def _index(mask: Tensor, b, q_idx, kv_idx):
-    """mask[b, q, kv] for a (B|1, T|1, S) mask (size-1 dims read at 0, as tensor indices:
-    a Python constant index makes the compiled CPU kernel fail to lower)."""
-    return mask[b if mask.size(0) > 1 else b * 0, q_idx if mask.size(1) > 1 else q_idx * 0, kv_idx]
-
-
 def flex_relu_attention(q: Tensor, k: Tensor, v: Tensor, hidden: Optional[Tensor] = None,
                         row_scale: Optional[Callable[[Tensor], Tensor]] = None,
                         compiled: bool = True) -> Tensor:
@@ -127,25 +125,38 @@ def flex_relu_attention(q: Tensor, k: Tensor, v: Tensor, hidden: Optional[Tensor
     bsz, heads, tgt, d = q.shape
     src = k.size(2)
     width = _padded_width(v.size(-1))
-    # the sink: one more key (score forced to 0 below) whose value is e_d
-    k_ext = torch.cat([k, k.new_zeros(bsz, heads, 1, d)], dim=2)
-    v_ext = v.new_zeros(bsz, heads, src + 1, width)
-    v_ext[:, :, :src, : v.size(-1)] = v
-    v_ext[:, :, src, v.size(-1)] = 1
-    sink = torch.tensor(src, device=q.device)
-    if hidden is not None:
-        # one visible column for the sink
-        hidden3 = _as_3d(hidden)
-        hidden_ext = torch.cat([hidden3, hidden3.new_zeros(hidden3.shape[:-1] + (1,))], dim=-1)
+    # the sink: key 0 (score forced to 0 below) whose value is e_d; first, so that every
+    # block of keys the kernel visits after it starts from a finite running maximum (with
+    # the sink last, rows whose real keys are all hidden came out NaN now and then)
+    # keys padded to a multiple of KEY_MULTIPLE with hidden zero keys (see below)
+    total = -(-(src + 1) // KEY_MULTIPLE) * KEY_MULTIPLE
+    k_ext = k.new_zeros(bsz, heads, total, d)
+    k_ext[:, :, 1:src + 1] = k
+    v_ext = v.new_zeros(bsz, heads, total, width)
+    v_ext[:, :, 1:src + 1, : v.size(-1)] = v
+    v_ext[:, :, 0, v.size(-1)] = 1
+    sink = torch.zeros((), dtype=torch.long, device=q.device)
+    # the mask, extended over the sink and the padding keys, with the batch dimension in
+    # full; indexed [b, kv] or [b, q, kv] (the compiled CPU kernel fails to build when the
+    # query index enters any other expression, e.g. q_idx * 0 for a broadcast dimension)
+    hidden3 = _as_3d(hidden) if hidden is not None else torch.zeros(1, 1, src, dtype=torch.bool,
+                                                                    device=q.device)
+    hidden_ext = hidden3.new_ones((bsz, hidden3.size(1), total))
+    hidden_ext[..., 0] = False  # the sink is always visible
+    hidden_ext[..., 1:src + 1] = hidden3
+    if hidden_ext.size(1) == 1:
+        hidden_ext = hidden_ext[:, 0]
 
-        def score_mod(score, b, h, q_idx, kv_idx):
-            keep = (score > 0) & ~_index(hidden_ext, b, q_idx, kv_idx)
-            s = torch.where(keep, torch.log(torch.clamp(score, min=LOG_FLOOR)), -float("inf"))
-            return torch.where(kv_idx == sink, 0.0, s)
+        def hidden_at(b, q_idx, kv_idx):
+            return hidden_ext[b, kv_idx]
     else:
-        def score_mod(score, b, h, q_idx, kv_idx):
-            s = torch.where(score > 0, torch.log(torch.clamp(score, min=LOG_FLOOR)), -float("inf"))
-            return torch.where(kv_idx == sink, 0.0, s)
+        def hidden_at(b, q_idx, kv_idx):
+            return hidden_ext[b, q_idx, kv_idx]
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        keep = (score > 0) & ~hidden_at(b, q_idx, kv_idx)
+        s = torch.where(keep, torch.log(torch.clamp(score, min=LOG_FLOOR)), -float("inf"))
+        return torch.where(kv_idx == sink, 0.0, s)
 
     fn = _compiled_flex() if compiled else _flex_module().flex_attention
     o = fn(q, k_ext, v_ext, score_mod=score_mod, scale=1.0)

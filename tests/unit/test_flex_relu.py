@@ -104,3 +104,68 @@ def test_availability_reasons():
     assert "forward-only" in flex_relu_unavailable("cpu", grad=True)
     assert "float64" in flex_relu_unavailable("cpu", grad=False, dtype=torch.float64)
     assert flex_relu_unavailable("mps", grad=False) is not None
+
+
+# ---------------------------------------------------------------- as a backend of attend()
+MODELS = {
+    "rela_g": dict(attn_activation="relu", attn_output_norm="gated_rmsnorm"),
+    "rela_i": dict(attn_activation="relu", attn_output_norm="rmsnorm_i"),
+    "reluformer": dict(attn_activation="relu_scaled", attn_output_norm="none"),
+}
+
+
+def _backend_model(name, backend):
+    from helpers import build_model
+
+    model, d = build_model(**MODELS[name])
+    for m in model.attention_modules():
+        m.backend = backend
+    return model, d
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_models_on_the_flex_backend_equal_materialized(name):
+    """Teacher forcing (encoder self, causal decoder self, cross-attention, left-padded
+    source, right-padded target) and incremental decoding on the forced flex backend give
+    the materialized backend's outputs."""
+    from helpers import random_batch
+
+    flex_model, d = _backend_model(name, "flex")
+    ref_model, _ = _backend_model(name, "materialized")
+    src, lengths, prev = random_batch(d)
+    with torch.no_grad():
+        enc = flex_model.encoder(src, src_lengths=lengths)
+        enc_ref = ref_model.encoder(src, src_lengths=lengths)
+        torch.testing.assert_close(enc["encoder_out"][0], enc_ref["encoder_out"][0], atol=2e-5, rtol=2e-5)
+        full, _ = flex_model.decoder(prev, encoder_out=enc)
+        full_ref, _ = ref_model.decoder(prev, encoder_out=enc_ref)
+        torch.testing.assert_close(full, full_ref, atol=2e-5, rtol=2e-5)
+        state = {}
+        for t in range(prev.size(1)):
+            step, _ = flex_model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)
+            real = prev[:, t].ne(d.pad())
+            torch.testing.assert_close(step[real, 0], full_ref[real, t], atol=2e-5, rtol=2e-5)
+
+
+def test_flex_backend_choice_and_errors():
+    """auto picks flex only from --attn-flex-min-keys keys on and only where it can run;
+    forced where it cannot (CPU with gradients) is an error naming the reason."""
+    from fairseq_sparse_attn.attention.core import AttendSpec, AttentionInputs, attend
+    from fairseq_sparse_attn.attention.activations import build_activation
+    from fairseq_sparse_attn.attention.heads import HeadPlan
+
+    q, k, v = inputs(5, seed=3)
+
+    def spec(backend="auto", min_keys=0):
+        return AttendSpec(activation=build_activation("relu", H), dropout=torch.nn.Dropout(0.0),
+                          heads=HeadPlan(H), backend=backend, flex_min_keys=min_keys)
+
+    with torch.no_grad():
+        assert attend(q, k, v, AttentionInputs(), spec(min_keys=6))[1].backend == "materialized"
+        out, inter = attend(q, k, v, AttentionInputs(), spec(min_keys=5))
+        assert inter.backend == "flex"
+        torch.testing.assert_close(out.double(), plain_relu_attention(q, k, v, None), atol=2e-5, rtol=2e-5)
+    qg = q.clone().requires_grad_(True)
+    assert attend(qg, k, v, AttentionInputs(), spec(min_keys=5))[1].backend == "materialized"
+    with pytest.raises(ValueError, match="'flex'.*forward-only"):
+        attend(qg, k, v, AttentionInputs(), spec("flex"))
