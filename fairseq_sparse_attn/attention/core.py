@@ -156,6 +156,7 @@ class Call:
     row_sums: bool
     keys: int = 0  # number of key positions (src)
     dtype: Optional[torch.dtype] = None  # of the values
+    query_mask: bool = False  # the hidden mask differs between queries (causal)
 
 
 def describe_call(q, v, inputs: AttentionInputs, spec: AttendSpec) -> Call:
@@ -173,6 +174,7 @@ def describe_call(q, v, inputs: AttentionInputs, spec: AttendSpec) -> Call:
         row_sums="row_sums" in inputs.collect and getattr(spec.activation, "reports_row_sums", False),
         keys=v.size(2),
         dtype=v.dtype,
+        query_mask=inputs.hidden is not None and inputs.hidden.dim() == 4 and inputs.hidden.size(2) > 1,
     )
 
 
@@ -432,7 +434,7 @@ def flex(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
     no (tgt × src) weights held; CUDA training and inference, CPU compiled inference."""
     from .flex_relu import flex_relu_attention, flex_relu_unavailable
 
-    reason = flex_relu_unavailable(call.device, call.grad, q.dtype)
+    reason = flex_relu_unavailable(call.device, call.grad, q.dtype, call.query_mask)
     if reason is not None:
         raise ValueError(f"attention backend 'flex' (--attn-backend) cannot serve this "
                          f"configuration: {reason}; use --attn-backend auto")
@@ -450,7 +452,8 @@ def _flex_enabled(spec: AttendSpec, call: Call) -> bool:
         return False
     from .flex_relu import flex_relu_unavailable
 
-    return flex_relu_unavailable(call.device, call.grad, call.dtype or torch.float32) is None
+    return flex_relu_unavailable(call.device, call.grad, call.dtype or torch.float32,
+                                 call.query_mask) is None
 
 
 register_backend(Backend("flex", flex, Capabilities(

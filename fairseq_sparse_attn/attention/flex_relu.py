@@ -20,11 +20,17 @@ differentiable, so on CUDA the kernel serves training too.
 Platform limits (torch 2.13, checked by :func:`flex_relu_unavailable`):
 
 * CPU: only the *compiled* kernel is fast, and compiled FlexAttention on CPU is forward
-  only (no backward) and has no float64: inference only, float32 / bfloat16;
+  only (no backward) and has no float64: inference only; float32 (the only dtype tested
+  on CPU here);
 * the compiled CPU kernel returns NaN for a value width that is not a power of two
   (observed for 9 and 24 with 8-wide queries), so the value width ``d + 1`` is padded
   with zero columns to the next power of two (d = 64: 128 columns);
-* CUDA: forward and backward, float32 / float16 / bfloat16.
+* a mask that differs between queries (causal teacher forcing) makes the generated C++ of
+  the compiled CPU kernel fail to build (``'cur_qSplitSize8' was not declared``): on CPU
+  only masks without a query dimension are served (padding; incremental decoding, where
+  the cache holds exactly the visible keys);
+* CUDA: forward and backward in float32 / float16 / bfloat16 as FlexAttention documents it;
+  not run here (no GPU): `benchmarks/gpu_check.py` checks it.
 
 :func:`flex_relu_attention` is a pure function (q, k, v, hidden, row scale) -> output; the
 attention core registers it as a backend (see ``attention/core.py``).
@@ -67,9 +73,11 @@ def _has_cpp_compiler() -> bool:
         shutil.which(c) for c in ("g++", "c++", "clang++"))
 
 
-def flex_relu_unavailable(device_type: str, grad: bool, dtype: torch.dtype = torch.float32) -> Optional[str]:
+def flex_relu_unavailable(device_type: str, grad: bool, dtype: torch.dtype = torch.float32,
+                          query_mask: bool = False) -> Optional[str]:
     """None when the fused kernel can serve a call on ``device_type`` (with gradients when
-    ``grad``) in ``dtype``; otherwise the reason, in words."""
+    ``grad``) in ``dtype``, with a mask that differs between queries when ``query_mask``
+    (causal teacher forcing); otherwise the reason, in words."""
     if _flex_module() is None:
         return f"torch {torch.__version__} has no torch.nn.attention.flex_attention"
     if device_type == "cuda":
@@ -81,8 +89,12 @@ def flex_relu_unavailable(device_type: str, grad: bool, dtype: torch.dtype = tor
     if device_type == "cpu":
         if grad:
             return "compiled FlexAttention on CPU is forward-only (no gradients): inference only"
-        if dtype not in (torch.float32, torch.bfloat16):
-            return f"compiled FlexAttention on CPU serves float32 / bfloat16, not {dtype}"
+        if dtype != torch.float32:
+            return f"the fused kernel on CPU is tested in float32 only, not {dtype}"
+        if query_mask:
+            return ("a mask that differs between queries (causal teacher forcing) does not "
+                    "build in the compiled CPU kernel of this torch; incremental decoding and "
+                    "padding-only masks are served")
         if not _has_cpp_compiler():
             return "torch.compile on CPU needs a C++ compiler (g++ / clang++) on PATH"
         return None
@@ -124,6 +136,8 @@ def flex_relu_attention(q: Tensor, k: Tensor, v: Tensor, hidden: Optional[Tensor
                              f"{hidden.dtype} {tuple(hidden.shape)}")
     bsz, heads, tgt, d = q.shape
     src = k.size(2)
+    if q.device.type == "cpu" and hidden is not None and hidden.size(2) > 1:
+        raise ValueError("flex_relu_attention: " + flex_relu_unavailable("cpu", False, q.dtype, True))
     width = _padded_width(v.size(-1))
     # the sink: key 0 (score forced to 0 below) whose value is e_d; first, so that every
     # block of keys the kernel visits after it starts from a finite running maximum (with
@@ -141,7 +155,7 @@ def flex_relu_attention(q: Tensor, k: Tensor, v: Tensor, hidden: Optional[Tensor
     # query index enters any other expression, e.g. q_idx * 0 for a broadcast dimension)
     hidden3 = _as_3d(hidden) if hidden is not None else torch.zeros(1, 1, src, dtype=torch.bool,
                                                                     device=q.device)
-    hidden_ext = hidden3.new_ones((bsz, hidden3.size(1), total))
+    hidden_ext = hidden3.new_ones((bsz, hidden3.size(1), total))  # per-query only on CUDA
     hidden_ext[..., 0] = False  # the sink is always visible
     hidden_ext[..., 1:src + 1] = hidden3
     if hidden_ext.size(1) == 1:

@@ -74,20 +74,23 @@ def test_encoder_and_cross_attention_with_padding(gamma):
 
 
 @pytest.mark.parametrize("gamma", [None, 1.0], ids=["rela", "reluformer"])
-def test_causal_self_attention_and_incremental_decoding(gamma):
+def test_incremental_decoding_equals_causal_attention(gamma):
+    """Decoding step t sees the cache of keys 0..t (padding only): row t of causal
+    attention.  Causal teacher forcing itself (a mask that differs between queries) is
+    refused on CPU with the reason (the compiled CPU kernel does not build for it)."""
     q, k, v = inputs(T, seed=1)
     causal = torch.ones(T, T, dtype=torch.bool).triu(1).view(1, 1, T, T)
     hidden = causal | padding(T)
     scale = None if gamma is None else scaled_row_scale(gamma)
-    full = flex_relu_attention(q, k, v, hidden, scale)
-    torch.testing.assert_close(full.double(), plain_relu_attention(q, k, v, hidden, gamma),
-                               atol=2e-5, rtol=2e-5)
-    assert torch.all(full[2] == 0)
-    # decoding: step t sees the cache of keys 0..t (padding only), one query at a time
+    full = plain_relu_attention(q, k, v, hidden, gamma)
     for t in range(T):
         step = flex_relu_attention(q[:, :, t:t + 1], k[:, :, :t + 1], v[:, :, :t + 1],
                                    padding(T)[..., :t + 1], scale)
-        torch.testing.assert_close(step, full[:, :, t:t + 1], atol=2e-5, rtol=2e-5)
+        assert torch.isfinite(step).all()
+        torch.testing.assert_close(step.double(), full[:, :, t:t + 1], atol=2e-5, rtol=2e-5)
+        assert torch.all(step[2] == 0)
+    with pytest.raises(ValueError, match="differs between queries"):
+        flex_relu_attention(q, k, v, hidden, scale)
 
 
 def test_no_mask_and_bad_input_errors():
@@ -124,27 +127,41 @@ def _backend_model(name, backend):
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_models_on_the_flex_backend_equal_materialized(name):
-    """Teacher forcing (encoder self, causal decoder self, cross-attention, left-padded
-    source, right-padded target) and incremental decoding on the forced flex backend give
-    the materialized backend's outputs."""
+def test_models_on_the_flex_backend_equal_materialized(name, monkeypatch):
+    """A model whose attention runs on flex wherever it can (--attn-flex-min-keys 1: encoder
+    self-attention and cross-attention with left-padded sources, incremental decoder
+    self-attention; causal teacher forcing stays materialized on CPU) gives the materialized
+    model's outputs, in teacher forcing and in incremental decoding."""
+    from fairseq_sparse_attn.attention import flex_relu as fr
     from helpers import random_batch
 
-    flex_model, d = _backend_model(name, "flex")
+    calls = []
+    kernel = fr.flex_relu_attention
+    monkeypatch.setattr(fr, "flex_relu_attention", lambda *a, **kw: calls.append(1) or kernel(*a, **kw))
+    flex_model, d = _backend_model(name, "auto")
+    for m in flex_model.attention_modules():
+        m.flex_min_keys = 1
     ref_model, _ = _backend_model(name, "materialized")
+    for model in (flex_model, ref_model):  # as fairseq-generate: no weights asked but the
+        model.make_generation_fast_()       # alignment layer's (that one runs materialized)
     src, lengths, prev = random_batch(d)
     with torch.no_grad():
         enc = flex_model.encoder(src, src_lengths=lengths)
         enc_ref = ref_model.encoder(src, src_lengths=lengths)
         torch.testing.assert_close(enc["encoder_out"][0], enc_ref["encoder_out"][0], atol=2e-5, rtol=2e-5)
+        encoder_calls = len(calls)
+        assert encoder_calls == 2  # both encoder layers
         full, _ = flex_model.decoder(prev, encoder_out=enc)
         full_ref, _ = ref_model.decoder(prev, encoder_out=enc_ref)
         torch.testing.assert_close(full, full_ref, atol=2e-5, rtol=2e-5)
+        assert len(calls) > encoder_calls  # cross-attention (the alignment layer's: materialized)
         state = {}
+        before = len(calls)
         for t in range(prev.size(1)):
             step, _ = flex_model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)
             real = prev[:, t].ne(d.pad())
             torch.testing.assert_close(step[real, 0], full_ref[real, t], atol=2e-5, rtol=2e-5)
+        assert len(calls) - before >= 2 * prev.size(1)  # decoder self-attention of each step
 
 
 def test_flex_backend_choice_and_errors():
@@ -169,3 +186,8 @@ def test_flex_backend_choice_and_errors():
     assert attend(qg, k, v, AttentionInputs(), spec(min_keys=5))[1].backend == "materialized"
     with pytest.raises(ValueError, match="'flex'.*forward-only"):
         attend(qg, k, v, AttentionInputs(), spec("flex"))
+    causal = AttentionInputs(hidden=torch.ones(T, 5, dtype=torch.bool).triu(1).view(1, 1, T, 5))
+    with torch.no_grad():
+        assert attend(q, k, v, causal, spec(min_keys=1))[1].backend == "materialized"
+        with pytest.raises(ValueError, match="'flex'.*differs between queries"):
+            attend(q, k, v, causal, spec("flex"))
