@@ -65,26 +65,16 @@ def build_step(row, mode, length, args):
     act = "softmax" if row.startswith("softmax") else "relu_scaled"
     m = SparseMultiheadAttention(args.dim, args.heads, self_attention=True, activation=act).to(device)
     m.train(mode == "train")
-    m.force_pipeline = row == "softmax_explicit"
+    # each row names its backend (in auto, relu_scaled over >= --attn-flex-min-keys keys
+    # would take the fused kernel in CPU inference)
+    m.backend = {"softmax_stock": "auto", "softmax_explicit": "materialized",
+                 "relu_plain": "materialized", "relu_chunked": "key_block",
+                 "relu_flex": "flex"}[row]
     m.key_block_size = args.block if row == "relu_chunked" else 0
     x = torch.randn(length, args.batch, args.dim, device=device, requires_grad=mode == "train")
 
-    if row == "relu_flex":
-        from fairseq_sparse_attn.attention.flex_relu import flex_relu_attention
-
-        def layer():
-            # the module's own projections around the fused kernel
-            T, B, E = x.shape
-            H, d = m.num_heads, m.head_dim
-            q = (m.q_proj(x) * m.scaling).view(T, B, H, d).permute(1, 2, 0, 3)
-            k = m.k_proj(x).view(T, B, H, d).permute(1, 2, 0, 3)
-            v = m.v_proj(x).view(T, B, H, d).permute(1, 2, 0, 3)
-            out = flex_relu_attention(q.contiguous(), k.contiguous(), v.contiguous(), None,
-                                      row_scale=m.activation.row_scale)
-            return m.out_proj(m.output_norm(out.permute(2, 0, 1, 3).reshape(T, B, E)))
-    else:
-        def layer():
-            return m(x, x, x, need_weights=False)[0]
+    def layer():
+        return m(x, x, x, need_weights=False)[0]
 
     if mode == "train":
         def step():
