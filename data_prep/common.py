@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import fnmatch
 import gzip
+import zlib
 import hashlib
 import http.client
 import io
@@ -70,13 +71,19 @@ def read_lines(path: Path, encoding: str = "utf-8") -> List[str]:
     """All lines of ``path`` (gzipped or plain) without line ends; a decoding error names
     the file and the line."""
     lines: List[str] = []
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rb") as f:
-        for n, raw in enumerate(f, 1):
-            try:
-                lines.append(raw.decode(encoding).rstrip("\r\n"))
-            except UnicodeDecodeError as e:
-                raise PrepError(f"{path}, line {n}: not valid {encoding} ({e.reason} at byte {e.start})") from None
+    compressed = str(path).endswith(".gz")
+    opener = gzip.open if compressed else open
+    try:
+        with opener(path, "rb") as f:
+            for n, raw in enumerate(f, 1):
+                try:
+                    lines.append(raw.decode(encoding).rstrip("\r\n"))
+                except UnicodeDecodeError as e:
+                    raise PrepError(f"{path}, line {n}: not valid {encoding} ({e.reason} at byte {e.start})") from None
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        # a truncated download / copy: gzip raises EOFError after the last complete line
+        raise PrepError(f"{path} is truncated or not a gzip file (read {len(lines)} lines, then: "
+                        f"{e or type(e).__name__}); download or copy it again") from None
     return lines
 
 

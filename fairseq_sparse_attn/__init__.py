@@ -6,7 +6,15 @@ version shims of :mod:`fairseq_sparse_attn.compat`.
 
 __version__ = "0.1.0"
 
-from . import compat
+import logging as _logging
+
+if not _logging.root.handlers:
+    # before fairseq is imported: its wav2vec2_classification module would set the root
+    # logger to DEBUG without timestamps; this is fairseq_cli's format
+    _logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
+                         datefmt="%Y-%m-%d %H:%M:%S", level=_logging.INFO)
+
+from . import compat  # noqa: E402
 
 compat.install()
 

@@ -191,6 +191,17 @@ class PluginOptions:
     prune_redundant_heads: bool = option(
         False, "zero the output of the heads identified redundant (test-time pruning; at "
         "generation --model-overrides \"{{'prune_redundant_heads': True}}\")", switch=True)
+    prune_skip_in_training: bool = option(
+        False, "with --prune-redundant-heads in training: skip the pruned heads' computation as "
+        "at test time (same loss and gradients; the bias providers' parameters then get no "
+        "gradient instead of zeros, so multi-GPU training needs --find-unused-parameters)",
+        switch=True)
+    # ---------------------------------------------------------------- resuming
+    allow_attention_change: bool = option(
+        False, "resume a checkpoint (checkpoint_last.pt in --save-dir) even though its "
+        "attention options differ from the flags given; without it such a resume is refused, "
+        "naming both (fairseq_sparse_attn/validation.py)", switch=True, switch_default=False,
+        preset=False)
 
     def attention_kind(self, kind: str):
         """(activation, output norm) of one attention kind: the per-kind option, else the

@@ -26,10 +26,20 @@ def multi30k_raw():
 def data(tmp_path_factory, multi30k_raw):
     """A 4,000-pair slice of Multi30k de-en, tokenized, joint BPE (2,000 merges), binarized
     with a joined dictionary: <out>/data-bin, <out>/bpe/codes, <out>/raw/test.{de,en}."""
-    out = tmp_path_factory.mktemp("multi30k")
+    return prepare_multi30k(tmp_path_factory.mktemp("multi30k"), multi30k_raw, 4000, 2000)
+
+
+def prepare_multi30k(out, raw, train_lines, bpe_merges):
     proc = subprocess.run([sys.executable, str(REPO / "data_prep" / "prepare_multi30k.py"),
-                           "--raw-dir", str(multi30k_raw), "--out", str(out),
-                           "--max-train-lines", "4000", "--bpe-merges", "2000"],
+                           "--raw-dir", str(raw), "--out", str(out),
+                           "--max-train-lines", str(train_lines), "--bpe-merges", str(bpe_merges)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
+
+
+@pytest.fixture(scope="session")
+def small_data(tmp_path_factory, multi30k_raw):
+    """A 300-pair slice of Multi30k de-en (joint BPE, 500 merges), binarized: 12 updates an
+    epoch at --max-tokens 1000, for runs that must cross epochs or only fail early."""
+    return prepare_multi30k(tmp_path_factory.mktemp("multi30k_small"), multi30k_raw, 300, 500)

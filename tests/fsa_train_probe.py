@@ -14,11 +14,21 @@ and writes, per rank R (torchrun's RANK, else SLURM_PROCID, else 0):
 
 ``FSA_PROBE_SAVE_DIR_PER_RANK=1`` turns ``--save-dir X`` into ``X/rankR``, to see which
 ranks write checkpoints.
+
+Interruptions at a known point (for tests/integration/test_resume.py):
+
+- ``FSA_PROBE_SIGNAL=INT@17`` (or ``KILL@17``): the process sends itself that signal right
+  after update 17 was recorded;
+- ``FSA_PROBE_KILL_IN_COPY=25``: SIGKILL halfway through writing ``checkpoint_last*``
+  while the checkpoint of update 25 is saved (fairseq copies the new checkpoint to
+  ``checkpoint_last.pt``; the plugin copies it to a temporary file first).
 """
 
 import json
 import math
 import os
+import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -82,7 +92,26 @@ def main():
                 "world_size": dist.get_world_size() if dist.is_initialized() else 1,
             }) + "\n")
             records.flush()
+            if signal_at is not None and self.get_num_updates() == signal_at[1]:
+                os.kill(os.getpid(), signal_at[0])
         return original_reduce(self, logging_outputs, sample_size, grad_norm)
+
+    signal_at = None
+    if os.environ.get("FSA_PROBE_SIGNAL"):
+        name, update = os.environ["FSA_PROBE_SIGNAL"].split("@")
+        signal_at = (getattr(signal, "SIG" + name), int(update))
+    kill_in_copy = int(os.environ.get("FSA_PROBE_KILL_IN_COPY", 0))
+    original_copyfile = shutil.copyfile
+
+    def copyfile(src, dst, *args, **kwargs):
+        if (kill_in_copy and os.path.basename(str(dst)).startswith("checkpoint_last")
+                and trainers and trainers[-1].get_num_updates() == kill_in_copy):
+            with open(src, "rb") as f, open(dst, "wb") as g:
+                g.write(f.read()[: os.path.getsize(src) // 2])
+            os.kill(os.getpid(), signal.SIGKILL)
+        return original_copyfile(src, dst, *args, **kwargs)
+
+    shutil.copyfile = copyfile
 
     Trainer.__init__ = __init__
     Trainer.train_step = train_step

@@ -81,7 +81,7 @@ def check_decomposable(module, allow_output_norm: bool = False) -> None:
       there is no per-key ``f(x_j)`` as Kobayashi et al. define it.
     * RHE pruning (heads zeroed per sentence) is decomposable: :class:`NormRecorder`
       leaves each sentence's pruned heads out of the layer norm (read from the module's
-      identifier, ``rhe.last_redundant``, of the same forward).
+      identifier in the same forward, returned in the attention's intermediates as ``redundant``).
     """
     for attr in ("out_proj", "num_heads", "head_dim", "embed_dim"):
         if not hasattr(module, attr):
@@ -309,7 +309,8 @@ class NormRecorder:
         return ~pad
 
     def __call__(self, site: AttentionSite, weights: torch.Tensor, values: torch.Tensor,
-                 mask: Optional[torch.Tensor] = None, **_) -> None:
+                 mask: Optional[torch.Tensor] = None, redundant: Optional[torch.Tensor] = None,
+                 **_) -> None:
         if site.kind not in self.kinds:
             return
         if self._padding is None:
@@ -324,12 +325,12 @@ class NormRecorder:
         bsz, heads, tgt, src = weights.shape
         pruned = None
         if pruned_per_sentence(module):
-            pruned = getattr(module.rhe, "last_redundant", None)
+            pruned = redundant
             if pruned is None or tuple(pruned.shape) != (bsz, heads):
                 raise ValueError(
-                    f"{site.name} prunes redundant heads per sentence (RHE) but its identifier "
-                    f"holds no (bsz, heads) = ({bsz}, {heads}) decision for this forward "
-                    f"(rhe.last_redundant is {None if pruned is None else tuple(pruned.shape)}); "
+                    f"{site.name} prunes redundant heads per sentence (RHE) but the recorded "
+                    f"call returned no (bsz, heads) = ({bsz}, {heads}) decision "
+                    f"(redundant is {None if pruned is None else tuple(pruned.shape)}); "
                     f"the layer norm cannot leave the pruned heads out")
             pruned = pruned.detach().bool()
         stats = norm_statistics(weights, f, getattr(module, "masked_heads", ()),

@@ -10,8 +10,9 @@ or, with a callback called once per attention call (the original API)::
     with record_attention(model, callback):
         model(**sample["net_input"])
 
-``callback(site, weights=..., values=..., mask=...)``, where ``site`` says which module it
-is (kind, layer).  Both are built on the intermediates that
+``callback(site, weights=..., values=..., mask=...)`` (plus ``redundant=`` (bsz, heads),
+the RHE decisions, for a module that identifies redundant heads), where ``site`` says
+which module it is (kind, layer).  Both are built on the intermediates that
 :func:`fairseq_sparse_attn.attention.core.attend` returns (a
 :func:`~fairseq_sparse_attn.attention.intermediates.collect` scope): outside the ``with``
 block nothing is computed or kept.  Recording makes a stock softmax module run the
@@ -84,7 +85,8 @@ class _Taps(Collector):
         tap = AttentionTap(site, inter.weights.detach(), inter.values.detach(), detach(inter.mask),
                            detach(inter.redundant))
         if self.callback is not None:
-            self.callback(site, weights=tap.weights, values=tap.values, mask=tap.mask)
+            extra = {} if tap.redundant is None else {"redundant": tap.redundant}
+            self.callback(site, weights=tap.weights, values=tap.values, mask=tap.mask, **extra)
         else:
             self.taps.append(tap)
 

@@ -271,15 +271,39 @@ def _value_mix(probs: Tensor, v: Tensor, groups: int) -> Tensor:
     return torch.bmm(probs.view(bsz * heads, tgt, src), v.reshape(kv_bsz * heads, src, d)).view(bsz, heads, tgt, d)
 
 
+def _kept_value_mix(probs: Tensor, v: Tensor, groups: int, keep: Tensor) -> Tensor:
+    """(bsz, H, tgt, d): probs · v for the (sentence, head) pairs where ``keep`` (bsz, H)
+    is True, exact zeros elsewhere; the other pairs are not computed."""
+    bsz, heads, tgt, _ = probs.shape
+    if bool(keep.all()):
+        return _value_mix(probs, v, groups)
+    out = probs.new_zeros(bsz, heads, tgt, v.size(-1))
+    if not bool(keep.any()):
+        return out
+    b, h = keep.nonzero(as_tuple=True)
+    return out.index_put((b, h), torch.bmm(probs[b, h], v[b // groups, h]))
+
+
 def _biased(q, scores, inputs, spec, valid):
     """Weights with the bias providers and RHE (encoder self-attention): (weights,
-    redundant or None, keep or None, value_term or None)."""
+    redundant or None, keep or None, value_term or None, skipped).  ``skipped``: RHE
+    pruning skips the pruned heads (:meth:`~.heads.RedundantHeads.skips_pruned`): no
+    enhanced weights, no value term, and ``keep`` says which (sentence, head) pairs the
+    caller must compute at all."""
     from .biases import BiasContext
 
     heads = spec.heads
-    needs = {n for p in spec.biases for n in p.needs} | ({"src_dep"} if heads.rhe is not None else set())
+    rhe = heads.rhe
+    skip = rhe is not None and rhe.skips_pruned(spec.dropout.training, "weights" in inputs.collect)
+    # with pruning, only the pruned (redundant) heads would use the biased attention
+    providers = () if skip else spec.biases
+    needs = {n for p in providers for n in p.needs} | ({"src_dep"} if rhe is not None else set())
     ctx = BiasContext.build(valid, {"src_dep": inputs.src_dep, "src_rp": inputs.src_rp}, sorted(needs))
     mask = inputs.hidden
+    if skip:
+        standard = spec.activation(scores, mask)
+        redundant = rhe.identify(standard, inputs, valid)
+        return standard, redundant, ~redundant, None, True
     enhanced = None
     if spec.biases:
         biased, hidden = scores, mask
@@ -291,11 +315,11 @@ def _biased(q, scores, inputs, spec, valid):
                 hidden = hide if hidden is None else hidden | hide
         enhanced = spec.activation(biased, hidden)
     redundant = keep = None
-    if heads.rhe is None:
+    if rhe is None:
         weights = enhanced
     else:
         standard = spec.activation(scores, mask)
-        weights, redundant, keep = heads.rhe.replace(standard, enhanced, inputs, valid)
+        weights, redundant, keep = rhe.replace(standard, enhanced, inputs, valid)
     value_term = None
     with_values = [p for p in spec.biases if p.has_value_term]
     if with_values:
@@ -304,7 +328,7 @@ def _biased(q, scores, inputs, spec, valid):
             if redundant is None:
                 return extra
             return extra * redundant.view(*redundant.shape, 1, 1).to(extra.dtype)
-    return weights, redundant, keep, value_term
+    return weights, redundant, keep, value_term, False
 
 
 def _row_sums(weights, scores_like, mask):
@@ -322,6 +346,7 @@ def materialized(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call)
     bsz = kv_bsz * groups
     mask = inputs.hidden
     fixed = learned = scores = redundant = keep = value_term = None
+    skipped = False  # RHE pruning: only the kept (sentence, head) pairs are mixed with v
     if heads.fixed is not None:
         fixed = heads.fixed.weights(inputs, bsz, src_len, v.device)
     if heads.num_learned:
@@ -330,7 +355,7 @@ def materialized(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call)
             scores = scores + inputs.score_bias
         if spec.biased:
             valid = real_keys(inputs.key_padding, bsz, src_len, v.device)
-            learned, redundant, keep, value_term = _biased(q, scores, inputs, spec, valid)
+            learned, redundant, keep, value_term, skipped = _biased(q, scores, inputs, spec, valid)
         else:
             learned = spec.activation(scores, mask)  # float32 (bsz, H_learned, tgt, src)
 
@@ -343,11 +368,17 @@ def materialized(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call)
         probs = fixed.type_as(v)
         if learned is not None:
             probs = torch.cat([probs, spec.dropout(learned.type_as(v))], dim=1)
-    if heads.masked is not None:
-        probs = probs * heads.masked.keep(probs.dtype, probs.device)
-    if keep is not None:
-        probs = probs * keep.view(bsz, num_heads, 1, 1).to(probs.dtype)
-    out = _value_mix(probs, v, groups)
+    if skipped:
+        # dropout above ran on every pair (the same random draws as without skipping)
+        if heads.masked is not None:
+            keep = keep & heads.masked.keep(torch.bool, keep.device).view(1, num_heads)
+        out = _kept_value_mix(probs, v, groups, keep)
+    else:
+        if heads.masked is not None:
+            probs = probs * heads.masked.keep(probs.dtype, probs.device)
+        if keep is not None:
+            probs = probs * keep.view(bsz, num_heads, 1, 1).to(probs.dtype)
+        out = _value_mix(probs, v, groups)
     if value_term is not None:
         out = out + value_term(probs).to(out.dtype)
 

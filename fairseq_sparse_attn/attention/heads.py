@@ -12,7 +12,7 @@ policy              what                                                        
 ``masked``          the output of chosen heads is zeroed (test-time ablation)   --encoder-masked-heads
 ``rhe``             per sentence, heads found redundant on their standard       RHE (docs/rhe.md)
                     weights take the biased (syntax-enhanced) weights, or are
-                    zeroed with pruning
+                    pruned (output zero, their computation skipped)
 ==================  ==========================================================  ==============
 
 The pieces are small objects built once per attention module (:func:`build_head_policy`
@@ -145,21 +145,37 @@ class MaskedHeads:
 class RedundantHeads:
     """RHE: decide per sentence which heads are redundant (:mod:`.rhe`, Eq. 3, 9, 10)
     on their standard weights; those heads take the enhanced (biased) weights, or with
-    ``prune`` their output is zeroed."""
+    ``prune`` their output is zeroed.
 
-    def __init__(self, identifier: RedundantHeadIdentifier):
+    Pruning skips what only the pruned heads would use (:meth:`skips_pruned`, docs/rhe.md
+    "Pruning"): the biased (enhanced) attention of every head, the bias providers' value
+    term, and the value mix of the pruned (sentence, head) pairs.  It always skips at test
+    time (module in eval mode), in training only with ``skip_in_training``
+    (``--prune-skip-in-training``), and never when the caller collects the weights (an
+    analysis then gets the weights the unskipped computation reports)."""
+
+    def __init__(self, identifier: RedundantHeadIdentifier, skip_in_training: bool = False):
         self.identifier = identifier
+        self.skip_in_training = bool(skip_in_training)
 
     @property
     def prune(self) -> bool:
         return self.identifier.prune
 
-    def replace(self, standard: Tensor, enhanced: Optional[Tensor], inputs, valid: Tensor):
-        """(weights, redundant (bsz, heads) bool, keep (bsz, heads) bool or None)."""
+    def skips_pruned(self, training: bool, wants_weights: bool) -> bool:
+        """True when this call skips the pruned heads' computation (class docstring)."""
+        return self.prune and not wants_weights and (not training or self.skip_in_training)
+
+    def identify(self, standard: Tensor, inputs, valid: Tensor) -> Tensor:
+        """(bsz, heads) bool, True = redundant, from the heads' standard weights."""
         if inputs.src_dep is None:
             raise ValueError("redundant head identification needs src_dep for each batch "
                              "(--task parse_annotated_translation)")
-        redundant = self.identifier(standard, inputs.src_dep, valid)
+        return self.identifier(standard, inputs.src_dep, valid)
+
+    def replace(self, standard: Tensor, enhanced: Optional[Tensor], inputs, valid: Tensor):
+        """(weights, redundant (bsz, heads) bool, keep (bsz, heads) bool or None)."""
+        redundant = self.identify(standard, inputs, valid)
         weights = standard
         if enhanced is not None:
             weights = torch.where(redundant.view(*redundant.shape, 1, 1), enhanced, standard)

@@ -68,7 +68,9 @@ class SparseMultiheadAttention(MultiheadAttention):
             ``attn_inputs``)
         rhe: identify redundant heads per sentence (:mod:`.rhe`)
         rhe_gate: ``"dynamic"`` (sigmoid(h_conf)) or a fixed gate value in (0, 1]
-        prune_redundant_heads: zero the output of the heads found redundant
+        prune_redundant_heads: zero the output of the heads found redundant (their
+            computation is skipped at test time, :class:`~.heads.RedundantHeads`)
+        prune_skip_in_training: skip the pruned heads' computation in training too
         layer_index: 0-based layer (names the logged redundant fraction)
     """
 
@@ -99,6 +101,7 @@ class SparseMultiheadAttention(MultiheadAttention):
         rhe: bool = False,
         rhe_gate="dynamic",
         prune_redundant_heads: bool = False,
+        prune_skip_in_training: bool = False,
         layer_index: Optional[int] = None,
     ):
         super().__init__(
@@ -135,7 +138,8 @@ class SparseMultiheadAttention(MultiheadAttention):
         self.output_norm_name = output_norm
         self.kind = kind
         self.heads = HeadPlan(num_heads, fixed=fixed, masked=masked,
-                              rhe=RedundantHeads(self.rhe) if self.rhe is not None else None)
+                              rhe=(RedundantHeads(self.rhe, prune_skip_in_training)
+                                   if self.rhe is not None else None))
         self.is_stock = is_stock(activation, output_norm, self.heads, self.biases)
         # "auto" or a backend name of attention/core.py (--attn-backend)
         opts = plugin_options(options)

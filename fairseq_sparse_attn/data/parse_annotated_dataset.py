@@ -159,8 +159,10 @@ class ParseAnnotatedDataset(BaseWrapperDataset):
     def supports_fetch_outside_dataloader(self):
         return getattr(self.dataset, "supports_fetch_outside_dataloader", True)
 
-    def structure(self, index: int, source: torch.Tensor) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
-        """``(src_dep, src_rp)`` of example ``index`` with (unpadded) source tokens ``source``."""
+    def aligned_parse(self, index: int, source: torch.Tensor):
+        """``(parse, word_ids, with_eos)`` of example ``index``: its side-file line(s) read and
+        aligned with the (unpadded) source tokens; ``ParseFormatError`` naming file:line at
+        the first mismatch.  The task runs this for every example at load time."""
         parse = self.side[index]
         tokens = source[source != self.src_dict.pad()].tolist()
         with_eos = bool(tokens) and tokens[-1] == self.eos
@@ -175,6 +177,11 @@ class ParseAnnotatedDataset(BaseWrapperDataset):
             src = f" ({self.source_desc}, example {index})" if self.source_desc else f" (example {index})"
             raise ParseFormatError(f"{parse.where}: the parse does not match the binarized source"
                                    f"{src}: {e}") from None
+        return parse, word_ids, with_eos
+
+    def structure(self, index: int, source: torch.Tensor) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+        """``(src_dep, src_rp)`` of example ``index`` with (unpadded) source tokens ``source``."""
+        parse, word_ids, with_eos = self.aligned_parse(index, source)
         dep = rp = None
         if "dep" in self.features:
             if parse.heads is None:

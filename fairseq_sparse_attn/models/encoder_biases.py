@@ -11,6 +11,7 @@ their resolution per encoder layer.  See docs/rhe.md.
     --rhe-layers LAYERS                          layers with RHE (default: the bias layers)
     --rhe-gate {dynamic,G}                       Syn_gate: sigmoid(h_conf) or a constant
     --prune-redundant-heads                      zero the redundant heads' output (test time)
+    --prune-skip-in-training                     skip the pruned heads also in training
 
 Layers are 0-based: the paper's "first encoder layer" is layer 0.
 """
@@ -26,7 +27,8 @@ SYNTAX_ATTENTIONS = ("none", "dea", "lpea")
 # the bias/RHE group's preset defaults (from fairseq_sparse_attn.options.PluginOptions)
 BIAS_DEFAULTS = {name: OPTION_FIELDS[name].default for name in (
     "encoder_syntax_attention", "lpea_max_distance", "encoder_rel_pos_k", "encoder_rel_pos_values",
-    "encoder_localness", "encoder_bias_layers", "rhe", "rhe_gate", "prune_redundant_heads")}
+    "encoder_localness", "encoder_bias_layers", "rhe", "rhe_gate", "prune_redundant_heads",
+    "prune_skip_in_training")}
 
 
 def fill_bias_defaults(args, **overrides):
@@ -89,6 +91,9 @@ def encoder_bias_options(cfg, layer_index: Optional[int]) -> dict:
     if prune and not rhe:
         raise ValueError("--prune-redundant-heads needs --rhe (the heads to prune are the ones "
                          "RHE identifies as redundant)")
+    skip_in_training = bool(opts.prune_skip_in_training)
+    if skip_in_training and not prune:
+        raise ValueError("--prune-skip-in-training needs --prune-redundant-heads")
     gate = parse_gate(opts.rhe_gate)
 
     layer_biases = tuple(names) if layer_index in bias_layers else ()
@@ -97,4 +102,5 @@ def encoder_bias_options(cfg, layer_index: Optional[int]) -> dict:
         raise ValueError("attention biases / RHE need the encoder layer index (build the layer "
                          "through SparseTransformerEncoder)")
     return dict(biases=layer_biases, rhe=layer_rhe, rhe_gate=gate,
-                prune_redundant_heads=prune and layer_rhe, layer_index=layer_index)
+                prune_redundant_heads=prune and layer_rhe,
+                prune_skip_in_training=skip_in_training and layer_rhe, layer_index=layer_index)

@@ -37,6 +37,7 @@ from ..options import add_plugin_args, plugin_options
 from .checkpointing import checkpoint_layer
 from .encoder_biases import encoder_bias_options
 from .ffn import FFNActivation, LinearLayerNorm
+from ..validation import validate_model_args
 
 
 def build_attention(kind, embed_dim, num_heads, cfg, layer, **kwargs):
@@ -301,6 +302,7 @@ class SparseTransformerModel(TransformerModel):
 
         if OmegaConf.is_config(args):
             args = argparse.Namespace(**OmegaConf.to_container(args, resolve=True))
+        validate_model_args(args, task)  # issue 14: flag errors before any data is read
         return super().build_model(args, task)
 
     @classmethod

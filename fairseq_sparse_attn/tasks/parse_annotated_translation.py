@@ -31,6 +31,8 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from ..data.parse_annotated_dataset import FEATURES, ParseAnnotatedDataset, ParseSideData
+from ..compat.data_checks import DataNotFoundError
+from ..errors import UsageError
 from ..syntax.structure import RULE2_READINGS, check_rule2
 
 logger = logging.getLogger(__name__)
@@ -111,7 +113,7 @@ class ParseAnnotatedTranslationTask(TranslationTask):
             for feat in features:
                 path = os.path.join(parse_path, f"{split_k}.{src}.{SIDE_SUFFIX[feat]}")
                 if not os.path.isfile(path):
-                    raise FileNotFoundError(
+                    raise DataNotFoundError(
                         f"{path} not found: --task parse_annotated_translation needs the parse "
                         f"side file of {prefix}.bin (one line per sentence, beside the binarized "
                         f"data or in --parse-dir); make it with data_prep/parse_source.py "
@@ -122,7 +124,7 @@ class ParseAnnotatedTranslationTask(TranslationTask):
             n_examples = len(data_utils.load_indexed_dataset(prefix, None, self.cfg.dataset_impl))
             if len(side) != n_examples:
                 path = files.get("dep") or files.get("rp")
-                raise ValueError(
+                raise UsageError(
                     f"{path} has {len(side)} lines but {prefix}.bin has {n_examples} sentences: "
                     "the side files must have one line per sentence of the binarized source "
                     "(parse the same tokenized file that was binarized)")
@@ -138,10 +140,13 @@ class ParseAnnotatedTranslationTask(TranslationTask):
         dataset = ParseAnnotatedDataset(base, side, self.src_dict, features,
                                         allow_truncated=self.cfg.truncate_source, source_desc=desc,
                                         rule2=self.cfg.local_phrase_rule2)
-        # fail at load time, not mid-epoch, when the side files do not belong to this data
-        for i in sorted({0, len(dataset) - 1}):
-            if len(dataset):
-                dataset.structure(i, base[i]["source"])
+        # fail at load time, not mid-epoch (in a DataLoader worker), when a side-file line
+        # does not belong to its sentence: every example is parsed and aligned once here
+        try:
+            for i in range(len(dataset)):
+                dataset.aligned_parse(i, base[i]["source"])
+        except ValueError as e:  # ParseFormatError (a ValueError) names file:line
+            raise UsageError(" ".join(str(e).split())) from None
         logger.info(f"{split}: parses from {parse_path} ({', '.join(features)}) for {len(dataset)} examples")
         self.datasets[split] = dataset
 

@@ -757,19 +757,18 @@ def test_task_mismatched_parse_names_file_and_line(tmp_path):
     write_side(d, "train", DEP_LINES + ["He left\t2 0", "He right\t2 0"],
                TREE_LINES + [TREE_LINES[1], "(S (NP (PRP He)) (VP (VBD right)))"])
     task, _ = make_task(d)
-    with pytest.raises(ParseFormatError) as e:  # the last example is checked at load time
+    with pytest.raises(ValueError) as e:  # every example is checked at load time
         task.load_dataset("train")
     msg = str(e.value)
     assert f"{d / 'train.en.dep'}:5" in msg and "example 4" in msg
     assert "piece 2 'left' does not continue word 2 'right'" in msg
-    # dep and tree words disagree on a line in the middle: found when the example is fetched
+    # dep and tree words disagree on a line in the middle: also found at load time (issue 14:
+    # it used to surface at update 36, in a DataLoader worker)
     write_side(d, "train", DEP_LINES + ["He left\t2 0"] * 2,
                TREE_LINES + ["(S (NP (PRP She)) (VP (VBD left)))", TREE_LINES[1]])
-    task.load_dataset("train")
-    ds = task.dataset("train")
-    with pytest.raises(ParseFormatError, match=r"train\.en\.tree:4: the tree's words differ from .*"
-                                               r"train\.en\.dep:4: token 1: parse has 'She'"):
-        ds[3]
+    with pytest.raises(ValueError, match=r"train\.en\.tree:4: the tree's words differ from .*"
+                                         r"train\.en\.dep:4: token 1: parse has 'She'"):
+        task.load_dataset("train")
 
 
 def test_task_unknown_pieces_and_truncation(tmp_path):

@@ -15,6 +15,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from fairseq_sparse_attn.attention.core import AttentionInputs
+
 from fairseq_sparse_attn.analysis.norms import NormRecorder, check_decomposable, model_decomposition
 from fairseq_sparse_attn.analysis.recording import record_attention
 from fairseq_sparse_attn.attention import SparseMultiheadAttention
@@ -70,10 +72,10 @@ def recorded(m, x, pad, source=None):
     """(module output (T, B, E), NormRecorder records of the one module)."""
     model = Wrapper(m)
     norms = NormRecorder(model, kinds=("encoder_self",))
-    m.source_context = source
+    inputs = AttentionInputs(**(source or {}))
     with torch.no_grad(), record_attention(model, norms):
         norms.set_batch(pad, None)
-        out, _ = m(x, x, x, key_padding_mask=pad)
+        out, _ = m(x, x, x, key_padding_mask=pad, attn_inputs=inputs)
     return out, norms.records[("encoder_self", 0)]
 
 
@@ -176,7 +178,6 @@ def test_rhe_pruned_heads_are_left_out_of_the_layer_norm_per_sentence():
             # per-head norms are still given for pruned heads (what they would contribute)
             assert torch.allclose(recs[b].head.double(), alpha.abs() * f.norm(dim=-1).unsqueeze(1), atol=1e-5)
     # without the decision of this forward the recorder refuses rather than count them
-    m.rhe.last_redundant = None
     model = Wrapper(m)
     norms = NormRecorder(model, kinds=("encoder_self",))
     norms.set_batch(pad, None)

@@ -1,4 +1,5 @@
-"""The compat shims, checked directly (the end-to-end tests check them through the CLIs)."""
+"""The compat patches, checked directly, in this process (the real runs: tests/integration/
+test_compat_processes.py, test_distributed.py, test_resume.py)."""
 
 import re
 
@@ -41,18 +42,12 @@ def test_checkpoint_loader_trusts_fairseq_checkpoints_only(tmp_path):
         torch.load(path)
 
 
-# --- multi-process training on CPU (compat 5); the real runs are in test_distributed.py ---
+# --- multi-process training on CPU (compat.cpu_distributed); real runs: test_distributed.py ---
 
-import json  # noqa: E402
-import os  # noqa: E402
-import socket  # noqa: E402
 import subprocess  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 from fairseq_sparse_attn import compat  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[2]
+from fairseq_sparse_attn.compat import cpu_distributed  # noqa: E402
 
 
 def training_cfg(*flags):
@@ -84,7 +79,7 @@ def no_scontrol(monkeypatch):
             raise FileNotFoundError("scontrol")
         return real_run(cmd, *args, **kwargs)
 
-    monkeypatch.setattr(compat.subprocess, "run", run)
+    monkeypatch.setattr(cpu_distributed.subprocess, "run", run)
 
 
 @pytest.mark.parametrize("nodelist,first", [
@@ -207,37 +202,3 @@ def test_call_main_leaves_gpu_runs_to_fairseq(monkeypatch):
     assert compat._runs_on_cpu(training_cfg("--cpu"))  # --cpu on a GPU machine: the CPU path
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert compat._runs_on_cpu(training_cfg())
-
-
-ALL_GATHER = r"""
-import json, sys, torch.distributed as dist
-sys.path.insert(0, sys.argv[3])
-import fairseq_sparse_attn
-from fairseq.distributed import utils as distributed_utils
-rank = int(sys.argv[1])
-dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[2], world_size=2, rank=rank)
-out = distributed_utils.all_gather_list({"rank": rank, "words": ["x"] * (rank + 1)})
-try:
-    distributed_utils.all_gather_list(list(range(10000)), max_size=1000)
-    too_big = None
-except ValueError as e:
-    too_big = str(e)
-print(json.dumps({"gathered": out, "too_big": too_big}))
-"""
-
-
-def test_all_gather_list_on_cpu_gloo():
-    """fairseq's all_gather_list allocates torch.cuda.ByteTensor; on gloo it gathers on CPU."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, "-c", ALL_GATHER, str(r), port, str(REPO)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for r in (0, 1)]
-    outs = [p.communicate(timeout=300) for p in procs]
-    for p, (out, err) in zip(procs, outs):
-        assert p.returncode == 0, err[-3000:]
-        result = json.loads(out.strip().splitlines()[-1])
-        assert result["gathered"] == [{"rank": 0, "words": ["x"]}, {"rank": 1, "words": ["x", "x"]}]
-        assert "exceeds max_size (1000)" in result["too_big"]

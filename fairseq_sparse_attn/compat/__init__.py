@@ -1,0 +1,112 @@
+"""fairseq / torch fixes, one module per patch.  Installed when the plugin is imported
+(``--user-dir fairseq_sparse_attn`` or ``import fairseq_sparse_attn``); ``install()`` logs
+one INFO line naming the active patches.
+
+=======================  =========  ==================================================
+patch                    behaviour  what it does
+=======================  =========  ==================================================
+quiet_logs               no         drops the tensorboardX and hydra deprecation noise
+checkpoint_loading       no         fairseq's checkpoint loader reads with
+                                    ``weights_only=False`` on torch >= 2.6
+data_checks              no         data-bin / side-file problems as one-line errors
+                                    before any work starts
+divergence_guard         yes        NaN/inf stops training; no checkpoint of that model
+batching                 yes        ``batch_by_size`` keeps every sentence
+cpu_distributed          yes        torchrun / srun on CPU (gloo), see docs/distributed.md
+exact_resume             yes        a restart builds the epoch's batches as the
+                                    uninterrupted run did (exact resume after epoch 1)
+crash_safe_checkpoints   yes        checkpoints written to a temporary file and renamed;
+                                    a restart skips a checkpoint that does not load
+resume_config_check      yes        refuses to resume a checkpoint whose attention
+                                    options differ from the flags
+                                    (``--allow-attention-change`` to allow it)
+=======================  =========  ==================================================
+
+``FSA_COMPAT_OFF`` turns patches off for a process: ``FSA_COMPAT_OFF=behaviour`` (or
+``all``) leaves every behaviour-changing patch out (stock fairseq behaviour, e.g. to
+reproduce a stock run), ``FSA_COMPAT_OFF=exact_resume,batching`` names patches.  An
+unknown name is an error.
+"""
+
+import logging
+import os
+
+from . import (  # noqa: F401  (the patch modules)
+    batching,
+    checkpoint_loading,
+    cpu_distributed,
+    crash_safe_checkpoints,
+    data_checks,
+    divergence_guard,
+    exact_resume,
+    quiet_logs,
+    resume_config_check,
+)
+# names that tests, scripts and users import from ``fairseq_sparse_attn.compat``
+from .batching import _complete_batches, install_batching_fix  # noqa: F401
+from .checkpoint_loading import install_checkpoint_loading_fix  # noqa: F401
+from .cpu_distributed import (  # noqa: F401
+    DistributedSetupError,
+    _runs_on_cpu,
+    configure_cpu_distributed,
+    cpu_launcher_world,
+    first_slurm_host,
+    install_cpu_distributed_fix,
+)
+from .data_checks import DataError, check_data_dirs, install_data_dir_check  # noqa: F401
+from .divergence_guard import TrainingDivergedError, install_divergence_guard  # noqa: F401
+
+logger = logging.getLogger(__name__)
+
+PATCHES = {
+    "quiet_logs": quiet_logs,  # first: before the others import fairseq
+    "checkpoint_loading": checkpoint_loading,
+    "data_checks": data_checks,
+    "divergence_guard": divergence_guard,
+    "batching": batching,
+    "cpu_distributed": cpu_distributed,
+    "exact_resume": exact_resume,
+    "crash_safe_checkpoints": crash_safe_checkpoints,
+    "resume_config_check": resume_config_check,
+}
+SWITCH = "FSA_COMPAT_OFF"
+
+_ACTIVE = None
+
+
+def patches_off(env=None):
+    """The patch names ``$FSA_COMPAT_OFF`` turns off."""
+    value = (os.environ if env is None else env).get(SWITCH, "")
+    names = {n.strip() for n in value.split(",") if n.strip()}
+    off = set()
+    for name in names:
+        if name in ("behaviour", "behavior", "all"):
+            off |= {n for n, m in PATCHES.items() if m.BEHAVIOUR_CHANGE}
+        elif name in PATCHES:
+            off.add(name)
+        else:
+            raise ValueError(f"${SWITCH}: unknown patch {name!r}; known: "
+                             f"{', '.join(PATCHES)}, or 'behaviour' for every behaviour change")
+    return off
+
+
+def install():
+    """Install every patch not turned off by ``$FSA_COMPAT_OFF``.  Idempotent: the set is
+    fixed by the first call in a process."""
+    global _ACTIVE
+    if _ACTIVE is not None:
+        return list(_ACTIVE)
+    off = patches_off()
+    active = []
+    for name, module in PATCHES.items():
+        if name not in off:
+            module.install()
+            active.append(name)
+    _ACTIVE = active
+    logger.info("fairseq_sparse_attn compat patches: %s%s", ", ".join(active),
+                f" ({SWITCH} leaves out: {', '.join(sorted(off))})" if off else "")
+    return list(active)
+
+
+def active_patches():
+    return list(_ACTIVE or [])

@@ -1,0 +1,194 @@
+"""Model flags checked when the model is built, before any batch is read or trained on
+(without this the same mistakes surfaced as tracebacks at the first forward, after the data
+had loaded).  Every check calls the parse function the attention code itself uses, so the
+accepted values cannot drift apart; each error is one :class:`UsageError` line naming the
+flag and what was expected.
+
+Called from ``SparseTransformerModel.build_model`` (training, generation, validation, and
+``checkpoint_utils`` loading with overrides).
+"""
+
+from .errors import UsageError
+
+
+def _get(args, name, default=None):
+    value = getattr(args, name, default)
+    return default if value is None else value
+
+
+def check_fixed_patterns(args):
+    from .attention.fixed_patterns import parse_pattern_list
+
+    value = _get(args, "encoder_fixed_patterns", "none")
+    try:
+        names = parse_pattern_list(value)
+    except (ValueError, TypeError) as e:
+        raise UsageError(f"--encoder-fixed-patterns {value}: {e}") from None
+    heads = _get(args, "encoder_attention_heads", 0)
+    if heads and len(names) > heads:
+        raise UsageError(f"--encoder-fixed-patterns {value}: {len(names)} fixed patterns do not "
+                         f"fit in --encoder-attention-heads {heads}")
+
+
+def check_masked_heads(args):
+    from .attention.fixed_patterns import parse_head_list
+
+    value = _get(args, "encoder_masked_heads", "")
+    try:
+        heads = parse_head_list(value)
+    except ValueError as e:
+        raise UsageError(f"--mask-encoder-heads / encoder_masked_heads: {e}") from None
+    n = _get(args, "encoder_attention_heads", 0)
+    bad = [h for h in heads if not 0 <= h < n]
+    if n and bad:
+        raise UsageError(f"--mask-encoder-heads {value}: head {bad[0]} is out of range, the "
+                         f"encoder has {n} heads per layer (0..{n - 1})")
+
+
+def chunked_kinds(args):
+    """The attention kinds whose activation runs in the key-block path when
+    --attn-key-block-size is set."""
+    from .attention.activations import build_activation
+    from .attention.options import ATTENTION_KINDS, attention_spec
+
+    return [k for k in ATTENTION_KINDS
+            if getattr(build_activation(attention_spec(args, k).activation, 1),
+                       "supports_chunking", False)]
+
+
+def check_key_blocks(args):
+    """The key-block path cannot replay a dropout mask (attention/multihead.py)."""
+    block = _get(args, "attn_key_block_size", 0)
+    dropout = _get(args, "attention_dropout", 0.0)
+    if block and dropout > 0 and chunked_kinds(args):
+        raise UsageError(f"--attn-key-block-size {block} needs --attention-dropout 0 (got "
+                         f"{dropout}): the key-block path cannot replay a dropout mask")
+
+
+def syntax_inputs_needed(args):
+    """The per-batch syntax tensors the encoder biases need: src_dep for DEA and RHE,
+    src_rp for LPEA (models/encoder_biases.py)."""
+    need = []
+    syntax = _get(args, "encoder_syntax_attention", "none")
+    if syntax == "dea" or _get(args, "rhe", False):
+        need.append("dep")
+    if syntax == "lpea":
+        need.append("rp")
+    return need
+
+
+def _fairseq_task_cfg(task):
+    """The task's config; None for the dictionary-only stand-in of
+    ``build_standalone_model`` (Python use without a task: nothing to check against)."""
+    return getattr(task, "cfg", None) if task is not None else None
+
+
+def check_syntax_inputs(args, task):
+    need = syntax_inputs_needed(args)
+    cfg = _fairseq_task_cfg(task)
+    if not need or cfg is None:
+        return
+    what = ", ".join(f"src_{n}" for n in need)
+    why = []
+    if _get(args, "encoder_syntax_attention", "none") != "none":
+        why.append(f"--encoder-syntax-attention {args.encoder_syntax_attention}")
+    if _get(args, "rhe", False):
+        why.append("--rhe")
+    why = " and ".join(why)
+    inputs = getattr(cfg, "syntax_inputs", None)
+    if inputs is None:
+        raise UsageError(f"this model ({why}) needs {what} for every batch: train and generate "
+                         "with --task parse_annotated_translation (parse side files beside the "
+                         "data or in --parse-dir)")
+    from .tasks.parse_annotated_translation import parse_features
+
+    have = parse_features(inputs)
+    missing = [n for n in need if n not in have]
+    if missing:
+        raise UsageError(
+            f"this model ({why}) needs {what}, but --syntax-inputs {inputs} builds "
+            f"{', '.join('src_' + h for h in have)} only: use --syntax-inputs "
+            f"{','.join(sorted(set(have) | set(need)))}")
+
+
+def check_subword_style(args, task):
+    """Word-based fixed patterns read word boundaries from the source dictionary's subword
+    markers: a style the dictionary does not use would give wrong words silently."""
+    if (_get(args, "encoder_fixed_pattern_unit", "token") != "word"
+            or _fairseq_task_cfg(task) is None):
+        return
+    dictionary = getattr(task, "source_dictionary", None)
+    if dictionary is None:
+        return
+    style = _get(args, "encoder_subword_style", "bpe")
+    symbols = [s for s in dictionary.symbols[dictionary.nspecial:] if not s.startswith("madeupword")]
+    spm = sum(s.startswith("\u2581") for s in symbols)
+    bpe = sum(s.endswith("@@") for s in symbols)
+    if style == "sentencepiece" and spm == 0:
+        hint = (" (it has subword-nmt '@@' pieces: use --encoder-subword-style bpe)"
+                if bpe else "")
+        raise UsageError("--encoder-subword-style sentencepiece, but the source dictionary has "
+                         f"no '\u2581' word-start pieces{hint}")
+    if style == "bpe" and bpe == 0 and spm > 0:
+        raise UsageError("--encoder-subword-style bpe (the default), but the source dictionary "
+                         f"has no '@@' pieces and {spm} SentencePiece '\u2581' pieces: use "
+                         "--encoder-subword-style sentencepiece")
+
+
+def validate_model_args(args, task=None):
+    """All checks; raises UsageError (one line) for the first problem."""
+    check_fixed_patterns(args)
+    check_masked_heads(args)
+    check_key_blocks(args)
+    check_syntax_inputs(args, task)
+    check_subword_style(args, task)
+
+
+# --- resuming a checkpoint with other attention flags --------------------------------
+
+ALLOW_FLAG = "--allow-attention-change"
+#: plugin options that do not change what the model computes
+NOT_CONFIGURATION = {"attn_key_block_size", "entmax_bisect_iters", "allow_attention_change",
+                     "prune_skip_in_training"}
+
+
+def plugin_option_names(model_class):
+    """The model options the plugin adds to fairseq's transformer (attention, FFN, fixed
+    patterns, biases), from the model's own ``add_args``."""
+    import argparse
+
+    from fairseq.models.transformer import TransformerModel
+
+    def dests(cls):
+        parser = argparse.ArgumentParser(add_help=False)
+        cls.add_args(parser)
+        return {a.dest for a in parser._actions}
+
+    return sorted(dests(model_class) - dests(TransformerModel) - NOT_CONFIGURATION)
+
+
+def attention_config_differences(saved, given, names):
+    """[(name, saved value, given value)] for options both namespaces hold and that differ
+    (a checkpoint from an older version lacks newer options: those are not compared)."""
+    out = []
+    for name in names:
+        if not hasattr(saved, name):
+            continue
+        a, b = getattr(saved, name), getattr(given, name, None)
+        if a != b:
+            out.append((name, a, b))
+    return out
+
+
+def check_resume_config(path, saved, given, model_class):
+    """UsageError naming both configurations when ``saved`` (the checkpoint's model args)
+    and ``given`` (this run's) differ in an attention option."""
+    if getattr(given, "allow_attention_change", False):
+        return
+    diffs = attention_config_differences(saved, given, plugin_option_names(model_class))
+    if diffs:
+        flag = lambda n: "--" + n.replace("_", "-")  # noqa: E731
+        listed = "; ".join(f"{flag(n)}: checkpoint {a!r}, given {b!r}" for n, a, b in diffs)
+        raise UsageError(f"{path} was trained with other attention options than the flags "
+                         f"given ({listed}): pass the checkpoint's flags, another --save-dir, "
+                         f"or {ALLOW_FLAG} to resume with the new ones")
