@@ -18,8 +18,9 @@ test-fast:          ## tests/unit only: no training, no subprocess (minutes)
 demo:               ## softmax vs ReLA-g on Multi30k, CPU, <= 15 min
 	$(PYTHON) scripts/demo.py --out $(DEMO_DIR)
 
-bench:              ## speed ratios against softmax (JSON + table)
-	$(PYTHON) benchmarks/bench_attention.py --json bench_attention.json
+BENCH_ARGS ?=
+bench:              ## speed ratios against softmax (JSON + table); BENCH_ARGS="--quick" for a smoke run
+	$(PYTHON) benchmarks/bench_attention.py --json bench_attention.json $(BENCH_ARGS)
 
 clean:
 	rm -rf $(DEMO_DIR) bench_attention.json .pytest_cache

@@ -9,25 +9,44 @@ Measures
   to decode the same number of steps (min_len = max_len), so the ratio compares the
   per-step cost and not how early a model happens to emit EOS.
 
-Rounds are interleaved (model A, B, C, ... then again) and the median is reported, so a
-slow phase of the machine hits all models alike.
+* entmax check: the plugin's sparsemax / 1.5-entmax activations (masking included) against
+  the entmax package's own functions on the same masked scores, forward + backward.
 
-    python benchmarks/bench_attention.py                # CPU-sized defaults
+Method (benchmarks/timing.py): threads pinned, warm-up rounds discarded, interleaved rounds
+(softmax and every variant in each round, alternating order), enough repetitions per timing,
+and per-round paired ratios t_softmax / t_variant summarized as the median with a bootstrap
+95% interval and min-max over rounds.
+
+    python benchmarks/bench_attention.py                # CPU-sized defaults (minutes)
+    python benchmarks/bench_attention.py --quick        # a smoke run (seconds; not for claims)
     python benchmarks/bench_attention.py --device cuda --preset base
 """
 
 import argparse
-import json
 import platform
-import statistics
 import sys
-import time
 from pathlib import Path
-
-import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from timing import interleaved_rounds, pin_threads, summarize_ratios  # noqa: E402
+
+
+def _threads_from_argv(argv):
+    """--threads N read before torch is imported (OMP/MKL read their variables at load)."""
+    for i, a in enumerate(argv):
+        if a == "--threads" and i + 1 < len(argv):
+            return int(argv[i + 1])
+        if a.startswith("--threads="):
+            return int(a.split("=", 1)[1])
+    return None
+
+
+pin_threads(_threads_from_argv(sys.argv))
+
+import torch  # noqa: E402
 
 from fairseq_sparse_attn.models.architectures import ATTENTION_PRESETS  # noqa: E402
 
@@ -59,14 +78,6 @@ PRESETS = {
 def sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize()
-
-
-def timed(fn, device):
-    sync(device)
-    t0 = time.perf_counter()
-    fn()
-    sync(device)
-    return time.perf_counter() - t0
 
 
 def build(variant, preset, dictionary, device, seed=0):
@@ -122,6 +133,43 @@ def decode_fn(model, dictionary, batch, steps, beam):
     return run
 
 
+
+def entmax_check_jobs(device, bsz=64, heads=4, tgt=24, src=24, seed=3):
+    """Forward + backward of the plugin's activations and of the entmax package's functions
+    on the same scores (bsz, heads, tgt, src) with a padded batch (a quarter of the
+    sentences 1/3 shorter).  Returns {name: job} and the name pairs (plugin, package)."""
+    import entmax
+
+    from fairseq_sparse_attn.attention.activations import ENTMAX_MASK_VALUE, build_activation
+
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.randn(bsz, heads, tgt, src, generator=g).to(device)
+    mask = torch.zeros(bsz, 1, 1, src, dtype=torch.bool)
+    mask[: bsz // 4, ..., src - src // 3:] = True
+    mask = mask.to(device)
+    grad = torch.randn(bsz, heads, tgt, src, generator=g).to(device)
+
+    def fwd_bwd(fn):
+        def job():
+            x = scores.detach().requires_grad_(True)
+            fn(x).backward(grad)
+        return job
+
+    jobs, pairs = {}, []
+    for name, package_fn in (("sparsemax", entmax.sparsemax), ("entmax15", entmax.entmax15)):
+        act = build_activation(name, heads).to(device)
+        jobs[f"{name}_plugin"] = fwd_bwd(lambda x, act=act: act(x, mask))
+        # the package on the same masked scores (the masking is part of the job)
+        jobs[f"{name}_package"] = fwd_bwd(
+            lambda x, f=package_fn: f(x.masked_fill(mask, ENTMAX_MASK_VALUE), dim=-1))
+        pairs.append((f"{name}_plugin", f"{name}_package"))
+    return jobs, pairs
+
+
+def fmt_ratio(s):
+    return f"{s['median']:.3f} [{s['ci95_low']:.3f}, {s['ci95_high']:.3f}]"
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -129,28 +177,48 @@ def main():
                    help="model size (default: small on CPU, base on CUDA)")
     p.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
                    help=f"comma-separated, from {', '.join(VARIANTS)} (default: {','.join(DEFAULT_VARIANTS)})")
+    p.add_argument("--measures", default="train_step,decode_b1,decode_b64,entmax_check",
+                   help="comma-separated subset of train_step, decode_b1, decode_b64, entmax_check")
     p.add_argument("--train-batch", type=int, default=None, help="sentences per train batch")
     p.add_argument("--src-len", type=int, default=24)
     p.add_argument("--tgt-len", type=int, default=24)
     p.add_argument("--decode-steps", type=int, default=20)
-    p.add_argument("--decode-sentences", type=int, default=8, help="sentences decoded one by one (batch 1)")
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument("--decode-sentences", type=int, default=4, help="sentences decoded one by one (batch 1)")
+    p.add_argument("--rounds", type=int, default=15, help="timed interleaved rounds (default 15)")
+    p.add_argument("--warmup", type=int, default=2, help="discarded rounds before timing (default 2)")
+    p.add_argument("--min-time", type=float, default=0.3,
+                   help="seconds one timing of softmax lasts at least (repetitions per timing "
+                        "are chosen from the warm-up; default 0.3)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="pin torch / OpenMP / MKL threads (default: torch's own choice)")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: 3 rounds, 1 warm-up, one repetition per timing, 2 sentences "
+                        "for batch 1, batch 64 decoding skipped (the figures are not for claims)")
+    p.add_argument("--json", default=None, help="write the results here (with provenance)")
     args = p.parse_args()
+    if args.quick:
+        args.rounds, args.warmup, args.min_time, args.decode_sentences = 3, 1, 0.0, 2
+        args.decode_steps = min(args.decode_steps, 8)
+        args.measures = ",".join(m for m in args.measures.split(",") if m != "decode_b64")
 
     import fairseq_sparse_attn  # noqa: F401
     from fairseq_sparse_attn.models.standalone import synthetic_dictionary
 
     device = torch.device(args.device)
     preset = args.preset or ("base" if device.type == "cuda" else "small")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    pin_threads(args.threads)
     train_bsz = args.train_batch or (128 if device.type == "cuda" else 32)
     variants = args.variants.split(",")
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
-        sys.exit(f"unknown variants {unknown}; valid: {', '.join(VARIANTS)}")
+        sys.exit(f"--variants: unknown {unknown}; valid: {', '.join(VARIANTS)}")
+    if "softmax" not in variants:
+        variants.insert(0, "softmax")  # the baseline of every ratio
+    measures = args.measures.split(",")
+    all_measures = ("train_step", "decode_b1", "decode_b64", "entmax_check")
+    bad = [m for m in measures if m not in all_measures]
+    if bad:
+        sys.exit(f"--measures: unknown {bad}; valid: {', '.join(all_measures)}")
     if any(v.startswith("fixed_") for v in variants) and PRESETS[preset]["encoder_attention_heads"] < 8:
         sys.exit(f"the fixed_7f1l variants need 8 encoder heads; preset {preset!r} has "
                  f"{PRESETS[preset]['encoder_attention_heads']}: use --preset base")
@@ -161,54 +229,82 @@ def main():
     singles = [make_batch(dictionary, 1, args.src_len, args.tgt_len, device, 10 + i)
                for i in range(args.decode_sentences)]
 
-    jobs = {}
+    model_measures = [m for m in measures if m != "entmax_check"]
+    jobs = {m: {} for m in model_measures}
     for v in variants:
+        if not model_measures:
+            break
         model = build(v, preset, dictionary, device)
         opt = torch.optim.Adam(model.parameters(), lr=1e-4)
         dec1 = [decode_fn(model, dictionary, b, args.decode_steps, 4) for b in singles]
-        jobs[v] = {
-            "train_step": train_step_fn(model, train_batch, opt),
-            "decode_b1": lambda fs=dec1: [f() for f in fs],
-            "decode_b64": decode_fn(model, dictionary, batch64, args.decode_steps, 4),
+        made = {
+            "train_step": lambda m=model, o=opt: train_step_fn(m, train_batch, o),
+            "decode_b1": lambda fs=dec1: (lambda: [f() for f in fs]),
+            "decode_b64": lambda m=model: decode_fn(m, dictionary, batch64, args.decode_steps, 4),
         }
+        for m in model_measures:
+            jobs[m][v] = made[m]()
     work = {"train_step": train_bsz * (args.src_len + args.tgt_len),
             "decode_b1": args.decode_sentences, "decode_b64": 64}
     unit = {"train_step": "tokens/s", "decode_b1": "sentences/s", "decode_b64": "sentences/s"}
 
-    times = {v: {k: [] for k in work} for v in variants}
-    for v in variants:  # warm-up
-        for k in work:
-            jobs[v][k]()
-    for r in range(args.rounds):
-        for k in work:
-            for v in variants:
-                times[v][k].append(timed(jobs[v][k], device))
-        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def progress(what):
+        print(f"  {what}", file=sys.stderr, flush=True)
 
     machine = (torch.cuda.get_device_name(device) if device.type == "cuda"
                else f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads")
     result = {"device": str(device), "machine": machine, "preset": preset, "torch": torch.__version__,
-              "settings": vars(args), "measures": {}}
-    for v in variants:
-        result["measures"][v] = {}
-        for k in work:
-            med = statistics.median(times[v][k])
-            base = statistics.median(times["softmax"][k]) if "softmax" in times else float("nan")
-            result["measures"][v][k] = {"median_s": med, "throughput": work[k] / med,
-                                        "unit": unit[k], "speed_vs_softmax": base / med}
+              "settings": vars(args), "method": "paired per-round speed ratios t_softmax / t_variant, "
+              "median with percentile-bootstrap 95% interval of the median",
+              "measures": {}}
+    for m in model_measures:
+        print(f"{m}:", file=sys.stderr, flush=True)
+        run = interleaved_rounds(jobs[m], "softmax", args.rounds, args.warmup, args.min_time,
+                                 sync=sync, progress=progress)
+        result["measures"][m] = {}
+        for v in variants:
+            t_med = sorted(run["times"][v])[len(run["times"][v]) // 2]
+            result["measures"][m][v] = {
+                "speed_vs_softmax": summarize_ratios(run["speed"][v]),
+                "median_s": t_med, "throughput": work[m] / t_med, "unit": unit[m],
+                "times_s": run["times"][v], "reps_per_timing": run["reps"]}
+    entmax = None
+    if "entmax_check" in measures:
+        print("entmax_check:", file=sys.stderr, flush=True)
+        ejobs, pairs = entmax_check_jobs(device)
+        entmax = {}
+        for plugin, package in pairs:
+            run = interleaved_rounds({package: ejobs[package], plugin: ejobs[plugin]}, package,
+                                     args.rounds, args.warmup, args.min_time, sync=sync)
+            entmax[plugin.split("_")[0]] = {
+                "speed_plugin_vs_package": summarize_ratios(run["speed"][plugin]),
+                "package_median_s": sorted(run["times"][package])[args.rounds // 2],
+                "reps_per_timing": run["reps"]}
+        result["entmax_check"] = entmax
 
     print(f"\n{preset} transformer on {machine} ({device}); speed relative to softmax "
-          f"(>1 = faster), median of {args.rounds} interleaved rounds")
-    cols = list(work)
-    print("variant".ljust(12) + "".join(c.rjust(14) for c in cols) + "   absolute (softmax)")
-    for v in variants:
-        cells = "".join(f"{result['measures'][v][c]['speed_vs_softmax']:.3f}x".rjust(14) for c in cols)
-        print(v.ljust(12) + cells)
-    if "softmax" in result["measures"]:
+          f"(>1 = faster): median of {args.rounds} paired interleaved rounds [bootstrap 95% interval]")
+    if model_measures:
+        print("variant".ljust(12) + "".join(c.rjust(26) for c in model_measures))
+        for v in variants:
+            print(v.ljust(12) + "".join(
+                fmt_ratio(result["measures"][c][v]["speed_vs_softmax"]).rjust(26) for c in model_measures))
         print("softmax absolute: " + ", ".join(
-            f"{c} {result['measures']['softmax'][c]['throughput']:.1f} {unit[c]}" for c in cols))
+            f"{c} {result['measures'][c]['softmax']['throughput']:.1f} {unit[c]}" for c in model_measures))
+    if entmax:
+        print("\nentmax check (fwd+bwd of the activation on masked scores (64, 4, 24, 24)): "
+              "plugin speed relative to the entmax package's own function (>1 = faster)")
+        for name, r in entmax.items():
+            print(f"{name.ljust(12)}{fmt_ratio(r['speed_plugin_vs_package']).rjust(26)}"
+                  f"   (package {r['package_median_s'] * 1e3:.2f} ms)")
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+        from fairseq_sparse_attn.provenance import write_json
+
+        write_json(args.json, result)
         print(f"json: {args.json}")
 
 

@@ -7,7 +7,10 @@ outputs, per-head weights and gradients (inputs + parameters) are compared CPU v
 The CUDA module is then run in float16 and bfloat16 (forward + backward): outputs and
 gradients must be finite; the difference against the float32 CUDA output is reported.
 Whole models (every attention preset, 7F+1L token and word) are compared CPU vs CUDA on
-logits, and incremental decoding is compared with teacher forcing on CUDA.
+logits, and incremental decoding is compared with teacher forcing on CUDA.  The fused
+FlexAttention ReLU kernel (attention/flex_relu.py) is compared with the materialized
+float64 computation: compiled forward on CPU, forward + backward in float32 on CUDA,
+float16 / bfloat16 forward + backward finite (difference to float32 reported).
 
     python benchmarks/gpu_check.py            # needs a CUDA device
 """
@@ -237,6 +240,75 @@ def check_model(name, arch="sparse_transformer", **over):
     record(name, **diffs)
 
 
+def plain_relu(q, k, v, hidden, gamma):
+    """Materialized ReLU attention in float64: relu(q k^T) [/ (gamma sqrt(n/2))], hidden
+    keys zeroed, times v (the reference of the fused kernel)."""
+    w = torch.relu(q.double() @ k.double().transpose(-1, -2)).masked_fill(hidden, 0.0)
+    if gamma is not None:
+        n = (~hidden).sum(-1, keepdim=True).double()
+        w = w / (gamma * torch.sqrt(n.clamp(min=1) / 2))
+    return w @ v.double()
+
+
+def check_flex(name, causal=False, cross=False, gamma=None, B=3, H=4, T=37, d=64):
+    """Fused FlexAttention ReLU kernel (attention/flex_relu.py): CPU compiled forward vs the
+    materialized float64 computation; on CUDA forward + backward in float32 against the
+    same (gradients through autograd of the plain formula), float16 / bfloat16 finite."""
+    from fairseq_sparse_attn.attention.flex_relu import flex_relu_attention, flex_relu_unavailable
+
+    S = T + 5 if cross else T
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(B, H, T, d, generator=g) / math.sqrt(d)
+    k = torch.randn(B, H, S, d, generator=g)
+    v = torch.randn(B, H, S, d, generator=g)
+    hidden = torch.zeros(B, 1, 1, S, dtype=torch.bool)
+    hidden[1, ..., : S // 3] = True  # left padding
+    hidden[2] = True  # every key padding: output exactly 0
+    if causal:
+        hidden = hidden | torch.ones(T, S, dtype=torch.bool).triu(1).view(1, 1, T, S)
+    scale = None if gamma is None else (lambda n: 1.0 / (gamma * torch.sqrt(n.clamp(min=1) / 2)))
+    ref = plain_relu(q, k, v, hidden, gamma)
+    diffs = {}
+    if flex_relu_unavailable("cpu", grad=False, query_mask=causal) is None:
+        out = flex_relu_attention(q, k, v, hidden, scale)
+        diffs["f32_cpu_fwd"] = maxdiff(out, ref)
+        diffs["finite"] = bool(torch.isfinite(out).all() and torch.all(out[2] == 0))
+    if CUDA.type == "cuda":
+        reason = flex_relu_unavailable("cuda", grad=True)
+        if reason is not None:
+            raise RuntimeError(f"fused kernel unavailable on CUDA: {reason}")
+        qc, kc, vc = (t.to(CUDA).requires_grad_(True) for t in (q, k, v))
+        out = flex_relu_attention(qc, kc, vc, hidden.to(CUDA), scale)
+        upstream = torch.randn(out.shape, generator=g).to(CUDA)
+        out.backward(upstream)
+        q64, k64, v64 = (t.double().requires_grad_(True) for t in (q, k, v))
+        plain_relu(q64, k64, v64, hidden, gamma).backward(upstream.double().cpu())
+        diffs["f32_cuda_fwd"] = maxdiff(out, ref)
+        for nm, a, b in (("q", qc, q64), ("k", kc, k64), ("v", vc, v64)):
+            diffs[f"f32_grad_{nm}"] = maxdiff(a.grad, b.grad)
+        finite = bool(torch.all(out[2] == 0))
+        for dtype in (torch.float16, torch.bfloat16):
+            qh, kh, vh = (t.detach().to(dtype).requires_grad_(True) for t in (qc, kc, vc))
+            oh = flex_relu_attention(qh, kh, vh, hidden.to(CUDA), scale)
+            oh.float().backward(upstream)
+            finite = finite and all(bool(torch.isfinite(t).all()) for t in (oh, qh.grad, kh.grad, vh.grad))
+            diffs[f"{str(dtype)[6:]}_vs_f32"] = maxdiff(oh, out)
+        diffs["finite"] = diffs.get("finite", True) and finite
+    if not any(key.startswith("f32") for key in diffs):
+        print(f"SKIP {name}: the CPU compiled kernel does not serve it and CUDA is not used", flush=True)
+        return
+    record(name, **diffs)
+
+
+def guarded(name, check, *args, **kwargs):
+    """Run one check; an exception is a failure of that check, printed, not the end."""
+    try:
+        check(*args, **kwargs)
+    except Exception:
+        FAILURES.append(name)
+        print(f"ERROR {name}\n{traceback.format_exc()}", flush=True)
+
+
 def main():
     if CUDA.type == "cuda":
         assert torch.cuda.is_available(), "no CUDA device"
@@ -275,19 +347,11 @@ def main():
         ("entmax15, base size E=512 T=64", dict(activation="entmax15", E=512, T=64)),
     ]
     for name, kw in checks:
-        try:
-            check_module(name, **kw)
-        except Exception:
-            FAILURES.append(name)
-            print(f"ERROR {name}\n{traceback.format_exc()}", flush=True)
+        guarded(name, check_module, name, **kw)
     for act, norm in (("softmax", "none"), ("relu", "gated_rmsnorm"), ("sparsemax", "none"),
                       ("entmax15", "none"), ("relu_scaled", "none")):
         name = f"incremental == full on CUDA: {act}"
-        try:
-            check_incremental(name, act, norm)
-        except Exception:
-            FAILURES.append(name)
-            print(f"ERROR {name}\n{traceback.format_exc()}", flush=True)
+        guarded(name, check_incremental, name, act, norm)
     models = [
         ("model softmax", "sparse_transformer", dict(attn_activation="softmax")),
         ("model rela-g", "sparse_transformer", dict(attn_activation="relu", attn_output_norm="gated_rmsnorm")),
@@ -301,12 +365,14 @@ def main():
          dict(encoder_fixed_patterns="8F", encoder_masked_heads="3")),
     ]
     for name, arch, over in models:
-        try:
-            check_model(name, arch, **over)
-        except Exception:
-            FAILURES.append(name)
-            print(f"ERROR {name}\n{traceback.format_exc()}", flush=True)
-    print(f"\n{len(checks) + 5 + len(models)} checks, "
+        guarded(name, check_model, name, arch, **over)
+    flex = [("fused flex relu, self, left-pad", dict()),
+            ("fused flex relu, self causal", dict(causal=True)),
+            ("fused flex relu_scaled, cross", dict(cross=True, gamma=1.0)),
+            ("fused flex relu_scaled, self causal", dict(causal=True, gamma=1.0))]
+    for name, kw in flex:
+        guarded(name, check_flex, name, **kw)
+    print(f"\n{len(checks) + 5 + len(models) + len(flex)} checks, "
           f"{len(FAILURES)} failed{': ' + ', '.join(FAILURES) if FAILURES else ''}")
     return 1 if FAILURES else 0
 

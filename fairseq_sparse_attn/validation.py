@@ -148,7 +148,7 @@ def validate_model_args(args, task=None):
 
 ALLOW_FLAG = "--allow-attention-change"
 #: plugin options that do not change what the model computes
-NOT_CONFIGURATION = {"attn_key_block_size", "entmax_bisect_iters", "allow_attention_change",
+NOT_CONFIGURATION = {"attn_key_block_size", "attn_flex_min_keys", "entmax_bisect_iters", "allow_attention_change",
                      "prune_skip_in_training"}
 
 

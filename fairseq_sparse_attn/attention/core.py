@@ -31,8 +31,10 @@ name            priority  serves
 ``key_block``   30        relu / relu_scaled streamed over blocks of keys
                           (:mod:`.chunked_relu`), only with ``--attn-key-block-size``;
                           no weights, no dropout (an error in training), no biases
-``flex_relu``   25        relu / relu_scaled through FlexAttention when
-                          ``attention/flex_relu.py`` is present (auto: CUDA only)
+``flex``        40        relu / relu_scaled through the fused FlexAttention kernel
+                          (:mod:`.flex_relu`): in auto only for calls with at least
+                          ``--attn-flex-min-keys`` keys on a platform that supports it
+                          (CUDA; CPU inference); no weights, dropout, biases, row sums
 ``materialized`` 100      everything (the reference; returns the weights)
 ==============  ========  ==========================================================
 
@@ -96,6 +98,8 @@ class AttendSpec:
     biases: bias providers (:mod:`.biases`), in order
     backend: ``"auto"`` or a name in :data:`BACKENDS`
     key_block_size: > 0 enables the ``key_block`` backend (blocks of that many keys)
+    flex_min_keys: > 0: in "auto", the fused ``flex`` backend serves calls with at least
+        this many keys where the platform supports it (0 = only when forced)
     """
 
     activation: torch.nn.Module
@@ -104,6 +108,7 @@ class AttendSpec:
     biases: Sequence[torch.nn.Module] = ()
     backend: str = "auto"
     key_block_size: int = 0
+    flex_min_keys: int = 0
 
     @property
     def activation_name(self) -> str:
@@ -150,7 +155,9 @@ class Call:
     grad: bool
     device: str
     row_sums: bool
-    dtype: torch.dtype = torch.float32
+    keys: int = 0  # number of key positions (src)
+    dtype: Optional[torch.dtype] = None  # of the values
+    query_mask: bool = False  # the hidden mask differs between queries (causal)
 
 
 def describe_call(q, v, inputs: AttentionInputs, spec: AttendSpec) -> Call:
@@ -166,7 +173,9 @@ def describe_call(q, v, inputs: AttentionInputs, spec: AttendSpec) -> Call:
         grad=torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, v)),
         device=v.device.type,
         row_sums="row_sums" in inputs.collect and getattr(spec.activation, "reports_row_sums", False),
+        keys=v.size(2),
         dtype=v.dtype,
+        query_mask=inputs.hidden is not None and inputs.hidden.dim() == 4 and inputs.hidden.size(2) > 1,
     )
 
 
@@ -465,28 +474,33 @@ register_backend(Backend("sdpa", sdpa, Capabilities(
 
 
 # --------------------------------------------------------------------------- fused ReLU
-def _register_flex_relu():
-    """ReLA / ReLUFormer through FlexAttention (``attention/flex_relu.py``) when that module
-    is present: chosen by "auto" on CUDA only (on CPU the compiled kernel is inference-only
-    and compiles on first use), or with ``--attn-backend flex_relu``."""
-    try:
-        from .flex_relu import flex_relu_attention, flex_relu_unavailable
-    except ImportError:
-        return
+def flex(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
+    """relu / relu_scaled through the fused FlexAttention kernel (:mod:`.flex_relu`):
+    no (tgt × src) weights held; CUDA training and inference, CPU compiled inference."""
+    from .flex_relu import flex_relu_attention, flex_relu_unavailable
 
-    def run(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
-        groups = inputs.kv_groups
-        if groups > 1:
-            k = k.repeat_interleave(groups, dim=0)
-            v = v.repeat_interleave(groups, dim=0)
-        scaled = getattr(spec.activation, "length_scale", False)
-        out = flex_relu_attention(q, k, v, inputs.hidden, spec.activation.row_scale if scaled else None)
-        return out, Intermediates(backend="flex_relu")
-
-    register_backend(Backend(
-        "flex_relu", run, Capabilities(activations=frozenset({"relu", "relu_scaled"})), priority=25,
-        enabled=lambda spec, call: call.device == "cuda",
-        limits=lambda call: flex_relu_unavailable(call.device, call.grad, call.dtype)))
+    reason = flex_relu_unavailable(call.device, call.grad, q.dtype, call.query_mask)
+    if reason is not None:
+        raise ValueError(f"attention backend 'flex' (--attn-backend) cannot serve this "
+                         f"configuration: {reason}; use --attn-backend auto")
+    groups = inputs.kv_groups
+    if groups > 1:
+        k = k.repeat_interleave(groups, dim=0)
+        v = v.repeat_interleave(groups, dim=0)
+    row_scale = spec.activation.row_scale if call.activation == "relu_scaled" else None
+    out = flex_relu_attention(q, k, v, inputs.hidden, row_scale)
+    return out, Intermediates(backend="flex")
 
 
-_register_flex_relu()
+def _flex_enabled(spec: AttendSpec, call: Call) -> bool:
+    if spec.flex_min_keys <= 0 or call.keys < spec.flex_min_keys:
+        return False
+    from .flex_relu import flex_relu_unavailable
+
+    return flex_relu_unavailable(call.device, call.grad, call.dtype or torch.float32,
+                                 call.query_mask) is None
+
+
+register_backend(Backend("flex", flex, Capabilities(
+    activations=frozenset({"relu", "relu_scaled"}), devices=frozenset({"cpu", "cuda"})),
+    priority=40, enabled=_flex_enabled))

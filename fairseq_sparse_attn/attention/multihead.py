@@ -147,6 +147,8 @@ class SparseMultiheadAttention(MultiheadAttention):
         self.backend = backend
         # > 0: ReLU-family activations stream over blocks of this many keys (long inputs)
         self.key_block_size = int(opts.attn_key_block_size or 0)
+        # > 0: in "auto", the fused flex backend serves calls with at least this many keys
+        self.flex_min_keys = int(opts.attn_flex_min_keys or 0)
         self._mask_cache: Dict[str, tuple] = {}
         init = opts.attn_init
         if init not in ATTN_INITS:
@@ -182,7 +184,7 @@ class SparseMultiheadAttention(MultiheadAttention):
         """What :func:`~.core.attend` needs from this module (no copy of parameters)."""
         return AttendSpec(activation=self.activation, dropout=self.dropout_module, heads=self.heads,
                           biases=tuple(self.biases.values()), backend=self.backend,
-                          key_block_size=self.key_block_size)
+                          key_block_size=self.key_block_size, flex_min_keys=self.flex_min_keys)
 
     def extra_repr(self):
         fixed = ""
@@ -453,7 +455,12 @@ class SparseMultiheadAttention(MultiheadAttention):
                 scores = scores.masked_fill(mask, float("-inf"))
             return scores.view(bsz * heads, tgt_len, src_len).type_as(q), v
 
-        if need_head_weights or (need_weights and not self.key_block_size):
+        if self.backend == "flex":
+            # forced fused kernel: no weights unless an analysis collector asks for them
+            # (then the forced backend's error says why); fairseq's own requests (the
+            # alignment layer's need_head_weights, need_weights by default) get None
+            pass
+        elif need_head_weights or (need_weights and not self.key_block_size):
             # with --attn-key-block-size, head-averaged weights are returned only when the
             # call ran materialized (as before: the key-block path returns none)
             collect = collect | {"weights"}

@@ -17,7 +17,7 @@ EXPECTED = {
     "--entmax-alpha": 1.5, "--entmax-alpha-learned": False, "--entmax-bisect-iters": 50,
     "--leaky-relu-slope": 0.01, "--attn-norm-eps": 1e-8, "--relu-scale-gamma": 1.0,
     "--attn-key-block-size": None, "--attn-init": "fairseq", "--relu-no-length-scale": False,
-    "--attn-backend": None, "--ffn-type": None,
+    "--attn-backend": None, "--attn-flex-min-keys": None, "--ffn-type": None,
     "--encoder-fixed-patterns": "none", "--encoder-fixed-pattern-unit": "token",
     "--encoder-right-context-reading": "mirrored", "--encoder-fixed-patterns-exclude-eos": False,
     "--encoder-subword-style": "bpe", "--encoder-masked-heads": "",

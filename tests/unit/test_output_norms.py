@@ -103,3 +103,40 @@ def test_unknown_norm_lists_valid_names():
         build_output_norm("rms", D, DH)
     for name in output_norm_names():
         assert name in str(e.value)
+
+
+def plain_rms_norm_formula(z, gain, gate_weight, eps=1e-8):
+    """ReLA Eq. 4 / 5 written plainly; autograd through it is the reference gradient."""
+    out = z / torch.sqrt((z * z).mean(-1, keepdim=True) + eps) * gain
+    if gate_weight is not None:
+        out = out / (1 + torch.exp(-gate_weight * z))
+    return out
+
+
+@pytest.mark.parametrize("name", ["rmsnorm", "rmsnorm_i", "gated_rmsnorm"])
+def test_hand_written_backward_matches_autograd_of_the_formula(name):
+    torch.manual_seed(1)
+    norm = build_output_norm(name, D, DH).double()
+    with torch.no_grad():
+        norm.weight.uniform_(-1.5, 1.5)
+    z = torch.randn(3, 4, D, dtype=torch.float64)
+    z[0, 0] = 0  # a null row
+    z.requires_grad_(True)
+    upstream = torch.randn(3, 4, D, dtype=torch.float64)
+    gate = getattr(norm, "gate_weight", None)
+    params = [norm.weight] + ([gate] if gate is not None else [])
+    got = torch.autograd.grad(norm(z), [z] + params, upstream)
+    expected = torch.autograd.grad(plain_rms_norm_formula(z, norm.weight, gate), [z] + params, upstream)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, atol=1e-10, rtol=1e-8)
+    assert torch.autograd.gradcheck(lambda x: norm(x), (z[1:2].detach().requires_grad_(True),))
+
+
+def test_half_precision_gradients_keep_their_dtypes():
+    norm = build_output_norm("gated_rmsnorm", D, DH)
+    z = torch.randn(3, D).to(torch.bfloat16).requires_grad_(True)
+    norm(z).float().sum().backward()
+    assert z.grad.dtype == torch.bfloat16 and norm.weight.grad.dtype == torch.float32
+    z32 = z.detach().float().requires_grad_(True)
+    plain_rms_norm_formula(z32, norm.weight.detach(), norm.gate_weight.detach()).sum().backward()
+    torch.testing.assert_close(z.grad.float(), z32.grad, atol=2e-2, rtol=2e-2)

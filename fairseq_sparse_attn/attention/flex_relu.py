@@ -1,0 +1,185 @@
+"""Fused ReLU-family attention (ReLA ``relu``, ReLUFormer ``relu_scaled``) through
+``torch.nn.attention.flex_attention``, without materializing the (tgt x src) weights.
+
+FlexAttention computes softmax attention with a user ``score_mod``.  ReLU attention is
+recovered exactly with the *log trick* and a *sink* key:
+
+* score_mod: ``s' = log(s)`` where ``s > 0`` on a visible key, ``-inf`` elsewhere, so the
+  kernel's softmax weights are ``relu(s_j) / Z`` with ``Z = sum_j relu(s_j)``;
+* one extra key (index 0, before the real keys) with score ``s' = 0`` (weight ``1 / (Z + 1)``), always
+  visible, whose value is the unit vector ``e_d`` of an extra value column, every real
+  value having 0 there.  The kernel returns ``o = [sum_j relu(s_j) v_j, 1] / (Z + 1)``, so
+
+      out = o[:d] / o[d] = sum_j relu(s_j) v_j                       (ReLA, Eq. 3)
+      out = c_i * o[:d] / o[d],  c_i = 1 / (gamma sqrt(n_i / 2))    (ReLUFormer, Eq. 6)
+
+A null row (no positive score) and a row whose keys are all padding give ``o = [0, 1]``:
+exactly 0, never NaN (the sink keeps every row non-empty).  The same formula is
+differentiable, so on CUDA the kernel serves training too.
+
+Platform limits (torch 2.13, checked by :func:`flex_relu_unavailable`):
+
+* CPU: only the *compiled* kernel is fast, and compiled FlexAttention on CPU is forward
+  only (no backward) and has no float64: inference only; float32 (the only dtype tested
+  on CPU here);
+* the compiled CPU kernel returns NaN for a value width that is not a power of two
+  (observed for 9 and 24 with 8-wide queries), so the value width ``d + 1`` is padded
+  with zero columns to the next power of two (d = 64: 128 columns);
+* a mask that differs between queries (causal teacher forcing) makes the generated C++ of
+  the compiled CPU kernel fail to build (``'cur_qSplitSize8' was not declared``): on CPU
+  only masks without a query dimension are served (padding; incremental decoding, where
+  the cache holds exactly the visible keys);
+* CUDA: forward and backward in float32 / float16 / bfloat16 as FlexAttention documents it;
+  not run here (no GPU): `benchmarks/gpu_check.py` checks it.
+
+:func:`flex_relu_attention` is a pure function (q, k, v, hidden, row scale) -> output; the
+attention core registers it as a backend (see ``attention/core.py``).
+"""
+
+import functools
+import shutil
+from typing import Callable, Optional
+
+import torch
+from torch import Tensor
+
+LOG_FLOOR = 1e-30
+# The compiled CPU kernel returned NaN now and then for rows whose real keys were all
+# hidden when the number of keys was not a multiple of its vector width (reads past the
+# last key); padding the keys with hidden zero keys to a multiple of this avoids it.
+KEY_MULTIPLE = 32
+
+
+@functools.lru_cache(maxsize=None)
+def _flex_module():
+    try:
+        from torch.nn.attention import flex_attention as fa
+    except ImportError:
+        return None
+    return fa
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_flex():
+    """The compiled kernel, built once per process; dynamic shapes so that incremental
+    decoding (one more key per step) does not recompile at every step."""
+    return torch.compile(_flex_module().flex_attention, dynamic=None)
+
+
+def _has_cpp_compiler() -> bool:
+    import os
+
+    return bool(os.environ.get("CXX") and shutil.which(os.environ["CXX"])) or any(
+        shutil.which(c) for c in ("g++", "c++", "clang++"))
+
+
+def flex_relu_unavailable(device_type: str, grad: bool, dtype: torch.dtype = torch.float32,
+                          query_mask: bool = False) -> Optional[str]:
+    """None when the fused kernel can serve a call on ``device_type`` (with gradients when
+    ``grad``) in ``dtype``, with a mask that differs between queries when ``query_mask``
+    (causal teacher forcing); otherwise the reason, in words."""
+    if _flex_module() is None:
+        return f"torch {torch.__version__} has no torch.nn.attention.flex_attention"
+    if device_type == "cuda":
+        if not torch.cuda.is_available():
+            return "CUDA is not available"
+        if dtype == torch.float64:
+            return "FlexAttention has no float64 kernel"
+        return None
+    if device_type == "cpu":
+        if grad:
+            return "compiled FlexAttention on CPU is forward-only (no gradients): inference only"
+        if dtype != torch.float32:
+            return f"the fused kernel on CPU is tested in float32 only, not {dtype}"
+        if query_mask:
+            return ("a mask that differs between queries (causal teacher forcing) does not "
+                    "build in the compiled CPU kernel of this torch; incremental decoding and "
+                    "padding-only masks are served")
+        if not _has_cpp_compiler():
+            return "torch.compile on CPU needs a C++ compiler (g++ / clang++) on PATH"
+        return None
+    return f"device {device_type} (FlexAttention serves cpu inference and cuda)"
+
+
+def _padded_width(d: int) -> int:
+    """Value width with the sink column: the next power of two >= d + 1."""
+    return 1 << d.bit_length()
+
+
+def _as_3d(hidden: Tensor) -> Tensor:
+    """(B|1, 1, T|1, S) -> (B|1, T|1, S); the fused kernel takes one mask for all heads."""
+    if hidden.size(1) != 1:
+        raise ValueError(f"flex_relu_attention: per-head masks are not served (hidden has "
+                         f"{hidden.size(1)} heads); use the materialized path")
+    return hidden[:, 0]
+
+
+def flex_relu_attention(q: Tensor, k: Tensor, v: Tensor, hidden: Optional[Tensor] = None,
+                        row_scale: Optional[Callable[[Tensor], Tensor]] = None,
+                        compiled: bool = True) -> Tensor:
+    """sum_j relu(q_i . k_j) v_j  (times ``row_scale(n_i)`` when given) per head.
+
+    q: (B, H, T, d), already multiplied by 1/sqrt(d_h); k, v: (B, H, S, d);
+    hidden: bool broadcastable to (B, H, T, S), True = the key may not be seen (padding,
+    causal, ...), or None; row_scale: maps the visible-key counts n (shape of ``hidden``
+    reduced over keys, float32, last dim 1) to per-row factors (ReLUFormer's
+    1 / (gamma sqrt(n/2))), or None for plain ReLA.  ``compiled=False`` runs FlexAttention
+    eagerly (slow, materializes; for checks).  Returns (B, H, T, d) in q's dtype.
+    """
+    if q.dim() != 4 or k.shape != v.shape[:-1] + (k.size(-1),) or q.shape[:2] != k.shape[:2]:
+        raise ValueError(f"flex_relu_attention: q (B, H, T, d) and k, v (B, H, S, d) expected, got "
+                         f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if hidden is not None:
+        if hidden.dtype != torch.bool or hidden.dim() != 4 or hidden.size(-1) != k.size(2):
+            raise ValueError(f"flex_relu_attention: hidden must be a bool mask broadcastable to "
+                             f"(B, H, T, S) = {(q.size(0), q.size(1), q.size(2), k.size(2))}, got "
+                             f"{hidden.dtype} {tuple(hidden.shape)}")
+    bsz, heads, tgt, d = q.shape
+    src = k.size(2)
+    if q.device.type == "cpu" and hidden is not None and hidden.size(2) > 1:
+        raise ValueError("flex_relu_attention: " + flex_relu_unavailable("cpu", False, q.dtype, True))
+    width = _padded_width(v.size(-1))
+    # the sink: key 0 (score forced to 0 below) whose value is e_d; first, so that every
+    # block of keys the kernel visits after it starts from a finite running maximum (with
+    # the sink last, rows whose real keys are all hidden came out NaN now and then)
+    # keys padded to a multiple of KEY_MULTIPLE with hidden zero keys (see below)
+    total = -(-(src + 1) // KEY_MULTIPLE) * KEY_MULTIPLE
+    k_ext = k.new_zeros(bsz, heads, total, d)
+    k_ext[:, :, 1:src + 1] = k
+    v_ext = v.new_zeros(bsz, heads, total, width)
+    v_ext[:, :, 1:src + 1, : v.size(-1)] = v
+    v_ext[:, :, 0, v.size(-1)] = 1
+    sink = torch.zeros((), dtype=torch.long, device=q.device)
+    # the mask, extended over the sink and the padding keys, with the batch dimension in
+    # full; indexed [b, kv] or [b, q, kv] (the compiled CPU kernel fails to build when the
+    # query index enters any other expression, e.g. q_idx * 0 for a broadcast dimension)
+    hidden3 = _as_3d(hidden) if hidden is not None else torch.zeros(1, 1, src, dtype=torch.bool,
+                                                                    device=q.device)
+    hidden_ext = hidden3.new_ones((bsz, hidden3.size(1), total))  # per-query only on CUDA
+    hidden_ext[..., 0] = False  # the sink is always visible
+    hidden_ext[..., 1:src + 1] = hidden3
+    if hidden_ext.size(1) == 1:
+        hidden_ext = hidden_ext[:, 0]
+
+        def hidden_at(b, q_idx, kv_idx):
+            return hidden_ext[b, kv_idx]
+    else:
+        def hidden_at(b, q_idx, kv_idx):
+            return hidden_ext[b, q_idx, kv_idx]
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        keep = (score > 0) & ~hidden_at(b, q_idx, kv_idx)
+        s = torch.where(keep, torch.log(torch.clamp(score, min=LOG_FLOOR)), -float("inf"))
+        return torch.where(kv_idx == sink, 0.0, s)
+
+    fn = _compiled_flex() if compiled else _flex_module().flex_attention
+    o = fn(q, k_ext, v_ext, score_mod=score_mod, scale=1.0)
+    dv = v.size(-1)
+    out = o[..., :dv].float() / o[..., dv:dv + 1].float()
+    if row_scale is not None:
+        if hidden is None:
+            n = torch.full((1, 1, 1, 1), float(src), device=q.device)
+        else:
+            n = (~hidden).sum(dim=-1, keepdim=True).float()
+        out = out * row_scale(n)
+    return out.to(q.dtype)
