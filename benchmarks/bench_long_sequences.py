@@ -122,7 +122,9 @@ def main():
               + f"{r['softmax_stock']['peak_bytes'] / chunk:.2f}x".rjust(27)
               + f"{r['relu_chunked']['time_s'] / r['relu_plain']['time_s']:.2f}x".rjust(20))
     if args.json:
-        Path(args.json).write_text(json.dumps({"settings": vars(args), "results": results}, indent=2))
+        from fairseq_sparse_attn.provenance import finite, write_json
+
+        write_json(args.json, finite({"settings": vars(args), "results": results}))
 
 
 if __name__ == "__main__":
