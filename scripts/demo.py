@@ -24,6 +24,7 @@ set is not touched by the sweep.
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -90,6 +91,8 @@ def train_command(name, lr, args, data_bin, save_dir):
 
 def train(name, lr, args, data_bin, out, tag):
     save_dir = out / f"checkpoints_{tag}"
+    if save_dir.exists():  # a fresh run: fairseq-train would resume from an earlier checkpoint_last.pt
+        shutil.rmtree(save_dir)
     text = run(train_command(name, lr, args, data_bin, save_dir), out / f"train_{tag}.log")
     # fairseq's progress lines: "train_inner | epoch 001:  25 / 247 loss=..., wps=1725.4, ..."
     wps = [float(m) for m in re.findall(r"\| train_inner \| .*?wps=([\d.]+)", text)]

@@ -42,8 +42,9 @@ def parse_validation(log, subset="valid"):
     return [points[u] for u in sorted(points)]
 
 
-def read_runs(named_logs, subset="valid"):
-    """{name: points} for ``name=path`` strings; a log without validations is an error."""
+def read_runs(named_logs, subset="valid", skip_empty=False):
+    """{name: points} for ``name=path`` strings; a log without validations is an error
+    (``skip_empty``: left out with a note on stderr, an error only when every log is)."""
     runs = {}
     for item in named_logs:
         name, sep, path = item.partition("=")
@@ -52,10 +53,15 @@ def read_runs(named_logs, subset="valid"):
         if not Path(path).is_file():
             raise ValueError(f"{path}: no such training log (variant {name})")
         points = parse_validation(path, subset)
+        if not points and skip_empty:
+            print(f"learning_curves: {path}: no '{subset}' validation lines, left out", file=sys.stderr)
+            continue
         if not points:
             raise ValueError(f"{path}: no '{subset}' validation lines (train with validation, e.g. "
                              f"--validate-interval-updates N, and --log-format simple)")
         runs[name] = points
+    if not runs:
+        raise ValueError(f"none of {len(named_logs)} training logs has '{subset}' validation lines")
     return runs
 
 
@@ -113,9 +119,10 @@ def main(argv=None):
     p.add_argument("--out", required=True, help="output prefix: PREFIX.csv, PREFIX.json, PREFIX.png")
     p.add_argument("--subset", default="valid")
     p.add_argument("--title")
+    p.add_argument("--skip-empty", action="store_true", help="leave out logs without validation lines")
     args = p.parse_args(argv)
     try:
-        runs = read_runs(args.logs, args.subset)
+        runs = read_runs(args.logs, args.subset, args.skip_empty)
     except ValueError as e:
         print(f"learning_curves: error: {e}", file=sys.stderr)
         return 1

@@ -8,6 +8,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 fsa_init "ReLA Table 1 (WMT14 En-De ablations); env: ROWS, MAX_UPDATE, MAX_TOKENS, SMOKE" "$@"
 rela_base_args
+FSA_BASELINE=row1  # every row's CI and paired-bootstrap p-value are against softmax (row 1)
 TSV="$OUT/table1.tsv.partial"
 rm -f "$TSV" "${TSV%.partial}"
 

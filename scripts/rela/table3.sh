@@ -17,6 +17,7 @@ declare -A PAPER=(
   [wmt16_ro_en.softmax]=32.7 [wmt16_ro_en.sparsemax]=33.5 [wmt16_ro_en.entmax15]=33.2 [wmt16_ro_en.rela_g]=32.9
 )
 ROOT_OUT=$OUT
+FSA_BASELINE=softmax  # per task: every model against that task's softmax (paired bootstrap)
 for pair in ${PAIRS:-wmt14_en_fr wmt18_en_fi wmt18_zh_en wmt16_ro_en}; do
   [[ -d "$DATA/$pair" ]] || fsa_die "$DATA/$pair not found: prepare it with data_prep/prepare_$pair.py --out $DATA/$pair"
   fsa_data_dir "$DATA/$pair"

@@ -6,6 +6,7 @@ slice prepared En->De with source parses (needs spaCy's English model).  The scr
 are also checked against the plugin's parsers."""
 
 import csv
+import json
 import os
 import re
 import subprocess
@@ -87,14 +88,48 @@ def _check_row(row, out):
     assert Path(row["checkpoint"]).is_file()
 
 
+def _check_significance(base, row, out, base_name, name):
+    """Every row against the baseline row: sacreBLEU's paired bootstrap (tools.score
+    --baseline), with provenance in each bleu.test.json."""
+    from fairseq_sparse_attn.provenance import check_provenance
+
+    assert base["baseline"] == row["baseline"] == base_name and base["p_vs_baseline"] == "-"
+    data = json.loads((out / name / "bleu.test.json").read_text())
+    check_provenance(data, bleu=True)
+    sig = data["significance"]
+    assert sig["baseline"] == str(out / base_name / "gen.test.txt") and sig["n_resamples"] == 1000
+    assert row["p_vs_baseline"] == str(sig["p_value"]) and 0 < sig["p_value"] <= 1
+    lo, hi = map(float, row["sacrebleu_ci95"].split("-"))  # "lo-hi" (BLEU is never negative)
+    assert lo <= hi and [lo, hi] == pytest.approx(sig["ci95"], abs=0.006)
+
+
+def _check_curves(out, names, updates):
+    """$OUT/learning_curves.{csv,json,png}: the validation loss of every run at every
+    validation, as its train.log says."""
+    from fairseq_sparse_attn.provenance import check_provenance
+
+    with open(out / "learning_curves.csv", encoding="utf-8") as f:
+        table = list(csv.DictReader(f))
+    assert {r["variant"] for r in table} == names
+    for name in names:
+        logged = [(int(u), float(loss)) for loss, u in re.findall(
+            r"valid on 'valid' subset \| loss ([\d.]+) \|.*?\| num_updates (\d+)", (out / name / "train.log").read_text())]
+        assert [u for u, _ in logged] == updates
+        assert [(int(r["num_updates"]), float(r["valid_loss"])) for r in table if r["variant"] == name] == logged
+    check_provenance(json.loads((out / "learning_curves.json").read_text()))
+    assert (out / "learning_curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_rela_scripts(smoke_data, tmp_path):
     out = tmp_path / "rela"
-    proc = run_script("rela/table1.sh", smoke_data, 0, out, ROWS="7")
+    proc = run_script("rela/table1.sh", smoke_data, 0, out, ROWS="1 7")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (row,) = rows(out / "table1.tsv")
+    base, row = rows(out / "table1.tsv")
     assert _published(out)
     assert row["row"] == "7" and row["model"] == "ReLA-g" and row["paper_sacrebleu"] == "26.6"
     _check_row(row, out)
+    _check_significance(base, row, out, "row1", "row7")
+    _check_curves(out, {"row1", "row7"}, [5, 10])
     cmd = (out / "row7" / "train.cmd").read_text()
     assert "--arch rela_transformer_wmt_en_de" in cmd and "--update-freq 2" in cmd and "--max-tokens 512" in cmd
     assert "averaged 2 checkpoints: checkpoint_1_5.pt checkpoint_1_10.pt" in (out / "row7" / "average.log").read_text()
