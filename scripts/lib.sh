@@ -16,7 +16,8 @@
 # VALIDATE_INTERVAL (validate every N updates for the learning curves, default 1000; 5 in
 # SMOKE), FSA_BASELINE (set by each script: the run every row's BLEU is compared with,
 # paired bootstrap), TENSORBOARD_DIR (also log every run to tensorboard under it),
-# PYTHON (python3).  Effective batch = MAX_TOKENS x GPUs x --update-freq.
+# SEEDS="1 2 3" (scripts/rela: every row once per seed, runs NAME_seedS, and a .mean.tsv
+# with mean ± std), PYTHON (python3).  Effective batch = MAX_TOKENS x GPUs x --update-freq.
 
 set -euo pipefail
 
@@ -274,6 +275,50 @@ fsa_eval_row() {
     "sacrebleu_ci95=$(fsa_json "$j" significance.ci95)" "p_vs_baseline=$(fsa_json "$j" significance.p_value)" \
     "baseline=$( [[ -f "$OUT/${FSA_BASELINE:-}/gen.test.txt" ]] && echo "${FSA_BASELINE}" || echo -)" \
     "signature=$(fsa_json "$j" signature)" "checkpoint=$ckpt"
+}
+
+# fsa_seeds: the training seeds, SEEDS="1 2 3" (default: SEED, else 1)
+fsa_seeds() { echo "${SEEDS:-${SEED:-1}}"; }
+
+# fsa_seed_name NAME SEED: the run's directory name: NAME with one seed, NAME_seedS with several
+fsa_seed_name() {
+  local n
+  n=$(fsa_seeds | wc -w)
+  if [[ "$n" -gt 1 ]]; then echo "$1_seed$2"; else echo "$1"; fi
+}
+
+# fsa_seed_summary TSV: with several seeds, TSV's rows grouped by every column but the
+# per-run ones -> TSV with .mean.tsv: n seeds, mean ± sample std of sacreBLEU and tokenized
+# BLEU (diverged runs are counted apart); prints it
+fsa_seed_summary() {
+  local tsv=$1
+  [[ $(fsa_seeds | wc -w) -gt 1 && -f "$tsv" ]] || return 0
+  "$PY" - "$tsv" "${tsv%.tsv}.mean.tsv" <<'PYEOF'
+import csv, statistics, sys
+src, dst = sys.argv[1], sys.argv[2]
+per_run = {"seed", "sacrebleu", "tok_bleu", "sacrebleu_ci95", "p_vs_baseline", "baseline", "signature", "checkpoint"}
+with open(src, encoding="utf-8") as f:
+    rows = list(csv.DictReader(f, delimiter="\t"))
+keys = [k for k in rows[0] if k not in per_run]
+groups = {}
+for r in rows:
+    groups.setdefault(tuple(r[k] for k in keys), []).append(r)
+def stat(values):
+    nums = [float(v) for v in values if v not in ("diverged", "-", "")]
+    if not nums:
+        return "-"
+    sd = statistics.stdev(nums) if len(nums) > 1 else 0.0
+    return f"{statistics.mean(nums):.2f} ± {sd:.2f}"
+with open(dst, "w", encoding="utf-8") as f:
+    f.write("\t".join(keys + ["seeds", "diverged", "sacrebleu_mean_std", "tok_bleu_mean_std"]) + "\n")
+    for group, rs in groups.items():
+        div = sum(r.get("sacrebleu") == "diverged" for r in rs)
+        f.write("\t".join(list(group) + [" ".join(r["seed"] for r in rs), str(div),
+                                          stat(r.get("sacrebleu", "-") for r in rs),
+                                          stat(r.get("tok_bleu", "-") for r in rs)]) + "\n")
+PYEOF
+  fsa_log "mean ± std over seeds $(fsa_seeds): ${tsv%.tsv}.mean.tsv"
+  { column -t -s $'\t' "${tsv%.tsv}.mean.tsv" || cat "${tsv%.tsv}.mean.tsv"; } >&2 2>/dev/null
 }
 
 # fsa_selected WORD LIST: is WORD in the space-separated LIST (an empty LIST selects all)

@@ -68,6 +68,29 @@ def test_update_freq_keeps_the_effective_batch():
     assert uf(1000, 4096, 1) == 1
 
 
+def test_seed_summary_mean_and_std(tmp_path):
+    """SEEDS="1 2": run names and the .mean.tsv of fsa_seed_summary (mean and sample std
+    computed here with the statistics module; a diverged seed is counted apart)."""
+    import statistics
+
+    tsv = tmp_path / "table1.tsv"
+    tsv.write_text("row\tmodel\tseed\tsacrebleu\ttok_bleu\tsignature\n"
+                   "1\tsoftmax\t1\t20.5\t21.0\tsig\n1\tsoftmax\t2\t21.7\t22.4\tsig\n"
+                   "7\tReLA-g\t1\t19.0\t19.5\tsig\n7\tReLA-g\t2\tdiverged\tdiverged\t-\n")
+    proc = subprocess.run(["bash", "-c", f'source "{SCRIPTS}/lib.sh"; fsa_seed_name row7 2; fsa_seed_summary "{tsv}"'],
+                          capture_output=True, text=True, env=dict(os.environ, SEEDS="1 2", PYTHON=sys.executable))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "row7_seed2"
+    soft, rela = rows(tmp_path / "table1.mean.tsv")
+    assert soft["seeds"] == "1 2" and soft["diverged"] == "0"
+    assert soft["sacrebleu_mean_std"] == f"{statistics.mean([20.5, 21.7]):.2f} ± {statistics.stdev([20.5, 21.7]):.2f}"
+    assert soft["tok_bleu_mean_std"] == f"{statistics.mean([21.0, 22.4]):.2f} ± {statistics.stdev([21.0, 22.4]):.2f}"
+    assert rela["diverged"] == "1" and rela["sacrebleu_mean_std"] == "19.00 ± 0.00"
+    one = subprocess.run(["bash", "-c", f'source "{SCRIPTS}/lib.sh"; fsa_seed_name row7 2'], capture_output=True,
+                         text=True, env=dict(os.environ, SEEDS="2"))
+    assert one.stdout.strip() == "row7"
+
+
 def test_usage_and_bad_data_dir(tmp_path):
     proc = run_script("rela/table1.sh")
     assert proc.returncode == 2 and "usage: table1.sh DATA_DIR NUM_GPUS OUT_DIR" in proc.stderr
