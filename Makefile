@@ -4,7 +4,7 @@ MULTI30K_DIR ?= $(wildcard ../shared/data/multi30k)
 DEMO_DIR ?= demo_out
 export MULTI30K_DIR
 
-.PHONY: install test test-fast demo bench clean
+.PHONY: install test test-fast demo demo-sweep bench clean
 
 install:            ## torch (kept if present), fairseq, deps, the plugin with extras
 	PYTHON=$(PYTHON) bash scripts/install.sh
@@ -15,8 +15,11 @@ test:               ## the whole test suite: tests/unit + tests/integration (sma
 test-fast:          ## tests/unit only: no training, no subprocess (minutes)
 	$(PYTHON) -m pytest -q tests/unit
 
-demo:               ## softmax vs ReLA-g on Multi30k, CPU, <= 15 min
+demo:               ## softmax vs ReLA-g on Multi30k, CPU, <= 15 min: BLEU, 95% CI, p-value, curves
 	$(PYTHON) scripts/demo.py --out $(DEMO_DIR)
+
+demo-sweep:         ## the learning-rate sweep on the validation set that fixes the demo's rates (docs/demo.md)
+	$(PYTHON) scripts/demo.py --out $(DEMO_DIR)/sweep --sweep
 
 BENCH_ARGS ?=
 bench:              ## speed ratios against softmax (JSON + table); BENCH_ARGS="--quick" for a smoke run

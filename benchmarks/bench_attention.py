@@ -302,9 +302,9 @@ def main():
             print(f"{name.ljust(12)}{fmt_ratio(r['speed_plugin_vs_package']).rjust(26)}"
                   f"   (package {r['package_median_s'] * 1e3:.2f} ms)")
     if args.json:
-        from fairseq_sparse_attn.provenance import write_json
+        from fairseq_sparse_attn.provenance import finite, write_json
 
-        write_json(args.json, result)
+        write_json(args.json, finite(result), seed=0)  # models are built with torch.manual_seed(0)
         print(f"json: {args.json}")
 
 

@@ -234,9 +234,9 @@ def main():
     for row, reason in skipped.items():
         print(f"\n{row} not measured: {reason}")
     if args.json:
-        from fairseq_sparse_attn.provenance import write_json
+        from fairseq_sparse_attn.provenance import finite, write_json
 
-        write_json(args.json, {"settings": vars(args), "results": results, "skipped": skipped})
+        write_json(args.json, finite({"settings": vars(args), "results": results, "skipped": skipped}))
 
 
 if __name__ == "__main__":

@@ -164,3 +164,18 @@ def check_provenance(data: Dict[str, Any], bleu: bool = False) -> Dict[str, Any]
     if bleu and not record.get("sacrebleu_signature"):
         raise ValueError("the result reports BLEU but its provenance has no sacreBLEU signature")
     return record
+
+
+def finite(value):
+    """``value`` with every NaN / infinite float (nested in dicts, lists, tuples) replaced
+    by None, for results where "not measured" is a NaN (``write_json`` refuses NaN: JSON
+    has none)."""
+    import math
+
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value

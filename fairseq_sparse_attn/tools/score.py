@@ -8,14 +8,22 @@
 
     python -m fairseq_sparse_attn.tools.score gen.txt --ref raw/test.en --tok-ref tok/test.en --json bleu.json
 
+``--baseline gen_softmax.txt`` adds the 95% confidence interval of both systems' BLEU and
+the paired-bootstrap p-value of the difference (sacreBLEU's ``--paired-bs``, 1000
+resamples, ``tools/significance.py``) for the first BLEU computed: sacreBLEU with
+``--ref``, else tokenized BLEU.  A baseline that is the file itself gives its CI alone.
+
 Hypotheses are ordered by sentence id; a count different from the reference file's is an
 error naming both files.
 """
 
 import argparse
-import json
+import os
 import re
 import sys
+
+from ..provenance import write_json
+from .significance import N_RESAMPLES, paired_bootstrap
 
 _LINE = re.compile(r"^([HD])-(\d+)\t([^\t]*)\t?(.*)$")
 _TARGET = re.compile(r"^T-(\d+)\t(.*)$")
@@ -62,7 +70,8 @@ def _read(path):
         return [line.rstrip("\n") for line in f]
 
 
-def score(gen, ref=None, tok_ref=None, lowercase=False, t_lines=False):
+def score(gen, ref=None, tok_ref=None, lowercase=False, t_lines=False, baseline=None,
+          n_resamples=N_RESAMPLES):
     import sacrebleu
 
     hyps, detok = read_hypotheses(gen)
@@ -86,7 +95,45 @@ def score(gen, ref=None, tok_ref=None, lowercase=False, t_lines=False):
         sys_out = _ordered(hyps, len(refs), gen, tok_ref)
         bleu = sacrebleu.metrics.BLEU(tokenize="none", lowercase=lowercase, force=True)
         result.update(tok_bleu=round(bleu.corpus_score(sys_out, [refs]).score, 2), tok_reference=tok_ref)
+    if baseline:
+        result["significance"] = compare_with_baseline(gen, baseline, ref, tok_ref, lowercase, t_lines,
+                                                       n_resamples)
     return result
+
+
+def _systems_for(gen, ref, tok_ref, t_lines):
+    """(metric name, hypotheses, references, BLEU options) of the first BLEU ``score`` reports."""
+    hyps, detok = read_hypotheses(gen)
+    if ref:
+        refs = _read(ref)
+        return "sacrebleu", _ordered(detok or hyps, len(refs), gen, ref), refs, {}
+    if t_lines:
+        by_id = read_targets(gen)
+        ids = sorted(hyps)
+        return "tok_bleu", [hyps[i] for i in ids], [by_id[i] for i in ids], {"tokenize": "none", "force": True}
+    refs = _read(tok_ref)
+    return "tok_bleu", _ordered(hyps, len(refs), gen, tok_ref), refs, {"tokenize": "none", "force": True}
+
+
+def compare_with_baseline(gen, baseline, ref=None, tok_ref=None, lowercase=False, t_lines=False,
+                          n_resamples=N_RESAMPLES):
+    """BLEU, 95% CI and paired-bootstrap p-value of ``gen`` against ``baseline`` (two
+    fairseq-generate outputs of the same test set)."""
+    metric, sys_hyps, refs, opts = _systems_for(gen, ref, tok_ref, t_lines)
+    _, base_hyps, base_refs, _ = _systems_for(baseline, ref, tok_ref, t_lines)
+    if base_refs != refs:
+        raise ValueError(f"{baseline} and {gen} are not outputs of the same test set (references differ)")
+    same = os.path.realpath(gen) == os.path.realpath(baseline)
+    results, signature = paired_bootstrap(("baseline", base_hyps), [] if same else [("system", sys_hyps)],
+                                          refs, n=n_resamples, lowercase=lowercase, **opts)
+    sys_result = results["baseline" if same else "system"]
+    return {
+        "metric": metric, "baseline": baseline, "baseline_bleu": results["baseline"]["bleu"],
+        "baseline_ci95": results["baseline"]["ci95"], "bleu": sys_result["bleu"],
+        "ci95": sys_result["ci95"], "p_value": sys_result["p_value"], "n_resamples": n_resamples,
+        "test": "paired bootstrap resampling (sacrebleu.significance.PairedTest, --paired-bs)",
+        "signature": signature,
+    }
 
 
 def main(argv=None):
@@ -97,19 +144,30 @@ def main(argv=None):
     p.add_argument("--t-lines", action="store_true",
                    help="tokenized BLEU of the H- lines against the T- lines of the output itself")
     p.add_argument("--lowercase", action="store_true", help="case-insensitive")
+    p.add_argument("--baseline", help="fairseq-generate output of the baseline system on the same test set: "
+                   "adds 95%% CIs and the paired-bootstrap p-value")
+    p.add_argument("--paired-bs-n", type=int, default=N_RESAMPLES, help="bootstrap resamples (default 1000)")
+    p.add_argument("--seed", type=int, help="training seed of the system, recorded in the JSON's provenance")
     p.add_argument("--json", help="write the result here")
     args = p.parse_args(argv)
     if not args.ref and not args.tok_ref and not args.t_lines:
         p.error("give --ref and/or --tok-ref, or --t-lines")
     try:
-        result = score(args.gen, args.ref, args.tok_ref, args.lowercase, args.t_lines)
+        result = score(args.gen, args.ref, args.tok_ref, args.lowercase, args.t_lines, args.baseline,
+                       args.paired_bs_n)
     except (ValueError, OSError) as e:
         print(f"score: error: {e}", file=sys.stderr)
         return 1
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
-    print(" ".join(f"{k}={result[k]}" for k in ("sacrebleu", "tok_bleu", "signature") if k in result))
+        write_json(args.json, result, seed=args.seed, sacrebleu_signature=result.get("signature"))
+    line = " ".join(f"{k}={result[k]}" for k in ("sacrebleu", "tok_bleu", "signature") if k in result)
+    sig = result.get("significance")
+    if sig:
+        ci = "-".join(f"{x:.2f}" for x in sig["ci95"])
+        p = "-" if sig["p_value"] is None else f"{sig['p_value']:.4f}"
+        line += (f" | {sig['metric']} {sig['bleu']:.2f} (95% CI {ci}) vs baseline {sig['baseline_bleu']:.2f}"
+                 f" p={p} ({sig['n_resamples']} paired-bootstrap resamples)")
+    print(line)
     return 0
 
 

@@ -14,6 +14,7 @@ TSV="$OUT/table1.tsv.partial"
 rm -f "$TSV" "${TSV%.partial}"
 for config in ${CONFIGS:-8L 7Ftoken 7Fword 1L}; do
   for layers in ${LAYERS:-6+6 6+1 5+1 4+1 3+1 2+1 1+1}; do
+    FSA_BASELINE="8L_$layers"  # against the 8-learned-head encoder of the same depth
     fp_run "${config}_$layers" "$TSV" "Table 1" "$config" "$layers"
   done
 done

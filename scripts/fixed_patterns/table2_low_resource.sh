@@ -17,6 +17,7 @@ fi
 TSV="$OUT/table2.tsv.partial"
 rm -f "$TSV" "${TSV%.partial}"
 for config in ${CONFIGS:-8L 7Ftoken 7Fword}; do
+  FSA_BASELINE=low_8L  # against the 8-learned-head encoder
   fp_run "low_$config" "$TSV" "Table 2 ($SRC-$TGT)" "$config" "6+6" low
 done
 fsa_publish "$TSV"

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # ReLA Table 1: ablations on WMT14 En-De (sacreBLEU and tokenized BLEU).
 #   scripts/rela/table1.sh DATA_DIR NUM_GPUS OUT_DIR
-# DATA_DIR: data_prep/prepare_wmt14_en_de.py --out DATA_DIR.  ROWS="1 7" runs some rows.
+# DATA_DIR: data_prep/prepare_wmt14_en_de.py --out DATA_DIR.  ROWS="1 7" runs some rows;
+# SEEDS="1 2 3" trains each row once per seed (OUT_DIR/row7_seed2, ...) and adds
+# table1.mean.tsv (mean ± std); every row has sacreBLEU's 95% CI and the paired-bootstrap
+# p-value against row 1 (softmax) of the same seed.
 # Writes OUT_DIR/<row>/{train.log,checkpoints,gen.test.txt,bleu.test.json} and
 # OUT_DIR/table1.tsv (row, model, sacreBLEU, tokenized BLEU, the paper's two numbers).
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 fsa_init "ReLA Table 1 (WMT14 En-De ablations); env: ROWS, MAX_UPDATE, MAX_TOKENS, SMOKE" "$@"
 rela_base_args
+# every row's CI and paired-bootstrap p-value are against softmax (row 1) of the same seed
 TSV="$OUT/table1.tsv.partial"
 rm -f "$TSV" "${TSV%.partial}"
 
@@ -32,11 +36,18 @@ for spec in "${ROWS_SPEC[@]}"; do
   fsa_selected "$row" "${ROWS:-}" || continue
   # shellcheck disable=SC2206
   model=($flags)
-  if fsa_train "row$row" "$RELA_TARGET_TOKENS" "${model[@]}" "${RELA_ARGS[@]}" "${FSA_SMOKE_MODEL[@]}"; then
-    fsa_eval_row "row$row" "$TSV" "row=$row" "model=$name" "paper_sacrebleu=$paper_sb" "paper_tok_bleu=$paper_tok"
-  else
-    fsa_result "$TSV" "row=$row" "model=$name" "paper_sacrebleu=$paper_sb" "paper_tok_bleu=$paper_tok" \
-      "sacrebleu=diverged" "tok_bleu=diverged" "signature=-" "checkpoint=-"
-  fi
+  for seed in $(fsa_seeds); do
+    SEED=$seed FSA_RUN_SEED=$seed
+    rela_base_args
+    run=$(fsa_seed_name "row$row" "$seed")
+    FSA_BASELINE=$(fsa_seed_name row1 "$seed")
+    if fsa_train "$run" "$RELA_TARGET_TOKENS" "${model[@]}" "${RELA_ARGS[@]}" "${FSA_SMOKE_MODEL[@]}"; then
+      fsa_eval_row "$run" "$TSV" "row=$row" "model=$name" "seed=$seed" "paper_sacrebleu=$paper_sb" "paper_tok_bleu=$paper_tok"
+    else
+      fsa_result "$TSV" "row=$row" "model=$name" "seed=$seed" "paper_sacrebleu=$paper_sb" "paper_tok_bleu=$paper_tok" \
+        "sacrebleu=diverged" "tok_bleu=diverged" "signature=-" "checkpoint=-"
+    fi
+  done
 done
 fsa_publish "$TSV"
+fsa_seed_summary "${TSV%.partial}"

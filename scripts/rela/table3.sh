@@ -17,6 +17,7 @@ declare -A PAPER=(
   [wmt16_ro_en.softmax]=32.7 [wmt16_ro_en.sparsemax]=33.5 [wmt16_ro_en.entmax15]=33.2 [wmt16_ro_en.rela_g]=32.9
 )
 ROOT_OUT=$OUT
+# per task and seed, every model against that task's softmax (CI + paired-bootstrap p-value)
 for pair in ${PAIRS:-wmt14_en_fr wmt18_en_fi wmt18_zh_en wmt16_ro_en}; do
   [[ -d "$DATA/$pair" ]] || fsa_die "$DATA/$pair not found: prepare it with data_prep/prepare_$pair.py --out $DATA/$pair"
   fsa_data_dir "$DATA/$pair"
@@ -26,12 +27,20 @@ for pair in ${PAIRS:-wmt14_en_fr wmt18_en_fi wmt18_zh_en wmt16_ro_en}; do
   for model in ${MODELS:-softmax sparsemax entmax15 rela_g}; do
     # shellcheck disable=SC2207
     flags=($(rela_model_args "$model"))
-    if fsa_train "$model" "$RELA_TARGET_TOKENS" "${flags[@]}" "${RELA_ARGS[@]}" "${FSA_SMOKE_MODEL[@]}"; then
-      fsa_eval_row "$model" "$TSV" "task=$pair" "model=$model" "paper_sacrebleu=${PAPER[$pair.$model]}"
-    else
-      fsa_result "$TSV" "task=$pair" "model=$model" "paper_sacrebleu=${PAPER[$pair.$model]}" \
-        "sacrebleu=diverged" "tok_bleu=diverged" "signature=-" "checkpoint=-"
-    fi
+    for seed in $(fsa_seeds); do
+      SEED=$seed FSA_RUN_SEED=$seed
+      rela_base_args
+      run=$(fsa_seed_name "$model" "$seed")
+      FSA_BASELINE=$(fsa_seed_name softmax "$seed")
+      if fsa_train "$run" "$RELA_TARGET_TOKENS" "${flags[@]}" "${RELA_ARGS[@]}" "${FSA_SMOKE_MODEL[@]}"; then
+        fsa_eval_row "$run" "$TSV" "task=$pair" "model=$model" "seed=$seed" "paper_sacrebleu=${PAPER[$pair.$model]}"
+      else
+        fsa_result "$TSV" "task=$pair" "model=$model" "seed=$seed" "paper_sacrebleu=${PAPER[$pair.$model]}" \
+          "sacrebleu=diverged" "tok_bleu=diverged" "signature=-" "checkpoint=-"
+      fi
+    done
   done
+  fsa_curves  # OUT_DIR/<pair>/learning_curves.{png,csv,json}
 done
 fsa_publish "$TSV"
+fsa_seed_summary "${TSV%.partial}"

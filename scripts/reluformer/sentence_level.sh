@@ -37,6 +37,7 @@ declare -A T2=([softmax]="Softmax, no scale factor|34.22" [relu_noscale_noreg]="
                [relu_scaled_noreg]="ReLU, scale factor|33.19")
 declare -A T5=([reluformer]="ReLUFormer|34.56|1.60" [reluformer_noscale]="- scale factor|-|-"
                [relu_scaled_noreg]="- reg loss|33.19|0.08")
+FSA_BASELINE=softmax  # every run against softmax (paired bootstrap)
 rm -f "$OUT"/table{2,4,5}.tsv "$OUT"/table{2,4,5}.tsv.partial
 for run in ${RUNS:-$DEFAULT_RUNS}; do
   [[ -n "${FLAGS[$run]:-}" ]] || fsa_die "unknown run '$run' (${!FLAGS[*]})"

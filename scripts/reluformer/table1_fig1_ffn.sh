@@ -15,6 +15,7 @@ declare -A PAPER=([standard.1024]=34.22 [softmax.1024]=33.08 [softmax_layernorm.
 for type in ${TYPES:-standard softmax softmax_layernorm}; do
   for size in ${SIZES:-32 64 128 256 512 1024 2048 3072 4096}; do
     name="ffn_${type}_$size"
+    FSA_BASELINE="ffn_standard_$size"  # against the standard FFN of the same size
     if fsa_train "$name" "$RF_TARGET_TOKENS" --arch softmax_transformer_iwslt_de_en "${CE[@]}" "${RF_ARGS[@]}" \
         "${FSA_SMOKE_MODEL[@]}" --ffn-type "$type" --encoder-ffn-embed-dim "$size" --decoder-ffn-embed-dim "$size"; then
       fsa_eval_row "$name" "$TSV" "ffn=$type" "hidden=$size" "paper_tok_bleu=${PAPER[$type.$size]:-fig. 1}"

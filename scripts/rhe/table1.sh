@@ -19,6 +19,7 @@ case $TASK in
   *) fsa_die "TASK must be nc11_en_de, wmt14_en_de or nc11_en_cs" ;;
 esac
 rm -f "$OUT/table1.tsv" "$OUT/table1.tsv.partial"
+FSA_BASELINE=transformer  # every row against the Transformer row (paired bootstrap)
 rhe_rows "$OUT/table1.tsv.partial" \
   "transformer=|${P[0]}" \
   "rel_pos=$REL_POS|${P[1]}" \

@@ -68,6 +68,29 @@ def test_update_freq_keeps_the_effective_batch():
     assert uf(1000, 4096, 1) == 1
 
 
+def test_seed_summary_mean_and_std(tmp_path):
+    """SEEDS="1 2": run names and the .mean.tsv of fsa_seed_summary (mean and sample std
+    computed here with the statistics module; a diverged seed is counted apart)."""
+    import statistics
+
+    tsv = tmp_path / "table1.tsv"
+    tsv.write_text("row\tmodel\tseed\tsacrebleu\ttok_bleu\tsignature\n"
+                   "1\tsoftmax\t1\t20.5\t21.0\tsig\n1\tsoftmax\t2\t21.7\t22.4\tsig\n"
+                   "7\tReLA-g\t1\t19.0\t19.5\tsig\n7\tReLA-g\t2\tdiverged\tdiverged\t-\n")
+    proc = subprocess.run(["bash", "-c", f'source "{SCRIPTS}/lib.sh"; fsa_seed_name row7 2; fsa_seed_summary "{tsv}"'],
+                          capture_output=True, text=True, env=dict(os.environ, SEEDS="1 2", PYTHON=sys.executable))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "row7_seed2"
+    soft, rela = rows(tmp_path / "table1.mean.tsv")
+    assert soft["seeds"] == "1 2" and soft["diverged"] == "0"
+    assert soft["sacrebleu_mean_std"] == f"{statistics.mean([20.5, 21.7]):.2f} ± {statistics.stdev([20.5, 21.7]):.2f}"
+    assert soft["tok_bleu_mean_std"] == f"{statistics.mean([21.0, 22.4]):.2f} ± {statistics.stdev([21.0, 22.4]):.2f}"
+    assert rela["diverged"] == "1" and rela["sacrebleu_mean_std"] == "19.00 ± 0.00"
+    one = subprocess.run(["bash", "-c", f'source "{SCRIPTS}/lib.sh"; fsa_seed_name row7 2'], capture_output=True,
+                         text=True, env=dict(os.environ, SEEDS="2"))
+    assert one.stdout.strip() == "row7"
+
+
 def test_usage_and_bad_data_dir(tmp_path):
     proc = run_script("rela/table1.sh")
     assert proc.returncode == 2 and "usage: table1.sh DATA_DIR NUM_GPUS OUT_DIR" in proc.stderr
@@ -88,14 +111,48 @@ def _check_row(row, out):
     assert Path(row["checkpoint"]).is_file()
 
 
+def _check_significance(base, row, out, base_name, name):
+    """Every row against the baseline row: sacreBLEU's paired bootstrap (tools.score
+    --baseline), with provenance in each bleu.test.json."""
+    from fairseq_sparse_attn.provenance import check_provenance
+
+    assert base["baseline"] == row["baseline"] == base_name and base["p_vs_baseline"] == "-"
+    data = json.loads((out / name / "bleu.test.json").read_text())
+    check_provenance(data, bleu=True)
+    sig = data["significance"]
+    assert sig["baseline"] == str(out / base_name / "gen.test.txt") and sig["n_resamples"] == 1000
+    assert row["p_vs_baseline"] == str(sig["p_value"]) and 0 < sig["p_value"] <= 1
+    lo, hi = map(float, row["sacrebleu_ci95"].split("-"))  # "lo-hi" (BLEU is never negative)
+    assert lo <= hi and [lo, hi] == pytest.approx(sig["ci95"], abs=0.006)
+
+
+def _check_curves(out, names, updates):
+    """$OUT/learning_curves.{csv,json,png}: the validation loss of every run at every
+    validation, as its train.log says."""
+    from fairseq_sparse_attn.provenance import check_provenance
+
+    with open(out / "learning_curves.csv", encoding="utf-8") as f:
+        table = list(csv.DictReader(f))
+    assert {r["variant"] for r in table} == names
+    for name in names:
+        logged = [(int(u), float(loss)) for loss, u in re.findall(
+            r"valid on 'valid' subset \| loss ([\d.]+) \|.*?\| num_updates (\d+)", (out / name / "train.log").read_text())]
+        assert [u for u, _ in logged] == updates
+        assert [(int(r["num_updates"]), float(r["valid_loss"])) for r in table if r["variant"] == name] == logged
+    check_provenance(json.loads((out / "learning_curves.json").read_text()))
+    assert (out / "learning_curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_rela_scripts(smoke_data, tmp_path):
     out = tmp_path / "rela"
-    proc = run_script("rela/table1.sh", smoke_data, 0, out, ROWS="7")
+    proc = run_script("rela/table1.sh", smoke_data, 0, out, ROWS="1 7")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (row,) = rows(out / "table1.tsv")
+    base, row = rows(out / "table1.tsv")
     assert _published(out)
     assert row["row"] == "7" and row["model"] == "ReLA-g" and row["paper_sacrebleu"] == "26.6"
     _check_row(row, out)
+    _check_significance(base, row, out, "row1", "row7")
+    _check_curves(out, {"row1", "row7"}, [5, 10])
     cmd = (out / "row7" / "train.cmd").read_text()
     assert "--arch rela_transformer_wmt_en_de" in cmd and "--update-freq 2" in cmd and "--max-tokens 512" in cmd
     assert "averaged 2 checkpoints: checkpoint_1_5.pt checkpoint_1_10.pt" in (out / "row7" / "average.log").read_text()

@@ -1,0 +1,135 @@
+"""Learning curves of several training runs on one plot: validation loss (and BLEU where
+fairseq computed it, ``--eval-bleu``) against updates, read from ``fairseq-train`` logs.
+
+    python -m fairseq_sparse_attn.tools.learning_curves --out OUT/curves \\
+        softmax=OUT/softmax/train.log rela_g=OUT/rela_g/train.log
+
+writes ``OUT/curves.csv`` (one row per variant and validation), ``OUT/curves.json`` (the
+same points per variant, with provenance) and ``OUT/curves.png``.  The logs are fairseq's
+``simple`` or ``tqdm``/``none`` format (``--log-format simple``); a validation line looks like
+``... | valid | epoch 001 | valid on 'valid' subset | loss 7.1 | nll_loss 6.5 | ... |
+num_updates 50``.  Runs validate at regular intervals with ``--validate-interval-updates N``.
+"""
+
+import argparse
+import csv
+import math
+import re
+import sys
+from pathlib import Path
+
+_VALID = re.compile(r"\| valid \| .*?valid on '([^']+)' subset(.*)$")
+_FIELD = re.compile(r"\|\s*([a-z_]+)\s+(-?[\d.]+(?:e[-+]?\d+)?|nan|inf)\s*(?=\||$)")
+COLUMNS = ("num_updates", "loss", "nll_loss", "ppl", "bleu")
+
+
+def parse_validation(log, subset="valid"):
+    """[{num_updates, loss, nll_loss, ppl, bleu?}] of every validation of ``subset`` in a
+    fairseq-train log, in log order (a run that resumed may repeat an update count; the last
+    one wins)."""
+    points = {}
+    with open(log, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            m = _VALID.search(line)
+            if m is None or m.group(1) != subset:
+                continue
+            fields = {k: float(v) for k, v in _FIELD.findall(m.group(2))}
+            if "num_updates" not in fields or "loss" not in fields:
+                continue
+            point = {k: fields[k] for k in COLUMNS if k in fields}
+            point["num_updates"] = int(point["num_updates"])
+            points[point["num_updates"]] = point
+    return [points[u] for u in sorted(points)]
+
+
+def read_runs(named_logs, subset="valid", skip_empty=False):
+    """{name: points} for ``name=path`` strings; a log without validations is an error
+    (``skip_empty``: left out with a note on stderr, an error only when every log is)."""
+    runs = {}
+    for item in named_logs:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"expected NAME=TRAIN_LOG, got {item!r}")
+        if not Path(path).is_file():
+            raise ValueError(f"{path}: no such training log (variant {name})")
+        points = parse_validation(path, subset)
+        if not points and skip_empty:
+            print(f"learning_curves: {path}: no '{subset}' validation lines, left out", file=sys.stderr)
+            continue
+        if not points:
+            raise ValueError(f"{path}: no '{subset}' validation lines (train with validation, e.g. "
+                             f"--validate-interval-updates N, and --log-format simple)")
+        runs[name] = points
+    if not runs:
+        raise ValueError(f"none of {len(named_logs)} training logs has '{subset}' validation lines")
+    return runs
+
+
+def write_curves(runs, prefix, title=None, seed=None):
+    """``prefix``.csv / .json / .png of ``runs`` ({name: points}); returns the three paths."""
+    from ..provenance import write_json
+
+    prefix = Path(prefix)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    csv_path, json_path, png_path = (prefix.with_name(prefix.name + ext) for ext in (".csv", ".json", ".png"))
+    with open(csv_path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["variant", "num_updates", "valid_loss", "valid_nll_loss", "valid_ppl", "valid_bleu"])
+        for name, points in runs.items():
+            for p in points:
+                w.writerow([name, p["num_updates"]] + [p.get(k, "") for k in COLUMNS[1:]])
+    finite = {n: [{k: v for k, v in p.items() if not (isinstance(v, float) and not math.isfinite(v))}
+                  for p in pts] for n, pts in runs.items()}
+    write_json(json_path, {"title": title, "metric_x": "num_updates", "variants": finite}, seed=seed)
+    plot(runs, png_path, title)
+    return csv_path, json_path, png_path
+
+
+def plot(runs, path, title=None):
+    import logging
+
+    import matplotlib
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    has_bleu = any("bleu" in p for pts in runs.values() for p in pts)
+    fig, axes = plt.subplots(1, 2 if has_bleu else 1, figsize=(11 if has_bleu else 6, 4), squeeze=False)
+    panels = [("loss", "validation loss (label-smoothed, base 2)")] + ([("bleu", "validation BLEU")] if has_bleu else [])
+    for ax, (key, label) in zip(axes[0], panels):
+        for name, pts in runs.items():
+            xs = [p["num_updates"] for p in pts if key in p]
+            ys = [p[key] for p in pts if key in p]
+            ax.plot(xs, ys, marker="o", markersize=3, label=name)
+        ax.set_xlabel("updates")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("logs", nargs="+", metavar="NAME=TRAIN_LOG")
+    p.add_argument("--out", required=True, help="output prefix: PREFIX.csv, PREFIX.json, PREFIX.png")
+    p.add_argument("--subset", default="valid")
+    p.add_argument("--title")
+    p.add_argument("--skip-empty", action="store_true", help="leave out logs without validation lines")
+    args = p.parse_args(argv)
+    try:
+        runs = read_runs(args.logs, args.subset, args.skip_empty)
+    except ValueError as e:
+        print(f"learning_curves: error: {e}", file=sys.stderr)
+        return 1
+    for path in write_curves(runs, args.out, args.title):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

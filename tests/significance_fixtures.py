@@ -1,0 +1,41 @@
+"""Three fairseq-generate outputs of the first 300 Multi30k test_2016 references, made by
+dropping every 9th (baseline), 8th (close) or 3rd (weaker) word: for the significance tests
+(tests/unit/test_significance.py, tests/integration/test_significance_cli.py)."""
+
+import gzip
+
+import pytest
+
+
+def _refs(multi30k_raw, n=300):
+    with gzip.open(multi30k_raw / "test_2016_flickr.en.gz", "rt", encoding="utf-8") as f:
+        return [next(f).rstrip("\n") for _ in range(n)]
+
+
+def _degrade(refs, every):
+    """Drop every ``every``-th word of each reference (a weaker system)."""
+    out = []
+    for i, r in enumerate(refs):
+        words = r.split()
+        out.append(" ".join(w for j, w in enumerate(words) if (j + i) % every != every - 1) or words[0])
+    return out
+
+
+def write_gen(path, hyps):
+    with open(path, "w", encoding="utf-8") as f:
+        for i, h in enumerate(hyps):
+            f.write(f"S-{i}\tquelle\nH-{i}\t-0.5\t{h}\nD-{i}\t-0.5\t{h}\n")
+    return str(path)
+
+
+@pytest.fixture
+def systems(tmp_path, multi30k_raw):
+    refs = _refs(multi30k_raw)
+    ref = tmp_path / "ref.en"
+    ref.write_text("\n".join(refs) + "\n", encoding="utf-8")
+    base, weaker, close = _degrade(refs, 9), _degrade(refs, 3), _degrade(refs, 8)
+    files = {}
+    for name, hyps in (("base", base), ("weaker", weaker), ("close", close)):
+        (tmp_path / f"{name}.txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+        files[name] = (write_gen(tmp_path / f"gen_{name}.txt", hyps), str(tmp_path / f"{name}.txt"))
+    return str(ref), files

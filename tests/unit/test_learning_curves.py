@@ -1,0 +1,66 @@
+"""tools/learning_curves.py on a hand-written fairseq-train log: the points it reads, the
+CSV / JSON (provenance) / PNG it writes, and its errors."""
+
+import csv
+import json
+
+import pytest
+
+from fairseq_sparse_attn.provenance import check_provenance
+from fairseq_sparse_attn.tools import learning_curves as lc
+
+LOG = """\
+2026-11-23 15:14:20 | INFO | train_inner | epoch 001:     25 / 247 loss=12.064, nll_loss=11.836, ppl=3657.07, wps=528.9, num_updates=25
+2026-11-23 15:17:04 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.659 | nll_loss 7.951 | ppl 247.45 | wps 677.5 | wpb 1278.2 | bsz 84.5 | num_updates 50
+2026-11-23 15:20:04 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 7.859 | nll_loss 6.98 | ppl 126.28 | wps 220.2 | wpb 1278.2 | bsz 84.5 | num_updates 100 | best_loss 7.859
+2026-11-23 15:21:04 | INFO | valid | epoch 001 | valid on 'test' subset | loss 7.5 | nll_loss 6.5 | ppl 90.5 | num_updates 100
+2026-11-23 15:23:04 | INFO | valid | epoch 002 | valid on 'valid' subset | loss 7.1 | nll_loss 6.2 | ppl 73.5 | bleu 4.21 | num_updates 150 | best_loss 7.1
+2026-11-23 15:23:05 | INFO | train | epoch 002 | loss 9.0 | nll_loss 8.5 | num_updates 150
+"""
+
+
+def test_parse_validation_reads_the_valid_lines_only(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text(LOG)
+    points = lc.parse_validation(log)
+    assert points == [
+        {"num_updates": 50, "loss": 8.659, "nll_loss": 7.951, "ppl": 247.45},
+        {"num_updates": 100, "loss": 7.859, "nll_loss": 6.98, "ppl": 126.28},
+        {"num_updates": 150, "loss": 7.1, "nll_loss": 6.2, "ppl": 73.5, "bleu": 4.21},
+    ]
+    assert lc.parse_validation(log, subset="test") == [{"num_updates": 100, "loss": 7.5, "nll_loss": 6.5, "ppl": 90.5}]
+
+
+def test_write_curves_csv_json_png(tmp_path):
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_text(LOG)
+    b.write_text(LOG.replace("loss 8.659", "loss 9.5"))
+    runs = lc.read_runs([f"softmax={a}", f"rela_g={b}"])
+    csv_path, json_path, png_path = lc.write_curves(runs, tmp_path / "out" / "curves", title="t", seed=4)
+    with open(csv_path, encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["variant"], r["num_updates"], r["valid_loss"], r["valid_bleu"]) for r in rows] == [
+        ("softmax", "50", "8.659", ""), ("softmax", "100", "7.859", ""), ("softmax", "150", "7.1", "4.21"),
+        ("rela_g", "50", "9.5", ""), ("rela_g", "100", "7.859", ""), ("rela_g", "150", "7.1", "4.21")]
+    data = json.loads(json_path.read_text())
+    assert check_provenance(data)["seed"] == 4
+    assert data["variants"]["rela_g"][0] == {"num_updates": 50, "loss": 9.5, "nll_loss": 7.951, "ppl": 247.45}
+    import matplotlib.image
+
+    image = matplotlib.image.imread(png_path)  # BLEU present: two panels side by side
+    assert image.shape[1] > 1.5 * image.shape[0]
+
+
+def test_errors(tmp_path):
+    empty = tmp_path / "empty.log"
+    empty.write_text("2026-11-23 | INFO | train_inner | epoch 001: 25 / 247 loss=1.0, num_updates=25\n")
+    with pytest.raises(ValueError, match="empty.log: no 'valid' validation lines"):
+        lc.read_runs([f"x={empty}"])
+    with pytest.raises(ValueError, match="expected NAME=TRAIN_LOG"):
+        lc.read_runs([str(empty)])
+    with pytest.raises(ValueError, match="missing.log: no such training log"):
+        lc.read_runs([f"x={tmp_path / 'missing.log'}"])
+    good = tmp_path / "good.log"
+    good.write_text(LOG)
+    assert list(lc.read_runs([f"x={empty}", f"y={good}"], skip_empty=True)) == ["y"]
+    assert lc.main(["--out", str(tmp_path / "c"), f"x={empty}"]) == 1 and not (tmp_path / "c.csv").exists()
