@@ -179,6 +179,27 @@ def test_mask_encoder_heads_out_of_range(small_data, rela_run):
     assert "H-" not in proc.stdout
 
 
+def test_rhe_model_with_too_few_syntax_inputs():
+    """An LPEA+RHE model (needs src_dep and src_rp) generated with --task
+    parse_annotated_translation --syntax-inputs dep: the message names what is missing and
+    the fix, not the task the user already passed (the fixture checkpoint of
+    tests/fixtures/checkpoints and its parsed test split)."""
+    fixtures = REPO / "tests" / "fixtures" / "checkpoints"
+    proc = fsa("generate", fixtures / "data-bin", "--path", fixtures / "lpea_rhe.pt", "--task",
+               "parse_annotated_translation", "-s", "en", "-t", "de", "--gen-subset", "test",
+               "--syntax-inputs", "dep", "--batch-size", "6")
+    line = one_line_error(proc, "fsa-generate: error: ", "needs src_dep, src_rp",
+                          "--syntax-inputs dep builds src_dep only", "use --syntax-inputs dep,rp")
+    assert "--task parse_annotated_translation" not in line
+    assert "H-" not in proc.stdout
+    # with both inputs the same command translates
+    proc = fsa("generate", fixtures / "data-bin", "--path", fixtures / "lpea_rhe.pt", "--task",
+               "parse_annotated_translation", "-s", "en", "-t", "de", "--gen-subset", "test",
+               "--syntax-inputs", "dep,rp", "--batch-size", "6")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("\nH-") + proc.stdout.startswith("H-") == 6
+
+
 # --- checkpoints ---------------------------------------------------------------------
 
 
