@@ -1,5 +1,7 @@
-"""Subword pieces -> words: the one grouping the analyses use (alignments and AER, the
-text ``fsa-analyze filter`` writes, word counts of BLEU by length).
+"""Subword pieces -> words: the project's one grouping (alignments and AER, the text
+``fsa-analyze filter`` writes, norms' token categories, word counts of BLEU by length, and
+the word-based fixed encoder patterns: ``attention/fixed_patterns.py`` reads its per-piece
+flags from :func:`marker_flag` and its list version is :func:`word_index`).
 
 Schemes (the ``--subword-scheme`` vocabulary of ``fsa-analyze``):
 
@@ -35,13 +37,17 @@ def canonical_scheme(scheme: str) -> str:
     return name
 
 
-def word_index(pieces: Sequence[str], scheme: str, eos: Optional[str] = None) -> List[int]:
-    """The 0-based word each piece belongs to (see the module docstring for the schemes).
+def word_index(pieces: Sequence[str], scheme: str, eos: Optional[str] = None,
+               continuation: str = CONTINUATION) -> List[int]:
+    """The 0-based word each piece belongs to (see the module docstring for the schemes);
+    ``continuation``: the subword-nmt marker (``@@`` unless a corpus used another).
 
     >>> word_index("a master of science fic@@ tion .".split(), "subword-nmt")
     [0, 1, 2, 3, 4, 4, 5]
     """
     scheme = canonical_scheme(scheme)
+    if not continuation:
+        raise ValueError("continuation marker must be a non-empty string")
     out: List[int] = []
     word = -1
     continues = False  # the previous piece says the word goes on
@@ -54,7 +60,7 @@ def word_index(pieces: Sequence[str], scheme: str, eos: Optional[str] = None) ->
         elif scheme == "subword-nmt":
             if not continues:
                 word += 1
-            continues = piece.endswith(CONTINUATION)
+            continues = piece.endswith(continuation)
         else:
             after_eos = eos is not None and i > 0 and pieces[i - 1] == eos
             if i == 0 or after_eos or piece.startswith(SENTENCEPIECE_WORD_START):
@@ -65,6 +71,19 @@ def word_index(pieces: Sequence[str], scheme: str, eos: Optional[str] = None) ->
             f"subword-nmt pieces end with a continuation piece {pieces[-1]!r} (trailing "
             f"'@@'): the last word is cut off; pieces: {' '.join(pieces)}")
     return out
+
+
+def marker_flag(piece: str, scheme: str) -> bool:
+    """The per-piece flag a vectorized grouping reads (fixed patterns' batched word ids,
+    ``attention/fixed_patterns.py``): subword-nmt: the piece ends in ``@@`` (its word goes
+    on after it); sentencepiece: the piece does not start with ``▁`` (it goes on from the
+    piece before); word: never."""
+    scheme = canonical_scheme(scheme)
+    if scheme == "subword-nmt":
+        return piece.endswith(CONTINUATION)
+    if scheme == "sentencepiece":
+        return not piece.startswith(SENTENCEPIECE_WORD_START)
+    return False
 
 
 def word_count(pieces: Sequence[str], scheme: str) -> int:

@@ -254,27 +254,16 @@ def word_ids_from_tokens(
     tokens: List[str], continuation: str = "@@", eos: str = "</s>"
 ) -> List[int]:
     """Word index (0-based) of every token, subword-nmt convention: a token ending in
-    ``continuation`` continues into the next token.  ``eos`` is always its own word.
+    ``continuation`` continues into the next token.  ``eos`` is always its own word.  The
+    grouping is the project's one subword->word grouping,
+    :func:`fairseq_sparse_attn.subwords.word_index` (a trailing marker is an error).
 
     >>> word_ids_from_tokens("a master of science fic@@ tion .".split())
     [0, 1, 2, 3, 4, 4, 5]
     """
-    if not continuation:
-        raise ValueError("continuation marker must be a non-empty string")
-    ids: List[int] = []
-    word = -1
-    continues = False
-    for tok in tokens:
-        if tok == eos:
-            word += 1
-            ids.append(word)
-            continues = False
-            continue
-        if not continues:
-            word += 1
-        ids.append(word)
-        continues = tok.endswith(continuation)
-    return ids
+    from ..subwords import word_index
+
+    return word_index(tokens, "subword-nmt", eos=eos, continuation=continuation)
 
 
 def _check_word_ids(word_ids: Sequence[int]) -> torch.Tensor:
@@ -358,16 +347,14 @@ def word_start_table(dictionary, style: str = "bpe") -> torch.Tensor:
 
     Special symbols (``<s>``, ``<pad>``, ``</s>``, ``<unk>``) are 0.
     """
+    from ..subwords import marker_flag
+
     if style not in SUBWORD_STYLES:
         raise ValueError(f"unknown subword style {style!r}; valid: {', '.join(SUBWORD_STYLES)}")
     table = torch.zeros(len(dictionary), dtype=torch.int8)
     for idx, sym in enumerate(dictionary.symbols):
-        if idx < dictionary.nspecial:
-            continue
-        if style == "bpe":
-            table[idx] = int(sym.endswith("@@"))
-        else:
-            table[idx] = int(not sym.startswith("▁"))
+        if idx >= dictionary.nspecial:
+            table[idx] = int(marker_flag(sym, style))  # the rule of fairseq_sparse_attn.subwords
     return table
 
 

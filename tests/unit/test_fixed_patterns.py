@@ -416,3 +416,39 @@ def test_batch_without_eos(left_pad):
                 check(block, T(N5_WITHOUT_EOS[name]))
             else:  # one token + EOS / EOS alone: each attends to itself
                 check(block, torch.eye(l))
+
+
+@pytest.mark.parametrize("style,scheme,pieces", [
+    ("bpe", "subword-nmt", ["a", "b@@", "c", "d@@", "e@@", "f", "g"]),
+    ("sentencepiece", "sentencepiece", ["\u2581a", "b", "\u2581c", "\u2581d", "e", "f", "\u2581g"]),
+])
+def test_batched_word_ids_follow_the_one_subword_grouping(style, scheme, pieces):
+    """The encoder's vectorized word ids (word_start_table + source_word_ids) equal the
+    project's one grouping, fairseq_sparse_attn.subwords.word_index, sentence by sentence
+    (random sentences, left padding, EOS its own word)."""
+    from fairseq.data import Dictionary
+
+    from fairseq_sparse_attn.attention.fixed_patterns import source_word_ids, word_start_table
+    from fairseq_sparse_attn.subwords import word_index
+
+    d = Dictionary()
+    for p in pieces:
+        d.add_symbol(p)
+    g = torch.Generator().manual_seed(3)
+    sentences = []
+    for n in (7, 3, 1, 5):
+        idx = torch.randint(len(pieces), (n,), generator=g).tolist()
+        sent = [pieces[i] for i in idx]
+        if scheme == "subword-nmt" and sent[-1].endswith("@@"):
+            sent[-1] = "c"  # a sentence cannot end inside a word
+        sentences.append(sent)
+    T = max(len(s) for s in sentences) + 1
+    src = torch.full((len(sentences), T), d.pad())
+    for b, sent in enumerate(sentences):
+        toks = [d.index(p) for p in sent] + [d.eos()]
+        src[b, T - len(toks):] = torch.tensor(toks)
+    got = source_word_ids(src, word_start_table(d, style), style, d.pad(), d.eos())
+    for b, sent in enumerate(sentences):
+        n = len(sent) + 1
+        want = word_index(sent + ["</s>"], scheme, eos="</s>")
+        assert got[b, T - n:].tolist() == want, (sent, got[b].tolist(), want)
