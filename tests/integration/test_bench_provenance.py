@@ -21,29 +21,40 @@ def run(script, *args):
 
 def test_bench_attention_json(tmp_path):
     out = tmp_path / "bench.json"
-    run("bench_attention.py", "--variants", "softmax,rela_g", "--rounds", "1", "--train-batch", "2",
-        "--src-len", "6", "--tgt-len", "6", "--decode-steps", "2", "--decode-sentences", "1", "--threads", "1",
-        "--json", out)
+    run("bench_attention.py", "--variants", "softmax,rela_g", "--rounds", "2", "--warmup", "0",
+        "--min-time", "0", "--measures", "train_step,decode_b1", "--train-batch", "2",
+        "--src-len", "6", "--tgt-len", "6", "--decode-steps", "2", "--decode-sentences", "1",
+        "--threads", "1", "--json", out)
     data = json.loads(out.read_text())
     record = check_provenance(data)
     assert record["threads"] == 1 and record["seed"] == 0 and "bench_attention.py" in record["command"]
-    assert data["measures"]["softmax"]["train_step"]["speed_vs_softmax"] == 1.0
-    assert data["measures"]["rela_g"]["train_step"]["speed_vs_softmax"] > 0
+    for measure in ("train_step", "decode_b1"):
+        base = data["measures"][measure]["softmax"]["speed_vs_softmax"]
+        assert base["median"] == 1.0 and base["rounds"] == 2
+        rela = data["measures"][measure]["rela_g"]
+        # the ratio is the per-round t_softmax / t_rela_g of the times written beside it
+        ratios = [s / r for s, r in zip(data["measures"][measure]["softmax"]["times_s"], rela["times_s"])]
+        assert abs(rela["speed_vs_softmax"]["median"] - sum(ratios) / len(ratios)) < 1e-9
+        assert rela["speed_vs_softmax"]["min"] <= rela["speed_vs_softmax"]["median"] <= rela["speed_vs_softmax"]["max"]
 
 
-def test_bench_attention_json_without_softmax_has_no_nan(tmp_path):
+def test_bench_attention_adds_softmax_as_the_baseline(tmp_path):
     out = tmp_path / "bench.json"
-    run("bench_attention.py", "--variants", "rela_g", "--rounds", "1", "--train-batch", "2", "--src-len", "6",
-        "--tgt-len", "6", "--decode-steps", "2", "--decode-sentences", "1", "--threads", "1", "--json", out)
-    data = json.loads(out.read_text())  # strict JSON: no NaN for "no softmax to compare with"
+    run("bench_attention.py", "--variants", "rela_g", "--rounds", "1", "--warmup", "0", "--min-time", "0",
+        "--measures", "train_step", "--train-batch", "2", "--src-len", "6", "--tgt-len", "6",
+        "--threads", "1", "--json", out)
+    data = json.loads(out.read_text())  # strict JSON (no NaN)
     check_provenance(data)
-    assert data["measures"]["rela_g"]["train_step"]["speed_vs_softmax"] is None
+    assert set(data["measures"]["train_step"]) == {"softmax", "rela_g"}
 
 
 def test_bench_long_sequences_json(tmp_path):
     out = tmp_path / "long.json"
-    run("bench_long_sequences.py", "--lengths", "16", "--dim", "16", "--heads", "2", "--batch", "1", "--block", "8",
-        "--repeats", "1", "--json", out)
+    run("bench_long_sequences.py", "--lengths", "16", "--modes", "train", "--dim", "16", "--heads", "2",
+        "--batch", "1", "--block", "8", "--rounds", "1", "--warmup", "0", "--memory-repeats", "1",
+        "--json", out)
     data = json.loads(out.read_text())
     check_provenance(data)
-    assert set(data["results"]["16"]) == {"softmax_stock", "softmax_explicit", "relu_plain", "relu_chunked"}
+    rows = data["results"]["train"]["16"]
+    assert {"softmax_stock", "relu_chunked"} <= set(rows)
+    assert rows["softmax_stock"]["speed_vs_softmax_stock"]["median"] == 1.0
