@@ -144,7 +144,7 @@ def stats_dirs(data, models, tmp_path_factory):
                                             "--batch-size", "16"))],
                           capture_output=True, text=True, env=ENV, cwd=str(REPO))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"wrote {out['rela'] / 'stats.json'}" in proc.stderr  # says where it wrote (issue 14)
+    assert f"wrote {out['rela'] / 'stats.json'}" in proc.stdout + proc.stderr  # says where it wrote (issue 14)
     assert analyze("stats", *common(data, models["stock"], out["stock"], "--max-sentences", "24")) == 0
     return out
 
