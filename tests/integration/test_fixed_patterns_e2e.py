@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+from fairseq_sparse_attn.provenance import check_provenance
+
 from test_end_to_end import REPO, UPDATES, generate_and_score, run, train
 
 FIXED = ["--arch", "fixed_pattern_transformer_wmt_en_de", "--encoder-attention-heads", "8",
@@ -54,7 +56,9 @@ def test_train_generate_mask_heads_and_length_bleu(data, fixed_checkpoint, tmp_p
     proc = run([sys.executable, "-m", "fairseq_sparse_attn.analysis.length_bleu", gen,
                 "--json", tmp_path / "bins.json"])
     assert proc.returncode == 0, proc.stderr
-    rows = json.loads((tmp_path / "bins.json").read_text())
+    result = json.loads((tmp_path / "bins.json").read_text())
+    check_provenance(result, bleu=True)  # {bins, tokenize, provenance}
+    rows = result["bins"]
     assert [r["bin"] for r in rows] == ["<10", "[10,20)", "[20,30)", "[30,40)", "[40,50)", ">=50", "all"]
     assert sum(r["sentences"] for r in rows[:-1]) == rows[-1]["sentences"] == 1000
     assert abs(rows[-1]["bleu"] - bleu.score) < 1e-6
