@@ -20,6 +20,9 @@ crash_safe_checkpoints   yes        checkpoints written to a temporary file and 
 resume_config_check      yes        refuses to resume a checkpoint whose attention
                                     options differ from the flags
                                     (``--allow-attention-change`` to allow it)
+clean_exit               no         fairseq's batch-prefetch threads are stopped at
+                                    exit (no SIGABRT after a run cut by
+                                    ``--max-update`` / ``--max-valid-steps``)
 =======================  =========  ==================================================
 
 ``FSA_COMPAT_OFF`` turns patches off for a process: ``FSA_COMPAT_OFF=behaviour`` (or
@@ -34,6 +37,7 @@ import os
 from . import (  # noqa: F401  (the patch modules)
     batching,
     checkpoint_loading,
+    clean_exit,
     cpu_distributed,
     crash_safe_checkpoints,
     data_checks,
@@ -68,6 +72,7 @@ PATCHES = {
     "exact_resume": exact_resume,
     "crash_safe_checkpoints": crash_safe_checkpoints,
     "resume_config_check": resume_config_check,
+    "clean_exit": clean_exit,
 }
 SWITCH = "FSA_COMPAT_OFF"
 
