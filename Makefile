@@ -9,8 +9,9 @@ export MULTI30K_DIR
 install:            ## torch (kept if present), fairseq, deps, the plugin with extras
 	PYTHON=$(PYTHON) bash scripts/install.sh
 
-test:               ## the whole test suite: tests/unit + tests/integration (small real runs)
-	$(PYTHON) -m pytest -q tests/unit tests/integration
+TEST_WORKERS ?= 2
+test:               ## the whole test suite: tests/unit + tests/integration (small real runs), TEST_WORKERS processes
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30 tests/unit tests/integration
 
 test-fast:          ## tests/unit only: no training, no subprocess (minutes)
 	$(PYTHON) -m pytest -q tests/unit

