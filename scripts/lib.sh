@@ -209,6 +209,15 @@ for k in sys.argv[2].split("."):
 print("-" if v is None else "-".join(f"{x:.2f}" for x in v) if isinstance(v, list) else v)' "$1" "$2"
 }
 
+# fsa_tsv_last TSV COL: the value of column COL in the last row of TSV ("-" if absent)
+fsa_tsv_last() {
+  "$PY" -c '
+import sys
+lines = open(sys.argv[1], encoding="utf-8").read().splitlines()
+row = dict(zip(lines[0].split("\t"), lines[-1].split("\t"))) if len(lines) > 1 else {}
+print(row.get(sys.argv[2], "-"))' "$1" "$2"
+}
+
 # fsa_result TSV col=value...: append a row; the header is written with the first row, and
 # a row with new columns extends the header (earlier rows get "-" there, as do columns a
 # row lacks)

@@ -9,7 +9,8 @@ Runs ``fairseq-generate`` once with every head active and once per head with
 ``--model-overrides "{'encoder_masked_heads': '<h>'}"`` (what ``fsa-generate
 --mask-encoder-heads <h>`` does), scores each run with sacreBLEU (detokenized D- lines
 against the T- references, as fsa-length-bleu reads them) and prints, per head, the
-pattern it carries (or "learned"), the BLEU and the difference to the full model.  Writes
+pattern it carries (or "learned"), the BLEU with its 95% CI, the difference to the full
+model and its paired-bootstrap p-value (1000 resamples).  Writes
 ``gen.<run>.txt`` for every run and ``ablation.tsv`` in ``--out``.
 """
 
@@ -56,13 +57,34 @@ def generate(data, checkpoint, masked, out_file, extra):
         raise SystemExit(f"fairseq-generate failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
 
 
-def bleu_of(path):
-    import sacrebleu
-
+def read_output(path):
+    """(T- references, detokenized D- hypotheses) of a fairseq-generate output, in id order."""
     from fairseq_sparse_attn.analysis.length_bleu import read_generate_output
 
-    refs, hyps = read_generate_output(path)
-    return sacrebleu.corpus_bleu(hyps, [refs]).score
+    return read_generate_output(path)
+
+
+def bleu_and_significance(full_path, masked_paths):
+    """sacreBLEU (D- lines against the T- references, as fsa-length-bleu reads them) of the
+    all-heads output and of every masked output, each with its 95% CI, and the
+    paired-bootstrap p-value of every masked output against the all-heads one (sacreBLEU's
+    --paired-bs, 1000 resamples): {name: (bleu, (lo, hi), p or None)}, signature."""
+    import sacrebleu
+
+    from fairseq_sparse_attn.tools.significance import paired_bootstrap
+
+    refs, full = read_output(full_path)
+    systems = []
+    for name, path in masked_paths:
+        r, hyps = read_output(path)
+        if r != refs:
+            raise SystemExit(f"{path} and {full_path} translate different sentences")
+        systems.append((name, hyps))
+    boot, signature = paired_bootstrap(("all", full), systems, refs)
+    out = {}
+    for name, hyps in [("all", full)] + systems:
+        out[name] = (sacrebleu.corpus_bleu(hyps, [refs]).score, tuple(boot[name]["ci95"]), boot[name]["p_value"])
+    return out, signature
 
 
 def main(argv=None):
@@ -86,21 +108,28 @@ def main(argv=None):
 
     full_out = Path(args.out) / "gen.full.txt"
     generate(args.data, args.path, None, full_out, extra)
-    full = bleu_of(full_out)
-    rows = [("-", "all heads", full, 0.0)]
+    masked = []
     for h, label in heads:
         out = Path(args.out) / f"gen.mask{h}.txt"
         generate(args.data, args.path, h, out, extra)
-        b = bleu_of(out)
-        rows.append((str(h), label, b, b - full))
+        masked.append((str(h), out))
+    scores, signature = bleu_and_significance(full_out, masked)
+    full = scores["all"][0]
+    rows = [("-", "all heads", full, 0.0, scores["all"][1], None)]
+    for h, label in heads:
+        b, ci, p = scores[str(h)]
+        rows.append((str(h), label, b, b - full, ci, p))
 
-    print(f"{'masked head':<12}{'pattern':<32}{'BLEU':>8}{'delta':>8}")
-    for h, label, b, d in rows:
-        print(f"{h:<12}{label:<32}{b:>8.2f}{d:>+8.2f}")
+    print(f"{'masked head':<12}{'pattern':<32}{'BLEU':>8}{'95% CI':>14}{'delta':>8}{'p vs all':>10}")
+    for h, label, b, d, ci, p in rows:
+        p_text = "-" if p is None else f"{p:.4f}"
+        print(f"{h:<12}{label:<32}{b:>8.2f}{ci[0]:>8.2f}-{ci[1]:<5.2f}{d:>+8.2f}{p_text:>10}")
+    print(f"sacreBLEU {signature}; p: paired bootstrap against all heads, 1000 resamples")
     with open(Path(args.out) / "ablation.tsv", "w") as f:
-        f.write("masked_head\tpattern\tbleu\tdelta\n")
-        for h, label, b, d in rows:
-            f.write(f"{h}\t{label}\t{b:.4f}\t{d:.4f}\n")
+        f.write("masked_head\tpattern\tbleu\tdelta\tci95\tp_vs_all_heads\n")
+        for h, label, b, d, ci, p in rows:
+            p_text = "-" if p is None else f"{p:.4f}"
+            f.write(f"{h}\t{label}\t{b:.4f}\t{d:.4f}\t{ci[0]:.2f}-{ci[1]:.2f}\t{p_text}\n")
     return rows
 
 

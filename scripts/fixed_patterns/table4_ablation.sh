@@ -27,9 +27,9 @@ for layers in ${LAYERS:-6+1 6+6}; do
   [[ -n "${HEADS:-}" ]] && heads=(--heads "$HEADS")
   "$PY" "$FSA_REPO/scripts/fixed_patterns/head_ablation.py" "$DATA_BIN" --path "$ckpt" --out "$dir" \
     "${heads[@]}" -- "${gen[@]}" > "$dir.log" 2>&1 || fsa_die "head ablation of $name failed (see $dir.log)"
-  tail -n +2 "$dir/ablation.tsv" | while IFS=$'\t' read -r head pattern bleu delta; do
+  tail -n +2 "$dir/ablation.tsv" | while IFS=$'\t' read -r head pattern bleu delta ci p; do
     fsa_result "$TSV" "config=$CONFIG" "layers=$layers" "masked_head=$head" "pattern=$pattern" \
-      "sacrebleu=$bleu" "delta=$delta" "paper=see Table 4"
+      "sacrebleu=$bleu" "sacrebleu_ci95=$ci" "delta=$delta" "p_vs_all_heads=$p" "paper=see Table 4"
   done
 done
 fsa_publish "$TSV"

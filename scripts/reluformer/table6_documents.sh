@@ -5,7 +5,8 @@
 # DATA_DIR: data_prep/prepare_europarl_docs.py --out DATA_DIR --max-doc-length 128 256 512 1024 2048
 # (one DATA_DIR/L<L>/data-bin per length).  LENGTHS / MODELS select; KEY_BLOCK=N runs the
 # ReLUFormer with the memory-bounded key-block path (--attn-key-block-size N, attention
-# dropout 0).  BLEU is tokenized BLEU over whole documents (H- against T- lines).
+# dropout 0).  BLEU is tokenized BLEU over whole documents (H- against T- lines), with its
+# 95% CI and the paired-bootstrap p-value against the Transformer of the same L.
 # Writes OUT_DIR/L<L>/<model>/... and OUT_DIR/table6.tsv.
 FSA_DATA_IS_ROOT=1
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
@@ -51,11 +52,19 @@ for L in ${LENGTHS:-128 256 512 1024 2048}; do
         --max-doc-length "$L" --path "$ckpt" --gen-subset test --remove-bpe --beam 5 --lenpen 0.6 \
         --batch-size "${GEN_BATCH:-16}" "${gextra[@]}" > "$gen" 2> "$OUT/$model/gen.test.log" \
         || fsa_die "L$L/$model: fairseq-generate failed (see $OUT/$model/gen.test.log)"
-      "$PY" -m fairseq_sparse_attn.tools.score "$gen" --t-lines --json "$OUT/$model/bleu.test.json" > /dev/null \
-        || fsa_die "L$L/$model: scoring failed"
-      tok=$(fsa_json "$OUT/$model/bleu.test.json" tok_bleu)
+      # against the softmax Transformer of the same length limit (when it ran first)
+      base=()
+      [[ -f "$OUT/transformer/gen.test.txt" ]] && base=(--baseline "$OUT/transformer/gen.test.txt")
+      "$PY" -m fairseq_sparse_attn.tools.score "$gen" --t-lines "${base[@]}" --seed "${SEED:-1}" \
+        --json "$OUT/$model/bleu.test.json" > /dev/null || fsa_die "L$L/$model: scoring failed"
+      j="$OUT/$model/bleu.test.json"
+      tok=$(fsa_json "$j" tok_bleu); ci=$(fsa_json "$j" significance.ci95); p=$(fsa_json "$j" significance.p_value)
+      baseline=$([[ ${#base[@]} -gt 0 ]] && echo "transformer" || echo -)
+    else
+      ci=-; p=-; baseline=-
     fi
-    fsa_result "$TSV" "length=$L" "model=$model" "tok_bleu=$tok" "paper_tok_bleu=${PAPER[$model.$L]}"
+    fsa_result "$TSV" "length=$L" "model=$model" "tok_bleu=$tok" "tok_bleu_ci95=$ci" "p_vs_baseline=$p" \
+      "baseline=$baseline" "paper_tok_bleu=${PAPER[$model.$L]}"
   done
 done
 fsa_publish "$TSV"

@@ -33,36 +33,51 @@ rhe_base_args() {
   SCORE_ARGS=()
   AVERAGE="${AVERAGE:-5}"
 }
-# rhe_rows TSV NAME=FLAGS|PAPER ... : train and evaluate each row.
+# rhe_rows TSV NAME=FLAGS|PAPER[|BASELINE] ... : train and evaluate each row.
+# BASELINE: the row every BLEU of this row is compared with (sacreBLEU's 95% CI and the
+# paired-bootstrap p-value; default $RHE_BASELINE); it must have run earlier in OUT_DIR.
 # NAME@MODEL=FLAGS|PAPER: no training of its own; evaluates the model of row MODEL (trained
 # here with FLAGS, or reused from OUT_DIR when MODEL's row ran with the same command) with
 # test-time pruning of the redundant heads: --prune-redundant-heads is a test-time flag
 # (given to fairseq-train it would prune while training), so it goes to fairseq-generate as
 # --model-overrides "{'prune_redundant_heads': True}".
+# SEEDS="1 2 3": every row once per seed (runs NAME_seedS, compared with BASELINE_seedS),
+# and TSV's .mean.tsv with mean ± std (fsa_seed_summary, after fsa_publish).
 rhe_rows() {
   local tsv=$1; shift
-  local spec name rest flags paper model
+  local spec name rest flags paper model base seed run mrun
   for spec in "$@"; do
-    name=${spec%%=*}; rest=${spec#*=}; flags=${rest%|*}; paper=${rest##*|}
+    name=${spec%%=*}; rest=${spec#*=}
+    IFS='|' read -r flags paper base <<< "$rest"
+    base=${base:-${RHE_BASELINE:-}}
     model=$name
     [[ "$name" == *@* ]] && { model=${name#*@}; name=${name%%@*}; }
     fsa_selected "$name" "${ROWS:-}" || continue
     # shellcheck disable=SC2206
     local f=($flags)
-    if ! fsa_train "$model" "$RHE_TARGET_TOKENS" --arch rhe_transformer_wmt_en_de "${RHE_ARGS[@]}" "${FSA_SMOKE_MODEL[@]}" "${f[@]}"; then
-      fsa_result "$tsv" "row=$name" "flags=$flags" "paper_bleu=$paper" "sacrebleu=diverged" "tok_bleu=diverged" "signature=-" "checkpoint=-"
-    elif [[ "$model" == "$name" ]]; then
-      fsa_eval_row "$name" "$tsv" "row=$name" "flags=$flags" "paper_bleu=$paper"
-    else
-      mkdir -p "$OUT/$name"
-      local ckpt j
-      ckpt=$(fsa_average "$model" "$AVERAGE")
-      fsa_generate "$name" "$ckpt" test "${GEN_ARGS[@]}" --model-overrides "{'prune_redundant_heads': True}" > /dev/null
-      fsa_score "$name" test "${SCORE_ARGS[@]}" > /dev/null
-      j="$OUT/$name/bleu.test.json"
-      fsa_result "$tsv" "row=$name" "flags=$flags --prune-redundant-heads (test time)" "paper_bleu=$paper" \
-        "sacrebleu=$(fsa_json "$j" sacrebleu)" "tok_bleu=$(fsa_json "$j" tok_bleu)" \
-        "signature=$(fsa_json "$j" signature)" "checkpoint=$ckpt"
-    fi
+    for seed in $(fsa_seeds); do
+      SEED=$seed FSA_RUN_SEED=$seed
+      rhe_base_args
+      run=$(fsa_seed_name "$name" "$seed"); mrun=$(fsa_seed_name "$model" "$seed")
+      FSA_BASELINE=""
+      [[ -n "$base" ]] && FSA_BASELINE=$(fsa_seed_name "$base" "$seed")
+      if ! fsa_train "$mrun" "$RHE_TARGET_TOKENS" --arch rhe_transformer_wmt_en_de "${RHE_ARGS[@]}" "${FSA_SMOKE_MODEL[@]}" "${f[@]}"; then
+        fsa_result "$tsv" "row=$name" "flags=$flags" "seed=$seed" "paper_bleu=$paper" "sacrebleu=diverged" "tok_bleu=diverged" "signature=-" "checkpoint=-"
+      elif [[ "$model" == "$name" ]]; then
+        fsa_eval_row "$run" "$tsv" "row=$name" "flags=$flags" "seed=$seed" "paper_bleu=$paper"
+      else
+        mkdir -p "$OUT/$run"
+        local ckpt j
+        ckpt=$(fsa_average "$mrun" "$AVERAGE")
+        fsa_generate "$run" "$ckpt" test "${GEN_ARGS[@]}" --model-overrides "{'prune_redundant_heads': True}" > /dev/null
+        fsa_score "$run" test "${SCORE_ARGS[@]}" > /dev/null
+        j="$OUT/$run/bleu.test.json"
+        fsa_result "$tsv" "row=$name" "flags=$flags --prune-redundant-heads (test time)" "seed=$seed" "paper_bleu=$paper" \
+          "sacrebleu=$(fsa_json "$j" sacrebleu)" "tok_bleu=$(fsa_json "$j" tok_bleu)" \
+          "sacrebleu_ci95=$(fsa_json "$j" significance.ci95)" "p_vs_baseline=$(fsa_json "$j" significance.p_value)" \
+          "baseline=$( [[ -n "$FSA_BASELINE" && -f "$OUT/$FSA_BASELINE/gen.test.txt" ]] && echo "$FSA_BASELINE" || echo -)" \
+          "signature=$(fsa_json "$j" signature)" "checkpoint=$ckpt"
+      fi
+    done
   done
 }

@@ -3,7 +3,9 @@
 # first encoder layer; WMT16 NC v11 En-De, WMT14 En-De, WMT16 NC v11 En-Cs.
 #   TASK=nc11_en_de scripts/rhe/table1.sh DATA_DIR NUM_GPUS OUT_DIR   (also wmt14_en_de, nc11_en_cs)
 # DATA_DIR: data_prep/prepare_<TASK>.py output, parsed with data_prep/parse_source.py.
-# ROWS selects.  Writes OUT_DIR/table1.tsv (compare tok_bleu: the paper reports 4-gram BLEU).
+# ROWS selects; SEEDS="1 2 3" trains every row per seed (+ table1.mean.tsv, mean ± std).
+# Writes OUT_DIR/table1.tsv (compare tok_bleu: the paper reports 4-gram BLEU); every row has
+# sacreBLEU's 95% CI and the paired-bootstrap p-value against the Transformer row.
 # Needs the RHE flags (another branch): see scripts/rhe/common.sh.
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -19,7 +21,7 @@ case $TASK in
   *) fsa_die "TASK must be nc11_en_de, wmt14_en_de or nc11_en_cs" ;;
 esac
 rm -f "$OUT/table1.tsv" "$OUT/table1.tsv.partial"
-FSA_BASELINE=transformer  # every row against the Transformer row (paired bootstrap)
+RHE_BASELINE=transformer  # every row against the Transformer row (paired bootstrap, same seed)
 rhe_rows "$OUT/table1.tsv.partial" \
   "transformer=|${P[0]}" \
   "rel_pos=$REL_POS|${P[1]}" \
@@ -29,3 +31,4 @@ rhe_rows "$OUT/table1.tsv.partial" \
   "lpea=--encoder-syntax-attention lpea --lpea-max-distance $K|${P[5]}" \
   "lpea_rhe=--encoder-syntax-attention lpea --lpea-max-distance $K --rhe --rhe-gate dynamic|${P[6]}"
 fsa_publish "$OUT/table1.tsv.partial"
+fsa_seed_summary "$OUT/table1.tsv"

@@ -94,12 +94,27 @@ def test_head_ablation_script(data, fixed_checkpoint, tmp_path):
                 "--remove-bpe", "--max-len-b", "20"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = (tmp_path / "ablation.tsv").read_text().splitlines()
-    assert lines[0] == "masked_head\tpattern\tbleu\tdelta"
+    assert lines[0] == "masked_head\tpattern\tbleu\tdelta\tci95\tp_vs_all_heads"
     rows = [line.split("\t") for line in lines[1:]]
     assert [r[:2] for r in rows] == [["-", "all heads"], ["1", "previous (token)"], ["7", "learned"]]
     full = float(rows[0][2])
     for r in rows[1:]:
         assert abs(float(r[3]) - (float(r[2]) - full)) < 1e-3
+    # BLEU, CI and p against sacreBLEU's own paired bootstrap on the same D-/T- lines
+    import sacrebleu
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    from fairseq_sparse_attn.analysis.length_bleu import read_generate_output
+
+    refs, full_hyps = read_generate_output(tmp_path / "gen.full.txt")
+    systems = [("all", full_hyps)] + [(h, read_generate_output(tmp_path / f"gen.mask{h}.txt")[1]) for h in "17"]
+    _, res = PairedTest(systems, {"BLEU": BLEU()}, references=[refs], test_type="bs", n_samples=1000)()
+    for row, result, (_, hyps) in zip(rows, res["BLEU"], systems):
+        assert abs(float(row[2]) - sacrebleu.corpus_bleu(hyps, [refs]).score) < 1e-3
+        lo, hi = map(float, row[4].split("-"))
+        assert abs(lo - (result.mean - result.ci)) < 0.011 and abs(hi - (result.mean + result.ci)) < 0.011
+        assert row[5] == ("-" if result.p_value is None else f"{result.p_value:.4f}")
     assert "previous (token)" in proc.stdout
 
 

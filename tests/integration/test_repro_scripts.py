@@ -207,10 +207,18 @@ def test_reluformer_documents_script(tmp_path):
                            "--max-doc-length", "128", "--bpe-merges", "500", "--max-docs", "3"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    proc = run_script("reluformer/table6_documents.sh", data, 0, tmp_path / "t6", LENGTHS="128", MODELS="reluformer")
+    proc = run_script("reluformer/table6_documents.sh", data, 0, tmp_path / "t6", LENGTHS="128",
+                      MODELS="transformer reluformer")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (row,) = rows(tmp_path / "t6" / "table6.tsv")
+    base, row = rows(tmp_path / "t6" / "table6.tsv")
     assert row["length"] == "128" and row["paper_tok_bleu"] == "31.22" and is_bleu(row["tok_bleu"])
+    # the ReLUFormer row against the Transformer of the same L: tokenized BLEU's 95% CI and
+    # paired-bootstrap p-value, as tools.score wrote them
+    assert base["model"] == "transformer" and base["p_vs_baseline"] == "-" and base["baseline"] == "transformer"
+    sig = json.loads((tmp_path / "t6" / "L128" / "reluformer" / "bleu.test.json").read_text())["significance"]
+    assert row["baseline"] == "transformer" and sig["metric"] == "tok_bleu" and sig["n_resamples"] == 1000
+    assert sig["baseline"] == str(tmp_path / "t6" / "L128" / "transformer" / "gen.test.txt")
+    assert row["p_vs_baseline"] == str(sig["p_value"]) and row["tok_bleu_ci95"] == "-".join(f"{x:.2f}" for x in sig["ci95"])
 
 
 def test_fixed_pattern_scripts(smoke_data, tmp_path):
@@ -230,6 +238,9 @@ def test_fixed_pattern_scripts(smoke_data, tmp_path):
     t4 = rows(out / "table4.tsv")
     assert [r["masked_head"] for r in t4] == ["-", "7"] and t4[1]["pattern"] == "learned"
     assert float(t4[1]["delta"]) == pytest.approx(float(t4[1]["sacrebleu"]) - float(t4[0]["sacrebleu"]), abs=1e-3)
+    ablation = rows(out / "ablation_7Ftoken_2+1" / "ablation.tsv")
+    assert [(r["ci95"], r["p_vs_all_heads"]) for r in ablation] == [(r["sacrebleu_ci95"], r["p_vs_all_heads"]) for r in t4]
+    assert t4[0]["p_vs_all_heads"] == "-" and 0 < float(t4[1]["p_vs_all_heads"]) <= 1
 
     # analyses: BLEU by length and a contrastive suite (plain format: 20 test sentences
     # against their reversed word order) for the model and with its learned head masked
@@ -259,6 +270,8 @@ def test_fixed_pattern_scripts(smoke_data, tmp_path):
     (row,) = rows(out / "table5.tsv")
     assert _published(out)
     assert row["config"] == "8F" and int(row["params"].replace(",", "")) > 0 and is_bleu(row["sacrebleu"])
+    # the columns are read by name from the row's own table (8L did not run here: no baseline)
+    assert row["signature"].startswith("nrefs:1|") and row["baseline"] == "-" and row["p_vs_baseline"] == "-"
     assert "--encoder-fixed-patterns 8F" in (out / "8F_2+1" / "train.cmd").read_text()
 
     proc = run_script("fixed_patterns/table2_low_resource.sh", smoke_data, 0, out, CONFIGS="7Ftoken")
@@ -421,6 +434,10 @@ def test_rhe_scripts(rhe_smoke_data, tmp_path):
     assert not (out / "lpea_rhe_pruned" / "train.cmd").exists() and not (out / "gate.tsv").exists()
     (t2,) = rows(out / "table2.tsv")
     assert t2["row"] == "lpea_rhe_pruned" and t2["paper_bleu"] == "26.28-0.1"
+    # the pruned model against the unpruned one (Table 1's lpea_rhe output)
+    sig = json.loads((out / "lpea_rhe_pruned" / "bleu.test.json").read_text())["significance"]
+    assert t2["baseline"] == "lpea_rhe" and sig["baseline"] == str(out / "lpea_rhe" / "gen.test.txt")
+    assert t2["p_vs_baseline"] == str(sig["p_value"]) and t2["sacrebleu_ci95"] == "-".join(f"{x:.2f}" for x in sig["ci95"])
     assert t2["checkpoint"] == row["checkpoint"] and t2["flags"].endswith("--prune-redundant-heads (test time)")
     assert "'prune_redundant_heads': True" in (out / "lpea_rhe_pruned" / "gen.test.log").read_text()
     (k,) = rows(out / "k.tsv")
