@@ -133,10 +133,10 @@ def test_tiny_document_level_run(doc_data, model, tmp_path):
                 "--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "256",
                 "--decoder-ffn-embed-dim", "256", "--encoder-attention-heads", "4",
                 "--decoder-attention-heads", "4", "--share-all-embeddings", "--optimizer", "adam",
-                "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "50",
-                "--max-tokens", "4096", "--max-update", "100", "--save-dir", tmp_path,
+                "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "25",
+                "--max-tokens", "4096", "--max-update", "50", "--save-dir", tmp_path,
                 "--no-epoch-checkpoints", "--num-workers", "0", "--seed", "1", "--log-format", "simple",
-                "--validate-interval-updates", "100"])
+                "--validate-interval-updates", "50"])
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-3000:]
     if model == "reluformer":
@@ -147,7 +147,7 @@ def test_tiny_document_level_run(doc_data, model, tmp_path):
     proc = run([sys.executable, "-m", "fairseq_cli.generate", doc_data / "data-bin", "--user-dir", USER_DIR,
                 "--task", "document_translation", "--max-doc-length", "256", "--path",
                 tmp_path / "checkpoint_last.pt", "--gen-subset", "test", "--beam", "1",
-                "--batch-size", "32", "--max-len-a", "1.1", "--max-len-b", "5", "--remove-bpe"])
+                "--batch-size", "32", "--max-len-a", "0", "--max-len-b", "128", "--remove-bpe"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     hyps = dict(re.findall(r"^H-(\d+)\t\S+\t(.*)$", proc.stdout, re.M))
     refs = dict(re.findall(r"^T-(\d+)\t(.*)$", proc.stdout, re.M))
