@@ -40,10 +40,9 @@ MODELS = {
     "rela_i": ["--arch", "rela_transformer_wmt_en_de", "--attn-output-norm", "rmsnorm_i"],
 }
 DEFAULT_MODELS = ("softmax", "rela_g")
-# Each model's learning rate, meant to be its best validation BLEU in `make demo-sweep` at the
-# demo's budget (250 updates, warmup 100).  The sweep could only be run in part on the
-# project's shared machine: 1e-3 is the rate measured for both models (docs/demo.md has the
-# table and what is missing); run `make demo-sweep` and put its choice here.
+# Each model's learning rate: its best validation BLEU in `make demo-sweep` at the demo's
+# budget (250 updates, warmup 100; rates 5e-4, 1e-3, 2e-3; 2026-11-23): 1e-3 for softmax
+# (15.10) and for ReLA-g (6.70); the table is in docs/demo.md.  ReLA-i was not swept.
 DEMO_LR = {"softmax": 1e-3, "rela_g": 1e-3, "rela_i": 1e-3}
 SWEEP_LRS = "5e-4,1e-3,2e-3"
 KINDS = ("encoder_self", "decoder_self", "cross")
@@ -334,12 +333,12 @@ def demo(args, out, data_bin):
               "test_set": "Multi30k test_2016_flickr", "settings": {k: v for k, v in vars(args).items()},
               "elapsed_s": elapsed}
     write_json(out / "results.json", report, seed=args.seed, sacrebleu_signature=signature)
-    print_table(results, names, signature, args)
+    print_table(results, names, signature, args, curves)
     print(f"learning curves: {curve_files[2]} (data: {curve_files[0].name}, {curve_files[1].name})")
     print(f"heatmap: {png}\nresults: {out / 'results.json'}\ntotal time: {elapsed:.0f}s")
 
 
-def print_table(results, names, signature, args):
+def print_table(results, names, signature, args, curves=None):
     rows = [("sacreBLEU", lambda r: f"{r['bleu']:.2f}"),
             ("  95% CI (bootstrap)", lambda r: f"{r['bleu_ci95'][0]:.1f}-{r['bleu_ci95'][1]:.1f}"),
             (f"  p-value vs {names[0]}", lambda r: "-" if r["p_value_vs_softmax"] is None else f"{r['p_value_vs_softmax']:.3f}"),
@@ -357,14 +356,33 @@ def print_table(results, names, signature, args):
         print(label.ljust(width) + "".join(fmt(results[n]).rjust(12) for n in names))
     print(f"\nsacreBLEU signature: {signature}")
     for name in names[1:]:
-        print(reading(names[0], name, results[names[0]], results[name], args))
+        print(reading(names[0], name, results[names[0]], results[name], args, curves))
 
 
 def _num(value, fmt):
     return "-" if value is None else format(value, fmt)
 
 
-def reading(base, name, b, r, args):
+def curve_reading(base, name, curves):
+    """What the two validation-loss curves say about the gap, from their points: the gap
+    (name minus base) at the last common validation and at an earlier one (the latest at
+    least a quarter of the run before; not the end-of-epoch validation a few updates
+    earlier), and whether it narrows."""
+    common = sorted({p["num_updates"] for p in curves.get(base, [])} & {p["num_updates"] for p in curves.get(name, [])})
+    if len(common) < 2:
+        return "The learning curves have fewer than two common validations: no trend to read."
+    loss = {n: {p["num_updates"]: p["loss"] for p in curves[n]} for n in (base, name)}
+    u1 = common[-1]  # against the latest validation at least a quarter of the run earlier
+    u0 = max(u for u in common[:-1] if u1 - u >= (u1 - common[0]) / 4)
+    g0, g1 = (loss[name][u] - loss[base][u] for u in (u0, u1))
+    trend = ("narrowing: more updates may close it" if abs(g1) < abs(g0) else
+             "not narrowing: at this budget more updates do not yet close it")
+    return (f"The learning curves: {name}'s validation loss is {g1:+.3f} from {base}'s at update {u1} "
+            f"({g0:+.3f} at update {u0}), so the gap is {trend}; where the curves meet with longer "
+            f"training: docs/rela.md, 'Small budgets'.")
+
+
+def reading(base, name, b, r, args, curves=None):
     """What the numbers do and do not show, in words."""
     diff = r["bleu"] - b["bleu"]
     p = r["p_value_vs_softmax"]
@@ -388,9 +406,8 @@ def reading(base, name, b, r, args):
             f"Both models had the same budget ({budget}, one seed) and {rates}.  The CI and p-value "
             f"describe only the uncertainty from the choice of test sentences (1000 paired resamples of "
             f"test_2016_flickr); they say nothing about other seeds, longer training, larger data or larger "
-            f"models - the ReLA paper's parity is for converged base models.  See the learning curves: where "
-            f"{name}'s validation loss is still falling faster than {base}'s, more updates narrow the gap "
-            f"(docs/rela.md, 'Small budgets').  Train speed {name}/{base}: {speed} in this run "
+            f"models - the ReLA paper's parity is for converged base models.  {curve_reading(base, name, curves or {})}"
+            f"  Train speed {name}/{base}: {speed} in this run "
             f"(one run; benchmarks/bench_attention.py measures speed with spread).")
 
 

@@ -75,7 +75,7 @@ def test_demo_reports_bleu_ci_and_p_value(demo_out):
 
 
 def test_demo_learning_curves(demo_out):
-    out, _ = demo_out
+    out, printed = demo_out
     with open(out / "learning_curves.csv", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     for name in ("softmax", "rela_g"):
@@ -87,6 +87,16 @@ def test_demo_learning_curves(demo_out):
     check_provenance(data)
     assert [p["loss"] for p in data["variants"]["rela_g"]] == [loss for _, loss in validations_in(out / "train_rela_g.log")]
     assert is_png(out / "learning_curves.png")
+    # the printed reading of the curves: the loss gap at the last validation and at the one a
+    # quarter of the run earlier (updates 12 and 8 here), as the training logs have them
+    m = re.search(r"rela_g's validation loss is ([-+][\d.]+) from softmax's at update (\d+) "
+                  r"\(([-+][\d.]+) at update (\d+)\), so the gap is (not )?narrowing", printed)
+    assert m, printed[-1500:]
+    soft, rela = (dict(validations_in(out / f"train_{n}.log")) for n in ("softmax", "rela_g"))
+    assert (int(m.group(2)), int(m.group(4))) == (12, 8)
+    g1, g0 = rela[12] - soft[12], rela[8] - soft[8]
+    assert float(m.group(1)) == pytest.approx(g1, abs=6e-4) and float(m.group(3)) == pytest.approx(g0, abs=6e-4)
+    assert (m.group(5) is None) == (abs(g1) < abs(g0))
 
 
 def test_demo_tensorboard(demo_out):
