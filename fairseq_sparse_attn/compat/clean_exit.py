@@ -18,6 +18,7 @@ changes while the process runs.
 """
 
 import atexit
+import queue
 import threading
 import time
 import weakref
@@ -55,7 +56,7 @@ def _drain(q):
     try:
         while True:
             q.get_nowait()
-    except Exception:  # queue.Empty
+    except queue.Empty:
         pass
 
 

@@ -57,13 +57,6 @@ def generate(data, checkpoint, masked, out_file, extra):
         raise SystemExit(f"fairseq-generate failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
 
 
-def read_output(path):
-    """(T- references, detokenized D- hypotheses) of a fairseq-generate output, in id order."""
-    from fairseq_sparse_attn.analysis.length_bleu import read_generate_output
-
-    return read_generate_output(path)
-
-
 def bleu_and_significance(full_path, masked_paths):
     """sacreBLEU (D- lines against the T- references, as fsa-length-bleu reads them) of the
     all-heads output and of every masked output, each with its 95% CI, and the
@@ -71,12 +64,13 @@ def bleu_and_significance(full_path, masked_paths):
     --paired-bs, 1000 resamples): {name: (bleu, (lo, hi), p or None)}, signature."""
     import sacrebleu
 
+    from fairseq_sparse_attn.analysis.length_bleu import read_generate_output
     from fairseq_sparse_attn.tools.significance import paired_bootstrap
 
-    refs, full = read_output(full_path)
+    refs, full = read_generate_output(full_path)
     systems = []
     for name, path in masked_paths:
-        r, hyps = read_output(path)
+        r, hyps = read_generate_output(path)
         if r != refs:
             raise SystemExit(f"{path} and {full_path} translate different sentences")
         systems.append((name, hyps))

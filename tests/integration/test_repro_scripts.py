@@ -9,6 +9,7 @@ import csv
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -265,13 +266,20 @@ def test_fixed_pattern_scripts(smoke_data, tmp_path):
     masked = (out / "analyses" / "gen.7Ftoken_H8off_2+1.txt").read_text()
     assert "encoder_masked_heads" not in full and full != masked
 
+    # Table 5 compares every row with 8L of the same depth: a stand-in 8L_2+1 output of the
+    # same test set (Table 1's 7Ftoken translations) saves training an 8L model here
+    (out / "8L_2+1").mkdir()
+    shutil.copy(out / "7Ftoken_2+1" / "gen.test.txt", out / "8L_2+1" / "gen.test.txt")
     proc = run_script("fixed_patterns/table5_8f.sh", smoke_data, 0, out, CONFIGS="8F", LAYERS="2+1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = rows(out / "table5.tsv")
     assert _published(out)
     assert row["config"] == "8F" and int(row["params"].replace(",", "")) > 0 and is_bleu(row["sacrebleu"])
-    # the columns are read by name from the row's own table (8L did not run here: no baseline)
-    assert row["signature"].startswith("nrefs:1|") and row["baseline"] == "-" and row["p_vs_baseline"] == "-"
+    # the columns are read by name from the row's own table; p and CI against 8L_2+1
+    assert row["signature"].startswith("nrefs:1|") and row["baseline"] == "8L_2+1"
+    sig = json.loads((out / "8F_2+1" / "bleu.test.json").read_text())["significance"]
+    assert sig["baseline"] == str(out / "8L_2+1" / "gen.test.txt")
+    assert row["p_vs_baseline"] == str(sig["p_value"]) and row["sacrebleu_ci95"] == "-".join(f"{x:.2f}" for x in sig["ci95"])
     assert "--encoder-fixed-patterns 8F" in (out / "8F_2+1" / "train.cmd").read_text()
 
     proc = run_script("fixed_patterns/table2_low_resource.sh", smoke_data, 0, out, CONFIGS="7Ftoken")
