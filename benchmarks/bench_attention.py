@@ -191,6 +191,9 @@ def main():
                         "are chosen from the warm-up; default 0.3)")
     p.add_argument("--threads", type=int, default=None,
                    help="pin torch / OpenMP / MKL threads (default: torch's own choice)")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="wall: elapsed time (default); cpu: CPU seconds of this process, steady on "
+                        "a machine shared with other jobs (use with --threads 1; CPU devices only)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: 3 rounds, 1 warm-up, one repetition per timing, 2 sentences "
                         "for batch 1, batch 64 decoding skipped (the figures are not for claims)")
@@ -205,6 +208,8 @@ def main():
     from fairseq_sparse_attn.models.standalone import synthetic_dictionary
 
     device = torch.device(args.device)
+    if args.clock == "cpu" and device.type != "cpu":
+        sys.exit("--clock cpu measures CPU time of this process: CPU devices only (use --clock wall on a GPU)")
     preset = args.preset or ("base" if device.type == "cuda" else "small")
     pin_threads(args.threads)
     train_bsz = args.train_batch or (128 if device.type == "cuda" else 32)
@@ -259,12 +264,12 @@ def main():
                else f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads")
     result = {"device": str(device), "machine": machine, "preset": preset, "torch": torch.__version__,
               "settings": vars(args), "method": "paired per-round speed ratios t_softmax / t_variant, "
-              "median with percentile-bootstrap 95% interval of the median",
+              "median with percentile-bootstrap 95% interval of the median", "clock": args.clock,
               "measures": {}}
     for m in model_measures:
         print(f"{m}:", file=sys.stderr, flush=True)
         run = interleaved_rounds(jobs[m], "softmax", args.rounds, args.warmup, args.min_time,
-                                 sync=sync, progress=progress)
+                                 sync=sync, progress=progress, clock=args.clock)
         result["measures"][m] = {}
         for v in variants:
             t_med = sorted(run["times"][v])[len(run["times"][v]) // 2]
@@ -279,7 +284,7 @@ def main():
         entmax = {}
         for plugin, package in pairs:
             run = interleaved_rounds({package: ejobs[package], plugin: ejobs[plugin]}, package,
-                                     args.rounds, args.warmup, args.min_time, sync=sync)
+                                     args.rounds, args.warmup, args.min_time, sync=sync, clock=args.clock)
             entmax[plugin.split("_")[0]] = {
                 "speed_plugin_vs_package": summarize_ratios(run["speed"][plugin]),
                 "package_median_s": sorted(run["times"][package])[args.rounds // 2],
@@ -287,7 +292,8 @@ def main():
         result["entmax_check"] = entmax
 
     print(f"\n{preset} transformer on {machine} ({device}); speed relative to softmax "
-          f"(>1 = faster): median of {args.rounds} paired interleaved rounds [bootstrap 95% interval]")
+          f"(>1 = faster): median of {args.rounds} paired interleaved rounds [bootstrap 95% interval], "
+          f"{args.clock} clock")
     if model_measures:
         print("variant".ljust(12) + "".join(c.rjust(26) for c in model_measures))
         for v in variants:

@@ -17,7 +17,14 @@ The method (used by ``bench_attention.py`` and ``bench_long_sequences.py``):
   > 1 = faster than the baseline), never a ratio of two separately taken medians: a slow
   phase of a shared machine slows both members of a pair and largely cancels;
 * **spread**: the median of the per-round ratios with a percentile-bootstrap 95% interval of
-  that median (seeded, so the same timings give the same interval), and min–max.
+  that median (seeded, so the same timings give the same interval), and min–max;
+* **clock**: ``wall`` (``time.perf_counter``, what a user waits for; the default) or ``cpu``
+  (``time.process_time``: CPU seconds of this process, all its threads).  On a machine
+  shared with other jobs, wall time also counts the moments the benchmark waits for a core;
+  CPU time does not, so with ``--threads 1`` the paired ratios stay steady under load
+  (memory-bandwidth and cache contention still reach them).  With several threads CPU time
+  also counts OpenMP's spin-waiting, so use ``cpu`` with one thread; never on a GPU (the
+  device's work is not CPU time of this process).
 """
 
 import gc
@@ -26,6 +33,8 @@ import random
 import statistics
 import time
 from typing import Callable, Dict, List, Optional, Sequence
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
 def pin_threads(threads: Optional[int]):
@@ -68,20 +77,28 @@ def summarize_ratios(ratios: Sequence[float], seed: int = 0) -> Dict[str, float]
             "min": min(ratios), "max": max(ratios), "rounds": len(ratios)}
 
 
-def _time_once(fn: Callable[[], None], reps: int, sync: Callable[[], None]) -> float:
+def clock_named(name: str) -> Callable[[], float]:
+    if name not in CLOCKS:
+        raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, got {name!r}")
+    return CLOCKS[name]
+
+
+def _time_once(fn: Callable[[], None], reps: int, sync: Callable[[], None],
+               clock: Callable[[], float] = time.perf_counter) -> float:
     sync()
-    t0 = time.perf_counter()
+    t0 = clock()
     for _ in range(reps):
         fn()
     sync()
-    return (time.perf_counter() - t0) / reps
+    return (clock() - t0) / reps
 
 
 def interleaved_rounds(jobs: Dict[str, Callable[[], None]], baseline: str, rounds: int,
                        warmup: int = 2, min_time: float = 0.2, reps: Optional[int] = None,
                        sync: Callable[[], None] = lambda: None,
-                       progress: Optional[Callable[[str], None]] = None):
-    """Time every job in ``rounds`` interleaved rounds after ``warmup`` discarded ones.
+                       progress: Optional[Callable[[str], None]] = None, clock: str = "wall"):
+    """Time every job in ``rounds`` interleaved rounds after ``warmup`` discarded ones,
+    with the clock named ``clock`` (:data:`CLOCKS`).
 
     Returns ``{"reps": reps, "times": {name: [seconds per call, one per round]},
     "speed": {name: [t_baseline / t_name per round]}}``.
@@ -91,11 +108,12 @@ def interleaved_rounds(jobs: Dict[str, Callable[[], None]], baseline: str, round
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     names = list(jobs)
+    now = clock_named(clock)
     gc_was_enabled = gc.isenabled()
     try:
         for w in range(max(warmup, 1)):
             for name in names:
-                t = _time_once(jobs[name], 1, sync)
+                t = _time_once(jobs[name], 1, sync, now)
                 if name == baseline and w == max(warmup, 1) - 1 and reps is None:
                     reps = max(1, int(min_time / max(t, 1e-9) + 0.999))
         times: Dict[str, List[float]] = {n: [] for n in names}
@@ -104,7 +122,7 @@ def interleaved_rounds(jobs: Dict[str, Callable[[], None]], baseline: str, round
             gc.collect()
             gc.disable()
             for name in order:
-                times[name].append(_time_once(jobs[name], reps, sync))
+                times[name].append(_time_once(jobs[name], reps, sync, now))
             if gc_was_enabled:
                 gc.enable()
             if progress is not None:
@@ -114,4 +132,4 @@ def interleaved_rounds(jobs: Dict[str, Callable[[], None]], baseline: str, round
             gc.enable()
     base = times[baseline]
     speed = {n: [b / t for b, t in zip(base, times[n])] for n in names}
-    return {"reps": reps, "times": times, "speed": speed}
+    return {"reps": reps, "times": times, "speed": speed, "clock": clock}
