@@ -28,6 +28,7 @@ def test_bench_attention_json(tmp_path):
     data = json.loads(out.read_text())
     record = check_provenance(data)
     assert record["threads"] == 1 and record["seed"] == 0 and "bench_attention.py" in record["command"]
+    assert data["clock"] == "wall"
     for measure in ("train_step", "decode_b1"):
         base = data["measures"][measure]["softmax"]["speed_vs_softmax"]
         assert base["median"] == 1.0 and base["rounds"] == 2
@@ -58,3 +59,31 @@ def test_bench_long_sequences_json(tmp_path):
     rows = data["results"]["train"]["16"]
     assert {"softmax_stock", "relu_chunked"} <= set(rows)
     assert rows["softmax_stock"]["speed_vs_softmax_stock"]["median"] == 1.0
+
+
+def test_bench_attention_cpu_clock(tmp_path):
+    out = tmp_path / "bench.json"
+    run("bench_attention.py", "--variants", "rela_g", "--rounds", "2", "--warmup", "0", "--min-time", "0",
+        "--measures", "decode_b1", "--src-len", "6", "--tgt-len", "6", "--decode-steps", "2",
+        "--decode-sentences", "1", "--threads", "1", "--clock", "cpu", "--json", out)
+    data = json.loads(out.read_text())
+    check_provenance(data)
+    assert data["clock"] == "cpu" and data["settings"]["clock"] == "cpu"
+
+
+def test_decode_step_costs_json(tmp_path):
+    """Per-call costs: the ratio of each round is t_variant / t_softmax of the times written
+    beside it, and the per-call microseconds are the median time over the steps."""
+    out = tmp_path / "costs.json"
+    run("decode_step_costs.py", "--rounds", "3", "--steps", "2", "--min-time", "0", "--json", out)
+    data = json.loads(out.read_text())
+    check_provenance(data)
+    assert data["clock"] == "cpu" and data["threads"] == 1
+    for kind in ("self", "cross"):
+        k = data["kinds"][kind]
+        times = k["times_s"]
+        assert set(times) == {"softmax", "softmax_pipeline", "rela_g_no_norm", "rela_g", "rela_i"}
+        for variant, t in times.items():
+            ratios = sorted(v / s for v, s in zip(t, times["softmax"]))
+            assert abs(k["cost_vs_stock_softmax"][variant]["median"] - ratios[1]) < 1e-9
+            assert abs(k["per_call_us"][variant] - sorted(t)[1] / 2 * 1e6) < 1e-6
