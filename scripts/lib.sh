@@ -16,8 +16,10 @@
 # VALIDATE_INTERVAL (validate every N updates for the learning curves, default 1000; 5 in
 # SMOKE), FSA_BASELINE (set by each script: the run every row's BLEU is compared with,
 # paired bootstrap), TENSORBOARD_DIR (also log every run to tensorboard under it),
-# SEEDS="1 2 3" (scripts/rela: every row once per seed, runs NAME_seedS, and a .mean.tsv
-# with mean ± std), PYTHON (python3).  Effective batch = MAX_TOKENS x GPUs x --update-freq.
+# SEEDS="1 2 3" (every table script: every row once per seed, runs NAME_seedS compared with
+# BASELINE_seedS, a seed column and a .mean.tsv with mean ± std; SEED=S alone, or SEEDS
+# with one seed, keeps the one-seed names and columns), PYTHON (python3).
+# Effective batch = MAX_TOKENS x GPUs x --update-freq.
 
 set -euo pipefail
 
@@ -296,18 +298,48 @@ fsa_seed_name() {
   if [[ "$n" -gt 1 ]]; then echo "$1_seed$2"; else echo "$1"; fi
 }
 
-# fsa_seed_summary TSV: with several seeds, TSV's rows grouped by every column but the
-# per-run ones -> TSV with .mean.tsv: n seeds, mean ± sample std of sacreBLEU and tokenized
-# BLEU (diverged runs are counted apart); prints it
+# fsa_use_seed SEED NAME [BASELINE]: the per-seed settings of a table's row loop
+# (for seed in $(fsa_seeds); do fsa_use_seed "$seed" NAME BASELINE; <rebuild the paper's
+# base args: they hold --seed>; ...): SEED and FSA_RUN_SEED (training and bootstrap seed),
+# FSA_RUN (fsa_seed_name NAME SEED), FSA_BASELINE (fsa_seed_name BASELINE SEED: the run of
+# the same seed every row is compared with; empty without BASELINE) and FSA_SEED_COL, the
+# seed column for fsa_result: ("seed=SEED") with several seeds, () with one (one-seed tables
+# keep their columns)
+FSA_SEED_COL=()
+fsa_use_seed() {
+  local seed=$1 name=$2 base=${3:-}
+  [[ "$seed" =~ ^[0-9]+$ ]] || fsa_die "SEEDS/SEED must be whole numbers, got '$seed' (SEEDS='$(fsa_seeds)')"
+  [[ $(fsa_seeds | tr -s ' \t' '\n\n' | grep -cx "$seed") -le 1 ]] || fsa_die "SEEDS lists seed $seed more than once (SEEDS='$(fsa_seeds)')"
+  SEED=$seed
+  FSA_RUN_SEED=$seed
+  FSA_RUN=$(fsa_seed_name "$name" "$seed")
+  FSA_BASELINE=""
+  [[ -n "$base" ]] && FSA_BASELINE=$(fsa_seed_name "$base" "$seed")
+  FSA_SEED_COL=()
+  [[ $(fsa_seeds | wc -w) -gt 1 ]] && FSA_SEED_COL=("seed=$seed")
+  return 0
+}
+
+# fsa_seed_summary TSV [COLUMN...]: with several seeds, TSV's rows grouped by every column
+# but the per-run ones -> TSV with .mean.tsv: n seeds, diverged seeds (counted apart), mean ±
+# sample std of sacreBLEU and tokenized BLEU (the ones TSV has) and of each COLUMN (another
+# per-run number: entropy, delta, ...); prints it
 fsa_seed_summary() {
-  local tsv=$1
+  local tsv=$1; shift
   [[ $(fsa_seeds | wc -w) -gt 1 && -f "$tsv" ]] || return 0
-  "$PY" - "$tsv" "${tsv%.tsv}.mean.tsv" <<'PYEOF'
+  "$PY" - "$tsv" "${tsv%.tsv}.mean.tsv" "$@" <<'PYEOF' || fsa_die "no mean ± std table for $tsv (see the message above)"
 import csv, statistics, sys
-src, dst = sys.argv[1], sys.argv[2]
-per_run = {"seed", "sacrebleu", "tok_bleu", "sacrebleu_ci95", "p_vs_baseline", "baseline", "signature", "checkpoint"}
+src, dst, extra = sys.argv[1], sys.argv[2], sys.argv[3:]
+per_run = {"seed", "sacrebleu", "tok_bleu", "sacrebleu_ci95", "tok_bleu_ci95", "p_vs_baseline",
+           "p_vs_all_heads", "baseline", "signature", "checkpoint", *extra}
 with open(src, encoding="utf-8") as f:
     rows = list(csv.DictReader(f, delimiter="\t"))
+if "seed" not in rows[0]:
+    sys.exit(f"{src}: no seed column")
+metrics = [m for m in ("sacrebleu", "tok_bleu") if m in rows[0]] + list(extra)
+missing = [m for m in extra if m not in rows[0]]
+if missing:
+    sys.exit(f"{src}: no column {', '.join(missing)}")
 keys = [k for k in rows[0] if k not in per_run]
 groups = {}
 for r in rows:
@@ -319,12 +351,11 @@ def stat(values):
     sd = statistics.stdev(nums) if len(nums) > 1 else 0.0
     return f"{statistics.mean(nums):.2f} ± {sd:.2f}"
 with open(dst, "w", encoding="utf-8") as f:
-    f.write("\t".join(keys + ["seeds", "diverged", "sacrebleu_mean_std", "tok_bleu_mean_std"]) + "\n")
+    f.write("\t".join(keys + ["seeds", "diverged"] + [f"{m}_mean_std" for m in metrics]) + "\n")
     for group, rs in groups.items():
-        div = sum(r.get("sacrebleu") == "diverged" for r in rs)
-        f.write("\t".join(list(group) + [" ".join(r["seed"] for r in rs), str(div),
-                                          stat(r.get("sacrebleu", "-") for r in rs),
-                                          stat(r.get("tok_bleu", "-") for r in rs)]) + "\n")
+        div = sum(any(r.get(m) == "diverged" for m in metrics) for r in rs)
+        f.write("\t".join(list(group) + [" ".join(r["seed"] for r in rs), str(div)]
+                          + [stat(r.get(m, "-") for r in rs) for m in metrics]) + "\n")
 PYEOF
   fsa_log "mean ± std over seeds $(fsa_seeds): ${tsv%.tsv}.mean.tsv"
   { column -t -s $'\t' "${tsv%.tsv}.mean.tsv" || cat "${tsv%.tsv}.mean.tsv"; } >&2 2>/dev/null

@@ -8,42 +8,55 @@
 # suites are English->German: DATA_DIR must be En->De then); empty = length analysis only.
 # CONTRASTIVE_NAME labels the suite in the TSV (default: its --format).
 # LAYERS (default "6+6 6+1") and MODELS (default "8L 7Ftoken 7Ftoken_H8off") select.  Writes OUT_DIR/analyses/length.tsv and
-# OUT_DIR/analyses/contrastive.tsv.
+# OUT_DIR/analyses/contrastive.tsv.  SEEDS="1 2 3" analyses the model of every seed
+# (<config>_<layers>_seedS, table1.sh's with the same SEEDS), adds a seed column and
+# OUT_DIR/analyses/{length,contrastive}.mean.tsv (mean ± std of BLEU per length bin and of
+# the accuracy).
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-fsa_init "Raganato et al. Fig. 2, 3, Table 6; env: CONTRASTIVE, LAYERS, SMOKE" "$@"
-fp_base_args
+fsa_init "Raganato et al. Fig. 2, 3, Table 6; env: CONTRASTIVE, LAYERS, MODELS, SEEDS, SMOKE" "$@"
 A="$OUT/analyses"
 mkdir -p "$A"
 suite_name=$(grep -o -- '--format [a-z0-9]*' <<< "${CONTRASTIVE:-}" | cut -d' ' -f2 || true)
 suite_name=${suite_name:-plain}
-rm -f "$A/length.tsv" "$A/contrastive.tsv" "$A/length.tsv.partial" "$A/contrastive.tsv.partial"
+rm -f "$A"/{length,contrastive}.tsv "$A"/{length,contrastive}.tsv.partial "$A"/{length,contrastive}.mean.tsv
 for layers in ${LAYERS:-6+6 6+1}; do
   for model in ${MODELS:-8L 7Ftoken 7Ftoken_H8off}; do
     config=${model%_H8off}
-    name="${config}_$layers"
-    [[ -f "$OUT/$name/.trained" ]] || fp_run "$name" "$OUT/$name.eval.tsv" "Fig. 2" "$config" "$layers"
-    ckpt=$(fsa_average "$name" "$AVERAGE")
-    mask=()
-    [[ "$model" == *_H8off ]] && mask=(--model-overrides "{'encoder_masked_heads': '7'}")
-    gen=$(fsa_generate "$name" "$ckpt" test "${GEN_ARGS[@]}" "${mask[@]}")
-    cp "$gen" "$A/gen.${model}_$layers.txt"
-    "$PY" -m fairseq_sparse_attn.analysis.length_bleu "$A/gen.${model}_$layers.txt" --tsv "$A/length.${model}_$layers.tsv" \
-      > /dev/null || fsa_die "fsa-length-bleu failed on $A/gen.${model}_$layers.txt"
-    [[ -f "$A/length.tsv.partial" ]] || printf 'model\tlayers\t%s\n' "$(head -1 "$A/length.${model}_$layers.tsv")" > "$A/length.tsv.partial"
-    awk -v m="$model" -v l="$layers" 'NR > 1 { print m "\t" l "\t" $0 }' "$A/length.${model}_$layers.tsv" >> "$A/length.tsv.partial"
-    if [[ -n "${CONTRASTIVE:-}" ]]; then
-      # shellcheck disable=SC2206
-      cargs=($CONTRASTIVE)
-      [[ "$NGPUS" -eq 0 ]] && cargs+=(--cpu)
-      "$PY" -m fairseq_sparse_attn.analysis.contrastive "$DATA_BIN" "${cargs[@]}" --path "$ckpt" \
-        -s "$SRC" -t "$TGT" "${mask[@]}" --no-progress --output-json "$A/contrastive.${model}_$layers.json" \
-        > "$A/contrastive.${model}_$layers.log" 2>&1 || fsa_die "fsa-contrastive failed (see $A/contrastive.${model}_$layers.log)"
-      acc=$("$PY" -c "import json,sys; r=json.load(open(sys.argv[1])); print(r.get('accuracy', r.get('overall', {}).get('accuracy', '-')))" \
-        "$A/contrastive.${model}_$layers.json")
-      fsa_result "$A/contrastive.tsv.partial" "model=$model" "layers=$layers" "accuracy=$acc" "suite=${CONTRASTIVE_NAME:-$suite_name}" "paper=see Fig. 3 / Table 6"
-    fi
+    for seed in $(fsa_seeds); do
+      fsa_use_seed "$seed" "${config}_$layers"
+      fp_base_args
+      name=$FSA_RUN
+      tag=$(fsa_seed_name "${model}_$layers" "$seed")  # file names under $A
+      [[ -f "$OUT/$name/.trained" ]] || fp_run "$name" "$OUT/$name.eval.tsv" "Fig. 2" "$config" "$layers"
+      ckpt=$(fsa_average "$name" "$AVERAGE")
+      mask=()
+      [[ "$model" == *_H8off ]] && mask=(--model-overrides "{'encoder_masked_heads': '7'}")
+      gen=$(fsa_generate "$name" "$ckpt" test "${GEN_ARGS[@]}" "${mask[@]}")
+      cp "$gen" "$A/gen.$tag.txt"
+      "$PY" -m fairseq_sparse_attn.analysis.length_bleu "$A/gen.$tag.txt" --tsv "$A/length.$tag.tsv" \
+        > /dev/null || fsa_die "fsa-length-bleu failed on $A/gen.$tag.txt"
+      # model, layers (and seed with several seeds), then fsa-length-bleu's columns
+      seed_col=$([[ ${#FSA_SEED_COL[@]} -gt 0 ]] && printf 'seed\t' || true)
+      seed_val=$([[ ${#FSA_SEED_COL[@]} -gt 0 ]] && printf '%s\t' "$seed" || true)
+      [[ -f "$A/length.tsv.partial" ]] || printf 'model\tlayers\t%s%s\n' "$seed_col" "$(head -1 "$A/length.$tag.tsv")" > "$A/length.tsv.partial"
+      awk -v m="$model" -v l="$layers" -v s="$seed_val" 'NR > 1 { print m "\t" l "\t" s $0 }' "$A/length.$tag.tsv" >> "$A/length.tsv.partial"
+      if [[ -n "${CONTRASTIVE:-}" ]]; then
+        # shellcheck disable=SC2206
+        cargs=($CONTRASTIVE)
+        [[ "$NGPUS" -eq 0 ]] && cargs+=(--cpu)
+        "$PY" -m fairseq_sparse_attn.analysis.contrastive "$DATA_BIN" "${cargs[@]}" --path "$ckpt" \
+          -s "$SRC" -t "$TGT" "${mask[@]}" --no-progress --output-json "$A/contrastive.$tag.json" \
+          > "$A/contrastive.$tag.log" 2>&1 || fsa_die "fsa-contrastive failed (see $A/contrastive.$tag.log)"
+        acc=$("$PY" -c "import json,sys; r=json.load(open(sys.argv[1])); print(r.get('accuracy', r.get('overall', {}).get('accuracy', '-')))" \
+          "$A/contrastive.$tag.json")
+        fsa_result "$A/contrastive.tsv.partial" "model=$model" "layers=$layers" "${FSA_SEED_COL[@]}" "accuracy=$acc" \
+          "suite=${CONTRASTIVE_NAME:-$suite_name}" "paper=see Fig. 3 / Table 6"
+      fi
+    done
   done
 done
 fsa_publish "$A/length.tsv.partial"
 fsa_publish "$A/contrastive.tsv.partial"
+fsa_seed_summary "$A/length.tsv" bleu
+fsa_seed_summary "$A/contrastive.tsv" accuracy

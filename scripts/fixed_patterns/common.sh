@@ -40,6 +40,7 @@ fp_layer_args() {
   echo --encoder-layers "${BASH_REMATCH[1]}" --decoder-layers "${BASH_REMATCH[2]}"
 }
 # fp_run NAME TSV PAPER_TABLE CONFIG LAYERS [low]: train (or reuse) and evaluate one model
+# (call fsa_use_seed, then fp_base_args, before it: the row gets the seed column FSA_SEED_COL)
 fp_run() {
   local name=$1 tsv=$2 table=$3 config=$4 layers=$5 low=${6:-}
   local flags
@@ -47,9 +48,9 @@ fp_run() {
   flags=($(fp_config_args "$config" "$low") $(fp_layer_args "$layers"))
   if [[ "$config" == 1L ]]; then flags+=(--encoder-attention-heads 1); fi
   if fsa_train "$name" "${FP_TARGET:-$FP_TARGET_TOKENS}" "${FP_ARGS[@]}" "${FP_SMOKE[@]}" "${flags[@]}"; then
-    fsa_eval_row "$name" "$tsv" "config=$config" "layers=$layers" "paper=see $table"
+    fsa_eval_row "$name" "$tsv" "config=$config" "layers=$layers" "${FSA_SEED_COL[@]}" "paper=see $table"
   else
-    fsa_result "$tsv" "config=$config" "layers=$layers" "paper=see $table" "sacrebleu=diverged" \
+    fsa_result "$tsv" "config=$config" "layers=$layers" "${FSA_SEED_COL[@]}" "paper=see $table" "sacrebleu=diverged" \
       "tok_bleu=diverged" "signature=-" "checkpoint=-"
   fi
 }

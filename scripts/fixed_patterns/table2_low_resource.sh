@@ -4,20 +4,26 @@
 #   scripts/fixed_patterns/table2_low_resource.sh DATA_DIR NUM_GPUS OUT_DIR
 # DATA_DIR: prepare_iwslt14_de_en.py, prepare_iwslt15_en_vi.py (--src vi --tgt en for
 # Vi->En) or prepare_korean_en.py output; run once per language pair.  CONFIGS selects.
-# Writes OUT_DIR/<config>/... and OUT_DIR/table2.tsv.
+# Writes OUT_DIR/low_<config>/... and OUT_DIR/table2.tsv (every row against low_8L: 95% CI
+# and paired-bootstrap p-value).  SEEDS="1 2 3" trains every row once per seed
+# (OUT_DIR/low_<config>_seed2, ..., compared with low_8L of the same seed), adds a seed
+# column and OUT_DIR/table2.mean.tsv (mean ± std).
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-fsa_init "Raganato et al. Table 2; env: CONFIGS, MAX_UPDATE, SMOKE" "$@"
-fp_base_args
+fsa_init "Raganato et al. Table 2; env: CONFIGS, SEEDS, MAX_UPDATE, SMOKE" "$@"
 FP_TARGET=1000
 if [[ "$SMOKE" != "1" ]]; then
   gpus=$NGPUS; [[ $gpus -ge 1 ]] || gpus=1
   MAX_TOKENS=$(( (1000 + gpus - 1) / gpus ))  # 1k tokens per update in all
 fi
 TSV="$OUT/table2.tsv.partial"
-rm -f "$TSV" "${TSV%.partial}"
+rm -f "$TSV" "${TSV%.partial}" "${TSV%.tsv.partial}.mean.tsv"
 for config in ${CONFIGS:-8L 7Ftoken 7Fword}; do
-  FSA_BASELINE=low_8L  # against the 8-learned-head encoder
-  fp_run "low_$config" "$TSV" "Table 2 ($SRC-$TGT)" "$config" "6+6" low
+  for seed in $(fsa_seeds); do
+    fsa_use_seed "$seed" "low_$config" low_8L  # against the 8-learned-head encoder of the same seed
+    fp_base_args
+    fp_run "$FSA_RUN" "$TSV" "Table 2 ($SRC-$TGT)" "$config" "6+6" low
+  done
 done
 fsa_publish "$TSV"
+fsa_seed_summary "${TSV%.partial}"

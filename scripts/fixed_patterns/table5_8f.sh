@@ -5,32 +5,38 @@
 # DATA_DIR: prepare_wmt19_de_en.py --src en --tgt de, or prepare_iwslt15_en_vi.py output
 # (LOW=1 for the low-resource settings).  CONFIGS / LAYERS select (default 6+6 6+1).
 # Writes OUT_DIR/table5.tsv (with the parameter counts); every row has sacreBLEU's 95% CI and
-# the paired-bootstrap p-value against 8L of the same depth.
+# the paired-bootstrap p-value against 8L of the same depth.  SEEDS="1 2 3" trains every
+# row once per seed (OUT_DIR/<config>_<layers>_seed2, ..., compared with 8L_<layers> of the
+# same seed), adds a seed column and OUT_DIR/table5.mean.tsv (mean ± std).
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-fsa_init "Raganato et al. Table 5; env: CONFIGS, LAYERS, LOW, MAX_UPDATE, SMOKE" "$@"
-fp_base_args
+fsa_init "Raganato et al. Table 5; env: CONFIGS, LAYERS, LOW, SEEDS, MAX_UPDATE, SMOKE" "$@"
 low=""
 if [[ "${LOW:-0}" == "1" ]]; then
   low=low; FP_TARGET=1000
   if [[ "$SMOKE" != "1" ]]; then gpus=$NGPUS; [[ $gpus -ge 1 ]] || gpus=1; MAX_TOKENS=$(( (1000 + gpus - 1) / gpus )); fi
 fi
 TSV="$OUT/table5.tsv.partial"
-rm -f "$TSV" "${TSV%.partial}"
+rm -f "$TSV" "${TSV%.partial}" "${TSV%.tsv.partial}.mean.tsv"
+prefix=""
+[[ -n "$low" ]] && prefix=low_
 for config in ${CONFIGS:-8L 7Ftoken 8F}; do
   for layers in ${LAYERS:-6+6 6+1}; do
-    name="${config}_$layers"
-    [[ -n "$low" ]] && name="low_${config}_$layers"
-    rm -f "$OUT/$name.row.tsv"
-    # every row against the 8-learned-head encoder of the same depth (it runs first)
-    FSA_BASELINE="8L_$layers"
-    [[ -n "$low" ]] && FSA_BASELINE="low_8L_$layers"
-    fp_run "$name" "$OUT/$name.row.tsv" "Table 5" "$config" "$layers" $low
-    params=$(grep -o 'num. shared model params: [0-9,]*' "$OUT/$name/train.log" | head -1 | grep -o '[0-9,]*$' || echo -)
-    r="$OUT/$name.row.tsv"
-    fsa_result "$TSV" "config=$config" "layers=$layers" "params=$params" "sacrebleu=$(fsa_tsv_last "$r" sacrebleu)" \
-      "sacrebleu_ci95=$(fsa_tsv_last "$r" sacrebleu_ci95)" "p_vs_baseline=$(fsa_tsv_last "$r" p_vs_baseline)" \
-      "baseline=$(fsa_tsv_last "$r" baseline)" "signature=$(fsa_tsv_last "$r" signature)" "paper=see Table 5"
+    for seed in $(fsa_seeds); do
+      # every row against the 8-learned-head encoder of the same depth and seed (it runs first)
+      fsa_use_seed "$seed" "${prefix}${config}_$layers" "${prefix}8L_$layers"
+      fp_base_args
+      name=$FSA_RUN
+      r="$OUT/$name.row.tsv"
+      rm -f "$r"
+      fp_run "$name" "$r" "Table 5" "$config" "$layers" $low
+      params=$(grep -o 'num. shared model params: [0-9,]*' "$OUT/$name/train.log" | head -1 | grep -o '[0-9,]*$' || echo -)
+      fsa_result "$TSV" "config=$config" "layers=$layers" "${FSA_SEED_COL[@]}" "params=$params" \
+        "sacrebleu=$(fsa_tsv_last "$r" sacrebleu)" "sacrebleu_ci95=$(fsa_tsv_last "$r" sacrebleu_ci95)" \
+        "p_vs_baseline=$(fsa_tsv_last "$r" p_vs_baseline)" "baseline=$(fsa_tsv_last "$r" baseline)" \
+        "signature=$(fsa_tsv_last "$r" signature)" "paper=see Table 5"
+    done
   done
 done
 fsa_publish "$TSV"
+fsa_seed_summary "${TSV%.partial}"

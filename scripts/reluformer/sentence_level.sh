@@ -9,12 +9,16 @@
 # relu_scaled in all three attention kinds (the ReLUFormer model) - the paper's Table 2
 # does not say whether its SAN ablation covered the decoder too.
 # Writes OUT_DIR/<run>/... and OUT_DIR/table{2,4,5}.tsv (tokenized BLEU; Table 5 also
-# the attention entropy logged by the regularized criterion on the validation set).
+# the attention entropy logged by the regularized criterion on the validation set).  Every
+# run is compared with softmax (paired bootstrap: OUT_DIR/<run>/bleu.test.json and
+# OUT_DIR/<run>/.row.tsv).  SEEDS="1 2 3" trains every run once per seed
+# (OUT_DIR/<run>_seed2, ..., compared with softmax of the same seed), adds a seed column and
+# OUT_DIR/table{2,4,5}.mean.tsv (mean ± std of BLEU, and of the entropy in Table 5).
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-fsa_init "ReLUFormer Tables 2/4/5; env: TASK (iwslt14|wmt14), RUNS, MAX_UPDATE, SMOKE" "$@"
+fsa_init "ReLUFormer Tables 2/4/5; env: TASK (iwslt14|wmt14), RUNS, SEEDS, MAX_UPDATE, SMOKE" "$@"
 TASK="${TASK:-iwslt14}"
-rf_base_args "$TASK"
+rf_base_args "$TASK"  # RF_SIZE (and a check of TASK); again per seed below
 S=$RF_SIZE
 declare -A FLAGS=(
   [softmax]="--arch softmax_transformer_$S ${CE[*]}"
@@ -37,34 +41,43 @@ declare -A T2=([softmax]="Softmax, no scale factor|34.22" [relu_noscale_noreg]="
                [relu_scaled_noreg]="ReLU, scale factor|33.19")
 declare -A T5=([reluformer]="ReLUFormer|34.56|1.60" [reluformer_noscale]="- scale factor|-|-"
                [relu_scaled_noreg]="- reg loss|33.19|0.08")
-FSA_BASELINE=softmax  # every run against softmax (paired bootstrap)
-rm -f "$OUT"/table{2,4,5}.tsv "$OUT"/table{2,4,5}.tsv.partial
+rm -f "$OUT"/table{2,4,5}.tsv "$OUT"/table{2,4,5}.tsv.partial "$OUT"/table{2,4,5}.mean.tsv
 for run in ${RUNS:-$DEFAULT_RUNS}; do
   [[ -n "${FLAGS[$run]:-}" ]] || fsa_die "unknown run '$run' (${!FLAGS[*]})"
   # shellcheck disable=SC2206
   flags=(${FLAGS[$run]})
-  bleu=diverged; tok=diverged; sig=-
-  if fsa_train "$run" "$RF_TARGET_TOKENS" "${flags[@]}" "${RF_ARGS[@]}" "${FSA_SMOKE_MODEL[@]}"; then
-    rm -f "$OUT/$run/.row.tsv"
-    fsa_eval_row "$run" "$OUT/$run/.row.tsv" "run=$run"
-    j="$OUT/$run/bleu.test.json"
-    bleu=$(fsa_json "$j" sacrebleu); tok=$(fsa_json "$j" tok_bleu); sig=$(fsa_json "$j" signature)
-  fi
-  # attention entropy H(s) of the last validation (encoder self-attention), if logged
-  entropy=$(grep "valid on" "$OUT/$run/train.log" 2>/dev/null | tail -1 | grep -o 'entropy_encoder_self [0-9.]*' | cut -d' ' -f2 || true)
-  entropy=${entropy:--}
-  if [[ -n "${T4[$run]:-}" ]]; then
-    fsa_result "$OUT/table4.tsv.partial" "task=$TASK" "model=$run" "tok_bleu=$tok" "sacrebleu=$bleu" "paper_tok_bleu=${T4[$run]}" "signature=$sig"
-  fi
-  if [[ "$TASK" == iwslt14 && -n "${T2[$run]:-}" ]]; then
-    IFS='|' read -r label paper <<< "${T2[$run]}"
-    fsa_result "$OUT/table2.tsv.partial" "row=$label" "run=$run" "tok_bleu=$tok" "paper_tok_bleu=$paper"
-  fi
-  if [[ "$TASK" == iwslt14 && -n "${T5[$run]:-}" ]]; then
-    IFS='|' read -r label paper pent <<< "${T5[$run]}"
-    fsa_result "$OUT/table5.tsv.partial" "row=$label" "run=$run" "tok_bleu=$tok" "entropy=$entropy" "paper_tok_bleu=$paper" "paper_entropy=$pent"
-  fi
+  for seed in $(fsa_seeds); do
+    fsa_use_seed "$seed" "$run" softmax  # every run against softmax of the same seed (paired bootstrap)
+    rf_base_args "$TASK"
+    name=$FSA_RUN
+    bleu=diverged; tok=diverged; sig=-
+    if fsa_train "$name" "$RF_TARGET_TOKENS" "${flags[@]}" "${RF_ARGS[@]}" "${FSA_SMOKE_MODEL[@]}"; then
+      rm -f "$OUT/$name/.row.tsv"
+      fsa_eval_row "$name" "$OUT/$name/.row.tsv" "run=$run" "${FSA_SEED_COL[@]}"
+      j="$OUT/$name/bleu.test.json"
+      bleu=$(fsa_json "$j" sacrebleu); tok=$(fsa_json "$j" tok_bleu); sig=$(fsa_json "$j" signature)
+    fi
+    # attention entropy H(s) of the last validation (encoder self-attention), if logged
+    entropy=$(grep "valid on" "$OUT/$name/train.log" 2>/dev/null | tail -1 | grep -o 'entropy_encoder_self [0-9.]*' | cut -d' ' -f2 || true)
+    entropy=${entropy:--}
+    if [[ -n "${T4[$run]:-}" ]]; then
+      fsa_result "$OUT/table4.tsv.partial" "task=$TASK" "model=$run" "${FSA_SEED_COL[@]}" "tok_bleu=$tok" "sacrebleu=$bleu" \
+        "paper_tok_bleu=${T4[$run]}" "signature=$sig"
+    fi
+    if [[ "$TASK" == iwslt14 && -n "${T2[$run]:-}" ]]; then
+      IFS='|' read -r label paper <<< "${T2[$run]}"
+      fsa_result "$OUT/table2.tsv.partial" "row=$label" "run=$run" "${FSA_SEED_COL[@]}" "tok_bleu=$tok" "paper_tok_bleu=$paper"
+    fi
+    if [[ "$TASK" == iwslt14 && -n "${T5[$run]:-}" ]]; then
+      IFS='|' read -r label paper pent <<< "${T5[$run]}"
+      fsa_result "$OUT/table5.tsv.partial" "row=$label" "run=$run" "${FSA_SEED_COL[@]}" "tok_bleu=$tok" "entropy=$entropy" \
+        "paper_tok_bleu=$paper" "paper_entropy=$pent"
+    fi
+  done
 done
 for t in 2 4 5; do
   fsa_publish "$OUT/table$t.tsv.partial"
 done
+fsa_seed_summary "$OUT/table2.tsv"
+fsa_seed_summary "$OUT/table4.tsv"
+fsa_seed_summary "$OUT/table5.tsv" entropy

@@ -7,13 +7,15 @@
 # ReLUFormer with the memory-bounded key-block path (--attn-key-block-size N, attention
 # dropout 0).  BLEU is tokenized BLEU over whole documents (H- against T- lines), with its
 # 95% CI and the paired-bootstrap p-value against the Transformer of the same L.
-# Writes OUT_DIR/L<L>/<model>/... and OUT_DIR/table6.tsv.
+# Writes OUT_DIR/L<L>/<model>/... and OUT_DIR/table6.tsv.  SEEDS="1 2 3" trains every
+# model once per seed (OUT_DIR/L<L>/<model>_seed2, ..., compared with the Transformer of the
+# same L and seed), adds a seed column and OUT_DIR/table6.mean.tsv (mean ± std).
 FSA_DATA_IS_ROOT=1
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-fsa_init "ReLUFormer Table 6; env: LENGTHS, MODELS, KEY_BLOCK, MAX_UPDATE, SMOKE" "$@"
+fsa_init "ReLUFormer Table 6; env: LENGTHS, MODELS, SEEDS, KEY_BLOCK, MAX_UPDATE, SMOKE" "$@"
 TSV="$OUT/table6.tsv.partial"
-rm -f "$TSV" "${TSV%.partial}"
+rm -f "$TSV" "${TSV%.partial}" "${TSV%.tsv.partial}.mean.tsv"
 declare -A PAPER=(
   [transformer.128]=31.19 [transformer.256]=31.94 [transformer.512]=31.81 [transformer.1024]=31.74 [transformer.2048]=31.89
   [sparsemax.128]=31.04 [sparsemax.256]=31.70 [sparsemax.512]=- [sparsemax.1024]=- [sparsemax.2048]=-
@@ -26,7 +28,6 @@ for L in ${LENGTHS:-128 256 512 1024 2048}; do
   fsa_data_dir "$DATA/L$L"
   OUT="$ROOT_OUT/L$L"
   mkdir -p "$OUT"
-  rf_base_args wmt14
   # a batch must hold the longest document
   longest=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['longest_document'])" "$DATA_BIN/doc_info.json")
   MAX_TOKENS=$(( BASE_MAX_TOKENS > longest + 2 ? BASE_MAX_TOKENS : longest + 2 ))
@@ -40,31 +41,37 @@ for L in ${LENGTHS:-128 256 512 1024 2048}; do
     esac
     extra=()
     [[ "$model" == reluformer && -n "${KEY_BLOCK:-}" ]] && extra=(--attention-dropout 0)
-    tok=diverged
-    if fsa_train "$model" "$RF_TARGET_TOKENS" --task document_translation --max-doc-length "$L" \
-        "${flags[@]}" "${RF_ARGS[@]}" "${FSA_SMOKE_MODEL[@]}" "${extra[@]}"; then
-      ckpt=$(fsa_average "$model" "${AVERAGE}")
-      gen="$OUT/$model/gen.test.txt"
-      gextra=()
-      [[ "$NGPUS" -eq 0 ]] && gextra=(--cpu)
-      gextra+=("${FSA_SMOKE_GEN[@]}")
-      "$PY" -m fairseq_cli.generate "$DATA_BIN" --user-dir "$FSA_USER_DIR" --task document_translation \
-        --max-doc-length "$L" --path "$ckpt" --gen-subset test --remove-bpe --beam 5 --lenpen 0.6 \
-        --batch-size "${GEN_BATCH:-16}" "${gextra[@]}" > "$gen" 2> "$OUT/$model/gen.test.log" \
-        || fsa_die "L$L/$model: fairseq-generate failed (see $OUT/$model/gen.test.log)"
-      # against the softmax Transformer of the same length limit (when it ran first)
-      base=()
-      [[ -f "$OUT/transformer/gen.test.txt" ]] && base=(--baseline "$OUT/transformer/gen.test.txt")
-      "$PY" -m fairseq_sparse_attn.tools.score "$gen" --t-lines "${base[@]}" --seed "${SEED:-1}" \
-        --json "$OUT/$model/bleu.test.json" > /dev/null || fsa_die "L$L/$model: scoring failed"
-      j="$OUT/$model/bleu.test.json"
-      tok=$(fsa_json "$j" tok_bleu); ci=$(fsa_json "$j" significance.ci95); p=$(fsa_json "$j" significance.p_value)
-      baseline=$([[ ${#base[@]} -gt 0 ]] && echo "transformer" || echo -)
-    else
-      ci=-; p=-; baseline=-
-    fi
-    fsa_result "$TSV" "length=$L" "model=$model" "tok_bleu=$tok" "tok_bleu_ci95=$ci" "p_vs_baseline=$p" \
-      "baseline=$baseline" "paper_tok_bleu=${PAPER[$model.$L]}"
+    for seed in $(fsa_seeds); do
+      # against the softmax Transformer of the same length limit and seed (when it ran first)
+      fsa_use_seed "$seed" "$model" transformer
+      rf_base_args wmt14
+      name=$FSA_RUN
+      tok=diverged
+      if fsa_train "$name" "$RF_TARGET_TOKENS" --task document_translation --max-doc-length "$L" \
+          "${flags[@]}" "${RF_ARGS[@]}" "${FSA_SMOKE_MODEL[@]}" "${extra[@]}"; then
+        ckpt=$(fsa_average "$name" "${AVERAGE}")
+        gen="$OUT/$name/gen.test.txt"
+        gextra=()
+        [[ "$NGPUS" -eq 0 ]] && gextra=(--cpu)
+        gextra+=("${FSA_SMOKE_GEN[@]}")
+        "$PY" -m fairseq_cli.generate "$DATA_BIN" --user-dir "$FSA_USER_DIR" --task document_translation \
+          --max-doc-length "$L" --path "$ckpt" --gen-subset test --remove-bpe --beam 5 --lenpen 0.6 \
+          --batch-size "${GEN_BATCH:-16}" "${gextra[@]}" > "$gen" 2> "$OUT/$name/gen.test.log" \
+          || fsa_die "L$L/$name: fairseq-generate failed (see $OUT/$name/gen.test.log)"
+        base=()
+        [[ -f "$OUT/$FSA_BASELINE/gen.test.txt" ]] && base=(--baseline "$OUT/$FSA_BASELINE/gen.test.txt")
+        "$PY" -m fairseq_sparse_attn.tools.score "$gen" --t-lines "${base[@]}" --seed "$SEED" \
+          --json "$OUT/$name/bleu.test.json" > /dev/null || fsa_die "L$L/$name: scoring failed"
+        j="$OUT/$name/bleu.test.json"
+        tok=$(fsa_json "$j" tok_bleu); ci=$(fsa_json "$j" significance.ci95); p=$(fsa_json "$j" significance.p_value)
+        baseline=$([[ ${#base[@]} -gt 0 ]] && echo "$FSA_BASELINE" || echo -)
+      else
+        ci=-; p=-; baseline=-
+      fi
+      fsa_result "$TSV" "length=$L" "model=$model" "${FSA_SEED_COL[@]}" "tok_bleu=$tok" "tok_bleu_ci95=$ci" \
+        "p_vs_baseline=$p" "baseline=$baseline" "paper_tok_bleu=${PAPER[$model.$L]}"
+    done
   done
 done
 fsa_publish "$TSV"
+fsa_seed_summary "${TSV%.partial}"

@@ -1,6 +1,8 @@
 """The reproduction scripts (scripts/<paper>/*.sh) in SMOKE mode: tiny model (2+2 layers,
 d=64), 10 updates, CPU, beam 1, on a 2,000-pair Multi30k slice with a 50-sentence test
-set, one row per script, so the scripts cannot rot.  The norm-analysis script runs on that
+set, one row per script (two for ReLUFormer's FFN table and fixed-pattern Table 5, run with
+SEEDS="1 2": NAME_seedS against the baseline of the same seed, and the .mean.tsv), so the
+scripts cannot rot.  The norm-analysis script runs on that
 slice with a rule-made gold alignment file (a structural check), the RHE scripts on the
 slice prepared En->De with source parses (needs spaCy's English model).  The scripts' flags
 are also checked against the plugin's parsers."""
@@ -9,7 +11,6 @@ import csv
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -144,6 +145,64 @@ def _check_curves(out, names, updates):
     assert (out / "learning_curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def _stand_in_baseline(path, data, every):
+    """A fairseq-generate output of the smoke test set standing in for a baseline run (saves
+    training it): the references (H- tokenized, D- detokenized) with every `every`-th
+    sentence cut to its first word, so stand-ins with different `every` differ in BLEU.
+    Returns its sacreBLEU, computed here."""
+    import sacrebleu
+
+    raw = (data / "raw" / "test.en").read_text(encoding="utf-8").splitlines()
+    tok = (data / "tok" / "test.en").read_text(encoding="utf-8").splitlines()
+    cut = lambda i, line: line.split()[0] if i % every == 0 else line  # noqa: E731
+    path.parent.mkdir(parents=True)
+    path.write_text("".join(f"T-{i}\t{t}\nH-{i}\t-1.0\t{cut(i, t)}\nD-{i}\t-1.0\t{cut(i, r)}\n"
+                            for i, (r, t) in enumerate(zip(raw, tok))), encoding="utf-8")
+    return round(sacrebleu.corpus_bleu([cut(i, r) for i, r in enumerate(raw)], [raw]).score, 2)
+
+
+def _check_seed_rows(table, out, name, base, base_bleu):
+    """SEEDS="1 2": one row per seed, run NAME_seedS compared with BASE_seedS (the baseline
+    of the same seed: its path, and its BLEU as computed from the stand-in), trained and
+    scored with that seed."""
+    from fairseq_sparse_attn.provenance import check_provenance
+
+    assert [r["seed"] for r in table] == ["1", "2"]
+    assert not (out / name).exists() and not (out / f"{name}.row.tsv").exists()
+    for r in table:
+        run, b = f"{name}_seed{r['seed']}", f"{base}_seed{r['seed']}"
+        assert f"--seed {r['seed']} " in (out / run / "train.cmd").read_text()
+        data = json.loads((out / run / "bleu.test.json").read_text())
+        check_provenance(data, bleu=True)
+        assert data["provenance"]["seed"] == int(r["seed"])
+        sig = data["significance"]
+        assert r["baseline"] == b and sig["baseline"] == str(out / b / "gen.test.txt")
+        assert sig["baseline_bleu"] == pytest.approx(base_bleu[r["seed"]], abs=0.01)
+        assert r["p_vs_baseline"] == str(sig["p_value"]) and 0 < sig["p_value"] <= 1
+        assert r["sacrebleu_ci95"] == "-".join(f"{x:.2f}" for x in sig["ci95"])
+
+
+def _check_mean_tsv(path, table, keys, metrics):
+    """TABLE.mean.tsv: one row per KEYS group, mean ± sample std of each metric computed
+    here from the per-seed rows."""
+    import statistics
+
+    mean = rows(path)
+    with open(path, encoding="utf-8") as f:
+        header = f.readline().rstrip("\n").split("\t")
+    assert header == list(keys) + ["seeds", "diverged"] + [f"{m}_mean_std" for m in metrics]
+    groups = {}
+    for r in table:
+        groups.setdefault(tuple(r[k] for k in keys), []).append(r)
+    assert [tuple(m[k] for k in keys) for m in mean] == list(groups)
+    for m in mean:
+        rs = groups[tuple(m[k] for k in keys)]
+        assert m["seeds"] == " ".join(r["seed"] for r in rs) and m["diverged"] == "0"
+        for metric in metrics:
+            values = [float(r[metric]) for r in rs]
+            assert m[f"{metric}_mean_std"] == f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
 def test_rela_scripts(smoke_data, tmp_path):
     out = tmp_path / "rela"
     proc = run_script("rela/table1.sh", smoke_data, 0, out, ROWS="1 7")
@@ -178,13 +237,24 @@ def test_rela_scripts(smoke_data, tmp_path):
 
 
 def test_reluformer_scripts(smoke_data, tmp_path, multi30k_raw):
-    proc = run_script("reluformer/table1_fig1_ffn.sh", smoke_data, 0, tmp_path / "ffn", TYPES="softmax_layernorm",
-                      SIZES="32")
+    # SEEDS="1 2": the row once per seed, each against the standard FFN of the same size and
+    # seed (stand-in outputs, different per seed, save training it), and the .mean.tsv
+    ffn = tmp_path / "ffn"
+    base_bleu = {str(seed): _stand_in_baseline(ffn / f"ffn_standard_32_seed{seed}" / "gen.test.txt", smoke_data, every)
+                 for seed, every in ((1, 2), (2, 3))}
+    assert base_bleu["1"] != base_bleu["2"]
+    proc = run_script("reluformer/table1_fig1_ffn.sh", smoke_data, 0, ffn, TYPES="softmax_layernorm", SIZES="32",
+                      SEEDS="1 2")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (row,) = rows(tmp_path / "ffn" / "table1_fig1.tsv")
-    assert row["ffn"] == "softmax_layernorm" and row["hidden"] == "32" and is_bleu(row["tok_bleu"])
-    cmd = (tmp_path / "ffn" / "ffn_softmax_layernorm_32" / "train.cmd").read_text()
-    assert "--ffn-type softmax_layernorm --encoder-ffn-embed-dim 32 --decoder-ffn-embed-dim 32" in cmd
+    assert _published(ffn)
+    table = rows(ffn / "table1_fig1.tsv")
+    for row in table:
+        assert row["ffn"] == "softmax_layernorm" and row["hidden"] == "32" and is_bleu(row["tok_bleu"])
+        _check_row(row, ffn)
+        cmd = (ffn / f"ffn_softmax_layernorm_32_seed{row['seed']}" / "train.cmd").read_text()
+        assert "--ffn-type softmax_layernorm --encoder-ffn-embed-dim 32 --decoder-ffn-embed-dim 32" in cmd
+    _check_seed_rows(table, ffn, "ffn_softmax_layernorm_32", "ffn_standard_32", base_bleu)
+    _check_mean_tsv(ffn / "table1_fig1.mean.tsv", table, ("ffn", "hidden", "paper_tok_bleu"), ("sacrebleu", "tok_bleu"))
 
     proc = run_script("reluformer/sentence_level.sh", smoke_data, 0, tmp_path / "sent", RUNS="reluformer")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -266,21 +336,22 @@ def test_fixed_pattern_scripts(smoke_data, tmp_path):
     masked = (out / "analyses" / "gen.7Ftoken_H8off_2+1.txt").read_text()
     assert "encoder_masked_heads" not in full and full != masked
 
-    # Table 5 compares every row with 8L of the same depth: a stand-in 8L_2+1 output of the
-    # same test set (Table 1's 7Ftoken translations) saves training an 8L model here
-    (out / "8L_2+1").mkdir()
-    shutil.copy(out / "7Ftoken_2+1" / "gen.test.txt", out / "8L_2+1" / "gen.test.txt")
-    proc = run_script("fixed_patterns/table5_8f.sh", smoke_data, 0, out, CONFIGS="8F", LAYERS="2+1")
+    # Table 5 with SEEDS="1 2": every row once per seed, compared with 8L of the same depth
+    # and seed; stand-in 8L_2+1_seed1/2 outputs of the same test set (different per seed)
+    # save training two 8L models here
+    base_bleu = {str(seed): _stand_in_baseline(out / f"8L_2+1_seed{seed}" / "gen.test.txt", smoke_data, every)
+                 for seed, every in ((1, 2), (2, 3))}
+    proc = run_script("fixed_patterns/table5_8f.sh", smoke_data, 0, out, CONFIGS="8F", LAYERS="2+1", SEEDS="1 2")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (row,) = rows(out / "table5.tsv")
     assert _published(out)
-    assert row["config"] == "8F" and int(row["params"].replace(",", "")) > 0 and is_bleu(row["sacrebleu"])
-    # the columns are read by name from the row's own table; p and CI against 8L_2+1
-    assert row["signature"].startswith("nrefs:1|") and row["baseline"] == "8L_2+1"
-    sig = json.loads((out / "8F_2+1" / "bleu.test.json").read_text())["significance"]
-    assert sig["baseline"] == str(out / "8L_2+1" / "gen.test.txt")
-    assert row["p_vs_baseline"] == str(sig["p_value"]) and row["sacrebleu_ci95"] == "-".join(f"{x:.2f}" for x in sig["ci95"])
-    assert "--encoder-fixed-patterns 8F" in (out / "8F_2+1" / "train.cmd").read_text()
+    table = rows(out / "table5.tsv")
+    for row in table:
+        assert row["config"] == "8F" and int(row["params"].replace(",", "")) > 0 and is_bleu(row["sacrebleu"])
+        # the columns are read by name from the row's own table
+        assert row["signature"].startswith("nrefs:1|")
+        assert "--encoder-fixed-patterns 8F" in (out / f"8F_2+1_seed{row['seed']}" / "train.cmd").read_text()
+    _check_seed_rows(table, out, "8F_2+1", "8L_2+1", base_bleu)
+    _check_mean_tsv(out / "table5.mean.tsv", table, ("config", "layers", "params", "paper"), ("sacrebleu",))
 
     proc = run_script("fixed_patterns/table2_low_resource.sh", smoke_data, 0, out, CONFIGS="7Ftoken")
     assert proc.returncode == 0, proc.stderr[-3000:]
