@@ -30,7 +30,9 @@ to B, the length ratio, the share of hypotheses with a repeated word or bigram, 
 of distinct outputs, and - teacher-forced on the test references - the null rate of the
 cross-attention (rows with every weight 0) overall and by position in the target sentence
 (first, middle, last third).  It writes ``study.json`` (with provenance), ``study.csv``,
-``study.md`` and ``study_curves.{png,csv,json}`` (validation loss and BLEU vs updates).
+``study.md`` and ``study_curves.{png,csv,json}`` (validation loss and BLEU vs updates);
+``--name`` changes the prefix, so one study folder can hold several reports (another
+baseline, other runs or budgets); translations are cached per run and budget.
 """
 
 import argparse
@@ -156,14 +158,14 @@ def report(args):
                 if row["updates"] == budget and row["run"] in sig:
                     s = sig[row["run"]]
                     row.update({f"{key}_bleu": s["bleu"], f"{key}_ci95": s["ci95"], f"{key}_p_vs_baseline": s["p_value"]})
-    curve_files = write_curves(curves, out / "study_curves", seed=args.seed,
+    curve_files = write_curves(curves, out / f"{args.name}_curves", seed=args.seed,
                                title=f"validation loss and BLEU (beam 4) vs updates; baseline {args.baseline}")
-    write_json(out / "study.json", {"baseline": args.baseline, "budgets": budgets, "average": args.average,
+    write_json(out / f"{args.name}.json", {"baseline": args.baseline, "budgets": budgets, "average": args.average,
                                     "test_set": "Multi30k test_2016_flickr", "paired_bootstrap_resamples": N_RESAMPLES,
                                     "runs": runs, "rows": rows},
                seed=args.seed, sacrebleu_signature=signature)
     write_tables(rows, out, args)
-    print(f"\nsacreBLEU signature: {signature}\ncurves: {curve_files[2]}\nresults: {out / 'study.json'}")
+    print(f"\nsacreBLEU signature: {signature}\ncurves: {curve_files[2]}\nresults: {out / (args.name + '.json')}")
 
 
 def find_runs(out, only=None):
@@ -321,7 +323,7 @@ def fmt(value, digits=3):
 
 def write_tables(rows, out, args):
     flat_rows = [flat(r, args.average) for r in sorted(rows, key=lambda r: (r["updates"], r["run"] != args.baseline))]
-    with open(out / "study.csv", "w", newline="", encoding="utf-8") as f:
+    with open(out / f"{args.name}.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(COLUMNS)
         for r in flat_rows:
@@ -338,7 +340,7 @@ def write_tables(rows, out, args):
             fmt(r.get("test_avg_p_vs_baseline")), fmt(r["length_ratio"]), f"{100 * r['repeats']:.1f}%",
             f"{r['distinct']}/{r['sentences']}",
             " / ".join(fmt(r[f"null_{t}"]) for t in ("all",) + THIRDS)]) + " |")
-    (out / "study.md").write_text("\n".join(md) + "\n", encoding="utf-8")
+    (out / f"{args.name}.md").write_text("\n".join(md) + "\n", encoding="utf-8")
     print("\n" + "\n".join(md))
 
 
@@ -378,6 +380,8 @@ def main(argv=None):
                    "to the baseline's last checkpoint, and that one)")
     r.add_argument("--average", type=int, default=5, help="average the last N checkpoints up to each budget")
     r.add_argument("--runs", default=None, help="comma-separated run names (default: every run in --out)")
+    r.add_argument("--name", default="study", help="report files NAME.{json,csv,md} and NAME_curves.* in --out "
+                   "(several reports of one study folder: other baselines, runs or budgets)")
     args = p.parse_args(argv)
     names = [n for n, _, _ in getattr(args, "run", [])]
     if len(set(names)) != len(names):

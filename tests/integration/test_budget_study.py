@@ -40,6 +40,10 @@ def study_out(tmp_path_factory, multi30k_raw):
     proc = study("report", "--out", out, "--raw-dir", multi30k_raw, *DATA, "--baseline", "softmax",
                  "--budgets", "8,12", "--average", "2")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    # a second report of the same folder, another baseline and prefix (translations cached)
+    second = study("report", "--out", out, "--raw-dir", multi30k_raw, *DATA, "--baseline", "rela_g_adrop",
+                   "--budgets", "12", "--average", "1", "--name", "vs_adrop")
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
     return out, proc.stdout
 
 
@@ -72,6 +76,22 @@ def test_rows_bleu_and_significance(study_out):
     assert "| rela_g_adrop (--attention-dropout 0.1) | 12 |" in (out / "study.md").read_text()
     assert "| rela_g_adrop (--attention-dropout 0.1) | 12 |" in stdout
     assert not list(out.glob("*/checkpoints/.avg*")), "averaged checkpoints are temporary"
+
+
+def test_second_report_with_its_own_baseline_and_name(study_out):
+    out, _ = study_out
+    first = {(r["run"], r["updates"]): r for r in json.loads((out / "study.json").read_text())["rows"]}
+    data = json.loads((out / "vs_adrop.json").read_text())
+    check_provenance(data, bleu=True)
+    assert data["baseline"] == "rela_g_adrop" and data["budgets"] == [12]
+    rows = {(r["run"], r["updates"]): r for r in data["rows"]}
+    assert set(rows) == {("softmax", 12), ("rela_g_adrop", 12)}
+    assert rows[("rela_g_adrop", 12)]["test_p_vs_baseline"] is None
+    assert rows[("softmax", 12)]["test_p_vs_baseline"] is not None
+    for key in rows:  # the same cached translations: the same BLEU as in the first report
+        assert rows[key]["test_bleu"] == first[key]["test_bleu"]
+    assert (out / "vs_adrop.md").exists() and (out / "vs_adrop_curves.png").exists()
+    assert (out / "study.md").exists()  # the first report is kept
 
 
 def test_translation_statistics(study_out):
