@@ -53,9 +53,10 @@ def log(msg):
     print(f"[demo {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def run(cmd, logfile):
+def run(cmd, logfile, mode="w"):
+    """Run ``cmd`` with its output in ``logfile`` (``mode="a"``: appended, for a resumed run)."""
     log(" ".join(str(c) for c in cmd[:4]) + " ... (log: %s)" % logfile)
-    with open(logfile, "w") as f:
+    with open(logfile, mode) as f:
         proc = subprocess.run([str(c) for c in cmd], stdout=f, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
         tail = Path(logfile).read_text().splitlines()[-25:]

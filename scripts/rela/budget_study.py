@@ -78,15 +78,37 @@ def train(args):
         save_dir = run_dir / "checkpoints"
         cmd = demo.train_command(model, demo.DEMO_LR[model], args, data_bin, save_dir)
         cmd += ["--save-interval-updates", str(args.save_every), "--keep-interval-updates", "-1", *flags]
-        demo.log(f"study: training {name} ({model} {' '.join(flags)}), {args.max_update} updates")
         record = {"name": name, "model": model, "flags": flags, "max_update": args.max_update,
                   "save_every": args.save_every, "train_command": [str(c) for c in cmd], "finished": False}
+        resumed = earlier_run(run_dir, record)
+        if resumed == "finished":
+            demo.log(f"study: {name} is already trained ({run_dir / RUN_FILE}); skipped")
+            continue
+        demo.log(f"study: {'resuming' if resumed else 'training'} {name} ({model} {' '.join(flags)}), "
+                 f"{args.max_update} updates")
         # written first, so that a run stopped early can still be reported up to its last checkpoint
         write_json(run_dir / RUN_FILE, record, seed=args.seed)
         start = time.time()
-        demo.run(cmd, run_dir / "train.log")
+        # a resumed run (fairseq continues from checkpoint_last.pt) appends to its log: the
+        # validation losses before the interruption are part of its curve
+        demo.run(cmd, run_dir / "train.log", mode="a" if resumed else "w")
         write_json(run_dir / RUN_FILE, {**record, "finished": True, "train_seconds": round(time.time() - start, 1)},
                    seed=args.seed)
+
+
+def earlier_run(run_dir, record):
+    """None for a new run, "finished" for a run trained to the end with this very command,
+    "unfinished" for one that stopped early (it resumes); another command in the same
+    folder is an error (its checkpoints and log would be mixed with this one's)."""
+    path = run_dir / RUN_FILE
+    if not path.exists():
+        return None
+    earlier = json.loads(path.read_text(encoding="utf-8"))
+    if earlier.get("train_command") != record["train_command"]:
+        sys.exit(f"study: {run_dir} holds run {earlier.get('name')!r} trained with another command "
+                 f"({' '.join(earlier.get('train_command', [])[5:])}); give this run another NAME or "
+                 f"remove that folder")
+    return "finished" if earlier.get("finished") else "unfinished"
 
 
 def prepare(args, out):

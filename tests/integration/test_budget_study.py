@@ -40,6 +40,16 @@ def study_out(tmp_path_factory, multi30k_raw):
     proc = study("report", "--out", out, "--raw-dir", multi30k_raw, *DATA, "--baseline", "softmax",
                  "--budgets", "8,12", "--average", "2")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    # training the same runs again skips them (their logs and checkpoints are kept)
+    log = (out / "softmax" / "train.log").read_text()
+    again = study("train", "--out", out, "--raw-dir", multi30k_raw, *DATA, *TINY, "--run", "softmax=softmax")
+    assert again.returncode == 0 and "softmax is already trained" in again.stdout, again.stderr[-2000:]
+    assert (out / "softmax" / "train.log").read_text() == log
+    # another command under a trained run's name is refused
+    other = study("train", "--out", out, "--raw-dir", multi30k_raw, *DATA, *TINY, "--run",
+                  "softmax=softmax:--lr 5e-4")
+    assert other.returncode != 0 and "trained with another command" in other.stderr
+    assert (out / "softmax" / "train.log").read_text() == log
     # a second report of the same folder, another baseline and prefix (translations cached)
     second = study("report", "--out", out, "--raw-dir", multi30k_raw, *DATA, "--baseline", "rela_g_adrop",
                    "--budgets", "12", "--average", "1", "--name", "vs_adrop")
