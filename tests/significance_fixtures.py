@@ -3,6 +3,9 @@ dropping every 9th (baseline), 8th (close) or 3rd (weaker) word: for the signifi
 (tests/unit/test_significance.py, tests/integration/test_significance_cli.py)."""
 
 import gzip
+import json
+import subprocess
+import sys
 
 import pytest
 
@@ -39,3 +42,13 @@ def systems(tmp_path, multi30k_raw):
         (tmp_path / f"{name}.txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
         files[name] = (write_gen(tmp_path / f"gen_{name}.txt", hyps), str(tmp_path / f"{name}.txt"))
     return str(ref), files
+
+
+def sacrebleu_paired(ref, base, system):
+    """sacreBLEU's own command line on the files (``sacrebleu REF -i BASE SYS --paired-bs -f
+    json``, a subprocess): [baseline's BLEU record, system's BLEU record] (score, mean, ci,
+    p_value)."""
+    proc = subprocess.run([sys.executable, "-m", "sacrebleu", str(ref), "-i", str(base), str(system), "--paired-bs",
+                           "-f", "json"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    return [row["BLEU"] for row in json.loads(proc.stdout)]

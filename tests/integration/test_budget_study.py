@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from fairseq_sparse_attn.provenance import check_provenance
+from significance_fixtures import sacrebleu_paired
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "rela" / "budget_study.py"
@@ -57,11 +58,6 @@ def study_out(tmp_path_factory, multi30k_raw):
     return out, proc.stdout
 
 
-def sacrebleu_paired(ref, base, system):
-    proc = subprocess.run([sys.executable, "-m", "sacrebleu", str(ref), "-i", str(base), str(system), "--paired-bs",
-                           "-f", "json"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    assert proc.returncode == 0, proc.stderr
-    return [row["BLEU"] for row in json.loads(proc.stdout)]
 
 
 def test_rows_bleu_and_significance(study_out):

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from fairseq_sparse_attn.provenance import check_provenance
+from significance_fixtures import sacrebleu_paired
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = ["--max-train-lines", "1000", "--max-eval-lines", "40", "--layers", "1", "--dim", "32", "--heads", "2",
@@ -35,11 +36,6 @@ def validations_in(log):
             re.findall(r"valid on 'valid' subset \| loss ([\d.]+) \|.*?\| num_updates (\d+)", text)]
 
 
-def sacrebleu_paired(ref, base, system):
-    proc = subprocess.run([sys.executable, "-m", "sacrebleu", str(ref), "-i", str(base), str(system), "--paired-bs",
-                           "-f", "json"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    assert proc.returncode == 0, proc.stderr
-    return [row["BLEU"] for row in json.loads(proc.stdout)]
 
 
 def is_png(path):

@@ -3,22 +3,16 @@ sacreBLEU's own command line (`sacrebleu REF -i BASE SYS --paired-bs -f json`, a
 on the same files, and the provenance of the JSON it writes."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from fairseq_sparse_attn.provenance import check_provenance
 from fairseq_sparse_attn.tools import score
 
+from significance_fixtures import sacrebleu_paired as _sacrebleu_cli
 from significance_fixtures import systems  # noqa: F401  (a fixture)
 
 
-def _sacrebleu_cli(ref, base, system):
-    proc = subprocess.run([sys.executable, "-m", "sacrebleu", ref, "-i", base, system, "--paired-bs", "-f", "json"],
-                          capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    assert proc.returncode == 0, proc.stderr
-    return [row["BLEU"] for row in json.loads(proc.stdout)]
 
 
 @pytest.mark.parametrize("system", ["weaker", "close"])
