@@ -40,7 +40,6 @@ import csv
 import json
 import re
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -160,11 +159,11 @@ def report(args):
             row = {"run": name, "model": run["model"], "flags": " ".join(run["flags"]), "updates": budget,
                    "valid_loss": points.get(budget, {}).get("loss"), "valid_bleu": round(valid_bleu, 2),
                    **translation_stats(test_hyps, ref_words), "cross_null": null}
-            averaged = average_up_to(run_dir / "checkpoints", budget, args.average, run["save_every"])
-            if averaged is not None:
-                avg_hyps, _ = decode(averaged, args, data_bin, run_dir, f"u{budget}_avg{args.average}", "test")
+            inputs = checkpoints_to_average(run_dir / "checkpoints", budget, args.average, run["save_every"])
+            if inputs is not None:
+                avg_hyps, _ = decode(lambda: write_average(inputs, run_dir / "checkpoints", budget), args, data_bin,
+                                     run_dir, f"u{budget}_avg{args.average}", "test")
                 hyps_of[(name, budget, args.average)] = avg_hyps
-                averaged.unlink()
             rows.append(row)
         curves[name] = [points[u] for u in sorted(points)]
     for budget in budgets:
@@ -227,19 +226,22 @@ def checkpoint_at(save_dir, updates):
     return found[-1] if found else None
 
 
-def average_up_to(save_dir, budget, n, every):
-    """A temporary checkpoint averaging the n checkpoints at budget, budget-every, ...; None
-    when n < 2 or one of them is missing."""
-    from fairseq_sparse_attn.tools.average_checkpoints import average
-
+def checkpoints_to_average(save_dir, budget, n, every):
+    """The n checkpoints at budget, budget-every, ... (oldest first); None when n < 2 or one
+    of them is missing."""
     if n < 2:
         return None
     inputs = [checkpoint_at(save_dir, budget - i * every) for i in reversed(range(n))]
-    if any(c is None for c in inputs):
-        return None
+    return None if any(c is None for c in inputs) else inputs
+
+
+def write_average(inputs, save_dir, budget):
+    """A temporary checkpoint averaging ``inputs`` (removed after decoding)."""
     import torch
 
-    target = save_dir / f".avg{n}_{budget}.pt"
+    from fairseq_sparse_attn.tools.average_checkpoints import average
+
+    target = save_dir / f".avg{len(inputs)}_{budget}.pt"
     torch.save(average(inputs), target)
     return target
 
@@ -255,14 +257,22 @@ def cached(path, compute):
 
 def decode(ckpt, args, data_bin, run_dir, tag, subset):
     """(hypotheses, fairseq's detokenized references) with the demo's decoding; cached in
-    ``run_dir/eval`` (a report can be re-run while other runs still train)."""
+    ``run_dir/eval`` (a report can be re-run while other runs still train).  ``ckpt`` is a
+    path, or a function that writes a temporary checkpoint (averaged) and returns its path:
+    called only when the translation is not cached, the file removed afterwards."""
     eval_dir = run_dir / "eval"
     hyp_file, ref_file = eval_dir / f"{subset}_{tag}.hyp", eval_dir / f"{subset}_{tag}.ref"
     if hyp_file.exists() and ref_file.exists():
         return (hyp_file.read_text(encoding="utf-8").split("\n")[:-1],
                 ref_file.read_text(encoding="utf-8").split("\n")[:-1])
     eval_dir.mkdir(parents=True, exist_ok=True)
-    hyps, refs, _ = demo.generate(tag, ckpt, args, data_bin, eval_dir, subset=subset)
+    made = callable(ckpt)  # a temporary checkpoint, written only when the translation is not cached
+    path = ckpt() if made else ckpt
+    try:
+        hyps, refs, _ = demo.generate(tag, path, args, data_bin, eval_dir, subset=subset)
+    finally:
+        if made:
+            path.unlink(missing_ok=True)
     ref_file.write_text("\n".join(refs) + "\n", encoding="utf-8")
     return hyps, refs
 
