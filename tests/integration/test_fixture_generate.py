@@ -40,4 +40,7 @@ def test_fixture_checkpoint_generates_the_same_translations(name):
             scores = [float(x) for x in fields[1].split()]
             found = [float(x) for x in got[key][1].split()]
             assert len(found) == len(scores)
-            assert max(abs(a - b) for a, b in zip(found, scores)) <= 1e-4, (name, key)
+            # fairseq prints positional scores rounded to 4 decimals: a float32 sum that
+            # differs by 1e-6 between CPUs can move the last printed digit by one unit
+            # (CI saw 0.00010000000000021), so one unit in the last place is allowed.
+            assert max(abs(a - b) for a, b in zip(found, scores)) < 1e-4 + 1e-9, (name, key)
