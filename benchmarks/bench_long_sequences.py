@@ -12,6 +12,8 @@ Modes and rows:
     relu_chunked      relu_scaled, --attn-key-block-size BLOCK (recomputed in backward)
 * ``infer`` (forward, no gradients; what generation and analysis of long documents run):
     softmax_stock, relu_plain, relu_chunked as above, and
+    relu_query_block  relu_scaled block by block over the queries without gradients
+                      (attention/query_block_relu.py; one reused score buffer)
     relu_flex         relu_scaled through the fused FlexAttention kernel
                       (attention/flex_relu.py; compiled; on CPU inference only)
 
@@ -43,7 +45,7 @@ from timing import interleaved_rounds, summarize_ratios  # noqa: E402
 
 ROWS = {
     "train": ("softmax_stock", "softmax_explicit", "relu_plain", "relu_chunked"),
-    "infer": ("softmax_stock", "relu_plain", "relu_chunked", "relu_flex"),
+    "infer": ("softmax_stock", "relu_plain", "relu_chunked", "relu_query_block", "relu_flex"),
 }
 
 
@@ -69,7 +71,7 @@ def build_step(row, mode, length, args):
     # would take the fused kernel in CPU inference)
     m.backend = {"softmax_stock": "auto", "softmax_explicit": "materialized",
                  "relu_plain": "materialized", "relu_chunked": "key_block",
-                 "relu_flex": "flex"}[row]
+                 "relu_query_block": "query_block", "relu_flex": "flex"}[row]
     m.key_block_size = args.block if row == "relu_chunked" else 0
     x = torch.randn(length, args.batch, args.dim, device=device, requires_grad=mode == "train")
 

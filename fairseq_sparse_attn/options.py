@@ -113,10 +113,10 @@ class PluginOptions:
         "recomputes them in backward (0 = off); needs --attention-dropout 0; returns no "
         "attention weights", type=int, metavar="N", preset=False)
     attn_flex_min_keys: int = option(
-        1024, "relu / relu_scaled with --attn-backend auto: the fused FlexAttention backend serves "
-        "attention over at least N keys where the platform supports it (CUDA training and "
-        "inference, CPU inference; compiled on first use); 0 = only with --attn-backend flex "
-        "(default 1024)", type=int, metavar="N", preset=False)
+        1024, "relu / relu_scaled with --attn-backend auto: attention over at least N keys takes a "
+        "long-sequence backend: on CUDA the fused FlexAttention kernel (training and inference, "
+        "compiled on first use), without gradients elsewhere the query-block path; 0 = neither "
+        "unless named by --attn-backend (default 1024)", type=int, metavar="N", preset=False)
     attn_init: str = option(
         "fairseq", "q/k/v initialisation: fairseq (default; xavier gain 1/sqrt(2) wherever q, k, v "
         "have the model's dimension, cross-attention included, biases nn.Linear's) or "

@@ -32,9 +32,13 @@ name            priority  serves
                           (:mod:`.chunked_relu`), only with ``--attn-key-block-size``;
                           no weights, no dropout (an error in training), no biases
 ``flex``        40        relu / relu_scaled through the fused FlexAttention kernel
-                          (:mod:`.flex_relu`): in auto only for calls with at least
-                          ``--attn-flex-min-keys`` keys on a platform that supports it
-                          (CUDA; CPU inference); no weights, dropout, biases, row sums
+                          (:mod:`.flex_relu`): in auto only on CUDA for calls with at
+                          least ``--attn-flex-min-keys`` keys (CPU inference: only when
+                          forced); no weights, dropout, biases, row sums
+``query_block`` 45        relu / relu_scaled without gradients, block by block over the
+                          queries (:mod:`.query_block_relu`): in auto for calls with at
+                          least ``--attn-flex-min-keys`` keys (long documents on CPU); no
+                          weights, dropout, biases, row sums, gradients
 ``materialized`` 100      everything (the reference; returns the weights)
 ==============  ========  ==========================================================
 
@@ -492,8 +496,14 @@ def flex(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
     return out, Intermediates(backend="flex")
 
 
+#: devices on which "auto" tries the fused kernel for long calls.  On CPU the compiled
+#: kernel (forward only) measured slower than the ``query_block`` path at L = 2048
+#: (docs/performance.md), so there it serves only when forced (--attn-backend flex).
+FLEX_AUTO_DEVICES = frozenset({"cuda"})
+
+
 def _flex_enabled(spec: AttendSpec, call: Call) -> bool:
-    if spec.flex_min_keys <= 0 or call.keys < spec.flex_min_keys:
+    if spec.flex_min_keys <= 0 or call.keys < spec.flex_min_keys or call.device not in FLEX_AUTO_DEVICES:
         return False
     from .flex_relu import flex_relu_unavailable
 
@@ -504,3 +514,28 @@ def _flex_enabled(spec: AttendSpec, call: Call) -> bool:
 register_backend(Backend("flex", flex, Capabilities(
     activations=frozenset({"relu", "relu_scaled"}), devices=frozenset({"cpu", "cuda"})),
     priority=40, enabled=_flex_enabled))
+
+
+# --------------------------------------------------------------------------- query blocks
+def query_block(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
+    """relu / relu_scaled without gradients, block by block over the queries
+    (:mod:`.query_block_relu`): one reused score buffer instead of the (tgt × src) weights,
+    no pass over the scores for padding masks."""
+    from .query_block_relu import query_block_relu_attention
+
+    groups = inputs.kv_groups
+    if groups > 1:
+        k = k.repeat_interleave(groups, dim=0)
+        v = v.repeat_interleave(groups, dim=0)
+    row_scale = spec.activation.row_scale if call.activation == "relu_scaled" else None
+    out = query_block_relu_attention(q, k, v, inputs.hidden, row_scale)
+    return out, Intermediates(backend="query_block")
+
+
+def _query_block_enabled(spec: AttendSpec, call: Call) -> bool:
+    return spec.flex_min_keys > 0 and call.keys >= spec.flex_min_keys
+
+
+register_backend(Backend("query_block", query_block, Capabilities(
+    activations=frozenset({"relu", "relu_scaled"}), grad=False), priority=45,
+    enabled=_query_block_enabled))

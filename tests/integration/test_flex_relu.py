@@ -135,9 +135,13 @@ def test_models_on_the_flex_backend_equal_materialized(name, monkeypatch):
     from fairseq_sparse_attn.attention import flex_relu as fr
     from helpers import random_batch
 
+    from fairseq_sparse_attn.attention import core
+
     calls = []
     kernel = fr.flex_relu_attention
     monkeypatch.setattr(fr, "flex_relu_attention", lambda *a, **kw: calls.append(1) or kernel(*a, **kw))
+    # auto tries flex on CUDA only (query_block serves CPU inference): allow it on CPU here
+    monkeypatch.setattr(core, "FLEX_AUTO_DEVICES", frozenset({"cpu", "cuda"}))
     flex_model, d = _backend_model(name, "auto")
     for m in flex_model.attention_modules():
         m.flex_min_keys = 1
@@ -164,9 +168,11 @@ def test_models_on_the_flex_backend_equal_materialized(name, monkeypatch):
         assert len(calls) - before >= 2 * prev.size(1)  # decoder self-attention of each step
 
 
-def test_flex_backend_choice_and_errors():
-    """auto picks flex only from --attn-flex-min-keys keys on and only where it can run;
+def test_flex_backend_choice_and_errors(monkeypatch):
+    """auto picks flex only from --attn-flex-min-keys keys on, only on the devices of
+    FLEX_AUTO_DEVICES (CUDA; CPU inference goes to query_block) and only where it can run;
     forced where it cannot (CPU with gradients) is an error naming the reason."""
+    from fairseq_sparse_attn.attention import core
     from fairseq_sparse_attn.attention.core import AttendSpec, AttentionInputs, attend
     from fairseq_sparse_attn.attention.activations import build_activation
     from fairseq_sparse_attn.attention.heads import HeadPlan
@@ -179,6 +185,11 @@ def test_flex_backend_choice_and_errors():
 
     with torch.no_grad():
         assert attend(q, k, v, AttentionInputs(), spec(min_keys=6))[1].backend == "materialized"
+        assert attend(q, k, v, AttentionInputs(), spec(min_keys=5))[1].backend == "query_block"
+        forced, _ = attend(q, k, v, AttentionInputs(), spec("flex"))
+        torch.testing.assert_close(forced.double(), plain_relu_attention(q, k, v, None), atol=2e-5, rtol=2e-5)
+    monkeypatch.setattr(core, "FLEX_AUTO_DEVICES", frozenset({"cpu", "cuda"}))
+    with torch.no_grad():
         out, inter = attend(q, k, v, AttentionInputs(), spec(min_keys=5))
         assert inter.backend == "flex"
         torch.testing.assert_close(out.double(), plain_relu_attention(q, k, v, None), atol=2e-5, rtol=2e-5)
@@ -188,6 +199,6 @@ def test_flex_backend_choice_and_errors():
         attend(qg, k, v, AttentionInputs(), spec("flex"))
     causal = AttentionInputs(hidden=torch.ones(T, 5, dtype=torch.bool).triu(1).view(1, 1, T, 5))
     with torch.no_grad():
-        assert attend(q, k, v, causal, spec(min_keys=1))[1].backend == "materialized"
+        assert attend(q, k, v, causal, spec(min_keys=1))[1].backend == "query_block"  # not flex
         with pytest.raises(ValueError, match="'flex'.*differs between queries"):
             attend(q, k, v, causal, spec("flex"))

@@ -89,7 +89,7 @@ def sparsemax(s):
 FORMULAS = {"softmax": softmax, "relu": relu, "relu_scaled": relu_scaled, "sparsemax": sparsemax}
 # backend -> activations it is tested with
 CASES = [("materialized", a) for a in FORMULAS] + [("sdpa", "softmax")] + \
-    [("key_block", a) for a in ("relu", "relu_scaled")]
+    [("key_block", a) for a in ("relu", "relu_scaled")] + [("query_block", a) for a in ("relu", "relu_scaled")]
 
 
 @pytest.mark.parametrize("backend,activation", CASES)
@@ -120,7 +120,7 @@ def test_additive_score_bias(backend):
 
 
 @pytest.mark.parametrize("backend,activation", [("materialized", "relu"), ("sdpa", "softmax"),
-                                                ("key_block", "relu_scaled")])
+                                                ("key_block", "relu_scaled"), ("query_block", "relu_scaled")])
 def test_beam_groups_share_one_key_copy(backend, activation):
     """kv_groups = 2: queries of 2*B sentences, keys of B (beam search cross-attention)."""
     q, _, _ = inputs_qkv(2)

@@ -1,0 +1,97 @@
+"""ReLU-family attention without gradients over blocks of queries: long documents on CPU.
+
+ReLU weights need no normalization across keys, so each block of queries is exact on its
+own:
+
+    out_i = c_i * sum_j ReLU(q_i . k_j) v_j      (c_i = 1 for ReLA; ReLUFormer:
+                                                   c_i = 1 / (gamma sqrt(n_i / 2)))
+
+For every block of ``t`` queries the (t x S) scores go into one buffer that is reused
+(a fresh allocation of that size per block pays page faults on CPU), are rectified in
+place and multiplied by the values into the block's rows of the output.  Peak attention
+memory is the buffer (B x H x t x S), not the (T x S) weights of the materialized path.
+
+Masking costs no pass over the scores when the mask does not depend on the query
+(padding; cross-attention; the incremental decoder, whose cache holds exactly the visible
+keys): the hidden keys' *values* are set to 0, so ``ReLU(s_ij) * 0 = 0`` removes them
+exactly, as the materialized path's zero weights do.  A mask with a query dimension
+(causal teacher forcing) is applied to each block's scores.  ``c_i`` multiplies the
+block's output rows (the same factor the materialized activation applies to the weights).
+
+Served as the ``query_block`` backend of :mod:`.core` (inference: no gradients, no
+weights returned, no dropout, no additive biases, learned heads only).  Measured against
+stock SDPA softmax and the other paths by ``benchmarks/bench_long_sequences.py``.
+"""
+
+from typing import Callable, Optional
+
+import torch
+from torch import Tensor
+
+#: bytes of the score buffer one block may use (float32: 32 MiB = 8M scores)
+BLOCK_BYTES = 32 * 2 ** 20
+
+
+def query_block_rows(bsz: int, heads: int, tgt: int, src: int, element_size: int = 4,
+                     budget: int = BLOCK_BYTES) -> int:
+    """Queries per block: as many as fit ``budget`` bytes of scores (at least 1, at most tgt)."""
+    per_row = max(1, bsz * heads * src * element_size)
+    return max(1, min(tgt, budget // per_row))
+
+
+def query_block_relu_attention(q: Tensor, k: Tensor, v: Tensor, hidden: Optional[Tensor] = None,
+                               row_scale: Optional[Callable[[Tensor], Tensor]] = None,
+                               block: Optional[int] = None) -> Tensor:
+    """sum_j ReLU(q_i . k_j) v_j (times ``row_scale(n_i)`` when given) per head, block by
+    block over the queries.
+
+    q: (B, H, T, d), already multiplied by 1/sqrt(d_h); k, v: (B, H, S, d); hidden: bool
+    broadcastable to (B, H, T, S), True = the key may not be seen, or None; row_scale:
+    maps the visible-key counts n (float32, last dim 1) to per-row factors, or None;
+    block: queries per block (default: :func:`query_block_rows`).  No gradients: call it
+    under ``torch.no_grad()`` (or with tensors that do not require them).  Returns
+    (B, H, T, d) in v's dtype.
+    """
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or q.shape[:2] != k.shape[:2] \
+            or k.shape[:3] != v.shape[:3] or q.size(-1) != k.size(-1):
+        raise ValueError(f"query_block_relu_attention: q (B, H, T, d) and k, v (B, H, S, d) "
+                         f"expected, got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise ValueError("query_block_relu_attention computes no gradients (inference only); "
+                         "use the materialized or key-block path for training")
+    bsz, heads, tgt, _ = q.shape
+    src = k.size(2)
+    if hidden is not None and (hidden.dtype != torch.bool or hidden.dim() != 4
+                               or hidden.size(-1) != src):
+        raise ValueError(f"query_block_relu_attention: hidden must be a bool mask broadcastable "
+                         f"to (B, H, T, S) = {(bsz, heads, tgt, src)}, got {hidden.dtype} "
+                         f"{tuple(hidden.shape)}")
+    per_query = hidden is not None and hidden.size(2) > 1
+    if hidden is not None and not per_query:
+        # hidden keys contribute ReLU(s) * 0 = 0: no pass over the scores
+        v = v.masked_fill(hidden.transpose(2, 3), 0.0)
+    scores_dtype = torch.promote_types(q.dtype, k.dtype)
+    if block is None:
+        block = query_block_rows(bsz, heads, tgt, src, torch.finfo(scores_dtype).bits // 8)
+    if block <= 0:
+        raise ValueError(f"query block size must be positive, got {block}")
+    kt = k.transpose(2, 3)
+    out = v.new_empty(bsz, heads, tgt, v.size(-1))
+    buf = q.new_empty(bsz, heads, min(block, tgt), src, dtype=scores_dtype)
+    for start in range(0, tgt, block):
+        end = min(start + block, tgt)
+        # the last, shorter block gets its own (contiguous) buffer
+        s = buf if end - start == buf.size(2) else q.new_empty(bsz, heads, end - start, src,
+                                                               dtype=scores_dtype)
+        torch.matmul(q[:, :, start:end], kt, out=s)
+        if per_query:
+            s.masked_fill_(hidden[:, :, start:end], 0.0)
+        s.relu_()
+        torch.matmul(s if s.dtype == v.dtype else s.to(v.dtype), v, out=out[:, :, start:end])
+    if row_scale is not None:
+        if hidden is None:
+            n = torch.full((1, 1, 1, 1), float(src), device=q.device)
+        else:
+            n = (~hidden).sum(dim=-1, keepdim=True).float()
+        out = out.mul_(row_scale(n).to(out.dtype))
+    return out

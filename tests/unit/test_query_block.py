@@ -1,0 +1,183 @@
+"""The query-block ReLU path (attention/query_block_relu.py, backend ``query_block``):
+against the computation written plainly (ReLA and ReLUFormer weights, padding, causal,
+null rows, fully padded sentences, every block size), bit for bit against the materialized
+path where the arithmetic is the same, the backend's choice in auto, its errors, and whole
+ReLA-g / ReLA-i / ReLUFormer models (teacher forcing and incremental decoding) against
+the same models on the materialized backend."""
+
+import math
+
+import pytest
+import torch
+
+from fairseq_sparse_attn.attention import build_activation
+from fairseq_sparse_attn.attention.core import AttendSpec, AttentionInputs, attend
+from fairseq_sparse_attn.attention.heads import HeadPlan
+from fairseq_sparse_attn.attention.query_block_relu import query_block_relu_attention, query_block_rows
+
+B, H, T, D = 3, 2, 7, 8
+
+
+def plain_relu_attention(q, k, v, hidden, gamma=None):
+    """sum_j relu(q_i . k_j) [/ (gamma sqrt(n_i / 2))] v_j over the visible keys, in float64."""
+    out = torch.zeros(q.shape[:3] + (v.size(-1),), dtype=torch.float64)
+    for b in range(q.size(0)):
+        for h in range(q.size(1)):
+            for i in range(q.size(2)):
+                n = 0
+                for j in range(k.size(2)):
+                    if hidden is not None and bool(hidden[b if hidden.size(0) > 1 else 0, 0,
+                                                          i if hidden.size(2) > 1 else 0, j]):
+                        continue
+                    n += 1
+                    s = float(q[b, h, i].double() @ k[b, h, j].double())
+                    out[b, h, i] += max(s, 0.0) * v[b, h, j].double()
+                if gamma is not None and n > 0:
+                    out[b, h, i] /= gamma * math.sqrt(n / 2)
+    return out
+
+
+def inputs(src, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H, T, D, generator=g) / math.sqrt(D)
+    k = torch.randn(B, H, src, D, generator=g)
+    v = torch.randn(B, H, src, D, generator=g)
+    q[1, 1, 2] = 0  # a null row: every score is 0
+    return q, k, v
+
+
+def padding(src):
+    pad = torch.zeros(B, 1, 1, src, dtype=torch.bool)
+    pad[1, ..., src - 2:] = True  # two padding keys
+    pad[2] = True  # every key is padding
+    return pad
+
+
+def row_scale(gamma):
+    return lambda n: 1.0 / (gamma * torch.sqrt(n.clamp(min=1) / 2))
+
+
+@pytest.mark.parametrize("gamma", [None, 1.5], ids=["rela", "reluformer"])
+@pytest.mark.parametrize("block", [None, 1, 2, 3, 7, 50])
+def test_against_the_formula(gamma, block):
+    q, k, v = inputs(9)
+    scale = None if gamma is None else row_scale(gamma)
+    with torch.no_grad():
+        for hidden in (None, padding(9), padding(9) | torch.ones(T, 9, dtype=torch.bool).triu(3).view(1, 1, T, 9)):
+            out = query_block_relu_attention(q, k, v, hidden, scale, block=block)
+            torch.testing.assert_close(out.double(), plain_relu_attention(q, k, v, hidden, gamma),
+                                       atol=1e-5, rtol=1e-5)
+            if hidden is not None:
+                assert torch.all(out[2] == 0)  # fully padded sentence: exactly 0
+            assert torch.all(out[1, 1, 2] == 0)  # null row: exactly 0
+
+
+def test_padding_is_bit_identical_to_the_materialized_path():
+    """Hidden keys: value 0 instead of weight 0, the same products and sums: one block of
+    all queries gives the materialized output bit for bit; smaller blocks change only the
+    matrix-multiply kernel's summation order (a block of one query is a matrix-vector
+    product)."""
+    from fairseq_sparse_attn.attention.core import materialized, describe_call
+
+    q, k, v = inputs(9, seed=1)
+    spec = AttendSpec(activation=build_activation("relu", H), dropout=torch.nn.Dropout(0.0), heads=HeadPlan(H))
+    inp = AttentionInputs(hidden=padding(9))
+    with torch.no_grad():
+        want, _ = materialized(q, k, v, inp, spec, describe_call(q, v, inp, spec))
+        assert torch.equal(query_block_relu_attention(q, k, v, padding(9), block=T), want)
+        for block in (1, 3):
+            torch.testing.assert_close(query_block_relu_attention(q, k, v, padding(9), block=block),
+                                       want, atol=1e-6, rtol=1e-6)
+
+
+def test_block_rows_follow_the_byte_budget():
+    assert query_block_rows(2, 8, 2048, 2048, 4, budget=32 * 2 ** 20) == 256
+    assert query_block_rows(2, 8, 100, 2048, 4, budget=32 * 2 ** 20) == 100  # all queries
+    assert query_block_rows(64, 8, 2048, 100000, 4, budget=2 ** 20) == 1  # at least one
+
+
+def test_errors():
+    q, k, v = inputs(5)
+    with pytest.raises(ValueError, match="no gradients"):
+        query_block_relu_attention(q.requires_grad_(True), k, v)
+    q, k, v = inputs(5)
+    with torch.no_grad():
+        with pytest.raises(ValueError, match="bool mask"):
+            query_block_relu_attention(q, k, v, torch.zeros(B, 1, 1, 5))
+        with pytest.raises(ValueError, match="q \\(B, H, T, d\\)"):
+            query_block_relu_attention(q[0], k, v)
+        with pytest.raises(ValueError, match="positive"):
+            query_block_relu_attention(q, k, v, block=0)
+
+
+def _spec(backend="auto", min_keys=0, activation="relu"):
+    return AttendSpec(activation=build_activation(activation, H), dropout=torch.nn.Dropout(0.0),
+                      heads=HeadPlan(H), backend=backend, flex_min_keys=min_keys)
+
+
+def test_backend_choice():
+    """auto: query_block for calls without gradients over >= --attn-flex-min-keys keys on
+    CPU (flex is tried in auto on CUDA only), materialized otherwise; forced with
+    gradients or analysis weights: an error naming the reason."""
+    q, k, v = inputs(5, seed=3)
+    causal = AttentionInputs(hidden=torch.ones(T, 5, dtype=torch.bool).triu(1).view(1, 1, T, 5))
+    with torch.no_grad():
+        assert attend(q, k, v, AttentionInputs(), _spec(min_keys=6))[1].backend == "materialized"
+        assert attend(q, k, v, AttentionInputs(), _spec(min_keys=0))[1].backend == "materialized"
+        out, inter = attend(q, k, v, causal, _spec(min_keys=5))
+        assert inter.backend == "query_block"
+        torch.testing.assert_close(out.double(), plain_relu_attention(q, k, v, causal.hidden), atol=1e-5, rtol=1e-5)
+        weights = AttentionInputs(collect=frozenset({"weights"}))
+        assert attend(q, k, v, weights, _spec(min_keys=5))[1].backend == "materialized"
+        assert attend(q, k, v, AttentionInputs(), _spec(min_keys=5, activation="softmax"))[1].backend == "sdpa"
+        with pytest.raises(ValueError, match="'query_block'.*returning attention weights"):
+            attend(q, k, v, weights, _spec("query_block"))
+    qg = q.clone().requires_grad_(True)
+    assert attend(qg, k, v, AttentionInputs(), _spec(min_keys=5))[1].backend == "materialized"
+    with pytest.raises(ValueError, match="'query_block'.*gradients"):
+        attend(qg, k, v, AttentionInputs(), _spec("query_block"))
+
+
+MODELS = {
+    "rela_g": dict(attn_activation="relu", attn_output_norm="gated_rmsnorm"),
+    "rela_i": dict(attn_activation="relu", attn_output_norm="rmsnorm_i"),
+    "reluformer": dict(attn_activation="relu_scaled", attn_output_norm="none"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_models_on_query_blocks_equal_materialized(name, monkeypatch):
+    """Every attention call of a ReLA-g / ReLA-i / ReLUFormer model on query_block (auto with
+    --attn-flex-min-keys 1; the alignment layer's cross-attention returns weights and stays
+    materialized) gives the materialized model's outputs: encoder with left-padded sources,
+    causal teacher forcing and incremental decoding."""
+    from fairseq_sparse_attn.attention import query_block_relu as qb
+    from helpers import build_model, random_batch
+
+    calls = []
+    kernel = qb.query_block_relu_attention
+    monkeypatch.setattr(qb, "query_block_relu_attention", lambda *a, **kw: calls.append(1) or kernel(*a, **kw))
+    model, d = build_model(**MODELS[name])
+    ref, _ = build_model(**MODELS[name])
+    ref.load_state_dict(model.state_dict())
+    for m in model.attention_modules():
+        m.flex_min_keys = 1
+    for m in ref.attention_modules():
+        m.backend = "materialized"
+    for mdl in (model, ref):
+        mdl.eval()
+        mdl.make_generation_fast_()
+    src, lengths, prev = random_batch(d)
+    with torch.no_grad():
+        enc, enc_ref = model.encoder(src, src_lengths=lengths), ref.encoder(src, src_lengths=lengths)
+        torch.testing.assert_close(enc["encoder_out"][0], enc_ref["encoder_out"][0], atol=1e-5, rtol=1e-5)
+        assert len(calls) == 2  # both encoder layers
+        full, _ = model.decoder(prev, encoder_out=enc)
+        full_ref, _ = ref.decoder(prev, encoder_out=enc_ref)
+        torch.testing.assert_close(full, full_ref, atol=1e-5, rtol=1e-5)
+        before, state = len(calls), {}
+        for t in range(prev.size(1)):
+            step, _ = model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)
+            real = prev[:, t].ne(d.pad())
+            torch.testing.assert_close(step[real, 0], full_ref[real, t], atol=2e-5, rtol=2e-5)
+        assert len(calls) - before >= 2 * prev.size(1)  # self- and cross-attention of each step
