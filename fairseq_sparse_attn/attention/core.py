@@ -524,11 +524,23 @@ def query_block(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
     from .query_block_relu import query_block_relu_attention
 
     groups = inputs.kv_groups
-    if groups > 1:
-        k = k.repeat_interleave(groups, dim=0)
-        v = v.repeat_interleave(groups, dim=0)
+    hidden = inputs.hidden
     row_scale = spec.activation.row_scale if call.activation == "relu_scaled" else None
-    out = query_block_relu_attention(q, k, v, inputs.hidden, row_scale)
+    if groups == 1:
+        return query_block_relu_attention(q, k, v, hidden, row_scale), Intermediates(backend="query_block")
+    bsz, heads, tgt, d = q.shape
+    kv_bsz = k.size(0)
+    if hidden is not None and hidden.size(2) > 1:  # per-query mask: one key copy per query group
+        out = query_block_relu_attention(q, k.repeat_interleave(groups, dim=0),
+                                         v.repeat_interleave(groups, dim=0), hidden, row_scale)
+        return out, Intermediates(backend="query_block")
+    # beam search keeps one key copy per sentence: the beams' queries become more queries
+    # of that sentence (no copy of the keys and values at every decoding step)
+    if hidden is not None and hidden.size(0) == bsz:
+        hidden = hidden[::groups]  # the same keys for every beam of a sentence
+    q = q.view(kv_bsz, groups, heads, tgt, d).transpose(1, 2).reshape(kv_bsz, heads, groups * tgt, d)
+    out = query_block_relu_attention(q, k, v, hidden, row_scale)
+    out = out.view(kv_bsz, heads, groups, tgt, -1).transpose(1, 2).reshape(bsz, heads, tgt, -1)
     return out, Intermediates(backend="query_block")
 
 

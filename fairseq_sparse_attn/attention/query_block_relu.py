@@ -12,10 +12,10 @@ place and multiplied by the values into the block's rows of the output.  Peak at
 memory is the buffer (B x H x t x S), not the (T x S) weights of the materialized path.
 
 Masking costs no pass over the scores when the mask does not depend on the query
-(padding; cross-attention; the incremental decoder, whose cache holds exactly the visible
-keys): the hidden keys' *values* are set to 0, so ``ReLU(s_ij) * 0 = 0`` removes them
-exactly, as the materialized path's zero weights do.  A mask with a query dimension
-(causal teacher forcing) is applied to each block's scores.  ``c_i`` multiplies the
+(padding, cross-attention) and there are more queries than value dimensions: the hidden
+keys' *values* are set to 0, so ``ReLU(s_ij) * 0 = 0`` removes them exactly, as the
+materialized path's zero weights do.  A mask with a query dimension (causal teacher
+forcing), or one over few queries (a decoding step), is applied to each block's scores.  ``c_i`` multiplies the
 block's output rows (the same factor the materialized activation applies to the weights).
 
 Served as the ``query_block`` backend of :mod:`.core` (inference: no gradients, no
@@ -28,8 +28,10 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-#: bytes of the score buffer one block may use (float32: 32 MiB = 8M scores)
-BLOCK_BYTES = 32 * 2 ** 20
+#: bytes of the score buffer one block may use (float32: 16 MiB = 4M scores; at L = 2048,
+#: batch 2, 8 heads: blocks of 128 queries, 1.47x stock SDPA's memory against 1.97x with
+#: 32 MiB at the same time, docs/performance.md)
+BLOCK_BYTES = 16 * 2 ** 20
 
 
 def query_block_rows(bsz: int, heads: int, tgt: int, src: int, element_size: int = 4,
@@ -66,9 +68,11 @@ def query_block_relu_attention(q: Tensor, k: Tensor, v: Tensor, hidden: Optional
         raise ValueError(f"query_block_relu_attention: hidden must be a bool mask broadcastable "
                          f"to (B, H, T, S) = {(bsz, heads, tgt, src)}, got {hidden.dtype} "
                          f"{tuple(hidden.shape)}")
-    per_query = hidden is not None and hidden.size(2) > 1
-    if hidden is not None and not per_query:
-        # hidden keys contribute ReLU(s) * 0 = 0: no pass over the scores
+    # a mask without a query dimension, over more queries than the value width: hidden keys
+    # get value 0 (ReLU(s) * 0 = 0), one pass over the values instead of one over the scores
+    # (a decoding step, one query, masks its few scores instead of copying every value)
+    mask_scores = hidden is not None and (hidden.size(2) > 1 or tgt <= v.size(-1))
+    if hidden is not None and not mask_scores:
         v = v.masked_fill(hidden.transpose(2, 3), 0.0)
     scores_dtype = torch.promote_types(q.dtype, k.dtype)
     if block is None:
@@ -84,10 +88,12 @@ def query_block_relu_attention(q: Tensor, k: Tensor, v: Tensor, hidden: Optional
         s = buf if end - start == buf.size(2) else q.new_empty(bsz, heads, end - start, src,
                                                                dtype=scores_dtype)
         torch.matmul(q[:, :, start:end], kt, out=s)
-        if per_query:
-            s.masked_fill_(hidden[:, :, start:end], 0.0)
+        if mask_scores:
+            s.masked_fill_(hidden[:, :, start:end] if hidden.size(2) > 1 else hidden, 0.0)
         s.relu_()
-        torch.matmul(s if s.dtype == v.dtype else s.to(v.dtype), v, out=out[:, :, start:end])
+        # into a new tensor, then copied: with 2 threads, ``out=`` a slice of ``out`` (not
+        # contiguous over the batch and heads) measured 1.46x against 1.29x SDPA's time
+        out[:, :, start:end] = torch.matmul(s if s.dtype == v.dtype else s.to(v.dtype), v)
     if row_scale is not None:
         if hidden is None:
             n = torch.full((1, 1, 1, 1), float(src), device=q.device)

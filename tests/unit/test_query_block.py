@@ -15,7 +15,7 @@ from fairseq_sparse_attn.attention.core import AttendSpec, AttentionInputs, atte
 from fairseq_sparse_attn.attention.heads import HeadPlan
 from fairseq_sparse_attn.attention.query_block_relu import query_block_relu_attention, query_block_rows
 
-B, H, T, D = 3, 2, 7, 8
+B, H, T, D = 3, 2, 7, 4  # T > D: padding through zero values; one query: masked scores
 
 
 def plain_relu_attention(q, k, v, hidden, gamma=None):
@@ -70,6 +70,11 @@ def test_against_the_formula(gamma, block):
             if hidden is not None:
                 assert torch.all(out[2] == 0)  # fully padded sentence: exactly 0
             assert torch.all(out[1, 1, 2] == 0)  # null row: exactly 0
+            # one query (a decoding step): the mask goes onto the scores
+            one = hidden[:, :, 4:5] if hidden is not None and hidden.size(2) > 1 else hidden
+            out = query_block_relu_attention(q[:, :, 4:5], k, v, one, scale, block=block)
+            torch.testing.assert_close(out.double(), plain_relu_attention(q[:, :, 4:5], k, v, one, gamma),
+                                       atol=1e-5, rtol=1e-5)
 
 
 def test_padding_is_bit_identical_to_the_materialized_path():
@@ -143,6 +148,24 @@ MODELS = {
     "rela_i": dict(attn_activation="relu", attn_output_norm="rmsnorm_i"),
     "reluformer": dict(attn_activation="relu_scaled", attn_output_norm="none"),
 }
+
+
+def test_beam_groups_keep_one_key_copy():
+    """kv_groups = 2 (beam search cross-attention): the beams' queries become queries of the
+    sentence's one key copy; the same as every beam with its own copy, padding included."""
+    from fairseq_sparse_attn.attention.core import query_block, describe_call
+
+    q, k, v = inputs(9, seed=5)
+    q2 = torch.cat([q, q.flip(2)], dim=0).view(2, B, H, T, D).transpose(0, 1).reshape(2 * B, H, T, D)
+    pad = padding(9).repeat_interleave(2, dim=0)  # as the attention module expands it
+    sp = _spec(activation="relu_scaled")
+    with torch.no_grad():
+        for hidden in (None, pad):
+            inp = AttentionInputs(hidden=hidden, kv_groups=2)
+            out, _ = query_block(q2, k, v, inp, sp, describe_call(q2, v, inp, sp))
+            want = plain_relu_attention(q2, k.repeat_interleave(2, dim=0), v.repeat_interleave(2, dim=0),
+                                        hidden, gamma=1.0)
+            torch.testing.assert_close(out.double(), want, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
