@@ -5,6 +5,7 @@ positional scores as when it was saved."""
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,42 @@ def test_fixture_checkpoint_generates_the_same_translations(name):
             # differs by 1e-6 between CPUs can move the last printed digit by one unit
             # (CI saw 0.00010000000000021), so one unit in the last place is allowed.
             assert max(abs(a - b) for a, b in zip(found, scores)) < 1e-4 + 1e-9, (name, key)
+
+
+COUNTING_GENERATE = r"""
+import sys
+from fairseq_sparse_attn.attention import query_block_relu as qb
+calls = []
+kernel = qb.query_block_relu_attention
+qb.query_block_relu_attention = lambda *a, **kw: calls.append(1) or kernel(*a, **kw)
+from fairseq_cli.generate import cli_main
+sys.argv = ["fairseq-generate"] + sys.argv[1:]
+try:
+    cli_main()
+finally:
+    print(f"query_block calls: {len(calls)}", file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("name", ["rela_g", "rela_i", "reluformer_softmax_ffn"])
+def test_generation_on_query_blocks_gives_the_same_translations(name):
+    """fairseq-generate with every ReLU attention call on the query-block backend
+    (``--attn-flex-min-keys 1`` through --model-overrides; as long documents get it from
+    1024 keys on): encoder, beam-search cross-attention and decoder steps give the saved
+    hypotheses and scores."""
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run(
+        [sys.executable, "-c", COUNTING_GENERATE, str(FIXTURES / "data-bin"),
+         "--user-dir", str(REPO / "fairseq_sparse_attn"), "--path", str(FIXTURES / f"{name}.pt"),
+         "-s", "en", "-t", "de", "--gen-subset", "test", "--beam", "2", "--max-len-b", "12",
+         "--batch-size", "6", "--cpu", "--seed", "1", "--model-overrides", "{'attn_flex_min_keys': 1}"],
+        capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    calls = int(re.search(r"query_block calls: (\d+)", proc.stderr).group(1))
+    assert calls > 0
+    got, want = _lines(proc.stdout), _lines((FIXTURES / f"{name}.generate.txt").read_text())
+    assert set(got) == set(want)
+    for key, fields in want.items():
+        if key.startswith("H-"):
+            assert got[key][2] == fields[2], (name, key)
+            assert abs(float(got[key][1]) - float(fields[1])) < 1e-5, (name, key)
