@@ -37,10 +37,9 @@ for spec in "${ROWS_SPEC[@]}"; do
   # shellcheck disable=SC2206
   model=($flags)
   for seed in $(fsa_seeds); do
-    SEED=$seed FSA_RUN_SEED=$seed
+    fsa_use_seed "$seed" "row$row" row1  # SEED, run name, baseline of the same seed
     rela_base_args
-    run=$(fsa_seed_name "row$row" "$seed")
-    FSA_BASELINE=$(fsa_seed_name row1 "$seed")
+    run=$FSA_RUN
     if fsa_train "$run" "$RELA_TARGET_TOKENS" "${model[@]}" "${RELA_ARGS[@]}" "${FSA_SMOKE_MODEL[@]}"; then
       fsa_eval_row "$run" "$TSV" "row=$row" "model=$name" "seed=$seed" "paper_sacrebleu=$paper_sb" "paper_tok_bleu=$paper_tok"
     else

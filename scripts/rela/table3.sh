@@ -28,10 +28,9 @@ for pair in ${PAIRS:-wmt14_en_fr wmt18_en_fi wmt18_zh_en wmt16_ro_en}; do
     # shellcheck disable=SC2207
     flags=($(rela_model_args "$model"))
     for seed in $(fsa_seeds); do
-      SEED=$seed FSA_RUN_SEED=$seed
+      fsa_use_seed "$seed" "$model" softmax  # SEED, run name, baseline of the same seed
       rela_base_args
-      run=$(fsa_seed_name "$model" "$seed")
-      FSA_BASELINE=$(fsa_seed_name softmax "$seed")
+      run=$FSA_RUN
       if fsa_train "$run" "$RELA_TARGET_TOKENS" "${flags[@]}" "${RELA_ARGS[@]}" "${FSA_SMOKE_MODEL[@]}"; then
         fsa_eval_row "$run" "$TSV" "task=$pair" "model=$model" "seed=$seed" "paper_sacrebleu=${PAPER[$pair.$model]}"
       else

@@ -56,11 +56,9 @@ rhe_rows() {
     # shellcheck disable=SC2206
     local f=($flags)
     for seed in $(fsa_seeds); do
-      SEED=$seed FSA_RUN_SEED=$seed
+      fsa_use_seed "$seed" "$name" "$base"  # SEED, run name, baseline of the same seed (if any)
       rhe_base_args
-      run=$(fsa_seed_name "$name" "$seed"); mrun=$(fsa_seed_name "$model" "$seed")
-      FSA_BASELINE=""
-      [[ -n "$base" ]] && FSA_BASELINE=$(fsa_seed_name "$base" "$seed")
+      run=$FSA_RUN; mrun=$(fsa_seed_name "$model" "$seed")
       if ! fsa_train "$mrun" "$RHE_TARGET_TOKENS" --arch rhe_transformer_wmt_en_de "${RHE_ARGS[@]}" "${FSA_SMOKE_MODEL[@]}" "${f[@]}"; then
         fsa_result "$tsv" "row=$name" "flags=$flags" "seed=$seed" "paper_bleu=$paper" "sacrebleu=diverged" "tok_bleu=diverged" "signature=-" "checkpoint=-"
       elif [[ "$model" == "$name" ]]; then

@@ -545,3 +545,14 @@ def test_rhe_scripts_use_registered_flags(script):
                        "--encoder-localness", "--encoder-bias", "--parse-dir", "--syntax-inputs")
     used = {f for f in re.findall(r"--[a-z][a-z0-9-]*", path.read_text()) if f.startswith(plugin_prefixes)}
     assert used - known == set()
+
+
+@pytest.mark.parametrize("seeds,message", [("x 1", "SEEDS/SEED must be whole numbers, got 'x'"),
+                                           ("1 1", "SEEDS lists seed 1 more than once")])
+def test_rela_and_rhe_scripts_check_their_seeds(smoke_data, rhe_smoke_data, tmp_path, seeds, message):
+    """The ReLA and RHE tables take their per-seed settings from lib.sh's fsa_use_seed too:
+    a bad SEEDS stops them before anything is trained."""
+    for script, data, row in (("rela/table1.sh", smoke_data, "1"), ("rhe/table1.sh", rhe_smoke_data, "lpea_rhe")):
+        proc = run_script(script, data, 0, tmp_path / script.replace("/", "_"), SEEDS=seeds, ROWS=row)
+        assert proc.returncode == 1 and message in proc.stderr, (script, proc.stderr[-2000:])
+        assert not list((tmp_path / script.replace("/", "_")).rglob("checkpoint*.pt"))
