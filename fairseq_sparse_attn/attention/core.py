@@ -164,12 +164,18 @@ class Call:
     query_mask: bool = False  # the hidden mask differs between queries (causal)
 
 
+def applies_dropout(dropout: torch.nn.Module) -> bool:
+    """The dropout module changes its input: p > 0 and training, or a fairseq module told to
+    apply in inference too (``--retain-dropout``, Monte-Carlo dropout)."""
+    return dropout.p > 0 and (dropout.training or getattr(dropout, "apply_during_inference", False))
+
+
 def describe_call(q, v, inputs: AttentionInputs, spec: AttendSpec) -> Call:
     heads = spec.heads
     return Call(
         activation=spec.activation_name,
         needs_weights="weights" in inputs.collect,
-        dropout=bool(spec.dropout.training and spec.dropout.p > 0),
+        dropout=applies_dropout(spec.dropout),
         score_bias=inputs.score_bias is not None,
         bias_providers=bool(spec.biases),
         given_heads=heads.fixed is not None,
@@ -356,6 +362,12 @@ def _row_sums(weights, scores_like, mask):
     return wsum, wlogw, visible_key_counts(scores_like, mask)
 
 
+def _dropout(spec: AttendSpec, call: Call, weights: Tensor) -> Tensor:
+    """``spec.dropout(weights)``, skipping the module call where it is the identity
+    (:func:`applies_dropout`)."""
+    return spec.dropout(weights) if call.dropout else weights
+
+
 def materialized(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
     """Scores and weights as full (bsz, H, tgt, src) tensors: every feature."""
     heads = spec.heads
@@ -379,13 +391,13 @@ def materialized(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call)
 
     if fixed is None:
         weights = learned
-        probs = spec.dropout(learned.type_as(v))
+        probs = _dropout(spec, call, learned.type_as(v))
     else:
         # attention dropout regularizes learned attention only; fixed heads stay exact
         weights = fixed if learned is None else torch.cat([fixed, learned], dim=1)
         probs = fixed.type_as(v)
         if learned is not None:
-            probs = torch.cat([probs, spec.dropout(learned.type_as(v))], dim=1)
+            probs = torch.cat([probs, _dropout(spec, call, learned.type_as(v))], dim=1)
     if skipped:
         # dropout above ran on every pair (the same random draws as without skipping)
         if heads.masked is not None:

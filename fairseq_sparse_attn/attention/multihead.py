@@ -464,14 +464,19 @@ class SparseMultiheadAttention(MultiheadAttention):
             # with --attn-key-block-size, head-averaged weights are returned only when the
             # call ran materialized (as before: the key-block path returns none)
             collect = collect | {"weights"}
-        inputs = attn_inputs if attn_inputs is not None else AttentionInputs()
-        inputs = dataclasses.replace(inputs, hidden=mask, score_bias=bias, key_padding=key_padding_mask,
+        if attn_inputs is None:  # the usual call (decoder, cross-attention): no copy of defaults
+            inputs = AttentionInputs(hidden=mask, score_bias=bias, key_padding=key_padding_mask,
                                      kv_groups=bsz // kv_bsz, collect=collect)
+        else:
+            inputs = dataclasses.replace(attn_inputs, hidden=mask, score_bias=bias,
+                                         key_padding=key_padding_mask, kv_groups=bsz // kv_bsz,
+                                         collect=collect)
         out, inter = attend(q4, k4, v4, inputs, self.spec())
         if collect:
             deliver(self, inter)
 
-        attn = out.reshape(bsz * heads, tgt_len, d).transpose(0, 1).contiguous().view(tgt_len, bsz, self.embed_dim)
+        # (bsz, H, tgt, d) -> (tgt, bsz, H*d); one query (a decoding step): a view, no copy
+        attn = out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, self.embed_dim)
         attn = self.out_proj(self.output_norm(attn))
         out_weights: Optional[Tensor] = None
         if need_weights and inter.weights is not None:

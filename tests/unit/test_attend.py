@@ -231,3 +231,25 @@ def test_module_softmax_with_norm_takes_sdpa_and_stock_takes_fairseq(monkeypatch
         normed.force_pipeline = False
         normed(x, x, x, need_weights=False)
     assert records[0][1].backend == "materialized" and records[0][1].weights is not None
+
+
+def test_dropout_retained_in_inference_is_applied():
+    """fairseq's --retain-dropout (FairseqDropout.apply_during_inference) in eval mode: the
+    call counts as one with dropout, so only backends that apply it serve it (no query
+    blocks), and the weights are dropped."""
+    from fairseq.modules import FairseqDropout
+
+    q, k, v = inputs_qkv(6)
+    for activation, backend in (("relu", "materialized"), ("softmax", "sdpa")):
+        drop = FairseqDropout(0.5)
+        drop.eval()
+        sp = AttendSpec(activation=build_activation(activation, H), dropout=drop, heads=HeadPlan(H),
+                        flex_min_keys=1)
+        with torch.no_grad():
+            plain_out, inter = attend(q, k, v, AttentionInputs(), sp)
+            assert inter.backend == ("query_block" if activation == "relu" else "sdpa")
+            drop.apply_during_inference = True
+            torch.manual_seed(0)
+            dropped, inter = attend(q, k, v, AttentionInputs(), sp)
+        assert inter.backend == backend
+        assert not torch.allclose(dropped, plain_out)
