@@ -54,3 +54,26 @@ def random_batch(dictionary, bsz=3, src_len=7, tgt_len=6, seed=1, left_pad_sourc
         prev[b, 0] = dictionary.eos()
         prev[b, 1:n] = torch.randint(nspecial, len(dictionary), (n - 1,), generator=g)
     return src, lengths, prev
+
+
+def plain_relu_attention(q, k, v, hidden, gamma=None):
+    """sum_j relu(q_i . k_j) [/ (gamma sqrt(n_i / 2))] v_j over the visible keys (hidden:
+    bool (B|1, 1, T|1, S), True = not visible, or None), written out in float64: the
+    reference of the fused and query-block ReLU paths."""
+    import math
+
+    out = torch.zeros(q.shape[:3] + (v.size(-1),), dtype=torch.float64)
+    for b in range(q.size(0)):
+        for h in range(q.size(1)):
+            for i in range(q.size(2)):
+                n = 0
+                for j in range(k.size(2)):
+                    if hidden is not None and bool(hidden[b if hidden.size(0) > 1 else 0, 0,
+                                                          i if hidden.size(2) > 1 else 0, j]):
+                        continue
+                    n += 1
+                    s = float(q[b, h, i].double() @ k[b, h, j].double())
+                    out[b, h, i] += max(s, 0.0) * v[b, h, j].double()
+                if gamma is not None and n > 0:
+                    out[b, h, i] /= gamma * math.sqrt(n / 2)
+    return out

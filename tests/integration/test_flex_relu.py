@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from helpers import plain_relu_attention
 
 from fairseq_sparse_attn.attention.flex_relu import flex_relu_attention, flex_relu_unavailable
 
@@ -16,27 +17,6 @@ REASON = flex_relu_unavailable("cpu", grad=False)
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"fused kernel unavailable: {REASON}")
 
 B, H, T, D = 3, 2, 6, 8
-
-
-def plain_relu_attention(q, k, v, hidden, gamma=None):
-    """sum_j relu(q_i . k_j) [/ (gamma sqrt(n_i / 2))] v_j over visible keys, written out."""
-    out = torch.zeros(q.shape[:3] + (v.size(-1),), dtype=torch.float64)
-    for b in range(q.size(0)):
-        for h in range(q.size(1)):
-            for i in range(q.size(2)):
-                row = torch.zeros(v.size(-1), dtype=torch.float64)
-                n = 0
-                for j in range(k.size(2)):
-                    if hidden is not None and bool(hidden[b if hidden.size(0) > 1 else 0, 0,
-                                                          i if hidden.size(2) > 1 else 0, j]):
-                        continue
-                    n += 1
-                    s = float(q[b, h, i].double() @ k[b, h, j].double())
-                    row += max(s, 0.0) * v[b, h, j].double()
-                if gamma is not None and n > 0:
-                    row /= gamma * math.sqrt(n / 2)
-                out[b, h, i] = row
-    return out
 
 
 def scaled_row_scale(gamma):

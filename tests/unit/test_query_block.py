@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from helpers import plain_relu_attention
 
 from fairseq_sparse_attn.attention import build_activation
 from fairseq_sparse_attn.attention.core import AttendSpec, AttentionInputs, attend
@@ -16,25 +17,6 @@ from fairseq_sparse_attn.attention.heads import HeadPlan
 from fairseq_sparse_attn.attention.query_block_relu import query_block_relu_attention, query_block_rows
 
 B, H, T, D = 3, 2, 7, 4  # T > D: padding through zero values; one query: masked scores
-
-
-def plain_relu_attention(q, k, v, hidden, gamma=None):
-    """sum_j relu(q_i . k_j) [/ (gamma sqrt(n_i / 2))] v_j over the visible keys, in float64."""
-    out = torch.zeros(q.shape[:3] + (v.size(-1),), dtype=torch.float64)
-    for b in range(q.size(0)):
-        for h in range(q.size(1)):
-            for i in range(q.size(2)):
-                n = 0
-                for j in range(k.size(2)):
-                    if hidden is not None and bool(hidden[b if hidden.size(0) > 1 else 0, 0,
-                                                          i if hidden.size(2) > 1 else 0, j]):
-                        continue
-                    n += 1
-                    s = float(q[b, h, i].double() @ k[b, h, j].double())
-                    out[b, h, i] += max(s, 0.0) * v[b, h, j].double()
-                if gamma is not None and n > 0:
-                    out[b, h, i] /= gamma * math.sqrt(n / 2)
-    return out
 
 
 def inputs(src, seed=0):
