@@ -146,8 +146,13 @@ class _EntmaxFamily(AttentionActivation):
             scores = scores.masked_fill(mask, ENTMAX_MASK_VALUE)
         weights = self.mapping(scores)
         if mask is not None:
-            # the finite mask value already gives 0; this makes it exact by construction
-            weights = weights.masked_fill(mask, 0.0)
+            # hidden keys of a row with a visible key already get exactly 0 (their score
+            # -1e6 lies far below the threshold); a row whose keys are *all* hidden would be
+            # spread uniformly over them: zero those rows (checked on the small mask, so the
+            # full-size fill runs only when such a row exists)
+            empty = mask.all(dim=-1, keepdim=True)
+            if bool(empty.any()):
+                weights = weights.masked_fill(mask, 0.0)
         return weights
 
 

@@ -119,3 +119,20 @@ def test_unknown_activation_lists_valid_names():
 def test_entmax_bisect_rejects_bad_alpha():
     with pytest.raises(ValueError, match="entmax-alpha"):
         build_activation("entmax_bisect", 2, type("O", (), {"entmax_alpha": 1.0})())
+
+
+@pytest.mark.parametrize("name", ["sparsemax", "entmax15", "entmax_bisect"])
+def test_entmax_family_zeroes_hidden_keys_and_fully_hidden_rows(name):
+    """Hidden keys get exactly 0 whatever their score (here far above the visible ones), and
+    a row whose keys are all hidden gets all zeros (the package alone would spread it
+    uniformly); the other rows are unchanged by the presence of such a row."""
+    act = build_activation(name, HEADS)
+    scores, mask = scores_and_mask(3)
+    scores = scores.masked_fill(mask, 50.0)
+    alone = act(scores, mask)
+    assert torch.all(alone.masked_select(mask.expand_as(alone)) == 0)
+    full = mask.clone()
+    full[1] = True  # sentence 1: every key hidden
+    weights = act(scores, full)
+    assert torch.all(weights[1] == 0)
+    torch.testing.assert_close(weights[0], alone[0], atol=0, rtol=0)
