@@ -148,10 +148,10 @@ class _EntmaxFamily(AttentionActivation):
         if mask is not None:
             # hidden keys of a row with a visible key already get exactly 0 (their score
             # -1e6 lies far below the threshold); a row whose keys are *all* hidden would be
-            # spread uniformly over them: zero those rows (checked on the small mask, so the
-            # full-size fill runs only when such a row exists)
-            empty = mask.all(dim=-1, keepdim=True)
-            if bool(empty.any()):
+            # spread uniformly over them and is zeroed.  On CPU the small mask is checked
+            # first, so the full-size fill runs only when such a row exists; on a GPU that
+            # check would stop the stream (a host sync per call) and the fill is cheap
+            if mask.device.type != "cpu" or bool(mask.all(dim=-1).any()):
                 weights = weights.masked_fill(mask, 0.0)
         return weights
 

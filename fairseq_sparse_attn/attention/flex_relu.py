@@ -177,9 +177,7 @@ def flex_relu_attention(q: Tensor, k: Tensor, v: Tensor, hidden: Optional[Tensor
     dv = v.size(-1)
     out = o[..., :dv].float() / o[..., dv:dv + 1].float()
     if row_scale is not None:
-        if hidden is None:
-            n = torch.full((1, 1, 1, 1), float(src), device=q.device)
-        else:
-            n = (~hidden).sum(dim=-1, keepdim=True).float()
-        out = out * row_scale(n)
+        from .scaled_relu import visible_key_counts
+
+        out = out * row_scale(visible_key_counts(torch.empty(1, 1, 1, src, device=q.device), hidden))
     return out.to(q.dtype)
