@@ -77,14 +77,17 @@ class _RMSNormFunction(torch.autograd.Function):
 
     On CPU the composite ``F.rms_norm`` backward and the autograd graph of the gate cost
     ~6x / ~11x a LayerNorm's forward+backward at the demo's shapes (broadcast multiplies
-    and their reductions); this backward does the same algebra in a handful of ops:
+    and their reductions).  This backward does the same algebra with three full-size
+    temporaries (each new full-size tensor is a pass over memory that is not in cache,
+    and on CPU the dominant cost; the in-place updates reuse them):
 
-        gy = o * s                        (o: incoming gradient; s = 1 without the gate)
-        grad_g = sum(gy * n)              n = z r,  r = 1 / RMS(z)
-        gn = gy * g
-        grad_z = r (gn - n mean(gn n))    (derivative of z r)
-        ga = o * (n g) * s (1 - s)        (gate pre-activation)
-        grad_z += ga * w,  grad_w = sum(ga * z)
+        r = 1 / RMS(z),  y = z r g,  s = sigmoid(w z)    (s = 1 without the gate)
+        gy = o s                                         (o: incoming gradient)
+        t = gy y,  proj = mean(t) over the features
+        grad_g = sum over rows of (gy r) z
+        grad_z = (gy r) g - z r^2 proj  [+ ga w]         (derivative of z r g)
+        ga = t (1 - s)                                   (gate pre-activation)
+        grad_w = sum over rows of ga z
     """
 
     @staticmethod
@@ -104,29 +107,30 @@ class _RMSNormFunction(torch.autograd.Function):
         z, r, w, gw, s = ctx.saved_tensors
         o = _as(o, z.dtype)
         lead = tuple(range(z.dim() - 1))
-        n = z * r
-        grad_w = grad_gw = None
-        if s is not None:
-            gy = o * s
-            if ctx.needs_input_grad[2] or ctx.needs_input_grad[0]:
-                y = n * w if w is not None else n
-                ga = (o * y).mul_(s).mul_(1 - s)
-            else:
-                ga = None
-        else:
-            gy, ga = o, None
-        if w is not None and ctx.needs_input_grad[1]:
-            grad_w = _as((gy * n).sum(dim=lead), ctx.param_dtypes[0])
-        grad_z = None
-        if ctx.needs_input_grad[0]:
-            gn = gy * w if w is not None else gy
-            proj = (gn * n).mean(dim=-1, keepdim=True)
-            grad_z = (gn - n * proj).mul_(r)
+        need_z, need_w = ctx.needs_input_grad[0], w is not None and ctx.needs_input_grad[1]
+        need_gw = s is not None and ctx.needs_input_grad[2]
+        # gy = o s: a new tensor, updated in place below (o itself is never modified)
+        gy = o * s if s is not None else o
+        y = z * r
+        if w is not None:
+            y.mul_(w)
+        t = y.mul_(gy)  # gy y, in y's storage
+        proj = t.mean(dim=-1, keepdim=True) if need_z else None
+        ga = t.addcmul_(t, s, value=-1.0) if s is not None else None  # t (1 - s) = o y s (1 - s)
+        u = gy.mul_(r) if s is not None else o * r  # gy r
+        scratch = None
+        grad_w = grad_gw = grad_z = None
+        if need_w:
+            scratch = torch.mul(u, z)
+            grad_w = _as(scratch.sum(dim=lead), ctx.param_dtypes[0])
+        if need_gw:
+            scratch = torch.mul(ga, z, out=scratch) if scratch is not None else ga * z
+            grad_gw = _as(scratch.sum(dim=lead), ctx.param_dtypes[1])
+        if need_z:
+            grad_z = u.mul_(w) if w is not None else u
+            grad_z.addcmul_(z, r.square().mul_(proj), value=-1.0)
             if ga is not None:
-                grad_z.add_(ga * gw)
-        if ga is not None and ctx.needs_input_grad[2]:
-            grad_gw = _as((ga * z).sum(dim=lead), ctx.param_dtypes[1])
-        if grad_z is not None:
+                grad_z.addcmul_(ga, gw)
             grad_z = _as(grad_z, ctx.in_dtype)
         return grad_z, grad_w, grad_gw, None
 
