@@ -50,7 +50,7 @@ kernel (e.g. FlexAttention for the ReLU family) registers itself with
 """
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -145,9 +145,9 @@ class Capabilities:
     row_sums: bool = False  # can return the ReLUFormer row sums
 
 
-@dataclass(frozen=True)
-class Call:
-    """What one call needs (derived by :func:`describe_call`)."""
+class Call(NamedTuple):
+    """What one call needs (derived by :func:`describe_call`; a named tuple: built at
+    every attention call, ~4x cheaper than a frozen dataclass)."""
 
     activation: str
     needs_weights: bool

@@ -282,3 +282,100 @@ def test_attn_init_flag_and_presets():
     model, _ = build_model("rela_transformer_wmt_en_de", attn_init="rela_official")
     cross = [m for m in model.decoder.modules() if getattr(m, "kind", None) == "cross"]
     assert cross and all(torch.count_nonzero(m.q_proj.bias) == 0 for m in cross)
+
+
+@pytest.mark.parametrize("kind", ["self", "cross"])
+def test_inference_fused_projections_equal_the_separate_ones(kind):
+    """In eval mode without gradients q, k, v come from one fused product (q scaling folded
+    in); outputs, incremental decoding and the cache equal the separate projections', the
+    fused weights follow in-place updates and replaced parameters, and training mode never
+    uses them (activation checkpointing recomputes training forwards with gradients)."""
+    m = make("relu", "gated_rmsnorm", self_attention=kind == "self",
+             encoder_decoder_attention=kind == "cross")
+    x, enc = torch.randn(4, 3, E), torch.randn(6, 3, E)
+    pad = torch.zeros(3, 6, dtype=torch.bool)
+    pad[2, 4:] = True
+
+    def run(step_by_step):
+        if kind == "self":
+            return m(x, x, x, need_weights=False)[0] if not step_by_step else decode(
+                lambda xi, st: m(xi, xi, xi, incremental_state=st, need_weights=False)[0])
+        full = lambda: m(x, enc, enc, key_padding_mask=pad, static_kv=True, need_weights=False)[0]  # noqa: E731
+        return full() if not step_by_step else decode(lambda xi, st: m(
+            xi, enc, enc, key_padding_mask=pad, incremental_state=st, static_kv=True, need_weights=False)[0])
+
+    def decode(call):
+        state = {}
+        return torch.cat([call(x[t:t + 1], state) for t in range(x.size(0))])
+
+    for step_by_step in (False, True):
+        reference = run(step_by_step).detach()  # gradients on: separate projections
+        assert m._fused_projection is None
+        with torch.no_grad():
+            fused = run(step_by_step)
+        assert m._fused_projection is not None and m._fused_projection[2] is not None
+        torch.testing.assert_close(fused, reference, atol=1e-6, rtol=1e-5)
+        assert not torch.equal(fused, torch.zeros_like(fused))
+        m._fused_projection = None
+    with torch.no_grad():
+        run(False)
+        m.q_proj.weight.mul_(-2.0)  # in place: the version counter moves
+        m.q_proj.bias.add_(0.5)
+        updated = run(False)
+    torch.testing.assert_close(updated, run(False).detach(), atol=1e-6, rtol=1e-5)
+    m.v_proj.weight = torch.nn.Parameter(torch.randn(E, E))  # a new Parameter object
+    with torch.no_grad():
+        replaced = run(False)
+    torch.testing.assert_close(replaced, run(False).detach(), atol=1e-6, rtol=1e-5)
+    assert not torch.allclose(replaced, updated)
+    m.train()
+    m._fused_projection = None
+    with torch.no_grad():
+        run(False)
+    assert m._fused_projection is None
+
+
+def test_cached_spec_follows_attribute_changes():
+    """spec() and is_stock are cached per module; setting an attribute they read rebuilds
+    them (a later call must see a new backend, masked heads or activation)."""
+    from fairseq_sparse_attn.attention.activations import build_activation
+
+    m = SparseMultiheadAttention(E, H, activation="softmax", output_norm="none", self_attention=True)
+    assert m.is_stock and m.spec() is m.spec()
+    m.backend = "materialized"
+    assert m.spec().backend == "materialized"
+    m.masked_heads = (1,)
+    assert m.spec().heads.masked.heads == (1,) and not m.is_stock
+    m.masked_heads = ()
+    assert m.is_stock
+    m.activation, m.activation_name = build_activation("relu", H), "relu"
+    assert m.spec().activation is m.activation and not m.is_stock
+    x = torch.randn(3, 2, E)
+    out, _ = m(x, x, x, need_weights=False)
+    q = (x @ m.q_proj.weight.T + m.q_proj.bias) * m.scaling
+    k = x @ m.k_proj.weight.T + m.k_proj.bias
+    v = x @ m.v_proj.weight.T + m.v_proj.bias
+    d = E // H
+    qh, kh, vh = (t.view(3, 2, H, d).permute(1, 2, 0, 3) for t in (q, k, v))
+    z = (qh @ kh.transpose(-1, -2)).clamp(min=0) @ vh  # ReLU attention, no norm
+    expected = z.permute(2, 0, 1, 3).reshape(3, 2, E) @ m.out_proj.weight.T + m.out_proj.bias
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_all_false_padding_mask_is_no_mask():
+    """A padding mask without padding (fairseq's encoder output for an unpadded batch)
+    hides nothing: the activation gets no mask, the outputs equal those with the mask
+    applied by hand, and a mask with padding still hides its keys."""
+    m = make("relu", "gated_rmsnorm", encoder_decoder_attention=True)
+    seen = []
+    m.activation.register_forward_hook(lambda mod, args, out: seen.append(args[1]))
+    x, enc = torch.randn(2, 3, E), torch.randn(5, 3, E)
+    none_pad = torch.zeros(3, 5, dtype=torch.bool)
+    out, w = m(x, enc, enc, key_padding_mask=none_pad, need_head_weights=True)
+    assert seen[-1] is None
+    ref, _ = m(x, enc, enc, key_padding_mask=None, need_head_weights=True)
+    torch.testing.assert_close(out, ref)
+    pad = none_pad.clone()
+    pad[1, 3:] = True
+    _, w = m(x, enc, enc, key_padding_mask=pad, need_head_weights=True)
+    assert seen[-1] is not None and bool((w[:, 1, :, 3:] == 0).all())
