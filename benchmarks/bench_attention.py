@@ -35,12 +35,15 @@ from timing import interleaved_rounds, pin_threads, summarize_ratios  # noqa: E4
 
 
 def _threads_from_argv(argv):
-    """--threads N read before torch is imported (OMP/MKL read their variables at load)."""
+    """--threads N read before torch is imported (OMP/MKL read their variables at load);
+    --claims on a CPU device means one thread."""
     for i, a in enumerate(argv):
         if a == "--threads" and i + 1 < len(argv):
             return int(argv[i + 1])
         if a.startswith("--threads="):
             return int(a.split("=", 1)[1])
+    if "--claims" in argv and "cuda" not in argv:  # CPU claims: one thread (set again after import)
+        return 1
     return None
 
 
@@ -184,23 +187,41 @@ def main():
     p.add_argument("--tgt-len", type=int, default=24)
     p.add_argument("--decode-steps", type=int, default=20)
     p.add_argument("--decode-sentences", type=int, default=4, help="sentences decoded one by one (batch 1)")
-    p.add_argument("--rounds", type=int, default=15, help="timed interleaved rounds (default 15)")
+    p.add_argument("--claims", action="store_true",
+                   help="the recipe for figures one may claim (what `make bench` runs): on CPU one "
+                        "thread, the CPU clock, 101 rounds of >= 0.1 s (31 for decode_b64); on CUDA "
+                        "31 rounds, wall clock.  Flags given explicitly win")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="timed interleaved rounds (default 15; --claims: 101 on CPU, 31 on CUDA)")
+    p.add_argument("--rounds-b64", type=int, default=None,
+                   help="rounds for decode_b64 (its jobs are ~10x longer; default --rounds, "
+                        "--claims on CPU: 31)")
     p.add_argument("--warmup", type=int, default=2, help="discarded rounds before timing (default 2)")
-    p.add_argument("--min-time", type=float, default=0.3,
+    p.add_argument("--min-time", type=float, default=None,
                    help="seconds one timing of softmax lasts at least (repetitions per timing "
-                        "are chosen from the warm-up; default 0.3)")
+                        "are chosen from the warm-up; default 0.3, --claims on CPU 0.1)")
     p.add_argument("--threads", type=int, default=None,
                    help="pin torch / OpenMP / MKL threads (default: torch's own choice)")
-    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+    p.add_argument("--clock", choices=("wall", "cpu"), default=None,
                    help="wall: elapsed time (default); cpu: CPU seconds of this process, steady on "
-                        "a machine shared with other jobs (use with --threads 1; CPU devices only)")
+                        "a machine shared with other jobs (use with --threads 1; CPU devices only; "
+                        "the --claims default on CPU)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: 3 rounds, 1 warm-up, one repetition per timing, 2 sentences "
                         "for batch 1, batch 64 decoding skipped (the figures are not for claims)")
     p.add_argument("--json", default=None, help="write the results here (with provenance)")
     args = p.parse_args()
+    on_cpu = args.device == "cpu"
+    recipe = (dict(threads=1, clock="cpu", rounds=101, rounds_b64=31, min_time=0.1) if args.claims and on_cpu
+              else dict(rounds=31) if args.claims else {})
+    defaults = dict(threads=None, clock="wall", rounds=15, rounds_b64=None, min_time=0.3)
+    for name, default in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, recipe.get(name, default))
+    if args.rounds_b64 is None:
+        args.rounds_b64 = args.rounds
     if args.quick:
-        args.rounds, args.warmup, args.min_time, args.decode_sentences = 3, 1, 0.0, 2
+        args.rounds, args.rounds_b64, args.warmup, args.min_time, args.decode_sentences = 3, 3, 1, 0.0, 2
         args.decode_steps = min(args.decode_steps, 8)
         args.measures = ",".join(m for m in args.measures.split(",") if m != "decode_b64")
 
@@ -268,7 +289,8 @@ def main():
               "measures": {}}
     for m in model_measures:
         print(f"{m}:", file=sys.stderr, flush=True)
-        run = interleaved_rounds(jobs[m], "softmax", args.rounds, args.warmup, args.min_time,
+        rounds = args.rounds_b64 if m == "decode_b64" else args.rounds
+        run = interleaved_rounds(jobs[m], "softmax", rounds, args.warmup, args.min_time,
                                  sync=sync, progress=progress, clock=args.clock)
         result["measures"][m] = {}
         for v in variants:
@@ -292,8 +314,9 @@ def main():
         result["entmax_check"] = entmax
 
     print(f"\n{preset} transformer on {machine} ({device}); speed relative to softmax "
-          f"(>1 = faster): median of {args.rounds} paired interleaved rounds [bootstrap 95% interval], "
-          f"{args.clock} clock")
+          f"(>1 = faster): median of {args.rounds} paired interleaved rounds "
+          f"({args.rounds_b64} for decode_b64) [bootstrap 95% interval], {args.clock} clock, "
+          f"{torch.get_num_threads()} thread(s)")
     if model_measures:
         print("variant".ljust(12) + "".join(c.rjust(26) for c in model_measures))
         for v in variants:

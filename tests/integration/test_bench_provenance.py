@@ -71,6 +71,21 @@ def test_bench_attention_cpu_clock(tmp_path):
     assert data["clock"] == "cpu" and data["settings"]["clock"] == "cpu"
 
 
+def test_bench_attention_claims_recipe(tmp_path):
+    """--claims (what `make bench` runs) on CPU: one thread, the CPU clock, 101 rounds (31 for
+    batch-64 decoding) of >= 0.1 s; flags given explicitly win over the recipe."""
+    out = tmp_path / "bench.json"
+    run("bench_attention.py", "--claims", "--variants", "rela_g", "--rounds", "2", "--warmup", "0",
+        "--measures", "train_step", "--train-batch", "2", "--src-len", "6", "--tgt-len", "6",
+        "--device", "cpu", "--json", out)
+    data = json.loads(out.read_text())
+    record = check_provenance(data)
+    settings = data["settings"]
+    assert data["clock"] == "cpu" and settings["threads"] == 1 and record["threads"] == 1
+    assert settings["rounds"] == 2 and settings["rounds_b64"] == 31 and settings["min_time"] == 0.1
+    assert data["measures"]["train_step"]["rela_g"]["speed_vs_softmax"]["rounds"] == 2
+
+
 def test_decode_step_costs_json(tmp_path):
     """Per-call costs: the ratio of each round is t_variant / t_softmax of the times written
     beside it, and the per-call microseconds are the median time over the steps."""
