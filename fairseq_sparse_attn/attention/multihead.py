@@ -30,7 +30,6 @@ import dataclasses
 from typing import Dict, Optional, Sequence, Tuple
 
 import torch
-import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
@@ -151,9 +150,6 @@ class SparseMultiheadAttention(MultiheadAttention):
         # > 0: in "auto", the fused flex backend serves calls with at least this many keys
         self.flex_min_keys = int(opts.attn_flex_min_keys or 0)
         self._mask_cache: Dict[str, tuple] = {}
-        # (parameters, their versions, fused projection weights) for inference
-        # (_inference_projection_weights)
-        self._fused_projection = None
         init = opts.attn_init
         if init not in ATTN_INITS:
             raise ValueError(f"--attn-init must be one of {', '.join(ATTN_INITS)}, got {init!r}")
@@ -285,59 +281,6 @@ class SparseMultiheadAttention(MultiheadAttention):
                 torch.nn.init.zeros_(proj.bias)
 
     # ------------------------------------------------------------------ projections
-    def _inference_projection_weights(self, query: Tensor):
-        """In inference (eval mode, no gradients): the (weight, bias) of one fused
-        projection, cached until a parameter changes, or None (training, fixed heads,
-        bias_kv, custom projection modules).
-
-        Self-attention: q, k and v in one matrix product, rows ordered (head, q/k/v,
-        feature); cross-attention: q alone.  The query scaling 1/sqrt(d_h) is folded into
-        the q rows.  A decoding step then makes one product instead of three and no
-        scaling pass (each op is a visible share of a beam-search step on CPU)."""
-        # not in training mode: activation checkpointing runs training forwards without
-        # gradients and recomputes them with; both must be the same computation
-        if self.training or torch.is_grad_enabled():
-            return None
-        # the parameters through the module dicts (nn.Module attribute lookups cost ~1 us
-        # each, a visible share of a step); a replaced Parameter or module, an in-place
-        # update (version counter) or a new scaling rebuilds the weights
-        modules = self._modules
-        projs = (modules["q_proj"], modules["k_proj"], modules["v_proj"]) if self.self_attention \
-            else (modules["q_proj"],)
-        tensors, versions = [], [self.scaling, query.dtype]
-        for p in projs:
-            if type(p) is not torch.nn.Linear:
-                return None  # fixed heads (no q/k projection), quant-noise or adapter wrappers
-            for t in p._parameters.values():
-                tensors.append(t)
-                versions.append(None if t is None else t._version)
-        cached = self._fused_projection
-        if (cached is not None and cached[1] == versions and len(cached[0]) == len(tensors)
-                and all(a is b for a, b in zip(cached[0], tensors))):
-            return cached[2]
-        fused = self._build_fused_projection(query.dtype)
-        self._fused_projection = (tensors, versions, fused)
-        return fused
-
-    @torch.no_grad()
-    def _build_fused_projection(self, dtype):
-        if self.num_fixed_heads or self.bias_k is not None or self.q_proj.weight.dtype != dtype:
-            return None
-        q_weight = self.q_proj.weight * self.scaling
-        q_bias = None if self.q_proj.bias is None else self.q_proj.bias * self.scaling
-        if not self.self_attention:
-            return q_weight, q_bias
-        if (self.k_proj.bias is None) != (q_bias is None) or (self.v_proj.bias is None) != (q_bias is None):
-            return None
-        heads, d = self.num_heads, self.head_dim
-        weight = torch.stack([q_weight, self.k_proj.weight, self.v_proj.weight])
-        weight = weight.view(3, heads, d, -1).transpose(0, 1).reshape(3 * heads * d, -1)
-        bias = None
-        if q_bias is not None:
-            bias = torch.stack([q_bias, self.k_proj.bias, self.v_proj.bias])
-            bias = bias.view(3, heads, d).transpose(0, 1).reshape(-1)
-        return weight, bias
-
     def _project(
         self,
         query: Tensor,
@@ -359,21 +302,10 @@ class SparseMultiheadAttention(MultiheadAttention):
         else:
             saved_state = None
 
-        fused = self._inference_projection_weights(query)
-        if fused is not None and self.self_attention:
-            # one matrix product for q (already scaled), k and v; rows ordered (head, q/k/v,
-            # feature) so that every head's q, k and v are views that reshape without a copy
-            weight, bias = fused
-            qkv = F.linear(query, weight, bias).view(tgt_len, bsz, self.num_heads, 3, self.head_dim)
-            q, k, v = qkv.unbind(dim=3)  # (tgt, bsz, heads, head_dim) views each
-        else:
-            q = self.q_proj(query) if self.q_proj is not None else None
-            if fused is not None:  # cross-attention: q with the scaling folded in
-                q = F.linear(query, *fused)
+        q = self.q_proj(query) if self.q_proj is not None else None
         if self.self_attention:
-            if fused is None:
-                k = self.k_proj(query) if self.k_proj is not None else None
-                v = self.v_proj(query)
+            k = self.k_proj(query) if self.k_proj is not None else None
+            v = self.v_proj(query)
         elif key is None:
             k = v = None
         else:
@@ -388,7 +320,7 @@ class SparseMultiheadAttention(MultiheadAttention):
                     )[:, 0, :]
             k = self.k_proj(key)
             v = self.v_proj(key if self.encoder_decoder_attention else value)
-        if q is not None and fused is None:
+        if q is not None:
             q = q * self.scaling
 
         if self.bias_k is not None:
@@ -397,16 +329,15 @@ class SparseMultiheadAttention(MultiheadAttention):
             )
 
         qk_heads = self.num_learned_heads  # = num_heads unless some heads are fixed
-        # reshape: a view of the projections (contiguous, or the fused views), else a copy
         if q is not None:
-            q = q.reshape(tgt_len, bsz * qk_heads, self.head_dim).transpose(0, 1)
+            q = q.contiguous().view(tgt_len, bsz * qk_heads, self.head_dim).transpose(0, 1)
         kv_bsz = bsz
         if v is not None:
             kv_bsz = v.size(1)
         if k is not None:
-            k = k.reshape(-1, kv_bsz * qk_heads, self.head_dim).transpose(0, 1)
+            k = k.contiguous().view(-1, kv_bsz * qk_heads, self.head_dim).transpose(0, 1)
         if v is not None:
-            v = v.reshape(-1, kv_bsz * self.num_heads, self.head_dim).transpose(0, 1)
+            v = v.contiguous().view(-1, kv_bsz * self.num_heads, self.head_dim).transpose(0, 1)
 
         if saved_state is not None:
             if "prev_key" in saved_state:

@@ -284,57 +284,6 @@ def test_attn_init_flag_and_presets():
     assert cross and all(torch.count_nonzero(m.q_proj.bias) == 0 for m in cross)
 
 
-@pytest.mark.parametrize("kind", ["self", "cross"])
-def test_inference_fused_projections_equal_the_separate_ones(kind):
-    """In eval mode without gradients q, k, v come from one fused product (q scaling folded
-    in); outputs, incremental decoding and the cache equal the separate projections', the
-    fused weights follow in-place updates and replaced parameters, and training mode never
-    uses them (activation checkpointing recomputes training forwards with gradients)."""
-    m = make("relu", "gated_rmsnorm", self_attention=kind == "self",
-             encoder_decoder_attention=kind == "cross")
-    x, enc = torch.randn(4, 3, E), torch.randn(6, 3, E)
-    pad = torch.zeros(3, 6, dtype=torch.bool)
-    pad[2, 4:] = True
-
-    def run(step_by_step):
-        if kind == "self":
-            return m(x, x, x, need_weights=False)[0] if not step_by_step else decode(
-                lambda xi, st: m(xi, xi, xi, incremental_state=st, need_weights=False)[0])
-        full = lambda: m(x, enc, enc, key_padding_mask=pad, static_kv=True, need_weights=False)[0]  # noqa: E731
-        return full() if not step_by_step else decode(lambda xi, st: m(
-            xi, enc, enc, key_padding_mask=pad, incremental_state=st, static_kv=True, need_weights=False)[0])
-
-    def decode(call):
-        state = {}
-        return torch.cat([call(x[t:t + 1], state) for t in range(x.size(0))])
-
-    for step_by_step in (False, True):
-        reference = run(step_by_step).detach()  # gradients on: separate projections
-        assert m._fused_projection is None
-        with torch.no_grad():
-            fused = run(step_by_step)
-        assert m._fused_projection is not None and m._fused_projection[2] is not None
-        torch.testing.assert_close(fused, reference, atol=1e-6, rtol=1e-5)
-        assert not torch.equal(fused, torch.zeros_like(fused))
-        m._fused_projection = None
-    with torch.no_grad():
-        run(False)
-        m.q_proj.weight.mul_(-2.0)  # in place: the version counter moves
-        m.q_proj.bias.add_(0.5)
-        updated = run(False)
-    torch.testing.assert_close(updated, run(False).detach(), atol=1e-6, rtol=1e-5)
-    m.v_proj.weight = torch.nn.Parameter(torch.randn(E, E))  # a new Parameter object
-    with torch.no_grad():
-        replaced = run(False)
-    torch.testing.assert_close(replaced, run(False).detach(), atol=1e-6, rtol=1e-5)
-    assert not torch.allclose(replaced, updated)
-    m.train()
-    m._fused_projection = None
-    with torch.no_grad():
-        run(False)
-    assert m._fused_projection is None
-
-
 def test_cached_spec_follows_attribute_changes():
     """spec() and is_stock are cached per module; setting an attribute they read rebuilds
     them (a later call must see a new backend, masked heads or activation)."""
