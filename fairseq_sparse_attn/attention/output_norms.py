@@ -150,8 +150,6 @@ def rms_normalize(z: torch.Tensor, eps: float, weight: torch.Tensor = None,
     return _as(out, z.dtype)
 
 
-
-
 @register_output_norm("none")
 class NoOutputNorm(nn.Identity):
     def __init__(self, embed_dim, head_dim, eps):
