@@ -38,6 +38,7 @@ from .biases import build_bias
 from .core import AttendSpec, AttentionInputs, _scores, attend, backend_names, is_stock
 from .options import ATTN_INITS
 from .heads import FixedPatternHeads, HeadPlan, MaskedHeads, RedundantHeads
+from .inference_call import InferencePlan, build_plan, hiding_mask_only, inference_call, serves
 from .intermediates import deliver, wanted
 from ..options import plugin_options
 from .output_norms import build_output_norm
@@ -160,24 +161,25 @@ class SparseMultiheadAttention(MultiheadAttention):
     #: spec (a bias provider added to ``biases`` in place is not seen: rebuild the module)
     SPEC_ATTRIBUTES = frozenset({"activation", "dropout_module", "heads", "biases", "backend",
                                  "key_block_size", "flex_min_keys", "activation_name",
-                                 "output_norm_name"})
+                                 "output_norm_name", "rhe", "q_proj", "k_proj", "v_proj",
+                                 "out_proj", "output_norm", "bias_k", "add_zero_attn"})
 
     def __setattr__(self, name, value):
         super().__setattr__(name, value)
         if name in SparseMultiheadAttention.SPEC_ATTRIBUTES:
             self.__dict__["_spec_cache"] = None
 
-    def _spec_and_stock(self) -> Tuple[AttendSpec, bool]:
-        """(spec, is_stock), built once and kept until an attribute they read is set (a
-        decoding step calls every attention module per token; rebuilding them each call
-        was a visible share of a batch-1 step)."""
+    def _spec_and_stock(self) -> Tuple[AttendSpec, bool, Optional[InferencePlan]]:
+        """(spec, is_stock, the inference call's plan or None), built once and kept until an
+        attribute they read is set (a decoding step calls every attention module per
+        token; rebuilding them each call was a visible share of a batch-1 step)."""
         cached = self.__dict__.get("_spec_cache")
         if cached is None:
             spec = AttendSpec(activation=self.activation, dropout=self.dropout_module, heads=self.heads,
                               biases=tuple(self.biases.values()), backend=self.backend,
                               key_block_size=self.key_block_size, flex_min_keys=self.flex_min_keys)
             stock = is_stock(self.activation_name, self.output_norm_name, self.heads, self.biases)
-            cached = self.__dict__["_spec_cache"] = (spec, stock)
+            cached = self.__dict__["_spec_cache"] = (spec, stock, build_plan(self))
         return cached
 
     @property
@@ -446,7 +448,14 @@ class SparseMultiheadAttention(MultiheadAttention):
         inputs of :func:`~.core.attend` that fairseq does not pass (fixed-pattern
         weights, word ids, syntax annotations), from the plugin's encoder layer."""
         collect = wanted()
-        if (self.is_stock and self.backend == "auto" and "weights" not in collect
+        _, stock, plan = self._spec_and_stock()
+        if (plan is not None and serves(plan, need_head_weights, before_softmax, collect)
+                and hiding_mask_only(self, attn_mask)):
+            # inference without analysis: the materialized backend's operations without the
+            # per-call bookkeeping (attention/inference_call.py)
+            return inference_call(self, plan, query, key, key_padding_mask, incremental_state,
+                                  need_weights, static_kv, attn_mask)
+        if (stock and self.backend == "auto" and "weights" not in collect
                 and not need_head_weights):  # the fused stock path cannot return per-head weights
             return super().forward(
                 query, key, value, key_padding_mask=key_padding_mask,

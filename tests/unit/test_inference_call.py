@@ -1,0 +1,267 @@
+"""The inference call (attention/inference_call.py): the same numbers as the general
+path, bit for bit, in every kind of call it takes; the calls it must leave to the general
+path; its cached plan following the module; whole-model beam search unchanged."""
+
+import pytest
+import torch
+from fairseq import utils
+
+import fairseq_sparse_attn.attention.inference_call as inference_call_module
+import fairseq_sparse_attn.attention.multihead as multihead
+from fairseq_sparse_attn.attention import SparseMultiheadAttention
+from fairseq_sparse_attn.attention.intermediates import collect
+
+from helpers import build_model, random_batch
+
+E, H = 16, 4
+VARIANTS = [("relu", "gated_rmsnorm"), ("relu", "rmsnorm_i"), ("relu", "none"),
+            ("relu_scaled", "none"), ("sparsemax", "none"), ("entmax15", "gated_rmsnorm"),
+            ("gelu", "layernorm"), ("leaky_relu", "gated_layernorm")]
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Counts the calls that took the inference call."""
+    seen = []
+    real = multihead.inference_call
+
+    def spy(*args, **kwargs):
+        seen.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(multihead, "inference_call", spy)
+    return seen
+
+
+def pair(act, norm, **kw):
+    """Two modules with the same parameters: ``auto`` (takes the inference call) and the
+    general path (``materialized`` forced)."""
+    torch.manual_seed(0)
+    fast = SparseMultiheadAttention(E, H, activation=act, output_norm=norm, **kw).eval()
+    with torch.no_grad():  # non-trivial norm parameters (fresh gains are all 1)
+        for p in fast.output_norm.parameters():
+            p.uniform_(-1.5, 1.5)
+    general = SparseMultiheadAttention(E, H, activation=act, output_norm=norm, **kw).eval()
+    general.load_state_dict(fast.state_dict())
+    general.backend = "materialized"
+    return fast, general
+
+
+def assert_identical(a, b):
+    assert (a is None) == (b is None)
+    if a is not None:
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert torch.equal(a, b), (a - b).abs().max()
+
+
+def assert_same_cache(fast, general, state_f, state_g):
+    cf, cg = fast._get_input_buffer(state_f), general._get_input_buffer(state_g)
+    assert sorted(cf) == sorted(cg)
+    for name in cg:
+        assert_identical(cf[name], cg[name])
+
+
+@pytest.mark.parametrize("act,norm", VARIANTS)
+def test_incremental_self_attention_equals_the_general_path(act, norm, calls):
+    fast, general = pair(act, norm, self_attention=True)
+    xs = torch.randn(6, 3, E)
+    state_f, state_g = {}, {}
+    with torch.no_grad():
+        for t in range(6):
+            x = xs[t:t + 1]
+            of, wf = fast(x, x, x, incremental_state=state_f, need_weights=t % 2 == 0)
+            og, wg = general(x, x, x, incremental_state=state_g, need_weights=t % 2 == 0)
+            assert_identical(of, og)
+            assert_identical(wf, wg)
+            assert_same_cache(fast, general, state_f, state_g)
+    assert calls.count(fast) == 6 and general not in calls
+
+
+@pytest.mark.parametrize("act,norm", VARIANTS)
+def test_cross_attention_with_beams_and_padding_equals_the_general_path(act, norm, calls):
+    """Encoder keys kept once per sentence (beam 2), a padded source, fairseq's
+    static_kv cache, then a beam reordering."""
+    fast, general = pair(act, norm, kdim=E, vdim=E, encoder_decoder_attention=True)
+    for m in (fast, general):
+        m.set_beam_size(2)
+    enc = torch.randn(5, 2, E)[:, [0, 0, 1, 1]]  # (src, bsz * beam, E)
+    pad = torch.zeros(4, 5, dtype=torch.bool)
+    pad[2:, :2] = True  # sentence 1 is left-padded
+    queries = torch.randn(4, 4, E)
+    state_f, state_g = {}, {}
+    with torch.no_grad():
+        for t in range(4):
+            x = queries[t:t + 1]
+            of, wf = fast(x, enc, enc, key_padding_mask=pad, incremental_state=state_f, static_kv=True)
+            og, wg = general(x, enc, enc, key_padding_mask=pad, incremental_state=state_g, static_kv=True)
+            assert_identical(of, og)
+            assert_identical(wf, wg)
+            assert torch.all(wf[2:, :, :2] == 0)  # padded keys get no weight
+            assert_same_cache(fast, general, state_f, state_g)
+            if t == 1:
+                order = torch.tensor([1, 0, 3, 2])
+                fast.reorder_incremental_state(state_f, order)
+                general.reorder_incremental_state(state_g, order)
+    assert calls.count(fast) == 4
+
+
+@pytest.mark.parametrize("act,norm", VARIANTS)
+def test_whole_sequence_calls_equal_the_general_path(act, norm, calls):
+    """No cache: encoder self-attention with padding, teacher forcing with fairseq's causal
+    -inf mask, cross-attention over a whole target (what validation runs without
+    gradients)."""
+    fast, general = pair(act, norm, self_attention=True)
+    x = torch.randn(5, 3, E)
+    pad = torch.zeros(3, 5, dtype=torch.bool)
+    pad[1, 3:] = True
+    future = utils.fill_with_neg_inf(torch.zeros(5, 5)).triu(1)
+    with torch.no_grad():
+        for kw in (dict(key_padding_mask=pad), dict(attn_mask=future), dict()):
+            of, wf = fast(x, x, x, **kw)
+            og, wg = general(x, x, x, **kw)
+            assert_identical(of, og)
+            assert_identical(wf, wg)
+    cross_f, cross_g = pair(act, norm, encoder_decoder_attention=True)
+    enc = torch.randn(7, 3, E)
+    enc_pad = torch.zeros(3, 7, dtype=torch.bool)
+    enc_pad[2, 5:] = True
+    with torch.no_grad():
+        assert_identical(cross_f(x, enc, enc, key_padding_mask=enc_pad, need_weights=False)[0],
+                         cross_g(x, enc, enc, key_padding_mask=enc_pad, need_weights=False)[0])
+    assert calls.count(fast) == 3 and calls.count(cross_f) == 1
+
+
+def test_calls_that_need_the_general_path_do_not_take_it(calls):
+    fast, general = pair("relu", "gated_rmsnorm", self_attention=True)
+    x = torch.randn(4, 2, E)
+    bias = torch.zeros(4, 4)
+    bias[:, 1] = 0.5  # an additive (not hiding) mask value
+    fast(x, x, x)  # gradients recorded
+    with torch.no_grad():
+        fast(x, x, x, need_head_weights=True)
+        fast(x, x, x, before_softmax=True)
+        fast(x, x, x, attn_mask=bias)
+        with collect("weights"):
+            fast(x, x, x)
+        fast.train()
+        fast.dropout_module.p = 0.3
+        fast(x, x, x)  # attention dropout applies
+        fast.eval()
+        fast.dropout_module.apply_during_inference = True  # --retain-dropout
+        fast(x, x, x)
+        fast.dropout_module.apply_during_inference = False
+        fast.dropout_module.p = 0.0
+    assert calls == []
+    with torch.no_grad():
+        out, _ = fast(x, x, x, attn_mask=bias)
+        ref, _ = general(x, x, x, attn_mask=bias)
+        assert_identical(out, ref)  # the bias was applied (by the general path)
+        fast(x, x, x)
+    assert calls == [fast]
+
+
+@pytest.mark.parametrize("kw,reason", [
+    (dict(activation="softmax", output_norm="rmsnorm"), "softmax"),
+    (dict(masked_heads=(1,)), "masked"),
+    (dict(add_bias_kv=True), "bias_kv"),
+    (dict(add_zero_attn=True), "zero attention"),
+])
+def test_modules_that_need_the_general_path_have_no_plan(kw, reason):
+    from fairseq_sparse_attn.attention.inference_call import static_reason
+
+    args = dict(activation="relu", output_norm="gated_rmsnorm", self_attention=True)
+    m = SparseMultiheadAttention(E, H, **{**args, **kw})
+    assert reason in static_reason(m)
+    assert m._spec_and_stock()[2] is None
+
+
+def test_forced_backend_and_key_blocks_have_no_plan():
+    m = SparseMultiheadAttention(E, H, activation="relu", output_norm="gated_rmsnorm", self_attention=True)
+    assert m._spec_and_stock()[2] is not None
+    m.backend = "materialized"
+    assert m._spec_and_stock()[2] is None
+    m.backend = "auto"
+    m.key_block_size = 4
+    assert m._spec_and_stock()[2] is None
+    m.key_block_size = 0
+    assert m._spec_and_stock()[2] is not None
+
+
+def test_long_calls_go_to_the_backend_auto_chooses(monkeypatch, calls):
+    """A call over at least --attn-flex-min-keys keys goes to attend(), which takes
+    query_block on CPU, as in the general path; with weights asked for, the materialized
+    operations run."""
+    chosen = []
+    real = inference_call_module.attend
+
+    def spy(q, k, v, inputs, spec):
+        out, inter = real(q, k, v, inputs, spec)
+        chosen.append(inter.backend)
+        return out, inter
+
+    monkeypatch.setattr(inference_call_module, "attend", spy)
+    fast, general = pair("relu_scaled", "gated_rmsnorm", encoder_decoder_attention=True)
+    fast.flex_min_keys = general.flex_min_keys = 6
+    x, enc = torch.randn(3, 2, E), torch.randn(8, 2, E)
+    pad = torch.zeros(2, 8, dtype=torch.bool)
+    pad[1, 6:] = True
+    general.backend = "query_block"  # the general path on the backend auto should choose
+    with torch.no_grad():
+        out, w = fast(x, enc, enc, key_padding_mask=pad, need_weights=False)
+        ref, _ = general(x, enc, enc, key_padding_mask=pad, need_weights=False)
+        weighted, w = fast(x, enc, enc, key_padding_mask=pad, need_weights=True)
+        general.backend = "materialized"
+        assert_identical(weighted, general(x, enc, enc, key_padding_mask=pad)[0])
+    assert chosen == ["query_block"] and w is not None
+    assert_identical(out, ref)
+    assert calls == [fast, fast]
+
+
+def test_projection_hooks_run_and_replaced_submodules_are_used(calls):
+    fast, general = pair("relu", "gated_rmsnorm", self_attention=True)
+    x = torch.randn(3, 2, E)
+    seen = []
+    handle = fast.v_proj.register_forward_hook(lambda mod, args, out: seen.append(out.shape))
+    with torch.no_grad():
+        fast(x, x, x)
+    handle.remove()
+    assert seen == [torch.Size([3, 2, E])] and calls == [fast]
+    fast.out_proj = torch.nn.Linear(E, E)
+    general.out_proj = fast.out_proj
+    with torch.no_grad():
+        assert_identical(fast(x, x, x)[0], general(x, x, x)[0])
+    fast.output_norm = torch.nn.Identity()
+    with torch.no_grad():
+        out = fast(x, x, x, need_weights=False)[0]
+        general.output_norm = torch.nn.Identity()
+        assert_identical(out, general(x, x, x, need_weights=False)[0])
+
+
+@pytest.mark.parametrize("act,norm", [("relu", "gated_rmsnorm"), ("relu", "rmsnorm_i"),
+                                      ("relu_scaled", "none"), ("entmax15", "none")])
+def test_beam_search_of_a_whole_model_is_unchanged(act, norm, calls):
+    """fairseq's SequenceGenerator (beam 3, a padded batch): the same hypotheses, scores
+    and attention as with every attention call on the general path."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    model, d = build_model(attn_activation=act, attn_output_norm=norm, seed=3)
+    src, lengths, _ = random_batch(d, bsz=3, src_len=7)
+    sample = {"net_input": {"src_tokens": src, "src_lengths": lengths}}
+
+    def generate():
+        gen = SequenceGenerator([model], d, beam_size=3, max_len_b=6, min_len=6)
+        with torch.no_grad():
+            return gen.generate([model], sample)
+
+    fast = generate()
+    assert calls, "the inference call was not taken"
+    for m in model.attention_modules():
+        m.backend = "materialized"
+    calls.clear()
+    general = generate()
+    assert calls == []
+    for hyps_f, hyps_g in zip(fast, general):
+        for hf, hg in zip(hyps_f, hyps_g):
+            assert torch.equal(hf["tokens"], hg["tokens"])
+            assert torch.equal(hf["positional_scores"], hg["positional_scores"])
+            assert_identical(hf["attention"], hg["attention"])
