@@ -60,14 +60,17 @@ def _as(t, dtype):
 
 def _rms_norm_forward(z, eps, weight, gate_weight):
     """(out, r, s): r = 1/RMS(z), s = sigmoid(w*z) or None, out = z*r*g*s; everything in
-    the compute dtype, as few full-size temporaries as possible."""
-    r = torch.rsqrt(z.square().mean(dim=-1, keepdim=True).add_(eps))
+    the compute dtype, with three new tensors (z², reused for s; r; out): in a decoding
+    step every new tensor and every op on a tiny tensor costs microseconds."""
+    sq = z.square()
+    # sum then divide: the same numbers as mean(), which costs ~2 us more per call on CPU
+    r = sq.sum(dim=-1, keepdim=True).div_(z.size(-1)).add_(eps).rsqrt_()
     out = z * r
     if weight is not None:
         out.mul_(weight)
     s = None
     if gate_weight is not None:
-        s = torch.mul(z, gate_weight).sigmoid_()
+        s = torch.mul(z, gate_weight, out=sq).sigmoid_()
         out.mul_(s)
     return out, r, s
 
