@@ -19,6 +19,11 @@ remaining heads have query/key projections; ``masked_heads`` zeroes chosen heads
 ``biases`` (:mod:`.biases`) add to the scores of every head, or with ``rhe``
 (:mod:`.rhe`) only of the heads found redundant per sentence.
 
+A call without gradients, dropout, analysis or per-head weights on a module with a plain
+pipeline (learned heads, no biases, not softmax) skips the call description and backend
+choice: :func:`~.inference_call.inference_call` does the same operations directly (decoding
+one sentence at a time is mostly such calls on tiny tensors).
+
 With ``activation="softmax"``, ``output_norm="none"`` and learned heads only the module
 *is* stock fairseq: it delegates to :class:`fairseq.modules.MultiheadAttention`
 (including its fused fast path) unless per-head weights are asked for (the fused path
