@@ -64,6 +64,8 @@ def static_reason(module) -> Optional[str]:
         return "the key-block path (--attn-key-block-size)"
     if module.q_proj is None or module.k_proj is None:
         return "no query/key projections"
+    if not (module.self_attention or module.encoder_decoder_attention):
+        return "attention with separate key and value inputs"
     return None
 
 
@@ -151,10 +153,10 @@ def inference_call(module, plan: InferencePlan, query: Tensor, key: Optional[Ten
     q = _linear(plan.q_proj, query).mul_(plan.scaling)
     q = q.view(bsz * heads, 1, d) if tgt_len == 1 else q.view(tgt_len, bsz * heads, d).transpose(0, 1)
     kv_bsz = bsz
-    if plan.self_attention or key is not None:
-        if key is None:
-            key = query
-        elif plan.encoder_decoder_attention and module.beam_size > 1 and bsz == key.size(1):
+    if plan.self_attention:
+        key = query
+    if key is not None:
+        if plan.encoder_decoder_attention and module.beam_size > 1 and bsz == key.size(1):
             # key is [T, bsz*beam, C]: one copy per sentence (stock fairseq's optimisation)
             beam = module.beam_size
             key = key.view(key.size(0), -1, beam, key.size(2))[:, :, 0, :]
@@ -209,7 +211,7 @@ def inference_call(module, plan: InferencePlan, query: Tensor, key: Optional[Ten
     else:
         # the materialized backend's operations (core._scores, activation, core._value_mix)
         if groups == 1:
-            scores = torch.bmm(q, k.transpose(1, 2)).view(bsz, heads, tgt_len, src_len)
+            scores = torch.bmm(q, k.transpose(1, 2)).view(bsz, heads, tgt_len, src_len).float()
         else:
             scores = _scores(q.view(bsz, heads, tgt_len, d), k.view(kv_bsz, heads, src_len, d), groups)
         if plan.relu:  # ReLU.forward, in place on the fresh scores: the same numbers
@@ -218,10 +220,11 @@ def inference_call(module, plan: InferencePlan, query: Tensor, key: Optional[Ten
             weights = scores.relu_()
         else:
             weights = plan.activation(scores, hidden)
+        probs = weights.type_as(v)
         if groups == 1:
-            out = torch.bmm(weights.view(bsz * heads, tgt_len, src_len), v)
+            out = torch.bmm(probs.view(bsz * heads, tgt_len, src_len), v)
         else:
-            out = _value_mix(weights, v.view(kv_bsz, heads, src_len, d), groups).view(bsz * heads, tgt_len, d)
+            out = _value_mix(probs, v.view(kv_bsz, heads, src_len, d), groups).view(bsz * heads, tgt_len, d)
     # (bsz * heads, tgt, d) -> (tgt, bsz, embed); one query: a view
     if tgt_len == 1:
         attn = out.view(1, bsz, plan.embed_dim)

@@ -131,6 +131,34 @@ def test_whole_sequence_calls_equal_the_general_path(act, norm, calls):
     assert calls.count(fast) == 3 and calls.count(cross_f) == 1
 
 
+@pytest.mark.parametrize("act,norm", [("relu", "gated_rmsnorm"), ("sparsemax", "rmsnorm_i")])
+def test_low_precision_modules_equal_the_general_path(act, norm, calls):
+    """bfloat16 parameters and inputs: scores and weights in float32, the value mix in the
+    values' dtype, as in the general path."""
+    fast, general = pair(act, norm, self_attention=True)
+    fast, general = fast.bfloat16(), general.bfloat16()
+    xs = torch.randn(4, 2, E, dtype=torch.bfloat16)
+    state_f, state_g = {}, {}
+    with torch.no_grad():
+        for t in range(4):
+            x = xs[t:t + 1]
+            of, wf = fast(x, x, x, incremental_state=state_f)
+            og, wg = general(x, x, x, incremental_state=state_g)
+            assert of.dtype == torch.bfloat16 and wf.dtype == torch.float32
+            assert_identical(of, og)
+            assert_identical(wf, wg)
+    assert calls.count(fast) == 4
+
+
+def test_self_attention_projects_the_query_whatever_key_is_passed(calls):
+    fast, general = pair("relu", "gated_rmsnorm", self_attention=True)
+    x, other = torch.randn(3, 2, E), torch.randn(3, 2, E)
+    with torch.no_grad():
+        assert_identical(fast(x, other, other)[0], general(x, other, other)[0])
+        assert_identical(fast(x, other, other)[0], fast(x, x, x)[0])
+    assert calls == [fast, fast, fast]
+
+
 def test_calls_that_need_the_general_path_do_not_take_it(calls):
     fast, general = pair("relu", "gated_rmsnorm", self_attention=True)
     x = torch.randn(4, 2, E)
