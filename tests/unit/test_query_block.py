@@ -39,9 +39,19 @@ def row_scale(gamma):
     return lambda n: 1.0 / (gamma * torch.sqrt(n.clamp(min=1) / 2))
 
 
+@pytest.fixture(params=["batched", "per_head"])
+def layout(request, monkeypatch):
+    """Both block layouts: every (sentence, head) at once, or one (sentence, head) at a
+    time (what calls with >= PER_HEAD_MIN_QUERIES queries take)."""
+    import fairseq_sparse_attn.attention.query_block_relu as qb
+
+    monkeypatch.setattr(qb, "PER_HEAD_MIN_QUERIES", 10 ** 9 if request.param == "batched" else 1)
+    return request.param
+
+
 @pytest.mark.parametrize("gamma", [None, 1.5], ids=["rela", "reluformer"])
 @pytest.mark.parametrize("block", [None, 1, 2, 3, 7, 50])
-def test_against_the_formula(gamma, block):
+def test_against_the_formula(gamma, block, layout):
     q, k, v = inputs(9)
     scale = None if gamma is None else row_scale(gamma)
     with torch.no_grad():
@@ -75,6 +85,26 @@ def test_padding_is_bit_identical_to_the_materialized_path():
         for block in (1, 3):
             torch.testing.assert_close(query_block_relu_attention(q, k, v, padding(9), block=block),
                                        want, atol=1e-6, rtol=1e-6)
+
+
+def test_per_head_layout_with_per_head_masks_and_low_precision(layout):
+    """A mask with a sentence and a head dimension, bf16 inputs (the value product in the
+    values' dtype), and a block that leaves a shorter last block."""
+    q, k, v = inputs(9, seed=2)
+    hidden = torch.rand(B, H, T, 9, generator=torch.Generator().manual_seed(3)) < 0.3
+    with torch.no_grad():
+        out = query_block_relu_attention(q, k, v, hidden, block=3)
+        torch.testing.assert_close(out.double(), plain_relu_attention_per_head(q, k, v, hidden),
+                                   atol=1e-5, rtol=1e-5)
+        low = query_block_relu_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), hidden, block=3)
+        assert low.dtype == torch.bfloat16
+        torch.testing.assert_close(low.double(), out.double(), atol=0.05, rtol=0.05)
+
+
+def plain_relu_attention_per_head(q, k, v, hidden):
+    """relu(q kᵀ) v with a (B, H, T, S) mask, in float64."""
+    s = (q.double() @ k.double().transpose(-1, -2)).clamp(min=0).masked_fill(hidden, 0.0)
+    return s @ v.double()
 
 
 def test_block_rows_follow_the_byte_budget():
