@@ -8,8 +8,11 @@ own:
 
 For every block of ``t`` queries the (t x S) scores go into one buffer that is reused
 (a fresh allocation of that size per block pays page faults on CPU), are rectified in
-place and multiplied by the values into the block's rows of the output.  Peak attention
-memory is the buffer (B x H x t x S), not the (T x S) weights of the materialized path.
+place and multiplied by the values into the block's rows of the output.  A call with at
+least ``PER_HEAD_MIN_QUERIES`` queries takes its blocks one (sentence, head) at a time
+(plain matrix products, a (t x S) buffer); fewer queries (decoding steps) take them over
+every sentence and head at once (batched products, a (B x H x t x S) buffer).  Peak
+attention memory is the buffer, not the (T x S) weights of the materialized path.
 
 Masking costs no pass over the scores when the mask does not depend on the query
 (padding, cross-attention) and there are more queries than value dimensions: the hidden
