@@ -27,7 +27,7 @@ choose another backend for the call (``query_block`` for a call over at least
 :func:`.core.attend` as in the general path.
 
 Not served here (the general path runs): gradients, applied dropout, analysis collectors,
-per-head weights, ``before_softmax``, an attention mask with additive (non-hiding) values,
+``before_softmax``, an attention mask with additive (non-hiding) values,
 softmax (``sdpa``; stock softmax never reaches the plugin's pipeline), fixed-pattern,
 masked or RHE heads, bias providers, ``bias_kv`` / zero attention, a forced backend, the
 key-block path.
@@ -106,10 +106,10 @@ def build_plan(module) -> Optional[InferencePlan]:
         relu=m.activation_name == "relu", streamed_min_keys=max(int(streamed), 0))
 
 
-def serves(plan: InferencePlan, need_head_weights: bool, before_softmax: bool, collect) -> bool:
+def serves(plan: InferencePlan, before_softmax: bool, collect) -> bool:
     """The per-call conditions (cheap: checked at every call)."""
-    return (not collect and not need_head_weights and not before_softmax
-            and not torch.is_grad_enabled() and not applies_dropout(plan.dropout))
+    return (not collect and not before_softmax and not torch.is_grad_enabled()
+            and not applies_dropout(plan.dropout))
 
 
 def _linear(proj, x: Tensor) -> Tensor:
@@ -133,9 +133,13 @@ def hiding_mask_only(module, attn_mask: Optional[Tensor]) -> bool:
 
 def inference_call(module, plan: InferencePlan, query: Tensor, key: Optional[Tensor],
                    key_padding_mask: Optional[Tensor], incremental_state, need_weights: bool,
-                   static_kv: bool, attn_mask: Optional[Tensor]):
+                   static_kv: bool, attn_mask: Optional[Tensor], need_head_weights: bool = False):
     """``module.forward`` for a call that :func:`serves`, with the module's
-    :class:`InferencePlan`: returns ``(out, head-averaged weights or None)``."""
+    :class:`InferencePlan`: returns ``(out, weights)``, the weights (float32) averaged over
+    the heads (bsz, tgt, src) when ``need_weights``, per head (heads, bsz, tgt, src) when
+    ``need_head_weights`` (fairseq asks for them from the alignment layer's
+    cross-attention at every decoding step), else None."""
+    need_weights = need_weights or need_head_weights
     tgt_len, bsz, embed_dim = query.shape
     if embed_dim != plan.embed_dim:
         raise ValueError(f"query dim {embed_dim} != {plan.embed_dim}")
@@ -232,5 +236,6 @@ def inference_call(module, plan: InferencePlan, query: Tensor, key: Optional[Ten
         attn = out.transpose(0, 1).reshape(tgt_len, bsz, plan.embed_dim)
     attn = _linear(plan.out_proj, plan.output_norm(attn))
     if need_weights and weights is not None:
-        return attn, weights.transpose(1, 0).mean(dim=0)
+        weights = weights.transpose(1, 0)
+        return attn, (weights if need_head_weights else weights.mean(dim=0))
     return attn, None

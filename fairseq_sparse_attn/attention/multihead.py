@@ -19,7 +19,7 @@ remaining heads have query/key projections; ``masked_heads`` zeroes chosen heads
 ``biases`` (:mod:`.biases`) add to the scores of every head, or with ``rhe``
 (:mod:`.rhe`) only of the heads found redundant per sentence.
 
-A call without gradients, dropout, analysis or per-head weights on a module with a plain
+A call without gradients, dropout or analysis on a module with a plain
 pipeline (learned heads, no biases, not softmax) skips the call description and backend
 choice: :func:`~.inference_call.inference_call` does the same operations directly (decoding
 one sentence at a time is mostly such calls on tiny tensors).
@@ -454,12 +454,12 @@ class SparseMultiheadAttention(MultiheadAttention):
         weights, word ids, syntax annotations), from the plugin's encoder layer."""
         collect = wanted()
         _, stock, plan = self._spec_and_stock()
-        if (plan is not None and serves(plan, need_head_weights, before_softmax, collect)
+        if (plan is not None and serves(plan, before_softmax, collect)
                 and hiding_mask_only(self, attn_mask)):
             # inference without analysis: the materialized backend's operations without the
             # per-call bookkeeping (attention/inference_call.py)
             return inference_call(self, plan, query, key, key_padding_mask, incremental_state,
-                                  need_weights, static_kv, attn_mask)
+                                  need_weights, static_kv, attn_mask, need_head_weights)
         if (stock and self.backend == "auto" and "weights" not in collect
                 and not need_head_weights):  # the fused stock path cannot return per-head weights
             return super().forward(

@@ -92,11 +92,16 @@ def test_cross_attention_with_beams_and_padding_equals_the_general_path(act, nor
     with torch.no_grad():
         for t in range(4):
             x = queries[t:t + 1]
-            of, wf = fast(x, enc, enc, key_padding_mask=pad, incremental_state=state_f, static_kv=True)
-            og, wg = general(x, enc, enc, key_padding_mask=pad, incremental_state=state_g, static_kv=True)
+            # fairseq asks the alignment layer's cross-attention for per-head weights
+            per_head = t % 2 == 1
+            of, wf = fast(x, enc, enc, key_padding_mask=pad, incremental_state=state_f, static_kv=True,
+                          need_head_weights=per_head)
+            og, wg = general(x, enc, enc, key_padding_mask=pad, incremental_state=state_g, static_kv=True,
+                             need_head_weights=per_head)
             assert_identical(of, og)
             assert_identical(wf, wg)
-            assert torch.all(wf[2:, :, :2] == 0)  # padded keys get no weight
+            assert wf.shape == ((H, 4, 1, 5) if per_head else (4, 1, 5))
+            assert torch.all(wf[..., 2:, :, :2] == 0)  # padded keys get no weight
             assert_same_cache(fast, general, state_f, state_g)
             if t == 1:
                 order = torch.tensor([1, 0, 3, 2])
@@ -166,7 +171,6 @@ def test_calls_that_need_the_general_path_do_not_take_it(calls):
     bias[:, 1] = 0.5  # an additive (not hiding) mask value
     fast(x, x, x)  # gradients recorded
     with torch.no_grad():
-        fast(x, x, x, need_head_weights=True)
         fast(x, x, x, before_softmax=True)
         fast(x, x, x, attn_mask=bias)
         with collect("weights"):
