@@ -23,7 +23,7 @@ demo-sweep:         ## the learning-rate sweep on the validation set that fixes 
 	$(PYTHON) scripts/demo.py --out $(DEMO_DIR)/sweep --sweep
 
 BENCH_ARGS ?=
-bench:              ## speed ratios against softmax, the recipe for claims (CPU ~40 min; JSON + table); BENCH_ARGS="--quick" for a smoke run
+bench:              ## speed ratios against softmax, the recipe for claims (CPU ~20 min on 2 cores; JSON + table); BENCH_ARGS="--quick" for a smoke run
 	$(PYTHON) benchmarks/bench_attention.py --claims --json bench_attention.json $(BENCH_ARGS)
 
 clean:
