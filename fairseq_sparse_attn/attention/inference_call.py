@@ -160,9 +160,9 @@ def inference_call(module, plan: InferencePlan, query: Tensor, key: Optional[Ten
     if plan.self_attention:
         key = query
     if key is not None:
-        if plan.encoder_decoder_attention and module.beam_size > 1 and bsz == key.size(1):
+        beam = getattr(module, "beam_size", 1)
+        if plan.encoder_decoder_attention and beam > 1 and bsz == key.size(1):
             # key is [T, bsz*beam, C]: one copy per sentence (stock fairseq's optimisation)
-            beam = module.beam_size
             key = key.view(key.size(0), -1, beam, key.size(2))[:, :, 0, :]
             if key_padding_mask is not None:
                 key_padding_mask = key_padding_mask.view(-1, beam, key_padding_mask.size(1))[:, 0, :]
