@@ -328,16 +328,26 @@ function selftest() {
   out.alpha_sums = sums();
   choose("values", "norm"); out.norm_sums = sums();
   choose("values", "alpha"); out.alpha_sums_again = sums();
-  const kind = Object.keys(DATA.kinds).includes("cross") ? "cross" : Object.keys(DATA.kinds)[0];
-  out.opened = kind;
-  document.querySelector(".cell[data-kind=" + kind + "][data-layer='0'][data-head='0']").click();
-  out.modal_visible = document.getElementById("modal").style.display === "block";
-  out.alpha_subword = bigMatrix();
-  choose("values", "norm"); out.norm_subword = bigMatrix();
-  choose("view", "word"); out.norm_word = bigMatrix();
-  choose("values", "alpha"); out.alpha_word = bigMatrix();
-  choose("view", "subword");
-  closeHead();
+  // the last head of the last layer of every kind, enlarged, in the four views
+  out.opened = {};
+  for (const kind of Object.keys(DATA.kinds)) {
+    const layer = DATA.kinds[kind].layers - 1, head = DATA.kinds[kind].heads - 1;
+    document.querySelector(".cell[data-kind=" + kind + "][data-layer='" + layer + "'][data-head='" + head + "']").click();
+    const o = {layer: layer, head: head, modal_visible: document.getElementById("modal").style.display === "block",
+               heading: document.querySelector("#modal h3").textContent};
+    o.alpha_subword = bigMatrix();
+    choose("values", "norm"); o.norm_subword = bigMatrix();
+    choose("view", "word"); o.norm_word = bigMatrix();
+    choose("values", "alpha"); o.alpha_word = bigMatrix();
+    choose("view", "subword");
+    closeHead();
+    out.opened[kind] = o;
+  }
+  out.fixed_labels = [...document.querySelectorAll(".cell .fixed")].map((x) => {
+    const c = x.closest(".cell");
+    return [c.dataset.kind, Number(c.dataset.layer), Number(c.dataset.head), x.textContent];
+  });
+  out.pair_text = document.getElementById("pair").textContent;
   const pre = el("pre", {id: "selftest-result"}, JSON.stringify(out));
   document.body.append(pre);
 }
