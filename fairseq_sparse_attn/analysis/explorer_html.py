@@ -53,7 +53,7 @@ td.cellwrap { padding: 3px; vertical-align: top; }
 #modal h3 { margin: 0 0 6px 0; font-size: 15px; }
 #modal .close { float: right; cursor: pointer; font-size: 18px; border: none; background: none; }
 table.big { border-collapse: collapse; font-size: 11px; }
-table.big td.v { width: 22px; height: 22px; min-width: 22px; border: 1px solid #f3f3f3; padding: 0; }
+table.big td.v { width: 26px; height: 26px; min-width: 26px; border: 1px solid #f3f3f3; padding: 0; }
 table.big th { font-weight: normal; padding: 1px 4px; white-space: nowrap; }
 table.big th.key { writing-mode: vertical-rl; transform: rotate(180deg); text-align: left; height: 70px; vertical-align: bottom; }
 table.big th.query { text-align: right; }
@@ -255,6 +255,10 @@ function openHead(kind, layer, head) {
   const [qName, kName] = kind === "encoder_self" ? ["source (query)", "source (key)"] :
                          kind === "decoder_self" ? ["decoder input (query)", "decoder input (key)"] : ["decoder input (query; row r predicts target token r)", "source (key)"];
   box.append(el("div", {class: "axis"}, "rows: " + qName + " · columns: " + kName));
+  const bar = el("div", {class: "colorbar"});
+  const cb = el("canvas", {}); drawColorbar(cb);
+  bar.append(el("span", {}, valueName() + ": 0"), cb, el("span", {}, fmt(top)));
+  box.append(bar);
   const t = el("table", {class: "big", id: "big"});
   const hr = el("tr", {}); hr.append(el("th", {}, ""));
   r.kLabels.forEach((k) => hr.append(el("th", {class: "key"}, k)));

@@ -42,5 +42,5 @@ def run(args) -> Dict:
         f.write(render(data))
     os.replace(tmp, path)
     size = os.path.getsize(path)
-    ctx.out.wrote(path, note=f"{len(data['sentences'])} sentences, {size / 1e6:.1f} MB")
+    ctx.out.wrote(path, note=f"{len(data['sentences'])} sentences, {size / 1024:.0f} KiB")
     return data
