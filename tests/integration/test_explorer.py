@@ -313,3 +313,17 @@ def test_fixed_heads_labelled_in_the_page(pages):
                   for h, name in heads.items())
     assert sorted(result["fixed_labels"]) == want
     assert result["cells"]["encoder_self"] == 2 * 8
+
+
+def test_bertviz_inputs_through_the_hub_interface():
+    """docs/analysis.md's notebook example, on a fixture checkpoint."""
+    from fairseq.models.transformer import TransformerModel
+
+    hub = TransformerModel.from_pretrained(str(FIXTURES), "rela_g.pt", data_name_or_path=str(DATA),
+                                           user_dir=str(REPO / "fairseq_sparse_attn"))
+    inputs = bertviz_inputs(hub.models[0], hub.src_dict, hub.tgt_dict, SOURCE[1], TARGET[1])
+    direct, _ = recorded("rela_g", 1)
+    tgt, src = len(TARGET[1].split()) + 1, len(SOURCE[1].split()) + 1
+    assert [tuple(t.shape) for t in inputs["cross_attention"]] == [(1, 4, tgt, src)] * 2
+    for layer, t in enumerate(inputs["cross_attention"]):
+        torch.testing.assert_close(t[0].double(), direct[("cross", layer)][0])

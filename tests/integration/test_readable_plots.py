@@ -95,7 +95,7 @@ def test_layers_and_heads_numbered_alike_in_demo_analyze_and_explorer(demo_figur
         torch.testing.assert_close(torch.tensor(report["weights"][h]), w[h].float(), rtol=1e-5, atol=1e-6)
     # the fsa-analyze figure: model and run in the title, colour bars, a shared scale per column
     (afig,) = drawn
-    title = afig._suptitle.get_text()
+    title = afig._suptitle.get_text().replace("\n", " ")
     assert title.startswith("rela_transformer_iwslt_de_en, run checkpoints/rela_g.pt: cross attention, layer 1")
     axes = images(afig)
     assert len(colorbars(afig)) == len(axes) == 2 * 5
