@@ -308,7 +308,8 @@ function setup() {
 }
 
 function choose(name, value) {
-  const inp = document.querySelector("input[name=" + name + "][value=" + value + "]");
+  const inp = [...document.querySelectorAll("input[name=" + name + "]")].find((x) => x.value === value);
+  if (!inp) return;
   inp.checked = true;
   inp.dispatchEvent(new Event("change"));
 }
@@ -363,7 +364,11 @@ function fromHash() {
   if (params.get("values")) choose("values", params.get("values"));
   if (params.get("view")) choose("view", params.get("view"));
   if (params.get("sentence")) { document.getElementById("sentence").value = params.get("sentence"); state.sentence = Number(params.get("sentence")); render(); }
-  if (params.get("open")) { const [k, l, hh] = params.get("open").split("/"); openHead(k, Number(l), Number(hh)); }
+  if (params.get("open")) {
+    const [k, l, hh] = params.get("open").split("/");
+    const info = DATA.kinds[k];
+    if (info && Number(l) >= 0 && Number(l) < info.layers && Number(hh) >= 0 && Number(hh) < info.heads) openHead(k, Number(l), Number(hh));
+  }
 }
 
 setup();
