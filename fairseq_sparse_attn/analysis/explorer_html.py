@@ -353,6 +353,13 @@ function selftest() {
     return [c.dataset.kind, Number(c.dataset.layer), Number(c.dataset.head), x.textContent];
   });
   out.pair_text = document.getElementById("pair").textContent;
+  // the sentence picker: the last sentence, then back to the first
+  const pick = document.getElementById("sentence");
+  out.picker_options = pick.options.length;
+  pick.value = String(DATA.sentences.length - 1); pick.dispatchEvent(new Event("change"));
+  out.picked_pair_text = document.getElementById("pair").textContent;
+  out.picked_sums = sums();
+  pick.value = "0"; pick.dispatchEvent(new Event("change"));
   const pre = el("pre", {id: "selftest-result"}, JSON.stringify(out));
   document.body.append(pre);
 }

@@ -266,6 +266,12 @@ def test_page_in_headless_chromium(pages, tmp_path):
     assert result["norm_sums"] != result["alpha_sums"]
     s = data["sentences"][0]
     assert "the dog runs home" in result["pair_text"] and TARGET[0] in result["pair_text"]
+    # the sentence picker lists every pair and shows the one picked
+    assert result["picker_options"] == len(data["sentences"]) == 4
+    last = data["sentences"][-1]
+    assert " ".join(last["source"]["words"][:-1]) in result["picked_pair_text"]
+    assert " ".join(last["decoder_input"]["words"][1:]) in result["picked_pair_text"]
+    assert result["picked_sums"] != result["alpha_sums"]
     direct, _ = recorded("rela_g", 0)
     for kind in KINDS:
         o = result["opened"][kind]
