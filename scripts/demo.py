@@ -183,28 +183,46 @@ def cross_attention_of(model, task, index):
 
 
 def heatmap(panels, path):
+    """Cross-attention of one test sentence, one row per model and one column per head of
+    its last decoder layer; one colour scale (with its colour bar) for every panel, so the
+    models and heads compare; source tokens on the x axis, the target tokens each row
+    predicts on the y axis; layers and heads numbered from 0, as ``fsa-analyze --layer``
+    (docs/analysis.md).  Returns the matplotlib figure after saving it."""
     import logging
 
-    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    heads = panels[0][1].size(0)
-    fig, axes = plt.subplots(len(panels), heads, figsize=(3.2 * heads, 3.4 * len(panels)), squeeze=False)
-    for row, (title, w, src, tgt, layer) in enumerate(panels):
+    path = Path(path)
+    heads = max(w.size(0) for _, w, _, _, _ in panels)
+    vmax = max(float(w.max()) for _, w, _, _, _ in panels) or 1.0
+    fig = Figure(figsize=(3.4 * heads + 1.2, 3.6 * len(panels) + 0.6), constrained_layout=True)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(panels), heads, squeeze=False)
+    image = None
+    for row, (name, w, src, tgt, layer) in enumerate(panels):
         for h in range(heads):
             ax = axes[row][h]
-            ax.imshow(w[h].numpy(), cmap="Blues", aspect="auto", vmin=0)
-            ax.set_title(f"{title}: cross layer {layer + 1}, head {h + 1}", fontsize=8)
+            if h >= w.size(0):
+                ax.set_visible(False)
+                continue
+            image = ax.imshow(w[h].float().numpy(), cmap="viridis", aspect="auto", vmin=0.0, vmax=vmax,
+                              interpolation="nearest")
+            ax.set_title(f"{name}: cross-attention layer {layer}, head {h}", fontsize=8)
             ax.set_xticks(range(len(src)))
             ax.set_xticklabels(src, rotation=90, fontsize=6)
             ax.set_yticks(range(len(tgt)))
-            ax.set_yticklabels(tgt if h == 0 else [""] * len(tgt), fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+            ax.set_yticklabels(tgt, fontsize=6)
+            ax.set_xlabel("source token", fontsize=7)
+            ax.set_ylabel("target token predicted", fontsize=7)
+    bar = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8)
+    bar.set_label("attention weight α (one scale for every panel)", fontsize=8)
+    fig.suptitle(f"{' vs '.join(name for name, *_ in panels)}: cross-attention of one test sentence, "
+                 f"last decoder layer (layers and heads from 0); run {path.parent.resolve().name}",
+                 fontsize=10)
+    fig.savefig(str(path), dpi=110)
+    return fig
 
 
 def prepare(args, out):
