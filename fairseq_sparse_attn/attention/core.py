@@ -21,21 +21,23 @@
 Backends serve the call (:data:`BACKENDS`, :func:`register_backend`): each declares in a
 :class:`Capabilities` what it can serve; ``spec.backend = "auto"`` takes the first one in
 priority order that serves the call, a named backend that cannot serve it raises a
-ValueError saying why.  Registered here:
+ValueError saying why.  Backends name the activation *traits* they need
+(:mod:`.activations`), never activation names.  Registered here:
 
 ==============  ========  ==========================================================
 name            priority  serves
 ==============  ========  ==========================================================
-``sdpa``        20        softmax, learned heads only, no bias providers, no weights
+``sdpa``        20        softmax trait, learned heads only, no bias providers, no weights
                           returned: torch's fused ``scaled_dot_product_attention``
-``key_block``   30        relu / relu_scaled streamed over blocks of keys
+``key_block``   30        ``supports_chunking`` (relu, relu_scaled) over blocks of keys
                           (:mod:`.chunked_relu`), only with ``--attn-key-block-size``;
                           no weights, no dropout (an error in training), no biases
-``flex``        40        relu / relu_scaled through the fused FlexAttention kernel
+``flex``        40        rectified + exact zeros (relu, relu_scaled) through the fused
+                          FlexAttention kernel
                           (:mod:`.flex_relu`): in auto only on CUDA for calls with at
                           least ``--attn-flex-min-keys`` keys (CPU inference: only when
                           forced); no weights, dropout, biases, row sums
-``query_block`` 45        relu / relu_scaled without gradients, block by block over the
+``query_block`` 45        rectified + exact zeros without gradients, block by block over the
                           queries (:mod:`.query_block_relu`): in auto for calls with at
                           least ``--attn-flex-min-keys`` keys (long documents on CPU); no
                           weights, dropout, biases, row sums, gradients
@@ -131,9 +133,10 @@ def is_stock(activation: str, output_norm: str, heads: HeadPlan, biases) -> bool
 # --------------------------------------------------------------------------- backends
 @dataclass(frozen=True)
 class Capabilities:
-    """What a backend can serve.  ``activations`` None = any."""
+    """What a backend can serve.  ``activation_traits``: the traits (:mod:`.activations`)
+    an activation must have; empty = any activation."""
 
-    activations: Optional[FrozenSet[str]] = None
+    activation_traits: FrozenSet[str] = frozenset()
     returns_weights: bool = False
     dropout: bool = False
     score_bias: bool = False
@@ -149,7 +152,8 @@ class Call(NamedTuple):
     """What one call needs (derived by :func:`describe_call`; a named tuple: built at
     every attention call, ~4x cheaper than a frozen dataclass)."""
 
-    activation: str
+    activation: str  # its name (for messages)
+    activation_traits: FrozenSet[str]
     needs_weights: bool
     dropout: bool
     score_bias: bool
@@ -174,6 +178,7 @@ def describe_call(q, v, inputs: AttentionInputs, spec: AttendSpec) -> Call:
     heads = spec.heads
     return Call(
         activation=spec.activation_name,
+        activation_traits=getattr(spec.activation, "traits", frozenset()),
         needs_weights="weights" in inputs.collect,
         dropout=applies_dropout(spec.dropout),
         score_bias=inputs.score_bias is not None,
@@ -191,8 +196,9 @@ def describe_call(q, v, inputs: AttentionInputs, spec: AttendSpec) -> Call:
 
 def cannot_serve(caps: Capabilities, call: Call) -> Optional[str]:
     """None when ``caps`` covers ``call``, else the first reason it does not."""
-    if caps.activations is not None and call.activation not in caps.activations:
-        return f"activation {call.activation} (serves {', '.join(sorted(caps.activations))})"
+    if not caps.activation_traits <= call.activation_traits:
+        return (f"activation {call.activation} (serves activations that are "
+                f"{' and '.join(sorted(caps.activation_traits))})")
     checks = (
         (call.needs_weights, caps.returns_weights, "returning attention weights (analysis)"),
         (call.dropout, caps.dropout, "attention dropout in training"),
@@ -219,12 +225,9 @@ class Backend:
     priority: int = 50
     #: in "auto", the backend is only tried when this says the module asked for it
     enabled: Callable[[AttendSpec, Call], bool] = lambda spec, call: True
-    #: a reason (str) the backend cannot serve ``call`` beyond its capabilities (platform
-    #: limits), or None
-    limits: Callable[[Call], Optional[str]] = lambda call: None
 
     def cannot_serve(self, call: Call) -> Optional[str]:
-        return cannot_serve(self.capabilities, call) or self.limits(call)
+        return cannot_serve(self.capabilities, call)
 
 
 BACKENDS: Dict[str, Backend] = {}
@@ -459,7 +462,7 @@ def _key_block_enabled(spec: AttendSpec, call: Call) -> bool:
 
 
 register_backend(Backend("key_block", key_block, Capabilities(
-    activations=frozenset({"relu", "relu_scaled"}), row_sums=True), priority=30,
+    activation_traits=frozenset({"supports_chunking"}), row_sums=True), priority=30,
     enabled=_key_block_enabled))
 
 
@@ -485,7 +488,7 @@ def sdpa(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
 
 
 register_backend(Backend("sdpa", sdpa, Capabilities(
-    activations=frozenset({"softmax"}), dropout=True, score_bias=True),
+    activation_traits=frozenset({"softmax"}), dropout=True, score_bias=True),
     priority=20))
 
 
@@ -503,8 +506,8 @@ def flex(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
     if groups > 1:
         k = k.repeat_interleave(groups, dim=0)
         v = v.repeat_interleave(groups, dim=0)
-    row_scale = spec.activation.row_scale if call.activation == "relu_scaled" else None
-    out = flex_relu_attention(q, k, v, inputs.hidden, row_scale)
+    act = spec.activation
+    out = flex_relu_attention(q, k, v, inputs.hidden, act.row_scale if act.row_scaled else None, fn=act.fn)
     return out, Intermediates(backend="flex")
 
 
@@ -523,8 +526,18 @@ def _flex_enabled(spec: AttendSpec, call: Call) -> bool:
                                  call.query_mask) is None
 
 
+#: what the streamed backends (flex, query_block) need of an activation: element-wise with
+#: f(s) = 0 for s <= 0, so hidden keys may be zeroed before f, or through their values
+STREAMED_TRAITS = frozenset({"rectified", "exact_zeros"})
+
+
+def streamed(activation) -> bool:
+    """``activation``'s long calls may go to the streamed backends."""
+    return STREAMED_TRAITS <= getattr(activation, "traits", frozenset())
+
+
 register_backend(Backend("flex", flex, Capabilities(
-    activations=frozenset({"relu", "relu_scaled"}), devices=frozenset({"cpu", "cuda"})),
+    activation_traits=STREAMED_TRAITS, devices=frozenset({"cpu", "cuda"})),
     priority=40, enabled=_flex_enabled))
 
 
@@ -537,21 +550,23 @@ def query_block(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
 
     groups = inputs.kv_groups
     hidden = inputs.hidden
-    row_scale = spec.activation.row_scale if call.activation == "relu_scaled" else None
+    act = spec.activation
+    row_scale = act.row_scale if act.row_scaled else None
     if groups == 1:
-        return query_block_relu_attention(q, k, v, hidden, row_scale), Intermediates(backend="query_block")
+        return (query_block_relu_attention(q, k, v, hidden, row_scale, fn_=act.fn_),
+                Intermediates(backend="query_block"))
     bsz, heads, tgt, d = q.shape
     kv_bsz = k.size(0)
     if hidden is not None and hidden.size(2) > 1:  # per-query mask: one key copy per query group
         out = query_block_relu_attention(q, k.repeat_interleave(groups, dim=0),
-                                         v.repeat_interleave(groups, dim=0), hidden, row_scale)
+                                         v.repeat_interleave(groups, dim=0), hidden, row_scale, fn_=act.fn_)
         return out, Intermediates(backend="query_block")
     # beam search keeps one key copy per sentence: the beams' queries become more queries
     # of that sentence (no copy of the keys and values at every decoding step)
     if hidden is not None and hidden.size(0) == bsz:
         hidden = hidden[::groups]  # the same keys for every beam of a sentence
     q = q.view(kv_bsz, groups, heads, tgt, d).transpose(1, 2).reshape(kv_bsz, heads, groups * tgt, d)
-    out = query_block_relu_attention(q, k, v, hidden, row_scale)
+    out = query_block_relu_attention(q, k, v, hidden, row_scale, fn_=act.fn_)
     out = out.view(kv_bsz, heads, groups, tgt, -1).transpose(1, 2).reshape(bsz, heads, tgt, -1)
     return out, Intermediates(backend="query_block")
 
@@ -561,5 +576,5 @@ def _query_block_enabled(spec: AttendSpec, call: Call) -> bool:
 
 
 register_backend(Backend("query_block", query_block, Capabilities(
-    activations=frozenset({"relu", "relu_scaled"}), grad=False), priority=45,
+    activation_traits=STREAMED_TRAITS, grad=False), priority=45,
     enabled=_query_block_enabled))

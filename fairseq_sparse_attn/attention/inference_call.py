@@ -33,17 +33,14 @@ masked or RHE heads, bias providers, ``bias_kv`` / zero attention, a forced back
 key-block path.
 """
 
-from typing import NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.modules import module as _module
 
-from .core import AttentionInputs, _scores, _value_mix, applies_dropout, attend
-
-#: activations whose long calls ``auto`` hands to ``query_block`` (CPU) or ``flex`` (CUDA)
-STREAMED_ACTIVATIONS = frozenset({"relu", "relu_scaled"})
+from .core import AttentionInputs, _scores, _value_mix, applies_dropout, attend, streamed
 
 
 def static_reason(module) -> Optional[str]:
@@ -52,7 +49,7 @@ def static_reason(module) -> Optional[str]:
     module's cached plan when set (``SPEC_ATTRIBUTES``) or that are fixed at build time."""
     if module.backend != "auto":
         return f"backend forced to {module.backend!r}"
-    if module.activation_name == "softmax":
+    if module.activation.softmax:
         return "softmax (served by sdpa or stock fairseq)"
     if not module.heads.all_learned or module.heads.masked is not None or module.heads.rhe is not None:
         return "fixed-pattern, masked or RHE heads"
@@ -87,7 +84,7 @@ class InferencePlan(NamedTuple):
     scaling: float
     self_attention: bool
     encoder_decoder_attention: bool
-    relu: bool  # plain ReLU: rectified in place on the fresh scores
+    rectify_: Optional[Callable[[Tensor], Tensor]]  # f in place on the fresh scores, or None
     streamed_min_keys: int  # calls over at least this many keys go to attend() (0 = never)
 
 
@@ -96,14 +93,19 @@ def build_plan(module) -> Optional[InferencePlan]:
     if static_reason(module) is not None:
         return None
     m = module
-    streamed = m.flex_min_keys if m.activation_name in STREAMED_ACTIVATIONS else 0
+    act = m.activation
+    # long calls of these activations: ``auto`` hands them to query_block (CPU) or flex (CUDA)
+    streamed_min_keys = m.flex_min_keys if streamed(act) else 0
+    # a rectified activation with exact zeros and no row factor: f(0) = 0, so the hidden
+    # scores are zeroed and f applied in place, the activation's own forward without a copy
+    inplace = act.rectified and act.exact_zeros and not act.row_scaled
     return InferencePlan(
         q_proj=m.q_proj, k_proj=m.k_proj, v_proj=m.v_proj, out_proj=m.out_proj,
         activation=m.activation, output_norm=m.output_norm, dropout=m.dropout_module,
         state_key=m._get_full_incremental_state_key("attn_state"), heads=m.num_heads,
         head_dim=m.head_dim, embed_dim=m.embed_dim, scaling=m.scaling,
         self_attention=m.self_attention, encoder_decoder_attention=m.encoder_decoder_attention,
-        relu=m.activation_name == "relu", streamed_min_keys=max(int(streamed), 0))
+        rectify_=act.fn_ if inplace else None, streamed_min_keys=max(int(streamed_min_keys), 0))
 
 
 def serves(plan: InferencePlan, before_softmax: bool, collect) -> bool:
@@ -218,10 +220,10 @@ def inference_call(module, plan: InferencePlan, query: Tensor, key: Optional[Ten
             scores = torch.bmm(q, k.transpose(1, 2)).view(bsz, heads, tgt_len, src_len).float()
         else:
             scores = _scores(q.view(bsz, heads, tgt_len, d), k.view(kv_bsz, heads, src_len, d), groups)
-        if plan.relu:  # ReLU.forward, in place on the fresh scores: the same numbers
+        if plan.rectify_ is not None:  # Rectified.forward, in place on the fresh scores
             if hidden is not None:
                 scores.masked_fill_(hidden, 0.0)
-            weights = scores.relu_()
+            weights = plan.rectify_(scores)
         else:
             weights = plan.activation(scores, hidden)
         probs = weights.type_as(v)

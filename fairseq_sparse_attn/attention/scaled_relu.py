@@ -46,6 +46,7 @@ def row_sums(weights):
 class ScaledReLU(ReLU):
     """ReLA's ``relu`` (masking included) times the per-row factor."""
 
+    row_scaled = True
     #: attend() returns its row sums when a caller collects "row_sums"
     reports_row_sums = True
 

@@ -191,7 +191,7 @@ def test_a_registered_backend_is_chosen_by_what_it_serves():
         calls.append(call)
         return core.materialized(q, k, v, inputs, spec, call)[0], core.Intermediates(backend="test")
 
-    register_backend(Backend("test_relu", run, Capabilities(activations=frozenset({"relu"})), priority=1))
+    register_backend(Backend("test_relu", run, Capabilities(activation_traits=frozenset({"rectified", "exact_zeros"})), priority=1))
     try:
         q, k, v = inputs_qkv()
         _, inter = attend(q, k, v, AttentionInputs(), spec("relu"))
