@@ -59,6 +59,13 @@ activation_names = ACTIVATION_REGISTRY.names
 ENTMAX_MASK_VALUE = -1e6
 
 
+def visible_key_counts(scores: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
+    """n_i for every query row, shape broadcastable to ``scores`` with a last dim of 1."""
+    if mask is None:
+        return scores.new_full((1, 1, 1, 1), float(scores.size(-1)))
+    return (~mask).sum(dim=-1, keepdim=True).to(scores.dtype)
+
+
 def build_activation(name: str, num_heads: int, options=None) -> nn.Module:
     """Instantiate activation ``name`` for a module with ``num_heads`` heads.
 
@@ -141,7 +148,8 @@ class Rectified(AttentionActivation):
         """The per-row factor for ``n`` visible keys (1 unless ``row_scaled``)."""
         return torch.ones_like(n)
 
-    def forward(self, scores, mask: Optional[torch.Tensor]):
+    def rectified_weights(self, scores, mask: Optional[torch.Tensor]):
+        """f(scores) with the hidden keys zeroed (no row factor)."""
         if self.exact_zeros:
             # hide first (f(0) = 0), then rectify in place: one tensor instead of two
             if mask is not None:
@@ -150,6 +158,12 @@ class Rectified(AttentionActivation):
         weights = self.fn(scores)
         if mask is not None:
             weights = weights.masked_fill(mask, 0.0)
+        return weights
+
+    def forward(self, scores, mask: Optional[torch.Tensor]):
+        weights = self.rectified_weights(scores, mask)
+        if self.row_scaled:
+            weights = weights * self.row_scale(visible_key_counts(scores, mask))
         return weights
 
 

@@ -176,8 +176,8 @@ def flex_relu_attention(q: Tensor, k: Tensor, v: Tensor, hidden: Optional[Tensor
         s = torch.where(keep, torch.log(torch.clamp(score, min=LOG_FLOOR)), -float("inf"))
         return torch.where(kv_idx == sink, 0.0, s)
 
-    fn = _compiled_flex() if compiled else _flex_module().flex_attention
-    o = fn(q, k_ext, v_ext, score_mod=score_mod, scale=1.0)
+    kernel = _compiled_flex() if compiled else _flex_module().flex_attention
+    o = kernel(q, k_ext, v_ext, score_mod=score_mod, scale=1.0)
     dv = v.size(-1)
     out = o[..., :dv].float() / o[..., dv:dv + 1].float()
     if row_scale is not None:

@@ -23,14 +23,9 @@ from typing import Optional
 
 import torch
 
-from .activations import ReLU, _opt, register_activation
+from .activations import ReLU, _opt, register_activation, visible_key_counts
 
-
-def visible_key_counts(scores: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
-    """n_i for every query row, shape broadcastable to ``scores`` with a last dim of 1."""
-    if mask is None:
-        return scores.new_full((1, 1, 1, 1), float(scores.size(-1)))
-    return (~mask).sum(dim=-1, keepdim=True).to(scores.dtype)
+__all__ = ["ScaledReLU", "row_sums", "visible_key_counts"]
 
 
 def row_sums(weights):
@@ -64,7 +59,7 @@ class ScaledReLU(ReLU):
         return 1.0 / (self.gamma * torch.sqrt(n.clamp(min=1) / 2))
 
     def forward(self, scores, mask: Optional[torch.Tensor]):
-        weights = super().forward(scores, mask)
+        weights = self.rectified_weights(scores, mask)
         n = visible_key_counts(scores, mask)
         if self.length_scale:
             weights = weights * self.row_scale(n)
