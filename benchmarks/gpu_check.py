@@ -120,7 +120,8 @@ def check_module(name, T=23, B=5, E=64, H=8, kind="self", causal=False, train=Fa
     cpu = SparseMultiheadAttention(E, H, self_attention=(kind == "self"),
                                    encoder_decoder_attention=(kind == "cross"), **kw)
     cpu.eval()
-    cpu.force_pipeline = kw.get("activation", "softmax") == "softmax" and not kw.get("fixed_patterns")
+    if kw.get("activation", "softmax") == "softmax" and not kw.get("fixed_patterns"):
+        cpu.backend = "materialized"
     lengths = [T, T - 3, T - 7, 5, 1][:B]
     x, pad = left_padded(T, B, E, lengths, seed=1)
     enc = enc_pad = None
@@ -178,7 +179,7 @@ def check_incremental(name, act, norm, E=64, H=8):
     sa = SparseMultiheadAttention(E, H, activation=act, output_norm=norm, self_attention=True).eval().to(CUDA)
     ca = SparseMultiheadAttention(E, H, activation=act, output_norm=norm,
                                   encoder_decoder_attention=True).eval().to(CUDA)
-    sa.force_pipeline = ca.force_pipeline = True
+    sa.backend = ca.backend = "materialized"
     T, S, B = 9, 11, 4
     x = torch.randn(T, B, E, device=CUDA)
     enc = torch.randn(S, B, E, device=CUDA)

@@ -25,7 +25,7 @@ from .head_stats import (RELA_TEMPERATURES, RowAverage, head_js_divergence,
                          relu_head_js_divergence, row_entropy, row_top_p, top_count,
                          valid_queries, visible_keys)
 from .norms import NormRecorder, category_values, spearman
-from ..attention.options import ATTENTION_KINDS as KINDS
+from ..options import ATTENTION_KINDS as KINDS
 from .recording import AttentionSite, record_attention
 
 

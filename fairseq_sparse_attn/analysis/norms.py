@@ -47,7 +47,7 @@ from typing import (Callable, Dict, Hashable, Iterable, Iterator, List, Optional
 
 import torch
 
-from ..attention.options import ATTENTION_KINDS as KINDS  # noqa: F401  (re-exported)
+from ..options import ATTENTION_KINDS as KINDS  # noqa: F401  (re-exported)
 from ..subwords import strip_markers
 from .recording import AttentionSite, record_attention
 

@@ -109,9 +109,9 @@ class AttentionActivation(nn.Module):
         return self.registry_name
 
 
-def _opt(options, name, default=None):
+def _opt(options, name):
     """Option ``name`` as :func:`fairseq_sparse_attn.options.plugin_options` resolves it
-    (``default`` is ignored: the defaults live in PluginOptions; kept for old callers)."""
+    (the defaults live in PluginOptions)."""
     from ..options import plugin_options
 
     return getattr(plugin_options(options), name)
@@ -195,7 +195,7 @@ class LeakyReLU(Rectified):
 
     def __init__(self, num_heads, options=None):
         super().__init__(num_heads, options)
-        self.slope = float(_opt(options, "leaky_relu_slope", 0.01))
+        self.slope = float(_opt(options, "leaky_relu_slope"))
 
     def fn(self, scores):
         return F.leaky_relu(scores, self.slope)
@@ -259,9 +259,9 @@ class EntmaxBisect(_EntmaxFamily):
 
     def __init__(self, num_heads, options=None):
         super().__init__(num_heads, options)
-        alpha = float(_opt(options, "entmax_alpha", 1.5))
-        self.n_iter = int(_opt(options, "entmax_bisect_iters", 50))
-        self.learned = bool(_opt(options, "entmax_alpha_learned", False))
+        alpha = float(_opt(options, "entmax_alpha"))
+        self.n_iter = int(_opt(options, "entmax_bisect_iters"))
+        self.learned = bool(_opt(options, "entmax_alpha_learned"))
         if self.learned:
             if not 1.0 < alpha < 2.0:
                 raise ValueError(

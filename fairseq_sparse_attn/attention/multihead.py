@@ -28,7 +28,7 @@ With ``activation="softmax"``, ``output_norm="none"`` and learned heads only the
 *is* stock fairseq: it delegates to :class:`fairseq.modules.MultiheadAttention`
 (including its fused fast path) unless per-head weights are asked for (the fused path
 averages them), an analysis collects weights, or a backend is forced
-(``backend``/``force_pipeline``).  See docs/architecture.md.
+(``backend = "materialized"``).  See docs/architecture.md.
 """
 
 import dataclasses
@@ -41,13 +41,16 @@ from torch import Tensor
 from .activations import build_activation
 from .biases import build_bias
 from .core import AttendSpec, AttentionInputs, _scores, attend, backend_names, is_stock
-from .options import ATTN_INITS
 from .heads import FixedPatternHeads, HeadPlan, MaskedHeads, RedundantHeads
 from .inference_call import InferencePlan, build_plan, hiding_mask_only, inference_call, serves
 from .intermediates import deliver, wanted
 from ..options import plugin_options
 from .output_norms import build_output_norm
 from .rhe import RedundantHeadIdentifier
+
+# q/k/v initialisation: fairseq's MultiheadAttention.reset_parameters, or ReLA's official
+# code (bzhangGo/zero); see SparseMultiheadAttention.apply_rela_official_init, docs/rela.md
+ATTN_INITS = ("fairseq", "rela_official")
 
 # Additive float masks use -inf (decoder future mask) or -1e8/-1e4 (fairseq's encoder
 # conversion of boolean masks).  Anything at or below this is "not visible".
@@ -201,15 +204,6 @@ class SparseMultiheadAttention(MultiheadAttention):
         """Change the masked heads of a built module (test-time ablation)."""
         masked = MaskedHeads(tuple(heads), self.num_heads) if heads else None
         self.heads = dataclasses.replace(self.heads, masked=masked)
-
-    @property
-    def force_pipeline(self) -> bool:
-        """True = never delegate to stock fairseq; run the materialized backend."""
-        return self.backend == "materialized"
-
-    @force_pipeline.setter
-    def force_pipeline(self, value: bool):
-        self.backend = "materialized" if value else "auto"
 
     def spec(self) -> AttendSpec:
         """What :func:`~.core.attend` needs from this module (no copy of parameters; the
@@ -498,14 +492,12 @@ class SparseMultiheadAttention(MultiheadAttention):
                 scores = scores.masked_fill(mask, float("-inf"))
             return scores.view(bsz * heads, tgt_len, src_len).type_as(q), v
 
-        if self.backend == "flex":
-            # forced fused kernel: no weights unless an analysis collector asks for them
-            # (then the forced backend's error says why); fairseq's own requests (the
-            # alignment layer's need_head_weights, need_weights by default) get None
-            pass
-        elif need_head_weights or (need_weights and not self.key_block_size):
-            # with --attn-key-block-size, head-averaged weights are returned only when the
-            # call ran materialized (as before: the key-block path returns none)
+        # a forced fused kernel (flex) returns no weights unless an analysis collector asks
+        # for them (then the forced backend's error says why): fairseq's own requests (the
+        # alignment layer's need_head_weights, need_weights by default) get None.  With
+        # --attn-key-block-size, head-averaged weights are returned only when the call ran
+        # materialized (the key-block path returns none)
+        if self.backend != "flex" and (need_head_weights or (need_weights and not self.key_block_size)):
             collect = collect | {"weights"}
         if attn_inputs is None:  # the usual call (decoder, cross-attention): no copy of defaults
             inputs = AttentionInputs(hidden=mask, score_bias=bias, key_padding=key_padding_mask,

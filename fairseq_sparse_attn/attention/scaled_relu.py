@@ -47,8 +47,8 @@ class ScaledReLU(ReLU):
 
     def __init__(self, num_heads, options=None):
         super().__init__(num_heads, options)
-        self.gamma = float(_opt(options, "relu_scale_gamma", 1.0))
-        self.length_scale = not bool(_opt(options, "relu_no_length_scale", False))
+        self.gamma = float(_opt(options, "relu_scale_gamma"))
+        self.length_scale = not bool(_opt(options, "relu_no_length_scale"))
         if self.gamma <= 0:
             raise ValueError(f"--relu-scale-gamma must be > 0, got {self.gamma}")
 

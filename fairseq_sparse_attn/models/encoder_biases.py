@@ -20,26 +20,9 @@ from typing import FrozenSet, Optional
 
 from ..attention.biases import BIAS_REGISTRY
 from ..attention.rhe import parse_gate
-from ..options import OPTION_FIELDS, add_plugin_args, fill_defaults, plugin_options
+from ..options import plugin_options
 
 SYNTAX_ATTENTIONS = ("none", "dea", "lpea")
-
-# the bias/RHE group's preset defaults (from fairseq_sparse_attn.options.PluginOptions)
-BIAS_DEFAULTS = {name: OPTION_FIELDS[name].default for name in (
-    "encoder_syntax_attention", "lpea_max_distance", "encoder_rel_pos_k", "encoder_rel_pos_values",
-    "encoder_localness", "encoder_bias_layers", "rhe", "rhe_gate", "prune_redundant_heads",
-    "prune_skip_in_training")}
-
-
-def fill_bias_defaults(args, **overrides):
-    """Architecture helper (kept for old imports): :func:`fairseq_sparse_attn.options.fill_defaults`;
-    ``rhe_layers`` stays unset (= the bias layers)."""
-    fill_defaults(args, **overrides)
-
-
-def add_encoder_bias_args(parser):
-    """The bias/RHE flags (a subset of :func:`fairseq_sparse_attn.options.add_plugin_args`)."""
-    add_plugin_args(parser, groups=("biases",))
 
 
 def parse_layer_list(value, num_layers: int, flag: str) -> FrozenSet[int]:

@@ -220,7 +220,7 @@ def test_module_softmax_with_norm_takes_sdpa_and_stock_takes_fairseq(monkeypatch
     normed = SparseMultiheadAttention(16, 4, self_attention=True, output_norm="rmsnorm").eval()
     out, _ = normed(x, x, x, need_weights=False)
     assert sdpa_calls and not mha_calls
-    normed.force_pipeline = True  # the materialized backend gives the same
+    normed.backend = "materialized"  # the materialized backend gives the same
     ref, _ = normed(x, x, x, need_weights=False)
     torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-5)
     sdpa_calls.clear()
@@ -228,7 +228,7 @@ def test_module_softmax_with_norm_takes_sdpa_and_stock_takes_fairseq(monkeypatch
     stock(x, x, x)
     assert mha_calls and not sdpa_calls  # stock fairseq's fused path, attend() not reached
     with collect("weights") as records:  # analysis asks for weights: materialized
-        normed.force_pipeline = False
+        normed.backend = "auto"
         normed(x, x, x, need_weights=False)
     assert records[0][1].backend == "materialized" and records[0][1].weights is not None
 

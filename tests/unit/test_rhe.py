@@ -109,7 +109,7 @@ def make(biases=(), activation="softmax", seed=0, **kw):
     torch.manual_seed(seed)
     m = SparseMultiheadAttention(E, H, self_attention=True, activation=activation,
                                  biases=biases, options=options, **kw).eval()
-    m.force_pipeline = True
+    m.backend = "materialized"
     return m
 
 

@@ -11,7 +11,7 @@ import argparse
 import os
 from typing import Dict, List, Optional
 
-from ...attention.options import ATTENTION_KINDS as KINDS  # noqa: F401  (re-exported)
+from ...options import ATTENTION_KINDS as KINDS  # noqa: F401  (re-exported)
 from ..results import SCHEMA_VERSION, Output
 
 
