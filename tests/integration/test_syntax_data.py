@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from syntax_fixtures import REPO, SPACY_MODEL, parsed_data, spacy_model_available, subprocess_env  # noqa: F401
+from syntax_fixtures import REPO, SPACY_MODEL, spacy_model_available, subprocess_env
 
 from fairseq_sparse_attn.syntax import NO_PHRASE
 from fairseq_sparse_attn.syntax.readers import (
