@@ -17,7 +17,7 @@ the two that always defaulted to False.
 """
 
 from dataclasses import dataclass, field, fields
-from typing import Callable, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 ATTENTION_KINDS = ("encoder_self", "decoder_self", "cross")
 _KIND_WHAT = {"encoder_self": "encoder self-attention", "decoder_self": "decoder self-attention",
@@ -243,7 +243,7 @@ def add_plugin_args(parser):
     for f in fields(PluginOptions):
         meta = f.metadata
         choices = meta["choices"]() if callable(meta["choices"]) else meta["choices"]
-        kwargs = {}
+        kwargs: Dict[str, Any] = {}
         if meta["switch"]:
             kwargs.update(action="store_true", default=meta["switch_default"])
         else:

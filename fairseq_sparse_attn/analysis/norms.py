@@ -42,8 +42,7 @@ import math
 import string
 import unicodedata
 from dataclasses import dataclass
-from typing import (Callable, Dict, Hashable, Iterable, Iterator, List, Optional, Sequence,
-                    Tuple)
+from typing import Callable, Dict, Hashable, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 

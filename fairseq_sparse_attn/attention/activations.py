@@ -66,7 +66,7 @@ def visible_key_counts(scores: torch.Tensor, mask: Optional[torch.Tensor]) -> to
     return (~mask).sum(dim=-1, keepdim=True).to(scores.dtype)
 
 
-def build_activation(name: str, num_heads: int, options=None) -> nn.Module:
+def build_activation(name: str, num_heads: int, options=None) -> "AttentionActivation":
     """Instantiate activation ``name`` for a module with ``num_heads`` heads.
 
     ``options`` is any object with (optional) attributes ``entmax_alpha``,

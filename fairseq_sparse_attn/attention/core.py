@@ -22,22 +22,22 @@ Backends serve the call (:data:`BACKENDS`, :func:`register_backend`): each decla
 :class:`Capabilities` what it can serve; ``spec.backend = "auto"`` takes the first one in
 priority order that serves the call, a named backend that cannot serve it raises a
 ValueError saying why.  Backends name the activation *traits* they need
-(:mod:`.activations`), never activation names.  Registered here:
+(:mod:`.activations`), never activation names (relu / relu_scaled below: the registered
+activations with those traits).  Registered here:
 
 ==============  ========  ==========================================================
 name            priority  serves
 ==============  ========  ==========================================================
-``sdpa``        20        softmax trait, learned heads only, no bias providers, no weights
+``sdpa``        20        softmax, learned heads only, no bias providers, no weights
                           returned: torch's fused ``scaled_dot_product_attention``
-``key_block``   30        ``supports_chunking`` (relu, relu_scaled) over blocks of keys
+``key_block``   30        relu / relu_scaled streamed over blocks of keys
                           (:mod:`.chunked_relu`), only with ``--attn-key-block-size``;
                           no weights, no dropout (an error in training), no biases
-``flex``        40        rectified + exact zeros (relu, relu_scaled) through the fused
-                          FlexAttention kernel
+``flex``        40        relu / relu_scaled through the fused FlexAttention kernel
                           (:mod:`.flex_relu`): in auto only on CUDA for calls with at
                           least ``--attn-flex-min-keys`` keys (CPU inference: only when
                           forced); no weights, dropout, biases, row sums
-``query_block`` 45        rectified + exact zeros without gradients, block by block over the
+``query_block`` 45        relu / relu_scaled without gradients, block by block over the
                           queries (:mod:`.query_block_relu`): in auto for calls with at
                           least ``--attn-flex-min-keys`` keys (long documents on CPU); no
                           weights, dropout, biases, row sums, gradients
@@ -52,12 +52,13 @@ kernel (e.g. FlexAttention for the ReLU family) registers itself with
 """
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, FrozenSet, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, Mapping, NamedTuple, Optional, Protocol, Sequence, Tuple, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .activations import AttentionActivation, Rectified
 from .heads import HeadPlan, real_keys
 from .intermediates import Intermediates
 
@@ -94,6 +95,16 @@ class AttentionInputs:
     collect: FrozenSet[str] = frozenset()
 
 
+class Dropout(Protocol):
+    """What the core reads of a dropout module (``torch.nn.Dropout``, fairseq's
+    ``FairseqDropout``)."""
+
+    p: float
+    training: bool
+
+    def __call__(self, x: Tensor) -> Tensor: ...
+
+
 @dataclass
 class AttendSpec:
     """Everything fixed per attention module (its submodules are owned by the module).
@@ -108,8 +119,8 @@ class AttendSpec:
         this many keys where the platform supports it (0 = only when forced)
     """
 
-    activation: torch.nn.Module
-    dropout: torch.nn.Module
+    activation: AttentionActivation
+    dropout: Dropout
     heads: HeadPlan
     biases: Sequence[torch.nn.Module] = ()
     backend: str = "auto"
@@ -168,7 +179,7 @@ class Call(NamedTuple):
     query_mask: bool = False  # the hidden mask differs between queries (causal)
 
 
-def applies_dropout(dropout: torch.nn.Module) -> bool:
+def applies_dropout(dropout: Dropout) -> bool:
     """The dropout module changes its input: p > 0 and training, or a fairseq module told to
     apply in inference too (``--retain-dropout``, Monte-Carlo dropout)."""
     return dropout.p > 0 and (dropout.training or getattr(dropout, "apply_during_inference", False))
@@ -394,7 +405,7 @@ def materialized(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call)
 
     if fixed is None:
         weights = learned
-        probs = _dropout(spec, call, learned.type_as(v))
+        probs = _dropout(spec, call, learned.type_as(v))  # type: ignore[union-attr]  # no fixed head: all learned
     else:
         # attention dropout regularizes learned attention only; fixed heads stay exact
         weights = fixed if learned is None else torch.cat([fixed, learned], dim=1)
@@ -404,8 +415,8 @@ def materialized(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call)
     if skipped:
         # dropout above ran on every pair (the same random draws as without skipping)
         if heads.masked is not None:
-            keep = keep & heads.masked.keep(torch.bool, keep.device).view(1, num_heads)
-        out = _kept_value_mix(probs, v, groups, keep)
+            keep = keep & heads.masked.keep(torch.bool, keep.device).view(1, num_heads)  # type: ignore[operator, union-attr]
+        out = _kept_value_mix(probs, v, groups, keep)  # type: ignore[arg-type]  # skipped: _biased set keep
     else:
         if heads.masked is not None:
             probs = probs * heads.masked.keep(probs.dtype, probs.device)
@@ -443,7 +454,8 @@ def key_block(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
         v = v.repeat_interleave(groups, dim=0)
     mask = inputs.hidden
     n = visible_key_counts(q.new_empty(1, 1, 1, k.size(2)), mask).float()
-    scale = spec.activation.row_scale(n)
+    # (served for activations with supports_chunking: rectified, with a row factor)
+    scale = cast(Rectified, spec.activation).row_scale(n)
     out, wsum, wlogw = chunked_relu_attention(q.float(), k.float(), v.float(), mask, scale,
                                               block=spec.key_block_size, with_sums=call.row_sums)
     inter = Intermediates(backend="key_block")
@@ -506,8 +518,8 @@ def flex(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
     if groups > 1:
         k = k.repeat_interleave(groups, dim=0)
         v = v.repeat_interleave(groups, dim=0)
-    act = spec.activation
-    out = flex_relu_attention(q, k, v, inputs.hidden, act.row_scale if act.row_scaled else None, fn=act.fn)
+    act = cast(Rectified, spec.activation)  # (served for rectified activations only)
+    out = flex_relu_attention(q, k, v, inputs.hidden, act.row_scale if act.row_scaled else None, score_fn=act.fn)
     return out, Intermediates(backend="flex")
 
 
@@ -550,7 +562,7 @@ def query_block(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
 
     groups = inputs.kv_groups
     hidden = inputs.hidden
-    act = spec.activation
+    act = cast(Rectified, spec.activation)  # (served for rectified activations only)
     row_scale = act.row_scale if act.row_scaled else None
     if groups == 1:
         return (query_block_relu_attention(q, k, v, hidden, row_scale, fn_=act.fn_),

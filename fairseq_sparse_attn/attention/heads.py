@@ -22,13 +22,14 @@ The pieces are small objects built once per attention module and used by
 """
 
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
 
 from .fixed_patterns import PATTERN_UNITS, check_pattern_names, check_right_context_reading, pattern_weights
 from .rhe import RedundantHeadIdentifier
+
 
 def real_keys(key_padding: Optional[Tensor], bsz: int, src_len: int, device) -> Tensor:
     """(bsz, src_len) bool, True = real key position (not padding)."""
@@ -169,7 +170,3 @@ class HeadPlan:
     @property
     def all_learned(self) -> bool:
         return self.fixed is None and self.masked is None and self.rhe is None
-
-    def describe(self) -> Sequence[str]:
-        names = [p.registry_name for p in (self.fixed, self.masked, self.rhe) if p is not None]
-        return names or ["learned"]

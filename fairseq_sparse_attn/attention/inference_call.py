@@ -40,7 +40,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.modules import module as _module
 
-from .core import AttentionInputs, _scores, _value_mix, applies_dropout, attend, streamed
+from .activations import AttentionActivation
+from .core import AttentionInputs, Dropout, _scores, _value_mix, applies_dropout, attend, streamed
 
 
 def static_reason(module) -> Optional[str]:
@@ -74,9 +75,9 @@ class InferencePlan(NamedTuple):
     k_proj: torch.nn.Module
     v_proj: torch.nn.Module
     out_proj: torch.nn.Module
-    activation: torch.nn.Module
+    activation: AttentionActivation
     output_norm: torch.nn.Module
-    dropout: torch.nn.Module
+    dropout: Dropout
     state_key: str  # fairseq's incremental-state key of the module's cache
     heads: int
     head_dim: int
@@ -120,7 +121,7 @@ def _linear(proj, x: Tensor) -> Tensor:
     if (type(proj) is torch.nn.Linear and not proj._forward_hooks and not proj._forward_pre_hooks
             and not _module._global_forward_hooks and not _module._global_forward_pre_hooks):
         params = proj._parameters
-        return F.linear(x, params["weight"], params["bias"])
+        return F.linear(x, params["weight"], params["bias"])  # type: ignore[arg-type]  # a Linear's weight
     return proj(x)
 
 
@@ -155,6 +156,8 @@ def inference_call(module, plan: InferencePlan, query: Tensor, key: Optional[Ten
         elif static_kv and "prev_key" in saved:
             key = None  # the encoder's keys and values are cached
 
+    k: Optional[Tensor]
+    v: Optional[Tensor]
     # (tgt, bsz, embed) -> (bsz * heads, tgt, d); one query (a decoding step): one view
     q = _linear(plan.q_proj, query).mul_(plan.scaling)
     q = q.view(bsz * heads, 1, d) if tgt_len == 1 else q.view(tgt_len, bsz * heads, d).transpose(0, 1)
@@ -189,8 +192,9 @@ def inference_call(module, plan: InferencePlan, query: Tensor, key: Optional[Ten
             if static_kv:
                 k, v = prev_key, prev_value
             else:
-                k = torch.cat([prev_key, k], dim=1)
-                v = torch.cat([prev_value, v], dim=1)
+                k = torch.cat([prev_key, k], dim=1)  # type: ignore[list-item]  # projected above
+                v = torch.cat([prev_value, v], dim=1)  # type: ignore[list-item]
+        assert k is not None and v is not None  # (no key input: the cache holds them)
         prev_pad = saved.get("prev_key_padding_mask")
         if prev_pad is not None or key_padding_mask is not None:
             key_padding_mask = module._append_prev_key_padding_mask(
@@ -202,6 +206,7 @@ def inference_call(module, plan: InferencePlan, query: Tensor, key: Optional[Ten
     if key_padding_mask is not None and key_padding_mask.dim() == 0:
         key_padding_mask = None
 
+    assert k is not None and v is not None
     src_len = v.size(1)
     hidden = None
     if attn_mask is not None or key_padding_mask is not None:

@@ -62,7 +62,7 @@ def encoder_bias_options(cfg, layer_index: Optional[int]) -> dict:
         provider.check_options(opts)
     names = [name for name, provider in BIAS_REGISTRY.items() if provider.selected(opts)]
 
-    num_layers = int(getattr(cfg, "encoder_layers"))
+    num_layers = int(cfg.encoder_layers)
     bias_layers = parse_layer_list(opts.encoder_bias_layers, num_layers, "--encoder-bias-layers")
     rhe = bool(opts.rhe)
     rhe_spec = opts.rhe_layers

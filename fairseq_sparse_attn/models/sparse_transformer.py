@@ -21,9 +21,8 @@ from fairseq.modules.transformer_layer import (
 )
 
 from ..attention import SparseMultiheadAttention
+from ..attention.biases import check_source_annotations
 from ..attention.core import AttentionInputs
-from ..attention.intermediates import collect
-from ..attention.rhe import log_redundant_fractions
 from ..attention.fixed_patterns import (
     last_positions,
     parse_head_list,
@@ -32,12 +31,13 @@ from ..attention.fixed_patterns import (
     source_word_ids,
     word_start_table,
 )
-from ..attention.biases import check_source_annotations
+from ..attention.intermediates import collect
+from ..attention.rhe import log_redundant_fractions
 from ..options import add_plugin_args, plugin_options
+from ..validation import validate_model_args
 from .checkpointing import checkpoint_layer
 from .encoder_biases import encoder_bias_options
 from .ffn import FFNActivation, LinearLayerNorm
-from ..validation import validate_model_args
 
 
 def build_attention(kind, embed_dim, num_heads, cfg, layer, **kwargs):

@@ -12,8 +12,6 @@ from fairseq_sparse_attn.tools import score
 from significance_fixtures import sacrebleu_paired as _sacrebleu_cli
 
 
-
-
 @pytest.mark.parametrize("system", ["weaker", "close"])
 def test_baseline_comparison_equals_the_sacrebleu_cli(systems, system, tmp_path, capsys):
     ref, files = systems

@@ -8,12 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import fairseq_sparse_attn.attention.core as core
 import fairseq_sparse_attn.attention.flex_relu as flex_relu
 import fairseq_sparse_attn.attention.multihead as multihead
 from fairseq_sparse_attn.attention import SparseMultiheadAttention
-from fairseq_sparse_attn.attention.activations import (ACTIVATION_REGISTRY, TRAITS, Rectified,
-                                                       build_activation)
+from fairseq_sparse_attn.attention.activations import ACTIVATION_REGISTRY, TRAITS, Rectified, build_activation
 from fairseq_sparse_attn.attention.core import AttendSpec, AttentionInputs, attend
 from fairseq_sparse_attn.attention.heads import HeadPlan
 

@@ -7,8 +7,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from fairseq_sparse_attn.attention import SparseMultiheadAttention, build_activation
-from fairseq_sparse_attn.attention import core
+from fairseq_sparse_attn.attention import SparseMultiheadAttention, build_activation, core
 from fairseq_sparse_attn.attention.core import (
     AttendSpec,
     AttentionInputs,
@@ -17,8 +16,8 @@ from fairseq_sparse_attn.attention.core import (
     attend,
     register_backend,
 )
-from fairseq_sparse_attn.attention.heads import FixedPatternHeads, HeadPlan, MaskedHeads
 from fairseq_sparse_attn.attention.fixed_patterns import pattern_matrix
+from fairseq_sparse_attn.attention.heads import FixedPatternHeads, HeadPlan, MaskedHeads
 from fairseq_sparse_attn.attention.intermediates import collect
 
 B, H, T, S, D = 2, 3, 4, 5, 8

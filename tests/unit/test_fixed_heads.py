@@ -296,6 +296,7 @@ def test_encoder_right_context_reading_and_exclude_eos_flags():
 
     from fairseq_sparse_attn.analysis.recording import record_attention
     from fairseq_sparse_attn.options import add_plugin_args
+
     from test_fixed_patterns import N5, N5_LITERAL_RIGHT, N5_WITHOUT_EOS
 
     parser = argparse.ArgumentParser()

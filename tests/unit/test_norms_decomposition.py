@@ -15,11 +15,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from fairseq_sparse_attn.attention.core import AttentionInputs
-
 from fairseq_sparse_attn.analysis.norms import NormRecorder, check_decomposable, model_decomposition
 from fairseq_sparse_attn.analysis.recording import record_attention
 from fairseq_sparse_attn.attention import SparseMultiheadAttention
+from fairseq_sparse_attn.attention.core import AttentionInputs
 
 E, H = 16, 4
 D = E // H

@@ -5,6 +5,7 @@ tests/integration/test_significance_cli.py (it runs the CLI as a subprocess)."""
 import json
 
 from fairseq_sparse_attn.tools import score
+
 from significance_fixtures import write_gen
 
 
