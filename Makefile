@@ -4,7 +4,7 @@ MULTI30K_DIR ?= $(wildcard ../shared/data/multi30k)
 DEMO_DIR ?= demo_out
 export MULTI30K_DIR
 
-.PHONY: install test test-fast demo demo-sweep bench clean
+.PHONY: install test test-fast lint format demo demo-sweep bench clean
 
 install:            ## torch (kept if present), fairseq, deps, the plugin with extras
 	PYTHON=$(PYTHON) bash scripts/install.sh
@@ -15,6 +15,15 @@ test:               ## the whole test suite: tests/unit + tests/integration (sma
 
 test-fast:          ## tests/unit only: no training, no subprocess (minutes)
 	$(PYTHON) -m pytest -q tests/unit
+
+lint:               ## ruff check + ruff format --check (whole tree) + mypy (attention/, options.py); config in pyproject.toml
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m ruff format --check .
+	$(PYTHON) -m mypy
+
+format:             ## ruff format + the safe ruff fixes (import order, unused imports) over the tree
+	$(PYTHON) -m ruff check --fix .
+	$(PYTHON) -m ruff format .
 
 demo:               ## softmax vs ReLA-g on Multi30k, CPU, <= 15 min: BLEU, 95% CI, p-value, curves
 	$(PYTHON) scripts/demo.py --out $(DEMO_DIR)

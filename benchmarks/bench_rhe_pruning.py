@@ -36,7 +36,6 @@ import platform
 import random
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -44,7 +43,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench_attention import PRESETS, make_batch, sync, timed  # noqa: E402
+from bench_attention import PRESETS, make_batch, timed  # noqa: E402
 
 VARIANTS = {
     "rhe": dict(),
@@ -102,8 +101,8 @@ def main():
     args = p.parse_args()
 
     import fairseq_sparse_attn  # noqa: F401
-    from fairseq_sparse_attn.attention.intermediates import collect
     from fairseq_sparse_attn.attention.core import AttentionInputs
+    from fairseq_sparse_attn.attention.intermediates import collect
     from fairseq_sparse_attn.models.standalone import synthetic_dictionary
 
     device = torch.device(args.device)

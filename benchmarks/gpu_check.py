@@ -28,14 +28,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-import fairseq_sparse_attn  # noqa: E402,F401
 from fairseq import utils  # noqa: E402
 from fairseq.data import Dictionary  # noqa: E402
 
+import fairseq_sparse_attn  # noqa: E402,F401
 from fairseq_sparse_attn.attention import SparseMultiheadAttention  # noqa: E402
 from fairseq_sparse_attn.attention.core import AttentionInputs  # noqa: E402
-from fairseq_sparse_attn.attention.fixed_patterns import (  # noqa: E402
-    PATTERNS, SEVEN, source_word_ids, word_start_table)
+from fairseq_sparse_attn.attention.fixed_patterns import PATTERNS, SEVEN, source_word_ids, word_start_table  # noqa: E402
 
 TOL = 1e-4
 CUDA = torch.device(os.environ.get("GPU_CHECK_DEVICE", "cuda"))  # cpu: dry run of the script
@@ -120,7 +119,8 @@ def check_module(name, T=23, B=5, E=64, H=8, kind="self", causal=False, train=Fa
     cpu = SparseMultiheadAttention(E, H, self_attention=(kind == "self"),
                                    encoder_decoder_attention=(kind == "cross"), **kw)
     cpu.eval()
-    cpu.force_pipeline = kw.get("activation", "softmax") == "softmax" and not kw.get("fixed_patterns")
+    if kw.get("activation", "softmax") == "softmax" and not kw.get("fixed_patterns"):
+        cpu.backend = "materialized"
     lengths = [T, T - 3, T - 7, 5, 1][:B]
     x, pad = left_padded(T, B, E, lengths, seed=1)
     enc = enc_pad = None
@@ -178,7 +178,7 @@ def check_incremental(name, act, norm, E=64, H=8):
     sa = SparseMultiheadAttention(E, H, activation=act, output_norm=norm, self_attention=True).eval().to(CUDA)
     ca = SparseMultiheadAttention(E, H, activation=act, output_norm=norm,
                                   encoder_decoder_attention=True).eval().to(CUDA)
-    sa.force_pipeline = ca.force_pipeline = True
+    sa.backend = ca.backend = "materialized"
     T, S, B = 9, 11, 4
     x = torch.randn(T, B, E, device=CUDA)
     enc = torch.randn(S, B, E, device=CUDA)
@@ -201,8 +201,9 @@ def check_incremental(name, act, norm, E=64, H=8):
 # ------------------------------------------------------------------ whole models
 
 def check_model(name, arch="sparse_transformer", **over):
-    from helpers import TINY, random_batch
     from fairseq_sparse_attn.models.standalone import build_standalone_model
+
+    from helpers import TINY, random_batch
 
     d = bpe_dictionary()
     size = dict(TINY, encoder_embed_dim=64, decoder_embed_dim=64, encoder_attention_heads=8,

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import fnmatch
 import gzip
-import zlib
 import hashlib
 import http.client
 import io
@@ -36,6 +35,7 @@ import time
 import urllib.error
 import urllib.request
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from multiprocessing import Pool
 from pathlib import Path

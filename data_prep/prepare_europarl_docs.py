@@ -43,6 +43,7 @@ from common import (  # noqa: E402
     main_wrapper,
     make_logger,
 )
+
 from fairseq_sparse_attn.data.documents import (  # noqa: E402
     DocumentFormatError,
     documents_from_marked_files,

@@ -71,7 +71,7 @@ def with_head_masking(argv):
     try:
         parse_head_list(heads)
     except ValueError as e:
-        raise SystemExit(f"--mask-encoder-heads: {e}")
+        raise SystemExit(f"--mask-encoder-heads: {e}") from None
     argv, overrides = _pop_option(argv, "--model-overrides")
     merged = ast.literal_eval(overrides) if overrides else {}
     if not isinstance(merged, dict):

@@ -17,7 +17,7 @@ the two that always defaulted to False.
 """
 
 from dataclasses import dataclass, field, fields
-from typing import Callable, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 ATTENTION_KINDS = ("encoder_self", "decoder_self", "cross")
 _KIND_WHAT = {"encoder_self": "encoder self-attention", "decoder_self": "decoder self-attention",
@@ -214,22 +214,6 @@ class PluginOptions:
 
 OPTION_FIELDS = {f.name: f for f in fields(PluginOptions)}
 
-# flag groups (for the old per-group helpers): first field of each group, in order
-_GROUP_STARTS = (("attention", "attn_activation"), ("ffn", "ffn_type"),
-                 ("heads", "encoder_fixed_patterns"), ("biases", "encoder_syntax_attention"),
-                 ("resume", "allow_attention_change"))
-
-
-def option_group(name: str) -> str:
-    names = list(OPTION_FIELDS)
-    index = names.index(name)
-    group = ""
-    for g, first in _GROUP_STARTS:
-        if names.index(first) <= index:
-            group = g
-    return group
-
-
 def _read(cfg, name):
     """``cfg.name`` from a Namespace, DictConfig, fairseq TransformerConfig (which raises
     AttributeError for names it does not know) or any object; None when absent."""
@@ -253,16 +237,13 @@ def plugin_options(cfg=None) -> PluginOptions:
     return PluginOptions(**values)
 
 
-def add_plugin_args(parser, groups: Optional[Sequence[str]] = None):
-    """The plugin's flags, from :class:`PluginOptions` (no argparse defaults, see above);
-    ``groups`` restricts them to some of attention, ffn, heads, biases."""
+def add_plugin_args(parser):
+    """The plugin's flags, from :class:`PluginOptions` (no argparse defaults, see above)."""
     extra = _help_values()
     for f in fields(PluginOptions):
-        if groups is not None and option_group(f.name) not in groups:
-            continue
         meta = f.metadata
         choices = meta["choices"]() if callable(meta["choices"]) else meta["choices"]
-        kwargs = {}
+        kwargs: Dict[str, Any] = {}
         if meta["switch"]:
             kwargs.update(action="store_true", default=meta["switch_default"])
         else:

@@ -48,12 +48,12 @@ def check_masked_heads(args):
 def chunked_kinds(args):
     """The attention kinds whose activation runs in the key-block path when
     --attn-key-block-size is set."""
-    from .attention.activations import build_activation
-    from .attention.options import ATTENTION_KINDS, attention_spec
+    from .attention.activations import ACTIVATION_REGISTRY
+    from .options import ATTENTION_KINDS, plugin_options
 
+    options = plugin_options(args)
     return [k for k in ATTENTION_KINDS
-            if getattr(build_activation(attention_spec(args, k).activation, 1),
-                       "supports_chunking", False)]
+            if ACTIVATION_REGISTRY.get_or_raise(options.attention_kind(k)[0]).supports_chunking]
 
 
 def check_key_blocks(args):

