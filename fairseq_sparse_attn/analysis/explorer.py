@@ -29,7 +29,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from ..attention.options import ATTENTION_KINDS as KINDS
+from ..options import ATTENTION_KINDS as KINDS
 from ..subwords import uncertain_boundaries, word_index, words
 from .collect import Batch, Collector
 from .norms import NormRecorder, check_decomposable
