@@ -92,9 +92,11 @@ HALF_BACKWARD_RMS_FLOOR = 1e-2
 _HALF = (torch.float16, torch.bfloat16)
 
 
-def half_backward_scale(r: torch.Tensor, floor: float = HALF_BACKWARD_RMS_FLOOR) -> torch.Tensor:
+def half_backward_scale(r: torch.Tensor, floor: float = None) -> torch.Tensor:
     """min(1, RMS(z) / floor) per row, from r = 1 / RMS(z): 1 for rows at or above the
-    floor, smaller for near-null rows (z = 0 exactly: RMS = sqrt(eps))."""
+    floor, smaller for near-null rows (z = 0 exactly: RMS = sqrt(eps)).  ``floor``
+    defaults to :data:`HALF_BACKWARD_RMS_FLOOR` as it is at the call."""
+    floor = HALF_BACKWARD_RMS_FLOOR if floor is None else floor
     return (r * floor).reciprocal_().clamp_(max=1.0)
 
 
