@@ -27,11 +27,10 @@ TARGET=(--only-binary=:all: --python-version "$PYTHON_VERSION"
 say() { echo "[wheelhouse] $*"; }
 mkdir -p "$OUT"
 
-# the pinned versions scripts/install.sh installs online
-FAIRSEQ=fairseq-fixed==0.12.3.1
-WITH_DEPS=(hydra-core==1.3.2 omegaconf==2.3.0 bitarray sacrebleu regex tqdm cffi scikit-learn
-           packaging numpy cython sacremoses subword-nmt tensorboardX)
-NO_DEPS=("$FAIRSEQ" "entmax>=1.1")
+# the package lists (the pinned versions scripts/install.sh installs online)
+source scripts/offline_packages.sh
+WITH_DEPS=("${FSA_OFFLINE_WITH_DEPS[@]}")
+NO_DEPS=("${FSA_OFFLINE_NO_DEPS[@]}")
 
 say "3a. antlr4-python3-runtime 4.9.3 (sdist only) -> wheel"
 $PIP wheel --no-deps -w "$OUT" antlr4-python3-runtime==4.9.3
