@@ -39,7 +39,9 @@ $PIP download "${TARGET[@]}" --find-links "$OUT" -d "$OUT" "${WITH_DEPS[@]}"
 say "2. fairseq-fixed and entmax without dependencies (they require torch: the node's stays)"
 $PIP download "${TARGET[@]}" --no-deps -d "$OUT" "${NO_DEPS[@]}"
 say "3b. the plugin's own wheel"
+had_build=$([[ -e build ]] && echo 1 || true)
 $PIP wheel --no-deps --no-build-isolation -w "$OUT" .
+[[ -n "$had_build" ]] || rm -rf build  # setuptools' in-tree build/ (a stale copy otherwise)
 if ls "$OUT"/torch-* >/dev/null 2>&1; then
   echo "make wheelhouse: error: a torch wheel got into $OUT (a dependency asked for torch)" >&2; exit 1
 fi
