@@ -4,10 +4,16 @@ MULTI30K_DIR ?= $(wildcard ../shared/data/multi30k)
 DEMO_DIR ?= demo_out
 export MULTI30K_DIR
 
-.PHONY: install test test-fast lint format demo demo-sweep bench clean
+.PHONY: install test test-fast lint format demo demo-sweep bench bench-gpu wheelhouse clean
 
-install:            ## torch (kept if present), fairseq, deps, the plugin with extras
-	PYTHON=$(PYTHON) bash scripts/install.sh
+OFFLINE ?=
+install:            ## torch (kept if present), fairseq, deps, the plugin with extras; OFFLINE=wheelhouse/: from wheels, no network
+	PYTHON=$(PYTHON) OFFLINE=$(OFFLINE) bash scripts/install.sh
+
+PYTHON_VERSION ?=
+WHEELHOUSE ?= wheelhouse
+wheelhouse:         ## every wheel beyond torch for an offline GPU node: make wheelhouse PYTHON_VERSION=3.12 (docs/distributed.md)
+	PYTHON=$(PYTHON) PYTHON_VERSION=$(PYTHON_VERSION) WHEELHOUSE=$(WHEELHOUSE) bash scripts/wheelhouse.sh
 
 TEST_WORKERS ?= 2
 test:               ## the whole test suite: tests/unit + tests/integration (small real runs), TEST_WORKERS processes
@@ -35,5 +41,10 @@ BENCH_ARGS ?=
 bench:              ## speed ratios against softmax, the recipe for claims (CPU ~20 min on 2 cores; JSON + table); BENCH_ARGS="--quick" for a smoke run
 	$(PYTHON) benchmarks/bench_attention.py --claims --json bench_attention.json $(BENCH_ARGS)
 
+BENCH_GPU_DIR ?= bench_gpu_out
+BENCH_GPU_ARGS ?=
+bench-gpu:          ## GPU only: attention, long sequences, fairseq-train updates/s of every preset vs softmax (fp16, bf16); JSON + table in $(BENCH_GPU_DIR)
+	$(PYTHON) benchmarks/bench_gpu.py --out $(BENCH_GPU_DIR) $(BENCH_GPU_ARGS)
+
 clean:
-	rm -rf $(DEMO_DIR) bench_attention.json .pytest_cache
+	rm -rf $(DEMO_DIR) bench_attention.json $(BENCH_GPU_DIR) .pytest_cache

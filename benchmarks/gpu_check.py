@@ -12,13 +12,22 @@ FlexAttention ReLU kernel (attention/flex_relu.py) is compared with the material
 float64 computation: compiled forward on CPU, forward + backward in float32 on CUDA,
 float16 / bfloat16 forward + backward finite (difference to float32 reported).
 
-    python benchmarks/gpu_check.py            # needs a CUDA device
+    python benchmarks/gpu_check.py [--time-budget 110]   # needs a CUDA device
+
+The fused kernel is checked at head dims 32, 64, 128 and 256 (tiles chosen per head dim,
+dtype and shared memory: ``flex_relu.flex_kernel_options``).  ``--time-budget S``: checks
+not started within S seconds are reported as skipped (the summary says how many).  The
+script exits right after its summary (``os._exit`` after flushing): the compile worker
+threads and subprocesses inductor leaves behind cannot keep it alive; compiling runs in
+this process (``compile_threads = 1``), so there is no worker pool to wait for.
 """
 
+import argparse
 import copy
 import math
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -251,7 +260,7 @@ def plain_relu(q, k, v, hidden, gamma):
     return w @ v.double()
 
 
-def check_flex(name, causal=False, cross=False, gamma=None, B=3, H=4, T=37, d=64):
+def check_flex(name, causal=False, cross=False, gamma=None, B=3, H=4, T=37, d=64, cpu=True):
     """Fused FlexAttention ReLU kernel (attention/flex_relu.py): CPU compiled forward vs the
     materialized float64 computation; on CUDA forward + backward in float32 against the
     same (gradients through autograd of the plain formula), float16 / bfloat16 finite."""
@@ -270,7 +279,7 @@ def check_flex(name, causal=False, cross=False, gamma=None, B=3, H=4, T=37, d=64
     scale = None if gamma is None else (lambda n: 1.0 / (gamma * torch.sqrt(n.clamp(min=1) / 2)))
     ref = plain_relu(q, k, v, hidden, gamma)
     diffs = {}
-    if flex_relu_unavailable("cpu", grad=False, query_mask=causal) is None:
+    if cpu and flex_relu_unavailable("cpu", grad=False, query_mask=causal) is None:
         out = flex_relu_attention(q, k, v, hidden, scale)
         diffs["f32_cpu_fwd"] = maxdiff(out, ref)
         diffs["finite"] = bool(torch.isfinite(out).all() and torch.all(out[2] == 0))
@@ -301,8 +310,16 @@ def check_flex(name, causal=False, cross=False, gamma=None, B=3, H=4, T=37, d=64
     record(name, **diffs)
 
 
+DEADLINE = [math.inf]  # time.monotonic() after which no check starts (--time-budget)
+SKIPPED = []
+
+
 def guarded(name, check, *args, **kwargs):
     """Run one check; an exception is a failure of that check, printed, not the end."""
+    if time.monotonic() > DEADLINE[0]:
+        SKIPPED.append(name)
+        print(f"SKIP {name}: --time-budget spent", flush=True)
+        return
     try:
         check(*args, **kwargs)
     except Exception:
@@ -310,9 +327,23 @@ def guarded(name, check, *args, **kwargs):
         print(f"ERROR {name}\n{traceback.format_exc()}", flush=True)
 
 
-def main():
-    if CUDA.type == "cuda":
-        assert torch.cuda.is_available(), "no CUDA device"
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--time-budget", type=float, default=110.0, metavar="S",
+                        help="start no check after S seconds (default 110: the whole run in ~2 min)")
+    args = parser.parse_args(argv)
+    if args.time_budget <= 0:
+        parser.error(f"--time-budget must be > 0, got {args.time_budget}")
+    if CUDA.type == "cuda" and not torch.cuda.is_available():
+        print("gpu_check: error: no CUDA device (torch.cuda.is_available() is False); "
+              "GPU_CHECK_DEVICE=cpu runs the script's CPU parts", file=sys.stderr)
+        return 2
+    DEADLINE[0] = time.monotonic() + args.time_budget
+    try:  # compile in this process: no worker pool left alive after the summary
+        import torch._inductor.config as inductor_config
+        inductor_config.compile_threads = 1
+    except ImportError:
+        pass
     where = torch.cuda.get_device_name(0) if CUDA.type == "cuda" else str(CUDA)
     print(f"torch {torch.__version__} on {where}; float32 tolerance {TOL}")
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -371,12 +402,21 @@ def main():
             ("fused flex relu, self causal", dict(causal=True)),
             ("fused flex relu_scaled, cross", dict(cross=True, gamma=1.0)),
             ("fused flex relu_scaled, self causal", dict(causal=True, gamma=1.0))]
+    # every head dim the presets use (iwslt: 128, base: 64), fp32 / fp16 / bf16 with backward
+    # (CUDA only: compiling the CPU kernel for each width would cost the time budget)
+    flex += [(f"fused flex relu, self, head dim {d}", dict(d=d, H=2, T=29, cpu=False)) for d in (32, 128, 256)]
     for name, kw in flex:
         guarded(name, check_flex, name, **kw)
+    skipped = f", {len(SKIPPED)} skipped (--time-budget)" if SKIPPED else ""
     print(f"\n{len(checks) + 5 + len(models) + len(flex)} checks, "
-          f"{len(FAILURES)} failed{': ' + ', '.join(FAILURES) if FAILURES else ''}")
-    return 1 if FAILURES else 0
+          f"{len(FAILURES)} failed{': ' + ', '.join(FAILURES) if FAILURES else ''}{skipped}")
+    return 1 if FAILURES or SKIPPED else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # exit now: threads and subprocesses left by compiling the flex kernels (inductor's
+    # pools are not daemons) would otherwise keep the process alive after the summary
+    os._exit(code)

@@ -114,8 +114,8 @@ class PluginOptions:
         "attention weights", type=int, metavar="N", preset=False)
     attn_flex_min_keys: int = option(
         1024, "relu / relu_scaled with --attn-backend auto: attention over at least N keys takes a "
-        "long-sequence backend: on CUDA the fused FlexAttention kernel (training and inference, "
-        "compiled on first use), without gradients elsewhere the query-block path; 0 = neither "
+        "long-sequence backend: the fused FlexAttention kernel only on devices where a recorded "
+        "benchmark measured it faster (none yet), without gradients the query-block path; 0 = neither "
         "unless named by --attn-backend (default 1024)", type=int, metavar="N", preset=False)
     attn_init: str = option(
         "fairseq", "q/k/v initialisation: fairseq (default; xavier gain 1/sqrt(2) wherever q, k, v "

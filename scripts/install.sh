@@ -33,6 +33,30 @@ have_all() { local n; for n in "$@"; do have "$n" || return 1; done; }
 pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 say "python $pyver ($("$PY" -c 'import sys; print(sys.executable)'))"
 
+# OFFLINE=DIR (make install OFFLINE=wheelhouse/): everything from the wheels of
+# `make wheelhouse`, no network (--no-index), the node's torch kept; FSA_INSTALL_DRY_RUN=1
+# prints the pip commands instead of running them.  docs/distributed.md "Offline install".
+if [[ -n "${OFFLINE:-}" ]]; then
+  die() { echo "make install: error: $*" >&2; exit 2; }
+  [[ -d "$OFFLINE" ]] || die "OFFLINE=$OFFLINE is not a directory (make wheelhouse PYTHON_VERSION=$pyver writes one)"
+  have torch || die "OFFLINE install keeps the node's torch, and $PY has none: install the cluster's CUDA torch first"
+  tag="cp${pyver/./}"
+  ls "$OFFLINE"/fairseq_fixed-*-"$tag"-*.whl >/dev/null 2>&1 \
+    || die "no fairseq-fixed wheel for python $pyver ($tag) in $OFFLINE: run make wheelhouse PYTHON_VERSION=$pyver"
+  ls "$OFFLINE"/fairseq_sparse_attn-*.whl >/dev/null 2>&1 || die "no fairseq_sparse_attn wheel in $OFFLINE"
+  source scripts/offline_packages.sh
+  OPIP=($PY -m pip install --disable-pip-version-check --no-index --find-links "$OFFLINE")
+  [[ -n "${FSA_INSTALL_DRY_RUN:-}" ]] && OPIP=(echo "[dry-run]" "${OPIP[@]}")
+  say "offline from $OFFLINE, keeping torch $("$PY" -c 'import torch; print(torch.__version__)')"
+  "${OPIP[@]}" "${FSA_OFFLINE_WITH_DEPS[@]}"
+  "${OPIP[@]}" --no-deps "${FSA_OFFLINE_NO_DEPS[@]}"
+  "${OPIP[@]}" --no-deps fairseq_sparse_attn
+  [[ -n "${FSA_INSTALL_DRY_RUN:-}" ]] && exit 0
+  "$PY" -P -c 'import fairseq_sparse_attn as f; print("[install] ok: fairseq_sparse_attn", f.__version__, "user-dir", f.user_dir())' \
+    || { echo "[install] fairseq_sparse_attn does not import; see the messages above" >&2; exit 1; }
+  exit 0
+fi
+
 # 1. torch: keep an installed build (CUDA clusters), else the CPU wheel
 if have torch; then
   say "keeping installed torch $("$PY" -c 'import torch; print(torch.__version__)')"

@@ -227,9 +227,16 @@ class _EntmaxFamily(AttentionActivation):
             # spread uniformly over them and is zeroed.  On CPU the small mask is checked
             # first, so the full-size fill runs only when such a row exists; on a GPU that
             # check would stop the stream (a host sync per call) and the fill is cheap
-            if mask.device.type != "cpu" or bool(mask.all(dim=-1).any()):
+            if mask.device.type != "cpu" or _hides_a_whole_row(mask):
                 weights = weights.masked_fill(mask, 0.0)
         return weights
+
+
+def _hides_a_whole_row(mask: torch.Tensor) -> bool:
+    """Some row of ``mask`` hides every key (computed once per mask for all modules)."""
+    from .mask_cache import cached
+
+    return cached("hides_a_whole_row", (mask,), None, lambda m: bool(m.all(dim=-1).any()))
 
 
 @register_activation("sparsemax")
@@ -245,7 +252,10 @@ class Entmax15(_EntmaxFamily):
     """1.5-entmax (Peters et al. 2019), exact sort-based algorithm of the entmax package."""
 
     def mapping(self, scores):
-        return _entmax_package().entmax15(scores, dim=-1)
+        # the package's algorithm op for op, fewer dispatched ops (.entmax15_lastdim)
+        from .entmax15_lastdim import entmax15_last_dim
+
+        return entmax15_last_dim(scores)
 
 
 @register_activation("entmax_bisect")

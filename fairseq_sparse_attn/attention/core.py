@@ -34,9 +34,10 @@ name            priority  serves
                           (:mod:`.chunked_relu`), only with ``--attn-key-block-size``;
                           no weights, no dropout (an error in training), no biases
 ``flex``        40        relu / relu_scaled through the fused FlexAttention kernel
-                          (:mod:`.flex_relu`): in auto only on CUDA for calls with at
-                          least ``--attn-flex-min-keys`` keys (CPU inference: only when
-                          forced); no weights, dropout, biases, row sums
+                          (:mod:`.flex_relu`): in auto only on devices where a recorded
+                          benchmark measured it faster (none yet: only when forced),
+                          for calls with at least ``--attn-flex-min-keys`` keys; no
+                          weights, dropout, biases, row sums
 ``query_block`` 45        relu / relu_scaled without gradients, block by block over the
                           queries (:mod:`.query_block_relu`): in auto for calls with at
                           least ``--attn-flex-min-keys`` keys (long documents on CPU); no
@@ -523,10 +524,18 @@ def flex(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
     return out, Intermediates(backend="flex")
 
 
-#: devices on which "auto" tries the fused kernel for long calls.  On CPU the compiled
-#: kernel (forward only) measured slower than the ``query_block`` path at L = 2048
-#: (docs/performance.md), so there it serves only when forced (--attn-backend flex).
-FLEX_AUTO_DEVICES = frozenset({"cuda"})
+#: devices on which "auto" tries the fused kernel for long calls: those where a recorded
+#: benchmark measured it faster (:data:`.flex_relu.FLEX_MEASURED_FASTER`; none yet, so
+#: auto never takes it).  On CPU the compiled kernel (forward only) measured slower than
+#: the ``query_block`` path at L = 2048 (docs/performance.md); on CUDA nothing is measured.
+#: --attn-backend flex forces it anywhere it can run.
+def _flex_auto_devices():
+    from .flex_relu import FLEX_MEASURED_FASTER
+
+    return frozenset(FLEX_MEASURED_FASTER)
+
+
+FLEX_AUTO_DEVICES = _flex_auto_devices()
 
 
 def _flex_enabled(spec: AttendSpec, call: Call) -> bool:

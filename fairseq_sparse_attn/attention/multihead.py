@@ -39,6 +39,7 @@ from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
 from ..options import plugin_options
+from . import mask_cache
 from .activations import build_activation
 from .biases import BiasProvider, build_bias
 from .core import AttendSpec, AttentionInputs, _scores, attend, backend_names, is_stock
@@ -160,7 +161,6 @@ class SparseMultiheadAttention(MultiheadAttention):
         self.key_block_size = int(opts.attn_key_block_size or 0)
         # > 0: in "auto", the fused flex backend serves calls with at least this many keys
         self.flex_min_keys = int(opts.attn_flex_min_keys or 0)
-        self._mask_cache: Dict[str, tuple] = {}
         init = opts.attn_init
         if init not in ATTN_INITS:
             raise ValueError(f"--attn-init must be one of {', '.join(ATTN_INITS)}, got {init!r}")
@@ -376,22 +376,13 @@ class SparseMultiheadAttention(MultiheadAttention):
 
     # ------------------------------------------------------------------ masks
     def _cached(self, slot: str, tensor: Tensor, extra, compute):
-        """``compute(tensor)``, remembered for the last tensor seen in ``slot``.
+        """``compute(tensor)``, remembered for that tensor (unmodified) in ``slot``.
 
         fairseq hands the same masks again and again (the cached future mask, sliced
-        each step; the encoder padding mask at every decoding step).  The key is the
-        storage, layout and version counter; the cache keeps a reference to the tensor so
-        that an equal key means that same, unmodified tensor, never a new one that
-        reuses a freed address.
-        """
-        key = (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device,
-               getattr(tensor, "_version", None), extra)
-        cached = self._mask_cache.get(slot)
-        if cached is not None and cached[0] == key:
-            return cached[2]
-        value = compute(tensor)
-        self._mask_cache[slot] = (key, tensor, value)
-        return value
+        each step; the encoder padding mask to every layer and at every decoding step):
+        the derived masks are shared by all modules (:mod:`.mask_cache`), computed once
+        per mask, not once per module."""
+        return mask_cache.cached(slot, (tensor,), extra, compute)
 
     @staticmethod
     def _split_attn_mask(attn_mask: Tensor) -> Tuple[Optional[Tensor], Tensor]:
@@ -427,7 +418,8 @@ class SparseMultiheadAttention(MultiheadAttention):
 
             pad = self._cached("key_padding", key_padding_mask, bsz, expand)
             if pad is not None:
-                mask = pad if mask is None else (mask | pad)
+                # decoder self-attention: causal | padding, once for all layers
+                mask = pad if mask is None else mask_cache.cached("hidden", (mask, pad), None, torch.bitwise_or)
         return bias, mask
 
     # ------------------------------------------------------------------ forward
