@@ -84,7 +84,7 @@ def test_auto_never_takes_flex_without_a_recorded_benchmark():
     assert fr.FLEX_MEASURED_FASTER == {} and core.FLEX_AUTO_DEVICES == frozenset()
     spec = core.AttendSpec(activation=build_activation("relu", 4), dropout=torch.nn.Dropout(0.1),
                            heads=HeadPlan(4), flex_min_keys=16)
-    call = core.Call(activation="relu", needs_weights=False, dropout=False, score_bias=False,
+    call = core.Call(activation="relu", activation_traits=spec.activation.traits, needs_weights=False, dropout=False, score_bias=False,
                      bias_providers=False, given_heads=False, head_selection=False, grad=True,
                      device="cuda", row_sums=False, keys=4096, dtype=torch.float16)
     assert core._flex_enabled(spec, call) is False
