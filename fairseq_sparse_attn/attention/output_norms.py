@@ -93,7 +93,7 @@ HALF_BACKWARD_RMS_FLOOR = 1e-2
 _HALF = (torch.float16, torch.bfloat16)
 
 
-def half_backward_scale(r: torch.Tensor, floor: float = None) -> torch.Tensor:
+def half_backward_scale(r: torch.Tensor, floor: Optional[float] = None) -> torch.Tensor:
     """min(1, RMS(z) / floor) per row, from r = 1 / RMS(z): 1 for rows at or above the
     floor, smaller for near-null rows (z = 0 exactly: RMS = sqrt(eps)).  ``floor``
     defaults to :data:`HALF_BACKWARD_RMS_FLOOR` as it is at the call."""
