@@ -22,18 +22,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from ..errors import UsageError
+
 DOC_MARK = "<d>"
 
 
-class DocumentFormatError(ValueError):
-    pass
+class DocumentFormatError(UsageError):
+    """A document-marked corpus that does not line up; the message names file and line."""
 
 
 def _open_text(path: Path):
     path = Path(path)
     if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
+        return gzip.open(path, "rt", encoding="utf-8", newline="\n")
+    return open(path, encoding="utf-8", newline="\n")  # lines end at \n only (not a lone CR)
 
 
 def read_lines(path) -> List[str]:
@@ -41,7 +43,7 @@ def read_lines(path) -> List[str]:
     if not path.exists():
         raise FileNotFoundError(f"{path}: file not found")
     with _open_text(path) as f:
-        return [line.rstrip("\n") for line in f]
+        return [line.rstrip("\n").rstrip("\r") for line in f]
 
 
 @dataclass

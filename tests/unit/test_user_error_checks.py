@@ -210,3 +210,39 @@ def test_bad_lines_left_out_and_ids_kept(capsys):
     assert err == ["fsa-interactive: error: input line 12: not valid UTF-8 (x); skipped",
                    "fsa-interactive: error: input line 13: 6 tokens (with the end of sentence), "
                    "more than the model's 5 source positions; skipped"]
+
+
+# --- raw text the plugin reads itself -------------------------------------------------
+
+
+def test_data_prep_refuses_special_symbols_before_binarizing(tmp_path):
+    """data_prep's binarize step: a corpus word spelled '<pad>' names its file and line
+    (fairseq-preprocess would map it to the padding id); '<unk>' and '<pads>' are words."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "data_prep"))
+    from common import PrepError, check_special_symbols
+
+    path = tmp_path / "train.de"
+    path.write_text("a <unk> b\nc <pads> d\r e\nf <pad> g\n")
+    with pytest.raises(PrepError, match=f"{path}:3: the word '<pad>' is fairseq's special symbol"):
+        check_special_symbols(path)
+    path.write_text("a <unk> b\n")
+    check_special_symbols(path)
+
+
+def test_document_corpus_lines_end_at_newline_only(tmp_path):
+    from fairseq_sparse_attn.data.documents import (DocumentFormatError,
+                                                    documents_from_marked_files, read_lines)
+
+    src, tgt = tmp_path / "train.de", tmp_path / "train.en"
+    src.write_bytes(b"<d>\r\na\rb\r\nc\n")
+    tgt.write_bytes(b"<d>\nx\ny\n")
+    assert read_lines(src) == ["<d>", "a\rb", "c"]
+    docs = documents_from_marked_files(src, tgt)
+    assert [d.src for d in docs] == [["a\rb", "c"]]
+    tgt.write_bytes(b"<d>\nx\n")
+    with pytest.raises(DocumentFormatError) as e:
+        documents_from_marked_files(src, tgt)
+    assert isinstance(e.value, UsageError) and str(src) in str(e.value)
