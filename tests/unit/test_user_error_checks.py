@@ -246,3 +246,6 @@ def test_document_corpus_lines_end_at_newline_only(tmp_path):
     with pytest.raises(DocumentFormatError) as e:
         documents_from_marked_files(src, tgt)
     assert isinstance(e.value, UsageError) and str(src) in str(e.value)
+    tgt.write_bytes(b"<d>\nx\n\xff\n")
+    with pytest.raises(DocumentFormatError, match=f"{tgt}:3: not valid UTF-8"):
+        read_lines(tgt)
