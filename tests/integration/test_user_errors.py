@@ -278,6 +278,19 @@ def test_model_and_data_dictionary_sizes_differ(tiny, rela_checkpoint, tmp_path)
     assert "H-" not in text(proc)[0]
 
 
+def test_document_separator_may_not_be_a_special_symbol(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "data_prep" / "prepare_europarl_docs.py"),
+                           "--max-doc-length", "64", "--separator", "</s>", "--out",
+                           str(tmp_path / "out")], capture_output=True, text=True, timeout=300,
+                          env=env())
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "[europarl-docs] error: --separator </s>: fairseq's special symbol would be binarized to "
+        "its id (a </s> in mid-document ends generation there); choose a plain token such as <sep>")
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
 # --- Generation -----------------------------------------------------------------------
 
 

@@ -249,3 +249,4 @@ def test_document_corpus_lines_end_at_newline_only(tmp_path):
     tgt.write_bytes(b"<d>\nx\n\xff\n")
     with pytest.raises(DocumentFormatError, match=f"{tgt}:3: not valid UTF-8"):
         read_lines(tgt)
+
