@@ -133,15 +133,17 @@ def check_special_ids(binf, data, starts, sizes):
     from fairseq.data import Dictionary
 
     bos, pad, eos = special_ids()
-    special = (data == bos) | (data == pad) | (data == eos)
-    if not special.any():
-        return
+    ids = sorted((bos, pad, eos))
+    if ids == list(range(ids[0], ids[0] + 3)):  # fairseq's 0, 1, 2: one comparison pass
+        special = (data >= ids[0]) & (data <= ids[2]) if ids[0] else data <= ids[2]
+    else:
+        special = (data == bos) | (data == pad) | (data == eos)
     ends = (starts + sizes - 1)[sizes > 0]
-    allowed = np.zeros(len(data), dtype=bool)
-    allowed[ends] = data[ends] == eos
-    bad = np.flatnonzero(special & ~allowed)
-    if not len(bad):
+    end_is_eos = data[ends] == eos
+    if int(special.sum()) == int(end_is_eos.sum()):  # only the appended end of sentence
         return
+    special[ends[end_is_eos]] = False
+    bad = np.flatnonzero(special)
     at = int(bad[0])
     sentence = int(np.searchsorted(starts, at, side="right")) - 1
     token = at - int(starts[sentence])
