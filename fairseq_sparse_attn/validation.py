@@ -63,6 +63,26 @@ def check_option_ranges(args):
                              f"--{side}-attention-heads {_divisor_near(dim, heads)})")
 
 
+def check_shared_embeddings(args, task):
+    """``--share-all-embeddings`` needs one embedding table: equal embed dims and one
+    (joined) dictionary for both languages (fairseq: a ValueError traceback)."""
+    if not _get(args, "share_all_embeddings", False):
+        return
+    enc, dec = _get(args, "encoder_embed_dim"), _get(args, "decoder_embed_dim")
+    if enc is not None and dec is not None and enc != dec:
+        raise UsageError(f"--share-all-embeddings needs --encoder-embed-dim ({enc}) equal to "
+                         f"--decoder-embed-dim ({dec})")
+    src = getattr(task, "source_dictionary", None) if task is not None else None
+    tgt = getattr(task, "target_dictionary", None) if task is not None else None
+    if src is not None and tgt is not None and src != tgt:
+        data = getattr(_fairseq_task_cfg(task), "data", None)
+        where = f" in {data}" if data else ""
+        raise UsageError("--share-all-embeddings needs one dictionary for both languages, but "
+                         f"the source and target dictionaries{where} differ ({len(src)} and "
+                         f"{len(tgt)} entries): binarize with fairseq-preprocess "
+                         "--joined-dictionary, or use --share-decoder-input-output-embed")
+
+
 def _divisor_near(dim, heads):
     return min((h for h in range(1, dim + 1) if dim % h == 0), key=lambda h: (abs(h - heads), h))
 
@@ -217,6 +237,7 @@ def check_subword_style(args, task):
 def validate_model_args(args, task=None):
     """All checks; raises UsageError (one line) for the first problem."""
     check_option_ranges(args)
+    check_shared_embeddings(args, task)
     check_activations(args)
     check_encoder_biases(args)
     check_fixed_patterns(args)

@@ -126,3 +126,23 @@ def test_range(valid, inside, outside, text):
     assert all(v in valid for v in inside)
     assert not any(v in valid for v in outside)
     assert str(valid) == text
+
+
+def test_shared_embeddings_need_equal_dims_and_one_dictionary():
+    """fairseq raised a ValueError (traceback) for both, from inside the model build."""
+    from argparse import Namespace
+
+    from fairseq.data import Dictionary
+
+    with pytest.raises(UsageError, match=r"--share-all-embeddings needs --encoder-embed-dim \(16\) "
+                                         r"equal to --decoder-embed-dim \(32\)"):
+        validate_model_args(model_args(share_all_embeddings=True, decoder_embed_dim=32))
+    src, tgt = Dictionary(), Dictionary()
+    src.add_symbol("a"), tgt.add_symbol("b"), tgt.add_symbol("c")
+    task = Namespace(source_dictionary=src, target_dictionary=tgt, cfg=Namespace(data="bin"))
+    with pytest.raises(UsageError, match="the source and target dictionaries in bin differ "
+                                         r"\(5 and 6 entries\): binarize with fairseq-preprocess "
+                                         "--joined-dictionary"):
+        validate_model_args(model_args(share_all_embeddings=True), task)
+    task.target_dictionary = src
+    validate_model_args(model_args(share_all_embeddings=True), task)
