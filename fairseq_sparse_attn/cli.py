@@ -163,6 +163,9 @@ def generate():
 
 
 def interactive():
+    from fairseq_sparse_attn import interactive_input
+
+    interactive_input.install()  # input split on \n only; a bad line is reported and skipped
     _run("fairseq_cli.interactive", log_stream=sys.stderr)
 
 

@@ -24,9 +24,38 @@ _KIND_WHAT = {"encoder_self": "encoder self-attention", "decoder_self": "decoder
               "cross": "encoder-decoder (cross) attention"}
 
 
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric option accepts: ``low`` / ``high`` bounds (None = unbounded),
+    each inclusive unless ``low_open`` / ``high_open``."""
+    low: Optional[float] = None
+    high: Optional[float] = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def __contains__(self, value) -> bool:
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        if self.high is not None and (value >= self.high if self.high_open else value > self.high):
+            return False
+        return True
+
+    def __str__(self):
+        if self.high is None:
+            return f"{'>' if self.low_open else '>='} {self.low:g}"
+        if self.low is None:
+            return f"{'<' if self.high_open else '<='} {self.high:g}"
+        return (f"in {'(' if self.low_open else '['}{self.low:g}, "
+                f"{self.high:g}{')' if self.high_open else ']'}")
+
+
+POSITIVE = Range(0, low_open=True)
+NON_NEGATIVE = Range(0)
+
+
 def option(default, help: str, *, choices: Union[Sequence, Callable, None] = None,
            metavar: Optional[str] = None, type=None, switch: bool = False,
-           switch_default=None, preset: bool = True):
+           switch_default=None, preset: bool = True, valid: Optional[Range] = None):
     """A field of :class:`PluginOptions`.
 
     help: may contain ``{choices}`` (the choices, comma-separated) and other ``{name}``
@@ -36,9 +65,11 @@ def option(default, help: str, *, choices: Union[Sequence, Callable, None] = Non
     switch: ``action="store_true"`` with argparse default ``switch_default``
     preset: False = the presets do not write the default into the args (the field's
         default still applies when the option is read)
+    valid: the values a numeric option accepts (checked when the model is built,
+        ``validation.check_option_ranges``)
     """
     meta = dict(help=help, choices=choices, metavar=metavar, type=type, switch=switch,
-                switch_default=switch_default, preset=preset)
+                switch_default=switch_default, preset=preset, valid=valid)
     return field(default=default, metadata=meta)  # noqa: B008
 
 
@@ -95,28 +126,32 @@ class PluginOptions:
     cross_attn_activation: Optional[str] = _kind_fields()["cross_attn_activation"]
     cross_attn_output_norm: Optional[str] = _kind_fields()["cross_attn_output_norm"]
     entmax_alpha: float = option(1.5, "alpha of entmax_bisect (default 1.5); initial value when learned",
-                                 type=float, metavar="A")
+                                 type=float, metavar="A",
+                                 valid=Range(1, low_open=True))
     entmax_alpha_learned: bool = option(
         False, "entmax_bisect: learn alpha per head, alpha = 1 + sigmoid(a) (adaptively sparse "
         "transformers)", switch=True, switch_default=False)
     entmax_bisect_iters: int = option(50, "bisection iterations of entmax_bisect (default 50)",
-                                      type=int, metavar="N")
+                                      type=int, metavar="N", valid=Range(1))
     leaky_relu_slope: float = option(0.01, "negative slope of the leaky_relu activation (default 0.01)",
-                                     type=float, metavar="S")
+                                     type=float, metavar="S",
+                                     valid=Range(0, 1, high_open=True))
     attn_norm_eps: float = option(1e-8, "epsilon inside RMS of the (gated) RMSNorm (default 1e-8)",
-                                  type=float, metavar="EPS")
+                                  type=float, metavar="EPS", valid=POSITIVE)
     relu_scale_gamma: float = option(
         1.0, "relu_scaled: gamma of the variance reduction factor gamma*sqrt(n/2) (default 1.0)",
-        type=float, metavar="G")
+        type=float, metavar="G", valid=POSITIVE)
     attn_key_block_size: int = option(
         0, "relu / relu_scaled: memory-bounded attention that streams over blocks of N keys and "
         "recomputes them in backward (0 = off); needs --attention-dropout 0; returns no "
-        "attention weights", type=int, metavar="N", preset=False)
+        "attention weights", type=int, metavar="N", preset=False,
+        valid=NON_NEGATIVE)
     attn_flex_min_keys: int = option(
         1024, "relu / relu_scaled with --attn-backend auto: attention over at least N keys takes a "
         "long-sequence backend: the fused FlexAttention kernel only on devices where a recorded "
         "benchmark measured it faster (none yet), without gradients the query-block path; 0 = neither "
-        "unless named by --attn-backend (default 1024)", type=int, metavar="N", preset=False)
+        "unless named by --attn-backend (default 1024)", type=int, metavar="N", preset=False,
+        valid=NON_NEGATIVE)
     attn_init: str = option(
         "fairseq", "q/k/v initialisation: fairseq (default; xavier gain 1/sqrt(2) wherever q, k, v "
         "have the model's dimension, cross-attention included, biases nn.Linear's) or "
@@ -165,10 +200,12 @@ class PluginOptions:
         "dea (dependency mask, needs src_dep) or lpea (local-phrase bias, needs src_rp); both "
         "from --task parse_annotated_translation (default none)", choices=("none", "dea", "lpea"))
     lpea_max_distance: int = option(
-        6, "LPEA: relative phrasal positions are clipped to [-K, K] (default 6)", type=int, metavar="K")
+        6, "LPEA: relative phrasal positions are clipped to [-K, K] (default 6)", type=int, metavar="K",
+        valid=NON_NEGATIVE)
     encoder_rel_pos_k: int = option(
         0, "Rel_Pos baseline (Shaw et al. 2018): relative position representations of the keys "
-        "with clipping distance K in --encoder-bias-layers (default 0 = off)", type=int, metavar="K")
+        "with clipping distance K in --encoder-bias-layers (default 0 = off)", type=int, metavar="K",
+        valid=NON_NEGATIVE)
     encoder_rel_pos_values: bool = option(
         False, "Rel_Pos: also relative position representations of the values", switch=True)
     encoder_localness: bool = option(

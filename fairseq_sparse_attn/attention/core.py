@@ -59,6 +59,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..errors import UsageError
 from .activations import AttentionActivation, Rectified
 from .heads import HeadPlan, real_keys
 from .intermediates import Intermediates
@@ -271,7 +272,7 @@ def choose_backend(spec: AttendSpec, call: Call) -> Backend:
                              f"{', '.join(backend_names())}")
         reason = backend.cannot_serve(call)
         if reason is not None:
-            raise ValueError(f"attention backend {backend.name!r} (--attn-backend) cannot serve "
+            raise UsageError(f"attention backend {backend.name!r} (--attn-backend) cannot serve "
                              f"this configuration: {reason}; use --attn-backend auto")
         return backend
     for backend in _by_priority():
@@ -513,7 +514,7 @@ def flex(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
 
     reason = flex_relu_unavailable(call.device, call.grad, q.dtype, call.query_mask)
     if reason is not None:
-        raise ValueError(f"attention backend 'flex' (--attn-backend) cannot serve this "
+        raise UsageError(f"attention backend 'flex' (--attn-backend) cannot serve this "
                          f"configuration: {reason}; use --attn-backend auto")
     groups = inputs.kv_groups
     if groups > 1:

@@ -23,6 +23,11 @@ resume_config_check      yes        refuses to resume a checkpoint whose attenti
 clean_exit               no         fairseq's batch-prefetch threads are stopped at
                                     exit (no SIGABRT after a run cut by
                                     ``--max-update`` / ``--max-valid-steps``)
+checkpoint_overrides     no         plugin options given at load time (``--mask-encoder-
+                                    heads``, ``--model-overrides``) refused for a
+                                    checkpoint of a stock fairseq model
+no_crash_dump            no         no ``crash.pt`` when a training step fails on bad
+                                    input (a UsageError), only on real crashes
 =======================  =========  ==================================================
 
 ``FSA_COMPAT_OFF`` turns patches off for a process: ``FSA_COMPAT_OFF=behaviour`` (or
@@ -37,12 +42,14 @@ import os
 from . import (  # noqa: F401  (the patch modules)
     batching,
     checkpoint_loading,
+    checkpoint_overrides,
     clean_exit,
     cpu_distributed,
     crash_safe_checkpoints,
     data_checks,
     divergence_guard,
     exact_resume,
+    no_crash_dump,
     quiet_logs,
     resume_config_check,
 )
@@ -74,6 +81,8 @@ PATCHES = {
     "crash_safe_checkpoints": crash_safe_checkpoints,
     "resume_config_check": resume_config_check,
     "clean_exit": clean_exit,
+    "no_crash_dump": no_crash_dump,
+    "checkpoint_overrides": checkpoint_overrides,
 }
 SWITCH = "FSA_COMPAT_OFF"
 
