@@ -91,13 +91,13 @@ def check_activations(args):
     """The activation of every attention kind, built as the attention layers build it
     (conditional ranges: a learned entmax alpha must lie in (1, 2))."""
     from .attention.activations import build_activation
-    from .attention.options import ATTENTION_KINDS, attention_spec
+    from .options import ATTENTION_KINDS, plugin_options
 
     for kind in ATTENTION_KINDS:
         side = "decoder" if kind == "decoder_self" else "encoder"
         heads = _get(args, f"{side}_attention_heads", 1)
         try:
-            build_activation(attention_spec(args, kind).activation, heads, args)
+            build_activation(plugin_options(args).attention_kind(kind)[0], heads, args)
         except ValueError as e:
             raise UsageError(str(e)) from None
 
