@@ -120,12 +120,12 @@ def log(msg):
 
 def shipped_multi30k(repo=REPO, environ=None):
     """The raw Multi30k folder the Makefile uses, found the same way: $MULTI30K_DIR when set
-    and non-empty, else ../shared/data/multi30k beside the repository root when it exists
+    and non-empty (relative: to the working directory), else ../shared/data/multi30k beside the repository root when it exists
     (the Makefile's ``$(wildcard ../shared/data/multi30k)``, run from the root), else None
     (data_prep then looks in <out>/raw and downloads)."""
     environ = os.environ if environ is None else environ
-    if environ.get("MULTI30K_DIR"):
-        return Path(environ["MULTI30K_DIR"])
+    if environ.get("MULTI30K_DIR"):  # a relative one is relative to where make ran: the repository root
+        return Path(environ["MULTI30K_DIR"]).resolve()
     shared = Path(repo) / ".." / "shared" / "data" / "multi30k"
     return shared.resolve() if shared.is_dir() else None
 
