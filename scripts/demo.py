@@ -181,8 +181,9 @@ def run_with_terminal_stderr(cmd, stdout, err_path, env):
     return proc.wait()
 
 
-def run(cmd, logfile, args=None, progress=None):
-    """Run ``cmd`` with its output in ``logfile``; returns the output's text.  ``progress``
+def run(cmd, logfile, mode="w", args=None, progress=None):
+    """Run ``cmd`` with its output in ``logfile`` (``mode="a"``: appended, for a resumed run);
+    returns the output's text.  ``progress``
     (kind, label, total, what): a status line every ``args.status_interval`` s, or fairseq's
     tqdm bar on a terminal (stderr then goes to ``logfile``.err, cleaned of the redraws)."""
     from fairseq_sparse_attn.tools.progress import Watcher
@@ -191,13 +192,13 @@ def run(cmd, logfile, args=None, progress=None):
     log(" ".join(cmd[:4]) + " ... (log: %s)" % logfile)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     err_path = Path(str(logfile) + ".err")
-    tty = progress is not None and use_tty_progress(getattr(args, "progress", "auto"))
-    with open(logfile, "w") as f:
+    tty = progress is not None and use_tty_progress(setting(args, "progress"))
+    with open(logfile, mode) as f:
         if tty:
             returncode = run_with_terminal_stderr(cmd + ["--log-format", "tqdm"], f, err_path, env)
         elif progress is not None:
             kind, label, total, what = progress
-            with Watcher(logfile, kind, label, total, getattr(args, "status_interval", STATUS_INTERVAL), what,
+            with Watcher(logfile, kind, label, total, setting(args, "status_interval"), what,
                          stream=sys.stdout):
                 returncode = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
         else:
@@ -211,30 +212,43 @@ def run(cmd, logfile, args=None, progress=None):
     return text
 
 
+def setting(args, name):
+    """``args.name``, else the cpu recipe's (callers such as scripts/rela/budget_study.py
+    pass their own argparse namespace with the demo's older settings only)."""
+    value = getattr(args, name, None)
+    if value is not None:
+        return value
+    if name == "ffn_dim":
+        return 4 * args.dim
+    return {"beam": 4, "progress": "auto", "status_interval": STATUS_INTERVAL}.get(name, RECIPES["cpu"].get(name))
+
+
 def arch_of(name, args):
     preset, extra = PRESETS[name]
-    return ["--arch", f"{preset}_transformer_{args.size}", *extra]
+    return ["--arch", f"{preset}_transformer_{setting(args, 'size')}", *extra]
 
 
 def model_flags(args):
     flags = [
         "--encoder-layers", str(args.layers), "--decoder-layers", str(args.layers),
         "--encoder-embed-dim", str(args.dim), "--decoder-embed-dim", str(args.dim),
-        "--encoder-ffn-embed-dim", str(args.ffn_dim), "--decoder-ffn-embed-dim", str(args.ffn_dim),
+        "--encoder-ffn-embed-dim", str(setting(args, "ffn_dim")), "--decoder-ffn-embed-dim", str(setting(args, "ffn_dim")),
         "--encoder-attention-heads", str(args.heads), "--decoder-attention-heads", str(args.heads),
         "--share-all-embeddings", "--dropout", str(args.dropout),
         "--attention-dropout", str(args.attention_dropout),
     ]
-    if args.activation_dropout is not None:
+    if getattr(args, "activation_dropout", None) is not None:
         flags += ["--activation-dropout", str(args.activation_dropout)]
-    if args.attn_init is not None:
+    if getattr(args, "attn_init", None) is not None:
         flags += ["--attn-init", args.attn_init]
     return flags
 
 
-def train_command(name, lr, args, data_bin, save_dir, seed):
+def train_command(name, lr, args, data_bin, save_dir, seed=None):
     """The fairseq-train command of one demo (or sweep) run: the only thing that differs
-    between the two models is --arch (and the learning rate, when given per model)."""
+    between the two models is --arch (and the learning rate, when given per model).
+    ``seed``: default ``args.seed``."""
+    seed = args.seed if seed is None else seed
     cmd = [
         sys.executable, "-m", "fairseq_cli.train", data_bin, "--user-dir", REPO / "fairseq_sparse_attn",
         *arch_of(name, args), *model_flags(args),
@@ -243,12 +257,12 @@ def train_command(name, lr, args, data_bin, save_dir, seed):
         "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
         "--max-tokens", str(args.max_tokens), "--max-update", str(args.max_update),
         "--save-dir", save_dir, "--no-epoch-checkpoints",
-        "--num-workers", "0", "--seed", str(seed), "--log-format", "simple", "--log-interval", str(args.log_interval),
+        "--num-workers", "0", "--seed", str(seed), "--log-format", "simple", "--log-interval", str(setting(args, "log_interval")),
         "--validate-interval-updates", str(args.validate_interval),
     ]
-    if args.update_freq and args.update_freq != 1:
+    if getattr(args, "update_freq", None) and args.update_freq != 1:
         cmd += ["--update-freq", str(args.update_freq)]
-    if args.fp16:
+    if getattr(args, "fp16", False):
         cmd += ["--fp16"]
     if args.tensorboard_logdir:
         cmd += ["--tensorboard-logdir", Path(args.tensorboard_logdir) / save_dir.name.replace("checkpoints_", "", 1)]
@@ -268,12 +282,12 @@ def train(name, lr, args, data_bin, out, tag, seed):
     save_dir = out / f"checkpoints_{tag}"
     if save_dir.exists():  # a fresh run: fairseq-train would resume from an earlier checkpoint_last.pt
         shutil.rmtree(save_dir)
-    text = run(train_command(name, lr, args, data_bin, save_dir, seed), out / f"train_{tag}.log", args,
+    text = run(train_command(name, lr, args, data_bin, save_dir, seed), out / f"train_{tag}.log", args=args,
                progress=("train", tag, args.max_update, ""))
     # fairseq's progress lines: "train_inner | epoch 001:  25 / 247 loss=..., wps=1725.4, ..."
     per_epoch = re.search(r"epoch 001: +\d+ / (\d+) ", text)
     if per_epoch:
-        args.updates_per_epoch = int(per_epoch.group(1)) // max(args.update_freq or 1, 1)
+        args.updates_per_epoch = int(per_epoch.group(1)) // max(getattr(args, "update_freq", None) or 1, 1)
     ckpt = save_dir / "checkpoint_last.pt"
     if not ckpt.exists():
         sys.exit(f"{name}: training ended without {ckpt}")
@@ -283,21 +297,21 @@ def train(name, lr, args, data_bin, out, tag, seed):
 def generate_command(checkpoint, args, data_bin, subset):
     cmd = [
         sys.executable, "-m", "fairseq_cli.generate", data_bin, "--user-dir", REPO / "fairseq_sparse_attn",
-        "--path", checkpoint, "--gen-subset", subset, "--beam", str(args.beam), "--batch-size", "64",
+        "--path", checkpoint, "--gen-subset", subset, "--beam", str(setting(args, "beam")), "--batch-size", "64",
         "--max-len-a", "1.2", "--max-len-b", "10",
         "--remove-bpe", "--tokenizer", "moses", "--source-lang", args.src, "--target-lang", args.tgt,
     ]
-    if args.lenpen is not None:
+    if getattr(args, "lenpen", None) is not None:
         cmd += ["--lenpen", str(args.lenpen)]
-    if args.no_repeat_ngram_size:
+    if getattr(args, "no_repeat_ngram_size", None):
         cmd += ["--no-repeat-ngram-size", str(args.no_repeat_ngram_size)]
     return cmd
 
 
 def generate(name, checkpoint, args, data_bin, out, subset="test", total=None):
     """(detokenized hypotheses, detokenized references fairseq printed, sentences/s)."""
-    text = run(generate_command(checkpoint, args, data_bin, subset), out / f"generate_{subset}_{name}.log", args,
-               progress=("generate", name, total, subset))
+    text = run(generate_command(checkpoint, args, data_bin, subset), out / f"generate_{subset}_{name}.log",
+               args=args, progress=("generate", name, total, subset))
     hyps, refs = {}, {}
     for line in text.splitlines():
         if line.startswith("D-"):

@@ -214,7 +214,7 @@ def test_fairseq_progress_bar_on_a_terminal(tmp_path):
     fake.write_text(FAKE_FAIRSEQ)
     code = (f"import runpy, types; d = runpy.run_path({str(REPO / 'scripts' / 'demo.py')!r}); "
             f"text = d['run']([{sys.executable!r}, {str(fake)!r}], {str(tmp_path / 'x.log')!r}, "
-            f"types.SimpleNamespace(progress='bar', status_interval=20), progress=('train', 'x', 3, '')); "
+            f"args=types.SimpleNamespace(progress='bar', status_interval=20), progress=('train', 'x', 3, '')); "
             f"print('RETURNED', repr(text))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120,
                           env=dict(os.environ, PYTHONPATH=str(REPO)))
