@@ -11,7 +11,7 @@ its log every few seconds and prints one status line at least every ``interval``
 What is counted (read from the log as fairseq writes it):
 
 - training: the last ``num_updates`` of a ``train_inner`` / ``valid`` / ``train`` line
-  (``--log-format simple``; ``--log-interval`` sets how fresh it is); the total is the
+  (``--log-format simple`` or ``json``; ``--log-interval`` sets how fresh it is); the total is the
   given one, else ``'max_update': N`` of the configuration fairseq-train logs at start;
 - decoding: the distinct sentence ids of the ``H-``/``D-`` lines fairseq-generate prints
   (it prints them batch by batch; run it with ``PYTHONUNBUFFERED=1`` so they reach the
@@ -37,7 +37,7 @@ import threading
 import time
 from pathlib import Path
 
-UPDATES = re.compile(r"num_updates[= ](\d+)")
+UPDATES = re.compile(r"num_updates(?:=| |\": \")(\d+)")  # simple, tqdm summaries, json
 MAX_UPDATE = re.compile(r"'max_update': (\d+)")
 SENTENCE_IDS = re.compile(r"^[HD]-(\d+)\t", re.M)
 LOADED = re.compile(r"loaded ([\d,]+) examples from")

@@ -31,6 +31,8 @@ D-3\t-0.4\ttwo cats
 def test_counts_from_fairseq_lines():
     assert train_progress(TRAIN_LOG) == (40, 250)
     assert train_progress("starting\n") == (0, None)
+    json_line = '2026-11-25 | INFO | train_inner | {"epoch": 1, "update": 0.2, "loss": "9.1", "num_updates": "75", "lr": "1e-4"}'
+    assert train_progress(TRAIN_LOG + json_line) == (75, 250)
     assert generate_progress(GENERATE_LOG) == (2, 1000)
 
 
