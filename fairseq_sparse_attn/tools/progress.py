@@ -18,8 +18,9 @@ What is counted (read from the log as fairseq writes it):
   file at once); the total is the given one, else ``loaded N examples`` of the first
   (source) side fairseq logs.
 
-The rate is the count over the time since the watcher started (it includes start-up, so
-early estimates of the time left are pessimistic); the time left is (total - done) / rate.
+The rate is the count over the time from the watcher's start to when that count was first
+seen (it includes start-up, so early estimates of the time left are pessimistic); the time
+left is (total - done) / rate, less the time since the count was seen.
 
 This module uses only the standard library and runs as a file, so shell scripts can
 start it without importing fairseq::
@@ -71,17 +72,20 @@ def duration(seconds):
     return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
 
 
-def status_line(label, kind, done, total, elapsed, what=""):
-    """One status line: count (of total), rate, time left, time elapsed."""
+def status_line(label, kind, done, total, elapsed, what="", stale=0.0):
+    """One status line: count (of total), rate, time left, time elapsed.  ``stale``: seconds
+    since the count last changed (fairseq logs every --log-interval updates): the rate is
+    taken when the count was reached, and the time left counts from then."""
     verb, unit, units = UNITS[kind]
     head = f"[{label}] {verb}{' ' + what if what else ''}: "
     if done <= 0:
         return head + f"starting, {duration(elapsed)} elapsed"
-    rate = done / elapsed if elapsed > 0 else 0.0
+    reached = elapsed - stale
+    rate = done / reached if reached > 0 else 0.0
     count = f"{unit} {done}" + (f"/{total} ({100 * done / total:.0f}%)" if total else "")
     left = ""
     if total and rate > 0:
-        left = f", about {duration(max(total - done, 0) / rate)} left"
+        left = f", about {duration(max(total - done, 0) / rate - stale)} left"
     return head + f"{count}, {rate:.2f} {units}/s{left}, {duration(elapsed)} elapsed"
 
 
@@ -98,6 +102,7 @@ class Watcher:
         self.stream = stream
         self.clock = clock
         self._stop = threading.Event()
+        self._last = (0, None)  # (count, when it was first seen)
         self._thread = None
         self.start_time = None
 
@@ -112,8 +117,11 @@ class Watcher:
 
     def line(self):
         done, total = COUNTERS[self.kind](self.read())
-        return status_line(self.label, self.kind, done, self.total or total,
-                           self.clock() - self.start_time, self.what)
+        now = self.clock()
+        if done != self._last[0] or self._last[1] is None:
+            self._last = (done, now)
+        return status_line(self.label, self.kind, done, self.total or total, now - self.start_time, self.what,
+                           stale=now - self._last[1])
 
     def _loop(self):
         while not self._stop.wait(self.interval):

@@ -45,12 +45,17 @@ def test_status_line_rate_and_time_left():
     assert status_line("x", "train", 0, 250, 12.0) == "[x] training: starting, 12s elapsed"
     assert status_line("x", "train", 5, None, 10.0) == "[x] training: update 5, 0.50 updates/s, 10s elapsed"
     assert (duration(59.4), duration(60), duration(3725)) == ("59s", "1m00s", "1h02m")
+    # the count 130 was reached 24 s ago (fairseq logs every --log-interval updates): rate 130/200 s
+    # = 0.65 updates/s, 120 left -> 184.6 s from then, 160.6 s from now
+    line = status_line("m", "train", 130, 250, 224.0, stale=24.0)
+    assert line == "[m] training: update 130/250 (52%), 0.65 updates/s, about 2m41s left, 3m44s elapsed"
 
 
 def test_watcher_prints_at_every_interval(tmp_path):
     log = tmp_path / "train.log"
     log.write_text(TRAIN_LOG)
-    now = [100.0]
+    now = [180.0]
+    first = iter([100.0])  # the watcher starts at 100 s; every later reading is now[0]
     out = io.StringIO()
     printed = threading.Event()
 
@@ -60,12 +65,13 @@ def test_watcher_prints_at_every_interval(tmp_path):
             printed.set()
             return len(s)
 
-    w = Watcher([log, log], "train", "m", interval=0.02, stream=Stream(), clock=lambda: now[0])
+    w = Watcher([log, log], "train", "m", interval=0.02, stream=Stream(), clock=lambda: next(first, now[0]))
     assert w.logs == [log, log] and w.read() == TRAIN_LOG * 2  # the same file twice is harmless
-    w.start()
-    now[0] = 180.0  # 80 s later: 40 updates -> 0.5 updates/s, 210 left -> 420 s
-    printed.clear()
+    w.start()  # 80 s later the count 40 is first seen: 0.5 updates/s, 210 left -> 420 s
     assert printed.wait(5)
     w.stop()
     lines = [l for l in out.getvalue().splitlines() if l]
     assert "[m] training: update 40/250 (16%), 0.50 updates/s, about 7m00s left, 1m20s elapsed" in lines
+    assert w.line() == "[m] training: update 40/250 (16%), 0.50 updates/s, about 7m00s left, 1m20s elapsed"
+    now[0] = 190.0  # 10 s on, no new line: the same rate, 10 s less left
+    assert w.line() == "[m] training: update 40/250 (16%), 0.50 updates/s, about 6m50s left, 1m30s elapsed"
