@@ -2,9 +2,10 @@
 PYTHON ?= python3
 MULTI30K_DIR ?= $(wildcard ../shared/data/multi30k)
 DEMO_DIR ?= demo_out
+DEMO_RECIPE ?= auto
 export MULTI30K_DIR
 
-.PHONY: install test test-fast lint format demo demo-sweep bench bench-gpu wheelhouse clean
+.PHONY: install test test-fast lint format demo demo-sweep bench bench-gpu wheelhouse clean check-readme publish-demo
 
 OFFLINE ?=
 install:            ## torch (kept if present), fairseq, deps, the plugin with extras; OFFLINE=wheelhouse/: from wheels, no network
@@ -31,11 +32,17 @@ format:             ## ruff format + the safe ruff fixes (import order, unused i
 	$(PYTHON) -m ruff check --fix .
 	$(PYTHON) -m ruff format .
 
-demo:               ## softmax vs ReLA-g on Multi30k, CPU, <= 15 min: BLEU, 95% CI, p-value, curves
-	$(PYTHON) scripts/demo.py --out $(DEMO_DIR)
+demo:               ## softmax vs ReLA-g on Multi30k, the recipe that fits the machine (DEMO_RECIPE=auto|cpu|cuda; cuda ~10 min on one H100, cpu ~15 min on 2 cores): BLEU, 95% CI, p-values, curves
+	$(PYTHON) scripts/demo.py --out $(DEMO_DIR) --recipe $(DEMO_RECIPE)
+
+check-readme:       ## the README's demo tables agree with docs/results/demo-{cpu,cuda}.json (no training; CI)
+	$(PYTHON) scripts/check_readme.py --check
+
+publish-demo:       ## $(DEMO_DIR)/results.json -> docs/results/demo-<recipe>.json, then the README's table from it
+	$(PYTHON) scripts/check_readme.py --publish $(DEMO_DIR)/results.json
 
 demo-sweep:         ## the learning-rate sweep on the validation set that fixes the demo's rates (docs/demo.md)
-	$(PYTHON) scripts/demo.py --out $(DEMO_DIR)/sweep --sweep
+	$(PYTHON) scripts/demo.py --out $(DEMO_DIR)/sweep --sweep --recipe $(DEMO_RECIPE)
 
 BENCH_ARGS ?=
 bench:              ## speed ratios against softmax, the recipe for claims (CPU ~20 min on 2 cores; JSON + table); BENCH_ARGS="--quick" for a smoke run

@@ -379,8 +379,9 @@ def write_tables(rows, out, args):
 
 def common_options(p):
     p.add_argument("--out", required=True)
-    p.add_argument("--raw-dir", default=demo.os.environ.get("MULTI30K_DIR"),
-                   help="local Multi30k raw files (default $MULTI30K_DIR; else downloaded)")
+    p.add_argument("--raw-dir", default=demo.shipped_multi30k(),
+                   help="local Multi30k raw files (default: as the Makefile, $MULTI30K_DIR, else "
+                        "../shared/data/multi30k; else downloaded)")
     p.add_argument("--src", default="de")
     p.add_argument("--tgt", default="en")
     p.add_argument("--max-train-lines", type=int, default=None)

@@ -205,8 +205,11 @@ def _check_mean_tsv(path, table, keys, metrics):
 
 def test_rela_scripts(smoke_data, tmp_path):
     out = tmp_path / "rela"
-    proc = run_script("rela/table1.sh", smoke_data, 0, out, ROWS="1 7")
+    proc = run_script("rela/table1.sh", smoke_data, 0, out, ROWS="1 7", FSA_STATUS_INTERVAL="0.5")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # lib.sh's status lines (every 0.5 s here) while training and translating
+    assert re.search(r"^\[row7\] training: (update \d+/10 \(\d+%\), [\d.]+ updates/s|starting)", proc.stderr, re.M)
+    assert re.search(r"^\[row7: test\] translating: (sentence \d+|starting)", proc.stderr, re.M)
     base, row = rows(out / "table1.tsv")
     assert _published(out)
     assert row["row"] == "7" and row["model"] == "ReLA-g" and row["paper_sacrebleu"] == "26.6"
