@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-import fairseq_sparse_attn  # noqa: E402,F401
+import fairseq_sparse_attn.plugin  # noqa: E402,F401
 from fairseq import utils  # noqa: E402
 from fairseq.data import Dictionary  # noqa: E402
 

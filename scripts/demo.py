@@ -143,7 +143,7 @@ def quiet_fairseq():
 
 
 def load(checkpoint, data_bin):
-    import fairseq_sparse_attn  # noqa: F401
+    import fairseq_sparse_attn.plugin  # noqa: F401
     from fairseq import checkpoint_utils
 
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(

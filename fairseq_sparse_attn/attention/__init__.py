@@ -8,9 +8,20 @@ from .biases import BIAS_REGISTRY, bias_names, build_bias, register_bias
 from .core import AttendSpec, AttentionInputs, Backend, Capabilities, attend, backend_names, register_backend
 from .heads import HEAD_POLICY_REGISTRY, register_head_policy
 from .intermediates import Intermediates, collect
-from .multihead import SparseMultiheadAttention
 from .options import ATTENTION_KINDS, AttentionSpec, attention_spec
 from .output_norms import OUTPUT_NORM_REGISTRY, build_output_norm, output_norm_names, register_output_norm
+
+
+def __getattr__(name):
+    # the fairseq module is imported on first use: the core (attend, activations, output
+    # norms, biases) needs torch only, so `import fairseq_sparse_attn.attention.core`
+    # works without fairseq
+    if name == "SparseMultiheadAttention":
+        from .multihead import SparseMultiheadAttention
+
+        return SparseMultiheadAttention
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AttendSpec", "AttentionInputs", "Backend", "Capabilities", "HEAD_POLICY_REGISTRY", "Intermediates",

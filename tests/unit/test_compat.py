@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 
-import fairseq_sparse_attn  # noqa: F401  (installs the shims)
+import fairseq_sparse_attn.plugin  # noqa: F401  (installs the shims)
 from fairseq.data import data_utils
 
 

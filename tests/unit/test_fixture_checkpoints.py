@@ -32,7 +32,7 @@ def test_every_required_configuration_has_a_fixture():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_fixture_checkpoint_reproduces_its_outputs(name):
-    import fairseq_sparse_attn  # noqa: F401  (registers the plugin)
+    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin)
     from fairseq import checkpoint_utils
 
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
@@ -50,7 +50,7 @@ def test_fixture_checkpoint_reproduces_its_outputs(name):
 
 
 def _load(name):
-    import fairseq_sparse_attn  # noqa: F401  (registers the plugin)
+    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin)
     from fairseq import checkpoint_utils
 
     models, _, _ = checkpoint_utils.load_model_ensemble_and_task(

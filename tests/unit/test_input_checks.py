@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-import fairseq_sparse_attn  # noqa: F401  (installs the patches)
+import fairseq_sparse_attn.plugin  # noqa: F401  (installs the patches)
 from fairseq.data import Dictionary, indexed_dataset
 from fairseq_sparse_attn import compat, validation
 from fairseq_sparse_attn.compat import quiet_logs
