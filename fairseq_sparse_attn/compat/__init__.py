@@ -24,6 +24,8 @@ resume_config_check      yes        refuses to resume a checkpoint whose attenti
 clean_exit               no         fairseq's batch-prefetch threads are stopped at
                                     exit (no SIGABRT after a run cut by
                                     ``--max-update`` / ``--max-valid-steps``)
+pin_memory               no         fairseq's data loaders pin memory only when CUDA
+                                    is available (no torch UserWarning on CPU)
 =======================  =========  ==================================================
 
 ``FSA_COMPAT_OFF`` turns patches off for a process: ``FSA_COMPAT_OFF=behaviour`` (or
@@ -44,6 +46,7 @@ from . import (  # noqa: F401  (the patch modules)
     data_checks,
     divergence_guard,
     exact_resume,
+    pin_memory,
     quiet_logs,
     resume_config_check,
 )
@@ -74,6 +77,7 @@ PATCHES = {
     "crash_safe_checkpoints": crash_safe_checkpoints,
     "resume_config_check": resume_config_check,
     "clean_exit": clean_exit,
+    "pin_memory": pin_memory,
 }
 SWITCH = "FSA_COMPAT_OFF"
 VERBOSE = "FSA_VERBOSE"
