@@ -81,7 +81,7 @@ def rela_run(small_data, tmp_path_factory):
 def test_logs_are_quiet_and_timestamped(rela_run):
     """No tensorboardX line, no warning attributed to a plugin file (hydra's deprecations
     used to name cli.py), fairseq's timestamped format; the plugin's start-up lines (compat
-    patches, user dir) only with -v (tests/unit/test_cli_help.py)."""
+    patches, user dir) only with -v (tests/integration/test_cli_help.py)."""
     log = (rela_run / "train.log").read_text()
     assert "tensorboardX" not in log
     assert not re.search(r"fairseq_sparse_attn/\S+\.py:\d+: \w*Warning", log), log[-3000:]
