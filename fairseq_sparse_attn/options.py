@@ -313,7 +313,7 @@ def help_text(name: str, default=None) -> str:
     text = meta["help"].format(choices=", ".join(choices) if choices else "", **_help_values())
     text = re.sub(r" \(default [^();]*\)", "", text)  # the default is said once, below
     notes = []
-    if choices is not None and not all(str(c) in text for c in choices):
+    if choices is not None and not all(re.search(rf"\b{re.escape(str(c))}\b", text) for c in choices):
         notes.append("choices: " + ", ".join(map(str, choices)))
     notes.append("default: " + _shown(default))
     return f"{text} [{'; '.join(notes)}]"
