@@ -4,22 +4,21 @@ Importing the package does nothing but define :func:`user_dir`: the attention co
 (``fairseq_sparse_attn.attention.core``, ``.activations``) needs torch only.  The fairseq
 side -- the models, architectures, tasks and criterion registered with fairseq, and the
 version shims of :mod:`fairseq_sparse_attn.compat` -- is :mod:`fairseq_sparse_attn.plugin`,
-which runs when fairseq loads this directory as ``--user-dir`` (through
-``fairseq_sparse_attn.models``, which fairseq imports), in every ``fsa-*`` command, or on
-``import fairseq_sparse_attn.plugin``.
+which runs when fairseq loads :func:`user_dir` (``fsa-user-dir``) as ``--user-dir``, in
+every ``fsa-*`` command, or on ``import fairseq_sparse_attn.plugin``.
 """
 
 __version__ = "0.1.0"
 
 
 def user_dir() -> str:
-    """The path to pass as ``--user-dir`` (fairseq needs a directory): this package.
-
-    It also registers the plugin (imports :mod:`fairseq_sparse_attn.plugin`): fairseq
-    imports a ``--user-dir`` only when its package is not imported yet, and this package
-    is (it defines this function)."""
+    """The path to pass as ``--user-dir``: the ``fairseq_sparse_attn_plugin`` folder beside
+    this package (fairseq imports it, which registers the plugin; see that package)."""
+    import importlib.util
     import os
 
-    from . import plugin  # noqa: F401
-
-    return os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.find_spec("fairseq_sparse_attn_plugin")  # found, not imported
+    if spec is None or not spec.submodule_search_locations:
+        return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            "fairseq_sparse_attn_plugin")
+    return os.path.abspath(list(spec.submodule_search_locations)[0])

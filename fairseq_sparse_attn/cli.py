@@ -33,9 +33,9 @@ USER_DIR_NOTICE = "--user-dir="  # fairseq.utils: "--user-dir=PATH has already b
 
 
 class _UserDirNotice(logging.Filter):
-    """fairseq logs at INFO that the plugin's directory "has already been imported" on
-    every command (the wrapper imports the plugin before fairseq reads --user-dir): shown
-    only when verbose."""
+    """fairseq logs at INFO that a --user-dir "has already been imported" when its package
+    is (``--user-dir`` naming the ``fairseq_sparse_attn`` folder, which the wrapper has
+    imported): shown only when verbose."""
 
     def filter(self, record):
         if str(record.msg).startswith(USER_DIR_NOTICE) and "already been imported" in str(record.msg):
@@ -265,13 +265,16 @@ def print_help(command, module_name, argv):
 def print_user_dir():
     import argparse
 
+    from fairseq_sparse_attn import user_dir
+
     parser = argparse.ArgumentParser(
         prog="fsa-user-dir",
         description="Print the directory to pass to fairseq's --user-dir (the installed "
-        "fairseq_sparse_attn package), e.g.  fairseq-train DATA --user-dir \"$(fsa-user-dir)\" "
-        "--arch rela_transformer_wmt_en_de ...  The fsa-* commands add it themselves.")
+        "fairseq_sparse_attn_plugin package, which registers the plugin when fairseq imports "
+        "it), e.g.  fairseq-train DATA --user-dir \"$(fsa-user-dir)\" --arch "
+        "rela_transformer_wmt_en_de ...  The fsa-* commands add it themselves.")
     parser.parse_args()
-    print(os.path.dirname(os.path.abspath(__file__)))
+    print(user_dir())
 
 
 def train():

@@ -2,10 +2,11 @@
 installs the version shims of :mod:`fairseq_sparse_attn.compat` and registers the models,
 architectures, tasks and criterion with fairseq.
 
-It runs when fairseq loads the package as ``--user-dir`` (fairseq then imports
-``fairseq_sparse_attn.models``, which imports this module), in every ``fsa-*`` command,
-and wherever code needs the plugin registered (hub ``from_pretrained``, the analysis
-tools, tests).  A plain ``import fairseq_sparse_attn`` or
+It runs when fairseq loads ``--user-dir "$(fsa-user-dir)"`` (the package
+``fairseq_sparse_attn_plugin``, which imports this module), or ``--user-dir`` naming the
+``fairseq_sparse_attn`` folder (fairseq then imports ``fairseq_sparse_attn.models``, which
+imports this module), in every ``fsa-*`` command, and wherever code needs the plugin
+registered (the analysis tools, tests).  A plain ``import fairseq_sparse_attn`` or
 ``import fairseq_sparse_attn.attention.core`` does not: the core needs torch only.
 Importing it twice does nothing more (Python's module cache; ``compat.install`` is
 idempotent).

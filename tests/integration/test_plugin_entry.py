@@ -4,10 +4,11 @@ entry.
 * The attention core imports and computes in a process where ``import fairseq`` fails
   (a meta-path blocker), and ``import fairseq_sparse_attn`` sets no logging and patches
   nothing.
-* fairseq loading the package directory as ``--user-dir`` (fresh, as fairseq-train does)
-  registers the architectures, tasks and criterion and installs the compat patches;
-  so does ``user_dir()`` in a process that imported the package already (fairseq then
-  skips the directory as "already imported").
+* fairseq loading ``user_dir()`` (``fsa-user-dir``) as ``--user-dir`` registers the
+  architectures, tasks and criterion and installs the compat patches, also in a process
+  that imported the package already (as an ``fsa-train`` worker started by fairseq
+  does); so does the ``fairseq_sparse_attn`` folder itself, where fairseq imports it first
+  (plain ``fairseq-train``, older commands).
 """
 
 import json
@@ -67,15 +68,17 @@ from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.tasks import TASK_REGISTRY
 assert "fairseq_sparse_attn" not in sys.modules
 {load}
+assert "fairseq_sparse_attn.plugin" in sys.modules
 import fairseq_sparse_attn.compat as compat
 print(json.dumps({{"arch": "rela_transformer_wmt_en_de" in ARCH_MODEL_REGISTRY,
                   "task": "parse_annotated_translation" in TASK_REGISTRY,
                   "criterion": "relu_regularized_label_smoothed_cross_entropy" in CRITERION_REGISTRY,
                   "patches": compat.active_patches()}}))
 """
-FRESH = "utils.import_user_module(argparse.Namespace(user_dir=sys.argv[1]))"
-ALREADY_IMPORTED = ("import fairseq_sparse_attn\n"
-                    "utils.import_user_module(argparse.Namespace(user_dir=fairseq_sparse_attn.user_dir()))")
+PACKAGE_FOLDER = "utils.import_user_module(argparse.Namespace(user_dir=sys.argv[1]))"
+USER_DIR = ("import fairseq_sparse_attn\n"
+            "assert 'fairseq_sparse_attn.plugin' not in sys.modules\n"
+            "utils.import_user_module(argparse.Namespace(user_dir=fairseq_sparse_attn.user_dir()))")
 
 
 def _run(code, *args):
@@ -99,6 +102,14 @@ def test_core_works_without_fairseq():
 def test_user_dir_registers_everything_when_fairseq_imports_it():
     from fairseq_sparse_attn.compat import PATCHES
 
-    for load in (FRESH, ALREADY_IMPORTED):
+    for load in (USER_DIR, PACKAGE_FOLDER):
         out = _run(FRESH_USER_DIR.format(load=load), str(REPO / "fairseq_sparse_attn"))
         assert out == {"arch": True, "task": True, "criterion": True, "patches": list(PATCHES)}, load
+
+
+def test_user_dir_is_the_entry_package_beside_the_plugin():
+    import fairseq_sparse_attn
+
+    path = Path(fairseq_sparse_attn.user_dir())
+    assert path == REPO / "fairseq_sparse_attn_plugin"
+    assert (path / "__init__.py").is_file()
