@@ -251,7 +251,9 @@ def print_help(command, module_name, argv):
 
     known, _ = parser.parse_known_args(argv)
     arch = getattr(known, "arch", None)
-    if arch is not None or not hasattr(known, "arch"):
+    # fairseq adds the arguments of the --arch and --task given; without them (fsa-train
+    # has no default --arch, fsa-validate no default --task) the help is the base parser's
+    if (arch is not None or not hasattr(known, "arch")) and getattr(known, "task", "") is not None:
         try:
             options.parse_args_and_arch(parser, input_args=argv, modify_parser=stop_when_complete)
         except _Ready:

@@ -17,7 +17,8 @@ from fairseq_sparse_attn.options import HELP_GROUP, OPTION_FIELDS, PluginOptions
 REPO = Path(__file__).resolve().parents[2]
 
 
-ENTRY = {"train": "train", "generate": "generate", "user-dir": "print_user_dir"}  # setup.py's
+ENTRY = {"train": "train", "generate": "generate", "validate": "validate", "interactive": "interactive",
+         "user-dir": "print_user_dir"}  # setup.py's console scripts
 
 
 def fsa(command, *args, **env):
@@ -121,6 +122,17 @@ def test_generate_help_lists_the_generate_time_flags():
     assert set(flags) == {"--mask-encoder-heads", "--verbose"}
     assert "encoder_masked_heads" in flags["--mask-encoder-heads"]
     assert "--source-lang SOURCE_LANG, -s SOURCE_LANG" in proc.stdout  # the task's flags, added after parsing
+    quiet(proc)
+
+
+@pytest.mark.parametrize("command, flags", [("validate", {"--mask-encoder-heads", "--verbose"}),
+                                            ("interactive", {"--verbose"})])
+def test_validate_and_interactive_help(command, flags):
+    """fsa-validate has no default --task and fsa-interactive reads stdin: both still
+    answer --help (with the wrapper's flags)."""
+    proc = fsa(command, "--help")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert set(entries(group(proc.stdout, f"{HELP_GROUP} (fsa-{command})"))) == flags
     quiet(proc)
 
 
