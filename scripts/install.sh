@@ -75,5 +75,5 @@ else
   $PIP --no-build-isolation --no-deps "$pkg"
 fi
 
-"$PY" -c 'import fairseq_sparse_attn as f; print("[install] ok: fairseq_sparse_attn", f.__version__, "user-dir", f.user_dir())' 2>/dev/null \
+"$PY" -c 'import fairseq_sparse_attn as f, fairseq_sparse_attn.plugin; print("[install] ok: fairseq_sparse_attn", f.__version__, "user-dir", f.user_dir())' 2>/dev/null \
   || { echo "[install] fairseq_sparse_attn does not import; see the messages above" >&2; exit 1; }
