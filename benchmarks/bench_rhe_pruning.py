@@ -100,7 +100,7 @@ def main():
     p.add_argument("--json", default=None, help="write the results here (provenance.write_json)")
     args = p.parse_args()
 
-    import fairseq_sparse_attn  # noqa: F401
+    import fairseq_sparse_attn.plugin  # noqa: F401
     from fairseq_sparse_attn.attention.core import AttentionInputs
     from fairseq_sparse_attn.attention.intermediates import collect
     from fairseq_sparse_attn.models.standalone import synthetic_dictionary

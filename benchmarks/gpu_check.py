@@ -37,6 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
+import fairseq_sparse_attn.plugin  # noqa: E402,F401
 from fairseq import utils  # noqa: E402
 from fairseq.data import Dictionary  # noqa: E402
 

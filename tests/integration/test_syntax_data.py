@@ -667,6 +667,7 @@ def write_side(d: Path, split, dep_lines=DEP_LINES, tree_lines=TREE_LINES):
 
 
 def make_task(databin, *extra):
+    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the task)
     from fairseq import options, tasks
 
     import fairseq_sparse_attn  # noqa: F401  (registers the task)

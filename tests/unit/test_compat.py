@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from fairseq.data import data_utils
 
-import fairseq_sparse_attn  # noqa: F401  (installs the shims)
+import fairseq_sparse_attn.plugin  # noqa: F401  (installs the shims)
 
 
 @pytest.mark.parametrize("n", [447, 1000, 13, 9, 1])

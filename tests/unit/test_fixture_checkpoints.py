@@ -32,6 +32,7 @@ def test_every_required_configuration_has_a_fixture():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_fixture_checkpoint_reproduces_its_outputs(name):
+    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin)
     from fairseq import checkpoint_utils
 
     import fairseq_sparse_attn  # noqa: F401  (registers the plugin)
@@ -51,6 +52,7 @@ def test_fixture_checkpoint_reproduces_its_outputs(name):
 
 
 def _load(name):
+    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin)
     from fairseq import checkpoint_utils
 
     import fairseq_sparse_attn  # noqa: F401  (registers the plugin)

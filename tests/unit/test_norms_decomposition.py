@@ -143,7 +143,7 @@ def plain_redundant(m, xb, dep_b, gate):
     for h in range(H):
         s = slice(h * D, (h + 1) * D)
         A = torch.softmax(q[:, s] @ k_[:, s].T, dim=-1)
-        syn = float((A * dep_b.double()).sum(-1).mean())
+        syn = float((A * dep_b.double()).sum(-1).mean().detach())
         out.append(not syn > gate)
     return out
 

@@ -5,7 +5,7 @@ import argparse
 
 import pytest
 
-import fairseq_sparse_attn  # noqa: F401  (registers everything)
+import fairseq_sparse_attn.plugin  # noqa: F401  (registers everything)
 from fairseq_sparse_attn.options import PluginOptions, add_plugin_args, fill_defaults, plugin_options
 
 # flag -> the default a preset fills in (None: left unset, the reader's default applies)
