@@ -142,6 +142,9 @@ def test_query_block_with_beam_groups(toy):
 
 @pytest.mark.skipif(flex_relu.flex_relu_unavailable("cpu", False) is not None,
                     reason="FlexAttention does not run on this CPU")
+# the eager (uncompiled) kernel is what this test checks against the formula; torch warns
+# that it is not the fused one
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile:UserWarning")
 def test_flex_backend_follows_the_formula(toy, monkeypatch):
     """The flex backend with the eager FlexAttention kernel (the compiled one is the same
     score_mod, built by torch.compile: tests/integration/test_flex_relu.py)."""
