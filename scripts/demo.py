@@ -291,7 +291,22 @@ def train(name, lr, args, data_bin, out, tag, seed):
     ckpt = save_dir / "checkpoint_last.pt"
     if not ckpt.exists():
         sys.exit(f"{name}: training ended without {ckpt}")
+    share_identical_checkpoints(save_dir)
     return ckpt, mean_wps(text), out / f"train_{tag}.log"
+
+
+def share_identical_checkpoints(save_dir):
+    """checkpoint_best.pt is usually byte-identical to checkpoint_last.pt at the demo's
+    budget (validation loss still falling at the last validation): then both names become
+    hard links to one file instead of two copies (~100 MB each)."""
+    import filecmp
+
+    best, last = save_dir / "checkpoint_best.pt", save_dir / "checkpoint_last.pt"
+    if best.exists() and last.exists() and not os.path.samefile(best, last) \
+            and filecmp.cmp(best, last, shallow=False):
+        tmp = save_dir / "checkpoint_best.pt.link"
+        os.link(last, tmp)
+        os.replace(tmp, best)
 
 
 def generate_command(checkpoint, args, data_bin, subset):
