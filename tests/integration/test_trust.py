@@ -209,6 +209,10 @@ def test_files_that_are_not_what_the_flag_needs(small_data, rela_run, tmp_path):
     proc = fsa("generate", small_data / "data-bin", "--path", rela_run, "--max-tokens", "2000")
     one_line_error(proc, "fsa-generate: error: ", f"{rela_run} is a directory, not a checkpoint "
                    f"file: pass a file in it, e.g. {rela_run / 'checkpoint_best.pt'}")
+    proc = fsa("validate", small_data / "data-bin", "--path", rela_run / "checkpoint_9.pt",
+               "--task", "translation", "--max-tokens", "2000")
+    one_line_error(proc, "fsa-validate: error: ", f"{rela_run / 'checkpoint_9.pt'} does not exist: "
+                   "expected a checkpoint file written by fsa-train / fairseq-train")
 
 
 # --- concurrency ---------------------------------------------------------------------------
@@ -313,6 +317,10 @@ def test_analysis_outputs_are_atomic(tmp_path):
     proc = analyze(*ALIGN, "--path", tmp_path / "nope.pt", "--output-dir", out)
     one_line_error(proc, "fsa-analyze align: error: ", str(tmp_path / "nope.pt"), status=2)
     assert not (tmp_path / "analysis").exists()
+    (tmp_path / "results.json").write_text("{}")
+    proc = analyze(*ALIGN, "--path", tmp_path / "nope.pt", "--output-dir", tmp_path / "results.json")
+    one_line_error(proc, "fsa-analyze align: error: ", f"--output-dir {tmp_path / 'results.json'} "
+                   "is a file, not a directory", status=2)  # checked before the checkpoint
 
     ok = analyze(*ALIGN, "--path", FIXTURES / "rela_g.pt", "--output-dir", out)
     assert ok.returncode == 0, ok.stderr[-3000:]

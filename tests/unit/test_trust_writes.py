@@ -409,3 +409,25 @@ def test_staging_folder_of_a_killed_run_is_removed_once_its_writer_is_gone(tmp_p
         results.Output(target).json("a.json", {})
     assert not dead.exists()
     assert live.exists() and other.exists()  # a running writer's; another target's
+
+
+def test_fsa_analyze_refuses_other_dictionaries(tmp_path):
+    """fsa-analyze loads checkpoints its own way: the same check applies."""
+    from fairseq_sparse_attn.analysis.loading import load_checkpoint
+
+    fixtures = REPO / "tests" / "fixtures" / "checkpoints"
+    state = torch.load(fixtures / "rela_g.pt", map_location="cpu", weights_only=False)
+    state["fsa_record"] = {"version": 1, "dictionaries": {
+        side: dict(zip(("sha256", "size"), digest_of_dict_file(fixtures / "data-bin" / f"dict.{lang}.txt")),
+                   lang=lang) for side, lang in (("source", "en"), ("target", "de"))}}
+    path = tmp_path / "model.pt"
+    torch.save(state, path)
+    assert load_checkpoint(str(path), str(fixtures / "data-bin"), "en", "de").model is not None
+    data = tmp_path / "data-bin"
+    shutil.copytree(fixtures / "data-bin", data)
+    lines = (data / "dict.en.txt").read_text().splitlines()
+    lines[2], lines[3] = lines[3], lines[2]
+    (data / "dict.en.txt").write_text("\n".join(lines) + "\n")
+    with pytest.raises(DictionaryMismatch, match=f"{data}/dict.en.txt is not the source dictionary "
+                                                 f"{path} was trained with: both have"):
+        load_checkpoint(str(path), str(data), "en", "de")
