@@ -16,7 +16,8 @@ results of other commands) each file or folder written replaces its previous ver
 rename, so a reader sees the old or the new file, never a part.  A failed command removes
 its staging folder; one left by a killed run is removed by the next run for that target
 once its writer is gone (:mod:`fairseq_sparse_attn.writers`).  ``wrote PATH`` lines are
-printed when the files are in place.
+printed when the files are in place.  (A subcommand's ``run`` called from Python outside
+:func:`committed_outputs` writes in place, as before.)
 """
 
 import contextlib
@@ -107,7 +108,9 @@ class Output:
         self.stream = stream
         self.files: List[Path] = []
         self._notes: List[Optional[str]] = []
-        self.committed = False
+        # outside committed_outputs (a subcommand's run() called from Python) the files are
+        # written in place, as they are announced
+        self.committed = not _COLLECTING
         if _COLLECTING:
             _COLLECTING[-1].append(self)
 
@@ -115,6 +118,7 @@ class Output:
     def dir(self) -> Path:
         """Where the files are written now (the staging folder, created on first use)."""
         if self.committed:
+            self.target.mkdir(parents=True, exist_ok=True)
             return self.target
         if not self.staging.is_dir():
             for stale in staging_dirs(self.target):

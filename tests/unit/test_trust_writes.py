@@ -431,3 +431,11 @@ def test_fsa_analyze_refuses_other_dictionaries(tmp_path):
     with pytest.raises(DictionaryMismatch, match=f"{data}/dict.en.txt is not the source dictionary "
                                                  f"{path} was trained with: both have"):
         load_checkpoint(str(path), str(data), "en", "de")
+
+
+def test_outputs_outside_a_command_are_written_in_place(tmp_path, capsys):
+    out = results.Output(tmp_path / "direct")
+    out.json("a.json", {"v": 1})
+    assert (tmp_path / "direct" / "a.json").is_file()
+    assert capsys.readouterr().out == f"wrote {tmp_path}/direct/a.json\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["direct"]
