@@ -137,6 +137,25 @@ def test_stock_transformer_save_dir_restarted_with_plugin_attention(small_data, 
     assert "(epoch 1 @ 2 updates)" in proc.stdout and "num_updates 3" in proc.stdout
 
 
+def test_restart_with_a_data_bin_of_other_dictionaries(small_data, rela_run, tmp_path):
+    """Resuming a save dir on a data-bin whose source dictionary has two ids swapped."""
+    data = tmp_path / "data-bin"
+    shutil.copytree(small_data / "data-bin", data)
+    lines = (data / "dict.de.txt").read_text().splitlines()
+    lines[5], lines[6] = lines[6], lines[5]
+    (data / "dict.de.txt").write_text("\n".join(lines) + "\n")
+    save = tmp_path / "ckpt"
+    shutil.copytree(rela_run, save)
+    before = snapshot(save)
+    args = [data, "--arch", "rela_transformer_wmt_en_de", *TINY, "--save-dir", save]
+    args[args.index("--max-update") + 1] = "3"
+    proc = fsa("train", *args)
+    one_line_error(proc, "fsa-train: error: ", f"{data / 'dict.de.txt'} is not the source dictionary "
+                   f"{save / 'checkpoint_last.pt'} was trained with: both have ")
+    assert "begin training" not in proc.stdout
+    assert snapshot(save) == before
+
+
 @pytest.fixture
 def recorded_fixture(tmp_path):
     """The ReLA-g fixture checkpoint (saved before checkpoints had a record) with the record
