@@ -138,12 +138,13 @@ def test_stock_transformer_save_dir_restarted_with_plugin_attention(small_data, 
 
 
 def test_restart_with_a_data_bin_of_other_dictionaries(small_data, rela_run, tmp_path):
-    """Resuming a save dir on a data-bin whose source dictionary has two ids swapped."""
+    """Resuming a save dir on a data-bin whose (joined) dictionary has two ids swapped."""
     data = tmp_path / "data-bin"
     shutil.copytree(small_data / "data-bin", data)
-    lines = (data / "dict.de.txt").read_text().splitlines()
-    lines[5], lines[6] = lines[6], lines[5]
-    (data / "dict.de.txt").write_text("\n".join(lines) + "\n")
+    for lang in ("de", "en"):
+        lines = (data / f"dict.{lang}.txt").read_text().splitlines()
+        lines[5], lines[6] = lines[6], lines[5]
+        (data / f"dict.{lang}.txt").write_text("\n".join(lines) + "\n")
     save = tmp_path / "ckpt"
     shutil.copytree(rela_run, save)
     before = snapshot(save)
