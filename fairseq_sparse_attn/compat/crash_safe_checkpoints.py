@@ -25,7 +25,8 @@ dies in ``PytorchStreamReader`` while an intact checkpoint sits beside it.
   ``checkpoint_utils.load_model_ensemble``) fails with that one line instead of torch's
   ``PytorchStreamReader`` traceback (checked only after the load failed: no cost otherwise);
   so do a ``--path`` that is a directory or does not exist, and a file that torch reads but
-  that is not a fairseq checkpoint (e.g. a bare ``state_dict``).
+  that is not a fairseq checkpoint (e.g. a bare ``state_dict``).  A ``--restore-file`` that
+  does not exist is an error (stock fairseq trained from scratch without a word).
 """
 
 import errno
@@ -258,6 +259,14 @@ def install():
             path = os.path.join(cfg.save_dir, f"checkpoint_last{suffix}.pt")
         else:
             path = cfg.restore_file.replace(".pt", suffix + ".pt") if suffix else cfg.restore_file
+        if (cfg.restore_file != "checkpoint_last.pt" and _is_local(path)
+                and not os.path.exists(path)):  # fairseq: "No existing checkpoint", from scratch
+            raise CheckpointError(f"--restore-file {path} does not exist (a relative path is "
+                                  "taken from the current directory, not --save-dir)")
+        pretrained = getattr(cfg, "finetune_from_model", None)
+        if (pretrained and cfg.restore_file == "checkpoint_last.pt" and _is_local(pretrained)
+                and not os.path.exists(path) and not os.path.exists(pretrained)):
+            raise CheckpointError(f"--finetune-from-model {pretrained} does not exist")  # (a ValueError)
         problem = checkpoint_problem(path) if _is_local(path) and os.path.exists(path) else None
         if problem is None:
             return original_load(cfg, trainer, **passthrough_args)

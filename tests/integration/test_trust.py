@@ -205,8 +205,9 @@ def test_generate_and_validate_refuse_other_dictionaries(recorded_fixture):
 
 
 def test_files_that_are_not_what_the_flag_needs(small_data, rela_run, tmp_path):
-    """A bare state_dict as checkpoint_last.pt, --save-dir that is a file, --path that is a
-    directory: one line each, naming the path, nothing written."""
+    """A bare state_dict as checkpoint_last.pt, a --restore-file that does not exist (stock
+    fairseq trained from scratch), --save-dir that is a file, --path that is a directory or
+    does not exist: one line each, naming the path, nothing written."""
     save = tmp_path / "ckpt"
     save.mkdir()
     model = torch.load(rela_run / "checkpoint_last.pt", weights_only=False)["model"]
@@ -218,6 +219,12 @@ def test_files_that_are_not_what_the_flag_needs(small_data, rela_run, tmp_path):
                    "checkpoint (no 'model' state dict and no 'cfg'/'args' configuration; keys: "
                    "encoder.version, encoder.embed_tokens.weight")
     assert snapshot(save) == before
+
+    proc = fsa("train", small_data / "data-bin", "--arch", "rela_transformer_wmt_en_de", *TINY,
+               "--save-dir", tmp_path / "new", "--restore-file", "checkpoint_best.pt")
+    one_line_error(proc, "fsa-train: error: ", "--restore-file checkpoint_best.pt does not exist "
+                   "(a relative path is taken from the current directory, not --save-dir)")
+    assert "begin training" not in proc.stdout
 
     as_file = tmp_path / "ckpt.txt"
     as_file.write_text("notes\n")

@@ -439,3 +439,23 @@ def test_outputs_outside_a_command_are_written_in_place(tmp_path, capsys):
     assert (tmp_path / "direct" / "a.json").is_file()
     assert capsys.readouterr().out == f"wrote {tmp_path}/direct/a.json\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["direct"]
+
+
+def test_restore_file_and_pretrained_model_that_do_not_exist(tmp_path):
+    """Stock fairseq trained from scratch ("No existing checkpoint found") for a
+    --restore-file that is not there, and raised a bare ValueError for a missing
+    --finetune-from-model; both are one line now, before the trainer is touched."""
+    from types import SimpleNamespace
+
+    from fairseq import checkpoint_utils
+
+    trainer = SimpleNamespace(checkpoint_suffix="")  # nothing else of it may be used
+    cfg = SimpleNamespace(save_dir=str(tmp_path), restore_file=str(tmp_path / "best.pt"),
+                          finetune_from_model=None)
+    with pytest.raises(safe.CheckpointError, match=f"--restore-file {tmp_path}/best.pt does not exist"):
+        checkpoint_utils.load_checkpoint(cfg, trainer)
+    cfg = SimpleNamespace(save_dir=str(tmp_path), restore_file="checkpoint_last.pt",
+                          finetune_from_model=str(tmp_path / "pretrained.pt"))
+    with pytest.raises(safe.CheckpointError, match=f"--finetune-from-model {tmp_path}/pretrained.pt "
+                                                    "does not exist"):
+        checkpoint_utils.load_checkpoint(cfg, trainer)
