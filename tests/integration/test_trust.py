@@ -286,6 +286,31 @@ def test_one_training_per_save_dir(small_data, tmp_path):
     assert not (save / LOCK).exists()
 
 
+HOLD = """
+import sys, time
+from fairseq_sparse_attn.compat.save_dir_lock import lock_save_dir
+lock_save_dir(sys.argv[1])
+print("locked", flush=True)
+time.sleep(120)
+"""
+
+
+def test_lock_is_released_by_sigterm(tmp_path):
+    """scancel / kill: the lock file goes, and the process still dies of SIGTERM."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], env=env(),
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        assert json.loads((tmp_path / LOCK).read_text())["pid"] == holder.pid
+        holder.send_signal(signal.SIGTERM)
+        assert holder.wait(60) == -signal.SIGTERM
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    assert not (tmp_path / LOCK).exists()
+
+
 # --- disk --------------------------------------------------------------------------------------
 
 FULL_DISK = """
