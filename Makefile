@@ -2,12 +2,19 @@
 PYTHON ?= python3
 MULTI30K_DIR ?= $(wildcard ../shared/data/multi30k)
 DEMO_DIR ?= demo_out
+DEMO_RECIPE ?= auto
 export MULTI30K_DIR
 
-.PHONY: install test test-fast demo demo-sweep bench clean
+.PHONY: install test test-fast lint format demo demo-sweep bench bench-gpu wheelhouse clean check-readme publish-demo
 
-install:            ## torch (kept if present), fairseq, deps, the plugin with extras
-	PYTHON=$(PYTHON) bash scripts/install.sh
+OFFLINE ?=
+install:            ## torch (kept if present), fairseq, deps, the plugin with extras; OFFLINE=wheelhouse/: from wheels, no network
+	PYTHON=$(PYTHON) OFFLINE=$(OFFLINE) bash scripts/install.sh
+
+PYTHON_VERSION ?=
+WHEELHOUSE ?= wheelhouse
+wheelhouse:         ## every wheel beyond torch for an offline GPU node: make wheelhouse PYTHON_VERSION=3.12 (docs/distributed.md)
+	PYTHON=$(PYTHON) PYTHON_VERSION=$(PYTHON_VERSION) WHEELHOUSE=$(WHEELHOUSE) bash scripts/wheelhouse.sh
 
 TEST_WORKERS ?= 2
 test:               ## the whole test suite: tests/unit + tests/integration (small real runs), TEST_WORKERS processes
@@ -16,15 +23,35 @@ test:               ## the whole test suite: tests/unit + tests/integration (sma
 test-fast:          ## tests/unit only: no training, no subprocess (minutes)
 	$(PYTHON) -m pytest -q tests/unit
 
-demo:               ## softmax vs ReLA-g on Multi30k, CPU, <= 15 min: BLEU, 95% CI, p-value, curves
-	$(PYTHON) scripts/demo.py --out $(DEMO_DIR)
+lint:               ## ruff check + ruff format --check (whole tree) + mypy (attention/, options.py); config in pyproject.toml
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m ruff format --check .
+	$(PYTHON) -m mypy
+
+format:             ## ruff format + the safe ruff fixes (import order, unused imports) over the tree
+	$(PYTHON) -m ruff check --fix .
+	$(PYTHON) -m ruff format .
+
+demo:               ## softmax vs ReLA-g on Multi30k, the recipe that fits the machine (DEMO_RECIPE=auto|cpu|cuda; cuda ~10 min on one H100, cpu ~15 min on 2 cores): BLEU, 95% CI, p-values, curves
+	$(PYTHON) scripts/demo.py --out $(DEMO_DIR) --recipe $(DEMO_RECIPE)
+
+check-readme:       ## the README's demo tables agree with docs/results/demo-{cpu,cuda}.json (no training; CI)
+	$(PYTHON) scripts/check_readme.py --check
+
+publish-demo:       ## $(DEMO_DIR)/results.json -> docs/results/demo-<recipe>.json, then the README's table from it
+	$(PYTHON) scripts/check_readme.py --publish $(DEMO_DIR)/results.json
 
 demo-sweep:         ## the learning-rate sweep on the validation set that fixes the demo's rates (docs/demo.md)
-	$(PYTHON) scripts/demo.py --out $(DEMO_DIR)/sweep --sweep
+	$(PYTHON) scripts/demo.py --out $(DEMO_DIR)/sweep --sweep --recipe $(DEMO_RECIPE)
 
 BENCH_ARGS ?=
 bench:              ## speed ratios against softmax, the recipe for claims (CPU ~20 min on 2 cores; JSON + table); BENCH_ARGS="--quick" for a smoke run
 	$(PYTHON) benchmarks/bench_attention.py --claims --json bench_attention.json $(BENCH_ARGS)
 
+BENCH_GPU_DIR ?= bench_gpu_out
+BENCH_GPU_ARGS ?=
+bench-gpu:          ## GPU only: attention, long sequences, fairseq-train updates/s of every preset vs softmax (fp16, bf16); JSON + table in $(BENCH_GPU_DIR)
+	$(PYTHON) benchmarks/bench_gpu.py --out $(BENCH_GPU_DIR) $(BENCH_GPU_ARGS)
+
 clean:
-	rm -rf $(DEMO_DIR) bench_attention.json .pytest_cache
+	rm -rf $(DEMO_DIR) bench_attention.json $(BENCH_GPU_DIR) .pytest_cache

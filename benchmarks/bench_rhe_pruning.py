@@ -36,7 +36,6 @@ import platform
 import random
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -44,7 +43,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench_attention import PRESETS, make_batch, sync, timed  # noqa: E402
+from bench_attention import PRESETS, make_batch, timed  # noqa: E402
 
 VARIANTS = {
     "rhe": dict(),
@@ -101,9 +100,9 @@ def main():
     p.add_argument("--json", default=None, help="write the results here (provenance.write_json)")
     args = p.parse_args()
 
-    import fairseq_sparse_attn  # noqa: F401
-    from fairseq_sparse_attn.attention.intermediates import collect
+    import fairseq_sparse_attn.plugin  # noqa: F401
     from fairseq_sparse_attn.attention.core import AttentionInputs
+    from fairseq_sparse_attn.attention.intermediates import collect
     from fairseq_sparse_attn.models.standalone import synthetic_dictionary
 
     device = torch.device(args.device)

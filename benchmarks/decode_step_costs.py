@@ -75,7 +75,7 @@ def main(argv=None):
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
 
-    import fairseq_sparse_attn  # noqa: F401
+    import fairseq_sparse_attn.plugin  # noqa: F401
     from fairseq_sparse_attn.models.standalone import synthetic_dictionary
 
     dictionary = synthetic_dictionary(8000)

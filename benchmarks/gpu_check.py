@@ -12,13 +12,22 @@ FlexAttention ReLU kernel (attention/flex_relu.py) is compared with the material
 float64 computation: compiled forward on CPU, forward + backward in float32 on CUDA,
 float16 / bfloat16 forward + backward finite (difference to float32 reported).
 
-    python benchmarks/gpu_check.py            # needs a CUDA device
+    python benchmarks/gpu_check.py [--time-budget 110]   # needs a CUDA device
+
+The fused kernel is checked at head dims 32, 64, 128 and 256 (tiles chosen per head dim,
+dtype and shared memory: ``flex_relu.flex_kernel_options``).  ``--time-budget S``: checks
+not started within S seconds are reported as skipped (the summary says how many).  The
+script exits right after its summary (``os._exit`` after flushing): the compile worker
+threads and subprocesses inductor leaves behind cannot keep it alive; compiling runs in
+this process (``compile_threads = 1``), so there is no worker pool to wait for.
 """
 
+import argparse
 import copy
 import math
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -28,14 +37,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-import fairseq_sparse_attn  # noqa: E402,F401
+import fairseq_sparse_attn.plugin  # noqa: E402,F401
 from fairseq import utils  # noqa: E402
 from fairseq.data import Dictionary  # noqa: E402
 
+import fairseq_sparse_attn  # noqa: E402,F401
 from fairseq_sparse_attn.attention import SparseMultiheadAttention  # noqa: E402
 from fairseq_sparse_attn.attention.core import AttentionInputs  # noqa: E402
-from fairseq_sparse_attn.attention.fixed_patterns import (  # noqa: E402
-    PATTERNS, SEVEN, source_word_ids, word_start_table)
+from fairseq_sparse_attn.attention.fixed_patterns import PATTERNS, SEVEN, source_word_ids, word_start_table  # noqa: E402
 
 TOL = 1e-4
 CUDA = torch.device(os.environ.get("GPU_CHECK_DEVICE", "cuda"))  # cpu: dry run of the script
@@ -120,7 +129,8 @@ def check_module(name, T=23, B=5, E=64, H=8, kind="self", causal=False, train=Fa
     cpu = SparseMultiheadAttention(E, H, self_attention=(kind == "self"),
                                    encoder_decoder_attention=(kind == "cross"), **kw)
     cpu.eval()
-    cpu.force_pipeline = kw.get("activation", "softmax") == "softmax" and not kw.get("fixed_patterns")
+    if kw.get("activation", "softmax") == "softmax" and not kw.get("fixed_patterns"):
+        cpu.backend = "materialized"
     lengths = [T, T - 3, T - 7, 5, 1][:B]
     x, pad = left_padded(T, B, E, lengths, seed=1)
     enc = enc_pad = None
@@ -178,7 +188,7 @@ def check_incremental(name, act, norm, E=64, H=8):
     sa = SparseMultiheadAttention(E, H, activation=act, output_norm=norm, self_attention=True).eval().to(CUDA)
     ca = SparseMultiheadAttention(E, H, activation=act, output_norm=norm,
                                   encoder_decoder_attention=True).eval().to(CUDA)
-    sa.force_pipeline = ca.force_pipeline = True
+    sa.backend = ca.backend = "materialized"
     T, S, B = 9, 11, 4
     x = torch.randn(T, B, E, device=CUDA)
     enc = torch.randn(S, B, E, device=CUDA)
@@ -201,8 +211,9 @@ def check_incremental(name, act, norm, E=64, H=8):
 # ------------------------------------------------------------------ whole models
 
 def check_model(name, arch="sparse_transformer", **over):
-    from helpers import TINY, random_batch
     from fairseq_sparse_attn.models.standalone import build_standalone_model
+
+    from helpers import TINY, random_batch
 
     d = bpe_dictionary()
     size = dict(TINY, encoder_embed_dim=64, decoder_embed_dim=64, encoder_attention_heads=8,
@@ -250,7 +261,7 @@ def plain_relu(q, k, v, hidden, gamma):
     return w @ v.double()
 
 
-def check_flex(name, causal=False, cross=False, gamma=None, B=3, H=4, T=37, d=64):
+def check_flex(name, causal=False, cross=False, gamma=None, B=3, H=4, T=37, d=64, cpu=True):
     """Fused FlexAttention ReLU kernel (attention/flex_relu.py): CPU compiled forward vs the
     materialized float64 computation; on CUDA forward + backward in float32 against the
     same (gradients through autograd of the plain formula), float16 / bfloat16 finite."""
@@ -269,7 +280,7 @@ def check_flex(name, causal=False, cross=False, gamma=None, B=3, H=4, T=37, d=64
     scale = None if gamma is None else (lambda n: 1.0 / (gamma * torch.sqrt(n.clamp(min=1) / 2)))
     ref = plain_relu(q, k, v, hidden, gamma)
     diffs = {}
-    if flex_relu_unavailable("cpu", grad=False, query_mask=causal) is None:
+    if cpu and flex_relu_unavailable("cpu", grad=False, query_mask=causal) is None:
         out = flex_relu_attention(q, k, v, hidden, scale)
         diffs["f32_cpu_fwd"] = maxdiff(out, ref)
         diffs["finite"] = bool(torch.isfinite(out).all() and torch.all(out[2] == 0))
@@ -300,8 +311,16 @@ def check_flex(name, causal=False, cross=False, gamma=None, B=3, H=4, T=37, d=64
     record(name, **diffs)
 
 
+DEADLINE = [math.inf]  # time.monotonic() after which no check starts (--time-budget)
+SKIPPED = []
+
+
 def guarded(name, check, *args, **kwargs):
     """Run one check; an exception is a failure of that check, printed, not the end."""
+    if time.monotonic() > DEADLINE[0]:
+        SKIPPED.append(name)
+        print(f"SKIP {name}: --time-budget spent", flush=True)
+        return
     try:
         check(*args, **kwargs)
     except Exception:
@@ -309,9 +328,23 @@ def guarded(name, check, *args, **kwargs):
         print(f"ERROR {name}\n{traceback.format_exc()}", flush=True)
 
 
-def main():
-    if CUDA.type == "cuda":
-        assert torch.cuda.is_available(), "no CUDA device"
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--time-budget", type=float, default=110.0, metavar="S",
+                        help="start no check after S seconds (default 110: the whole run in ~2 min)")
+    args = parser.parse_args(argv)
+    if args.time_budget <= 0:
+        parser.error(f"--time-budget must be > 0, got {args.time_budget}")
+    if CUDA.type == "cuda" and not torch.cuda.is_available():
+        print("gpu_check: error: no CUDA device (torch.cuda.is_available() is False); "
+              "GPU_CHECK_DEVICE=cpu runs the script's CPU parts", file=sys.stderr)
+        return 2
+    DEADLINE[0] = time.monotonic() + args.time_budget
+    try:  # compile in this process: no worker pool left alive after the summary
+        import torch._inductor.config as inductor_config
+        inductor_config.compile_threads = 1
+    except ImportError:
+        pass
     where = torch.cuda.get_device_name(0) if CUDA.type == "cuda" else str(CUDA)
     print(f"torch {torch.__version__} on {where}; float32 tolerance {TOL}")
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -370,12 +403,21 @@ def main():
             ("fused flex relu, self causal", dict(causal=True)),
             ("fused flex relu_scaled, cross", dict(cross=True, gamma=1.0)),
             ("fused flex relu_scaled, self causal", dict(causal=True, gamma=1.0))]
+    # every head dim the presets use (iwslt: 128, base: 64), fp32 / fp16 / bf16 with backward
+    # (CUDA only: compiling the CPU kernel for each width would cost the time budget)
+    flex += [(f"fused flex relu, self, head dim {d}", dict(d=d, H=2, T=29, cpu=False)) for d in (32, 128, 256)]
     for name, kw in flex:
         guarded(name, check_flex, name, **kw)
+    skipped = f", {len(SKIPPED)} skipped (--time-budget)" if SKIPPED else ""
     print(f"\n{len(checks) + 5 + len(models) + len(flex)} checks, "
-          f"{len(FAILURES)} failed{': ' + ', '.join(FAILURES) if FAILURES else ''}")
-    return 1 if FAILURES else 0
+          f"{len(FAILURES)} failed{': ' + ', '.join(FAILURES) if FAILURES else ''}{skipped}")
+    return 1 if FAILURES or SKIPPED else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # exit now: threads and subprocesses left by compiling the flex kernels (inductor's
+    # pools are not daemons) would otherwise keep the process alive after the summary
+    os._exit(code)

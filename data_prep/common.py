@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import fnmatch
 import gzip
-import zlib
 import hashlib
 import http.client
 import io
@@ -36,6 +35,7 @@ import time
 import urllib.error
 import urllib.request
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from multiprocessing import Pool
 from pathlib import Path
@@ -554,11 +554,34 @@ def binarized_files(src: str, tgt: str, splits: Sequence[str] = ("train", "valid
     return names
 
 
+#: fairseq's special symbols: a word spelled like one is binarized to its id (<s> and <pad>
+#: inside a sentence, </s> in mid-sentence), which fairseq then trains on silently
+SPECIAL_SYMBOLS = ("<s>", "<pad>", "</s>")
+
+
+def check_special_symbols(path: Path) -> None:
+    """PrepError naming the file and line when a word of ``path`` is a fairseq special
+    symbol (``<unk>`` is fine: it means what it says)."""
+    if not path.is_file():
+        return
+    with open(path, encoding="utf-8", newline="\n") as f:
+        for number, line in enumerate(f, 1):
+            words = set(line.split())
+            found = [s for s in SPECIAL_SYMBOLS if s in words]
+            if found:
+                raise PrepError(f"{path}:{number}: the word {found[0]!r} is fairseq's special "
+                                "symbol and would be binarized to its id; remove it from the "
+                                "corpus or tokenize with escaping (&lt; &gt;)")
+
+
 def binarize(text_dir: Path, databin: Path, src: str, tgt: str, joined: bool, workers: int,
              log: Callable[[str], None], extra_files: Optional[Dict[str, str]] = None) -> None:
     """``fairseq-preprocess`` of ``text_dir/{train,valid,test}.{src,tgt}`` into a temporary
     directory that replaces ``databin`` only when complete (``extra_files``: name → text
     written into it before the swap)."""
+    for split in ("train", "valid", "test"):
+        for lang in (src, tgt):
+            check_special_symbols(text_dir / f"{split}.{lang}")
     tmp = databin.with_name(databin.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     cmd = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", src, "--target-lang", tgt,

@@ -46,10 +46,22 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 from fairseq_sparse_attn.syntax.parsing import (  # noqa: E402
-    DEFAULT_BENEPAR_MODEL, DEFAULT_SPACY_MODEL, ParsingError, load_spacy, parse_tokenized)
+    DEFAULT_BENEPAR_MODEL,
+    DEFAULT_SPACY_MODEL,
+    ParsingError,
+    load_spacy,
+    parse_tokenized,
+)
 from fairseq_sparse_attn.syntax.readers import (  # noqa: E402
-    ParseFormatError, first_difference, format_dep_line, leaf_matches, parse_ptb, ptb_escape,
-    read_conllu, read_ptb)
+    ParseFormatError,
+    first_difference,
+    format_dep_line,
+    leaf_matches,
+    parse_ptb,
+    ptb_escape,
+    read_conllu,
+    read_ptb,
+)
 from fairseq_sparse_attn.syntax.structure import tree_from_dependencies  # noqa: E402
 
 TAG = "[parse_source]"

@@ -35,6 +35,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
+    SPECIAL_SYMBOLS,
     PrepError,
     Source,
     binarize,
@@ -43,6 +44,7 @@ from common import (  # noqa: E402
     main_wrapper,
     make_logger,
 )
+
 from fairseq_sparse_attn.data.documents import (  # noqa: E402
     DocumentFormatError,
     documents_from_marked_files,
@@ -95,6 +97,11 @@ def main(argv=None):
 
 def run(args):
     from subword_nmt.apply_bpe import BPE
+
+    if args.separator in SPECIAL_SYMBOLS:
+        raise PrepError(f"--separator {args.separator}: fairseq's special symbol would be binarized "
+                        "to its id (a </s> in mid-document ends generation there); choose a plain "
+                        "token such as <sep>")
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,10 @@ the model as ``--model-overrides "{'encoder_masked_heads': '0,7'}"`` (merged wit
 ``--model-overrides`` given).
 
 The commands log like fairseq's own (``2026-01-01 12:00:00 | INFO | name | message``;
-``LOGLEVEL`` sets the level) and report bad input (:class:`fairseq_sparse_attn.errors.
+``LOGLEVEL`` sets the level); the plugin's own start-up lines (the compat patch list,
+fairseq's "--user-dir ... has already been imported") are DEBUG unless ``-v`` /
+``--verbose`` (or ``FSA_VERBOSE=1``).  ``--help`` lists the plugin's flags in a "sparse
+attention" group (:func:`print_help`).  They report bad input (:class:`fairseq_sparse_attn.errors.
 UsageError`, a checkpoint that does not load, a diverged run, a CPU world that cannot be
 formed) as one line, ``fsa-train: error: ...``, exit status 1; ``FSA_TRACEBACK=1`` shows
 the traceback instead.
@@ -25,6 +28,23 @@ LOG_FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"  # fairseq_c
 LOG_DATEFMT = "%Y-%m-%d %H:%M:%S"
 
 
+VERBOSE_FLAGS = ("-v", "--verbose")
+USER_DIR_NOTICE = "--user-dir="  # fairseq.utils: "--user-dir=PATH has already been imported."
+
+
+class _UserDirNotice(logging.Filter):
+    """fairseq logs at INFO that a --user-dir "has already been imported" when its package
+    is (``--user-dir`` naming the ``fairseq_sparse_attn`` folder, which the wrapper has
+    imported): shown only when verbose."""
+
+    def filter(self, record):
+        if str(record.msg).startswith(USER_DIR_NOTICE) and "already been imported" in str(record.msg):
+            from fairseq_sparse_attn.compat import verbose
+
+            return verbose()
+        return True
+
+
 def configure_logging(stream=None):
     """fairseq_cli's logging set-up.  It replaces the one made on import by one of
     fairseq's modules (wav2vec2_classification: ``logging.basicConfig(level=DEBUG)``, no
@@ -32,6 +52,17 @@ def configure_logging(stream=None):
     logging.basicConfig(format=LOG_FORMAT, datefmt=LOG_DATEFMT,
                         level=os.environ.get("LOGLEVEL", "INFO").upper(),
                         stream=stream or sys.stdout, force=True)
+    notices = logging.getLogger("fairseq.utils")
+    if not any(isinstance(f, _UserDirNotice) for f in notices.filters):
+        notices.addFilter(_UserDirNotice())
+
+
+def _pop_verbose(argv):
+    """argv without ``-v`` / ``--verbose``; when given, ``FSA_VERBOSE=1`` (for this process
+    and the workers it starts)."""
+    if any(a in VERBOSE_FLAGS for a in argv):
+        os.environ["FSA_VERBOSE"] = "1"
+    return [a for a in argv if a not in VERBOSE_FLAGS]
 
 
 def _with_user_dir(argv):
@@ -71,7 +102,7 @@ def with_head_masking(argv):
     try:
         parse_head_list(heads)
     except ValueError as e:
-        raise SystemExit(f"--mask-encoder-heads: {e}")
+        raise SystemExit(f"--mask-encoder-heads: {e}") from None
     argv, overrides = _pop_option(argv, "--model-overrides")
     merged = ast.literal_eval(overrides) if overrides else {}
     if not isinstance(merged, dict):
@@ -99,6 +130,8 @@ def _required_flags(command, argv):
         raise SystemExit("fsa-train: error: --arch is required, e.g. --arch "
                          "rela_transformer_wmt_en_de (the presets are listed in the README, "
                          "or `fsa-train --help` after --arch)")
+    if command in ("fsa-generate", "fsa-interactive"):
+        _check_tokenizer_languages(command, argv)
     if command in ("fsa-generate", "fsa-validate") and not _flag_given(argv, "--path"):
         raise SystemExit(f"{command}: error: --path CHECKPOINT is required")
     if command == "fsa-validate" and not _flag_given(argv, "--task"):
@@ -106,6 +139,23 @@ def _required_flags(command, argv):
         raise SystemExit("fsa-validate: error: --task is required (fairseq-validate has no "
                          "default): " + (f"the checkpoint was trained with --task {task}"
                                          if task else "e.g. --task translation"))
+
+
+def _check_tokenizer_languages(command, argv):
+    """``--tokenizer moses`` reads the languages from ``-s`` / ``-t``; without them fairseq
+    ends in a hydra traceback (``tokenizer.source_lang=null``)."""
+    if _option_value(argv, "--tokenizer") != "moses":
+        return
+    missing = [flag for flag in ("-s/--source-lang", "-t/--target-lang")
+               if not _flag_given(argv, *flag.split("/"))]
+    if not missing:
+        return
+    data = next((a for a in argv if not a.startswith("-")), None)
+    langs = sorted(p[len("dict."):-len(".txt")] for p in os.listdir(data)
+                   if p.startswith("dict.") and p.endswith(".txt")) if data and os.path.isdir(data) else []
+    raise SystemExit(f"{command}: error: --tokenizer moses needs {' and '.join(missing)} (the "
+                     "languages of the model, e.g. -s de -t en" +
+                     (f"; {data} has dictionaries for: {', '.join(langs)}" if langs else "") + ")")
 
 
 def _option_value(argv, name):
@@ -134,8 +184,14 @@ def _run(module_name, mask_heads=False, log_stream=None):
 
     command = os.path.basename(sys.argv[0]) or "fsa"
     configure_logging(log_stream)
-    argv = sys.argv[1:]
+    argv = _pop_verbose(sys.argv[1:])
     _required_flags(command, argv)
+    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin; fairseq then finds it imported)
+
+    if _flag_given(argv, "-h", "--help"):
+        sys.argv = [sys.argv[0]] + _with_user_dir(argv)
+        print_help(command, module_name, argv)
+        return
     if mask_heads:
         argv = with_head_masking(argv)
     sys.argv = [sys.argv[0]] + _with_user_dir(argv)
@@ -148,9 +204,78 @@ def _run(module_name, mask_heads=False, log_stream=None):
         raise SystemExit(f"{command}: error: {' '.join(str(e).split())}") from None
 
 
+# ---------------------------------------------------------------------------- --help
+
+PARSERS = {"fairseq_cli.train": "get_training_parser", "fairseq_cli.generate": "get_generation_parser",
+           "fairseq_cli.interactive": "get_interactive_generation_parser",
+           "fairseq_cli.validate": "get_validation_parser"}
+
+
+def _add_wrapper_args(parser, command):
+    """The flags the wrapper itself reads (removed before fairseq parses the rest)."""
+    group = parser.add_argument_group(
+        f"sparse attention ({command})", "flags of the fsa-* wrapper (fairseq never sees them)")
+    group.add_argument("-v", "--verbose", action="store_true",
+                       help="also log the plugin's start-up lines (compat patches, user dir); "
+                       "same as FSA_VERBOSE=1")
+    if command in ("fsa-generate", "fsa-validate"):
+        group.add_argument(
+            "--mask-encoder-heads", metavar="HEADS",
+            help="comma-separated 0-based encoder self-attention heads whose output is zeroed "
+            "in every encoder layer (test-time ablation, Raganato et al. 2020 Table 4); passed "
+            "as --model-overrides \"{'encoder_masked_heads': HEADS}\" (default: none)")
+
+
+def print_help(command, module_name, argv):
+    """fairseq's ``--help`` as it would be after parsing: the arguments of the ``--arch``
+    and ``--task`` given (fairseq's own ``--help`` exits before it adds them), the
+    plugin's flags gathered in the "sparse attention" group with their choices and
+    defaults (the preset's, with ``--arch``), and the wrapper's own flags."""
+    from fairseq import options
+
+    from fairseq_sparse_attn.options import add_help_group
+
+    parser = getattr(options, PARSERS[module_name])()
+    parser.prog = command
+    argv = [a for a in argv if a not in ("-h", "--help")]
+
+    class _Ready(Exception):
+        pass
+
+    calls = []
+
+    def stop_when_complete(p):  # parse_args_and_arch calls it before and after adding args
+        calls.append(p)
+        if len(calls) == 2:
+            raise _Ready()
+
+    known, _ = parser.parse_known_args(argv)
+    arch = getattr(known, "arch", None)
+    # fairseq adds the arguments of the --arch and --task given; without them (fsa-train
+    # has no default --arch, fsa-validate no default --task) the help is the base parser's
+    if (arch is not None or not hasattr(known, "arch")) and getattr(known, "task", "") is not None:
+        try:
+            options.parse_args_and_arch(parser, input_args=argv, modify_parser=stop_when_complete)
+        except _Ready:
+            pass
+    if module_name == "fairseq_cli.train":
+        add_help_group(parser, arch)
+    _add_wrapper_args(parser, command)
+    parser.print_help()
+
+
 def print_user_dir():
+    import argparse
+
     from fairseq_sparse_attn import user_dir
 
+    parser = argparse.ArgumentParser(
+        prog="fsa-user-dir",
+        description="Print the directory to pass to fairseq's --user-dir (the installed "
+        "fairseq_sparse_attn_plugin package, which registers the plugin when fairseq imports "
+        "it), e.g.  fairseq-train DATA --user-dir \"$(fsa-user-dir)\" --arch "
+        "rela_transformer_wmt_en_de ...  The fsa-* commands add it themselves.")
+    parser.parse_args()
     print(user_dir())
 
 
@@ -163,6 +288,9 @@ def generate():
 
 
 def interactive():
+    from fairseq_sparse_attn import interactive_input
+
+    interactive_input.install()  # input split on \n only; a bad line is reported and skipped
     _run("fairseq_cli.interactive", log_stream=sys.stderr)
 
 

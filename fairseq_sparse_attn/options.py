@@ -16,17 +16,47 @@ command line still overrides it); switches default to None for the same reason, 
 the two that always defaulted to False.
 """
 
+import re
 from dataclasses import dataclass, field, fields
-from typing import Callable, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 ATTENTION_KINDS = ("encoder_self", "decoder_self", "cross")
 _KIND_WHAT = {"encoder_self": "encoder self-attention", "decoder_self": "decoder self-attention",
               "cross": "encoder-decoder (cross) attention"}
 
 
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric option accepts: ``low`` / ``high`` bounds (None = unbounded),
+    each inclusive unless ``low_open`` / ``high_open``."""
+    low: Optional[float] = None
+    high: Optional[float] = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def __contains__(self, value) -> bool:
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        if self.high is not None and (value >= self.high if self.high_open else value > self.high):
+            return False
+        return True
+
+    def __str__(self):
+        if self.high is None:
+            return f"{'>' if self.low_open else '>='} {self.low:g}"
+        if self.low is None:
+            return f"{'<' if self.high_open else '<='} {self.high:g}"
+        return (f"in {'(' if self.low_open else '['}{self.low:g}, "
+                f"{self.high:g}{')' if self.high_open else ']'}")
+
+
+POSITIVE = Range(0, low_open=True)
+NON_NEGATIVE = Range(0)
+
+
 def option(default, help: str, *, choices: Union[Sequence, Callable, None] = None,
            metavar: Optional[str] = None, type=None, switch: bool = False,
-           switch_default=None, preset: bool = True):
+           switch_default=None, preset: bool = True, valid: Optional[Range] = None):
     """A field of :class:`PluginOptions`.
 
     help: may contain ``{choices}`` (the choices, comma-separated) and other ``{name}``
@@ -36,9 +66,11 @@ def option(default, help: str, *, choices: Union[Sequence, Callable, None] = Non
     switch: ``action="store_true"`` with argparse default ``switch_default``
     preset: False = the presets do not write the default into the args (the field's
         default still applies when the option is read)
+    valid: the values a numeric option accepts (checked when the model is built,
+        ``validation.check_option_ranges``)
     """
     meta = dict(help=help, choices=choices, metavar=metavar, type=type, switch=switch,
-                switch_default=switch_default, preset=preset)
+                switch_default=switch_default, preset=preset, valid=valid)
     return field(default=default, metadata=meta)  # noqa: B008
 
 
@@ -95,28 +127,32 @@ class PluginOptions:
     cross_attn_activation: Optional[str] = _kind_fields()["cross_attn_activation"]
     cross_attn_output_norm: Optional[str] = _kind_fields()["cross_attn_output_norm"]
     entmax_alpha: float = option(1.5, "alpha of entmax_bisect (default 1.5); initial value when learned",
-                                 type=float, metavar="A")
+                                 type=float, metavar="A",
+                                 valid=Range(1, low_open=True))
     entmax_alpha_learned: bool = option(
         False, "entmax_bisect: learn alpha per head, alpha = 1 + sigmoid(a) (adaptively sparse "
         "transformers)", switch=True, switch_default=False)
     entmax_bisect_iters: int = option(50, "bisection iterations of entmax_bisect (default 50)",
-                                      type=int, metavar="N")
+                                      type=int, metavar="N", valid=Range(1))
     leaky_relu_slope: float = option(0.01, "negative slope of the leaky_relu activation (default 0.01)",
-                                     type=float, metavar="S")
+                                     type=float, metavar="S",
+                                     valid=Range(0, 1, high_open=True))
     attn_norm_eps: float = option(1e-8, "epsilon inside RMS of the (gated) RMSNorm (default 1e-8)",
-                                  type=float, metavar="EPS")
+                                  type=float, metavar="EPS", valid=POSITIVE)
     relu_scale_gamma: float = option(
         1.0, "relu_scaled: gamma of the variance reduction factor gamma*sqrt(n/2) (default 1.0)",
-        type=float, metavar="G")
+        type=float, metavar="G", valid=POSITIVE)
     attn_key_block_size: int = option(
         0, "relu / relu_scaled: memory-bounded attention that streams over blocks of N keys and "
         "recomputes them in backward (0 = off); needs --attention-dropout 0; returns no "
-        "attention weights", type=int, metavar="N", preset=False)
+        "attention weights", type=int, metavar="N", preset=False,
+        valid=NON_NEGATIVE)
     attn_flex_min_keys: int = option(
         1024, "relu / relu_scaled with --attn-backend auto: attention over at least N keys takes a "
-        "long-sequence backend: on CUDA the fused FlexAttention kernel (training and inference, "
-        "compiled on first use), without gradients elsewhere the query-block path; 0 = neither "
-        "unless named by --attn-backend (default 1024)", type=int, metavar="N", preset=False)
+        "long-sequence backend: the fused FlexAttention kernel only on devices where a recorded "
+        "benchmark measured it faster (none yet), without gradients the query-block path; 0 = neither "
+        "unless named by --attn-backend (default 1024)", type=int, metavar="N", preset=False,
+        valid=NON_NEGATIVE)
     attn_init: str = option(
         "fairseq", "q/k/v initialisation: fairseq (default; xavier gain 1/sqrt(2) wherever q, k, v "
         "have the model's dimension, cross-attention included, biases nn.Linear's) or "
@@ -165,10 +201,12 @@ class PluginOptions:
         "dea (dependency mask, needs src_dep) or lpea (local-phrase bias, needs src_rp); both "
         "from --task parse_annotated_translation (default none)", choices=("none", "dea", "lpea"))
     lpea_max_distance: int = option(
-        6, "LPEA: relative phrasal positions are clipped to [-K, K] (default 6)", type=int, metavar="K")
+        6, "LPEA: relative phrasal positions are clipped to [-K, K] (default 6)", type=int, metavar="K",
+        valid=NON_NEGATIVE)
     encoder_rel_pos_k: int = option(
         0, "Rel_Pos baseline (Shaw et al. 2018): relative position representations of the keys "
-        "with clipping distance K in --encoder-bias-layers (default 0 = off)", type=int, metavar="K")
+        "with clipping distance K in --encoder-bias-layers (default 0 = off)", type=int, metavar="K",
+        valid=NON_NEGATIVE)
     encoder_rel_pos_values: bool = option(
         False, "Rel_Pos: also relative position representations of the values", switch=True)
     encoder_localness: bool = option(
@@ -214,22 +252,6 @@ class PluginOptions:
 
 OPTION_FIELDS = {f.name: f for f in fields(PluginOptions)}
 
-# flag groups (for the old per-group helpers): first field of each group, in order
-_GROUP_STARTS = (("attention", "attn_activation"), ("ffn", "ffn_type"),
-                 ("heads", "encoder_fixed_patterns"), ("biases", "encoder_syntax_attention"),
-                 ("resume", "allow_attention_change"))
-
-
-def option_group(name: str) -> str:
-    names = list(OPTION_FIELDS)
-    index = names.index(name)
-    group = ""
-    for g, first in _GROUP_STARTS:
-        if names.index(first) <= index:
-            group = g
-    return group
-
-
 def _read(cfg, name):
     """``cfg.name`` from a Namespace, DictConfig, fairseq TransformerConfig (which raises
     AttributeError for names it does not know) or any object; None when absent."""
@@ -253,16 +275,13 @@ def plugin_options(cfg=None) -> PluginOptions:
     return PluginOptions(**values)
 
 
-def add_plugin_args(parser, groups: Optional[Sequence[str]] = None):
-    """The plugin's flags, from :class:`PluginOptions` (no argparse defaults, see above);
-    ``groups`` restricts them to some of attention, ffn, heads, biases."""
+def add_plugin_args(parser):
+    """The plugin's flags, from :class:`PluginOptions` (no argparse defaults, see above)."""
     extra = _help_values()
     for f in fields(PluginOptions):
-        if groups is not None and option_group(f.name) not in groups:
-            continue
         meta = f.metadata
         choices = meta["choices"]() if callable(meta["choices"]) else meta["choices"]
-        kwargs = {}
+        kwargs: Dict[str, Any] = {}
         if meta["switch"]:
             kwargs.update(action="store_true", default=meta["switch_default"])
         else:
@@ -289,3 +308,76 @@ def fill_defaults(args, **overrides):
     for name, value in {**preset_defaults(), **overrides}.items():
         if getattr(args, name, None) is None:
             setattr(args, name, value)
+
+
+# ---------------------------------------------------------------- --help
+HELP_GROUP = "sparse attention"
+
+
+def _shown(value) -> str:
+    if value is None:
+        return "not set"
+    if value == "":
+        return "''"
+    return str(value)
+
+
+def help_text(name: str, default=None) -> str:
+    """The help of ``--NAME`` for ``--help``: the field's help, then its choices (when the
+    help does not list them) and ``default``."""
+    f = OPTION_FIELDS[name]
+    meta = f.metadata
+    choices = meta["choices"]() if callable(meta["choices"]) else meta["choices"]
+    text = meta["help"].format(choices=", ".join(choices) if choices else "", **_help_values())
+    text = re.sub(r" \(default [^();]*\)", "", text)  # the default is said once, below
+    notes = []
+    if choices is not None and not all(re.search(rf"\b{re.escape(str(c))}\b", text) for c in choices):
+        notes.append("choices: " + ", ".join(map(str, choices)))
+    notes.append("default: " + _shown(default))
+    return f"{text} [{'; '.join(notes)}]"
+
+
+def add_help_group(parser, arch: Optional[str] = None):
+    """Gather the plugin's flags in ``parser`` into one argument group, "sparse attention",
+    each with its choices and default, for ``fsa-train --help``.
+
+    fairseq adds a model's flags only after parsing ``--arch``, into its
+    "Model-specific configuration" group, and its ``--help`` exits before that.  With a
+    plugin ``arch`` whose flags ``parser`` already holds, they move to the group (display
+    only: parsing is unchanged) and the defaults shown are the ones the preset fills in;
+    without ``arch`` they are added with the defaults of :class:`PluginOptions`.  A
+    stock fairseq ``arch`` takes none of them: nothing is added.
+    """
+    import argparse
+
+    defaults = {f.name: f.default for f in fields(PluginOptions)}
+    if arch is not None:
+        from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+
+        from .models.sparse_transformer import SparseTransformerModel
+
+        model = ARCH_MODEL_REGISTRY.get(arch)
+        if model is None or not issubclass(model, SparseTransformerModel):
+            return None
+        filled = argparse.Namespace()
+        ARCH_CONFIG_REGISTRY[arch](filled)
+        defaults.update({k: v for k, v in vars(filled).items() if k in OPTION_FIELDS and v is not None})
+    group = parser.add_argument_group(
+        HELP_GROUP, "the plugin's options (fairseq_sparse_attn), for every plugin architecture"
+        + (f"; defaults as --arch {arch} sets them" if arch else
+           " (sparse_transformer and its presets); defaults as sparse_transformer sets them, "
+           "a preset may change them: `fsa-train --arch NAME --help` shows its own"))
+    flags = {"--" + name.replace("_", "-"): name for name in OPTION_FIELDS}
+    present = [a for a in parser._actions if any(o in flags for o in a.option_strings)]
+    if not present:
+        add_plugin_args(group)
+        present = [a for a in parser._actions if any(o in flags for o in a.option_strings)]
+    else:
+        for other in parser._action_groups:
+            if other is not group:
+                other._group_actions[:] = [a for a in other._group_actions if a not in present]
+        group._group_actions.extend(present)
+    for action in present:
+        name = flags[next(o for o in action.option_strings if o in flags)]
+        action.help = help_text(name, defaults[name])
+    return group

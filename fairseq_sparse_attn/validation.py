@@ -1,19 +1,118 @@
 """Model flags checked when the model is built, before any batch is read or trained on
 (without this the same mistakes surfaced as tracebacks at the first forward, after the data
-had loaded).  Every check calls the parse function the attention code itself uses, so the
-accepted values cannot drift apart; each error is one :class:`UsageError` line naming the
-flag and what was expected.
+had loaded, and fairseq's trainer wrote ``crash.pt`` for them: it dumps the state for any
+exception inside a training step).  Numeric ranges come from the options' own declaration
+(``valid=`` in :mod:`fairseq_sparse_attn.options`, fairseq's transformer sizes and dropouts
+from :data:`TRANSFORMER_RANGES`); the other checks call the constructor or parse function
+the attention code itself uses, so the accepted values cannot drift apart.  Each error is
+one :class:`UsageError` line naming the flag and what was expected.
 
-Called from ``SparseTransformerModel.build_model`` (training, generation, validation, and
-``checkpoint_utils`` loading with overrides).
+Called once, from ``SparseTransformerModel.build_model`` (training, generation, validation,
+and ``checkpoint_utils`` loading with overrides), before any module is built.
 """
 
 from .errors import UsageError
+from .options import OPTION_FIELDS, Range
 
 
 def _get(args, name, default=None):
     value = getattr(args, name, default)
     return default if value is None else value
+
+
+def _flag(name):
+    return "--" + name.replace("_", "-")
+
+
+def _out_of_range(name, value, valid, why=""):
+    return UsageError(f"{_flag(name)} {value}: must be {valid}{why}")
+
+
+#: fairseq transformer options whose bad values only failed inside the first forward
+#: (dropouts: torch's "dropout probability has to be between 0 and 1") or as a
+#: ZeroDivisionError / AssertionError while the model was built (sizes)
+TRANSFORMER_RANGES = {
+    "dropout": Range(0, 1), "attention_dropout": Range(0, 1), "activation_dropout": Range(0, 1),
+    "relu_dropout": Range(0, 1),
+    "encoder_attention_heads": Range(1), "decoder_attention_heads": Range(1),
+    "encoder_embed_dim": Range(1), "decoder_embed_dim": Range(1),
+    "encoder_ffn_embed_dim": Range(1), "decoder_ffn_embed_dim": Range(1),
+    "encoder_layers": Range(0), "decoder_layers": Range(0),
+    "max_source_positions": Range(1), "max_target_positions": Range(1),
+}
+
+
+def check_option_ranges(args):
+    """Every numeric option with a declared range (plugin options and
+    :data:`TRANSFORMER_RANGES`), then embed dims divisible by their heads."""
+    ranges = {name: f.metadata["valid"] for name, f in OPTION_FIELDS.items()
+              if f.metadata["valid"] is not None}
+    ranges.update(TRANSFORMER_RANGES)
+    for name, valid in ranges.items():
+        value = getattr(args, name, None)
+        if value is None or isinstance(value, bool):
+            continue
+        if not isinstance(value, (int, float)) or value != value or value not in valid:
+            raise _out_of_range(name, value, valid)
+    for side in ("encoder", "decoder"):
+        dim = getattr(args, f"{side}_embed_dim", None)
+        heads = getattr(args, f"{side}_attention_heads", None)
+        if dim and heads and dim % heads:
+            raise UsageError(f"--{side}-embed-dim {dim} is not divisible by --{side}-attention-"
+                             f"heads {heads}: each head gets embed_dim / heads dimensions (e.g. "
+                             f"--{side}-attention-heads {_divisor_near(dim, heads)})")
+
+
+def check_shared_embeddings(args, task):
+    """``--share-all-embeddings`` needs one embedding table: equal embed dims and one
+    (joined) dictionary for both languages (fairseq: a ValueError traceback)."""
+    if not _get(args, "share_all_embeddings", False):
+        return
+    enc, dec = _get(args, "encoder_embed_dim"), _get(args, "decoder_embed_dim")
+    if enc is not None and dec is not None and enc != dec:
+        raise UsageError(f"--share-all-embeddings needs --encoder-embed-dim ({enc}) equal to "
+                         f"--decoder-embed-dim ({dec})")
+    src = getattr(task, "source_dictionary", None) if task is not None else None
+    tgt = getattr(task, "target_dictionary", None) if task is not None else None
+    if src is not None and tgt is not None and src != tgt:
+        data = getattr(_fairseq_task_cfg(task), "data", None)
+        where = f" in {data}" if data else ""
+        raise UsageError("--share-all-embeddings needs one dictionary for both languages, but "
+                         f"the source and target dictionaries{where} differ ({len(src)} and "
+                         f"{len(tgt)} entries): binarize with fairseq-preprocess "
+                         "--joined-dictionary, or use --share-decoder-input-output-embed")
+
+
+def _divisor_near(dim, heads):
+    return min((h for h in range(1, dim + 1) if dim % h == 0), key=lambda h: (abs(h - heads), h))
+
+
+def check_activations(args):
+    """The activation of every attention kind, built as the attention layers build it
+    (conditional ranges: a learned entmax alpha must lie in (1, 2))."""
+    from .attention.activations import build_activation
+    from .options import ATTENTION_KINDS, plugin_options
+
+    for kind in ATTENTION_KINDS:
+        side = "decoder" if kind == "decoder_self" else "encoder"
+        heads = _get(args, f"{side}_attention_heads", 1)
+        try:
+            build_activation(plugin_options(args).attention_kind(kind)[0], heads, args)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+
+
+def check_encoder_biases(args):
+    """Syntax attention, Rel_Pos, Localness, RHE flags, resolved as the encoder resolves them
+    for its first layer (layer lists, RHE gate, flags that need each other)."""
+    from .models.encoder_biases import encoder_bias_options
+
+    if _get(args, "encoder_layers", 0) < 1:
+        return
+    try:
+        encoder_bias_options(args, 0)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def check_fixed_patterns(args):
@@ -48,12 +147,12 @@ def check_masked_heads(args):
 def chunked_kinds(args):
     """The attention kinds whose activation runs in the key-block path when
     --attn-key-block-size is set."""
-    from .attention.activations import build_activation
-    from .attention.options import ATTENTION_KINDS, attention_spec
+    from .attention.activations import ACTIVATION_REGISTRY
+    from .options import ATTENTION_KINDS, plugin_options
 
+    options = plugin_options(args)
     return [k for k in ATTENTION_KINDS
-            if getattr(build_activation(attention_spec(args, k).activation, 1),
-                       "supports_chunking", False)]
+            if ACTIVATION_REGISTRY.get_or_raise(options.attention_kind(k)[0]).supports_chunking]
 
 
 def check_key_blocks(args):
@@ -137,6 +236,10 @@ def check_subword_style(args, task):
 
 def validate_model_args(args, task=None):
     """All checks; raises UsageError (one line) for the first problem."""
+    check_option_ranges(args)
+    check_shared_embeddings(args, task)
+    check_activations(args)
+    check_encoder_biases(args)
     check_fixed_patterns(args)
     check_masked_heads(args)
     check_key_blocks(args)

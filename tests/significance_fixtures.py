@@ -1,13 +1,12 @@
-"""Three fairseq-generate outputs of the first 300 Multi30k test_2016 references, made by
-dropping every 9th (baseline), 8th (close) or 3rd (weaker) word: for the significance tests
-(tests/unit/test_significance.py, tests/integration/test_significance_cli.py)."""
+"""Helpers of the significance tests: the ``systems`` fixture of tests/conftest.py (three
+fairseq-generate outputs of the first 300 Multi30k test_2016 references, made by dropping
+every 9th (baseline), 8th (close) or 3rd (weaker) word) is built from them, and
+:func:`sacrebleu_paired` runs sacreBLEU's own command line."""
 
 import gzip
 import json
 import subprocess
 import sys
-
-import pytest
 
 
 def _refs(multi30k_raw, n=300):
@@ -31,8 +30,9 @@ def write_gen(path, hyps):
     return str(path)
 
 
-@pytest.fixture
-def systems(tmp_path, multi30k_raw):
+def make_systems(tmp_path, multi30k_raw):
+    """(reference file, {name: (generate output, plain hypotheses file)}) for base,
+    weaker and close, written under ``tmp_path``."""
     refs = _refs(multi30k_raw)
     ref = tmp_path / "ref.en"
     ref.write_text("\n".join(refs) + "\n", encoding="utf-8")

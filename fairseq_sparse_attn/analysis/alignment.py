@@ -29,8 +29,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import (AbstractSet, Dict, FrozenSet, Iterable, List, Mapping, Optional,
-                    Sequence, Set, Tuple, Union)
+from typing import AbstractSet, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import torch
 

@@ -12,6 +12,8 @@
     fsa-analyze heatmap       DATA --path CKPT --output-dir OUT --sentence I --layer L
     fsa-analyze curves        [LABEL=]RESULT ... --output-dir OUT per-layer curves of several checkpoints
     fsa-analyze aer-table     RUN_DIR ... --output-dir OUT      Kobayashi et al. Table 3 rows over seeds
+    fsa-analyze explore       --path CKPT --data DATA --n 20 --out explore.html
+                                                                   one self-contained HTML page of every head
 
 ``DATA`` is a fairseq-preprocess directory: its dictionaries, and the ``--split`` to
 analyse (default ``test``) unless ``--raw-source``/``--raw-target`` give raw text

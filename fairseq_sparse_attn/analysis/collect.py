@@ -18,14 +18,22 @@ from typing import Dict, Hashable, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
+from ..options import ATTENTION_KINDS as KINDS
 from .alignment import combine_heads, sentence_alignment
 from .attention_stats import SparsityStats
 from .ffn_stats import anisotropy, record_ffn
-from .head_stats import (RELA_TEMPERATURES, RowAverage, head_js_divergence,
-                         relu_head_js_divergence, row_entropy, row_top_p, top_count,
-                         valid_queries, visible_keys)
+from .head_stats import (
+    RELA_TEMPERATURES,
+    RowAverage,
+    head_js_divergence,
+    relu_head_js_divergence,
+    row_entropy,
+    row_top_p,
+    top_count,
+    valid_queries,
+    visible_keys,
+)
 from .norms import NormRecorder, category_values, spearman
-from ..attention.options import ATTENTION_KINDS as KINDS
 from .recording import AttentionSite, record_attention
 
 
@@ -538,7 +546,7 @@ class AlignmentCollector(Collector):
 
     def end_batch(self):
         records = self.norms.records if self.norms is not None else self.weights.records
-        for (kind, layer), recs in records.items():
+        for (_kind, layer), recs in records.items():
             for rec in recs:
                 ex = self.examples[self.batch.ids[rec.sentence]]
                 matrices = {}

@@ -79,9 +79,17 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 # text, encoders, batches and the checkpoint loader are the analyses' own (re-exported here)
-from .loading import (Example, build_encoder, iterate_batches, length_batches,  # noqa: F401
-                      load_checkpoint, make_batches as _example_batches, open_text,
-                      parse_overrides, read_lines)
+from .loading import (  # noqa: F401
+    Example,
+    build_encoder,
+    iterate_batches,
+    length_batches,
+    load_checkpoint,
+    open_text,
+    parse_overrides,
+    read_lines,
+)
+from .loading import make_batches as _example_batches
 
 make_batches = length_batches  # fsa-contrastive's name for it (lengths -> batches)
 

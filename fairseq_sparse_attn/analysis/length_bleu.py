@@ -44,7 +44,7 @@ def read_generate_output(path: str) -> Tuple[List[str], List[str]]:
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             line = line.rstrip("\n")
-            if not line[:2] in ("T-", "H-", "D-"):
+            if line[:2] not in ("T-", "H-", "D-"):
                 continue
             m = _LINE.match(line)
             if m is None:

@@ -63,9 +63,11 @@ class LoadedModel:
 
 def supported_architectures() -> Tuple[List[str], List[str]]:
     """(plugin architectures, stock fairseq transformer architectures), sorted."""
-    import fairseq_sparse_attn  # noqa: F401  (registers the plugin)
+    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin)
     from fairseq.models import ARCH_MODEL_REGISTRY
     from fairseq.models.transformer import TransformerModel
+
+    import fairseq_sparse_attn  # noqa: F401  (registers the plugin)
 
     from ..models.sparse_transformer import SparseTransformerModel
 
@@ -138,8 +140,10 @@ def load_checkpoint(path: str, data: str, source_lang: Optional[str] = None,
     ``--model-overrides``, e.g. ``{"encoder_masked_heads": "0,7"}``).  The model is
     returned in eval mode on ``device``.
     """
-    import fairseq_sparse_attn  # noqa: F401  (registers the plugin; torch>=2.6 loading fix)
+    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin; torch>=2.6 loading fix)
     from fairseq import tasks
+
+    import fairseq_sparse_attn  # noqa: F401  (registers the plugin; torch>=2.6 loading fix)
 
     overrides = {**(model_overrides or {}), "data": data}
     if source_lang:

@@ -42,12 +42,11 @@ import math
 import string
 import unicodedata
 from dataclasses import dataclass
-from typing import (Callable, Dict, Hashable, Iterable, Iterator, List, Optional, Sequence,
-                    Tuple)
+from typing import Callable, Dict, Hashable, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
-from ..attention.options import ATTENTION_KINDS as KINDS  # noqa: F401  (re-exported)
+from ..options import ATTENTION_KINDS as KINDS  # noqa: F401  (re-exported)
 from ..subwords import strip_markers
 from .recording import AttentionSite, record_attention
 

@@ -2,13 +2,16 @@
 backend are not touched, so importing this module changes nothing for a notebook).
 
 * :func:`attention_heatmaps` — one sentence, every head of one layer: weights and
-  norms side by side (one row per head, plus the layer row when given);
+  norms side by side (one row per head, plus the layer row when given), tokens on both
+  axes, one colour scale per column (:func:`shared_scale`) with colour bars;
 * :func:`layer_curves` — per-layer curves of one or more statistics for one or several
   checkpoints on the same axes (one panel per statistic);
 * :func:`real_vs_shuffled` — ReLA's hallucination test: cross-attention null rate per
   layer for real and shuffled targets.
 
 Each returns the matplotlib ``Figure`` after saving it (tests read the plotted data back).
+Titles name the model and its run (``Context.title``: architecture and run folder); layers
+and heads are numbered from 0, as everywhere in the project (docs/analysis.md).
 """
 
 from pathlib import Path
@@ -27,10 +30,14 @@ def _figure(width: float, height: float):
 
 
 def _finish(fig, title: str, height: float) -> None:
-    """Suptitle above the panels (room kept for it), tight layout."""
+    """Suptitle above the panels (wrapped to the figure's width, room kept for it), tight
+    layout."""
+    import textwrap
+
     if title:
-        fig.suptitle(title, fontsize=9)
-        fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / height))
+        lines = textwrap.wrap(title, width=max(30, int(fig.get_figwidth() * 12)))
+        fig.suptitle("\n".join(lines), fontsize=9)
+        fig.tight_layout(rect=(0, 0, 1, 1 - (0.2 + 0.17 * len(lines)) / height))
     else:
         fig.tight_layout()
 
@@ -45,12 +52,16 @@ def _save(fig, path: Union[str, Path]):
 def attention_heatmaps(panels: Sequence[Tuple[str, Sequence[torch.Tensor]]],
                        row_labels: Sequence[str], query_labels: Sequence[str],
                        key_labels: Sequence[str], path: Union[str, Path], title: str = "",
-                       titles: Optional[Sequence[Sequence[str]]] = None):
+                       titles: Optional[Sequence[Sequence[str]]] = None,
+                       query_axis: str = "query", key_axis: str = "key"):
     """A grid of heatmaps: one column per ``(column title, matrices)`` of ``panels``
     (e.g. ``("α", [head 0, head 1, ...])`` and ``("‖α f(x)‖", [...])``), one row per
     entry of ``row_labels`` (heads, then possibly the layer); a panel is titled
     "<row label>: <column title>" unless ``titles[row][column]`` is given.  Every matrix
-    is ``(queries, keys)``; each panel has its own colour scale, from 0 to its maximum."""
+    is ``(queries, keys)``, drawn with the tokens on both axes (``query_axis`` /
+    ``key_axis`` name them).  The panels of a column are compared, so they share one
+    colour scale, from 0 (or the column's minimum when negative) to the column's
+    maximum, with a colour bar beside each panel."""
     n_rows, n_cols = len(row_labels), len(panels)
     for name, matrices in panels:
         if len(matrices) != n_rows:
@@ -60,25 +71,38 @@ def attention_heatmaps(panels: Sequence[Tuple[str, Sequence[torch.Tensor]]],
                 raise ValueError(f"panel {name!r}: matrix of shape {tuple(m.shape)}, expected "
                                  f"({len(query_labels)} queries, {len(key_labels)} keys)")
     cell = 0.22
-    width = max(4.0, n_cols * (len(key_labels) * cell + 1.6))
-    height = max(3.0, n_rows * (len(query_labels) * cell + 1.2))
+    width = max(4.0, n_cols * (len(key_labels) * cell + 2.2))
+    height = max(3.0, n_rows * (len(query_labels) * cell + 1.6))
     fig = _figure(width, height)
     axes = fig.subplots(n_rows, n_cols, squeeze=False)
     for c, (name, matrices) in enumerate(panels):
-        for r, m in enumerate(matrices):
+        data = [m.detach().float().cpu().numpy() for m in matrices]
+        vmin, vmax = shared_scale(data)
+        for r, values in enumerate(data):
             ax = axes[r][c]
-            data = m.detach().float().cpu().numpy()
-            vmax = float(data.max()) if data.size and data.max() > 0 else 1.0
-            image = ax.imshow(data, cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto",
+            image = ax.imshow(values, cmap="viridis", vmin=vmin, vmax=vmax, aspect="auto",
                               interpolation="nearest")
-            fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
+            bar = fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
+            bar.ax.tick_params(labelsize=6)
+            bar.set_label(name, fontsize=7)
             ax.set_title(titles[r][c] if titles else f"{row_labels[r]}: {name}", fontsize=8)
             ax.set_xticks(range(len(key_labels)))
             ax.set_xticklabels(key_labels, rotation=90, fontsize=6)
             ax.set_yticks(range(len(query_labels)))
             ax.set_yticklabels(query_labels, fontsize=6)
+            ax.set_xlabel(key_axis, fontsize=7)
+            ax.set_ylabel(query_axis, fontsize=7)
     _finish(fig, title, height)
     return _save(fig, path)
+
+
+def shared_scale(matrices) -> Tuple[float, float]:
+    """``(vmin, vmax)`` of one colour scale for every matrix: from 0 (or the smallest value
+    when one is negative) to the largest value (1 when every value is 0)."""
+    values = [float(v) for m in matrices if m.size for v in (m.min(), m.max())]
+    low = min([0.0, *values])
+    high = max([0.0, *values])
+    return low, (high if high > low else low + 1.0)
 
 
 def layer_curves(series: Dict[str, Dict[str, Sequence[Tuple[int, Optional[float]]]]],

@@ -14,11 +14,35 @@ Two families:
   *after* the function.  ``gelu(-inf)`` and ``leaky_relu(-inf)`` are not zero, which is
   why masking is never done by adding ``-inf`` for this family.
 
-Adding an activation = writing a module with this ``forward(scores, mask)`` signature
-and decorating it with :func:`register_activation`.
+Each class declares its *traits* (class attributes, collected in ``cls.traits``), and the
+rest of the core reads those, never the names: the backends of :mod:`.core` declare the
+traits they need (:class:`~.core.Capabilities`), the inference call takes the in-place
+weights function of a rectified activation, validation reads ``supports_chunking``.
+
+==================  ==============================================================
+trait               meaning
+==================  ==============================================================
+normalizing         each row a distribution over the visible keys: hidden scores are
+                    removed *before* the mapping
+softmax             the mapping is softmax (what fused softmax kernels compute)
+rectified           element-wise ``f(scores)``; hidden keys are zeroed (masked by 0,
+                    never by ``-inf``); ``fn(s)`` and the in-place ``fn_(s)`` give f
+exact_zeros         the weights hold exact zeros.  For a rectified activation: f >= 0,
+                    and f(s) = 0 for every s <= 0, so a hidden key may be zeroed
+                    before or after f (a score set to 0, or a value set to 0)
+row_scaled          the weights are multiplied per row by ``row_scale(n)``, n = the
+                    number of keys the query may see (ReLUFormer's γ√(n/2))
+supports_chunking   runs in the memory-bounded key-block path (:mod:`.chunked_relu`,
+                    whose backward is ReLU's)
+==================  ==============================================================
+
+Adding an activation = writing a module with this ``forward(scores, mask)`` signature,
+declaring its traits and decorating it with :func:`register_activation`; a rectified one
+with exact zeros only defines ``fn`` and ``fn_`` (``tests/unit/test_activation_traits.py``
+adds one and runs it through every backend that serves it).
 """
 
-from typing import Optional
+from typing import FrozenSet, Optional
 
 import torch
 import torch.nn as nn
@@ -35,7 +59,14 @@ activation_names = ACTIVATION_REGISTRY.names
 ENTMAX_MASK_VALUE = -1e6
 
 
-def build_activation(name: str, num_heads: int, options=None) -> nn.Module:
+def visible_key_counts(scores: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
+    """n_i for every query row, shape broadcastable to ``scores`` with a last dim of 1."""
+    if mask is None:
+        return scores.new_full((1, 1, 1, 1), float(scores.size(-1)))
+    return (~mask).sum(dim=-1, keepdim=True).to(scores.dtype)
+
+
+def build_activation(name: str, num_heads: int, options=None) -> "AttentionActivation":
     """Instantiate activation ``name`` for a module with ``num_heads`` heads.
 
     ``options`` is any object with (optional) attributes ``entmax_alpha``,
@@ -44,13 +75,31 @@ def build_activation(name: str, num_heads: int, options=None) -> nn.Module:
     return ACTIVATION_REGISTRY.get_or_raise(name)(num_heads=num_heads, options=options)
 
 
+#: the boolean class attributes that are traits (module docstring)
+TRAITS = ("normalizing", "softmax", "rectified", "exact_zeros", "row_scaled", "supports_chunking")
+
+
 class AttentionActivation(nn.Module):
-    #: True when masked positions must be removed before the mapping (normalizing family)
+    #: hidden scores are removed before the mapping; rows are distributions (module docstring)
     normalizing: bool = True
-    registry_name: str = "?"
+    #: the mapping is softmax
+    softmax: bool = False
+    #: element-wise f, hidden keys zeroed after it; provides ``fn`` and ``fn_``
+    rectified: bool = False
+    #: the weights hold exact zeros (rectified: f >= 0 and f(s) = 0 for s <= 0)
+    exact_zeros: bool = False
+    #: the weights are multiplied per row by ``row_scale(n)`` (n visible keys)
+    row_scaled: bool = False
     #: can run in the memory-bounded key-block path (attention/chunked_relu.py); such an
     #: activation also provides ``row_scale(n)``
     supports_chunking: bool = False
+    #: the names in TRAITS whose attribute is true, set for every subclass
+    traits: FrozenSet[str] = frozenset({"normalizing"})
+    registry_name: str = "?"
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.traits = frozenset(t for t in TRAITS if getattr(cls, t))
 
     def __init__(self, num_heads: int, options=None):
         super().__init__()
@@ -60,9 +109,9 @@ class AttentionActivation(nn.Module):
         return self.registry_name
 
 
-def _opt(options, name, default=None):
+def _opt(options, name):
     """Option ``name`` as :func:`fairseq_sparse_attn.options.plugin_options` resolves it
-    (``default`` is ignored: the defaults live in PluginOptions; kept for old callers)."""
+    (the defaults live in PluginOptions)."""
     from ..options import plugin_options
 
     return getattr(plugin_options(options), name)
@@ -72,43 +121,68 @@ def _opt(options, name, default=None):
 class Softmax(AttentionActivation):
     """Stock attention: softmax over the visible keys (float32, as fairseq)."""
 
+    softmax = True
+
     def forward(self, scores, mask: Optional[torch.Tensor]):
         if mask is not None:
             scores = scores.masked_fill(mask, float("-inf"))
         return torch.softmax(scores, dim=-1)
 
 
-class _Rectified(AttentionActivation):
+class Rectified(AttentionActivation):
+    """Element-wise ``f(scores)``, hidden keys zeroed: a subclass defines ``fn`` (and, for
+    speed, ``fn_``) and declares ``exact_zeros`` / ``row_scaled`` where they hold."""
+
     normalizing = False
+    rectified = True
 
     def fn(self, scores):
+        """f(scores), a new tensor."""
         raise NotImplementedError
 
-    def forward(self, scores, mask: Optional[torch.Tensor]):
+    def fn_(self, scores):
+        """f(scores) in place on ``scores`` (a tensor the caller owns), returned."""
+        return scores.copy_(self.fn(scores))
+
+    def row_scale(self, n):
+        """The per-row factor for ``n`` visible keys (1 unless ``row_scaled``)."""
+        return torch.ones_like(n)
+
+    def rectified_weights(self, scores, mask: Optional[torch.Tensor]):
+        """f(scores) with the hidden keys zeroed (no row factor)."""
+        if self.exact_zeros:
+            # hide first (f(0) = 0), then rectify in place: one tensor instead of two
+            if mask is not None:
+                return self.fn_(scores.masked_fill(mask, 0.0))
+            return self.fn(scores)
         weights = self.fn(scores)
         if mask is not None:
             weights = weights.masked_fill(mask, 0.0)
         return weights
 
+    def forward(self, scores, mask: Optional[torch.Tensor]):
+        weights = self.rectified_weights(scores, mask)
+        if self.row_scaled:
+            weights = weights * self.row_scale(visible_key_counts(scores, mask))
+        return weights
+
 
 @register_activation("relu")
-class ReLU(_Rectified):
+class ReLU(Rectified):
     """ReLA (Zhang et al. 2021, Eq. 3): alpha = max(0, scores)."""
 
+    exact_zeros = True
     supports_chunking = True
 
-    def row_scale(self, n):
-        return torch.ones_like(n)
-
-    def forward(self, scores, mask: Optional[torch.Tensor]):
-        # hide first (relu(0) = 0), then rectify in place: one tensor instead of two
-        if mask is not None:
-            return scores.masked_fill(mask, 0.0).relu_()
+    def fn(self, scores):
         return F.relu(scores)
+
+    def fn_(self, scores):
+        return scores.relu_()
 
 
 @register_activation("gelu")
-class GELU(_Rectified):
+class GELU(Rectified):
     """ReLA Table 1 row 9: GeLU instead of ReLU (not sparse, may be negative)."""
 
     def fn(self, scores):
@@ -116,12 +190,12 @@ class GELU(_Rectified):
 
 
 @register_activation("leaky_relu")
-class LeakyReLU(_Rectified):
+class LeakyReLU(Rectified):
     """ReLA Table 1 row 10: leaky ReLU (slope ``--leaky-relu-slope``, default 0.01)."""
 
     def __init__(self, num_heads, options=None):
         super().__init__(num_heads, options)
-        self.slope = float(_opt(options, "leaky_relu_slope", 0.01))
+        self.slope = float(_opt(options, "leaky_relu_slope"))
 
     def fn(self, scores):
         return F.leaky_relu(scores, self.slope)
@@ -138,6 +212,8 @@ def _entmax_package():
 
 
 class _EntmaxFamily(AttentionActivation):
+    exact_zeros = True
+
     def mapping(self, scores):
         raise NotImplementedError
 
@@ -151,9 +227,16 @@ class _EntmaxFamily(AttentionActivation):
             # spread uniformly over them and is zeroed.  On CPU the small mask is checked
             # first, so the full-size fill runs only when such a row exists; on a GPU that
             # check would stop the stream (a host sync per call) and the fill is cheap
-            if mask.device.type != "cpu" or bool(mask.all(dim=-1).any()):
+            if mask.device.type != "cpu" or _hides_a_whole_row(mask):
                 weights = weights.masked_fill(mask, 0.0)
         return weights
+
+
+def _hides_a_whole_row(mask: torch.Tensor) -> bool:
+    """Some row of ``mask`` hides every key (computed once per mask for all modules)."""
+    from .mask_cache import cached
+
+    return cached("hides_a_whole_row", (mask,), None, lambda m: bool(m.all(dim=-1).any()))
 
 
 @register_activation("sparsemax")
@@ -169,7 +252,10 @@ class Entmax15(_EntmaxFamily):
     """1.5-entmax (Peters et al. 2019), exact sort-based algorithm of the entmax package."""
 
     def mapping(self, scores):
-        return _entmax_package().entmax15(scores, dim=-1)
+        # the package's algorithm op for op, fewer dispatched ops (.entmax15_lastdim)
+        from .entmax15_lastdim import entmax15_last_dim
+
+        return entmax15_last_dim(scores)
 
 
 @register_activation("entmax_bisect")
@@ -183,9 +269,9 @@ class EntmaxBisect(_EntmaxFamily):
 
     def __init__(self, num_heads, options=None):
         super().__init__(num_heads, options)
-        alpha = float(_opt(options, "entmax_alpha", 1.5))
-        self.n_iter = int(_opt(options, "entmax_bisect_iters", 50))
-        self.learned = bool(_opt(options, "entmax_alpha_learned", False))
+        alpha = float(_opt(options, "entmax_alpha"))
+        self.n_iter = int(_opt(options, "entmax_bisect_iters"))
+        self.learned = bool(_opt(options, "entmax_alpha_learned"))
         if self.learned:
             if not 1.0 < alpha < 2.0:
                 raise ValueError(

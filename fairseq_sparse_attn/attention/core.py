@@ -21,7 +21,9 @@
 Backends serve the call (:data:`BACKENDS`, :func:`register_backend`): each declares in a
 :class:`Capabilities` what it can serve; ``spec.backend = "auto"`` takes the first one in
 priority order that serves the call, a named backend that cannot serve it raises a
-ValueError saying why.  Registered here:
+ValueError saying why.  Backends name the activation *traits* they need
+(:mod:`.activations`), never activation names (relu / relu_scaled below: the registered
+activations with those traits).  Registered here:
 
 ==============  ========  ==========================================================
 name            priority  serves
@@ -32,9 +34,10 @@ name            priority  serves
                           (:mod:`.chunked_relu`), only with ``--attn-key-block-size``;
                           no weights, no dropout (an error in training), no biases
 ``flex``        40        relu / relu_scaled through the fused FlexAttention kernel
-                          (:mod:`.flex_relu`): in auto only on CUDA for calls with at
-                          least ``--attn-flex-min-keys`` keys (CPU inference: only when
-                          forced); no weights, dropout, biases, row sums
+                          (:mod:`.flex_relu`): in auto only on devices where a recorded
+                          benchmark measured it faster (none yet: only when forced),
+                          for calls with at least ``--attn-flex-min-keys`` keys; no
+                          weights, dropout, biases, row sums
 ``query_block`` 45        relu / relu_scaled without gradients, block by block over the
                           queries (:mod:`.query_block_relu`): in auto for calls with at
                           least ``--attn-flex-min-keys`` keys (long documents on CPU); no
@@ -50,12 +53,14 @@ kernel (e.g. FlexAttention for the ReLU family) registers itself with
 """
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, FrozenSet, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, Mapping, NamedTuple, Optional, Protocol, Sequence, Tuple, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..errors import UsageError
+from .activations import AttentionActivation, Rectified
 from .heads import HeadPlan, real_keys
 from .intermediates import Intermediates
 
@@ -92,6 +97,16 @@ class AttentionInputs:
     collect: FrozenSet[str] = frozenset()
 
 
+class Dropout(Protocol):
+    """What the core reads of a dropout module (``torch.nn.Dropout``, fairseq's
+    ``FairseqDropout``)."""
+
+    p: float
+    training: bool
+
+    def __call__(self, x: Tensor) -> Tensor: ...
+
+
 @dataclass
 class AttendSpec:
     """Everything fixed per attention module (its submodules are owned by the module).
@@ -106,8 +121,8 @@ class AttendSpec:
         this many keys where the platform supports it (0 = only when forced)
     """
 
-    activation: torch.nn.Module
-    dropout: torch.nn.Module
+    activation: AttentionActivation
+    dropout: Dropout
     heads: HeadPlan
     biases: Sequence[torch.nn.Module] = ()
     backend: str = "auto"
@@ -131,9 +146,10 @@ def is_stock(activation: str, output_norm: str, heads: HeadPlan, biases) -> bool
 # --------------------------------------------------------------------------- backends
 @dataclass(frozen=True)
 class Capabilities:
-    """What a backend can serve.  ``activations`` None = any."""
+    """What a backend can serve.  ``activation_traits``: the traits (:mod:`.activations`)
+    an activation must have; empty = any activation."""
 
-    activations: Optional[FrozenSet[str]] = None
+    activation_traits: FrozenSet[str] = frozenset()
     returns_weights: bool = False
     dropout: bool = False
     score_bias: bool = False
@@ -149,7 +165,8 @@ class Call(NamedTuple):
     """What one call needs (derived by :func:`describe_call`; a named tuple: built at
     every attention call, ~4x cheaper than a frozen dataclass)."""
 
-    activation: str
+    activation: str  # its name (for messages)
+    activation_traits: FrozenSet[str]
     needs_weights: bool
     dropout: bool
     score_bias: bool
@@ -164,7 +181,7 @@ class Call(NamedTuple):
     query_mask: bool = False  # the hidden mask differs between queries (causal)
 
 
-def applies_dropout(dropout: torch.nn.Module) -> bool:
+def applies_dropout(dropout: Dropout) -> bool:
     """The dropout module changes its input: p > 0 and training, or a fairseq module told to
     apply in inference too (``--retain-dropout``, Monte-Carlo dropout)."""
     return dropout.p > 0 and (dropout.training or getattr(dropout, "apply_during_inference", False))
@@ -174,6 +191,7 @@ def describe_call(q, v, inputs: AttentionInputs, spec: AttendSpec) -> Call:
     heads = spec.heads
     return Call(
         activation=spec.activation_name,
+        activation_traits=getattr(spec.activation, "traits", frozenset()),
         needs_weights="weights" in inputs.collect,
         dropout=applies_dropout(spec.dropout),
         score_bias=inputs.score_bias is not None,
@@ -191,8 +209,9 @@ def describe_call(q, v, inputs: AttentionInputs, spec: AttendSpec) -> Call:
 
 def cannot_serve(caps: Capabilities, call: Call) -> Optional[str]:
     """None when ``caps`` covers ``call``, else the first reason it does not."""
-    if caps.activations is not None and call.activation not in caps.activations:
-        return f"activation {call.activation} (serves {', '.join(sorted(caps.activations))})"
+    if not caps.activation_traits <= call.activation_traits:
+        return (f"activation {call.activation} (serves activations that are "
+                f"{' and '.join(sorted(caps.activation_traits))})")
     checks = (
         (call.needs_weights, caps.returns_weights, "returning attention weights (analysis)"),
         (call.dropout, caps.dropout, "attention dropout in training"),
@@ -219,12 +238,9 @@ class Backend:
     priority: int = 50
     #: in "auto", the backend is only tried when this says the module asked for it
     enabled: Callable[[AttendSpec, Call], bool] = lambda spec, call: True
-    #: a reason (str) the backend cannot serve ``call`` beyond its capabilities (platform
-    #: limits), or None
-    limits: Callable[[Call], Optional[str]] = lambda call: None
 
     def cannot_serve(self, call: Call) -> Optional[str]:
-        return cannot_serve(self.capabilities, call) or self.limits(call)
+        return cannot_serve(self.capabilities, call)
 
 
 BACKENDS: Dict[str, Backend] = {}
@@ -256,7 +272,7 @@ def choose_backend(spec: AttendSpec, call: Call) -> Backend:
                              f"{', '.join(backend_names())}")
         reason = backend.cannot_serve(call)
         if reason is not None:
-            raise ValueError(f"attention backend {backend.name!r} (--attn-backend) cannot serve "
+            raise UsageError(f"attention backend {backend.name!r} (--attn-backend) cannot serve "
                              f"this configuration: {reason}; use --attn-backend auto")
         return backend
     for backend in _by_priority():
@@ -391,7 +407,7 @@ def materialized(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call)
 
     if fixed is None:
         weights = learned
-        probs = _dropout(spec, call, learned.type_as(v))
+        probs = _dropout(spec, call, learned.type_as(v))  # type: ignore[union-attr]  # no fixed head: all learned
     else:
         # attention dropout regularizes learned attention only; fixed heads stay exact
         weights = fixed if learned is None else torch.cat([fixed, learned], dim=1)
@@ -401,8 +417,8 @@ def materialized(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call)
     if skipped:
         # dropout above ran on every pair (the same random draws as without skipping)
         if heads.masked is not None:
-            keep = keep & heads.masked.keep(torch.bool, keep.device).view(1, num_heads)
-        out = _kept_value_mix(probs, v, groups, keep)
+            keep = keep & heads.masked.keep(torch.bool, keep.device).view(1, num_heads)  # type: ignore[operator, union-attr]
+        out = _kept_value_mix(probs, v, groups, keep)  # type: ignore[arg-type]  # skipped: _biased set keep
     else:
         if heads.masked is not None:
             probs = probs * heads.masked.keep(probs.dtype, probs.device)
@@ -440,7 +456,8 @@ def key_block(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
         v = v.repeat_interleave(groups, dim=0)
     mask = inputs.hidden
     n = visible_key_counts(q.new_empty(1, 1, 1, k.size(2)), mask).float()
-    scale = spec.activation.row_scale(n)
+    # (served for activations with supports_chunking: rectified, with a row factor)
+    scale = cast(Rectified, spec.activation).row_scale(n)
     out, wsum, wlogw = chunked_relu_attention(q.float(), k.float(), v.float(), mask, scale,
                                               block=spec.key_block_size, with_sums=call.row_sums)
     inter = Intermediates(backend="key_block")
@@ -459,7 +476,7 @@ def _key_block_enabled(spec: AttendSpec, call: Call) -> bool:
 
 
 register_backend(Backend("key_block", key_block, Capabilities(
-    activations=frozenset({"relu", "relu_scaled"}), row_sums=True), priority=30,
+    activation_traits=frozenset({"supports_chunking"}), row_sums=True), priority=30,
     enabled=_key_block_enabled))
 
 
@@ -485,7 +502,7 @@ def sdpa(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
 
 
 register_backend(Backend("sdpa", sdpa, Capabilities(
-    activations=frozenset({"softmax"}), dropout=True, score_bias=True),
+    activation_traits=frozenset({"softmax"}), dropout=True, score_bias=True),
     priority=20))
 
 
@@ -497,21 +514,29 @@ def flex(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
 
     reason = flex_relu_unavailable(call.device, call.grad, q.dtype, call.query_mask)
     if reason is not None:
-        raise ValueError(f"attention backend 'flex' (--attn-backend) cannot serve this "
+        raise UsageError(f"attention backend 'flex' (--attn-backend) cannot serve this "
                          f"configuration: {reason}; use --attn-backend auto")
     groups = inputs.kv_groups
     if groups > 1:
         k = k.repeat_interleave(groups, dim=0)
         v = v.repeat_interleave(groups, dim=0)
-    row_scale = spec.activation.row_scale if call.activation == "relu_scaled" else None
-    out = flex_relu_attention(q, k, v, inputs.hidden, row_scale)
+    act = cast(Rectified, spec.activation)  # (served for rectified activations only)
+    out = flex_relu_attention(q, k, v, inputs.hidden, act.row_scale if act.row_scaled else None, score_fn=act.fn)
     return out, Intermediates(backend="flex")
 
 
-#: devices on which "auto" tries the fused kernel for long calls.  On CPU the compiled
-#: kernel (forward only) measured slower than the ``query_block`` path at L = 2048
-#: (docs/performance.md), so there it serves only when forced (--attn-backend flex).
-FLEX_AUTO_DEVICES = frozenset({"cuda"})
+#: devices on which "auto" tries the fused kernel for long calls: those where a recorded
+#: benchmark measured it faster (:data:`.flex_relu.FLEX_MEASURED_FASTER`; none yet, so
+#: auto never takes it).  On CPU the compiled kernel (forward only) measured slower than
+#: the ``query_block`` path at L = 2048 (docs/performance.md); on CUDA nothing is measured.
+#: --attn-backend flex forces it anywhere it can run.
+def _flex_auto_devices():
+    from .flex_relu import FLEX_MEASURED_FASTER
+
+    return frozenset(FLEX_MEASURED_FASTER)
+
+
+FLEX_AUTO_DEVICES = _flex_auto_devices()
 
 
 def _flex_enabled(spec: AttendSpec, call: Call) -> bool:
@@ -523,8 +548,18 @@ def _flex_enabled(spec: AttendSpec, call: Call) -> bool:
                                  call.query_mask) is None
 
 
+#: what the streamed backends (flex, query_block) need of an activation: element-wise with
+#: f(s) = 0 for s <= 0, so hidden keys may be zeroed before f, or through their values
+STREAMED_TRAITS = frozenset({"rectified", "exact_zeros"})
+
+
+def streamed(activation) -> bool:
+    """``activation``'s long calls may go to the streamed backends."""
+    return STREAMED_TRAITS <= getattr(activation, "traits", frozenset())
+
+
 register_backend(Backend("flex", flex, Capabilities(
-    activations=frozenset({"relu", "relu_scaled"}), devices=frozenset({"cpu", "cuda"})),
+    activation_traits=STREAMED_TRAITS, devices=frozenset({"cpu", "cuda"})),
     priority=40, enabled=_flex_enabled))
 
 
@@ -537,21 +572,23 @@ def query_block(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
 
     groups = inputs.kv_groups
     hidden = inputs.hidden
-    row_scale = spec.activation.row_scale if call.activation == "relu_scaled" else None
+    act = cast(Rectified, spec.activation)  # (served for rectified activations only)
+    row_scale = act.row_scale if act.row_scaled else None
     if groups == 1:
-        return query_block_relu_attention(q, k, v, hidden, row_scale), Intermediates(backend="query_block")
+        return (query_block_relu_attention(q, k, v, hidden, row_scale, fn_=act.fn_),
+                Intermediates(backend="query_block"))
     bsz, heads, tgt, d = q.shape
     kv_bsz = k.size(0)
     if hidden is not None and hidden.size(2) > 1:  # per-query mask: one key copy per query group
         out = query_block_relu_attention(q, k.repeat_interleave(groups, dim=0),
-                                         v.repeat_interleave(groups, dim=0), hidden, row_scale)
+                                         v.repeat_interleave(groups, dim=0), hidden, row_scale, fn_=act.fn_)
         return out, Intermediates(backend="query_block")
     # beam search keeps one key copy per sentence: the beams' queries become more queries
     # of that sentence (no copy of the keys and values at every decoding step)
     if hidden is not None and hidden.size(0) == bsz:
         hidden = hidden[::groups]  # the same keys for every beam of a sentence
     q = q.view(kv_bsz, groups, heads, tgt, d).transpose(1, 2).reshape(kv_bsz, heads, groups * tgt, d)
-    out = query_block_relu_attention(q, k, v, hidden, row_scale)
+    out = query_block_relu_attention(q, k, v, hidden, row_scale, fn_=act.fn_)
     out = out.view(kv_bsz, heads, groups, tgt, -1).transpose(1, 2).reshape(bsz, heads, tgt, -1)
     return out, Intermediates(backend="query_block")
 
@@ -561,5 +598,5 @@ def _query_block_enabled(spec: AttendSpec, call: Call) -> bool:
 
 
 register_backend(Backend("query_block", query_block, Capabilities(
-    activations=frozenset({"relu", "relu_scaled"}), grad=False), priority=45,
+    activation_traits=STREAMED_TRAITS, grad=False), priority=45,
     enabled=_query_block_enabled))

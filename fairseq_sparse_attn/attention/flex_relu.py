@@ -30,7 +30,13 @@ Platform limits (torch 2.13, checked by :func:`flex_relu_unavailable`):
   only masks without a query dimension are served (padding; incremental decoding, where
   the cache holds exactly the visible keys);
 * CUDA: forward and backward in float32 / float16 / bfloat16 as FlexAttention documents it;
-  not run here (no GPU): `benchmarks/gpu_check.py` checks it.
+  not run here (no GPU): `benchmarks/gpu_check.py` checks it.  The kernel's tiles are
+  chosen per head dim, value width, dtype and the device's shared memory
+  (:func:`flex_kernel_options`): torch's default tiles are picked from the query width
+  alone, but the value here is twice as wide (the sink column padded to a power of two),
+  and at head dim 128 in fp16 the backward asked for 246,784 bytes of the H100's 232,448;
+* ``--attn-backend auto`` takes the kernel only on the devices of
+  :data:`FLEX_MEASURED_FASTER` (none yet: no GPU benchmark has shown it faster).
 
 :func:`flex_relu_attention` is a pure function (q, k, v, hidden, row scale) -> output; the
 attention core registers it as a backend (see ``attention/core.py``).
@@ -38,7 +44,7 @@ attention core registers it as a backend (see ``attention/core.py``).
 
 import functools
 import shutil
-from typing import Callable, Optional
+from typing import Callable, Dict, Optional
 
 import torch
 from torch import Tensor
@@ -101,6 +107,92 @@ def flex_relu_unavailable(device_type: str, grad: bool, dtype: torch.dtype = tor
     return f"device {device_type} (FlexAttention serves cpu inference and cuda)"
 
 
+# --------------------------------------------------------------------------- kernel options
+#: Where ``--attn-backend auto`` may take the fused kernel: device type -> the recorded
+#: benchmark that measured it faster than the materialized path (file, date, device).
+#: Empty until a GPU measurement exists (docs/performance.md "The fused backend"): auto
+#: never takes flex; ``--attn-backend flex`` still forces it.
+FLEX_MEASURED_FASTER: Dict[str, str] = {}
+
+#: shared memory per block (bytes) when the device does not report
+#: ``shared_memory_per_block_optin``: the 48 KiB every CUDA GPU since Kepler has
+DEFAULT_SHARED_MEMORY = 48 * 1024
+
+#: Candidate tiles, best first (larger tiles, more stages: faster where they fit).
+#: Forward: (BLOCK_M, BLOCK_N, num_stages, num_warps); backward: (BLOCK_M1, BLOCK_N1,
+#: BLOCK_M2, BLOCK_N2, num_stages, num_warps) - torch's own H100 choices for head dim
+#: <= 128 first, then smaller ones.
+FWD_CANDIDATES = ((128, 64, 3, 8), (128, 64, 2, 8), (64, 64, 3, 4), (64, 64, 2, 4),
+                  (64, 32, 2, 4), (32, 32, 2, 4), (32, 32, 1, 4), (16, 16, 1, 4))
+BWD_CANDIDATES = ((64, 128, 128, 64, 3, 8), (64, 128, 128, 64, 2, 8), (64, 64, 64, 64, 3, 4),
+                  (64, 64, 64, 64, 2, 4), (32, 64, 64, 32, 2, 4), (32, 32, 32, 32, 2, 4),
+                  (32, 32, 32, 32, 1, 4), (16, 16, 16, 16, 1, 4))
+
+
+def _element_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def fwd_shared_memory(block_m, block_n, stages, qk_dim, v_dim, dtype) -> int:
+    """Estimated shared memory (bytes) of the forward kernel: the resident query tile
+    (BLOCK_M x qk_dim) plus ``stages`` pipelined key and value tiles (BLOCK_N x (qk_dim +
+    v_dim)), in the input's element size."""
+    return _element_size(dtype) * (block_m * qk_dim + stages * block_n * (qk_dim + v_dim))
+
+
+def bwd_shared_memory(block_m1, block_n1, block_m2, block_n2, stages, qk_dim, v_dim, dtype) -> int:
+    """Estimated shared memory (bytes) of the backward kernel, the larger of its two loops:
+
+        dK/dV loop:  e (BLOCK_N1 + stages BLOCK_M1) (qk_dim + v_dim) + 16 BLOCK_M1
+        dQ loop:     e (BLOCK_M2 + stages BLOCK_N2) (qk_dim + v_dim) + 16 BLOCK_N2
+
+    (resident key/value resp. query/output-gradient tiles, ``stages`` pipelined tiles of
+    the other side, and the float32 logsumexp/delta rows).  It reproduces the failure of
+    issue 22 exactly: head dim 128 (value width 256 with the sink column), fp16, torch's
+    H100 choice (64, 128, 128, 64, 3 stages) gives 246,784 bytes, the "Required: 246784"
+    Triton reported against the H100's 232,448."""
+    e, width = _element_size(dtype), qk_dim + v_dim
+    return max(e * (block_n1 + stages * block_m1) * width + 16 * block_m1,
+               e * (block_m2 + stages * block_n2) * width + 16 * block_n2)
+
+
+def device_shared_memory(device=None, properties=None) -> int:
+    """Shared memory per block a kernel may opt into on ``device`` (bytes):
+    ``shared_memory_per_block_optin`` of its properties (H100 232,448 = 227 KiB; A100
+    166,912 = 163 KiB; consumer Ampere/Ada 101,376 = 99 KiB), else
+    :data:`DEFAULT_SHARED_MEMORY`.  ``properties`` stands in for
+    ``torch.cuda.get_device_properties(device)`` (tests)."""
+    if properties is None:
+        properties = torch.cuda.get_device_properties(device)
+    return int(getattr(properties, "shared_memory_per_block_optin", 0) or DEFAULT_SHARED_MEMORY)
+
+
+def flex_kernel_options(qk_dim: int, v_dim: int, dtype: torch.dtype, shared_memory: int) -> dict:
+    """FlexAttention ``kernel_options`` for a call with query/key width ``qk_dim`` and value
+    width ``v_dim`` (the kernel's, i.e. with the sink column and padding), in ``dtype``,
+    on a device with ``shared_memory`` bytes per block: the first candidate tiles whose
+    estimated shared memory (:func:`fwd_shared_memory`, :func:`bwd_shared_memory`) fits,
+    forward and backward chosen separately.  Raises ValueError when not even the
+    smallest fits."""
+    fwd = next((c for c in FWD_CANDIDATES
+                if fwd_shared_memory(*c[:3], qk_dim, v_dim, dtype) <= shared_memory), None)
+    bwd = next((c for c in BWD_CANDIDATES
+                if bwd_shared_memory(*c[:5], qk_dim, v_dim, dtype) <= shared_memory), None)
+    if fwd is None or bwd is None:
+        raise ValueError(f"flex_relu_attention: no kernel tiles fit {shared_memory} bytes of shared "
+                         f"memory for head dim {qk_dim} (value width {v_dim}) in {dtype}; "
+                         f"use --attn-backend materialized")
+    return {"fwd_BLOCK_M": fwd[0], "fwd_BLOCK_N": fwd[1], "fwd_num_stages": fwd[2],
+            "fwd_num_warps": fwd[3],
+            "bwd_BLOCK_M1": bwd[0], "bwd_BLOCK_N1": bwd[1], "bwd_BLOCK_M2": bwd[2],
+            "bwd_BLOCK_N2": bwd[3], "bwd_num_stages": bwd[4], "bwd_num_warps": bwd[5]}
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_kernel_options(qk_dim: int, v_dim: int, dtype: torch.dtype, device_index: int) -> dict:
+    return flex_kernel_options(qk_dim, v_dim, dtype, device_shared_memory(device_index))
+
+
 def _padded_width(d: int) -> int:
     """Value width with the sink column: the next power of two >= d + 1."""
     return 1 << d.bit_length()
@@ -116,8 +208,10 @@ def _as_3d(hidden: Tensor) -> Tensor:
 
 def flex_relu_attention(q: Tensor, k: Tensor, v: Tensor, hidden: Optional[Tensor] = None,
                         row_scale: Optional[Callable[[Tensor], Tensor]] = None,
-                        compiled: bool = True) -> Tensor:
-    """sum_j relu(q_i . k_j) v_j  (times ``row_scale(n_i)`` when given) per head.
+                        compiled: bool = True, score_fn: Optional[Callable[[Tensor], Tensor]] = None) -> Tensor:
+    """sum_j f(q_i . k_j) v_j  (times ``row_scale(n_i)`` when given) per head, f = ReLU or
+    ``score_fn``: element-wise, f >= 0 and f(s) = 0 for s <= 0 (an activation with the
+    ``rectified`` and ``exact_zeros`` traits; the log trick needs f >= 0).
 
     q: (B, H, T, d), already multiplied by 1/sqrt(d_h); k, v: (B, H, S, d);
     hidden: bool broadcastable to (B, H, T, S), True = the key may not be seen (padding,
@@ -137,7 +231,7 @@ def flex_relu_attention(q: Tensor, k: Tensor, v: Tensor, hidden: Optional[Tensor
     bsz, heads, tgt, d = q.shape
     src = k.size(2)
     if q.device.type == "cpu" and hidden is not None and hidden.size(2) > 1:
-        raise ValueError("flex_relu_attention: " + flex_relu_unavailable("cpu", False, q.dtype, True))
+        raise ValueError(f"flex_relu_attention: {flex_relu_unavailable('cpu', False, q.dtype, True)}")
     width = _padded_width(v.size(-1))
     # the sink: key 0 (score forced to 0 below) whose value is e_d; first, so that every
     # block of keys the kernel visits after it starts from a finite running maximum (with
@@ -168,12 +262,17 @@ def flex_relu_attention(q: Tensor, k: Tensor, v: Tensor, hidden: Optional[Tensor
             return hidden_ext[b, q_idx, kv_idx]
 
     def score_mod(score, b, h, q_idx, kv_idx):
+        if score_fn is not None:
+            score = score_fn(score)
         keep = (score > 0) & ~hidden_at(b, q_idx, kv_idx)
         s = torch.where(keep, torch.log(torch.clamp(score, min=LOG_FLOOR)), -float("inf"))
         return torch.where(kv_idx == sink, 0.0, s)
 
     fn = _compiled_flex() if compiled else _flex_module().flex_attention
-    o = fn(q, k_ext, v_ext, score_mod=score_mod, scale=1.0)
+    options = None
+    if q.device.type == "cuda":  # tiles that fit the device's shared memory (backward too)
+        options = _cuda_kernel_options(d, width, q.dtype, q.device.index or 0)
+    o = fn(q, k_ext, v_ext, score_mod=score_mod, scale=1.0, kernel_options=options)
     dv = v.size(-1)
     out = o[..., :dv].float() / o[..., dv:dv + 1].float()
     if row_scale is not None:

@@ -15,28 +15,20 @@ policy              what                                                        
                     pruned (output zero, their computation skipped)
 ==================  ==========================================================  ==============
 
-The pieces are small objects built once per attention module (:func:`build_head_policy`
-via :data:`HEAD_POLICY_REGISTRY`, the same idiom as activations, output norms and bias
-providers) and used by :func:`~.core.attend`.  :class:`HeadPlan` holds the active ones.
+The pieces are small objects built once per attention module and used by
+:func:`~.core.attend`.  :class:`HeadPlan` holds the active ones in three fixed slots
+(fixed, masked, rhe; every other head is learned): a new head policy is a change to
+:class:`HeadPlan` and :func:`~.core.attend`, not a registration.
 """
 
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
 
 from .fixed_patterns import PATTERN_UNITS, check_pattern_names, check_right_context_reading, pattern_weights
-from .registry import Registry
 from .rhe import RedundantHeadIdentifier
-
-HEAD_POLICY_REGISTRY = Registry("head policy")
-register_head_policy = HEAD_POLICY_REGISTRY.register
-head_policy_names = HEAD_POLICY_REGISTRY.names
-
-
-def build_head_policy(name: str, **kwargs):
-    return HEAD_POLICY_REGISTRY.get_or_raise(name)(**kwargs)
 
 
 def real_keys(key_padding: Optional[Tensor], bsz: int, src_len: int, device) -> Tensor:
@@ -46,15 +38,6 @@ def real_keys(key_padding: Optional[Tensor], bsz: int, src_len: int, device) -> 
     return ~key_padding.to(torch.bool)
 
 
-@register_head_policy("learned")
-@dataclass(frozen=True)
-class LearnedHeads:
-    """Every head's weights come from its scores (the default; nothing to do)."""
-
-    num_heads: int
-
-
-@register_head_policy("fixed_pattern")
 @dataclass(frozen=True)
 class FixedPatternHeads:
     """Heads 0..F-1 take the weights of ``patterns`` (over tokens or words; readings of
@@ -104,7 +87,6 @@ class FixedPatternHeads:
         return pattern_weights(self.patterns, ids, valid, self.right_context_reading, self.exclude_eos)
 
 
-@register_head_policy("masked")
 @dataclass(frozen=True)
 class MaskedHeads:
     """The output of heads ``heads`` (0-based) is zeroed."""
@@ -127,7 +109,6 @@ class MaskedHeads:
         return keep.view(1, self.num_heads, 1, 1)
 
 
-@register_head_policy("rhe")
 class RedundantHeads:
     """RHE: decide per sentence which heads are redundant (:mod:`.rhe`, Eq. 3, 9, 10)
     on their standard weights; those heads take the enhanced (biased) weights, or with
@@ -189,7 +170,3 @@ class HeadPlan:
     @property
     def all_learned(self) -> bool:
         return self.fixed is None and self.masked is None and self.rhe is None
-
-    def describe(self) -> Sequence[str]:
-        names = [p.registry_name for p in (self.fixed, self.masked, self.rhe) if p is not None]
-        return names or ["learned"]

@@ -33,17 +33,15 @@ masked or RHE heads, bias providers, ``bias_kv`` / zero attention, a forced back
 key-block path.
 """
 
-from typing import NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.modules import module as _module
 
-from .core import AttentionInputs, _scores, _value_mix, applies_dropout, attend
-
-#: activations whose long calls ``auto`` hands to ``query_block`` (CPU) or ``flex`` (CUDA)
-STREAMED_ACTIVATIONS = frozenset({"relu", "relu_scaled"})
+from .activations import AttentionActivation
+from .core import AttentionInputs, Dropout, _scores, _value_mix, applies_dropout, attend, streamed
 
 
 def static_reason(module) -> Optional[str]:
@@ -52,7 +50,7 @@ def static_reason(module) -> Optional[str]:
     module's cached plan when set (``SPEC_ATTRIBUTES``) or that are fixed at build time."""
     if module.backend != "auto":
         return f"backend forced to {module.backend!r}"
-    if module.activation_name == "softmax":
+    if module.activation.softmax:
         return "softmax (served by sdpa or stock fairseq)"
     if not module.heads.all_learned or module.heads.masked is not None or module.heads.rhe is not None:
         return "fixed-pattern, masked or RHE heads"
@@ -77,9 +75,9 @@ class InferencePlan(NamedTuple):
     k_proj: torch.nn.Module
     v_proj: torch.nn.Module
     out_proj: torch.nn.Module
-    activation: torch.nn.Module
+    activation: AttentionActivation
     output_norm: torch.nn.Module
-    dropout: torch.nn.Module
+    dropout: Dropout
     state_key: str  # fairseq's incremental-state key of the module's cache
     heads: int
     head_dim: int
@@ -87,7 +85,7 @@ class InferencePlan(NamedTuple):
     scaling: float
     self_attention: bool
     encoder_decoder_attention: bool
-    relu: bool  # plain ReLU: rectified in place on the fresh scores
+    rectify_: Optional[Callable[[Tensor], Tensor]]  # f in place on the fresh scores, or None
     streamed_min_keys: int  # calls over at least this many keys go to attend() (0 = never)
 
 
@@ -96,14 +94,19 @@ def build_plan(module) -> Optional[InferencePlan]:
     if static_reason(module) is not None:
         return None
     m = module
-    streamed = m.flex_min_keys if m.activation_name in STREAMED_ACTIVATIONS else 0
+    act = m.activation
+    # long calls of these activations: ``auto`` hands them to query_block (CPU) or flex (CUDA)
+    streamed_min_keys = m.flex_min_keys if streamed(act) else 0
+    # a rectified activation with exact zeros and no row factor: f(0) = 0, so the hidden
+    # scores are zeroed and f applied in place, the activation's own forward without a copy
+    inplace = act.rectified and act.exact_zeros and not act.row_scaled
     return InferencePlan(
         q_proj=m.q_proj, k_proj=m.k_proj, v_proj=m.v_proj, out_proj=m.out_proj,
         activation=m.activation, output_norm=m.output_norm, dropout=m.dropout_module,
         state_key=m._get_full_incremental_state_key("attn_state"), heads=m.num_heads,
         head_dim=m.head_dim, embed_dim=m.embed_dim, scaling=m.scaling,
         self_attention=m.self_attention, encoder_decoder_attention=m.encoder_decoder_attention,
-        relu=m.activation_name == "relu", streamed_min_keys=max(int(streamed), 0))
+        rectify_=act.fn_ if inplace else None, streamed_min_keys=max(int(streamed_min_keys), 0))
 
 
 def serves(plan: InferencePlan, before_softmax: bool, collect) -> bool:
@@ -118,7 +121,7 @@ def _linear(proj, x: Tensor) -> Tensor:
     if (type(proj) is torch.nn.Linear and not proj._forward_hooks and not proj._forward_pre_hooks
             and not _module._global_forward_hooks and not _module._global_forward_pre_hooks):
         params = proj._parameters
-        return F.linear(x, params["weight"], params["bias"])
+        return F.linear(x, params["weight"], params["bias"])  # type: ignore[arg-type]  # a Linear's weight
     return proj(x)
 
 
@@ -153,6 +156,8 @@ def inference_call(module, plan: InferencePlan, query: Tensor, key: Optional[Ten
         elif static_kv and "prev_key" in saved:
             key = None  # the encoder's keys and values are cached
 
+    k: Optional[Tensor]
+    v: Optional[Tensor]
     # (tgt, bsz, embed) -> (bsz * heads, tgt, d); one query (a decoding step): one view
     q = _linear(plan.q_proj, query).mul_(plan.scaling)
     q = q.view(bsz * heads, 1, d) if tgt_len == 1 else q.view(tgt_len, bsz * heads, d).transpose(0, 1)
@@ -187,8 +192,9 @@ def inference_call(module, plan: InferencePlan, query: Tensor, key: Optional[Ten
             if static_kv:
                 k, v = prev_key, prev_value
             else:
-                k = torch.cat([prev_key, k], dim=1)
-                v = torch.cat([prev_value, v], dim=1)
+                k = torch.cat([prev_key, k], dim=1)  # type: ignore[list-item]  # projected above
+                v = torch.cat([prev_value, v], dim=1)  # type: ignore[list-item]
+        assert k is not None and v is not None  # (no key input: the cache holds them)
         prev_pad = saved.get("prev_key_padding_mask")
         if prev_pad is not None or key_padding_mask is not None:
             key_padding_mask = module._append_prev_key_padding_mask(
@@ -200,6 +206,7 @@ def inference_call(module, plan: InferencePlan, query: Tensor, key: Optional[Ten
     if key_padding_mask is not None and key_padding_mask.dim() == 0:
         key_padding_mask = None
 
+    assert k is not None and v is not None
     src_len = v.size(1)
     hidden = None
     if attn_mask is not None or key_padding_mask is not None:
@@ -218,10 +225,10 @@ def inference_call(module, plan: InferencePlan, query: Tensor, key: Optional[Ten
             scores = torch.bmm(q, k.transpose(1, 2)).view(bsz, heads, tgt_len, src_len).float()
         else:
             scores = _scores(q.view(bsz, heads, tgt_len, d), k.view(kv_bsz, heads, src_len, d), groups)
-        if plan.relu:  # ReLU.forward, in place on the fresh scores: the same numbers
+        if plan.rectify_ is not None:  # Rectified.forward, in place on the fresh scores
             if hidden is not None:
                 scores.masked_fill_(hidden, 0.0)
-            weights = scores.relu_()
+            weights = plan.rectify_(scores)
         else:
             weights = plan.activation(scores, hidden)
         probs = weights.type_as(v)

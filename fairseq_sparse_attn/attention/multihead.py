@@ -28,26 +28,30 @@ With ``activation="softmax"``, ``output_norm="none"`` and learned heads only the
 *is* stock fairseq: it delegates to :class:`fairseq.modules.MultiheadAttention`
 (including its fused fast path) unless per-head weights are asked for (the fused path
 averages them), an analysis collects weights, or a backend is forced
-(``backend``/``force_pipeline``).  See docs/architecture.md.
+(``backend = "materialized"``).  See docs/architecture.md.
 """
 
 import dataclasses
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple, cast
 
 import torch
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
+from ..options import plugin_options
+from . import mask_cache
 from .activations import build_activation
-from .biases import build_bias
+from .biases import BiasProvider, build_bias
 from .core import AttendSpec, AttentionInputs, _scores, attend, backend_names, is_stock
-from .options import ATTN_INITS
 from .heads import FixedPatternHeads, HeadPlan, MaskedHeads, RedundantHeads
 from .inference_call import InferencePlan, build_plan, hiding_mask_only, inference_call, serves
 from .intermediates import deliver, wanted
-from ..options import plugin_options
 from .output_norms import build_output_norm
 from .rhe import RedundantHeadIdentifier
+
+# q/k/v initialisation: fairseq's MultiheadAttention.reset_parameters, or ReLA's official
+# code (bzhangGo/zero); see SparseMultiheadAttention.apply_rela_official_init, docs/rela.md
+ATTN_INITS = ("fairseq", "rela_official")
 
 # Additive float masks use -inf (decoder future mask) or -1e8/-1e4 (fairseq's encoder
 # conversion of boolean masks).  Anything at or below this is "not visible".
@@ -79,6 +83,8 @@ class SparseMultiheadAttention(MultiheadAttention):
         prune_skip_in_training: skip the pruned heads' computation in training too
         layer_index: 0-based layer (names the logged redundant fraction)
     """
+
+    biases: torch.nn.ModuleDict  # bias providers by name (set in _build_biases)
 
     def __init__(
         self,
@@ -130,7 +136,7 @@ class SparseMultiheadAttention(MultiheadAttention):
         self.fixed_pattern_unit = fixed_pattern_unit
         self.right_context_reading = fixed.right_context_reading
         self.fixed_patterns_exclude_eos = fixed.exclude_eos
-        fixed = fixed if fixed.patterns else None
+        fixed_heads = fixed if fixed.patterns else None
         self.num_fixed_heads = len(self.fixed_patterns)
         self.num_learned_heads = num_heads - self.num_fixed_heads
         if self.num_fixed_heads:
@@ -142,7 +148,7 @@ class SparseMultiheadAttention(MultiheadAttention):
         self.activation_name = activation
         self.output_norm_name = output_norm
         self.kind = kind
-        self.heads = HeadPlan(num_heads, fixed=fixed, masked=masked,
+        self.heads = HeadPlan(num_heads, fixed=fixed_heads, masked=masked,
                               rhe=(RedundantHeads(self.rhe, prune_skip_in_training)
                                    if self.rhe is not None else None))
         # "auto" or a backend name of attention/core.py (--attn-backend)
@@ -155,7 +161,6 @@ class SparseMultiheadAttention(MultiheadAttention):
         self.key_block_size = int(opts.attn_key_block_size or 0)
         # > 0: in "auto", the fused flex backend serves calls with at least this many keys
         self.flex_min_keys = int(opts.attn_flex_min_keys or 0)
-        self._mask_cache: Dict[str, tuple] = {}
         init = opts.attn_init
         if init not in ATTN_INITS:
             raise ValueError(f"--attn-init must be one of {', '.join(ATTN_INITS)}, got {init!r}")
@@ -202,15 +207,6 @@ class SparseMultiheadAttention(MultiheadAttention):
         masked = MaskedHeads(tuple(heads), self.num_heads) if heads else None
         self.heads = dataclasses.replace(self.heads, masked=masked)
 
-    @property
-    def force_pipeline(self) -> bool:
-        """True = never delegate to stock fairseq; run the materialized backend."""
-        return self.backend == "materialized"
-
-    @force_pipeline.setter
-    def force_pipeline(self, value: bool):
-        self.backend = "materialized" if value else "auto"
-
     def spec(self) -> AttendSpec:
         """What :func:`~.core.attend` needs from this module (no copy of parameters; the
         dropout module's ``p`` and ``training`` are read at each call)."""
@@ -229,7 +225,7 @@ class SparseMultiheadAttention(MultiheadAttention):
     def _build_biases(self, biases, rhe, rhe_gate, prune, layer_index, options):
         self.layer_index = layer_index
         self.biases = torch.nn.ModuleDict(
-            (name, build_bias(name, self.num_heads, self.head_dim, options)) for name in biases)
+            {name: build_bias(name, self.num_heads, self.head_dim, options) for name in biases})
         if prune and not rhe:
             raise ValueError("pruning redundant heads needs redundant head identification (--rhe)")
         name = None if layer_index is None else f"l{layer_index}"
@@ -239,7 +235,7 @@ class SparseMultiheadAttention(MultiheadAttention):
                 or self.add_zero_attn):
             raise ValueError("attention biases and RHE are for (encoder) self-attention without "
                              "fixed-pattern heads, bias_kv or zero attention")
-        needs = {n for provider in self.biases.values() for n in provider.needs}
+        needs = {n for provider in self.biases.values() for n in cast(BiasProvider, provider).needs}
         if self.rhe is not None:
             needs.add("src_dep")
         self.source_needs = tuple(sorted(needs))
@@ -325,7 +321,7 @@ class SparseMultiheadAttention(MultiheadAttention):
                     key_padding_mask = key_padding_mask.view(
                         -1, beam_size, key_padding_mask.size(1)
                     )[:, 0, :]
-            k = self.k_proj(key)
+            k = self.k_proj(key)  # type: ignore[misc]  # only fixed-pattern self-attention has none
             v = self.v_proj(key if self.encoder_decoder_attention else value)
         if q is not None:
             q = q * self.scaling
@@ -351,7 +347,7 @@ class SparseMultiheadAttention(MultiheadAttention):
                 prev_key = saved_state["prev_key"]
                 kv_bsz = prev_key.size(0)
                 prev_key = prev_key.view(kv_bsz * qk_heads, -1, self.head_dim)
-                k = prev_key if static_kv else torch.cat([prev_key, k], dim=1)
+                k = prev_key if static_kv else torch.cat([prev_key, k], dim=1)  # type: ignore[list-item]
             if "prev_value" in saved_state:
                 prev_value = saved_state["prev_value"].view(
                     kv_bsz * self.num_heads, -1, self.head_dim
@@ -380,22 +376,13 @@ class SparseMultiheadAttention(MultiheadAttention):
 
     # ------------------------------------------------------------------ masks
     def _cached(self, slot: str, tensor: Tensor, extra, compute):
-        """``compute(tensor)``, remembered for the last tensor seen in ``slot``.
+        """``compute(tensor)``, remembered for that tensor (unmodified) in ``slot``.
 
         fairseq hands the same masks again and again (the cached future mask, sliced
-        each step; the encoder padding mask at every decoding step).  The key is the
-        storage, layout and version counter; the cache keeps a reference to the tensor so
-        that an equal key means that same, unmodified tensor, never a new one that
-        reuses a freed address.
-        """
-        key = (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device,
-               getattr(tensor, "_version", None), extra)
-        cached = self._mask_cache.get(slot)
-        if cached is not None and cached[0] == key:
-            return cached[2]
-        value = compute(tensor)
-        self._mask_cache[slot] = (key, tensor, value)
-        return value
+        each step; the encoder padding mask to every layer and at every decoding step):
+        the derived masks are shared by all modules (:mod:`.mask_cache`), computed once
+        per mask, not once per module."""
+        return mask_cache.cached(slot, (tensor,), extra, compute)
 
     @staticmethod
     def _split_attn_mask(attn_mask: Tensor) -> Tuple[Optional[Tensor], Tensor]:
@@ -431,7 +418,8 @@ class SparseMultiheadAttention(MultiheadAttention):
 
             pad = self._cached("key_padding", key_padding_mask, bsz, expand)
             if pad is not None:
-                mask = pad if mask is None else (mask | pad)
+                # decoder self-attention: causal | padding, once for all layers
+                mask = pad if mask is None else mask_cache.cached("hidden", (mask, pad), None, torch.bitwise_or)
         return bias, mask
 
     # ------------------------------------------------------------------ forward
@@ -491,21 +479,19 @@ class SparseMultiheadAttention(MultiheadAttention):
         v4 = v.view(kv_bsz, heads, src_len, d)
 
         if before_softmax:
-            scores = _scores(q4, k4, bsz // kv_bsz)
+            scores = _scores(q4, k4, bsz // kv_bsz)  # type: ignore[arg-type]  # no fixed heads here
             if bias is not None:
                 scores = scores + bias
             if mask is not None:
                 scores = scores.masked_fill(mask, float("-inf"))
             return scores.view(bsz * heads, tgt_len, src_len).type_as(q), v
 
-        if self.backend == "flex":
-            # forced fused kernel: no weights unless an analysis collector asks for them
-            # (then the forced backend's error says why); fairseq's own requests (the
-            # alignment layer's need_head_weights, need_weights by default) get None
-            pass
-        elif need_head_weights or (need_weights and not self.key_block_size):
-            # with --attn-key-block-size, head-averaged weights are returned only when the
-            # call ran materialized (as before: the key-block path returns none)
+        # a forced fused kernel (flex) returns no weights unless an analysis collector asks
+        # for them (then the forced backend's error says why): fairseq's own requests (the
+        # alignment layer's need_head_weights, need_weights by default) get None.  With
+        # --attn-key-block-size, head-averaged weights are returned only when the call ran
+        # materialized (the key-block path returns none)
+        if self.backend != "flex" and (need_head_weights or (need_weights and not self.key_block_size)):
             collect = collect | {"weights"}
         if attn_inputs is None:  # the usual call (decoder, cross-attention): no copy of defaults
             inputs = AttentionInputs(hidden=mask, score_bias=bias, key_padding=key_padding_mask,

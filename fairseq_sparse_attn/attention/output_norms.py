@@ -20,6 +20,7 @@ safe: eps = 1e-8 underflows in fp16) and the result is cast back.
 """
 
 import math
+from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -48,8 +49,10 @@ def uniform_unit_scaling_(tensor: torch.Tensor, fan: int) -> torch.Tensor:
 
 
 def _compute_dtype(z: torch.Tensor) -> torch.dtype:
-    """float32 for float32/fp16/bf16 inputs, float64 stays float64 (gradcheck)."""
-    return torch.promote_types(z.dtype, torch.float32)
+    """float32 for float32/fp16/bf16 inputs, float64 stays float64 (gradcheck).  A
+    comparison, not ``torch.promote_types`` (that is a dispatched aten op: one more per
+    call in the op count of tests/unit/test_op_count.py)."""
+    return torch.float64 if z.dtype == torch.float64 else torch.float32
 
 
 def _as(t, dtype):
@@ -58,21 +61,44 @@ def _as(t, dtype):
     return t if t is None or t.dtype == dtype else t.to(dtype)
 
 
-def _rms_norm_forward(z, eps, weight, gate_weight):
-    """(out, r, s): r = 1/RMS(z), s = sigmoid(w*z) or None, out = z*r*g*s; everything in
-    the compute dtype, with three new tensors (z², reused for s; r; out): in a decoding
-    step every new tensor and every op on a tiny tensor costs microseconds."""
+def _rms_norm_forward(z, eps, weight, gate_weight, keep_y=False):
+    """(out, r, s, y): r = 1/RMS(z), s = sigmoid(w*z) or None, y = z*r*g, out = y*s;
+    everything in the compute dtype, with three new tensors (z², reused for s; r; out): in
+    a decoding step every new tensor and every op on a tiny tensor costs microseconds.
+    ``keep_y`` (training, with the gate): out = y*s is a new tensor and y is returned for
+    the backward (which then does not recompute it: two ops fewer per call), else the
+    gate multiplies y in place and y is None.  (Without the gate y is the output: saving
+    an output costs a ``detach``, recomputing it two ops, so it is recomputed.)"""
     sq = z.square()
     # sum then divide: the same numbers as mean(), which costs ~2 us more per call on CPU
     r = sq.sum(dim=-1, keepdim=True).div_(z.size(-1)).add_(eps).rsqrt_()
     out = z * r
     if weight is not None:
         out.mul_(weight)
+    y = None
     s = None
     if gate_weight is not None:
         s = torch.mul(z, gate_weight, out=sq).sigmoid_()
-        out.mul_(s)
-    return out, r, s
+        if keep_y:
+            y, out = out, out * s
+        else:
+            out.mul_(s)
+    return out, r, s, y
+
+
+#: fp16/bf16 inputs only: in the backward, the normalization's part of the gradient of a
+#: row whose RMS(z) is below this floor is scaled by RMS(z) / floor (docs/rela.md, "fp16
+#: and bf16").  float32/float64 inputs get the exact gradient.
+HALF_BACKWARD_RMS_FLOOR = 1e-2
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def half_backward_scale(r: torch.Tensor, floor: Optional[float] = None) -> torch.Tensor:
+    """min(1, RMS(z) / floor) per row, from r = 1 / RMS(z): 1 for rows at or above the
+    floor, smaller for near-null rows (z = 0 exactly: RMS = sqrt(eps)).  ``floor``
+    defaults to :data:`HALF_BACKWARD_RMS_FLOOR` as it is at the call."""
+    floor = HALF_BACKWARD_RMS_FLOOR if floor is None else floor
+    return (r * floor).reciprocal_().clamp_(max=1.0)
 
 
 class _RMSNormFunction(torch.autograd.Function):
@@ -82,23 +108,29 @@ class _RMSNormFunction(torch.autograd.Function):
     ~6x / ~11x a LayerNorm's forward+backward at the demo's shapes (broadcast multiplies
     and their reductions).  This backward does the same algebra with three full-size
     temporaries (each new full-size tensor is a pass over memory that is not in cache,
-    and on CPU the dominant cost; the in-place updates reuse them):
+    and on CPU the dominant cost; the in-place updates reuse them) and y kept from the
+    forward when there is a gate (one more saved tensor):
 
         r = 1 / RMS(z),  y = z r g,  s = sigmoid(w z)    (s = 1 without the gate)
         gy = o s                                         (o: incoming gradient)
         t = gy y,  proj = mean(t) over the features
         grad_g = sum over rows of (gy r) z
-        grad_z = (gy r) g - z r^2 proj  [+ ga w]         (derivative of z r g)
+        grad_z = c ((gy r) g - z r^2 proj)  [+ ga w]     (derivative of z r g)
         ga = t (1 - s)                                   (gate pre-activation)
         grad_w = sum over rows of ga z
+
+    c = 1 for float32/float64 inputs (the exact gradient); for fp16/bf16 inputs c =
+    :func:`half_backward_scale` (min(1, RMS(z) / HALF_BACKWARD_RMS_FLOOR)): the
+    normalization's gradient grows as 1/RMS(z) for near-null rows, which in fp16 overflows
+    and makes the loss scaler collapse (docs/rela.md, "fp16 and bf16").
     """
 
     @staticmethod
     def forward(ctx, z, weight, gate_weight, eps):
         dtype = _compute_dtype(z)
         z32, w32, gw32 = _as(z, dtype), _as(weight, dtype), _as(gate_weight, dtype)
-        out, r, s = _rms_norm_forward(z32, eps, w32, gw32)
-        ctx.save_for_backward(z32, r, w32, gw32, s)
+        out, r, s, y = _rms_norm_forward(z32, eps, w32, gw32, keep_y=True)
+        ctx.save_for_backward(z32, r, w32, gw32, s, y)
         ctx.in_dtype = z.dtype
         ctx.param_dtypes = (None if weight is None else weight.dtype,
                             None if gate_weight is None else gate_weight.dtype)
@@ -107,17 +139,20 @@ class _RMSNormFunction(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, o):
-        z, r, w, gw, s = ctx.saved_tensors
+        z, r, w, gw, s, y = ctx.saved_tensors
         o = _as(o, z.dtype)
         lead = tuple(range(z.dim() - 1))
         need_z, need_w = ctx.needs_input_grad[0], w is not None and ctx.needs_input_grad[1]
         need_gw = s is not None and ctx.needs_input_grad[2]
         # gy = o s: a new tensor, updated in place below (o itself is never modified)
         gy = o * s if s is not None else o
-        y = z * r
-        if w is not None:
-            y.mul_(w)
-        t = y.mul_(gy)  # gy y, in y's storage
+        if y is None:  # no gate: y = z r g recomputed (the same ops as the forward's)
+            y = z * r
+            if w is not None:
+                y.mul_(w)
+            t = y.mul_(gy)
+        else:
+            t = y * gy  # a new tensor: y is saved (a second backward must find it intact)
         proj = t.mean(dim=-1, keepdim=True) if need_z else None
         ga = t.addcmul_(t, s, value=-1.0) if s is not None else None  # t (1 - s) = o y s (1 - s)
         u = gy.mul_(r) if s is not None else o * r  # gy r
@@ -127,19 +162,21 @@ class _RMSNormFunction(torch.autograd.Function):
             scratch = torch.mul(u, z)
             grad_w = _as(scratch.sum(dim=lead), ctx.param_dtypes[0])
         if need_gw:
-            scratch = torch.mul(ga, z, out=scratch) if scratch is not None else ga * z
+            scratch = torch.mul(ga, z, out=scratch) if scratch is not None else ga * z  # type: ignore[arg-type]
             grad_gw = _as(scratch.sum(dim=lead), ctx.param_dtypes[1])
         if need_z:
             grad_z = u.mul_(w) if w is not None else u
             grad_z.addcmul_(z, r.square().mul_(proj), value=-1.0)
+            if ctx.in_dtype in _HALF:
+                grad_z.mul_(half_backward_scale(r))
             if ga is not None:
                 grad_z.addcmul_(ga, gw)
             grad_z = _as(grad_z, ctx.in_dtype)
         return grad_z, grad_w, grad_gw, None
 
 
-def rms_normalize(z: torch.Tensor, eps: float, weight: torch.Tensor = None,
-                  gate_weight: torch.Tensor = None) -> torch.Tensor:
+def rms_normalize(z: torch.Tensor, eps: float, weight: Optional[torch.Tensor] = None,
+                  gate_weight: Optional[torch.Tensor] = None) -> torch.Tensor:
     """z / sqrt(mean(z^2) + eps) * weight [* sigmoid(gate_weight * z)] over the last
     dimension, computed in float32 (float64 stays float64), returned in z's dtype."""
     if torch.is_grad_enabled() and (z.requires_grad or (weight is not None and weight.requires_grad)

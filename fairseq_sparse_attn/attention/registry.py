@@ -9,16 +9,18 @@ the class gets ``registry_name``, and :meth:`Registry.get` names the valid value
 name is unknown.
 """
 
-from typing import Callable, List
+from typing import Callable, List, Optional, TypeVar
+
+T = TypeVar("T")
 
 
 class Registry(dict):
-    def __init__(self, what: str, unknown: str = None):
+    def __init__(self, what: str, unknown: Optional[str] = None):
         super().__init__()
         self.what = what  # "attention activation": used in error messages
         self.unknown = unknown or what
 
-    def register(self, name: str) -> Callable:
+    def register(self, name: str) -> Callable[[T], T]:
         def wrap(cls):
             if name in self:
                 raise ValueError(f"{self.what} {name!r} registered twice")

@@ -19,7 +19,6 @@ from typing import Optional, Union
 
 import torch
 import torch.nn as nn
-from fairseq.logging import metrics
 from torch import Tensor
 
 GATE_DYNAMIC = "dynamic"
@@ -96,6 +95,8 @@ class RedundantHeadIdentifier(nn.Module):
 def log_redundant_fractions(records) -> None:
     """Log ``rhe_redundant_<name>`` for every (module, intermediates) record of a
     forward that carries RHE decisions (see :mod:`.intermediates`)."""
+    from fairseq.logging import metrics  # here: the rest of the module needs torch only
+
     for module, inter in records:
         identifier = getattr(module, "rhe", None)
         if inter.redundant is None or identifier is None or identifier.name is None:

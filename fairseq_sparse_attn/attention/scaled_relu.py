@@ -23,14 +23,9 @@ from typing import Optional
 
 import torch
 
-from .activations import ReLU, _opt, register_activation
+from .activations import ReLU, _opt, register_activation, visible_key_counts
 
-
-def visible_key_counts(scores: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
-    """n_i for every query row, shape broadcastable to ``scores`` with a last dim of 1."""
-    if mask is None:
-        return scores.new_full((1, 1, 1, 1), float(scores.size(-1)))
-    return (~mask).sum(dim=-1, keepdim=True).to(scores.dtype)
+__all__ = ["ScaledReLU", "row_sums", "visible_key_counts"]
 
 
 def row_sums(weights):
@@ -46,13 +41,14 @@ def row_sums(weights):
 class ScaledReLU(ReLU):
     """ReLA's ``relu`` (masking included) times the per-row factor."""
 
+    row_scaled = True
     #: attend() returns its row sums when a caller collects "row_sums"
     reports_row_sums = True
 
     def __init__(self, num_heads, options=None):
         super().__init__(num_heads, options)
-        self.gamma = float(_opt(options, "relu_scale_gamma", 1.0))
-        self.length_scale = not bool(_opt(options, "relu_no_length_scale", False))
+        self.gamma = float(_opt(options, "relu_scale_gamma"))
+        self.length_scale = not bool(_opt(options, "relu_no_length_scale"))
         if self.gamma <= 0:
             raise ValueError(f"--relu-scale-gamma must be > 0, got {self.gamma}")
 
@@ -63,7 +59,7 @@ class ScaledReLU(ReLU):
         return 1.0 / (self.gamma * torch.sqrt(n.clamp(min=1) / 2))
 
     def forward(self, scores, mask: Optional[torch.Tensor]):
-        weights = super().forward(scores, mask)
+        weights = self.rectified_weights(scores, mask)
         n = visible_key_counts(scores, mask)
         if self.length_scale:
             weights = weights * self.row_scale(n)

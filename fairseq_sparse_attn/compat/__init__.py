@@ -1,6 +1,7 @@
 """fairseq / torch fixes, one module per patch.  Installed when the plugin is imported
-(``--user-dir fairseq_sparse_attn`` or ``import fairseq_sparse_attn``); ``install()`` logs
-one INFO line naming the active patches.
+(``--user-dir``, the ``fsa-*`` commands or ``import fairseq_sparse_attn.plugin``);
+``install()`` logs one line naming the active patches, at DEBUG unless verbose
+(``fsa-* -v`` or ``FSA_VERBOSE=1``).
 
 =======================  =========  ==================================================
 patch                    behaviour  what it does
@@ -29,6 +30,13 @@ checkpoint_record        yes        checkpoints record their dictionaries (sha25
 clean_exit               no         fairseq's batch-prefetch threads are stopped at
                                     exit (no SIGABRT after a run cut by
                                     ``--max-update`` / ``--max-valid-steps``)
+checkpoint_overrides     no         plugin options given at load time (``--mask-encoder-
+                                    heads``, ``--model-overrides``) refused for a
+                                    checkpoint of a stock fairseq model
+no_crash_dump            no         no ``crash.pt`` when a training step fails on bad
+                                    input (a UsageError), only on real crashes
+pin_memory               no         fairseq's data loaders pin memory only when CUDA
+                                    is available (no torch UserWarning on CPU)
 =======================  =========  ==================================================
 
 ``FSA_COMPAT_OFF`` turns patches off for a process: ``FSA_COMPAT_OFF=behaviour`` (or
@@ -43,6 +51,7 @@ import os
 from . import (  # noqa: F401  (the patch modules)
     batching,
     checkpoint_loading,
+    checkpoint_overrides,
     checkpoint_record,
     clean_exit,
     cpu_distributed,
@@ -50,10 +59,13 @@ from . import (  # noqa: F401  (the patch modules)
     data_checks,
     divergence_guard,
     exact_resume,
+    no_crash_dump,
+    pin_memory,
     quiet_logs,
     resume_config_check,
     save_dir_lock,
 )
+
 # names that tests, scripts and users import from ``fairseq_sparse_attn.compat``
 from .batching import _complete_batches, install_batching_fix  # noqa: F401
 from .checkpoint_loading import install_checkpoint_loading_fix  # noqa: F401
@@ -83,8 +95,12 @@ PATCHES = {
     "resume_config_check": resume_config_check,
     "checkpoint_record": checkpoint_record,
     "clean_exit": clean_exit,
+    "no_crash_dump": no_crash_dump,
+    "checkpoint_overrides": checkpoint_overrides,
+    "pin_memory": pin_memory,
 }
 SWITCH = "FSA_COMPAT_OFF"
+VERBOSE = "FSA_VERBOSE"
 
 _ACTIVE = None
 
@@ -105,6 +121,12 @@ def patches_off(env=None):
     return off
 
 
+def verbose(env=None) -> bool:
+    """Whether the plugin logs its start-up lines at INFO: ``FSA_VERBOSE=1`` (set by the
+    ``fsa-*`` commands' ``-v`` / ``--verbose``)."""
+    return (os.environ if env is None else env).get(VERBOSE, "") not in ("", "0")
+
+
 def install():
     """Install every patch not turned off by ``$FSA_COMPAT_OFF``.  Idempotent: the set is
     fixed by the first call in a process."""
@@ -118,8 +140,9 @@ def install():
             module.install()
             active.append(name)
     _ACTIVE = active
-    logger.info("fairseq_sparse_attn compat patches: %s%s", ", ".join(active),
-                f" ({SWITCH} leaves out: {', '.join(sorted(off))})" if off else "")
+    logger.log(logging.INFO if verbose() else logging.DEBUG,
+               "fairseq_sparse_attn compat patches: %s%s", ", ".join(active),
+               f" ({SWITCH} leaves out: {', '.join(sorted(off))})" if off else "")
     return list(active)
 
 

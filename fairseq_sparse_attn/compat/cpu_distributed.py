@@ -130,7 +130,6 @@ def cpu_launcher_world(env=None, distributed_port=-1):
 
 
 def _runs_on_cpu(cfg) -> bool:
-    import torch
 
     return not cfg.common.tpu and (cfg.common.cpu or not torch.cuda.is_available())
 
@@ -139,7 +138,6 @@ def configure_cpu_distributed(cfg, env=None):
     """Fill ``cfg.distributed_training`` for a multi-process CPU run (see 5. above).
     Leaves a single-process run untouched; raises DistributedSetupError for a world
     that cannot be formed."""
-    import torch
 
     dt = cfg.distributed_training
     # fairseq's default is max(1, GPUs): 1 on CPU, the GPU count with --cpu on a GPU machine

@@ -41,8 +41,8 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 from fairseq.logging import metrics
 
 from ..attention.intermediates import collect
-from ..attention.options import ATTENTION_KINDS
 from ..attention.scaled_relu import row_sums  # noqa: F401  (re-exported: used to live here)
+from ..options import ATTENTION_KINDS
 
 
 @dataclass

@@ -22,26 +22,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from ..errors import UsageError
+
 DOC_MARK = "<d>"
 
 
-class DocumentFormatError(ValueError):
-    pass
-
-
-def _open_text(path: Path):
-    path = Path(path)
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
+class DocumentFormatError(UsageError):
+    """A document-marked corpus that does not line up; the message names file and line."""
 
 
 def read_lines(path) -> List[str]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: file not found")
-    with _open_text(path) as f:
-        return [line.rstrip("\n") for line in f]
+    lines = []
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        for raw in f:  # binary: lines end at \n only (a lone CR stays inside its line)
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DocumentFormatError(f"{path}:{len(lines) + 1}: not valid UTF-8 "
+                                          f"({e.reason} at byte {e.start})") from None
+            lines.append(line.rstrip("\n").rstrip("\r"))
+    return lines
 
 
 @dataclass

@@ -20,10 +20,16 @@ import numpy as np
 import torch
 from fairseq.data import BaseWrapperDataset
 
-from ..syntax.readers import (ParseFormatError, first_difference, leaf_matches, parse_dep_line,
-                              parse_ptb, ptb_unescape)
-from ..syntax.structure import (NO_PHRASE, AlignmentError, align_pieces, check_rule2,
-                                dependency_matrix, local_phrases, phrase_rp_matrix)
+from ..syntax.readers import ParseFormatError, first_difference, leaf_matches, parse_dep_line, parse_ptb, ptb_unescape
+from ..syntax.structure import (
+    NO_PHRASE,
+    AlignmentError,
+    align_pieces,
+    check_rule2,
+    dependency_matrix,
+    local_phrases,
+    phrase_rp_matrix,
+)
 
 FEATURES = ("dep", "rp")
 

@@ -10,15 +10,7 @@ from fairseq.models.transformer.transformer_legacy import (
     transformer_iwslt_de_en,
 )
 
-from ..options import OPTION_FIELDS, fill_defaults
-
-# Encoder head options (Raganato et al. 2020) as PluginOptions defines them (old name)
-HEAD_DEFAULTS = {name: OPTION_FIELDS[name].default for name in (
-    "encoder_fixed_patterns", "encoder_fixed_pattern_unit", "encoder_right_context_reading",
-    "encoder_fixed_patterns_exclude_eos", "encoder_subword_style", "encoder_masked_heads")}
-
-# old helper names: every plugin option default comes from fairseq_sparse_attn.options
-fill_head_defaults = fill_attention_defaults = fill_bias_defaults = fill_defaults
+from ..options import fill_defaults
 
 MODEL = "sparse_transformer"
 

@@ -20,26 +20,9 @@ from typing import FrozenSet, Optional
 
 from ..attention.biases import BIAS_REGISTRY
 from ..attention.rhe import parse_gate
-from ..options import OPTION_FIELDS, add_plugin_args, fill_defaults, plugin_options
+from ..options import plugin_options
 
 SYNTAX_ATTENTIONS = ("none", "dea", "lpea")
-
-# the bias/RHE group's preset defaults (from fairseq_sparse_attn.options.PluginOptions)
-BIAS_DEFAULTS = {name: OPTION_FIELDS[name].default for name in (
-    "encoder_syntax_attention", "lpea_max_distance", "encoder_rel_pos_k", "encoder_rel_pos_values",
-    "encoder_localness", "encoder_bias_layers", "rhe", "rhe_gate", "prune_redundant_heads",
-    "prune_skip_in_training")}
-
-
-def fill_bias_defaults(args, **overrides):
-    """Architecture helper (kept for old imports): :func:`fairseq_sparse_attn.options.fill_defaults`;
-    ``rhe_layers`` stays unset (= the bias layers)."""
-    fill_defaults(args, **overrides)
-
-
-def add_encoder_bias_args(parser):
-    """The bias/RHE flags (a subset of :func:`fairseq_sparse_attn.options.add_plugin_args`)."""
-    add_plugin_args(parser, groups=("biases",))
 
 
 def parse_layer_list(value, num_layers: int, flag: str) -> FrozenSet[int]:
@@ -79,7 +62,7 @@ def encoder_bias_options(cfg, layer_index: Optional[int]) -> dict:
         provider.check_options(opts)
     names = [name for name, provider in BIAS_REGISTRY.items() if provider.selected(opts)]
 
-    num_layers = int(getattr(cfg, "encoder_layers"))
+    num_layers = int(cfg.encoder_layers)
     bias_layers = parse_layer_list(opts.encoder_bias_layers, num_layers, "--encoder-bias-layers")
     rhe = bool(opts.rhe)
     rhe_spec = opts.rhe_layers

@@ -20,10 +20,9 @@ from fairseq.modules.transformer_layer import (
     TransformerEncoderLayerBase,
 )
 
-from ..attention import SparseMultiheadAttention, attention_spec
+from ..attention import SparseMultiheadAttention
+from ..attention.biases import check_source_annotations
 from ..attention.core import AttentionInputs
-from ..attention.intermediates import collect
-from ..attention.rhe import log_redundant_fractions
 from ..attention.fixed_patterns import (
     last_positions,
     parse_head_list,
@@ -32,24 +31,25 @@ from ..attention.fixed_patterns import (
     source_word_ids,
     word_start_table,
 )
-from ..attention.biases import check_source_annotations
+from ..attention.intermediates import collect
+from ..attention.rhe import log_redundant_fractions
 from ..options import add_plugin_args, plugin_options
+from ..validation import validate_model_args
 from .checkpointing import checkpoint_layer
 from .encoder_biases import encoder_bias_options
 from .ffn import FFNActivation, LinearLayerNorm
-from ..validation import validate_model_args
 
 
 def build_attention(kind, embed_dim, num_heads, cfg, layer, **kwargs):
-    spec = attention_spec(cfg, kind)
+    activation, output_norm = plugin_options(cfg).attention_kind(kind)
     return SparseMultiheadAttention(
         embed_dim,
         num_heads,
         dropout=cfg.attention_dropout,
         q_noise=layer.quant_noise,
         qn_block_size=layer.quant_noise_block_size,
-        activation=spec.activation,
-        output_norm=spec.output_norm,
+        activation=activation,
+        output_norm=output_norm,
         options=cfg,
         kind=kind,
         **kwargs,
@@ -344,9 +344,3 @@ class SparseTransformerModel(TransformerModel):
     def attention_modules(self):
         """All :class:`SparseMultiheadAttention` modules, in registration order."""
         return [m for m in self.modules() if isinstance(m, SparseMultiheadAttention)]
-
-
-def add_fixed_pattern_args(parser):
-    """Fixed encoder self-attention patterns (Raganato et al. 2020) and head masking flags
-    (a subset of :func:`fairseq_sparse_attn.options.add_plugin_args`; kept for old imports)."""
-    add_plugin_args(parser, groups=("heads",))

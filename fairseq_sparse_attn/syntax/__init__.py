@@ -5,6 +5,7 @@ and the word -> BPE-token matrices (``src_dep``, ``src_rp``) of
 Importing this package does not import spaCy or benepar (:mod:`.parsing` does, lazily).
 """
 
+from .readers import ParseFormatError, Tree, parse_ptb  # noqa: F401
 from .structure import (  # noqa: F401
     NO_PHRASE,
     AlignmentError,
@@ -16,4 +17,3 @@ from .structure import (  # noqa: F401
     sentence_structure,
     tree_from_dependencies,
 )
-from .readers import ParseFormatError, Tree, parse_ptb  # noqa: F401

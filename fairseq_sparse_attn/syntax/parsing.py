@@ -96,7 +96,7 @@ def make_doc(vocab, tokens: Sequence[str]):
 
 
 def _tree_of(doc) -> str:
-    from .readers import parse_ptb, Tree
+    from .readers import Tree, parse_ptb
 
     if len(doc) == 0:
         return "()"

@@ -4,7 +4,8 @@ fairseq computed it, ``--eval-bleu``) against updates, read from ``fairseq-train
     python -m fairseq_sparse_attn.tools.learning_curves --out OUT/curves \\
         softmax=OUT/softmax/train.log rela_g=OUT/rela_g/train.log
 
-writes ``OUT/curves.csv`` (one row per variant and validation), ``OUT/curves.json`` (the
+writes ``OUT/curves.csv`` (one row per variant and validation; the ``valid_bleu`` column only
+when a log has validation BLEU, i.e. the run trained with ``--eval-bleu``), ``OUT/curves.json`` (the
 same points per variant, with provenance) and ``OUT/curves.png``.  The logs are fairseq's
 ``simple`` or ``tqdm``/``none`` format (``--log-format simple``); a validation line looks like
 ``... | valid | epoch 001 | valid on 'valid' subset | loss 7.1 | nll_loss 6.5 | ... |
@@ -65,6 +66,14 @@ def read_runs(named_logs, subset="valid", skip_empty=False):
     return runs
 
 
+def csv_columns(runs):
+    """The CSV's columns of :data:`COLUMNS`: ``bleu`` only when some validation logged it
+    (fairseq-train ``--eval-bleu``); an empty column would read as "BLEU was not computed
+    yet".  A run or a validation without BLEU among others with it leaves its cell empty."""
+    has_bleu = any("bleu" in p for points in runs.values() for p in points)
+    return COLUMNS if has_bleu else tuple(k for k in COLUMNS if k != "bleu")
+
+
 def write_curves(runs, prefix, title=None, seed=None):
     """``prefix``.csv / .json / .png of ``runs`` ({name: points}); returns the three paths."""
     from ..provenance import write_json
@@ -72,12 +81,13 @@ def write_curves(runs, prefix, title=None, seed=None):
     prefix = Path(prefix)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     csv_path, json_path, png_path = (prefix.with_name(prefix.name + ext) for ext in (".csv", ".json", ".png"))
+    columns = csv_columns(runs)
     with open(csv_path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(["variant", "num_updates", "valid_loss", "valid_nll_loss", "valid_ppl", "valid_bleu"])
+        w.writerow(["variant", "num_updates"] + [f"valid_{k}" for k in columns[1:]])
         for name, points in runs.items():
             for p in points:
-                w.writerow([name, p["num_updates"]] + [p.get(k, "") for k in COLUMNS[1:]])
+                w.writerow([name, p["num_updates"]] + [p.get(k, "") for k in columns[1:]])
     finite = {n: [{k: v for k, v in p.items() if not (isinstance(v, float) and not math.isfinite(v))}
                   for p in pts] for n, pts in runs.items()}
     write_json(json_path, {"title": title, "metric_x": "num_updates", "variants": finite}, seed=seed)

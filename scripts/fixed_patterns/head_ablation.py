@@ -103,7 +103,7 @@ def main(argv=None):
     full_out = Path(args.out) / "gen.full.txt"
     generate(args.data, args.path, None, full_out, extra)
     masked = []
-    for h, label in heads:
+    for h, _label in heads:
         out = Path(args.out) / f"gen.mask{h}.txt"
         generate(args.data, args.path, h, out, extra)
         masked.append((str(h), out))

@@ -155,13 +155,14 @@ def report(args):
             points.setdefault(budget, {"num_updates": budget})["bleu"] = round(valid_bleu, 2)
             test_hyps, _ = decode(ckpt, args, data_bin, run_dir, f"u{budget}", "test")
             hyps_of[(name, budget, 1)] = test_hyps
-            null = cached(run_dir / "eval" / f"null_u{budget}.json", lambda: cross_null_rates(ckpt, data_bin))
+            # (the lambdas below are called within this iteration)
+            null = cached(run_dir / "eval" / f"null_u{budget}.json", lambda: cross_null_rates(ckpt, data_bin))  # noqa: B023
             row = {"run": name, "model": run["model"], "flags": " ".join(run["flags"]), "updates": budget,
                    "valid_loss": points.get(budget, {}).get("loss"), "valid_bleu": round(valid_bleu, 2),
                    **translation_stats(test_hyps, ref_words), "cross_null": null}
             inputs = checkpoints_to_average(run_dir / "checkpoints", budget, args.average, run["save_every"])
             if inputs is not None:
-                avg_hyps, _ = decode(lambda: write_average(inputs, run_dir / "checkpoints", budget), args, data_bin,
+                avg_hyps, _ = decode(lambda: write_average(inputs, run_dir / "checkpoints", budget), args, data_bin,  # noqa: B023
                                      run_dir, f"u{budget}_avg{args.average}", "test")
                 hyps_of[(name, budget, args.average)] = avg_hyps
             rows.append(row)
@@ -378,8 +379,9 @@ def write_tables(rows, out, args):
 
 def common_options(p):
     p.add_argument("--out", required=True)
-    p.add_argument("--raw-dir", default=demo.os.environ.get("MULTI30K_DIR"),
-                   help="local Multi30k raw files (default $MULTI30K_DIR; else downloaded)")
+    p.add_argument("--raw-dir", default=demo.shipped_multi30k(),
+                   help="local Multi30k raw files (default: as the Makefile, $MULTI30K_DIR, else "
+                        "../shared/data/multi30k; else downloaded)")
     p.add_argument("--src", default="de")
     p.add_argument("--tgt", default="en")
     p.add_argument("--max-train-lines", type=int, default=None)

@@ -54,9 +54,10 @@ for L in ${LENGTHS:-128 256 512 1024 2048}; do
         gextra=()
         [[ "$NGPUS" -eq 0 ]] && gextra=(--cpu)
         gextra+=("${FSA_SMOKE_GEN[@]}")
-        "$PY" -m fairseq_cli.generate "$DATA_BIN" --user-dir "$FSA_USER_DIR" --task document_translation \
+        fsa_watched generate "$name: test" "$gen" "$OUT/$name/gen.test.log" \
+          "$PY" -m fairseq_cli.generate "$DATA_BIN" --user-dir "$FSA_USER_DIR" --task document_translation \
           --max-doc-length "$L" --path "$ckpt" --gen-subset test --remove-bpe --beam 5 --lenpen 0.6 \
-          --batch-size "${GEN_BATCH:-16}" "${gextra[@]}" > "$gen" 2> "$OUT/$name/gen.test.log" \
+          --batch-size "${GEN_BATCH:-16}" "${gextra[@]}" \
           || fsa_die "L$L/$name: fairseq-generate failed (see $OUT/$name/gen.test.log)"
         base=()
         [[ -f "$OUT/$FSA_BASELINE/gen.test.txt" ]] && base=(--baseline "$OUT/$FSA_BASELINE/gen.test.txt")

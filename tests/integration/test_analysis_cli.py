@@ -136,7 +136,7 @@ def is_rate(x):
 @pytest.fixture(scope="module")
 def stats_dirs(data, models, tmp_path_factory):
     out = {}
-    for name, checkpoint in models.items():
+    for name in models:
         out[name] = tmp_path_factory.mktemp(f"stats_{name}")
     # the plugin model through the module's command line in a subprocess (entry point)
     proc = subprocess.run([sys.executable, "-m", "fairseq_sparse_attn.analysis.cli", "stats",

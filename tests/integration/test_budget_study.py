@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from fairseq_sparse_attn.provenance import check_provenance
+
 from significance_fixtures import sacrebleu_paired
 
 REPO = Path(__file__).resolve().parents[2]

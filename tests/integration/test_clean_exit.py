@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 PROGRAM = """
 import torch
-import fairseq_sparse_attn  # noqa: F401  (installs the compat patches)
+import fairseq_sparse_attn.plugin  # noqa: F401  (installs the compat patches)
 from fairseq.data import iterators
 
 def batches():  # a batch costs a few ms of torch work that releases the GIL

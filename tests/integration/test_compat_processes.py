@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 ALL_GATHER = r"""
 import json, sys, torch.distributed as dist
 sys.path.insert(0, sys.argv[3])
-import fairseq_sparse_attn
+import fairseq_sparse_attn.plugin
 from fairseq.distributed import utils as distributed_utils
 rank = int(sys.argv[1])
 dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[2], world_size=2, rank=rank)

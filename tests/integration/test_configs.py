@@ -25,12 +25,14 @@ def _dataclass_fields(registry_dc, name):
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_config_loads_and_names_exist(path):
-    import fairseq_sparse_attn  # noqa: F401  (registers the plugin)
+    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin)
     from fairseq.criterions import CRITERION_DATACLASS_REGISTRY, CRITERION_REGISTRY
     from fairseq.models import ARCH_MODEL_REGISTRY
     from fairseq.optim import OPTIMIZER_REGISTRY
     from fairseq.optim.lr_scheduler import LR_SCHEDULER_REGISTRY
     from fairseq.tasks import TASK_DATACLASS_REGISTRY, TASK_REGISTRY
+
+    import fairseq_sparse_attn  # noqa: F401  (registers the plugin)
 
     cfg = OmegaConf.load(path)
     assert OmegaConf.is_missing(cfg.task, "data"), "task.data is given on the command line"

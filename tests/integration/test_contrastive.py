@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from fairseq_sparse_attn.analysis import contrastive as C
+
 from helpers import build_model
 
 
@@ -326,9 +327,11 @@ def checkpoint(tmp_path_factory):
     """A data-bin with two dictionaries and a checkpoint of an untrained tiny plugin model,
     saved in the layout fairseq-train writes (cfg + model), so that fairseq's own loader
     reads it back."""
-    import fairseq_sparse_attn  # noqa: F401
+    import fairseq_sparse_attn.plugin  # noqa: F401
     from fairseq import checkpoint_utils, options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    import fairseq_sparse_attn  # noqa: F401
 
     root = tmp_path_factory.mktemp("contrastive_cli")
     data_bin = root / "data-bin"

@@ -10,8 +10,8 @@ import subprocess
 import sys
 import tarfile
 import threading
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest

@@ -80,14 +80,14 @@ def rela_run(small_data, tmp_path_factory):
 
 def test_logs_are_quiet_and_timestamped(rela_run):
     """No tensorboardX line, no warning attributed to a plugin file (hydra's deprecations
-    used to name cli.py), fairseq's timestamped format, the active compat patches named."""
+    used to name cli.py), fairseq's timestamped format; the plugin's start-up lines (compat
+    patches, user dir) only with -v (tests/integration/test_cli_help.py)."""
     log = (rela_run / "train.log").read_text()
     assert "tensorboardX" not in log
     assert not re.search(r"fairseq_sparse_attn/\S+\.py:\d+: \w*Warning", log), log[-3000:]
     assert "hydra" not in log
     assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| INFO \| fairseq_cli\.train \| ", log, re.M)
-    assert re.search(r"\| fairseq_sparse_attn\.compat \| fairseq_sparse_attn compat patches: "
-                     r"quiet_logs, checkpoint_loading, .*exact_resume", log)
+    assert "compat patches" not in log and "has already been imported" not in log
     # (checkpoint files in the save dir: the two fairseq writes, no temporary file)
     assert sorted(p.name for p in rela_run.glob("*.pt*")) == ["checkpoint_best.pt",
                                                               "checkpoint_last.pt"]

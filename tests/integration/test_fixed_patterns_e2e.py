@@ -6,7 +6,6 @@ contrastive scoring of the shared subject-verb agreement pairs with an English->
 
 import json
 import re
-import subprocess
 import sys
 
 import pytest

@@ -62,6 +62,7 @@ def test_fixture_checkpoint_generates_the_same_translations(name):
 
 COUNTING_GENERATE = r"""
 import sys
+import fairseq_sparse_attn.plugin  # the plugin registered before fairseq skips --user-dir as imported
 from fairseq_sparse_attn.attention import query_block_relu as qb
 calls = []
 kernel = qb.query_block_relu_attention

@@ -9,9 +9,10 @@ import math
 
 import pytest
 import torch
-from helpers import plain_relu_attention
 
 from fairseq_sparse_attn.attention.flex_relu import flex_relu_attention, flex_relu_unavailable
+
+from helpers import plain_relu_attention
 
 REASON = flex_relu_unavailable("cpu", grad=False)
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"fused kernel unavailable: {REASON}")
@@ -112,10 +113,10 @@ def test_models_on_the_flex_backend_equal_materialized(name, monkeypatch):
     self-attention and cross-attention with left-padded sources, incremental decoder
     self-attention; causal teacher forcing stays materialized on CPU) gives the materialized
     model's outputs, in teacher forcing and in incremental decoding."""
-    from fairseq_sparse_attn.attention import flex_relu as fr
-    from helpers import random_batch
-
     from fairseq_sparse_attn.attention import core
+    from fairseq_sparse_attn.attention import flex_relu as fr
+
+    from helpers import random_batch
 
     calls = []
     kernel = fr.flex_relu_attention
@@ -153,8 +154,8 @@ def test_flex_backend_choice_and_errors(monkeypatch):
     FLEX_AUTO_DEVICES (CUDA; CPU inference goes to query_block) and only where it can run;
     forced where it cannot (CPU with gradients) is an error naming the reason."""
     from fairseq_sparse_attn.attention import core
-    from fairseq_sparse_attn.attention.core import AttendSpec, AttentionInputs, attend
     from fairseq_sparse_attn.attention.activations import build_activation
+    from fairseq_sparse_attn.attention.core import AttendSpec, AttentionInputs, attend
     from fairseq_sparse_attn.attention.heads import HeadPlan
 
     q, k, v = inputs(5, seed=3)

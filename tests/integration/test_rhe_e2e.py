@@ -9,7 +9,6 @@ import sys
 
 import pytest
 
-from syntax_fixtures import parsed_data  # noqa: F401
 from test_end_to_end import TINY, USER_DIR, run
 
 UPDATES = 200
@@ -39,14 +38,14 @@ def generate(data_bin, checkpoint, extra=()):
 
 
 @pytest.fixture(scope="module")
-def rhe_checkpoint(parsed_data, tmp_path_factory):  # noqa: F811
+def rhe_checkpoint(parsed_data, tmp_path_factory):
     save = tmp_path_factory.mktemp("rhe_lpea")
     proc = train(parsed_data / "data-bin", save)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return save / "checkpoint_best.pt", proc.stdout + proc.stderr
 
 
-def test_train_logs_redundant_fraction_and_generates(parsed_data, rhe_checkpoint):  # noqa: F811
+def test_train_logs_redundant_fraction_and_generates(parsed_data, rhe_checkpoint):
     import sacrebleu
 
     checkpoint, log = rhe_checkpoint
@@ -76,7 +75,7 @@ def test_train_logs_redundant_fraction_and_generates(parsed_data, rhe_checkpoint
         assert sum(pruned[i] != hyps[i] for i in hyps) > 0
 
 
-def test_model_without_annotations_fails_clearly(parsed_data, rhe_checkpoint, tmp_path):  # noqa: F811
+def test_model_without_annotations_fails_clearly(parsed_data, rhe_checkpoint, tmp_path):
     """The plain translation task has no src_dep/src_rp: a clear error, not a crash deep inside."""
     checkpoint, _ = rhe_checkpoint
     proc = run([sys.executable, "-m", "fairseq_cli.generate", parsed_data / "data-bin",

@@ -10,9 +10,6 @@ from fairseq_sparse_attn.provenance import check_provenance
 from fairseq_sparse_attn.tools import score
 
 from significance_fixtures import sacrebleu_paired as _sacrebleu_cli
-from significance_fixtures import systems  # noqa: F401  (a fixture)
-
-
 
 
 @pytest.mark.parametrize("system", ["weaker", "close"])

@@ -17,15 +17,29 @@ from pathlib import Path
 import pytest
 import torch
 
-from syntax_fixtures import REPO, SPACY_MODEL, parsed_data, spacy_model_available, subprocess_env  # noqa: F401
-
 from fairseq_sparse_attn.syntax import NO_PHRASE
 from fairseq_sparse_attn.syntax.readers import (
-    ParseFormatError, Tree, format_dep_line, leaf_matches, parse_dep_line, parse_ptb, read_conllu,
-    read_ptb)
+    ParseFormatError,
+    Tree,
+    format_dep_line,
+    leaf_matches,
+    parse_dep_line,
+    parse_ptb,
+    read_conllu,
+    read_ptb,
+)
 from fairseq_sparse_attn.syntax.structure import (
-    AlignmentError, align_pieces, dependency_matrix, local_phrases, phrase_rp_matrix, projectivize,
-    sentence_structure, tree_from_dependencies)
+    AlignmentError,
+    align_pieces,
+    dependency_matrix,
+    local_phrases,
+    phrase_rp_matrix,
+    projectivize,
+    sentence_structure,
+    tree_from_dependencies,
+)
+
+from syntax_fixtures import REPO, SPACY_MODEL, spacy_model_available, subprocess_env
 
 X = NO_PHRASE
 PAPER_TREE = "(S (NP (NNP Bush)) (VP (VBD held) (NP (DT a) (NN talk)) (PP (IN with) (NP (NNP Sharon)))))"
@@ -61,7 +75,7 @@ def brute_force_rp(tree: Tree):
 
     def words_under(node):
         count = 0
-        for k, anc in enumerate(leaves):
+        for anc in leaves:
             if any(a is node for a in anc):
                 count += 1
         return count
@@ -653,8 +667,10 @@ def write_side(d: Path, split, dep_lines=DEP_LINES, tree_lines=TREE_LINES):
 
 
 def make_task(databin, *extra):
-    import fairseq_sparse_attn  # noqa: F401  (registers the task)
+    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the task)
     from fairseq import options, tasks
+
+    import fairseq_sparse_attn  # noqa: F401  (registers the task)
 
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(parser, [str(databin), "--task", "parse_annotated_translation",

@@ -6,9 +6,20 @@ import pytest
 import torch
 
 from fairseq_sparse_attn.analysis.alignment import (
-    AlignmentCounts, SentenceAlignment, aligned_rows, alignment_counts, argmax_alignment,
-    combine_heads, format_alignment, layer_head_report, merge_subwords, read_alignments,
-    sentence_alignment, word_index, write_alignments)
+    AlignmentCounts,
+    SentenceAlignment,
+    aligned_rows,
+    alignment_counts,
+    argmax_alignment,
+    combine_heads,
+    format_alignment,
+    layer_head_report,
+    merge_subwords,
+    read_alignments,
+    sentence_alignment,
+    word_index,
+    write_alignments,
+)
 
 # ---------------------------------------------------------------- rows: AWO / AWI
 

@@ -9,12 +9,11 @@ import pytest
 
 from fairseq_sparse_attn.analysis import cli
 from fairseq_sparse_attn.analysis.alignment import sentence_alignment
-from fairseq_sparse_attn.analysis.commands.align import result_entry, sentences_with_unknown_pieces
 from fairseq_sparse_attn.analysis.commands.aer_table import highest_norm_choices, run_rows, summarize
+from fairseq_sparse_attn.analysis.commands.align import result_entry, sentences_with_unknown_pieces
 from fairseq_sparse_attn.analysis.loading import Example
 from fairseq_sparse_attn.provenance import check_provenance
-from fairseq_sparse_attn.subwords import (join_words, strip_markers, uncertain_boundaries, word_count,
-                                          word_index, words)
+from fairseq_sparse_attn.subwords import join_words, strip_markers, uncertain_boundaries, word_count, word_index, words
 
 # ------------------------------------------------------------------------ grouping
 

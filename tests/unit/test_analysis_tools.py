@@ -14,13 +14,26 @@ import pytest
 import torch
 
 from fairseq_sparse_attn.analysis import cli
-from fairseq_sparse_attn.analysis.collect import (AttentionStatistics, Batch, FFNStatistics,
-                                                  NullRatePerSentence, WeightsRecorder,
-                                                  number_key, rank_by_score, run_passes)
+from fairseq_sparse_attn.analysis.collect import (
+    AttentionStatistics,
+    Batch,
+    FFNStatistics,
+    NullRatePerSentence,
+    WeightsRecorder,
+    number_key,
+    rank_by_score,
+    run_passes,
+)
 from fairseq_sparse_attn.analysis.ffn_stats import anisotropy, record_ffn, top_p_mass, variance_ratio
-from fairseq_sparse_attn.analysis.loading import (Example, collate, examples_from_raw,
-                                                  load_checkpoint, make_batches,
-                                                  shuffle_targets, supported_architectures)
+from fairseq_sparse_attn.analysis.loading import (
+    Example,
+    collate,
+    examples_from_raw,
+    load_checkpoint,
+    make_batches,
+    shuffle_targets,
+    supported_architectures,
+)
 from fairseq_sparse_attn.analysis.recording import AttentionSite, record_attention
 
 from helpers import build_model, model_args, random_batch

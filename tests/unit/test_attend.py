@@ -7,8 +7,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from fairseq_sparse_attn.attention import SparseMultiheadAttention, build_activation
-from fairseq_sparse_attn.attention import core
+from fairseq_sparse_attn.attention import SparseMultiheadAttention, build_activation, core
 from fairseq_sparse_attn.attention.core import (
     AttendSpec,
     AttentionInputs,
@@ -17,8 +16,8 @@ from fairseq_sparse_attn.attention.core import (
     attend,
     register_backend,
 )
-from fairseq_sparse_attn.attention.heads import FixedPatternHeads, HeadPlan, MaskedHeads
 from fairseq_sparse_attn.attention.fixed_patterns import pattern_matrix
+from fairseq_sparse_attn.attention.heads import FixedPatternHeads, HeadPlan, MaskedHeads
 from fairseq_sparse_attn.attention.intermediates import collect
 
 B, H, T, S, D = 2, 3, 4, 5, 8
@@ -191,7 +190,7 @@ def test_a_registered_backend_is_chosen_by_what_it_serves():
         calls.append(call)
         return core.materialized(q, k, v, inputs, spec, call)[0], core.Intermediates(backend="test")
 
-    register_backend(Backend("test_relu", run, Capabilities(activations=frozenset({"relu"})), priority=1))
+    register_backend(Backend("test_relu", run, Capabilities(activation_traits=frozenset({"rectified", "exact_zeros"})), priority=1))
     try:
         q, k, v = inputs_qkv()
         _, inter = attend(q, k, v, AttentionInputs(), spec("relu"))
@@ -220,7 +219,7 @@ def test_module_softmax_with_norm_takes_sdpa_and_stock_takes_fairseq(monkeypatch
     normed = SparseMultiheadAttention(16, 4, self_attention=True, output_norm="rmsnorm").eval()
     out, _ = normed(x, x, x, need_weights=False)
     assert sdpa_calls and not mha_calls
-    normed.force_pipeline = True  # the materialized backend gives the same
+    normed.backend = "materialized"  # the materialized backend gives the same
     ref, _ = normed(x, x, x, need_weights=False)
     torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-5)
     sdpa_calls.clear()
@@ -228,7 +227,7 @@ def test_module_softmax_with_norm_takes_sdpa_and_stock_takes_fairseq(monkeypatch
     stock(x, x, x)
     assert mha_calls and not sdpa_calls  # stock fairseq's fused path, attend() not reached
     with collect("weights") as records:  # analysis asks for weights: materialized
-        normed.force_pipeline = False
+        normed.backend = "auto"
         normed(x, x, x, need_weights=False)
     assert records[0][1].backend == "materialized" and records[0][1].weights is not None
 

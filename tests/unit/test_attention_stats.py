@@ -2,10 +2,9 @@
 
 import torch
 
-from fairseq_sparse_attn.attention.intermediates import active_collectors
-
 from fairseq_sparse_attn.analysis.attention_stats import SparsityStats, collect_sparsity
 from fairseq_sparse_attn.analysis.recording import AttentionSite, attention_sites
+from fairseq_sparse_attn.attention.intermediates import active_collectors
 
 from helpers import build_model, random_batch
 

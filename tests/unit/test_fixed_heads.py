@@ -295,11 +295,12 @@ def test_encoder_right_context_reading_and_exclude_eos_flags():
     import argparse
 
     from fairseq_sparse_attn.analysis.recording import record_attention
-    from fairseq_sparse_attn.models.sparse_transformer import add_fixed_pattern_args
+    from fairseq_sparse_attn.options import add_plugin_args
+
     from test_fixed_patterns import N5, N5_LITERAL_RIGHT, N5_WITHOUT_EOS
 
     parser = argparse.ArgumentParser()
-    add_fixed_pattern_args(parser)
+    add_plugin_args(parser)
     args = parser.parse_args(["--encoder-right-context-reading", "literal",
                               "--encoder-fixed-patterns-exclude-eos"])
     assert args.encoder_right_context_reading == "literal" and args.encoder_fixed_patterns_exclude_eos

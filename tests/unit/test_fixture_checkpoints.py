@@ -9,12 +9,12 @@ logits by at most 1.6e-6 absolute, above the 1e-6 this test used before; anythin
 change would alter (a norm's eps, a mask, an init, a head order) moves the logits by
 orders of magnitude more (see test_fixture_tolerance_catches_a_small_change)."""
 
-TOLERANCE = dict(atol=1e-5, rtol=1e-5)
-
 from pathlib import Path
 
 import pytest
 import torch
+
+TOLERANCE = dict(atol=1e-5, rtol=1e-5)
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "checkpoints"
 EXPECTED = torch.load(FIXTURES / "expected.pt", weights_only=False)
@@ -32,8 +32,10 @@ def test_every_required_configuration_has_a_fixture():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_fixture_checkpoint_reproduces_its_outputs(name):
-    import fairseq_sparse_attn  # noqa: F401  (registers the plugin)
+    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin)
     from fairseq import checkpoint_utils
+
+    import fairseq_sparse_attn  # noqa: F401  (registers the plugin)
 
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
         [str(FIXTURES / f"{name}.pt")], arg_overrides={"data": str(FIXTURES / "data-bin")})
@@ -50,8 +52,10 @@ def test_fixture_checkpoint_reproduces_its_outputs(name):
 
 
 def _load(name):
-    import fairseq_sparse_attn  # noqa: F401  (registers the plugin)
+    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin)
     from fairseq import checkpoint_utils
+
+    import fairseq_sparse_attn  # noqa: F401  (registers the plugin)
 
     models, _, _ = checkpoint_utils.load_model_ensemble_and_task(
         [str(FIXTURES / f"{name}.pt")], arg_overrides={"data": str(FIXTURES / "data-bin")})

@@ -7,8 +7,15 @@ import pytest
 import torch
 
 from fairseq_sparse_attn.analysis.head_stats import (
-    RowAverage, head_js_divergence, mean_entropy, relu_head_js_divergence, renormalize,
-    row_entropy, top_count, top_p_score_sum)
+    RowAverage,
+    head_js_divergence,
+    mean_entropy,
+    relu_head_js_divergence,
+    renormalize,
+    row_entropy,
+    top_count,
+    top_p_score_sum,
+)
 from fairseq_sparse_attn.analysis.recording import record_attention
 
 from helpers import build_model, random_batch

@@ -13,9 +13,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-
-import fairseq_sparse_attn  # noqa: F401  (installs the patches)
 from fairseq.data import Dictionary, indexed_dataset
+
+import fairseq_sparse_attn.plugin  # noqa: F401  (installs the patches)
 from fairseq_sparse_attn import compat, validation
 from fairseq_sparse_attn.compat import quiet_logs
 from fairseq_sparse_attn.compat.crash_safe_checkpoints import atomic_copy, checkpoint_problem

@@ -51,6 +51,26 @@ def test_write_curves_csv_json_png(tmp_path):
     assert image.shape[1] > 1.5 * image.shape[0]
 
 
+def test_bleu_column_only_when_some_validation_logged_it(tmp_path):
+    """No --eval-bleu anywhere (the demo's training): no valid_bleu column at all; with it,
+    the column holds the logged values."""
+    plain = tmp_path / "plain.log"
+    plain.write_text(LOG.replace(" | bleu 4.21", ""))
+    runs = lc.read_runs([f"softmax={plain}"])
+    csv_path, json_path, _ = lc.write_curves(runs, tmp_path / "plain" / "curves")
+    with open(csv_path, encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+    assert reader.fieldnames == ["variant", "num_updates", "valid_loss", "valid_nll_loss", "valid_ppl"]
+    assert [(r["num_updates"], r["valid_loss"], r["valid_ppl"]) for r in rows] == [
+        ("50", "8.659", "247.45"), ("100", "7.859", "126.28"), ("150", "7.1", "73.5")]
+    logged = tmp_path / "bleu.log"
+    logged.write_text(LOG.replace("| num_updates 50", "| bleu 1.5 | num_updates 50"))
+    csv_path, _, _ = lc.write_curves(lc.read_runs([f"rela_g={logged}"]), tmp_path / "bleu" / "curves")
+    with open(csv_path, encoding="utf-8") as f:
+        assert [r["valid_bleu"] for r in csv.DictReader(f)] == ["1.5", "", "4.21"]
+
+
 def test_errors(tmp_path):
     empty = tmp_path / "empty.log"
     empty.write_text("2026-11-23 | INFO | train_inner | epoch 001: 25 / 247 loss=1.0, num_updates=25\n")

@@ -21,7 +21,7 @@ E, H = 16, 4
 def make(act, norm="none", **kw):
     torch.manual_seed(0)
     m = SparseMultiheadAttention(E, H, activation=act, output_norm=norm, **kw).eval()
-    m.force_pipeline = True
+    m.backend = "materialized"
     return m
 
 
@@ -144,7 +144,7 @@ def test_beam_reordering(act):
     decoded from the start."""
     model, d = build_model(attn_activation=act, attn_output_norm=NORM_FOR.get(act, "none"))
     for m in model.attention_modules():
-        m.force_pipeline = True
+        m.backend = "materialized"
     src, lengths, prev = random_batch(d, bsz=2, tgt_len=5)
     beams = torch.tensor([0, 0, 1, 1])
     prev = prev[beams].clone()
@@ -179,7 +179,7 @@ def test_softmax_pipeline_matches_stock_module():
     b, wb = ours(x, x, x, key_padding_mask=pad)
     torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(wa, wb, atol=1e-6, rtol=1e-6)
-    ours.force_pipeline = False
+    ours.backend = "auto"
     c, wc = ours(x, x, x, key_padding_mask=pad, need_head_weights=True)
     torch.testing.assert_close(c, a, atol=1e-6, rtol=1e-6)
     assert wc.shape == (H, 2, 5, 5)  # per-head weights even for the stock configuration
@@ -271,12 +271,12 @@ def test_attn_init_statistics_against_the_xavier_formula():
 def test_attn_init_flag_and_presets():
     import argparse
 
-    from fairseq_sparse_attn.attention.options import add_attention_args
+    from fairseq_sparse_attn.options import add_plugin_args
 
     from helpers import build_model, model_args
 
     parser = argparse.ArgumentParser()
-    add_attention_args(parser)
+    add_plugin_args(parser)
     assert parser.parse_args(["--attn-init", "rela_official"]).attn_init == "rela_official"
     assert model_args("rela_transformer_wmt_en_de").attn_init == "fairseq"  # presets: fairseq
     model, _ = build_model("rela_transformer_wmt_en_de", attn_init="rela_official")

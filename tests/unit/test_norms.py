@@ -6,17 +6,26 @@ import math
 import pytest
 import torch
 
-from fairseq_sparse_attn.attention.intermediates import active_collectors
-
 from fairseq_sparse_attn.analysis.norms import (
-    CategoryCorrelation, NormRecorder, SentenceNorms, average_ranks, category_spearman,
-    category_values, check_decomposable, collect_norms, dictionary_categorizer,
-    norm_statistics, spearman, token_category, value_transforms)
+    CategoryCorrelation,
+    NormRecorder,
+    SentenceNorms,
+    average_ranks,
+    category_spearman,
+    category_values,
+    check_decomposable,
+    collect_norms,
+    dictionary_categorizer,
+    norm_statistics,
+    spearman,
+    token_category,
+    value_transforms,
+)
 from fairseq_sparse_attn.analysis.recording import attention_sites, record_attention
 from fairseq_sparse_attn.attention import SparseMultiheadAttention
+from fairseq_sparse_attn.attention.intermediates import active_collectors
 
 from helpers import build_model, random_batch
-
 
 # ----------------------------------------------------------------- plain references
 

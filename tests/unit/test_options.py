@@ -5,7 +5,7 @@ import argparse
 
 import pytest
 
-import fairseq_sparse_attn  # noqa: F401  (registers everything)
+import fairseq_sparse_attn.plugin  # noqa: F401  (registers everything)
 from fairseq_sparse_attn.options import PluginOptions, add_plugin_args, fill_defaults, plugin_options
 
 # flag -> the default a preset fills in (None: left unset, the reader's default applies)
@@ -81,23 +81,3 @@ def test_reading_and_per_kind_resolution():
             raise AttributeError(name)
 
     assert plugin_options(Strict()).attention_kind("cross") == ("sparsemax", "none")
-
-
-def test_old_helper_names_still_work():
-    from fairseq_sparse_attn.attention.options import DEFAULTS, add_attention_args, fill_attention_defaults
-    from fairseq_sparse_attn.models.architectures import HEAD_DEFAULTS, fill_head_defaults
-    from fairseq_sparse_attn.models.encoder_biases import BIAS_DEFAULTS, add_encoder_bias_args
-    from fairseq_sparse_attn.models.sparse_transformer import add_fixed_pattern_args
-
-    assert DEFAULTS["attn_activation"] == "softmax" and HEAD_DEFAULTS["encoder_subword_style"] == "bpe"
-    assert BIAS_DEFAULTS["lpea_max_distance"] == 6
-    for add, flag in ((add_attention_args, "--attn-init"), (add_fixed_pattern_args, "--encoder-masked-heads"),
-                      (add_encoder_bias_args, "--rhe-gate")):
-        p = argparse.ArgumentParser()
-        add(p)
-        flags = {s for a in p._actions for s in a.option_strings}
-        assert flag in flags and "--allow-attention-change" not in flags
-    args = argparse.Namespace()
-    fill_attention_defaults(args)
-    fill_head_defaults(args)
-    assert args.attn_activation == "softmax" and args.encoder_fixed_patterns == "none"

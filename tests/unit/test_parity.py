@@ -7,8 +7,8 @@ from fairseq.models.transformer import TransformerModel
 from helpers import build_model, random_batch
 
 
-@pytest.mark.parametrize("force_pipeline", [False, True])
-def test_loads_stock_state_dict_and_gives_same_outputs(force_pipeline):
+@pytest.mark.parametrize("backend", ["auto", "materialized"])
+def test_loads_stock_state_dict_and_gives_same_outputs(backend):
     stock, d = build_model(arch="transformer", seed=3)
     ours, _ = build_model(arch="softmax_transformer_wmt_en_de", seed=4, dictionary=d,
                           encoder_embed_dim=16, decoder_embed_dim=16)
@@ -16,7 +16,7 @@ def test_loads_stock_state_dict_and_gives_same_outputs(force_pipeline):
     assert set(ours.state_dict()) == set(stock.state_dict())
     ours.load_state_dict(stock.state_dict(), strict=True)  # unchanged
     for m in ours.attention_modules():
-        m.force_pipeline = force_pipeline
+        m.backend = backend
     src, lengths, prev = random_batch(d, bsz=4, src_len=9, tgt_len=7)
     with torch.no_grad():
         a, extra_a = stock(src, lengths, prev)

@@ -9,12 +9,13 @@ import math
 
 import pytest
 import torch
-from helpers import plain_relu_attention
 
 from fairseq_sparse_attn.attention import build_activation
 from fairseq_sparse_attn.attention.core import AttendSpec, AttentionInputs, attend
 from fairseq_sparse_attn.attention.heads import HeadPlan
 from fairseq_sparse_attn.attention.query_block_relu import query_block_relu_attention, query_block_rows
+
+from helpers import plain_relu_attention
 
 B, H, T, D = 3, 2, 7, 4  # T > D: padding through zero values; one query: masked scores
 
@@ -74,7 +75,7 @@ def test_padding_is_bit_identical_to_the_materialized_path():
     all queries gives the materialized output bit for bit; smaller blocks change only the
     matrix-multiply kernel's summation order (a block of one query is a matrix-vector
     product)."""
-    from fairseq_sparse_attn.attention.core import materialized, describe_call
+    from fairseq_sparse_attn.attention.core import describe_call, materialized
 
     q, k, v = inputs(9, seed=1)
     spec = AttendSpec(activation=build_activation("relu", H), dropout=torch.nn.Dropout(0.0), heads=HeadPlan(H))
@@ -165,7 +166,7 @@ MODELS = {
 def test_beam_groups_keep_one_key_copy():
     """kv_groups = 2 (beam search cross-attention): the beams' queries become queries of the
     sentence's one key copy; the same as every beam with its own copy, padding included."""
-    from fairseq_sparse_attn.attention.core import query_block, describe_call
+    from fairseq_sparse_attn.attention.core import describe_call, query_block
 
     q, k, v = inputs(9, seed=5)
     q2 = torch.cat([q, q.flip(2)], dim=0).view(2, B, H, T, D).transpose(0, 1).reshape(2 * B, H, T, D)
@@ -187,6 +188,7 @@ def test_models_on_query_blocks_equal_materialized(name, monkeypatch):
     materialized) gives the materialized model's outputs: encoder with left-padded sources,
     causal teacher forcing and incremental decoding."""
     from fairseq_sparse_attn.attention import query_block_relu as qb
+
     from helpers import build_model, random_batch
 
     calls = []

@@ -16,17 +16,17 @@ import torch
 from fairseq.logging import metrics
 
 from fairseq_sparse_attn.attention import SparseMultiheadAttention
-from fairseq_sparse_attn.attention.core import AttentionInputs
-from fairseq_sparse_attn.attention.intermediates import Intermediates, collect
 from fairseq_sparse_attn.attention.biases import (
     NO_PHRASE,
     BiasContext,
     DependencyMask,
     check_source_annotations,
 )
+from fairseq_sparse_attn.attention.core import AttentionInputs
+from fairseq_sparse_attn.attention.intermediates import Intermediates, collect
 from fairseq_sparse_attn.attention.rhe import (
-    log_redundant_fractions,
     head_confidence,
+    log_redundant_fractions,
     parse_gate,
     redundant_heads,
     syntactic_attention,
@@ -109,7 +109,7 @@ def make(biases=(), activation="softmax", seed=0, **kw):
     torch.manual_seed(seed)
     m = SparseMultiheadAttention(E, H, self_attention=True, activation=activation,
                                  biases=biases, options=options, **kw).eval()
-    m.force_pipeline = True
+    m.backend = "materialized"
     return m
 
 
@@ -193,7 +193,7 @@ def test_dea_attention_against_plain_formula(activation):
     xs = sentences()
     out, w = run(m, xs, example_annotations())
     for b, (x, vis) in enumerate(zip(xs, (DEA_VISIBLE, SHORT_VISIBLE))):
-        n, s = len(x), 7 - len(x)
+        s = 7 - len(x)
         visible = torch.tensor(vis, dtype=torch.bool)
         qs, ks, vs = projections(m, x)
         heads = []
@@ -807,7 +807,9 @@ def test_rule2_task_flag():
     from fairseq.dataclass.utils import gen_parser_from_dataclass
 
     from fairseq_sparse_attn.tasks.parse_annotated_translation import (
-        ParseAnnotatedTranslationConfig, ParseAnnotatedTranslationTask)
+        ParseAnnotatedTranslationConfig,
+        ParseAnnotatedTranslationTask,
+    )
 
     parser = argparse.ArgumentParser()
     gen_parser_from_dataclass(parser, ParseAnnotatedTranslationConfig())

@@ -18,8 +18,20 @@ from fairseq_sparse_attn.attention.core import AttentionInputs, _kept_value_mix
 from fairseq_sparse_attn.attention.intermediates import collect
 from fairseq_sparse_attn.models.encoder_biases import encoder_bias_options
 
-from test_rhe import (D, DEA_VISIBLE, E, H, SHORT_VISIBLE, designed_heads, designed_sentences,
-                      example_annotations, make, plain_output, projections, softmax_rows)
+from test_rhe import (
+    DEA_VISIBLE,
+    SHORT_VISIBLE,
+    D,
+    E,
+    H,
+    designed_heads,
+    designed_sentences,
+    example_annotations,
+    make,
+    plain_output,
+    projections,
+    softmax_rows,
+)
 
 VISIBLE = [torch.tensor(DEA_VISIBLE, dtype=torch.bool), torch.tensor(SHORT_VISIBLE, dtype=torch.bool)]
 ALL_BIASES = dict(biases=("dea", "lpea", "rel_pos"), k=2, rel_k=2, rel_values=True)

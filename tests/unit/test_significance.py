@@ -5,7 +5,8 @@ tests/integration/test_significance_cli.py (it runs the CLI as a subprocess)."""
 import json
 
 from fairseq_sparse_attn.tools import score
-from significance_fixtures import systems, write_gen  # noqa: F401  (systems: a fixture)
+
+from significance_fixtures import write_gen
 
 
 def test_baseline_is_the_file_itself_gives_its_ci_only(systems, tmp_path):

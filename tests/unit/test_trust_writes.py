@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import fairseq_sparse_attn  # noqa: F401  (installs the patches)
+import fairseq_sparse_attn.plugin  # noqa: F401  (installs the patches)
 from fairseq.data import Dictionary
 from fairseq_sparse_attn import writers
 from fairseq_sparse_attn.analysis import results

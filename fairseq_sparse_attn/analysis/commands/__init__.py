@@ -5,7 +5,8 @@ import importlib
 from types import ModuleType
 from typing import Dict
 
-MODULES = ("stats", "norms", "align", "hallucination", "filter", "heatmap", "curves", "aer_table")
+MODULES = ("stats", "norms", "align", "hallucination", "filter", "heatmap", "curves", "aer_table",
+           "explore")
 
 
 def load() -> Dict[str, ModuleType]:

@@ -15,7 +15,7 @@ import logging
 import os
 from typing import Dict, List, Optional, Sequence
 
-from .base import Context, UsageError, add_model_args, add_plots_flag, checkpoint_name
+from .base import Context, UsageError, add_model_args, add_plots_flag
 
 NAME = "align"
 HELP = "word alignments from cross attention, AER against a gold file"
@@ -198,6 +198,6 @@ def run(args) -> Dict:
             label = f"{e['method']}/{e['setting']}"
             series["AER (layer attention)"][label] = [(r["layer"], r["aer"]) for r in e["rows"] if r["head"] is None]
             series["AER (best head)"][label] = [(b["layer"], b["aer"]) for b in e["best_head_per_layer"]]
-        layer_curves(series, ctx.out / "align.png", title=checkpoint_name(args))
+        layer_curves(series, ctx.out / "align.png", title=ctx.title)
         ctx.out.wrote(ctx.out / "align.png")
     return report

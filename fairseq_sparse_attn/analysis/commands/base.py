@@ -11,7 +11,7 @@ import argparse
 import os
 from typing import Dict, List, Optional
 
-from ...attention.options import ATTENTION_KINDS as KINDS  # noqa: F401  (re-exported)
+from ...options import ATTENTION_KINDS as KINDS  # noqa: F401  (re-exported)
 from ..results import SCHEMA_VERSION, Output, check_output_dir
 
 
@@ -23,7 +23,7 @@ def float_list(text: str) -> List[float]:
     try:
         values = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
     if not values:
         raise argparse.ArgumentTypeError(f"expected at least one number, got {text!r}")
     return values
@@ -33,7 +33,7 @@ def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
     return value
@@ -53,8 +53,15 @@ class Context:
     """The loaded checkpoint, the examples and where the results go."""
 
     def __init__(self, args, limit: Optional[int] = None):
-        from ..loading import (check_lengths, examples_from_raw, examples_from_split,
-                               load_checkpoint, parse_overrides, read_text_lines, split_size)
+        from ..loading import (
+            check_lengths,
+            examples_from_raw,
+            examples_from_split,
+            load_checkpoint,
+            parse_overrides,
+            read_text_lines,
+            split_size,
+        )
 
         self.args = args
         try:  # before any work: a file named as --output-dir
@@ -102,6 +109,11 @@ class Context:
     def model(self):
         return self.loaded.model
 
+    @property
+    def title(self) -> str:
+        """The plots' title: the model's architecture and its run (:func:`model_title`)."""
+        return model_title(self.args.path, self.loaded.arch)
+
     def header(self, command: str) -> Dict:
         return {"command": command, "schema_version": SCHEMA_VERSION,
                 "model": self.loaded.describe(),
@@ -118,14 +130,24 @@ class Context:
                           description or self.args.command)
 
 
-def add_model_args(p: argparse.ArgumentParser) -> None:
+def add_model_args(p: argparse.ArgumentParser, output_dir: bool = True,
+                   max_sentences: bool = True, data_option: bool = False) -> None:
+    """The flags of a subcommand that runs a model; ``output_dir`` / ``max_sentences``:
+    whether it takes ``--output-dir`` / ``--max-sentences`` (``explore`` writes one file,
+    ``--out``, and limits with ``--n``); ``data_option``: DATA may also be given as
+    ``--data DATA`` (see :func:`resolve_data`)."""
     from ...subwords import SUBWORD_SCHEMES
 
-    p.add_argument("data", metavar="DATA",
-                   help="fairseq-preprocess directory (dictionaries; the split unless raw text is given)")
+    data_help = "fairseq-preprocess directory (dictionaries; the split unless raw text is given)"
+    if data_option:
+        p.add_argument("data", metavar="DATA", nargs="?", help=data_help)
+        p.add_argument("--data", dest="data_option", metavar="DATA", help="the same as DATA")
+    else:
+        p.add_argument("data", metavar="DATA", help=data_help)
     p.add_argument("--path", required=True, metavar="CHECKPOINT",
                    help="checkpoint trained with the plugin, or a stock fairseq transformer")
-    p.add_argument("--output-dir", required=True, metavar="DIR", help="where results are written")
+    if output_dir:
+        p.add_argument("--output-dir", required=True, metavar="DIR", help="where results are written")
     p.add_argument("--split", default="test", help="split of DATA to analyse (default: test)")
     p.add_argument("--raw-source", metavar="FILE", help="raw source text, one sentence per line "
                    "(instead of --split; with --raw-target)")
@@ -143,13 +165,24 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "alignments and the text of filter's output (default subword-nmt)")
     p.add_argument("--batch-size", type=positive_int, default=32, help="max pairs per batch (default 32)")
     p.add_argument("--max-tokens", type=positive_int, default=None, help="max padded tokens per batch")
-    p.add_argument("--max-sentences", type=positive_int, default=None, metavar="N",
-                   help="analyse only the first N sentence pairs (a quick look)")
+    if max_sentences:
+        p.add_argument("--max-sentences", type=positive_int, default=None, metavar="N",
+                       help="analyse only the first N sentence pairs (a quick look)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="default: cuda when available, else cpu")
     p.add_argument("--model-overrides", default=None, metavar="DICT",
                    help="Python dict literal of model arguments to override, as fairseq-generate's")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def resolve_data(args) -> None:
+    """``args.data`` from DATA or ``--data`` (one of them, or both the same)."""
+    given = [d for d in (args.data, getattr(args, "data_option", None)) if d is not None]
+    if not given:
+        raise UsageError("the data-bin directory is missing: give it as DATA or --data DATA")
+    if len(set(given)) > 1:
+        raise UsageError(f"DATA {given[0]!r} and --data {given[1]!r} differ: give one")
+    args.data = given[0]
 
 
 def add_plots_flag(p: argparse.ArgumentParser) -> None:
@@ -158,3 +191,12 @@ def add_plots_flag(p: argparse.ArgumentParser) -> None:
 
 def checkpoint_name(args) -> str:
     return os.path.basename(args.path)
+
+
+def model_title(path: str, arch: str) -> str:
+    """A title naming the model and the run: ``"<arch>, run <folder>/<file>"`` (the folder
+    of a training run says which run it is; ``checkpoint_best.pt`` alone does not)."""
+    path = os.path.abspath(path)
+    run = os.path.basename(os.path.dirname(path))
+    name = os.path.basename(path)
+    return f"{arch}, run {run}/{name}" if run else f"{arch}, {name}"

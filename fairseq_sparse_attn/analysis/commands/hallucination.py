@@ -3,7 +3,7 @@ per layer and head with the real targets and with targets shuffled across senten
 
 from typing import Dict
 
-from .base import Context, add_model_args, add_plots_flag, checkpoint_name
+from .base import Context, add_model_args, add_plots_flag
 
 NAME = "hallucination"
 HELP = "ReLA's hallucination test: cross null rate, real vs shuffled targets"
@@ -48,6 +48,6 @@ def run(args) -> Dict:
     if not args.no_plots:
         real_vs_shuffled([e["layer"] for e in layers], [e["null_rate_real"] for e in layers],
                          [e["null_rate_shuffled"] for e in layers], ctx.out / "hallucination.png",
-                         title=f"cross-attention null rate: {checkpoint_name(args)}")
+                         title=f"cross-attention null rate: {ctx.title}")
         ctx.out.wrote(ctx.out / "hallucination.png")
     return report

@@ -3,10 +3,15 @@
 
 from typing import Dict
 
-from .base import KINDS, Context, UsageError, add_model_args, checkpoint_name
+from .base import KINDS, Context, UsageError, add_model_args
 
 NAME = "heatmap"
 HELP = "heatmaps of one sentence: every head of a layer, weights and norms"
+# (query axis, key axis) per kind; the decoder's queries are its inputs </s> y_0 .. y_{n-1}:
+# row r predicts target token r
+AXES = {"encoder_self": ("source (query)", "source (key)"),
+        "decoder_self": ("decoder input (query)", "decoder input (key)"),
+        "cross": ("decoder input (query)", "source (key)")}
 
 
 def add_arguments(p) -> None:
@@ -54,9 +59,11 @@ def run(args) -> Dict:
     rows = [f"head {h}" for h in range(heads)] + ["layer"]
     titles = [[f"head {h}: α", f"head {h}: ‖α f(x)‖"] for h in range(heads)]
     titles.append(["layer: mean over heads of α", "layer: ‖Σ_h α f(x)‖"])
-    title = (f"{checkpoint_name(args)}: {args.kind} layer {args.layer}, sentence {ex.index}"
+    title = (f"{ctx.title}: {args.kind} attention, layer {args.layer} (0-based), sentence {ex.index}"
              + ("" if exact else " (norms of pre-output-norm vectors)"))
-    attention_heatmaps(panels, rows, queries, keys, ctx.out / "heatmap.png", title=title, titles=titles)
+    query_axis, key_axis = AXES[args.kind]
+    attention_heatmaps(panels, rows, queries, keys, ctx.out / "heatmap.png", title=title, titles=titles,
+                       query_axis=query_axis, key_axis=key_axis)
     ctx.out.wrote(ctx.out / "heatmap.png")
     header = ctx.header(NAME)
     header["data"]["sentences"] = 1

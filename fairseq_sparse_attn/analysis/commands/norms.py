@@ -3,7 +3,7 @@
 
 from typing import Dict
 
-from .base import KINDS, Context, UsageError, add_model_args, add_plots_flag, checkpoint_name
+from .base import KINDS, Context, UsageError, add_model_args, add_plots_flag
 
 NAME = "norms"
 HELP = "norm-based analysis (Kobayashi et al. 2020)"
@@ -75,7 +75,7 @@ def run(args) -> Dict:
                   for name in ("alpha", "f_norm", "alpha_f_norm")}
         series["layer_norm"] = {kind: [(e["layer"], e["layer_norm"]) for e in layers]
                                 for kind, layers in res["layers"].items()}
-        layer_curves(series, ctx.out / "norms.png", title=checkpoint_name(args),
+        layer_curves(series, ctx.out / "norms.png", title=ctx.title,
                      ylabels={"alpha": "mean α", "f_norm": "mean ‖f(x)‖",
                               "alpha_f_norm": "mean ‖αf(x)‖", "layer_norm": "mean ‖Σ αf(x)‖"})
         ctx.out.wrote(ctx.out / "norms.png")

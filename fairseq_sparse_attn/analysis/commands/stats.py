@@ -3,7 +3,7 @@ layer / head; head JS per layer; FFN statistics (ReLUFormer)."""
 
 from typing import Dict
 
-from .base import Context, add_model_args, add_plots_flag, checkpoint_name, float_list
+from .base import Context, add_model_args, add_plots_flag, float_list
 
 NAME = "stats"
 HELP = "sparsity, null rate, entropy, top-p%%, head JS divergence, FFN anisotropy / variance ratio / top-p mass"
@@ -63,6 +63,6 @@ def run(args) -> Dict:
         series = {name: {kind: [(e["layer"], e[name]) for e in layers]
                          for kind, layers in attention.items()}
                   for name in ("sparsity", "null_rate", "entropy", "js")}
-        layer_curves(series, ctx.out / "stats.png", title=checkpoint_name(args))
+        layer_curves(series, ctx.out / "stats.png", title=ctx.title)
         ctx.out.wrote(ctx.out / "stats.png")
     return report

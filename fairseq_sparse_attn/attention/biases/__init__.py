@@ -37,18 +37,24 @@ and a line in the table above); see docs/architecture.md for the worked example
 """
 
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple, TypeVar
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 
-from ..registry import Registry
 from ...syntax import NO_PHRASE  # src_rp value for "not in the local phrase" (and padding)
+from ..registry import Registry
 
 BIAS_REGISTRY = Registry("bias provider", unknown="attention bias")
-register_bias = BIAS_REGISTRY.register
 bias_names = BIAS_REGISTRY.names
+T = TypeVar("T")
+
+
+def register_bias(name: str) -> Callable[[T], T]:
+    """Class decorator: register a bias provider under ``name`` (a def, not an alias of
+    ``BIAS_REGISTRY.register``, so that the provider modules imported below see its type)."""
+    return BIAS_REGISTRY.register(name)
 
 
 def build_bias(name: str, num_heads: int, head_dim: int, options=None) -> nn.Module:
@@ -130,8 +136,10 @@ class BiasProvider(nn.Module):
         the scores).  Returns (bias, hide), each broadcastable to (bsz, heads, T, T)."""
         raise NotImplementedError
 
-    #: True when :meth:`value_term` adds to the head output
-    has_value_term: bool = False
+    @property
+    def has_value_term(self) -> bool:
+        """True when :meth:`value_term` adds to the head output."""
+        return False
 
     def value_term(self, probs: Tensor, ctx: BiasContext) -> Tensor:
         """Extra head output (bsz, heads, T, head_dim) from the attention probabilities
@@ -161,7 +169,9 @@ def provider_options(options):
 
 
 # the providers, in registration order (the order of the encoder's resolution)
+# isort: off
 from .dea import DependencyMask  # noqa: E402,F401
 from .lpea import LocalPhraseBias, relative_label_bias  # noqa: E402,F401
 from .rel_pos import RelativePosition, relative_positions  # noqa: E402,F401
 from .localness import LOCALNESS_MIN_VARIANCE, GaussianLocalness  # noqa: E402,F401
+# isort: on

@@ -56,7 +56,7 @@ class RelativePosition(BiasProvider):
         return bias, None
 
     @property
-    def has_value_term(self):
+    def has_value_term(self) -> bool:
         return self.value_embed is not None
 
     def value_term(self, probs, ctx):
@@ -64,6 +64,7 @@ class RelativePosition(BiasProvider):
         idx = relative_positions(length, self.max_distance, probs.device)
         per_label = probs.new_zeros(bsz, heads, length, 2 * self.max_distance + 1)
         per_label.scatter_add_(-1, idx.expand(bsz, heads, length, length), probs)
+        assert self.value_embed is not None  # (called only when has_value_term)
         return per_label @ self.value_embed.to(probs.dtype)
 
     def extra_repr(self):

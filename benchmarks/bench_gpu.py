@@ -1,0 +1,285 @@
+#!/usr/bin/env python
+"""``make bench-gpu``: the GPU benchmark of issue 22 in one call, on one CUDA device.
+
+Three parts, each a ratio against softmax measured in the same run, with its spread:
+
+1. ``attention``: ``bench_attention.py --device cuda --measures train_step`` (one train
+   step of the base-size model per variant, interleaved rounds);
+2. ``long``: ``bench_long_sequences.py --device cuda`` (one self-attention layer at long
+   lengths, train and inference, every backend row);
+3. ``train``: end-to-end ``fairseq-train`` updates/s of every preset against stock
+   ``transformer_iwslt_de_en`` at the iwslt size, in ``--fp16`` and ``--bf16``:
+   ``--rounds`` rounds, each round runs every preset once in an order that alternates
+   between rounds (A B C, then C B A, ...), on a synthetic corpus (random tokens, joined
+   dictionary: no download; speed does not depend on the words).  updates/s of one run is
+   the mean of fairseq's ``ups`` over its log intervals after the first (the first holds
+   CUDA start-up and the allocator's warm-up); the ratio of a round is ups(preset) /
+   ups(softmax) of that round; reported as the median over rounds with min-max.
+
+Writes ``OUT/bench_gpu.json`` (every run's ups, the ratios, provenance: device, torch,
+commit, date) and ``OUT/bench_gpu.md`` (the README table with device, date and commit).
+``--budget S``: no part or run starts after S seconds (recorded as skipped). The defaults
+are chosen to fit ~8 minutes on one H100 but have NOT been timed (no GPU was available
+when this was written): see docs/performance.md "GPU".
+
+    python benchmarks/bench_gpu.py --out bench_gpu_out          # make bench-gpu
+    python benchmarks/bench_gpu.py --parts train --dtypes fp16 --rounds 5
+"""
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+#: preset name -> fairseq-train arguments (iwslt size: 6+6 layers, d 512, 4 heads, head dim 128)
+PRESETS = {
+    "softmax": ["--arch", "transformer_iwslt_de_en"],
+    "rela_g": ["--arch", "rela_transformer_iwslt_de_en"],
+    "rela_i": ["--arch", "rela_transformer_iwslt_de_en", "--attn-output-norm", "rmsnorm_i"],
+    "reluformer": ["--arch", "reluformer_iwslt_de_en"],
+    "entmax15": ["--arch", "entmax15_transformer_iwslt_de_en"],
+    "sparsemax": ["--arch", "sparsemax_transformer_iwslt_de_en"],
+    "fixed_pattern": ["--arch", "fixed_pattern_transformer_iwslt_de_en"],
+}
+DTYPE_FLAGS = {"fp16": ["--fp16"], "bf16": ["--bf16"], "fp32": []}
+PARTS = ("attention", "long", "train")
+
+_UPS = re.compile(r"train_inner \| (\{.*\})")
+
+
+def error(msg: str) -> int:
+    print(f"bench-gpu: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def cuda_unavailable() -> str:
+    """Why this machine cannot run the benchmark, or '' (checked before any work)."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return ("no CUDA device (torch.cuda.is_available() is False; torch "
+                f"{torch.__version__}): make bench-gpu measures GPU speed only; "
+                "make bench is the CPU benchmark")
+    return ""
+
+
+def parse_ups(log: str):
+    """fairseq's ``ups`` of every ``train_inner`` record of a ``--log-format json`` log, in
+    order: [(update, ups), ...]."""
+    out = []
+    for line in log.splitlines():
+        m = _UPS.search(line)
+        if m:
+            rec = json.loads(m.group(1))
+            if "ups" in rec:
+                out.append((int(rec["num_updates"]), float(rec["ups"])))
+    return out
+
+
+def run_updates_per_second(records):
+    """Mean ups over the log intervals after the first (the first holds the start-up)."""
+    later = [ups for _, ups in records[1:]]
+    if not later:
+        raise ValueError(f"need at least two train_inner records, got {len(records)}")
+    return statistics.fmean(later)
+
+
+def alternating(names, round_index):
+    """Round 0: names in order; round 1: reversed; ... (a drift hits every preset alike)."""
+    return list(names) if round_index % 2 == 0 else list(reversed(names))
+
+
+def synthetic_corpus(out: Path, pairs: int, seed: int = 0) -> Path:
+    """A binarized translation corpus of random tokens (train only, joined dictionary):
+    ``out/data-bin``."""
+    rng = random.Random(seed)
+    raw = out / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    vocab = [f"w{i}" for i in range(2000)]
+    for lang, shift in (("src", 0), ("tgt", 3)):
+        rng_l = random.Random(seed + shift)
+        with open(raw / f"train.{lang}", "w") as f:
+            for _ in range(pairs):
+                n = rng_l.randint(8, 30)
+                f.write(" ".join(rng.choice(vocab) for _ in range(n)) + "\n")
+    dest = out / "data-bin"
+    subprocess.run([sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", "src",
+                    "--target-lang", "tgt", "--trainpref", str(raw / "train"), "--destdir", str(dest),
+                    "--joined-dictionary", "--workers", "1"], check=True, capture_output=True, text=True)
+    return dest
+
+
+def train_command(data: Path, preset: str, dtype: str, args) -> list:
+    return [sys.executable, "-m", "fairseq_cli.train", str(data), "--user-dir", str(REPO / "fairseq_sparse_attn"),
+            "--task", "translation", "-s", "src", "-t", "tgt", *PRESETS[preset], *DTYPE_FLAGS[dtype],
+            "--share-all-embeddings", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)",
+            "--lr", "7e-4", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "800",
+            "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+            "--max-tokens", str(args.max_tokens), "--max-update", str(args.max_update),
+            "--log-format", "json", "--log-interval", str(args.log_interval),
+            "--no-save", "--disable-validation", "--num-workers", "0", "--seed", "1"]
+
+
+class Budget:
+    def __init__(self, seconds):
+        self.end = time.monotonic() + seconds
+
+    def left(self):
+        return self.end - time.monotonic()
+
+
+def run_part(name, cmd, budget, results):
+    if budget.left() <= 5:
+        results[name] = {"skipped": "--budget spent"}
+        print(f"[bench-gpu] {name}: skipped (--budget spent)", flush=True)
+        return
+    print(f"[bench-gpu] {name}: {' '.join(cmd[1:])}", flush=True)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=budget.left())
+    except subprocess.TimeoutExpired:
+        results[name] = {"skipped": "timed out at --budget"}
+        return
+    results[name] = {"returncode": p.returncode, "stdout_tail": p.stdout[-4000:]}
+    if p.returncode != 0:
+        results[name]["stderr_tail"] = p.stderr[-2000:]
+
+
+def train_part(args, budget, data):
+    """{dtype: {"runs": {preset: [ups or None per round]}, "ratios": {...}}}."""
+    from timing import summarize_ratios
+
+    presets = args.presets
+    out = {}
+    for dtype in args.dtypes:
+        runs = {p: [] for p in presets}
+        for r in range(args.rounds):
+            for preset in alternating(presets, r):
+                if budget.left() <= 0:
+                    runs[preset].append(None)
+                    continue
+                cmd = train_command(data, preset, dtype, args)
+                try:
+                    p = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1, budget.left()))
+                    ups = run_updates_per_second(parse_ups(p.stdout + p.stderr)) if p.returncode == 0 else None
+                    if p.returncode != 0:
+                        print(f"[bench-gpu] {dtype} {preset}: fairseq-train failed:\n{p.stderr[-1500:]}",
+                              flush=True)
+                except (subprocess.TimeoutExpired, ValueError) as e:
+                    print(f"[bench-gpu] {dtype} {preset}: {type(e).__name__}: {e}", flush=True)
+                    ups = None
+                runs[preset].append(ups)
+                print(f"[bench-gpu] {dtype} round {r + 1} {preset}: "
+                      f"{'-' if ups is None else f'{ups:.2f}'} updates/s", flush=True)
+        ratios = {}
+        for preset in presets:
+            pairs = [a / b for a, b in zip(runs[preset], runs["softmax"]) if a and b]
+            ratios[preset] = summarize_ratios(pairs) if pairs else None
+        out[dtype] = {"runs": runs, "ratios": ratios}
+    return out
+
+
+def table(result, device, date, commit):
+    lines = [f"fairseq-train updates/s against stock softmax (`transformer_iwslt_de_en`), "
+             f"{device}, {date}, commit {commit}; median of per-round ratios [min-max], rounds:",
+             "", "| preset | " + " | ".join(result) + " |", "|---|" + "---|" * len(result)]
+    presets = next(iter(result.values()))["ratios"] if result else {}
+    for preset in presets:
+        cells = []
+        for dtype in result:
+            s = result[dtype]["ratios"][preset]
+            cells.append("not measured" if s is None else
+                         f"{s['median']:.2f}x [{s['min']:.2f}-{s['max']:.2f}], {s['rounds']}")
+        lines.append(f"| {preset} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", default="bench_gpu_out", help="directory for bench_gpu.json / .md")
+    p.add_argument("--parts", default=",".join(PARTS), help=f"comma list of {', '.join(PARTS)}")
+    p.add_argument("--presets", default=",".join(PRESETS), help="comma list (softmax is always run)")
+    p.add_argument("--dtypes", default="fp16,bf16", help="comma list of fp16, bf16, fp32")
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds of fairseq-train (>= 3)")
+    p.add_argument("--max-update", type=int, default=40)
+    p.add_argument("--log-interval", type=int, default=10)
+    p.add_argument("--max-tokens", type=int, default=4096)
+    p.add_argument("--pairs", type=int, default=6000, help="sentence pairs of the synthetic corpus")
+    p.add_argument("--long-lengths", default="1024,4096")
+    p.add_argument("--budget", type=float, default=470.0, metavar="S",
+                   help="start nothing after S seconds (default 470: ~8 min with start-up)")
+    args = p.parse_args(argv)
+    parts = [x for x in args.parts.split(",") if x]
+    args.presets = [x for x in args.presets.split(",") if x]
+    args.dtypes = [x for x in args.dtypes.split(",") if x]
+    bad = ([f"--parts {x}" for x in parts if x not in PARTS]
+           + [f"--presets {x}" for x in args.presets if x not in PRESETS]
+           + [f"--dtypes {x}" for x in args.dtypes if x not in DTYPE_FLAGS])
+    if bad:
+        return error(f"unknown {', '.join(bad)}")
+    if args.rounds < 3:
+        return error(f"--rounds must be >= 3 (a spread needs rounds), got {args.rounds}")
+    if args.max_update < 2 * args.log_interval:
+        return error("--max-update must be at least twice --log-interval (the first interval is warm-up)")
+    reason = cuda_unavailable()
+    if reason:
+        return error(reason)
+    if "softmax" not in args.presets:
+        args.presets.insert(0, "softmax")
+
+    import torch
+
+    from fairseq_sparse_attn.provenance import git_state, write_json
+
+    budget = Budget(args.budget)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = {"settings": {k: v for k, v in vars(args).items()}, "parts": {}}
+    py = sys.executable
+    if "attention" in parts:
+        run_part("attention", [py, str(REPO / "benchmarks/bench_attention.py"), "--device", "cuda",
+                               "--measures", "train_step", "--rounds", "5", "--warmup", "1",
+                               "--min-time", "0.05", "--json", str(out / "attention.json")],
+                 budget, results["parts"])
+    if "long" in parts:
+        run_part("long", [py, str(REPO / "benchmarks/bench_long_sequences.py"), "--device", "cuda",
+                          "--lengths", *args.long_lengths.split(","), "--rounds", "3", "--warmup", "1",
+                          "--memory-repeats", "1", "--json", str(out / "long.json")],
+                 budget, results["parts"])
+    if "train" in parts:
+        tmp = Path(tempfile.mkdtemp(prefix="bench_gpu_"))
+        try:
+            data = synthetic_corpus(tmp, args.pairs)
+            results["parts"]["train"] = train_part(args, budget, data)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    device = torch.cuda.get_device_name(0)
+    commit = git_state()[0] or "?"
+    date = time.strftime("%Y-%m-%d", time.gmtime())
+    path = write_json(out / "bench_gpu.json", results, argv=sys.argv)
+    if "train" in results["parts"]:
+        md = table(results["parts"]["train"], device, date, str(commit)[:10])
+        (out / "bench_gpu.md").write_text(md)
+        print(md)
+    print(f"[bench-gpu] wrote {path}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # no compile worker thread may keep the process alive

@@ -1,0 +1,46 @@
+"""``fsa-analyze explore``: one self-contained HTML file to browse every head of the first
+``--n`` sentence pairs: α or ‖αf(x)‖, subwords or words, null rows and sparsity, fixed
+heads named (data: :mod:`..explorer`, page: :mod:`..explorer_html`)."""
+
+import os
+from typing import Dict
+
+from .base import Context, UsageError, add_model_args, positive_int, resolve_data
+
+NAME = "explore"
+HELP = "interactive HTML explorer of every head (weights and norms), one file"
+
+
+def add_arguments(p) -> None:
+    add_model_args(p, output_dir=False, max_sentences=False, data_option=True)
+    p.add_argument("--n", type=positive_int, default=20, metavar="N",
+                   help="the first N sentence pairs (default 20; the file grows with N)")
+    p.add_argument("--out", default="explore.html", metavar="FILE",
+                   help="the HTML file to write (default explore.html)")
+
+
+def run(args) -> Dict:
+    from ...provenance import provenance
+    from ..explorer import ExplorerCollector, explorer_data, norm_support
+    from ..explorer_html import render
+
+    resolve_data(args)
+    if os.path.isdir(args.out):
+        raise UsageError(f"--out {args.out}: is a directory; give the HTML file to write")
+    args.output_dir = os.path.dirname(os.path.abspath(args.out))
+    args.max_sentences = args.n
+    ctx = Context(args)
+    norm_kinds = [k for k, (defined, _, _) in norm_support(ctx.model).items() if defined]
+    collector = ExplorerCollector(ctx.model, norm_kinds)
+    ctx.run([collector])
+    header = ctx.header(NAME)
+    header["provenance"] = provenance(argv=getattr(args, "argv", None))
+    data = explorer_data(ctx.model, ctx.examples, collector, args.subword_scheme, ctx.title, header)
+    path = os.path.abspath(args.out)
+    tmp = path + ".partial"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(render(data))
+    os.replace(tmp, path)
+    size = os.path.getsize(path)
+    ctx.out.wrote(path, note=f"{len(data['sentences'])} sentences, {size / 1024:.0f} KiB")
+    return data

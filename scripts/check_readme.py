@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""The README's demo tables, rendered from the results JSON they come from, and checked
+against it (``make check-readme``; ``make publish-demo`` writes them).
+
+Blocks (README.md, between ``<!-- BEGIN name -->`` and ``<!-- END name -->``):
+
+===========  ===============================  ==========================================
+block        JSON                             written by
+===========  ===============================  ==========================================
+demo-cpu     docs/results/demo-cpu.json       ``make demo`` (cpu recipe), then ``make publish-demo``
+demo-cuda    docs/results/demo-cuda.json      ``make demo`` on a CUDA machine, then ``make publish-demo``
+===========  ===============================  ==========================================
+
+``--write`` renders every block from its JSON (a missing JSON renders as "not measured"
+with the command that measures it).  ``--check`` (the default) renders the same way and
+compares the README's block line by line: the words must be the same, and every figure (a
+number the JSON supplies: BLEU, CI bounds, p-values, losses, rates) must be within half a
+unit of its last printed digit of the JSON's value (``6.16`` stands for any value in
+[6.155, 6.165]).  A disagreement exits 1 with one line per figure or line naming it.
+
+    python scripts/check_readme.py [--check | --write] [--readme README.md] [--results docs/results]
+    python scripts/check_readme.py --publish demo_out/results.json    # copy by recipe, then --write
+
+Standard library only: CI runs it without torch or fairseq.
+"""
+
+import argparse
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BLOCKS = ("demo-cpu", "demo-cuda")
+COMMANDS = {
+    "demo-cpu": "`make demo DEMO_RECIPE=cpu && make publish-demo` (about 15 minutes on 2 CPU cores)",
+    "demo-cuda": "`make demo && make publish-demo` on a machine where torch sees a CUDA GPU (about 10 minutes "
+                 "on one H100)",
+}
+KINDS = ("encoder_self", "decoder_self", "cross")
+NUMBER = r"(-?\d+(?:\.\d+)?)"
+PROG = "check-readme"
+
+
+class ReadmeError(Exception):
+    pass
+
+
+class Figure:
+    """A number in the README that comes from the JSON: its value there and how it is printed."""
+
+    def __init__(self, value, fmt, name):
+        self.value, self.fmt, self.name = float(value), fmt, name
+
+    def __str__(self):
+        return format(self.value, self.fmt)
+
+
+def decimals(text):
+    return len(text.split(".", 1)[1]) if "." in text else 0
+
+
+def agrees(printed, value):
+    """Is the printed figure within half a unit of its last printed digit of ``value``?"""
+    return abs(float(printed) - value) <= 0.5 * 10 ** -decimals(printed) + 1e-9
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+def _fig(value, fmt, name):
+    return "–" if value is None else Figure(value, fmt, name)
+
+
+def short_date(iso):
+    return (iso or "?")[:10]
+
+
+def render(block, data, json_name):
+    """The block's lines, each a list of text pieces and Figures."""
+    if data is None:
+        return [[f"Not measured yet: `{json_name}` does not exist.  Measure it with {COMMANDS[block]}."]]
+    prov = data.get("provenance") or {}
+    versions = prov.get("versions") or {}
+    commit = (prov.get("git_commit") or "unknown")[:10] + (" (uncommitted changes)" if prov.get("git_dirty") else "")
+    device = prov.get("device", "?")
+    if device == "cpu":
+        device = f"CPU ({prov.get('threads', '?')} threads of {prov.get('cpu_count', '?')} cores)"
+    names = data["models_compared"]
+    base = names[0]
+    lines = [
+        [f"{data['regime'][0].upper()}{data['regime'][1:]}."],
+        [f"Device {device}, torch {versions.get('torch', '?')}, fairseq {versions.get('fairseq', '?')}; "
+         f"{short_date(prov.get('date'))}; commit `{commit}`; `{data.get('test_set', '?')}`, "
+         f"{data.get('test_sentences', '?')} sentences; sacreBLEU `{data.get('signature', '?')}`."],
+        [],
+        ["| seed | model | sacreBLEU | 95% CI | p vs " + base + " | valid loss | repetition rate | length ratio "
+         "| null rate enc / dec / cross |"],
+        ["| --- | --- | --- | --- | --- | --- | --- | --- | --- |"],
+    ]
+    for seed in data["seeds"]:
+        for name in names:
+            r = data["per_seed"][str(seed)][name]
+            at = f"seed {seed} {name}"
+            lo, hi = r["bleu_ci95"]
+            row = [f"| {seed} | {name} | ", _fig(r["bleu"], ".2f", f"{at} sacreBLEU"), " | ",
+                   _fig(lo, ".1f", f"{at} CI low"), "–", _fig(hi, ".1f", f"{at} CI high"), " | ",
+                   _fig(r["p_value_vs_baseline"], ".3f", f"{at} p-value"), " | ",
+                   _fig(r["final_valid_loss"], ".3f", f"{at} valid loss"), " | ",
+                   _fig(r["repetition_rate"], ".3f", f"{at} repetition rate"), " | ",
+                   _fig(r["length_ratio"], ".3f", f"{at} length ratio"), " | "]
+            for i, kind in enumerate(KINDS):
+                row += [" / " if i else "", _fig(r["attention"][kind]["null_rate"], ".3f", f"{at} {kind} null rate")]
+            lines.append(row + [" |"])
+    if len(data["seeds"]) > 1:
+        for name in names:
+            m = data["models"][name]
+            at = f"mean {name}"
+            row = [f"| mean | {name} | ", _fig(m["bleu_mean"], ".2f", f"{at} sacreBLEU"), " | | | ",
+                   _fig(m["final_valid_loss_mean"], ".3f", f"{at} valid loss"), " | ",
+                   _fig(m["repetition_rate_mean"], ".3f", f"{at} repetition rate"), " | ",
+                   _fig(m["length_ratio_mean"], ".3f", f"{at} length ratio"), " | "]
+            for i, kind in enumerate(KINDS):
+                row += [" / " if i else "", _fig(m["attention_mean"][kind]["null_rate"], ".3f", f"{at} {kind} null rate")]
+            lines.append(row + [" |"])
+    lines += [[], [f"p: paired bootstrap against {base} of the same seed (sacreBLEU, "
+                   f"{data.get('paired_bootstrap_resamples', '?')} resamples).  Command: `{prov.get('command', '?')}`."]]
+    return lines
+
+
+def text_of(lines):
+    return "\n".join("".join(str(p) for p in line) for line in lines)
+
+
+# ----------------------------------------------------------------------------- README
+
+
+def markers(block):
+    return f"<!-- BEGIN {block} -->", f"<!-- END {block} -->"
+
+
+def find_block(readme_text, block, readme_name):
+    """(start, end) character offsets of the block's content (between its marker lines)."""
+    begin, end = markers(block)
+    i, j = readme_text.find(begin), readme_text.find(end)
+    if i < 0 or j < 0 or j < i:
+        raise ReadmeError(f"{readme_name}: no {begin} ... {end} pair (add the markers around the {block} table)")
+    start = readme_text.index("\n", i) + 1
+    return start, j
+
+
+def load_json(path):
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ReadmeError(f"{path}: not valid JSON ({e})") from None
+    missing = [k for k in ("models_compared", "seeds", "per_seed", "regime", "provenance") if k not in data]
+    if missing:
+        raise ReadmeError(f"{path}: not a demo results.json (no {', '.join(missing)}); copy one with make publish-demo")
+    return data
+
+
+def rendered_blocks(results_dir):
+    out = {}
+    for block in BLOCKS:
+        path = Path(results_dir) / f"{block}.json"
+        try:
+            out[block] = render(block, load_json(path), f"docs/results/{path.name}")
+        except (KeyError, TypeError, ValueError) as e:
+            if isinstance(e, ReadmeError):
+                raise
+            raise ReadmeError(f"{path}: missing or malformed field ({e!r}); re-run make publish-demo") from None
+    return out
+
+
+def compare(block, lines, readme_text, readme_name):
+    """Every disagreement of the README's block with the rendered ``lines``, one message each."""
+    start, end = find_block(readme_text, block, readme_name)
+    first_line = readme_text.count("\n", 0, start) + 1
+    got = readme_text[start:end].split("\n")
+    if got and got[-1] == "":
+        got = got[:-1]
+    problems = []
+    if len(got) != len(lines):
+        return [f"{readme_name}: block {block} has {len(got)} lines, the rendering of its JSON has {len(lines)} "
+                f"(run scripts/check_readme.py --write)"]
+    for n, (line, want) in enumerate(zip(got, lines)):
+        where = f"{readme_name}:{first_line + n}"
+        figures = [p for p in want if isinstance(p, Figure)]
+        pattern = "".join(NUMBER if isinstance(p, Figure) else re.escape(str(p)) for p in want)
+        m = re.fullmatch(pattern, line.rstrip())
+        if m is None:
+            problems.append(f"{where}: block {block}: the text differs from the JSON's rendering:\n"
+                            f"  README: {line.rstrip()}\n  JSON:   {text_of([want])}")
+            continue
+        for printed, fig in zip(m.groups(), figures):
+            if not agrees(printed, fig.value):
+                tol = 0.5 * 10 ** -decimals(printed)
+                problems.append(f"{where}: block {block}: {fig.name} is {printed} in the README, {fig.value:g} in "
+                                f"the JSON (tolerance ±{tol:g}: half a unit of the last printed digit)")
+    return problems
+
+
+def check(readme, results_dir):
+    text = Path(readme).read_text(encoding="utf-8")
+    problems = []
+    for block, lines in rendered_blocks(results_dir).items():
+        problems += compare(block, lines, text, Path(readme).name)
+    return problems
+
+
+def write(readme, results_dir):
+    readme = Path(readme)
+    text = readme.read_text(encoding="utf-8")
+    for block, lines in rendered_blocks(results_dir).items():
+        start, end = find_block(text, block, readme.name)
+        text = text[:start] + text_of(lines) + "\n" + text[end:]
+    tmp = readme.with_name(f".{readme.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(readme)
+
+
+def publish(results_json, results_dir):
+    """Copy a demo's results.json to docs/results/demo-<recipe>.json; returns the path."""
+    data = load_json(Path(results_json))
+    if data is None:
+        raise ReadmeError(f"{results_json}: no such file (run make demo first)")
+    recipe = data.get("recipe")
+    if recipe not in ("cpu", "cuda"):
+        raise ReadmeError(f"{results_json}: recipe is {recipe!r}, expected cpu or cuda")
+    device = (data.get("provenance") or {}).get("device", "cpu")
+    if recipe == "cuda" and device == "cpu":
+        raise ReadmeError(f"{results_json}: the cuda recipe ran on the CPU; the demo-cuda table is for a GPU run")
+    target = Path(results_dir) / f"demo-{recipe}.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(results_json, target)
+    return target
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, prog=PROG)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="compare the README with the JSON (default)")
+    mode.add_argument("--write", action="store_true", help="render the blocks into the README")
+    mode.add_argument("--publish", metavar="RESULTS_JSON", help="copy a demo's results.json by recipe, then --write")
+    p.add_argument("--readme", default=str(REPO / "README.md"))
+    p.add_argument("--results", default=str(REPO / "docs" / "results"), help="folder of demo-cpu.json / demo-cuda.json")
+    args = p.parse_args(argv)
+    try:
+        if args.publish:
+            target = publish(args.publish, args.results)
+            print(f"{PROG}: {args.publish} -> {target}")
+            write(args.readme, args.results)
+            print(f"{PROG}: wrote the demo blocks of {args.readme}")
+        elif args.write:
+            write(args.readme, args.results)
+            print(f"{PROG}: wrote the demo blocks of {args.readme}")
+        else:
+            problems = check(args.readme, args.results)
+            for line in problems:
+                print(f"{PROG}: error: {line}", file=sys.stderr)
+            if problems:
+                return 1
+            print(f"{PROG}: {args.readme}: the blocks {', '.join(BLOCKS)} agree with {args.results}")
+    except (ReadmeError, OSError) as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""The GPU scripts' CPU-side behaviour (issue 22.4): refusing cleanly without CUDA, the
+fairseq log parsing and round order of ``make bench-gpu``.  No timing here."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import bench_gpu  # noqa: E402
+
+# two train_inner lines of a real `fairseq-train --log-format json --log-interval 2` run
+# (fairseq-fixed 0.12.3.1, CPU, the synthetic corpus of bench_gpu.py)
+LOG = """\
+2026-11-25 13:32:36 | INFO | train_inner | {"epoch": 1, "update": 0.333, "loss": "11.777", "nll_loss": "11.785", "ppl": "3529.36", "wps": "4366.8", "ups": "3.24", "wpb": "1076.5", "bsz": "52", "num_updates": "2", "lr": "1.75e-06", "gnorm": "0.537", "train_wall": "1", "wall": "4"}
+2026-11-25 13:32:36 | INFO | train_inner | {"epoch": 1, "update": 0.667, "loss": "11.772", "nll_loss": "11.779", "ppl": "3514.67", "wps": "4575.5", "ups": "3.48", "wpb": "1316.5", "bsz": "64", "num_updates": "4", "lr": "3.5e-06", "gnorm": "0.49", "train_wall": "1", "wall": "4"}
+2026-11-25 13:32:37 | INFO | train | {"epoch": 1, "train_loss": "11.77", "ups": "9.99"}
+"""
+
+
+def test_parse_ups_reads_train_inner_records_only():
+    assert bench_gpu.parse_ups(LOG) == [(2, 3.24), (4, 3.48)]
+    assert bench_gpu.run_updates_per_second(bench_gpu.parse_ups(LOG)) == pytest.approx(3.48)
+    with pytest.raises(ValueError, match="at least two"):
+        bench_gpu.run_updates_per_second([(2, 3.24)])
+
+
+def test_rounds_alternate_the_order():
+    names = ["softmax", "rela_g", "entmax15"]
+    assert bench_gpu.alternating(names, 0) == names
+    assert bench_gpu.alternating(names, 1) == names[::-1]
+    assert bench_gpu.alternating(names, 2) == names
+
+
+def test_table_marks_missing_runs_not_measured():
+    result = {"fp16": {"ratios": {"softmax": {"median": 1.0, "min": 1.0, "max": 1.0, "rounds": 3},
+                                  "rela_g": None}}}
+    md = bench_gpu.table(result, "NVIDIA H100", "2026-11-25", "abc")
+    assert "| rela_g | not measured |" in md and "NVIDIA H100, 2026-11-25, commit abc" in md
+
+
+def _run(script, *args):
+    env = {"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    import os
+    env = {**os.environ, **env}
+    return subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_bench_gpu_refuses_cleanly_without_cuda(tmp_path):
+    p = _run("bench_gpu.py", "--out", str(tmp_path / "o"))
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines()[-1].startswith("bench-gpu: error: no CUDA device")
+    assert not (tmp_path / "o").exists()  # nothing written
+    p = _run("bench_gpu.py", "--rounds", "2")
+    assert p.returncode == 2 and "--rounds must be >= 3" in p.stderr
+
+
+def test_gpu_check_refuses_cleanly_without_cuda():
+    p = _run("gpu_check.py", "--time-budget", "5")
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines()[-1].startswith("gpu_check: error: no CUDA device")

@@ -1,0 +1,136 @@
+"""scripts/check_readme.py: the README's demo blocks rendered from a hand-built results
+JSON, checked figure by figure (half a unit of the last printed digit), with a missing JSON
+rendered as "not measured" and publishing by recipe."""
+
+import copy
+import json
+import runpy
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+tool = runpy.run_path(str(REPO / "scripts" / "check_readme.py"))
+
+KINDS = ("encoder_self", "decoder_self", "cross")
+
+
+def run_of(bleu, ci, p, loss, rep, ratio, nulls):
+    return {"bleu": bleu, "bleu_ci95": ci, "p_value_vs_baseline": p, "final_valid_loss": loss, "lr": 1e-3,
+            "repetition_rate": rep, "length_ratio": ratio,
+            "attention": {k: {"sparsity": 0.5, "null_rate": v} for k, v in zip(KINDS, nulls)}}
+
+
+RESULTS = {
+    "recipe": "cuda", "regime": "real budget on a GPU", "models_compared": ["softmax", "rela_g"], "seeds": [1, 2],
+    "per_seed": {
+        "1": {"softmax": run_of(27.99, [27.1, 28.9], None, 3.1, 0.22, 1.006, [0, 0, 0]),
+              "rela_g": run_of(31.66, [30.8, 32.5], 0.001, 3.0, 0.31, 1.046, [0.2, 0.3, 0.1234])},
+        "2": {"softmax": run_of(29.83, [28.9, 30.7], None, 3.2, 0.25, 1.0, [0, 0, 0]),
+              "rela_g": run_of(30.42, [29.5, 31.3], 0.031, 3.05, 0.3, 1.04, [0.2, 0.3, 0.1])}},
+    "models": {n: {"bleu_mean": b, "final_valid_loss_mean": 3.0, "repetition_rate_mean": 0.3, "length_ratio_mean": 1.0,
+                   "attention_mean": {k: {"null_rate": 0.0} for k in KINDS}}
+               for n, b in (("softmax", 28.91), ("rela_g", 31.04))},
+    "test_set": "Multi30k test_2016_flickr", "test_sentences": 1000, "signature": "nrefs:1|bs:1000",
+    "paired_bootstrap_resamples": 1000,
+    "provenance": {"device": "NVIDIA H100 80GB HBM3", "versions": {"torch": "2.5.1", "fairseq": "0.12.3"},
+                   "date": "2026-11-25T14:00:00+00:00", "git_commit": "0123456789abcdef", "git_dirty": False,
+                   "command": "scripts/demo.py --out demo_out --recipe auto"},
+}
+README = "# x\n\nintro\n\n<!-- BEGIN demo-cpu -->\nold\n<!-- END demo-cpu -->\n\ntext\n\n<!-- BEGIN demo-cuda -->\n<!-- END demo-cuda -->\nend\n"
+
+
+@pytest.fixture
+def repo(tmp_path):
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "demo-cuda.json").write_text(json.dumps(RESULTS))
+    (tmp_path / "README.md").write_text(README)
+    return tmp_path
+
+
+def check(repo):
+    return tool["check"](repo / "README.md", repo / "results")
+
+
+def test_written_blocks_pass_and_keep_the_rest(repo):
+    assert check(repo)  # the placeholder 'old' and the empty cuda block disagree with the JSON
+    tool["write"](repo / "README.md", repo / "results")
+    text = (repo / "README.md").read_text()
+    assert check(repo) == []
+    assert text.startswith("# x\n\nintro\n\n<!-- BEGIN demo-cpu -->\n") and text.endswith("<!-- END demo-cuda -->\nend\n")
+    assert "\ntext\n" in text
+    # the missing cpu JSON: "not measured" and the command
+    assert "Not measured yet: `docs/results/demo-cpu.json` does not exist" in text and "make publish-demo" in text
+    # the figures, as the JSON has them; device, date and commit
+    assert "| 1 | rela_g | 31.66 | 30.8–32.5 | 0.001 | 3.000 | 0.310 | 1.046 | 0.200 / 0.300 / 0.123 |" in text
+    assert "| mean | rela_g | 31.04 |" in text
+    assert "NVIDIA H100 80GB HBM3" in text and "2026-11-25" in text and "`0123456789`" in text
+    assert tool["main"](["--readme", str(repo / "README.md"), "--results", str(repo / "results")]) == 0
+
+
+@pytest.mark.parametrize("old, new, named", [
+    ("| 1 | rela_g | 31.66 |", "| 1 | rela_g | 31.76 |", "seed 1 rela_g sacreBLEU is 31.76 in the README, 31.66 in the JSON"),
+    ("0.200 / 0.300 / 0.123 |", "0.200 / 0.300 / 0.125 |", "seed 1 rela_g cross null rate is 0.125"),
+    ("| 2 | rela_g | 30.42 | 29.5–31.3 | 0.031 |", "| 2 | rela_g | 30.42 | 29.5–31.3 | 0.01 |", "seed 2 rela_g p-value is 0.01"),
+])
+def test_a_hand_edited_figure_fails_naming_it(repo, old, new, named, capsys):
+    tool["write"](repo / "README.md", repo / "results")
+    text = (repo / "README.md").read_text()
+    assert old in text
+    (repo / "README.md").write_text(text.replace(old, new))
+    problems = check(repo)
+    assert len(problems) == 1 and named in problems[0], problems
+    assert tool["main"](["--readme", str(repo / "README.md"), "--results", str(repo / "results")]) == 1
+    assert named in capsys.readouterr().err
+
+
+def test_tolerance_is_half_a_unit_of_the_last_printed_digit(repo):
+    tool["write"](repo / "README.md", repo / "results")
+    text = (repo / "README.md").read_text()
+    # printed with fewer digits: 31.7 stands for [31.65, 31.75], which holds 31.66
+    (repo / "README.md").write_text(text.replace("| 1 | rela_g | 31.66 |", "| 1 | rela_g | 31.7 |"))
+    assert check(repo) == []
+    (repo / "README.md").write_text(text.replace("| 1 | rela_g | 31.66 |", "| 1 | rela_g | 31.6 |"))
+    assert "tolerance ±0.05" in check(repo)[0]
+    agrees = tool["agrees"]
+    assert agrees("6.16", 6.155) and agrees("6.16", 6.1649) and not agrees("6.16", 6.1651) and agrees("6", 6.4)
+
+
+def test_words_and_missing_pieces(repo, capsys):
+    tool["write"](repo / "README.md", repo / "results")
+    text = (repo / "README.md").read_text()
+    (repo / "README.md").write_text(text.replace("| 2 | rela_g |", "| 2 | rela_i |"))
+    assert "the text differs from the JSON's rendering" in check(repo)[0]
+    # the cuda JSON removed: the README's measured table no longer matches "not measured"
+    (repo / "README.md").write_text(text)
+    (repo / "results" / "demo-cuda.json").unlink()
+    assert "block demo-cuda has" in check(repo)[0]
+    tool["write"](repo / "README.md", repo / "results")
+    assert check(repo) == []
+    # no markers: one line naming them
+    (repo / "README.md").write_text("# no blocks\n")
+    assert tool["main"](["--readme", str(repo / "README.md"), "--results", str(repo / "results")]) == 1
+    assert "no <!-- BEGIN demo-cpu --> ... <!-- END demo-cpu --> pair" in capsys.readouterr().err
+    # a JSON that is not a demo result
+    (repo / "README.md").write_text(README)
+    (repo / "results" / "demo-cpu.json").write_text('{"rows": []}')
+    assert tool["main"](["--check", "--readme", str(repo / "README.md"), "--results", str(repo / "results")]) == 1
+    assert "demo-cpu.json: not a demo results.json" in capsys.readouterr().err
+
+
+def test_publish_by_recipe(repo, tmp_path):
+    out = tmp_path / "demo_out"
+    out.mkdir()
+    cpu = copy.deepcopy(RESULTS)
+    cpu.update(recipe="cpu", seeds=[1], per_seed={"1": RESULTS["per_seed"]["1"]})
+    cpu["provenance"]["device"] = "cpu"
+    (out / "results.json").write_text(json.dumps(cpu))
+    assert tool["main"](["--publish", str(out / "results.json"), "--readme", str(repo / "README.md"),
+                         "--results", str(repo / "results")]) == 0
+    assert json.loads((repo / "results" / "demo-cpu.json").read_text()) == cpu
+    assert "| 1 | rela_g | 31.66 |" in (repo / "README.md").read_text() and check(repo) == []
+    assert "| mean |" not in (repo / "README.md").read_text().split("BEGIN demo-cuda")[0]  # one seed: no mean row
+    cpu["recipe"] = "cuda"  # the cuda recipe run on a CPU is not the GPU table
+    (out / "results.json").write_text(json.dumps(cpu))
+    assert tool["main"](["--publish", str(out / "results.json"), "--readme", str(repo / "README.md"),
+                         "--results", str(repo / "results")]) == 1

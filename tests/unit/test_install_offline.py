@@ -1,0 +1,63 @@
+"""``make install OFFLINE=wheelhouse/`` (scripts/install.sh, issue 22.5) without the
+network: the dry run prints the pip commands, which must install only from the
+wheelhouse (--no-index), never torch, and fairseq-fixed / entmax without their
+dependencies (they require torch and torchaudio); bad input is one clear error line."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TAG = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+
+
+def install(offline, dry_run=True):
+    env = {**os.environ, "OFFLINE": str(offline), "PYTHON": sys.executable}
+    if dry_run:
+        env["FSA_INSTALL_DRY_RUN"] = "1"
+    return subprocess.run(["bash", str(REPO / "scripts" / "install.sh")], capture_output=True,
+                          text=True, env=env, timeout=120)
+
+
+def wheelhouse(tmp_path, tag=TAG):
+    d = tmp_path / "wheelhouse"
+    d.mkdir()
+    (d / f"fairseq_fixed-0.12.3.1-{tag}-{tag}-manylinux_2_28_x86_64.whl").touch()
+    (d / "fairseq_sparse_attn-0.1.0-py3-none-any.whl").touch()
+    return d
+
+
+def test_offline_dry_run_installs_only_from_the_wheelhouse_and_keeps_torch(tmp_path):
+    d = wheelhouse(tmp_path)
+    p = install(d)
+    assert p.returncode == 0, p.stderr
+    commands = [line for line in p.stdout.splitlines() if line.startswith("[dry-run]")]
+    assert len(commands) == 3
+    for c in commands:
+        assert "-m pip install" in c and "--no-index" in c and f"--find-links {d}" in c
+        assert " torch" not in c and "torchaudio" not in c
+    assert "hydra-core==1.3.2" in commands[0] and "omegaconf==2.3.0" in commands[0]
+    assert "--no-deps fairseq-fixed==0.12.3.1 entmax>=1.1" in commands[1]
+    assert commands[2].endswith("--no-deps fairseq_sparse_attn")
+    assert "keeping torch" in p.stdout
+
+
+def test_offline_errors_are_one_line(tmp_path):
+    p = install(tmp_path / "missing")
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [
+        f"make install: error: OFFLINE={tmp_path / 'missing'} is not a directory "
+        f"(make wheelhouse PYTHON_VERSION={sys.version_info[0]}.{sys.version_info[1]} writes one)"]
+    p = install(wheelhouse(tmp_path, tag="cp39"))
+    assert p.returncode == 2
+    assert "no fairseq-fixed wheel for python" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_wheelhouse_needs_a_python_version():
+    p = subprocess.run(["bash", str(REPO / "scripts" / "wheelhouse.sh")], capture_output=True, text=True,
+                       env={k: v for k, v in os.environ.items() if k != "PYTHON_VERSION"}, timeout=60)
+    assert p.returncode != 0 and "PYTHON_VERSION" in p.stderr
+    p = subprocess.run(["bash", str(REPO / "scripts" / "wheelhouse.sh")], capture_output=True, text=True,
+                       env={**os.environ, "PYTHON_VERSION": "3.x"}, timeout=60)
+    assert p.returncode == 2 and "PYTHON_VERSION must look like 3.12" in p.stderr
