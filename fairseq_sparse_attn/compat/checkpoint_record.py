@@ -63,8 +63,10 @@ def _task_dictionaries(task):
 
 
 def dictionaries_record(task):
-    return {side: {"lang": lang, "size": len(d), "sha256": dictionary_digest(d)}
-            for side, (lang, d) in _task_dictionaries(task).items()}
+    return {
+        side: {"lang": lang, "size": len(d), "sha256": dictionary_digest(d)}
+        for side, (lang, d) in _task_dictionaries(task).items()
+    }
 
 
 def attention_record(model_cfg):
@@ -107,14 +109,17 @@ def check_dictionaries(path, state, task):
             continue
         where = _dictionary_file(task, side, lang)
         if len(dictionary) == want.get("size"):
-            how = (f"both have {len(dictionary)} entries, but other symbols or another order "
-                   f"(sha256 {digest[:12]} vs {str(want.get('sha256'))[:12]})")
+            how = (
+                f"both have {len(dictionary)} entries, but other symbols or another order "
+                f"(sha256 {digest[:12]} vs {str(want.get('sha256'))[:12]})"
+            )
         else:
             how = f"it has {len(dictionary)} entries, the checkpoint's had {want.get('size')}"
         raise DictionaryMismatch(
             f"{where} is not the {side} dictionary {path} was trained with: {how}; the ids "
             "would mean other words. Use the data-bin the model was trained on (or binarize "
-            "with fairseq-preprocess --srcdict/--tgtdict of its dictionaries)")
+            "with fairseq-preprocess --srcdict/--tgtdict of its dictionaries)"
+        )
 
 
 _TASK = contextvars.ContextVar("fsa_checkpoint_task", default=None)

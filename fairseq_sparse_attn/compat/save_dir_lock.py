@@ -49,8 +49,11 @@ def describe(holder):
     if not holder:
         return "a process that has not written its name yet"
     started = holder.get("started")
-    when = (f", started {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}"
-            if isinstance(started, (int, float)) else "")
+    when = (
+        f", started {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}"
+        if isinstance(started, (int, float))
+        else ""
+    )
     return f"pid {holder.get('pid')} on host {holder.get('host')}{when}"
 
 
@@ -81,7 +84,8 @@ class SaveDirLock:
     def _busy(self, holder, why=""):
         return SaveDirInUse(
             f"--save-dir {self.save_dir} is in use by another training: {describe(holder)} "
-            f"(lock file {self.path}){why}; wait for it to end or use another --save-dir")
+            f"(lock file {self.path}){why}; wait for it to end or use another --save-dir"
+        )
 
     def _open_locked(self):
         """(fd, flock worked) on the file now at ``self.path``."""
@@ -120,14 +124,19 @@ class SaveDirLock:
             me = {"pid": os.getpid(), "host": this_host()}
             if holder and {k: holder.get(k) for k in me} != me:
                 if holder.get("host") != me["host"]:
-                    raise self._busy(holder, ": it was written on another host, so whether that "
-                                             "job runs cannot be checked from here; remove the "
-                                             "file if it has ended")
+                    raise self._busy(
+                        holder,
+                        ": it was written on another host, so whether that "
+                        "job runs cannot be checked from here; remove the "
+                        "file if it has ended",
+                    )
                 pid = holder.get("pid")
                 if not flocked and isinstance(pid, int) and process_running(pid):
                     raise self._busy(holder)
-                logger.warning(f"{self.path}: the training that held {self.save_dir} "
-                               f"({describe(holder)}) no longer runs; taking the lock over")
+                logger.warning(
+                    f"{self.path}: the training that held {self.save_dir} "
+                    f"({describe(holder)}) no longer runs; taking the lock over"
+                )
             record = {**me, "started": time.time(), "command": " ".join(sys.argv)[:500]}
             os.ftruncate(fd, 0)
             os.lseek(fd, 0, os.SEEK_SET)
@@ -197,8 +206,10 @@ def lock_save_dir(save_dir):
 def check_save_dir(save_dir):
     """--save-dir must be a directory (or not exist yet)."""
     if os.path.exists(save_dir) and not os.path.isdir(save_dir):
-        raise UsageError(f"--save-dir {save_dir} is a file, not a directory: pass a directory "
-                         "(created when missing) for the checkpoints")
+        raise UsageError(
+            f"--save-dir {save_dir} is a file, not a directory: pass a directory "
+            "(created when missing) for the checkpoints"
+        )
 
 
 def install():

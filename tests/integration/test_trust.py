@@ -26,11 +26,36 @@ FIXTURES = REPO / "tests" / "fixtures" / "checkpoints"
 HOST = socket.gethostname()
 LOCK = ".fsa-train.lock"
 TINY = [
-    "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "32",
-    "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--share-all-embeddings",
-    "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000", "--num-workers", "0",
-    "--log-format", "simple", "--no-epoch-checkpoints", "--max-update", "2",
+    "--encoder-layers",
+    "1",
+    "--decoder-layers",
+    "1",
+    "--encoder-embed-dim",
+    "32",
+    "--decoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--decoder-ffn-embed-dim",
+    "64",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+    "--share-all-embeddings",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "1e-3",
+    "--max-tokens",
+    "1000",
+    "--num-workers",
+    "0",
+    "--log-format",
+    "simple",
+    "--no-epoch-checkpoints",
+    "--max-update",
+    "2",
 ]
 
 
@@ -41,21 +66,29 @@ def env():
 
 
 def fsa_code(command, before=""):
-    return (f"import sys; sys.argv[0] = 'fsa-{command}'\n{before}\n"
-            f"from fairseq_sparse_attn.cli import {command}; {command}()")
+    return (
+        f"import sys; sys.argv[0] = 'fsa-{command}'\n{before}\n"
+        f"from fairseq_sparse_attn.cli import {command}; {command}()"
+    )
 
 
 def fsa(command, *args, before=""):
     """``fsa-<command> args`` as the console script runs it (``before``: Python run first,
     to simulate a full disk or a kill)."""
-    return subprocess.run([sys.executable, "-c", fsa_code(command, before), *map(str, args)],
-                          env=env(), capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-c", fsa_code(command, before), *map(str, args)],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def analyze(*args, before=""):
     code = f"{before}\nimport sys\nfrom fairseq_sparse_attn.analysis.cli import main\nsys.exit(main())"
-    return subprocess.run([sys.executable, "-c", code, *map(str, args)], env=env(),
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)], env=env(), capture_output=True, text=True, timeout=600
+    )
 
 
 def one_line_error(proc, prefix, *fragments, status=1):
@@ -81,8 +114,8 @@ def dict_digest(path):
     """sha256 of fairseq's four specials and the dictionary file's symbols, in id order,
     computed without fairseq."""
     symbols = ["<s>", "<pad>", "</s>", "<unk>"] + [
-        line.rsplit(" ", 1)[0] for line in Path(path).read_text(encoding="utf-8").splitlines()
-        if line.strip()]
+        line.rsplit(" ", 1)[0] for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
     return hashlib.sha256("".join(s + "\n" for s in symbols).encode()).hexdigest(), len(symbols)
 
 
@@ -90,8 +123,7 @@ def dict_digest(path):
 def rela_run(small_data, tmp_path_factory):
     """A ReLA model trained for 2 updates: checkpoint_last.pt / checkpoint_best.pt."""
     save = tmp_path_factory.mktemp("rela") / "ckpt"
-    proc = fsa("train", small_data / "data-bin", "--arch", "rela_transformer_wmt_en_de", *TINY,
-               "--save-dir", save)
+    proc = fsa("train", small_data / "data-bin", "--arch", "rela_transformer_wmt_en_de", *TINY, "--save-dir", save)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return save
 
@@ -117,19 +149,37 @@ def test_stock_transformer_save_dir_restarted_with_plugin_attention(small_data, 
     """A save dir of stock fairseq-train (no plugin) restarted with ReLA flags is refused
     (it loaded and trained on as ReLA); the plugin's softmax preset resumes it."""
     save = tmp_path / "ckpt"
-    stock = subprocess.run([sys.executable, "-c", "from fairseq_cli.train import cli_main; cli_main()",
-                            small_data / "data-bin", "--arch", "transformer", *TINY, "--save-dir", save],
-                           env=env(), capture_output=True, text=True, timeout=600)
+    stock = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from fairseq_cli.train import cli_main; cli_main()",
+            small_data / "data-bin",
+            "--arch",
+            "transformer",
+            *TINY,
+            "--save-dir",
+            save,
+        ],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert stock.returncode == 0, stock.stderr[-3000:]
     assert "fsa_record" not in torch.load(save / "checkpoint_last.pt", weights_only=False)
     before = snapshot(save)
     args = [small_data / "data-bin", *TINY, "--save-dir", save]
     args[args.index("--max-update") + 1] = "3"
     proc = fsa("train", *args, "--arch", "rela_transformer_wmt_en_de")
-    one_line_error(proc, "fsa-train: error: ", f"{save / 'checkpoint_last.pt'} (a stock fairseq "
-                   "transformer checkpoint: softmax attention) was trained with other attention "
-                   "options than the flags given (--attn-activation: checkpoint 'softmax', given "
-                   "'relu'; --attn-output-norm: checkpoint 'none', given 'gated_rmsnorm')")
+    one_line_error(
+        proc,
+        "fsa-train: error: ",
+        f"{save / 'checkpoint_last.pt'} (a stock fairseq "
+        "transformer checkpoint: softmax attention) was trained with other attention "
+        "options than the flags given (--attn-activation: checkpoint 'softmax', given "
+        "'relu'; --attn-output-norm: checkpoint 'none', given 'gated_rmsnorm')",
+    )
     assert "begin training" not in proc.stdout
     assert snapshot(save) == before  # untouched; no lock, no crash.pt, no temporary file
     proc = fsa("train", *args, "--arch", "softmax_transformer_wmt_en_de")
@@ -151,8 +201,12 @@ def test_restart_with_a_data_bin_of_other_dictionaries(small_data, rela_run, tmp
     args = [data, "--arch", "rela_transformer_wmt_en_de", *TINY, "--save-dir", save]
     args[args.index("--max-update") + 1] = "3"
     proc = fsa("train", *args)
-    one_line_error(proc, "fsa-train: error: ", f"{data / 'dict.de.txt'} is not the source dictionary "
-                   f"{save / 'checkpoint_last.pt'} was trained with: both have ")
+    one_line_error(
+        proc,
+        "fsa-train: error: ",
+        f"{data / 'dict.de.txt'} is not the source dictionary "
+        f"{save / 'checkpoint_last.pt'} was trained with: both have ",
+    )
     assert "begin training" not in proc.stdout
     assert snapshot(save) == before
 
@@ -178,8 +232,22 @@ def recorded_fixture(tmp_path):
     return path, swapped
 
 
-GEN = ["-s", "en", "-t", "de", "--gen-subset", "test", "--batch-size", "6", "--beam", "2",
-       "--max-len-b", "12", "--seed", "1"]
+GEN = [
+    "-s",
+    "en",
+    "-t",
+    "de",
+    "--gen-subset",
+    "test",
+    "--batch-size",
+    "6",
+    "--beam",
+    "2",
+    "--max-len-b",
+    "12",
+    "--seed",
+    "1",
+]
 
 
 def hypotheses(text):
@@ -193,13 +261,29 @@ def test_generate_and_validate_refuse_other_dictionaries(recorded_fixture):
     assert proc.returncode == 0, proc.stderr[-3000:]
     expected = hypotheses((FIXTURES / "rela_g.generate.txt").read_text())
     assert hypotheses(proc.stdout) == expected and len(expected) == 6
-    message = (f"{swapped / 'dict.de.txt'} is not the target dictionary {path} was trained with: "
-               "both have 32 entries, but other symbols or another order")
+    message = (
+        f"{swapped / 'dict.de.txt'} is not the target dictionary {path} was trained with: "
+        "both have 32 entries, but other symbols or another order"
+    )
     proc = fsa("generate", swapped, "--path", path, *GEN)
     one_line_error(proc, "fsa-generate: error: ", message)
     assert "H-" not in proc.stdout
-    proc = fsa("validate", swapped, "--path", path, "--task", "translation", "-s", "en", "-t", "de",
-               "--valid-subset", "test", "--batch-size", "6")
+    proc = fsa(
+        "validate",
+        swapped,
+        "--path",
+        path,
+        "--task",
+        "translation",
+        "-s",
+        "en",
+        "-t",
+        "de",
+        "--valid-subset",
+        "test",
+        "--batch-size",
+        "6",
+    )
     one_line_error(proc, "fsa-validate: error: ", message)
     assert "valid on 'test' subset" not in proc.stdout + proc.stderr
 
@@ -213,33 +297,63 @@ def test_files_that_are_not_what_the_flag_needs(small_data, rela_run, tmp_path):
     model = torch.load(rela_run / "checkpoint_last.pt", weights_only=False)["model"]
     torch.save(model, save / "checkpoint_last.pt")
     before = snapshot(save)
-    proc = fsa("train", small_data / "data-bin", "--arch", "rela_transformer_wmt_en_de", *TINY,
-               "--save-dir", save)
-    one_line_error(proc, "fsa-train: error: ", f"{save / 'checkpoint_last.pt'}: not a fairseq "
-                   "checkpoint (no 'model' state dict and no 'cfg'/'args' configuration; keys: "
-                   "encoder.version, encoder.embed_tokens.weight")
+    proc = fsa("train", small_data / "data-bin", "--arch", "rela_transformer_wmt_en_de", *TINY, "--save-dir", save)
+    one_line_error(
+        proc,
+        "fsa-train: error: ",
+        f"{save / 'checkpoint_last.pt'}: not a fairseq "
+        "checkpoint (no 'model' state dict and no 'cfg'/'args' configuration; keys: "
+        "encoder.version, encoder.embed_tokens.weight",
+    )
     assert snapshot(save) == before
 
-    proc = fsa("train", small_data / "data-bin", "--arch", "rela_transformer_wmt_en_de", *TINY,
-               "--save-dir", tmp_path / "new", "--restore-file", "checkpoint_best.pt")
-    one_line_error(proc, "fsa-train: error: ", "--restore-file checkpoint_best.pt does not exist "
-                   "(a relative path is taken from the current directory, not --save-dir)")
+    proc = fsa(
+        "train",
+        small_data / "data-bin",
+        "--arch",
+        "rela_transformer_wmt_en_de",
+        *TINY,
+        "--save-dir",
+        tmp_path / "new",
+        "--restore-file",
+        "checkpoint_best.pt",
+    )
+    one_line_error(
+        proc,
+        "fsa-train: error: ",
+        "--restore-file checkpoint_best.pt does not exist "
+        "(a relative path is taken from the current directory, not --save-dir)",
+    )
     assert "begin training" not in proc.stdout
 
     as_file = tmp_path / "ckpt.txt"
     as_file.write_text("notes\n")
-    proc = fsa("train", small_data / "data-bin", "--arch", "rela_transformer_wmt_en_de", *TINY,
-               "--save-dir", as_file)
+    proc = fsa("train", small_data / "data-bin", "--arch", "rela_transformer_wmt_en_de", *TINY, "--save-dir", as_file)
     one_line_error(proc, "fsa-train: error: ", f"--save-dir {as_file} is a file, not a directory")
     assert as_file.read_text() == "notes\n"
 
     proc = fsa("generate", small_data / "data-bin", "--path", rela_run, "--max-tokens", "2000")
-    one_line_error(proc, "fsa-generate: error: ", f"{rela_run} is a directory, not a checkpoint "
-                   f"file: pass a file in it, e.g. {rela_run / 'checkpoint_best.pt'}")
-    proc = fsa("validate", small_data / "data-bin", "--path", rela_run / "checkpoint_9.pt",
-               "--task", "translation", "--max-tokens", "2000")
-    one_line_error(proc, "fsa-validate: error: ", f"{rela_run / 'checkpoint_9.pt'} does not exist: "
-                   "expected a checkpoint file written by fsa-train / fairseq-train")
+    one_line_error(
+        proc,
+        "fsa-generate: error: ",
+        f"{rela_run} is a directory, not a checkpoint file: pass a file in it, e.g. {rela_run / 'checkpoint_best.pt'}",
+    )
+    proc = fsa(
+        "validate",
+        small_data / "data-bin",
+        "--path",
+        rela_run / "checkpoint_9.pt",
+        "--task",
+        "translation",
+        "--max-tokens",
+        "2000",
+    )
+    one_line_error(
+        proc,
+        "fsa-validate: error: ",
+        f"{rela_run / 'checkpoint_9.pt'} does not exist: "
+        "expected a checkpoint file written by fsa-train / fairseq-train",
+    )
 
 
 # --- concurrency ---------------------------------------------------------------------------
@@ -260,16 +374,24 @@ def test_one_training_per_save_dir(small_data, tmp_path):
     save = tmp_path / "ckpt"
     args = [small_data / "data-bin", "--arch", "rela_transformer_wmt_en_de", *TINY, "--save-dir", save]
     args[args.index("--max-update") + 1] = "100000"
-    first = subprocess.Popen([sys.executable, "-c", fsa_code("train"), *map(str, args)], env=env(),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [sys.executable, "-c", fsa_code("train"), *map(str, args)],
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for(save / LOCK, first)
         holder = json.loads((save / LOCK).read_text())
         assert (holder["pid"], holder["host"]) == (first.pid, HOST)
         second = fsa("train", *args[:-1], save)
-        one_line_error(second, "fsa-train: error: ", f"--save-dir {save} is in use by another "
-                       f"training: pid {first.pid} on host {HOST}, started ",
-                       f"(lock file {save / LOCK})")
+        one_line_error(
+            second,
+            "fsa-train: error: ",
+            f"--save-dir {save} is in use by another training: pid {first.pid} on host {HOST}, started ",
+            f"(lock file {save / LOCK})",
+        )
         assert "begin training" not in second.stdout
         first.kill()
         first.wait()
@@ -297,8 +419,7 @@ time.sleep(120)
 
 def test_lock_is_released_by_sigterm(tmp_path):
     """scancel / kill: the lock file goes, and the process still dies of SIGTERM."""
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], env=env(),
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], env=env(), stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
         assert json.loads((tmp_path / LOCK).read_text())["pid"] == holder.pid
@@ -336,16 +457,18 @@ def test_full_disk_during_a_save(small_data, rela_run, tmp_path):
     args = [small_data / "data-bin", "--arch", "rela_transformer_wmt_en_de", *TINY, "--save-dir", save]
     args[args.index("--max-update") + 1] = "3"
     proc = fsa("train", *args, before=FULL_DISK)
-    line = one_line_error(proc, "fsa-train: error: cannot write checkpoint ",
-                          "No space left on device (ENOSPC); the partial file was removed and")
+    line = one_line_error(
+        proc,
+        "fsa-train: error: cannot write checkpoint ",
+        "No space left on device (ENOSPC); the partial file was removed and",
+    )
     assert "done training" not in proc.stdout, line
     assert snapshot(save) == before
 
 
 # --- analysis outputs ---------------------------------------------------------------------------
 
-ALIGN = ["align", FIXTURES / "data-bin", "-s", "en", "-t", "de", "--split", "test",
-         "--no-progress", "--device", "cpu"]
+ALIGN = ["align", FIXTURES / "data-bin", "-s", "en", "-t", "de", "--split", "test", "--no-progress", "--device", "cpu"]
 
 KILL_IN_ALIGNMENTS = """
 import builtins, os, signal
@@ -371,16 +494,19 @@ def test_analysis_outputs_are_atomic(tmp_path):
     assert not (tmp_path / "analysis").exists()
     (tmp_path / "results.json").write_text("{}")
     proc = analyze(*ALIGN, "--path", tmp_path / "nope.pt", "--output-dir", tmp_path / "results.json")
-    one_line_error(proc, "fsa-analyze align: error: ", f"--output-dir {tmp_path / 'results.json'} "
-                   "is a file, not a directory", status=2)  # checked before the checkpoint
+    one_line_error(
+        proc,
+        "fsa-analyze align: error: ",
+        f"--output-dir {tmp_path / 'results.json'} is a file, not a directory",
+        status=2,
+    )  # checked before the checkpoint
 
     ok = analyze(*ALIGN, "--path", FIXTURES / "rela_g.pt", "--output-dir", out)
     assert ok.returncode == 0, ok.stderr[-3000:]
     files = {p.relative_to(out): sha(p) for p in out.rglob("*") if p.is_file()}
     assert Path("align.json") in files and Path("alignments/weights.awo.layer1.txt") in files
 
-    killed = analyze(*ALIGN, "--path", FIXTURES / "rela_i.pt", "--output-dir", out,
-                     before=KILL_IN_ALIGNMENTS)
+    killed = analyze(*ALIGN, "--path", FIXTURES / "rela_i.pt", "--output-dir", out, before=KILL_IN_ALIGNMENTS)
     assert killed.returncode == -signal.SIGKILL
     assert {p.relative_to(out): sha(p) for p in out.rglob("*") if p.is_file()} == files
     left = [p for p in out.parent.iterdir() if p.name != "rela_g"]  # the killed run's staging

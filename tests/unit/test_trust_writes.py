@@ -17,15 +17,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from fairseq.data import Dictionary
 
 import fairseq_sparse_attn.plugin  # noqa: F401  (installs the patches)
-from fairseq.data import Dictionary
 from fairseq_sparse_attn import writers
 from fairseq_sparse_attn.analysis import results
 from fairseq_sparse_attn.compat import crash_safe_checkpoints as safe
 from fairseq_sparse_attn.compat import save_dir_lock
-from fairseq_sparse_attn.compat.checkpoint_record import (DictionaryMismatch, check_dictionaries,
-                                                          dictionary_digest)
+from fairseq_sparse_attn.compat.checkpoint_record import DictionaryMismatch, check_dictionaries, dictionary_digest
 from fairseq_sparse_attn.compat.resume_config_check import check_against_checkpoint
 from fairseq_sparse_attn.errors import UsageError
 
@@ -88,9 +87,16 @@ def test_restart_removes_only_temporary_files_whose_writer_is_gone(tmp_path, sle
     }
     for path in files.values():
         Path(path).write_bytes(b"partial")
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; f = open(sys.argv[1], 'ab'); "
-                               "print('open', flush=True); time.sleep(120)", files["stock_open"]],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; f = open(sys.argv[1], 'ab'); print('open', flush=True); time.sleep(120)",
+            files["stock_open"],
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "open"
         with caplog.at_level(logging.WARNING):
@@ -129,8 +135,10 @@ def test_full_disk_during_save_removes_the_partial_file(tmp_path, monkeypatch):
     monkeypatch.setattr(safe, "open_for_writing", lambda path: FullDisk(path, "wb"))
     with pytest.raises(safe.CheckpointError) as e:
         checkpoint_utils.torch_persistent_save({"w": torch.ones(100000)}, str(last))
-    assert str(e.value) == (f"cannot write checkpoint {last}: No space left on device (ENOSPC); "
-                            "the partial file was removed and checkpoint_last.pt is unchanged")
+    assert str(e.value) == (
+        f"cannot write checkpoint {last}: No space left on device (ENOSPC); "
+        "the partial file was removed and checkpoint_last.pt is unchanged"
+    )
     assert isinstance(e.value, UsageError)  # the fsa-* commands print it as one line
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint_last.pt"]
     assert last.read_bytes() == before
@@ -153,8 +161,11 @@ def test_full_disk_during_the_copy_to_checkpoint_last(tmp_path, monkeypatch):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(shutil, "copyfile", copyfile)
-    with pytest.raises(safe.CheckpointError, match=r"cannot write checkpoint .*checkpoint_last\.pt: "
-                                                    r"No space left on device \(ENOSPC\)"):
+    with pytest.raises(
+        safe.CheckpointError,
+        match=r"cannot write checkpoint .*checkpoint_last\.pt: "
+        r"No space left on device \(ENOSPC\)",
+    ):
         checkpoint_utils.PathManager.copy(str(src), str(last), overwrite=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_1_5.pt", "checkpoint_last.pt"]
     assert last.read_bytes() == b"old"
@@ -165,19 +176,24 @@ def test_full_disk_during_the_copy_to_checkpoint_last(tmp_path, monkeypatch):
 
 def test_paths_that_are_not_checkpoint_files(tmp_path):
     (tmp_path / "checkpoint_best.pt").write_bytes(b"")
-    with pytest.raises(safe.CheckpointError, match=f"{tmp_path} is a directory, not a checkpoint "
-                       f"file: pass a file in it, e.g. {tmp_path}/checkpoint_best.pt"):
+    with pytest.raises(
+        safe.CheckpointError,
+        match=f"{tmp_path} is a directory, not a checkpoint "
+        f"file: pass a file in it, e.g. {tmp_path}/checkpoint_best.pt",
+    ):
         safe.check_checkpoint_path(str(tmp_path))
     with pytest.raises(safe.CheckpointError, match="nope.pt does not exist"):
         safe.check_checkpoint_path(str(tmp_path / "nope.pt"))
     assert safe.checkpoint_problem(str(tmp_path)) == "is a directory, not a checkpoint file"
     assert safe.not_a_checkpoint(torch.zeros(3)) == "torch reads a Tensor, not a dict"
-    assert safe.not_a_checkpoint({"encoder.w": 1}) == ("no 'model' state dict and no 'cfg'/'args' "
-                                                       "configuration; keys: encoder.w")
+    assert safe.not_a_checkpoint({"encoder.w": 1}) == (
+        "no 'model' state dict and no 'cfg'/'args' configuration; keys: encoder.w"
+    )
     assert safe.not_a_checkpoint({"model": {}, "cfg": {"model": None}}) is None
 
 
 # --- the save-dir lock ---------------------------------------------------------------------
+
 
 def test_lock_refuses_a_second_writer(tmp_path):
     """flock conflicts between two opens of the lock file, even in one process."""
@@ -187,8 +203,9 @@ def test_lock_refuses_a_second_writer(tmp_path):
     with pytest.raises(save_dir_lock.SaveDirInUse) as e:
         save_dir_lock.SaveDirLock(str(tmp_path)).acquire()
     message = str(e.value)
-    assert message.startswith(f"--save-dir {tmp_path} is in use by another training: "
-                              f"pid {os.getpid()} on host {HOST}, started ")
+    assert message.startswith(
+        f"--save-dir {tmp_path} is in use by another training: pid {os.getpid()} on host {HOST}, started "
+    )
     assert f"(lock file {tmp_path}/.fsa-train.lock)" in message and "\n" not in message
     first.release()
     assert not (tmp_path / ".fsa-train.lock").exists()
@@ -212,8 +229,10 @@ def test_lock_of_a_gone_training_is_taken_over_with_a_notice(tmp_path, caplog):
 
 def test_lock_written_on_another_host_is_not_taken_over(tmp_path):
     (tmp_path / ".fsa-train.lock").write_text(json.dumps({"pid": 1234, "host": "gpu-node-3"}))
-    with pytest.raises(save_dir_lock.SaveDirInUse, match="pid 1234 on host gpu-node-3 .*written on "
-                                                          "another host.*remove the file if it has ended"):
+    with pytest.raises(
+        save_dir_lock.SaveDirInUse,
+        match="pid 1234 on host gpu-node-3 .*written on another host.*remove the file if it has ended",
+    ):
         save_dir_lock.SaveDirLock(str(tmp_path)).acquire()
 
 
@@ -248,8 +267,7 @@ def digest_of_dict_file(path):
     """sha256 over fairseq's four specials and the file's symbols, one per line, written out
     independently of fairseq's Dictionary."""
     symbols = ["<s>", "<pad>", "</s>", "<unk>"]
-    symbols += [line.rsplit(" ", 1)[0] for line in Path(path).read_text(encoding="utf-8").splitlines()
-                if line.strip()]
+    symbols += [line.rsplit(" ", 1)[0] for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
     return hashlib.sha256("".join(s + "\n" for s in symbols).encode("utf-8")).hexdigest(), len(symbols)
 
 
@@ -268,10 +286,18 @@ def test_dictionary_record_and_check(tmp_path):
     task = Task(data, "en", "de")
     want, size = digest_of_dict_file(data / "dict.de.txt")
     assert dictionary_digest(task.target_dictionary) == want and len(task.target_dictionary) == size
-    state = {"fsa_record": {"dictionaries": {
-        "source": {"lang": "en", "size": len(task.source_dictionary),
-                   "sha256": dictionary_digest(task.source_dictionary)},
-        "target": {"lang": "de", "size": size, "sha256": want}}}}
+    state = {
+        "fsa_record": {
+            "dictionaries": {
+                "source": {
+                    "lang": "en",
+                    "size": len(task.source_dictionary),
+                    "sha256": dictionary_digest(task.source_dictionary),
+                },
+                "target": {"lang": "de", "size": size, "sha256": want},
+            }
+        }
+    }
     check_dictionaries("model.pt", state, task)  # the same data-bin
     check_dictionaries("old.pt", {"model": {}}, task)  # no record: nothing to check
     lines = (data / "dict.de.txt").read_text().splitlines()
@@ -279,8 +305,10 @@ def test_dictionary_record_and_check(tmp_path):
     (data / "dict.de.txt").write_text("\n".join(lines) + "\n")
     with pytest.raises(DictionaryMismatch) as e:
         check_dictionaries("model.pt", state, Task(data, "en", "de"))
-    assert str(e.value).startswith(f"{data}/dict.de.txt is not the target dictionary model.pt was "
-                                   f"trained with: both have {size} entries, but other symbols")
+    assert str(e.value).startswith(
+        f"{data}/dict.de.txt is not the target dictionary model.pt was "
+        f"trained with: both have {size} entries, but other symbols"
+    )
     (data / "dict.de.txt").write_text("\n".join(lines + ["extra 1"]) + "\n")
     with pytest.raises(DictionaryMismatch, match=f"it has {size + 1} entries, the checkpoint's had {size}"):
         check_dictionaries("model.pt", state, Task(data, "en", "de"))
@@ -300,19 +328,19 @@ def test_stock_checkpoint_counts_as_softmax_for_the_resume_guard():
     with pytest.raises(UsageError) as e:
         check_against_checkpoint("ckpt/checkpoint_last.pt", stock, rela, plugin)
     message = str(e.value)
-    assert message.startswith("ckpt/checkpoint_last.pt (a stock fairseq transformer checkpoint: "
-                              "softmax attention) was trained with other attention options")
+    assert message.startswith(
+        "ckpt/checkpoint_last.pt (a stock fairseq transformer checkpoint: "
+        "softmax attention) was trained with other attention options"
+    )
     assert "--attn-activation: checkpoint 'softmax', given 'relu'" in message
     assert "--attn-output-norm: checkpoint 'none', given 'gated_rmsnorm'" in message
     # the plugin's softmax preset computes what the stock model computes: resumed
     check_against_checkpoint("c.pt", stock, model_args("softmax_transformer_wmt_en_de"), plugin)
     # stock on stock: not the plugin's business
-    check_against_checkpoint("c.pt", stock, Namespace(arch="transformer"),
-                             ARCH_MODEL_REGISTRY["transformer"])
+    check_against_checkpoint("c.pt", stock, Namespace(arch="transformer"), ARCH_MODEL_REGISTRY["transformer"])
     # the converse: a ReLA checkpoint restarted with a stock --arch
     with pytest.raises(UsageError, match="--attn-activation: checkpoint 'relu', given 'softmax'"):
-        check_against_checkpoint("c.pt", rela, Namespace(arch="transformer"),
-                                 ARCH_MODEL_REGISTRY["transformer"])
+        check_against_checkpoint("c.pt", rela, Namespace(arch="transformer"), ARCH_MODEL_REGISTRY["transformer"])
     rela.allow_attention_change = True
     check_against_checkpoint("c.pt", stock, rela, plugin)
 
@@ -392,9 +420,15 @@ def test_fsa_analyze_refuses_other_dictionaries(tmp_path):
 
     fixtures = REPO / "tests" / "fixtures" / "checkpoints"
     state = torch.load(fixtures / "rela_g.pt", map_location="cpu", weights_only=False)
-    state["fsa_record"] = {"version": 1, "dictionaries": {
-        side: dict(zip(("sha256", "size"), digest_of_dict_file(fixtures / "data-bin" / f"dict.{lang}.txt")),
-                   lang=lang) for side, lang in (("source", "en"), ("target", "de"))}}
+    state["fsa_record"] = {
+        "version": 1,
+        "dictionaries": {
+            side: dict(
+                zip(("sha256", "size"), digest_of_dict_file(fixtures / "data-bin" / f"dict.{lang}.txt")), lang=lang
+            )
+            for side, lang in (("source", "en"), ("target", "de"))
+        },
+    }
     path = tmp_path / "model.pt"
     torch.save(state, path)
     assert load_checkpoint(str(path), str(fixtures / "data-bin"), "en", "de").model is not None
@@ -403,8 +437,9 @@ def test_fsa_analyze_refuses_other_dictionaries(tmp_path):
     lines = (data / "dict.en.txt").read_text().splitlines()
     lines[2], lines[3] = lines[3], lines[2]
     (data / "dict.en.txt").write_text("\n".join(lines) + "\n")
-    with pytest.raises(DictionaryMismatch, match=f"{data}/dict.en.txt is not the source dictionary "
-                                                 f"{path} was trained with: both have"):
+    with pytest.raises(
+        DictionaryMismatch, match=f"{data}/dict.en.txt is not the source dictionary {path} was trained with: both have"
+    ):
         load_checkpoint(str(path), str(data), "en", "de")
 
 
@@ -425,12 +460,11 @@ def test_restore_file_and_pretrained_model_that_do_not_exist(tmp_path):
     from fairseq import checkpoint_utils
 
     trainer = SimpleNamespace(checkpoint_suffix="")  # nothing else of it may be used
-    cfg = SimpleNamespace(save_dir=str(tmp_path), restore_file=str(tmp_path / "best.pt"),
-                          finetune_from_model=None)
+    cfg = SimpleNamespace(save_dir=str(tmp_path), restore_file=str(tmp_path / "best.pt"), finetune_from_model=None)
     with pytest.raises(safe.CheckpointError, match=f"--restore-file {tmp_path}/best.pt does not exist"):
         checkpoint_utils.load_checkpoint(cfg, trainer)
-    cfg = SimpleNamespace(save_dir=str(tmp_path), restore_file="checkpoint_last.pt",
-                          finetune_from_model=str(tmp_path / "pretrained.pt"))
-    with pytest.raises(safe.CheckpointError, match=f"--finetune-from-model {tmp_path}/pretrained.pt "
-                                                    "does not exist"):
+    cfg = SimpleNamespace(
+        save_dir=str(tmp_path), restore_file="checkpoint_last.pt", finetune_from_model=str(tmp_path / "pretrained.pt")
+    )
+    with pytest.raises(safe.CheckpointError, match=f"--finetune-from-model {tmp_path}/pretrained.pt does not exist"):
         checkpoint_utils.load_checkpoint(cfg, trainer)
