@@ -33,7 +33,7 @@ from typing import Dict, Optional, Sequence
 from . import commands
 from .commands.align import read_gold  # noqa: F401  (public API)
 from .commands.base import KINDS, Context, UsageError, add_model_args  # noqa: F401
-from .results import SCHEMA_VERSION, write_json, write_tsv  # noqa: F401
+from .results import SCHEMA_VERSION, committed_outputs, write_json, write_tsv  # noqa: F401
 
 _MODULES = commands.load()
 SUBCOMMANDS = tuple(_MODULES)
@@ -56,7 +56,8 @@ def run(argv: Optional[Sequence[str]] = None) -> Dict:
     args = get_parser().parse_args(argv)
     # the command line each result's provenance records (this call's, not the process's)
     args.argv = None if argv is None else ["fsa-analyze", *map(str, argv)]
-    return COMMANDS[args.command](args)
+    with committed_outputs():  # results put in place whole, only when the command succeeds
+        return COMMANDS[args.command](args)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

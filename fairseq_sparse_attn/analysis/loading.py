@@ -162,6 +162,9 @@ def load_checkpoint(path: str, data: str, source_lang: Optional[str] = None,
         model_args.arch = PLUGIN_MODEL
         model_args._name = PLUGIN_MODEL
     task = tasks.setup_task(cfg.task)
+    from ..compat.checkpoint_record import check_dictionaries
+
+    check_dictionaries(path, state, task)  # DATA's dictionaries must be the checkpoint's
     model = task.build_model(model_args)
     try:
         model.load_state_dict(state["model"], strict=True, model_cfg=model_args)

@@ -16,11 +16,17 @@ batching                 yes        ``batch_by_size`` keeps every sentence
 cpu_distributed          yes        torchrun / srun on CPU (gloo), see docs/distributed.md
 exact_resume             yes        a restart builds the epoch's batches as the
                                     uninterrupted run did (exact resume after epoch 1)
+save_dir_lock            yes        one training per ``--save-dir``: a lock file naming
+                                    pid and host; a second start refuses in one line
 crash_safe_checkpoints   yes        checkpoints written to a temporary file and renamed;
                                     a restart skips a checkpoint that does not load
 resume_config_check      yes        refuses to resume a checkpoint whose attention
                                     options differ from the flags
-                                    (``--allow-attention-change`` to allow it)
+                                    (``--allow-attention-change`` to allow it); a
+                                    stock checkpoint counts as softmax
+checkpoint_record        yes        checkpoints record their dictionaries (sha256) and
+                                    attention options; a load for a data-bin with
+                                    other dictionaries is refused in one line
 clean_exit               no         fairseq's batch-prefetch threads are stopped at
                                     exit (no SIGABRT after a run cut by
                                     ``--max-update`` / ``--max-valid-steps``)
@@ -46,6 +52,7 @@ from . import (  # noqa: F401  (the patch modules)
     batching,
     checkpoint_loading,
     checkpoint_overrides,
+    checkpoint_record,
     clean_exit,
     cpu_distributed,
     crash_safe_checkpoints,
@@ -56,6 +63,7 @@ from . import (  # noqa: F401  (the patch modules)
     pin_memory,
     quiet_logs,
     resume_config_check,
+    save_dir_lock,
 )
 
 # names that tests, scripts and users import from ``fairseq_sparse_attn.compat``
@@ -82,8 +90,10 @@ PATCHES = {
     "batching": batching,
     "cpu_distributed": cpu_distributed,
     "exact_resume": exact_resume,
+    "save_dir_lock": save_dir_lock,
     "crash_safe_checkpoints": crash_safe_checkpoints,
     "resume_config_check": resume_config_check,
+    "checkpoint_record": checkpoint_record,
     "clean_exit": clean_exit,
     "no_crash_dump": no_crash_dump,
     "checkpoint_overrides": checkpoint_overrides,

@@ -9,6 +9,12 @@ compared with this run's (:func:`fairseq_sparse_attn.validation.check_resume_con
 a difference is a one-line error naming both values.  ``--allow-attention-change``
 resumes anyway.  Reads only the checkpoint's pickled configuration (tensors are
 memory-mapped, not read).
+
+A checkpoint without plugin options (a stock fairseq ``transformer``) counts as the softmax
+attention it computes: restarting its save dir with ``--arch rela_transformer_wmt_en_de``
+is refused like any other change (issue 24: it loaded and trained on as ReLA), while the
+plugin's ``softmax_transformer_*`` presets resume it.  The converse, a plugin checkpoint
+restarted with a stock ``--arch``, is compared the same way.
 """
 
 import functools
@@ -21,9 +27,10 @@ def _read_state(path):
     import torch
 
     try:
-        return torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+        state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
     except RuntimeError:  # not the zip format: no mmap
-        return torch.load(path, map_location="cpu", weights_only=False)
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    return state if isinstance(state, dict) else {}  # not a checkpoint: the load says so
 
 
 def read_checkpoint_config(path):
@@ -44,6 +51,61 @@ def saved_model_args(path):
     return state.get("args")
 
 
+@functools.lru_cache(maxsize=None)
+def _plugin_option_names():
+    from ..models.sparse_transformer import SparseTransformerModel
+    from ..validation import plugin_option_names
+
+    return tuple(plugin_option_names(SparseTransformerModel))
+
+
+def stock_softmax_args():
+    """The plugin options of a stock fairseq transformer: the softmax preset's values."""
+    import argparse
+
+    from ..models.architectures import ATTENTION_PRESETS
+    from ..options import fill_defaults
+
+    args = argparse.Namespace()
+    fill_defaults(args, **ATTENTION_PRESETS["softmax"])
+    return args
+
+
+def has_plugin_options(model_args):
+    return any(hasattr(model_args, n) for n in _plugin_option_names())
+
+
+def plugin_model_options(model_args):
+    """{plugin option: value} of a model's args (a stock model: the softmax values)."""
+    source = model_args if has_plugin_options(model_args) else stock_softmax_args()
+    return {n: getattr(source, n) for n in _plugin_option_names() if hasattr(source, n)}
+
+
+def _is_plugin(model_class):
+    return model_class is not None and model_class.__module__.startswith("fairseq_sparse_attn")
+
+
+def check_against_checkpoint(filename, saved, given, given_class):
+    """The attention options of ``saved`` (a checkpoint's model args) against ``given``
+    (this run's), a model without plugin options counting as softmax."""
+    from ..models.sparse_transformer import SparseTransformerModel
+    from ..validation import check_resume_config
+
+    saved_plugin, given_plugin = has_plugin_options(saved), _is_plugin(given_class)
+    if not saved_plugin and not given_plugin:
+        return  # stock on stock
+    label = filename
+    if not saved_plugin:
+        label = (f"{filename} (a stock fairseq {getattr(saved, 'arch', None) or 'transformer'} "
+                 "checkpoint: softmax attention)")
+        saved = stock_softmax_args()
+    if not given_plugin:
+        allow = getattr(given, "allow_attention_change", False)
+        given = stock_softmax_args()
+        given.allow_attention_change = allow
+    check_resume_config(label, saved, given, SparseTransformerModel)
+
+
 def install():
     from fairseq.models import ARCH_MODEL_REGISTRY
     from fairseq.trainer import Trainer
@@ -56,14 +118,10 @@ def install():
     def load_checkpoint(self, filename, reset_optimizer=False, *args, **kwargs):
         given = self.cfg.model
         model_class = ARCH_MODEL_REGISTRY.get(getattr(given, "arch", None))
-        if (not reset_optimizer and model_class is not None
-                and model_class.__module__.startswith("fairseq_sparse_attn")
-                and os.path.isfile(filename)):
-            from ..validation import check_resume_config
-
+        if not reset_optimizer and model_class is not None and os.path.isfile(filename):
             saved = saved_model_args(filename)
             if saved is not None:
-                check_resume_config(filename, saved, given, model_class)
+                check_against_checkpoint(filename, saved, given, model_class)
         return original(self, filename, reset_optimizer, *args, **kwargs)
 
     load_checkpoint._fsa_resume_check = True

@@ -222,6 +222,9 @@ def test_two_process_resume(data, two_processes, tmp_path):
     ok(torchrun(data, tmp_path / "b1", tmp_path / "ckpt", "--dropout", "0", "--max-update", "10"))
     log = ok(torchrun(data, tmp_path / "b2", tmp_path / "ckpt", "--dropout", "0", "--max-update", "20"))
     assert re.search(r"Loaded checkpoint \S+checkpoint_last\.pt \(epoch 1 @ 10 updates\)", log)
+    # one save-dir lock for the run (rank 0's), released at its end
+    assert "is in use by another training" not in log and "taking the lock over" not in log
+    assert not (tmp_path / "ckpt" / ".fsa-train.lock").exists()
     reference = two_processes[0] / "probe"
     for rank in (0, 1):
         got, ref = records(tmp_path / "b2", rank), records(reference, rank)[10:20]

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from fairseq_sparse_attn.compat.crash_safe_checkpoints import checkpoint_problem
+from fairseq_sparse_attn.writers import writer_of
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = str(REPO / "tests" / "fsa_train_probe.py")
@@ -114,12 +115,13 @@ def test_stock_fairseq_resume_inside_epoch_2_is_not_exact(small_data, uninterrup
 def test_sigkill_while_saving_leaves_an_intact_checkpoint_and_resume_is_exact(
         small_data, uninterrupted, tmp_path):
     """SIGKILL halfway through writing checkpoint_last.pt at update 25 (epoch 3): the
-    plugin writes a temporary file, so checkpoint_last.pt still holds the end of epoch 2
-    (update 24); the restart removes the half-written temporary file and continues exactly."""
+    plugin writes a temporary file (named with the killed process's pid), so
+    checkpoint_last.pt still holds the end of epoch 2 (update 24); the restart removes the
+    half-written temporary file, whose writer is gone, and continues exactly."""
     save_dir = tmp_path / "ckpt"
     proc = train(small_data, tmp_path / "run1", save_dir, FSA_PROBE_KILL_IN_COPY="25")
     assert proc.returncode == -9
-    assert [p.name for p in save_dir.glob("*.tmp")] == ["checkpoint_last.pt.tmp"]
+    assert [writer_of(p)[0] for p in save_dir.glob("*.tmp")] == [str(save_dir / "checkpoint_last.pt")]
     assert checkpoint_problem(save_dir / "checkpoint_last.pt") is None
     log = ok(train(small_data, tmp_path / "run2", save_dir))
     assert "a checkpoint save that was interrupted" in log

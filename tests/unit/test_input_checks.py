@@ -31,7 +31,8 @@ REPO = Path(__file__).resolve().parents[2]
 def test_compat_switch_names_patches():
     behaviour = {n for n, m in compat.PATCHES.items() if m.BEHAVIOUR_CHANGE}
     assert {"exact_resume", "crash_safe_checkpoints", "batching", "divergence_guard",
-            "cpu_distributed", "resume_config_check"} == behaviour
+            "cpu_distributed", "resume_config_check", "save_dir_lock",
+            "checkpoint_record"} == behaviour
     assert compat.patches_off({}) == set()
     assert compat.patches_off({"FSA_COMPAT_OFF": "behaviour"}) == behaviour
     assert compat.patches_off({"FSA_COMPAT_OFF": "all"}) == behaviour
@@ -77,8 +78,12 @@ def test_atomic_copy_replaces_whole_file(tmp_path):
 
 
 def test_fairseq_copy_and_save_go_through_a_temporary_file(tmp_path, monkeypatch):
-    """checkpoint_utils' copy and save write NAME.tmp and rename it (stock fairseq copies
-    in place): a file opened for writing under the final name would be visible half-done."""
+    """checkpoint_utils' copy and save write NAME.<pid>@<host>.tmp and rename it (stock
+    fairseq copies in place): a file opened for writing under the final name would be
+    visible half-done."""
+    import os
+    import socket
+
     import builtins
 
     from fairseq import checkpoint_utils
@@ -95,7 +100,8 @@ def test_fairseq_copy_and_save_go_through_a_temporary_file(tmp_path, monkeypatch
     checkpoint_utils.torch_persistent_save({"x": torch.ones(3)}, str(tmp_path / "checkpoint_1_5.pt"))
     checkpoint_utils.PathManager.copy(str(tmp_path / "checkpoint_1_5.pt"),
                                       str(tmp_path / "checkpoint_last.pt"), overwrite=True)
-    assert opened == ["checkpoint_1_5.pt.tmp", "checkpoint_last.pt.tmp"]
+    writer = f"{os.getpid()}@{socket.gethostname()}"
+    assert opened == [f"checkpoint_1_5.pt.{writer}.tmp", f"checkpoint_last.pt.{writer}.tmp"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_1_5.pt", "checkpoint_last.pt"]
     assert torch.equal(torch.load(tmp_path / "checkpoint_last.pt")["x"], torch.ones(3))
 

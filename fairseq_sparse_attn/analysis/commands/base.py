@@ -12,7 +12,7 @@ import os
 from typing import Dict, List, Optional
 
 from ...options import ATTENTION_KINDS as KINDS  # noqa: F401  (re-exported)
-from ..results import SCHEMA_VERSION, Output
+from ..results import SCHEMA_VERSION, Output, check_output_dir
 
 
 class UsageError(ValueError):
@@ -64,6 +64,10 @@ class Context:
         )
 
         self.args = args
+        try:  # before any work: a file named as --output-dir
+            check_output_dir(args.output_dir)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
         if (args.raw_source is None) != (args.raw_target is None):
             raise UsageError("--raw-source and --raw-target go together (line-aligned raw text)")
         if args.target_bpe_codes is not None and args.bpe_codes is None:

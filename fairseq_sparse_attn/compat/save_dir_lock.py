@@ -1,0 +1,235 @@
+"""One training per save dir.
+
+Two trainings started on the same ``--save-dir`` both ran (issue 24): the second resumed
+from the first one's half-finished checkpoint and the two overwrote each other's files.
+Now the first takes ``<save-dir>/.fsa-train.lock`` before any work (when fairseq checks
+the save dir, on the master rank only: one lock per distributed run), and a second start
+on that save dir stops with one line naming the holder:
+
+    fsa-train: error: --save-dir ckpt is in use by another training: pid 4242 on host
+    gpu3, started 2026-11-25 13:02:11 (lock file ckpt/.fsa-train.lock) ...
+
+The lock is an exclusive ``flock`` on the file, which also records the holder (pid, host,
+start time, command).  It is released when the run ends (normal end, error, SIGINT,
+SIGTERM: the file is removed) and by the kernel when the process dies (SIGKILL, OOM:
+the file stays).  A lock file whose holder is gone (its pid no longer runs on this host)
+is taken over with one WARNING line.  A lock file written on another host is not taken
+over (whether its holder runs cannot be checked from here): the error says to remove the
+file when that job is gone.  On a file system without ``flock`` the recorded pid decides.
+"""
+
+import atexit
+import errno
+import fcntl
+import json
+import logging
+import os
+import signal
+import sys
+import time
+
+from ..errors import UsageError
+from ..writers import process_running, this_host
+
+BEHAVIOUR_CHANGE = True
+LOCK_NAME = ".fsa-train.lock"
+
+logger = logging.getLogger(__name__)
+
+
+class SaveDirInUse(UsageError):
+    """Another training holds the save dir."""
+
+
+def lock_path(save_dir):
+    return os.path.join(save_dir, LOCK_NAME)
+
+
+def describe(holder):
+    if not holder:
+        return "a process that has not written its name yet"
+    started = holder.get("started")
+    when = (
+        f", started {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}"
+        if isinstance(started, (int, float))
+        else ""
+    )
+    return f"pid {holder.get('pid')} on host {holder.get('host')}{when}"
+
+
+def _read_holder(fd):
+    os.lseek(fd, 0, os.SEEK_SET)
+    data = b""
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        data += chunk
+    try:
+        holder = json.loads(data.decode("utf-8"))
+        return holder if isinstance(holder, dict) else None
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+class SaveDirLock:
+    """The lock of one save dir, held by this process until :meth:`release`."""
+
+    def __init__(self, save_dir):
+        self.save_dir = save_dir
+        self.path = lock_path(save_dir)
+        self.fd = None
+        self.owner = None
+
+    def _busy(self, holder, why=""):
+        return SaveDirInUse(
+            f"--save-dir {self.save_dir} is in use by another training: {describe(holder)} "
+            f"(lock file {self.path}){why}; wait for it to end or use another --save-dir"
+        )
+
+    def _open_locked(self):
+        """(fd, flock worked) on the file now at ``self.path``."""
+        for _ in range(20):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                flocked = True
+            except BlockingIOError:
+                holder = None
+                for _ in range(10):  # the holder writes its name right after it locks
+                    holder = _read_holder(fd)
+                    if holder:
+                        break
+                    time.sleep(0.05)
+                os.close(fd)
+                raise self._busy(holder) from None
+            except OSError as e:
+                if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                    os.close(fd)
+                    raise
+                flocked = False
+            try:  # the holder before us may have removed the file after we opened it
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                return fd, flocked
+            os.close(fd)
+        raise self._busy(None, ", which keeps changing")
+
+    def acquire(self):
+        fd, flocked = self._open_locked()
+        try:
+            holder = _read_holder(fd)
+            me = {"pid": os.getpid(), "host": this_host()}
+            if holder and {k: holder.get(k) for k in me} != me:
+                if holder.get("host") != me["host"]:
+                    raise self._busy(
+                        holder,
+                        ": it was written on another host, so whether that "
+                        "job runs cannot be checked from here; remove the "
+                        "file if it has ended",
+                    )
+                pid = holder.get("pid")
+                if not flocked and isinstance(pid, int) and process_running(pid):
+                    raise self._busy(holder)
+                logger.warning(
+                    f"{self.path}: the training that held {self.save_dir} "
+                    f"({describe(holder)}) no longer runs; taking the lock over"
+                )
+            record = {**me, "started": time.time(), "command": " ".join(sys.argv)[:500]}
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.write(fd, (json.dumps(record) + "\n").encode("utf-8"))
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd, self.owner = fd, os.getpid()
+        return self
+
+    def release(self):
+        """Remove the lock file and unlock (only in the process that took it)."""
+        if self.fd is None or self.owner != os.getpid():
+            return
+        try:
+            os.remove(self.path)
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = None
+
+
+_HELD = {}
+
+
+def release_all():
+    for lock in list(_HELD.values()):
+        lock.release()
+    _HELD.clear()
+
+
+def _install_sigterm_release():
+    """SIGTERM (scancel, kill, a scheduler's preemption) ends the process without atexit:
+    release first, then do what SIGTERM did before (the previous handler, or die of it)."""
+    try:
+        previous = signal.getsignal(signal.SIGTERM)
+        if previous == signal.SIG_IGN or getattr(previous, "_fsa_release", False):
+            return
+
+        def on_sigterm(signum, frame):
+            release_all()
+            if callable(previous):
+                return previous(signum, frame)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        on_sigterm._fsa_release = True
+        signal.signal(signal.SIGTERM, on_sigterm)
+    except ValueError:  # not the main thread: the kernel still drops the flock at exit
+        pass
+
+
+def lock_save_dir(save_dir):
+    """Take the lock of ``save_dir`` for this process (once; SaveDirInUse when held)."""
+    key = os.path.realpath(save_dir)
+    if key in _HELD and _HELD[key].owner == os.getpid():
+        return _HELD[key]
+    lock = SaveDirLock(save_dir).acquire()
+    if not _HELD:
+        atexit.register(release_all)
+        _install_sigterm_release()
+    _HELD[key] = lock
+    return lock
+
+
+def check_save_dir(save_dir):
+    """--save-dir must be a directory (or not exist yet)."""
+    if os.path.exists(save_dir) and not os.path.isdir(save_dir):
+        raise UsageError(
+            f"--save-dir {save_dir} is a file, not a directory: pass a directory "
+            "(created when missing) for the checkpoints"
+        )
+
+
+def install():
+    from fairseq import checkpoint_utils
+
+    original = checkpoint_utils.verify_checkpoint_directory
+    if getattr(original, "_fsa_lock", False):
+        return
+
+    def verify_checkpoint_directory(save_dir):
+        """fairseq_cli.train calls this on the master rank before any work."""
+        local = "://" not in str(save_dir)
+        if local:
+            check_save_dir(save_dir)
+        try:
+            original(save_dir)
+        except OSError as e:
+            raise UsageError(f"--save-dir {save_dir} cannot be written: {e.strerror}") from None
+        if local:
+            lock_save_dir(save_dir)
+
+    verify_checkpoint_directory._fsa_lock = True
+    checkpoint_utils.verify_checkpoint_directory = verify_checkpoint_directory

@@ -1,0 +1,94 @@
+"""Which process writes a file, and whether it still runs.
+
+A file that is being written goes to a temporary name that carries its writer,
+``NAME.<pid>@<host>.tmp`` (:func:`temporary_name`), and is renamed over ``NAME`` when it is
+complete.  A later start may remove such a file only when its writer is gone
+(:func:`writer_gone`): a process on this host that no longer runs.  A file written on
+another host, or whose writer still runs, is never touched (issue 24: a second start
+deleted every ``*.tmp``, including the checkpoint a running job was still writing).
+
+The same record (pid, host) names the holder of a save-dir lock
+(:mod:`fairseq_sparse_attn.compat.save_dir_lock`).
+"""
+
+import os
+import re
+import socket
+
+_TMP = re.compile(r"^(?P<target>.+)\.(?P<pid>\d+)@(?P<host>[^/@]+)\.tmp$")
+
+
+def this_host():
+    return socket.gethostname()
+
+
+def temporary_name(path, pid=None, host=None):
+    """``path.<pid>@<host>.tmp`` (this process by default), in the same directory."""
+    return f"{path}.{os.getpid() if pid is None else pid}@{host or this_host()}.tmp"
+
+
+def writer_of(tmp):
+    """(target path, pid, host) of a :func:`temporary_name`; None for another name."""
+    m = _TMP.match(os.fspath(tmp))
+    if m is None:
+        return None
+    return m.group("target"), int(m.group("pid")), m.group("host")
+
+
+def process_running(pid):
+    """True when process ``pid`` of this host runs (a zombie does not)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return state not in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+def writer_running(pid, host):
+    """True / False for a writer on this host; None when it runs elsewhere (unknown)."""
+    if host != this_host():
+        return None
+    return process_running(pid)
+
+
+def open_by_a_process(path):
+    """True when a process of this host (that this user may inspect) has ``path`` open;
+    None when that cannot be known (no /proc)."""
+    if not os.path.isdir("/proc/self/fd"):
+        return None
+    target = os.path.realpath(path)
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"{fd_dir}/{fd}") == target:
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def writer_gone(tmp):
+    """True when nothing can still be writing the temporary file ``tmp``: its recorded
+    writer (pid on this host) no longer runs, or, for a name without a writer (stock
+    fairseq's ``NAME.tmp``), no process of this host has it open.  False when a writer
+    runs or may run (another host, nothing to check with)."""
+    writer = writer_of(tmp)
+    if writer is not None:
+        return writer_running(writer[1], writer[2]) is False
+    return open_by_a_process(tmp) is False
