@@ -10,6 +10,7 @@ import torch
 
 from ...options import ATTENTION_KINDS as KINDS
 
+
 def value_term_providers(module) -> List[str]:
     """Names of the module's bias providers that add a term of their own to the heads'
     weighted values (Rel_Pos with ``--encoder-rel-pos-values``)."""
