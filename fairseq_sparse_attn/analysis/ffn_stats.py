@@ -94,7 +94,8 @@ class FFNStatistics:
     keys ``fc1.weight`` rows and of the values ``fc2.weight`` columns; Var(FFN output) /
     Var(residual) (Table 1), pooled over the real (non-padding) positions of the corpus;
     top-p% mass of the activation rows (Figure 2) over real positions.  A
-    :func:`.ffn_stats.record_ffn` callback."""
+    :func:`record_ffn` callback framed by :meth:`set_batch` / :meth:`end_batch` like the
+    attention collectors (:class:`.recording.Collector`)."""
 
     def __init__(self, model, top_p: Sequence[float] = (0.01, 0.05, 0.1)):
         self.top_p = tuple(top_p)
