@@ -23,6 +23,10 @@ Pipeline for one sentence (``sentence_alignment`` does all of it):
    target pieces (Kobayashi et al. App. E.2, after Li et al. 2019);
 3. ``argmax_alignment``: one source word per target word; an argmax on the source EOS
    column, or an all-zero row (ReLA null attention), gives no link.
+
+:class:`AlignmentCollector` is the collector of ``fsa-analyze align``: the alignments of
+every layer and head of a corpus, from the weights (:class:`WeightsRecorder`) or the
+norms (:class:`.norms.NormRecorder`).
 """
 
 import math
@@ -33,7 +37,10 @@ from typing import AbstractSet, Dict, FrozenSet, Iterable, List, Mapping, Option
 
 import torch
 
+from ..attention.intermediates import Intermediates
 from ..subwords import SUBWORD_SCHEMES, word_index  # noqa: F401  (the one grouping; re-exported)
+from .norms import NormRecorder
+from .recording import AttentionSite, Batch, Collector
 
 Link = Tuple[int, int]  # (source index, target index), 0-based
 Links = AbstractSet[Link]
@@ -410,3 +417,87 @@ def layer_head_report(predictions: Mapping[HeadKey, Sequence[Union[SentenceAlign
         best_head_mean_aer=mean([counts[(layer, head_best[layer])].aer if layer in head_best
                                  else math.nan for layer in head_layers]),
     )
+
+
+# ------------------------------------------------------------------ the collector
+
+
+@dataclass
+class SentenceWeights:
+    sentence: int
+    weights: torch.Tensor  # (heads, tgt, src), cropped to real tokens
+
+
+class WeightsRecorder(Collector):
+    """Each sentence's weights cropped to its real queries and keys, for ``kinds``
+    (the weights-only counterpart of :class:`.norms.NormRecorder`; no output-norm
+    restriction).  ``records[(kind, layer)]`` lists the sentences until :meth:`clear`."""
+
+    def __init__(self, kinds: Sequence[str] = ("cross",)):
+        self.kinds = tuple(kinds)
+        self.records: Dict[Tuple[str, int], List[SentenceWeights]] = {}
+
+    def collect(self, site: AttentionSite, inter: Intermediates) -> None:
+        if site.kind not in self.kinds:
+            return
+        weights = inter.weights
+        q = ~self.batch.query_padding(site.kind).cpu()
+        k = ~self.batch.key_padding(site.kind).cpu()
+        w = weights.detach().float().cpu()
+        out = self.records.setdefault((site.kind, site.layer), [])
+        for b in range(w.shape[0]):
+            qi, ki = q[b].nonzero().squeeze(1), k[b].nonzero().squeeze(1)
+            out.append(SentenceWeights(b, w[b][:, qi][:, :, ki]))
+
+    def clear(self):
+        self.records = {}
+
+
+METHODS = ("weights", "norms")
+
+
+class AlignmentCollector(Collector):
+    """Word alignments from cross attention for every (method, setting, layer, head):
+    ``method`` ``"weights"`` (α per head, Σ_h α_h per layer) or ``"norms"`` (‖α f(x)‖
+    per head, ‖Σ_h α_h f_h(x)‖ per layer); ``setting`` ``"awo"`` / ``"awi"``; words by
+    :func:`sentence_alignment` (``scheme``).  ``links[(method, setting, layer,
+    head)][position]`` is a set of (source word, target word) links; head ``None`` = the
+    layer."""
+
+    def __init__(self, model, examples, methods=("weights",), settings=("awo", "awi"),
+                 scheme: str = "subword-nmt", allow_output_norm: bool = False):
+        bad = [m for m in methods if m not in METHODS]
+        if bad or not methods:
+            raise ValueError(f"alignment methods must be a non-empty subset of {METHODS}, got {methods}")
+        self.examples = examples
+        self.methods, self.settings, self.scheme = tuple(methods), tuple(settings), scheme
+        # the norms' per-sentence records hold the weights too
+        self.recorder = (NormRecorder(model, ("cross",), allow_output_norm) if "norms" in methods
+                         else WeightsRecorder(("cross",)))
+        self.links: Dict[Tuple[str, str, int, Optional[int]], Dict[int, set]] = {}
+
+    def set_batch(self, batch: Batch) -> None:
+        super().set_batch(batch)
+        self.recorder.clear()
+        self.recorder.set_batch(batch)
+
+    def collect(self, site: AttentionSite, inter: Intermediates) -> None:
+        self.recorder.collect(site, inter)
+
+    def end_batch(self) -> None:
+        for (_kind, layer), recs in self.recorder.records.items():
+            for rec in recs:
+                ex = self.examples[self.batch.ids[rec.sentence]]
+                matrices = {}
+                if "weights" in self.methods:
+                    w = rec.weights
+                    matrices["weights"] = [(None, combine_heads(w))] + [(h, w[h]) for h in range(w.shape[0])]
+                if "norms" in self.methods:
+                    matrices["norms"] = [(None, rec.layer)] + [(h, rec.head[h]) for h in range(rec.head.shape[0])]
+                for method, items in matrices.items():
+                    for setting in self.settings:
+                        for head, matrix in items:
+                            links = sentence_alignment(matrix, ex.source_pieces, ex.target_pieces,
+                                                       setting, self.scheme)
+                            self.links.setdefault((method, setting, layer, head), {})[ex.index] = links
+        self.recorder.clear()

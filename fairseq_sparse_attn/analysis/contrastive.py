@@ -1,72 +1,10 @@
-"""Contrastive evaluation of a translation model (Sennrich 2017, "How grammatical is
-character-level NMT?"; used by Raganato et al. 2020, Sec. 5, for subject-verb agreement and
-word sense disambiguation).
-
-A test item is a source sentence, its correct translation and one or more contrastive
-translations that each contain one error.  The model scores every (source, target) pair by
-teacher forcing; a *decision* is correct when the correct translation scores strictly
-higher than the contrastive one.  Accuracy is the fraction of correct decisions, overall
-and per group (error type, distance, word sense, ...).
-
-Score
-    ``score(x, y) = sum_t log p(y_t | y_<t, x)`` over the target tokens *including the
-    final EOS* (fairseq appends EOS to every target; the probability of ending the sentence
-    is part of the translation's probability, as in fairseq-generate's scores and in
-    Nematus' score.py used by the original test suites).  Log-probabilities come from
-    ``model.get_normalized_probs(net_output, log_probs=True)``.  Unknown words map to
-    ``<unk>`` and are scored like any other token.
-
-Decisions
-    * ``variant`` (one decision per contrastive translation): LingEval97's evaluate.py.
-    * ``item`` (one decision per item, correct only when the correct translation beats
-      *every* contrastive translation): ContraWSD's and MuCoW's evaluate.py (their
-      ``all_better``).  The per-decision TSV then lists the best-scoring contrastive.
-    Ties count as wrong in both (the original scripts compare with a strict ``<``/``>``).
-    The default follows each suite's own script: ``variant`` for plain and lingeval97,
-    ``item`` for contrawsd and mucow.
-
-Formats (all may be gzipped, by the extension ``.gz``)
-    ``plain``
-        Three line-aligned files: source, correct target, incorrect target (one contrastive
-        per item), e.g. distil-lingeval's ``subj_verb_agreement.mt`` split into
-        ``src.en``/``tgt.correct.de``/``tgt.incorrect.de``; optionally a fourth line-aligned
-        file with one group label per line (``--group-file``; an empty line = no group).
-        Item id = line number (1-based).
-    ``lingeval97`` (github.com/rsennrich/lingeval97: README "Data format", json_to_plaintext.py,
-    evaluate.py)
-        A JSON list of objects; read: ``source`` (str), ``reference`` (str), ``errors``
-        (list of objects with ``contrastive`` (str) and ``type`` (str); ``distance`` and
-        ``frequency`` are present only for some types).  Default group: the error's
-        ``type``; ``--group-by distance`` groups by the raw distance value (evaluate.py
-        bins distances above 15 into ">15"; we keep the raw value), and errors without the
-        field are counted in the total but in no group, as in evaluate.py.
-    ``contrawsd`` (github.com/ZurichNLP/ContraWSD, formerly a-rios/ContraWSD:
-    json_to_plaintext.py, evaluate.py; the data file ``de-en.final.json`` itself is
-    distributed from data.statmt.org and was not available to check, so the fields below are
-    those the official scripts read)
-        A JSON list of objects; read: ``source``, ``reference``, ``errors`` (list of objects
-        with ``contrastive``), and for the default group ``ambig word`` and ``sense``
-        (group = ``"<ambig word>:<sense>"``, evaluate.py's category).
-    ``mucow`` (github.com/Helsinki-NLP/MuCoW, "scoring test suite": README,
-    json_to_plaintext.py, evaluate_mod.py, checked against json/cs-en.mucow.scoring.json)
-        Same structure as ContraWSD: ``source``, ``reference``, ``errors[].contrastive``,
-        default group ``"<ambig word>:<sense>"``; ``--group-by origin`` gives evaluate_mod.py's
-        per-corpus table (Raganato et al. report TED and Tatoeba).
-    For the JSON formats ``--group-by FIELD`` takes the value of FIELD from each error
-    object, or from the item when the error has no such field.  Item id = 0-based index in
-    the JSON list.
-
-Text preprocessing: the model needs the text as it saw it in training.  ``encode_source`` /
-``encode_target`` map a raw sentence to the space-separated subword string (e.g. Moses
-tokenization + subword-nmt BPE, see :func:`build_encoder`), or are the identity when the
-files are already preprocessed.  Nothing else (punctuation normalization, truecasing) is
-applied.
-
-Command line (``cli_main``; prints the accuracy table)::
-
-    fsa-contrastive DATA_BIN src.en.gz tgt.correct.de.gz tgt.incorrect.de.gz --path ckpt.pt \
-        -s en -t de --tokenizer moses --bpe-codes codes --output-json report.json
-    fsa-contrastive DATA_BIN lingeval97.json --format lingeval97 --group-by distance --path ckpt.pt
+"""Contrastive evaluation of a translation model (``fsa-contrastive``; Sennrich 2017, used
+by Raganato et al. 2020, Sec. 5): every (source, target) pair is scored by teacher forcing
+(sum of target log-probabilities, EOS included) and a decision is correct when the correct
+translation scores strictly higher than the contrastive one(s); accuracy overall and per
+group.  Formats ``plain``, ``lingeval97``, ``contrawsd``, ``mucow``, the decision rules
+(``variant`` / ``item``), the fields read and the command line: docs/fixed_patterns.md,
+"Contrastive test suites".
 """
 
 import argparse

@@ -24,15 +24,15 @@ by the viewer with the rule of :func:`.alignment.merge_subwords` (Kobayashi et a
 mean over the query pieces of a word, sum over the key pieces of a word.
 """
 
-import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from ..attention.intermediates import Intermediates
 from ..options import ATTENTION_KINDS as KINDS
 from ..subwords import uncertain_boundaries, word_index, words
-from .collect import Batch, Collector
 from .norms import NormRecorder, check_decomposable
+from .recording import AttentionSite, Batch, Collector
 
 WEIGHT_SCALE = 1000
 NORM_DIGITS = 4
@@ -112,13 +112,13 @@ class ExplorerCollector(Collector):
     def set_batch(self, batch: Batch) -> None:
         super().set_batch(batch)
         if self.recorder is not None:
-            self.recorder.records = {}
-            self.recorder.set_batch(batch.source_padding, batch.target_padding,
-                                    batch.source_tokens, batch.target_tokens)
+            self.recorder.clear()
+            self.recorder.set_batch(batch)
 
-    def __call__(self, site, weights, values=None, mask=None, **kw):
-        if self.recorder is not None and site.kind in self.norm_kinds:
-            self.recorder(site, weights=weights, values=values, mask=mask, redundant=kw.get("redundant"))
+    def collect(self, site: AttentionSite, inter: Intermediates) -> None:
+        if self.recorder is not None:
+            self.recorder.collect(site, inter)  # its kinds are norm_kinds
+        weights = inter.weights
         qpad = self.batch.query_padding(site.kind).cpu()
         kpad = self.batch.key_padding(site.kind).cpu()
         w = weights.detach().float().cpu()
@@ -134,7 +134,7 @@ class ExplorerCollector(Collector):
             for rec in recs:
                 position = self.batch.ids[rec.sentence]
                 self.f_norms.setdefault(position, {})[key] = rec.transformed.clone()
-        self.recorder.records = {}
+        self.recorder.clear()
 
 
 # ------------------------------------------------------------------------ storage

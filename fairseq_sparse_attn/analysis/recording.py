@@ -1,5 +1,22 @@
 """Recording what the attention modules compute, only while an analysis asks for it.
 
+The collector protocol.  An analysis owns a :class:`Collector`; while
+:func:`collecting` is open, every attention call of the model hands it
+``(site, intermediates)``: the :class:`AttentionSite` (which module: kind, layer) and
+the :class:`~fairseq_sparse_attn.attention.intermediates.Intermediates` that
+:func:`fairseq_sparse_attn.attention.core.attend` returned (weights, values, mask,
+RHE decisions), detached.  A teacher-forced pass (:func:`.collect.run_passes`) also
+tells it the batch (:meth:`Collector.set_batch`, a :class:`Batch`: padding, tokens,
+example positions) before the forward and :meth:`Collector.end_batch` after it::
+
+    with collecting(model, norms, stats):
+        for batch, net_input in ...:
+            norms.set_batch(batch); stats.set_batch(batch)
+            model(**net_input)
+            norms.end_batch(); stats.end_batch()
+
+The public recording API is built on it::
+
     with record_attention(model) as taps:
         model(**sample["net_input"])
     for tap in taps:            # one per attention call, in call order
@@ -11,10 +28,8 @@ or, with a callback called once per attention call (the original API)::
         model(**sample["net_input"])
 
 ``callback(site, weights=..., values=..., mask=...)`` (plus ``redundant=`` (bsz, heads),
-the RHE decisions, for a module that identifies redundant heads), where ``site`` says
-which module it is (kind, layer).  Both are built on the intermediates that
-:func:`fairseq_sparse_attn.attention.core.attend` returns (a
-:func:`~fairseq_sparse_attn.attention.intermediates.collect` scope): outside the ``with``
+the RHE decisions, for a module that identifies redundant heads).  Both are one
+:func:`~fairseq_sparse_attn.attention.intermediates.collect` scope: outside the ``with``
 block nothing is computed or kept.  Recording makes a stock softmax module run the
 plugin pipeline (materialized weights), which gives the same outputs (parity-tested).
 Tensors are detached.
@@ -23,12 +38,12 @@ Tensors are detached.
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from torch import Tensor
 
 from ..attention import SparseMultiheadAttention
-from ..attention.intermediates import Collector, collecting_into
+from ..attention.intermediates import Intermediates, collecting_into
 
 _LAYER = re.compile(r"layers\.(\d+)\.")
 
@@ -66,35 +81,65 @@ def attention_sites(model) -> List[AttentionSite]:
     return sites
 
 
-class _Taps(Collector):
-    """A collector that turns each record into an :class:`AttentionTap` (and calls the
-    callback) as it arrives."""
+@dataclass
+class Batch:
+    """What a teacher-forced pass tells the collectors about the batch it runs next."""
 
-    def __init__(self, sites_by_module, callback):
-        super().__init__(("weights", "redundant"))
+    source_padding: Optional[Tensor]  # (bsz, src) bool, True = padding; None = no padding
+    target_padding: Optional[Tensor]  # (bsz, tgt) bool (of prev_output_tokens)
+    source_tokens: Optional[Tensor] = None
+    target_tokens: Optional[Tensor] = None  # prev_output_tokens
+    ids: Optional[List[int]] = None  # position in the example list of each batch row
+
+    def query_padding(self, kind: str) -> Optional[Tensor]:
+        return self.source_padding if kind == "encoder_self" else self.target_padding
+
+    def key_padding(self, kind: str) -> Optional[Tensor]:
+        return self.target_padding if kind == "decoder_self" else self.source_padding
+
+
+class Collector:
+    """What an analysis keeps of the attention calls: :meth:`collect` gets every call as
+    ``(site, intermediates)``; :meth:`set_batch` / :meth:`end_batch` frame each forward
+    of a teacher-forced pass."""
+
+    batch: Optional[Batch] = None
+
+    def set_batch(self, batch: Batch) -> None:
+        self.batch = batch
+
+    def collect(self, site: AttentionSite, inter: Intermediates) -> None:
+        raise NotImplementedError
+
+    def end_batch(self) -> None:
+        pass
+
+
+class _Feed:
+    """The sink of the one intermediates scope :func:`collecting` opens: turns each
+    (module, Intermediates) of the model into (site, detached Intermediates) for the
+    collectors; calls of other modules, or without weights, are passed over."""
+
+    wants = frozenset(("weights", "redundant"))
+
+    def __init__(self, sites_by_module: Dict[int, AttentionSite], collectors):
         self.sites_by_module = sites_by_module
-        self.callback = callback
-        self.taps: List[AttentionTap] = []
+        self.collectors = collectors
 
-    def append(self, record):
+    def append(self, record) -> None:
         module, inter = record
         site = self.sites_by_module.get(id(module))
         if site is None or inter.weights is None:
             return
-        detach = lambda t: None if t is None else t.detach()  # noqa: E731
-        tap = AttentionTap(site, inter.weights.detach(), inter.values.detach(), detach(inter.mask),
-                           detach(inter.redundant))
-        if self.callback is not None:
-            extra = {} if tap.redundant is None else {"redundant": tap.redundant}
-            self.callback(site, weights=tap.weights, values=tap.values, mask=tap.mask, **extra)
-        else:
-            self.taps.append(tap)
+        inter = inter.detached()
+        for collector in self.collectors:
+            collector.collect(site, inter)
 
 
 @contextmanager
-def record_attention(model, callback: Optional[Callable] = None):
-    """Yields the list of :class:`AttentionTap` of the calls in the block (empty when a
-    ``callback`` takes them instead)."""
+def collecting(model, *collectors: Collector):
+    """Hand every attention call of ``model`` in the block to ``collectors``, in call
+    order, as ``(site, intermediates)``."""
     modules = dict(model.named_modules())
     sites = attention_sites(model)
     if not sites:
@@ -102,6 +147,29 @@ def record_attention(model, callback: Optional[Callable] = None):
             "the model has no fairseq_sparse_attn attention modules to record "
             f"({type(model).__name__}); load it with the plugin's sparse_transformer"
         )
-    taps = _Taps({id(modules[s.name]): s for s in sites}, callback)
-    with collecting_into(taps):
+    with collecting_into(_Feed({id(modules[s.name]): s for s in sites}, collectors)):
+        yield
+
+
+class _Taps(Collector):
+    """Turns each call into an :class:`AttentionTap` (or a callback call)."""
+
+    def __init__(self, callback: Optional[Callable]):
+        self.callback = callback
+        self.taps: List[AttentionTap] = []
+
+    def collect(self, site: AttentionSite, inter: Intermediates) -> None:
+        if self.callback is not None:
+            extra = {} if inter.redundant is None else {"redundant": inter.redundant}
+            self.callback(site, weights=inter.weights, values=inter.values, mask=inter.mask, **extra)
+        else:
+            self.taps.append(AttentionTap(site, inter.weights, inter.values, inter.mask, inter.redundant))
+
+
+@contextmanager
+def record_attention(model, callback: Optional[Callable] = None):
+    """Yields the list of :class:`AttentionTap` of the calls in the block (empty when a
+    ``callback`` takes them instead)."""
+    taps = _Taps(callback)
+    with collecting(model, taps):
         yield taps.taps

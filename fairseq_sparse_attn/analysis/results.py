@@ -35,6 +35,11 @@ from ..writers import temporary_name, writer_gone, writer_of
 SCHEMA_VERSION = 1
 
 
+def number_key(x: float) -> str:
+    """The JSON key of a temperature or fraction: ``0.5 -> "0.5"``, ``1.0 -> "1"``."""
+    return format(float(x), "g")
+
+
 def clean(value):
     """JSON-safe: nan/inf -> None, tuples -> lists, keys -> str."""
     if isinstance(value, float):

@@ -12,7 +12,7 @@ A caller that wants some of them opens a :func:`collect` scope around the model 
     for module, inter in records: ...
 
 Inside the scope every :class:`~.multihead.SparseMultiheadAttention` call hands its
-intermediates to the open collectors (in call order).  Outside any scope nothing is
+intermediates to the open scopes (in call order).  Outside any scope nothing is
 computed or kept: the cost is one context-variable read per attention call.  The scope
 is a :mod:`contextvars` variable (dynamic scope, like ``torch.no_grad``), not a module
 attribute, so fairseq's activation checkpointing, which re-runs a layer in backward after
@@ -57,6 +57,16 @@ class Intermediates:
         outputs of the checkpointed layer): wsum and wlogw of the row sums."""
         return [] if self.row_sums is None else list(self.row_sums[:2])
 
+    def detached(self) -> "Intermediates":
+        """A copy whose tensors are detached from the autograd graph (what analyses keep)."""
+        kept = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name, value in kept.items():
+            if isinstance(value, Tensor):
+                kept[name] = value.detach()
+            elif isinstance(value, tuple):
+                kept[name] = tuple(t.detach() for t in value)
+        return Intermediates(**kept)
+
     def with_differentiable(self, tensors: List[Tensor]) -> "Intermediates":
         """A copy whose differentiable tensors are replaced by ``tensors`` (same order)."""
         if self.row_sums is None:
@@ -66,8 +76,12 @@ class Intermediates:
         return Intermediates(**kept)
 
 
-class Collector(list):
-    """The records of one :func:`collect` scope: a list of (module, Intermediates)."""
+class Records(list):
+    """The records of one :func:`collect` scope: a list of (module, Intermediates).
+
+    Any object with ``wants`` and ``append((module, intermediates))`` can be opened as a
+    scope (:func:`collecting_into`); the analyses' per-call collectors
+    (:mod:`fairseq_sparse_attn.analysis.recording`) are fed through one such object."""
 
     def __init__(self, wants):
         super().__init__()
@@ -81,41 +95,42 @@ _ACTIVE: contextvars.ContextVar = contextvars.ContextVar("fairseq_sparse_attn_co
 
 
 @contextmanager
-def collect(*wants: str) -> Iterator[Collector]:
+def collect(*wants: str) -> Iterator[Records]:
     """Collect the intermediates named in ``wants`` of every attention call in the scope."""
-    with collecting_into(Collector(wants)) as collector:
-        yield collector
+    with collecting_into(Records(wants)) as records:
+        yield records
 
 
 @contextmanager
-def collecting_into(collector: Collector) -> Iterator[Collector]:
-    """Like :func:`collect` with a given collector (a subclass may convert or forward
-    the records in its ``append``)."""
-    token = _ACTIVE.set(_ACTIVE.get() + (collector,))
+def collecting_into(sink):
+    """Like :func:`collect` with a given sink: an object with ``wants`` and ``append``
+    (which may convert or forward each record instead of keeping it)."""
+    token = _ACTIVE.set(_ACTIVE.get() + (sink,))
     try:
-        yield collector
+        yield sink
     finally:
         _ACTIVE.reset(token)
 
 
 @contextmanager
-def isolated(wants: FrozenSet[str]) -> Iterator[Collector]:
-    """A scope that replaces (instead of joining) the open collectors; used by activation
+def isolated(wants: FrozenSet[str]) -> Iterator[Records]:
+    """A scope that replaces (instead of joining) the open scopes; used by activation
     checkpointing to gather one layer's records and hand them on itself."""
-    collector = Collector(wants)
-    token = _ACTIVE.set((collector,))
+    records = Records(wants)
+    token = _ACTIVE.set((records,))
     try:
-        yield collector
+        yield records
     finally:
         _ACTIVE.reset(token)
 
 
-def active_collectors() -> Tuple[Collector, ...]:
+def active_collectors() -> Tuple:
+    """The sinks of the open scopes, innermost last (empty outside any scope)."""
     return _ACTIVE.get()
 
 
 def wanted() -> FrozenSet[str]:
-    """What the open collectors ask for (empty outside any scope)."""
+    """What the open scopes ask for (empty outside any scope)."""
     active = _ACTIVE.get()
     if not active:
         return frozenset()
@@ -125,6 +140,6 @@ def wanted() -> FrozenSet[str]:
 
 
 def deliver(module, intermediates: Intermediates) -> None:
-    """Hand one call's intermediates to every open collector."""
-    for collector in _ACTIVE.get():
-        collector.append((module, intermediates))
+    """Hand one call's intermediates to the sink of every open scope."""
+    for sink in _ACTIVE.get():
+        sink.append((module, intermediates))

@@ -14,17 +14,11 @@ import pytest
 import torch
 
 from fairseq_sparse_attn.analysis import cli
-from fairseq_sparse_attn.analysis.collect import (
-    AttentionStatistics,
-    Batch,
-    FFNStatistics,
-    NullRatePerSentence,
-    WeightsRecorder,
-    number_key,
-    rank_by_score,
-    run_passes,
-)
-from fairseq_sparse_attn.analysis.ffn_stats import anisotropy, record_ffn, top_p_mass, variance_ratio
+from fairseq_sparse_attn.analysis.alignment import WeightsRecorder
+from fairseq_sparse_attn.analysis.attention_stats import AttentionStatistics, NullRatePerSentence
+from fairseq_sparse_attn.analysis.collect import run_passes
+from fairseq_sparse_attn.analysis.commands.filter import rank_by_score
+from fairseq_sparse_attn.analysis.ffn_stats import FFNStatistics, anisotropy, record_ffn, top_p_mass, variance_ratio
 from fairseq_sparse_attn.analysis.loading import (
     Example,
     collate,
@@ -34,7 +28,9 @@ from fairseq_sparse_attn.analysis.loading import (
     shuffle_targets,
     supported_architectures,
 )
-from fairseq_sparse_attn.analysis.recording import AttentionSite, record_attention
+from fairseq_sparse_attn.analysis.recording import AttentionSite, Batch, record_attention
+from fairseq_sparse_attn.analysis.results import number_key
+from fairseq_sparse_attn.attention.intermediates import Intermediates
 
 from helpers import build_model, model_args, random_batch
 
@@ -388,11 +384,12 @@ def test_null_rate_per_sentence_by_hand():
     tpad = torch.tensor([[False, False, False], [False, False, True]])
     collector.set_batch(Batch(mask[:, 0, 0], tpad, None, None, ids=[7, 3]))
     site = AttentionSite("cross", 0, "decoder.layers.0.encoder_attn", 2)
-    collector(site, weights=w, mask=mask)
-    collector(AttentionSite("decoder_self", 0, "x", 2), weights=torch.ones(2, 2, 3, 3))  # ignored
+    collector.collect(site, Intermediates(weights=w, mask=mask))
+    collector.collect(AttentionSite("decoder_self", 0, "x", 2), Intermediates(weights=torch.ones(2, 2, 3, 3)))  # ignored
     # s0 (id 7): 6 rows, non-null: (h0,r0), (h1,r2) -> 4 null; s1 (id 3): 4 rows, 2 null
     assert collector.rates() == {7: pytest.approx(4 / 6), 3: pytest.approx(2 / 4)}
-    collector(AttentionSite("cross", 1, "decoder.layers.1.encoder_attn", 2), weights=torch.ones(2, 2, 3, 3))
+    collector.collect(AttentionSite("cross", 1, "decoder.layers.1.encoder_attn", 2),
+                      Intermediates(weights=torch.ones(2, 2, 3, 3)))
     # a second layer with no null row: s0 4 of 12, s1 2 of 8
     assert collector.rates() == {7: pytest.approx(4 / 12), 3: pytest.approx(2 / 8)}
 
@@ -410,8 +407,8 @@ def test_weights_recorder_crops_left_padded_sources():
     full = {}
     rec.set_batch(Batch(src.eq(d.pad()), prev.eq(d.pad()), src, prev, [0, 1, 2]))
 
-    def both(site, weights, **kw):
-        rec(site, weights=weights, **kw)
+    def both(site, weights, values, mask):
+        rec.collect(site, Intermediates(weights=weights, values=values, mask=mask))
         full[(site.kind, site.layer)] = weights
 
     with torch.no_grad(), record_attention(model, both):

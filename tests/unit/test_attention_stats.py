@@ -3,8 +3,8 @@
 import torch
 
 from fairseq_sparse_attn.analysis.attention_stats import SparsityStats, collect_sparsity
-from fairseq_sparse_attn.analysis.recording import AttentionSite, attention_sites
-from fairseq_sparse_attn.attention.intermediates import active_collectors
+from fairseq_sparse_attn.analysis.recording import AttentionSite, Batch, attention_sites
+from fairseq_sparse_attn.attention.intermediates import Intermediates, active_collectors
 
 from helpers import build_model, random_batch
 
@@ -16,8 +16,8 @@ def test_hand_computed_sparsity_and_null_rate():
     w = torch.tensor([[[[0.5, 0.0, 0.0], [0.0, 0.0, 0.0], [9.0, 9.0, 9.0]],
                        [[0.0, 0.0, 0.0], [0.2, 0.3, 0.0], [0.0, 0.0, 0.0]]]])
     causal = torch.triu(torch.ones(3, 3, dtype=torch.bool), 1).view(1, 1, 3, 3)
-    stats.set_query_padding(None, torch.tensor([[False, False, True]]))
-    stats(site, weights=w, mask=causal)
+    stats.set_batch(Batch(None, torch.tensor([[False, False, True]])))
+    stats.collect(site, Intermediates(weights=w, mask=causal))
     # valid positions: q0 -> k0, q1 -> k0,k1  = 3 per head
     # head 0: zeros among valid = q1k0, q1k1 = 2 -> 2/3; null rows: q1 -> 1/2
     # head 1: zeros = q0k0 = 1 -> 1/3; null rows: q0 -> 1/2

@@ -21,7 +21,7 @@ from fairseq_sparse_attn.analysis.norms import (
     token_category,
     value_transforms,
 )
-from fairseq_sparse_attn.analysis.recording import attention_sites, record_attention
+from fairseq_sparse_attn.analysis.recording import Batch, attention_sites, collecting, record_attention
 from fairseq_sparse_attn.attention import SparseMultiheadAttention
 from fairseq_sparse_attn.attention.intermediates import active_collectors
 
@@ -79,8 +79,8 @@ def plain_softmax_weights(module, query, key, key_padding, causal):
 
 def run_with_recorder(model, d, src, lengths, prev, **kwargs):
     norms = NormRecorder(model, **kwargs)
-    with torch.no_grad(), record_attention(model, norms):
-        norms.set_batch(src.eq(d.pad()), prev.eq(d.pad()), src, prev)
+    with torch.no_grad(), collecting(model, norms):
+        norms.set_batch(Batch(src.eq(d.pad()), prev.eq(d.pad()), src, prev))
         model(src, lengths, prev)
     return norms
 
@@ -215,8 +215,8 @@ def test_recording_norms_does_not_change_the_model_output():
     with torch.no_grad():
         before = model(src, lengths, prev)[0]
         norms = NormRecorder(model)
-        with record_attention(model, norms):
-            norms.set_batch(src.eq(d.pad()), prev.eq(d.pad()))
+        with collecting(model, norms):
+            norms.set_batch(Batch(src.eq(d.pad()), prev.eq(d.pad())))
             during = model(src, lengths, prev)[0]
         after = model(src, lengths, prev)[0]
     torch.testing.assert_close(during, before, atol=1e-5, rtol=1e-5)
@@ -258,17 +258,17 @@ def test_errors_for_output_norms_missing_or_wrong_padding():
 
     model, d = build_model("softmax_transformer_wmt_en_de")
     with pytest.raises(ValueError, match="call set_batch"):
-        with torch.no_grad(), record_attention(model, NormRecorder(model)):
+        with torch.no_grad(), collecting(model, NormRecorder(model)):
             model(src, lengths, prev)
     norms = NormRecorder(model)
     with pytest.raises(ValueError, match=r"source padding of shape \(3, 6\).*set_batch"):
-        with torch.no_grad(), record_attention(model, norms):
-            norms.set_batch(src[:, 1:].eq(d.pad()), prev.eq(d.pad()))
+        with torch.no_grad(), collecting(model, norms):
+            norms.set_batch(Batch(src[:, 1:].eq(d.pad()), prev.eq(d.pad())))
             model(src, lengths, prev)
     wrong = src.eq(d.pad()).flip(1)  # padding on the wrong side: sentence 1 is keys 2..6
     with pytest.raises(ValueError, match="key 5 of sentence 1 is padding.*lets queries see it"):
-        with torch.no_grad(), record_attention(model, norms):
-            norms.set_batch(wrong, prev.eq(d.pad()))
+        with torch.no_grad(), collecting(model, norms):
+            norms.set_batch(Batch(wrong, prev.eq(d.pad())))
             model(src, lengths, prev)
 
 
@@ -278,8 +278,8 @@ def test_error_in_training_mode_with_attention_dropout():
     model.train()
     norms = NormRecorder(model)
     with pytest.raises(ValueError, match="training mode with attention dropout 0.1.*model.eval"):
-        with torch.no_grad(), record_attention(model, norms):
-            norms.set_batch(src.eq(d.pad()), prev.eq(d.pad()))
+        with torch.no_grad(), collecting(model, norms):
+            norms.set_batch(Batch(src.eq(d.pad()), prev.eq(d.pad())))
             model(src, lengths, prev)
 
 

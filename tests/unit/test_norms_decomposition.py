@@ -16,9 +16,10 @@ import pytest
 import torch
 
 from fairseq_sparse_attn.analysis.norms import NormRecorder, check_decomposable, model_decomposition
-from fairseq_sparse_attn.analysis.recording import record_attention
+from fairseq_sparse_attn.analysis.recording import Batch, collecting
 from fairseq_sparse_attn.attention import SparseMultiheadAttention
 from fairseq_sparse_attn.attention.core import AttentionInputs
+from fairseq_sparse_attn.attention.intermediates import Intermediates
 
 E, H = 16, 4
 D = E // H
@@ -36,7 +37,7 @@ def make(seed=0, **kw):
 
 
 class Wrapper(torch.nn.Module):
-    """A one-module "model" for record_attention / model_decomposition."""
+    """A one-module "model" for collecting / model_decomposition."""
 
     def __init__(self, m):
         super().__init__()
@@ -72,8 +73,8 @@ def recorded(m, x, pad, source=None):
     model = Wrapper(m)
     norms = NormRecorder(model, kinds=("encoder_self",))
     inputs = AttentionInputs(**(source or {}))
-    with torch.no_grad(), record_attention(model, norms):
-        norms.set_batch(pad, None)
+    with torch.no_grad(), collecting(model, norms):
+        norms.set_batch(Batch(pad, None))
         out, _ = m(x, x, x, key_padding_mask=pad, attn_inputs=inputs)
     return out, norms.records[("encoder_self", 0)]
 
@@ -179,12 +180,12 @@ def test_rhe_pruned_heads_are_left_out_of_the_layer_norm_per_sentence():
     # without the decision of this forward the recorder refuses rather than count them
     model = Wrapper(m)
     norms = NormRecorder(model, kinds=("encoder_self",))
-    norms.set_batch(pad, None)
+    norms.set_batch(Batch(pad, None))
     w = torch.rand(len(xs), H, T, T)
     with pytest.raises(ValueError, match="prunes redundant heads per sentence"):
         from fairseq_sparse_attn.analysis.recording import attention_sites
         site = attention_sites(model)[0]
-        norms(site, weights=w, values=torch.zeros(len(xs) * H, T, D), mask=None)
+        norms.collect(site, Intermediates(weights=w, values=torch.zeros(len(xs) * H, T, D)))
 
 
 def test_command_line_check_names_the_checkpoint_and_the_way_out():

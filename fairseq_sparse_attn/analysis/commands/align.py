@@ -120,8 +120,7 @@ def result_entry(method: str, setting: str, keys, predictions, gold, scored: Opt
 
 
 def run(args) -> Dict:
-    from ..alignment import format_alignment
-    from ..collect import AlignmentCollector
+    from ..alignment import AlignmentCollector, format_alignment
     from ..plots import layer_curves
     from .norms import require_decomposable
 

@@ -1,7 +1,8 @@
 """``fsa-analyze filter``: sentence pairs ranked by their mean cross-attention null rate
 (ReLA's corpus filtering), with the top and bottom pairs as text."""
 
-from typing import Dict
+import math
+from typing import Dict, List, Tuple
 
 from .base import Context, add_model_args, positive_int
 
@@ -17,7 +18,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> Dict:
     from ...subwords import join_words
-    from ..collect import NullRatePerSentence, rank_by_score
+    from ..attention_stats import NullRatePerSentence
 
     ctx = Context(args)
     collector = NullRatePerSentence()
@@ -45,3 +46,15 @@ def run(args) -> Dict:
               "ranking": [{"rank": r, "index": i, "null_rate": s} for r, (i, s) in enumerate(ranking, start=1)]}
     ctx.out.json("filter.json", report)
     return report
+
+
+def rank_by_score(scores: Dict[int, float], descending: bool = True) -> List[Tuple[int, float]]:
+    """``[(index, score)]`` sorted by score (highest first when ``descending``), ties by
+    index; ``nan`` scores last."""
+
+    def key(item):
+        i, s = item
+        missing = s is None or math.isnan(s)
+        return (missing, 0.0 if missing else (-s if descending else s), i)
+
+    return sorted(scores.items(), key=key)

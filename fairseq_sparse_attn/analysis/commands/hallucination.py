@@ -16,17 +16,17 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> Dict:
-    from ..collect import SparsityCollector
+    from ..attention_stats import SparsityStats
     from ..loading import shuffle_targets
     from ..plots import real_vs_shuffled
 
     ctx = Context(args)
     shuffled, perm = shuffle_targets(ctx.examples, args.seed)
-    real = SparsityCollector(("cross",))
-    fake = SparsityCollector(("cross",))
+    real = SparsityStats(("cross",))
+    fake = SparsityStats(("cross",))
     ctx.run([real], description="real targets")
     ctx.run([fake], examples=shuffled, description="shuffled targets")
-    real_heads, fake_heads = real.stats.per_head(), fake.stats.per_head()
+    real_heads, fake_heads = real.per_head(), fake.per_head()
     layers, rows = [], []
     for (kind, layer) in sorted(real_heads):
         r, s = real_heads[(kind, layer)]["null_rate"], fake_heads[(kind, layer)]["null_rate"]

@@ -29,7 +29,7 @@ def check_arguments(args) -> None:
 
 
 def run(args) -> Dict:
-    from ..collect import NormCollector
+    from ..norms import NormRecorder
     from ..plots import attention_heatmaps
     from ..recording import attention_sites
     from .norms import require_decomposable
@@ -45,7 +45,7 @@ def run(args) -> Dict:
         raise UsageError(f"--layer {args.layer} is out of range: the model's {args.kind} "
                          f"attention has layers {layers[0]}..{layers[-1]} (0-based)")
     exact = require_decomposable(ctx.model, (args.kind,), args.allow_output_norm, args.path)
-    norms = NormCollector(ctx.model, (args.kind,), args.allow_output_norm)
+    norms = NormRecorder(ctx.model, (args.kind,), args.allow_output_norm)
     ctx.run([norms], examples=[ex])  # one batch: its records stay after the pass
     rec = norms.records[(args.kind, args.layer)][0]
     heads = rec.weights.shape[0]

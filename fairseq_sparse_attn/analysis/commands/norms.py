@@ -34,8 +34,7 @@ def require_decomposable(model, kinds, allow_output_norm: bool, path: str) -> bo
 
 
 def run(args) -> Dict:
-    from ..collect import NormSummary
-    from ..norms import dictionary_categorizer
+    from ..norms import NormSummary, dictionary_categorizer
     from ..plots import layer_curves
 
     ctx = Context(args)

@@ -45,7 +45,8 @@ def tsv_rows(attention: Dict, ffn) -> list:
 
 
 def run(args) -> Dict:
-    from ..collect import AttentionStatistics, FFNStatistics
+    from ..attention_stats import AttentionStatistics
+    from ..ffn_stats import FFNStatistics
     from ..plots import layer_curves
 
     ctx = Context(args)
