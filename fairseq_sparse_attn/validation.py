@@ -88,37 +88,41 @@ def _divisor_near(dim, heads):
 
 
 def check_activations(args):
-    """The activation of every attention kind, built as the attention layers build it
-    (conditional ranges: a learned entmax alpha must lie in (1, 2))."""
+    """The activation of every attention kind, built from the config the attention layers
+    are built from (conditional ranges: a learned entmax alpha must lie in (1, 2))."""
     from .attention.activations import build_activation
-    from .options import ATTENTION_KINDS, plugin_options
+    from .options import ATTENTION_KINDS, activation_config, plugin_options
 
+    options = plugin_options(args)
     for kind in ATTENTION_KINDS:
         side = "decoder" if kind == "decoder_self" else "encoder"
         heads = _get(args, f"{side}_attention_heads", 1)
         try:
-            build_activation(plugin_options(args).attention_kind(kind)[0], heads, args)
+            build_activation(activation_config(options, kind), heads)
         except ValueError as e:
             raise UsageError(str(e)) from None
 
 
 def check_encoder_biases(args):
     """Syntax attention, Rel_Pos, Localness, RHE flags, resolved as the encoder resolves them
-    for its first layer (layer lists, RHE gate, flags that need each other)."""
-    from .models.encoder_biases import encoder_bias_options
+    for its first layer (provider options, layer lists, RHE gate, flags that need each
+    other)."""
+    from .options import encoder_biases_config, plugin_options
 
-    if _get(args, "encoder_layers", 0) < 1:
+    layers = _get(args, "encoder_layers", 0)
+    if layers < 1:
         return
     try:
-        encoder_bias_options(args, 0)
+        encoder_biases_config(plugin_options(args), layers, 0)
     except ValueError as e:
         raise UsageError(str(e)) from None
 
 
 def check_fixed_patterns(args):
     from .attention.fixed_patterns import parse_pattern_list
+    from .options import plugin_options
 
-    value = _get(args, "encoder_fixed_patterns", "none")
+    value = plugin_options(args).encoder_fixed_patterns
     try:
         names = parse_pattern_list(value)
     except (ValueError, TypeError) as e:
@@ -131,8 +135,9 @@ def check_fixed_patterns(args):
 
 def check_masked_heads(args):
     from .attention.fixed_patterns import parse_head_list
+    from .options import plugin_options
 
-    value = _get(args, "encoder_masked_heads", "")
+    value = plugin_options(args).encoder_masked_heads
     try:
         heads = parse_head_list(value)
     except ValueError as e:
@@ -148,16 +153,18 @@ def chunked_kinds(args):
     """The attention kinds whose activation runs in the key-block path when
     --attn-key-block-size is set."""
     from .attention.activations import ACTIVATION_REGISTRY
-    from .options import ATTENTION_KINDS, plugin_options
+    from .options import ATTENTION_KINDS, activation_config, plugin_options
 
     options = plugin_options(args)
     return [k for k in ATTENTION_KINDS
-            if ACTIVATION_REGISTRY.get_or_raise(options.attention_kind(k)[0]).supports_chunking]
+            if ACTIVATION_REGISTRY.get_or_raise(activation_config(options, k).name).supports_chunking]
 
 
 def check_key_blocks(args):
     """The key-block path cannot replay a dropout mask (attention/multihead.py)."""
-    block = _get(args, "attn_key_block_size", 0)
+    from .options import backend_config, plugin_options
+
+    block = backend_config(plugin_options(args)).key_block_size
     dropout = _get(args, "attention_dropout", 0.0)
     if block and dropout > 0 and chunked_kinds(args):
         raise UsageError(f"--attn-key-block-size {block} needs --attention-dropout 0 (got "
@@ -165,15 +172,19 @@ def check_key_blocks(args):
 
 
 def syntax_inputs_needed(args):
-    """The per-batch syntax tensors the encoder biases need: src_dep for DEA and RHE,
-    src_rp for LPEA (models/encoder_biases.py)."""
-    need = []
-    syntax = _get(args, "encoder_syntax_attention", "none")
-    if syntax == "dea" or _get(args, "rhe", False):
-        need.append("dep")
-    if syntax == "lpea":
-        need.append("rp")
-    return need
+    """The per-batch syntax tensors the encoder biases need, as the selected providers
+    declare them (``BiasProvider.needs``: src_dep for DEA, src_rp for LPEA) and RHE
+    (src_dep), without the ``src_`` prefix: e.g. ``["dep", "rp"]``."""
+    from .attention.biases import BIAS_REGISTRY
+    from .attention.rhe import RHE_NEEDS
+    from .options import BIAS_PROVIDER_CONFIGS, plugin_options
+
+    options = plugin_options(args)
+    needs = {need for name, resolve_provider in BIAS_PROVIDER_CONFIGS.items()
+             if resolve_provider(options) is not None for need in BIAS_REGISTRY.get_or_raise(name).needs}
+    if options.rhe:
+        needs.update(RHE_NEEDS)
+    return [need[len("src_"):] for need in sorted(needs)]
 
 
 def _fairseq_task_cfg(task):
