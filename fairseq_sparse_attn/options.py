@@ -21,7 +21,7 @@ the two that always defaulted to False.
 
 import re
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Dict, FrozenSet, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, FrozenSet, Optional, Sequence, Union
 
 from .attention.config import (
     ATTENTION_KINDS,

@@ -28,6 +28,7 @@ try:
     compat.install()  # before the others import fairseq: quiet_logs filters its import noise
 
     from . import attention, criterions, tasks  # noqa: F401  (registration)
+
     # the model, then its presets: the modules, not the package ``models`` (whose
     # ``__init__`` imports this module for ``--user-dir`` naming the package folder)
     from .models import architectures, sparse_transformer  # noqa: F401

@@ -71,9 +71,7 @@ class RelativePositionConfig(BiasProviderConfig):
 
     def __post_init__(self):
         if self.max_distance < 1:
-            raise ValueError(
-                f"rel_pos needs a clipping distance --encoder-rel-pos-k >= 1, got {self.max_distance}"
-            )
+            raise ValueError(f"rel_pos needs a clipping distance --encoder-rel-pos-k >= 1, got {self.max_distance}")
 
 
 @dataclass(frozen=True)

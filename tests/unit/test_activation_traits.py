@@ -14,6 +14,7 @@ from fairseq_sparse_attn.attention import SparseMultiheadAttention
 from fairseq_sparse_attn.attention.activations import ACTIVATION_REGISTRY, TRAITS, Rectified, build_activation
 from fairseq_sparse_attn.attention.core import AttendSpec, AttentionInputs, attend
 from fairseq_sparse_attn.attention.heads import HeadPlan
+
 from helpers import attention_config
 
 B, H, T, S, D = 2, 3, 4, 7, 8

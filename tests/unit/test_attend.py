@@ -19,6 +19,7 @@ from fairseq_sparse_attn.attention.core import (
 from fairseq_sparse_attn.attention.fixed_patterns import pattern_matrix
 from fairseq_sparse_attn.attention.heads import FixedPatternHeads, HeadPlan, MaskedHeads
 from fairseq_sparse_attn.attention.intermediates import collect
+
 from helpers import attention_config
 
 B, H, T, S, D = 2, 3, 4, 5, 8

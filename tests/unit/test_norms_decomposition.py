@@ -19,6 +19,7 @@ from fairseq_sparse_attn.analysis.recording import record_attention
 from fairseq_sparse_attn.attention import SparseMultiheadAttention
 from fairseq_sparse_attn.attention.config import BiasProviderConfig, RelativePositionConfig, RHEConfig
 from fairseq_sparse_attn.attention.core import AttentionInputs
+
 from helpers import attention_config
 
 E, H = 16, 4

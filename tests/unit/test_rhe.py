@@ -21,6 +21,12 @@ from fairseq_sparse_attn.attention.biases import (
     DependencyMask,
     check_source_annotations,
 )
+from fairseq_sparse_attn.attention.config import (
+    BiasProviderConfig,
+    LocalPhraseConfig,
+    RelativePositionConfig,
+    RHEConfig,
+)
 from fairseq_sparse_attn.attention.core import AttentionInputs
 from fairseq_sparse_attn.attention.intermediates import Intermediates, collect
 from fairseq_sparse_attn.attention.rhe import (
@@ -29,12 +35,6 @@ from fairseq_sparse_attn.attention.rhe import (
     parse_gate,
     redundant_heads,
     syntactic_attention,
-)
-from fairseq_sparse_attn.attention.config import (
-    BiasProviderConfig,
-    LocalPhraseConfig,
-    RelativePositionConfig,
-    RHEConfig,
 )
 from fairseq_sparse_attn.options import parse_layer_list, resolve
 
