@@ -3,8 +3,10 @@
 had loaded, and fairseq's trainer wrote ``crash.pt`` for them: it dumps the state for any
 exception inside a training step).  Numeric ranges come from the options' own declaration
 (``valid=`` in :mod:`fairseq_sparse_attn.options`, fairseq's transformer sizes and dropouts
-from :data:`TRANSFORMER_RANGES`); the other checks call the constructor or parse function
-the attention code itself uses, so the accepted values cannot drift apart.  Each error is
+from :data:`TRANSFORMER_RANGES`); the other checks resolve the flags with the functions the
+model build uses (the parts of :func:`fairseq_sparse_attn.options.resolve`) and build from
+the resulting configs or call the parse functions the attention code itself uses, so the
+accepted values cannot drift apart.  Each error is
 one :class:`UsageError` line naming the flag and what was expected.
 
 Called once, from ``SparseTransformerModel.build_model`` (training, generation, validation,
@@ -12,7 +14,16 @@ and ``checkpoint_utils`` loading with overrides), before any module is built.
 """
 
 from .errors import UsageError
-from .options import OPTION_FIELDS, Range
+from .options import (
+    ATTENTION_KINDS,
+    BIAS_PROVIDER_CONFIGS,
+    OPTION_FIELDS,
+    Range,
+    activation_config,
+    backend_config,
+    encoder_biases_config,
+    plugin_options,
+)
 
 
 def _get(args, name, default=None):
@@ -91,7 +102,6 @@ def check_activations(args):
     """The activation of every attention kind, built from the config the attention layers
     are built from (conditional ranges: a learned entmax alpha must lie in (1, 2))."""
     from .attention.activations import build_activation
-    from .options import ATTENTION_KINDS, activation_config, plugin_options
 
     options = plugin_options(args)
     for kind in ATTENTION_KINDS:
@@ -107,8 +117,6 @@ def check_encoder_biases(args):
     """Syntax attention, Rel_Pos, Localness, RHE flags, resolved as the encoder resolves them
     for its first layer (provider options, layer lists, RHE gate, flags that need each
     other)."""
-    from .options import encoder_biases_config, plugin_options
-
     layers = _get(args, "encoder_layers", 0)
     if layers < 1:
         return
@@ -120,7 +128,6 @@ def check_encoder_biases(args):
 
 def check_fixed_patterns(args):
     from .attention.fixed_patterns import parse_pattern_list
-    from .options import plugin_options
 
     value = plugin_options(args).encoder_fixed_patterns
     try:
@@ -135,7 +142,6 @@ def check_fixed_patterns(args):
 
 def check_masked_heads(args):
     from .attention.fixed_patterns import parse_head_list
-    from .options import plugin_options
 
     value = plugin_options(args).encoder_masked_heads
     try:
@@ -153,7 +159,6 @@ def chunked_kinds(args):
     """The attention kinds whose activation runs in the key-block path when
     --attn-key-block-size is set."""
     from .attention.activations import ACTIVATION_REGISTRY
-    from .options import ATTENTION_KINDS, activation_config, plugin_options
 
     options = plugin_options(args)
     return [k for k in ATTENTION_KINDS
@@ -162,8 +167,6 @@ def chunked_kinds(args):
 
 def check_key_blocks(args):
     """The key-block path cannot replay a dropout mask (attention/multihead.py)."""
-    from .options import backend_config, plugin_options
-
     block = backend_config(plugin_options(args)).key_block_size
     dropout = _get(args, "attention_dropout", 0.0)
     if block and dropout > 0 and chunked_kinds(args):
@@ -177,7 +180,6 @@ def syntax_inputs_needed(args):
     (src_dep), without the ``src_`` prefix: e.g. ``["dep", "rp"]``."""
     from .attention.biases import BIAS_REGISTRY
     from .attention.rhe import RHE_NEEDS
-    from .options import BIAS_PROVIDER_CONFIGS, plugin_options
 
     options = plugin_options(args)
     needs = {need for name, resolve_provider in BIAS_PROVIDER_CONFIGS.items()
@@ -198,11 +200,12 @@ def check_syntax_inputs(args, task):
     cfg = _fairseq_task_cfg(task)
     if not need or cfg is None:
         return
+    options = plugin_options(args)
     what = ", ".join(f"src_{n}" for n in need)
     why = []
-    if _get(args, "encoder_syntax_attention", "none") != "none":
-        why.append(f"--encoder-syntax-attention {args.encoder_syntax_attention}")
-    if _get(args, "rhe", False):
+    if options.encoder_syntax_attention != "none":
+        why.append(f"--encoder-syntax-attention {options.encoder_syntax_attention}")
+    if options.rhe:
         why.append("--rhe")
     why = " and ".join(why)
     inputs = getattr(cfg, "syntax_inputs", None)
@@ -224,13 +227,13 @@ def check_syntax_inputs(args, task):
 def check_subword_style(args, task):
     """Word-based fixed patterns read word boundaries from the source dictionary's subword
     markers: a style the dictionary does not use would give wrong words silently."""
-    if (_get(args, "encoder_fixed_pattern_unit", "token") != "word"
-            or _fairseq_task_cfg(task) is None):
+    options = plugin_options(args)
+    if options.encoder_fixed_pattern_unit != "word" or _fairseq_task_cfg(task) is None:
         return
     dictionary = getattr(task, "source_dictionary", None)
     if dictionary is None:
         return
-    style = _get(args, "encoder_subword_style", "bpe")
+    style = options.encoder_subword_style
     symbols = [s for s in dictionary.symbols[dictionary.nspecial:] if not s.startswith("madeupword")]
     spm = sum(s.startswith("\u2581") for s in symbols)
     bpe = sum(s.endswith("@@") for s in symbols)
