@@ -107,8 +107,8 @@ class SparseMultiheadAttention(MultiheadAttention):
             qn_block_size=qn_block_size,
         )
         head_cfg = config.heads
-        fixed = FixedPatternHeads(tuple(head_cfg.fixed_patterns), head_cfg.fixed_pattern_unit,
-                                  head_cfg.right_context_reading, bool(head_cfg.fixed_patterns_exclude_eos))
+        fixed = FixedPatternHeads(head_cfg.fixed_patterns, head_cfg.fixed_pattern_unit,
+                                  head_cfg.right_context_reading, head_cfg.fixed_patterns_exclude_eos)
         self.fixed_patterns = fixed.patterns
         self.fixed_pattern_unit = fixed.unit
         self.right_context_reading = fixed.right_context_reading
@@ -118,8 +118,7 @@ class SparseMultiheadAttention(MultiheadAttention):
         self.num_learned_heads = num_heads - self.num_fixed_heads
         if self.num_fixed_heads:
             self._build_learned_projections(num_heads, q_noise, qn_block_size, bias)
-        masked_heads = head_cfg.masked_heads
-        masked = MaskedHeads(tuple(masked_heads), num_heads) if masked_heads else None
+        masked = MaskedHeads(head_cfg.masked_heads, num_heads) if head_cfg.masked_heads else None
         self._build_biases(config.biases, config.layer_index)
         self.activation = build_activation(config.activation, max(self.num_learned_heads, 1))
         self.output_norm = build_output_norm(config.output_norm, embed_dim, self.head_dim)
@@ -136,9 +135,9 @@ class SparseMultiheadAttention(MultiheadAttention):
             raise ValueError(f"--attn-backend must be one of {', '.join(backend_names())}, got {backend!r}")
         self.backend = backend
         # > 0: ReLU-family activations stream over blocks of this many keys (long inputs)
-        self.key_block_size = int(config.backend.key_block_size or 0)
+        self.key_block_size = config.backend.key_block_size
         # > 0: in "auto", the fused flex backend serves calls with at least this many keys
-        self.flex_min_keys = int(config.backend.flex_min_keys or 0)
+        self.flex_min_keys = config.backend.flex_min_keys
         init = config.init
         if init not in ATTN_INITS:
             raise ValueError(f"--attn-init must be one of {', '.join(ATTN_INITS)}, got {init!r}")
