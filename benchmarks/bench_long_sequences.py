@@ -61,11 +61,13 @@ def build_step(row, mode, length, args):
 
     import fairseq_sparse_attn.plugin  # noqa: F401
     from fairseq_sparse_attn.attention import SparseMultiheadAttention
+    from fairseq_sparse_attn.attention.config import ActivationConfig, AttentionConfig
 
     device = torch.device(args.device)
     torch.manual_seed(0)
     act = "softmax" if row.startswith("softmax") else "relu_scaled"
-    m = SparseMultiheadAttention(args.dim, args.heads, self_attention=True, activation=act).to(device)
+    config = AttentionConfig(activation=ActivationConfig(act))
+    m = SparseMultiheadAttention(args.dim, args.heads, self_attention=True, config=config).to(device)
     m.train(mode == "train")
     # each row names its backend (in auto, relu_scaled over >= --attn-flex-min-keys keys
     # would take the fused kernel in CPU inference)

@@ -43,6 +43,12 @@ from fairseq.data import Dictionary  # noqa: E402
 
 import fairseq_sparse_attn  # noqa: E402,F401
 from fairseq_sparse_attn.attention import SparseMultiheadAttention  # noqa: E402
+from fairseq_sparse_attn.attention.config import (  # noqa: E402
+    ActivationConfig,
+    AttentionConfig,
+    HeadsConfig,
+    OutputNormConfig,
+)
 from fairseq_sparse_attn.attention.core import AttentionInputs  # noqa: E402
 from fairseq_sparse_attn.attention.fixed_patterns import PATTERNS, SEVEN, source_word_ids, word_start_table  # noqa: E402
 
@@ -123,11 +129,18 @@ def run_module(m, x, kind, pad, future, enc=None, enc_pad=None, need_head_weight
     return out, w, grads
 
 
+def module_config(activation="softmax", output_norm="none", **heads):
+    """The module's AttentionConfig: activation and norm by name, ``heads`` HeadsConfig fields."""
+    heads = {k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in heads.items()}
+    return AttentionConfig(activation=ActivationConfig(activation), output_norm=OutputNormConfig(output_norm),
+                           heads=HeadsConfig(**heads))
+
+
 def check_module(name, T=23, B=5, E=64, H=8, kind="self", causal=False, train=False,
                  word=False, key_block=0, **kw):
     torch.manual_seed(0)
     cpu = SparseMultiheadAttention(E, H, self_attention=(kind == "self"),
-                                   encoder_decoder_attention=(kind == "cross"), **kw)
+                                   encoder_decoder_attention=(kind == "cross"), config=module_config(**kw))
     cpu.eval()
     if kw.get("activation", "softmax") == "softmax" and not kw.get("fixed_patterns"):
         cpu.backend = "materialized"
@@ -185,9 +198,9 @@ def check_module(name, T=23, B=5, E=64, H=8, kind="self", causal=False, train=Fa
 def check_incremental(name, act, norm, E=64, H=8):
     """CUDA: incremental self- and cross-attention == full (teacher forcing)."""
     torch.manual_seed(0)
-    sa = SparseMultiheadAttention(E, H, activation=act, output_norm=norm, self_attention=True).eval().to(CUDA)
-    ca = SparseMultiheadAttention(E, H, activation=act, output_norm=norm,
-                                  encoder_decoder_attention=True).eval().to(CUDA)
+    sa = SparseMultiheadAttention(E, H, self_attention=True, config=module_config(act, norm)).eval().to(CUDA)
+    ca = SparseMultiheadAttention(E, H, encoder_decoder_attention=True,
+                                  config=module_config(act, norm)).eval().to(CUDA)
     sa.backend = ca.backend = "materialized"
     T, S, B = 9, 11, 4
     x = torch.randn(T, B, E, device=CUDA)

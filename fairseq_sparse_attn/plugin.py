@@ -27,7 +27,11 @@ try:
 
     compat.install()  # before the others import fairseq: quiet_logs filters its import noise
 
-    from . import attention, criterions, models, tasks  # noqa: F401  (registration)
+    from . import attention, criterions, tasks  # noqa: F401  (registration)
+
+    # the model, then its presets: the modules, not the package ``models`` (whose
+    # ``__init__`` imports this module for ``--user-dir`` naming the package folder)
+    from .models import architectures, sparse_transformer  # noqa: F401
 finally:
     if _placeholder is not None:
         logging.root.removeHandler(_placeholder)

@@ -3,8 +3,10 @@
 had loaded, and fairseq's trainer wrote ``crash.pt`` for them: it dumps the state for any
 exception inside a training step).  Numeric ranges come from the options' own declaration
 (``valid=`` in :mod:`fairseq_sparse_attn.options`, fairseq's transformer sizes and dropouts
-from :data:`TRANSFORMER_RANGES`); the other checks call the constructor or parse function
-the attention code itself uses, so the accepted values cannot drift apart.  Each error is
+from :data:`TRANSFORMER_RANGES`); the other checks resolve the flags with the functions the
+model build uses (the parts of :func:`fairseq_sparse_attn.options.resolve`) and build from
+the resulting configs or call the parse functions the attention code itself uses, so the
+accepted values cannot drift apart.  Each error is
 one :class:`UsageError` line naming the flag and what was expected.
 
 Called once, from ``SparseTransformerModel.build_model`` (training, generation, validation,
@@ -12,7 +14,16 @@ and ``checkpoint_utils`` loading with overrides), before any module is built.
 """
 
 from .errors import UsageError
-from .options import OPTION_FIELDS, Range
+from .options import (
+    ATTENTION_KINDS,
+    BIAS_PROVIDER_CONFIGS,
+    OPTION_FIELDS,
+    Range,
+    activation_config,
+    backend_config,
+    encoder_biases_config,
+    plugin_options,
+)
 
 
 def _get(args, name, default=None):
@@ -88,29 +99,29 @@ def _divisor_near(dim, heads):
 
 
 def check_activations(args):
-    """The activation of every attention kind, built as the attention layers build it
-    (conditional ranges: a learned entmax alpha must lie in (1, 2))."""
+    """The activation of every attention kind, built from the config the attention layers
+    are built from (conditional ranges: a learned entmax alpha must lie in (1, 2))."""
     from .attention.activations import build_activation
-    from .options import ATTENTION_KINDS, plugin_options
 
+    options = plugin_options(args)
     for kind in ATTENTION_KINDS:
         side = "decoder" if kind == "decoder_self" else "encoder"
         heads = _get(args, f"{side}_attention_heads", 1)
         try:
-            build_activation(plugin_options(args).attention_kind(kind)[0], heads, args)
+            build_activation(activation_config(options, kind), heads)
         except ValueError as e:
             raise UsageError(str(e)) from None
 
 
 def check_encoder_biases(args):
     """Syntax attention, Rel_Pos, Localness, RHE flags, resolved as the encoder resolves them
-    for its first layer (layer lists, RHE gate, flags that need each other)."""
-    from .models.encoder_biases import encoder_bias_options
-
-    if _get(args, "encoder_layers", 0) < 1:
+    for its first layer (provider options, layer lists, RHE gate, flags that need each
+    other)."""
+    layers = _get(args, "encoder_layers", 0)
+    if layers < 1:
         return
     try:
-        encoder_bias_options(args, 0)
+        encoder_biases_config(plugin_options(args), layers, 0)
     except ValueError as e:
         raise UsageError(str(e)) from None
 
@@ -118,7 +129,7 @@ def check_encoder_biases(args):
 def check_fixed_patterns(args):
     from .attention.fixed_patterns import parse_pattern_list
 
-    value = _get(args, "encoder_fixed_patterns", "none")
+    value = plugin_options(args).encoder_fixed_patterns
     try:
         names = parse_pattern_list(value)
     except (ValueError, TypeError) as e:
@@ -132,7 +143,7 @@ def check_fixed_patterns(args):
 def check_masked_heads(args):
     from .attention.fixed_patterns import parse_head_list
 
-    value = _get(args, "encoder_masked_heads", "")
+    value = plugin_options(args).encoder_masked_heads
     try:
         heads = parse_head_list(value)
     except ValueError as e:
@@ -148,16 +159,15 @@ def chunked_kinds(args):
     """The attention kinds whose activation runs in the key-block path when
     --attn-key-block-size is set."""
     from .attention.activations import ACTIVATION_REGISTRY
-    from .options import ATTENTION_KINDS, plugin_options
 
     options = plugin_options(args)
     return [k for k in ATTENTION_KINDS
-            if ACTIVATION_REGISTRY.get_or_raise(options.attention_kind(k)[0]).supports_chunking]
+            if ACTIVATION_REGISTRY.get_or_raise(activation_config(options, k).name).supports_chunking]
 
 
 def check_key_blocks(args):
     """The key-block path cannot replay a dropout mask (attention/multihead.py)."""
-    block = _get(args, "attn_key_block_size", 0)
+    block = backend_config(plugin_options(args)).key_block_size
     dropout = _get(args, "attention_dropout", 0.0)
     if block and dropout > 0 and chunked_kinds(args):
         raise UsageError(f"--attn-key-block-size {block} needs --attention-dropout 0 (got "
@@ -165,15 +175,18 @@ def check_key_blocks(args):
 
 
 def syntax_inputs_needed(args):
-    """The per-batch syntax tensors the encoder biases need: src_dep for DEA and RHE,
-    src_rp for LPEA (models/encoder_biases.py)."""
-    need = []
-    syntax = _get(args, "encoder_syntax_attention", "none")
-    if syntax == "dea" or _get(args, "rhe", False):
-        need.append("dep")
-    if syntax == "lpea":
-        need.append("rp")
-    return need
+    """The per-batch syntax tensors the encoder biases need, as the selected providers
+    declare them (``BiasProvider.needs``: src_dep for DEA, src_rp for LPEA) and RHE
+    (src_dep), without the ``src_`` prefix: e.g. ``["dep", "rp"]``."""
+    from .attention.biases import BIAS_REGISTRY
+    from .attention.rhe import RHE_NEEDS
+
+    options = plugin_options(args)
+    needs = {need for name, resolve_provider in BIAS_PROVIDER_CONFIGS.items()
+             if resolve_provider(options) is not None for need in BIAS_REGISTRY.get_or_raise(name).needs}
+    if options.rhe:
+        needs.update(RHE_NEEDS)
+    return [need[len("src_"):] for need in sorted(needs)]
 
 
 def _fairseq_task_cfg(task):
@@ -187,11 +200,12 @@ def check_syntax_inputs(args, task):
     cfg = _fairseq_task_cfg(task)
     if not need or cfg is None:
         return
+    options = plugin_options(args)
     what = ", ".join(f"src_{n}" for n in need)
     why = []
-    if _get(args, "encoder_syntax_attention", "none") != "none":
-        why.append(f"--encoder-syntax-attention {args.encoder_syntax_attention}")
-    if _get(args, "rhe", False):
+    if options.encoder_syntax_attention != "none":
+        why.append(f"--encoder-syntax-attention {options.encoder_syntax_attention}")
+    if options.rhe:
         why.append("--rhe")
     why = " and ".join(why)
     inputs = getattr(cfg, "syntax_inputs", None)
@@ -213,13 +227,13 @@ def check_syntax_inputs(args, task):
 def check_subword_style(args, task):
     """Word-based fixed patterns read word boundaries from the source dictionary's subword
     markers: a style the dictionary does not use would give wrong words silently."""
-    if (_get(args, "encoder_fixed_pattern_unit", "token") != "word"
-            or _fairseq_task_cfg(task) is None):
+    options = plugin_options(args)
+    if options.encoder_fixed_pattern_unit != "word" or _fairseq_task_cfg(task) is None:
         return
     dictionary = getattr(task, "source_dictionary", None)
     if dictionary is None:
         return
-    style = _get(args, "encoder_subword_style", "bpe")
+    style = options.encoder_subword_style
     symbols = [s for s in dictionary.symbols[dictionary.nspecial:] if not s.startswith("madeupword")]
     spm = sum(s.startswith("\u2581") for s in symbols)
     bpe = sum(s.endswith("@@") for s in symbols)

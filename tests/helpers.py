@@ -77,3 +77,29 @@ def plain_relu_attention(q, k, v, hidden, gamma=None):
                 if gamma is not None and n > 0:
                     out[b, h, i] /= gamma * math.sqrt(n / 2)
     return out
+
+
+def attention_config(activation="softmax", output_norm="none", *, biases=(), rhe=None, kind=None,
+                     layer_index=None, init="fairseq", **heads):
+    """The :class:`~fairseq_sparse_attn.attention.config.AttentionConfig` of a module built
+    in a test: activation and output norm by name (or their configs), ``biases`` as
+    provider names (default options) or ``(name, config)`` pairs, ``rhe`` an RHEConfig,
+    ``heads`` the fields of HeadsConfig (fixed_patterns, masked_heads, ...)."""
+    from fairseq_sparse_attn.attention.config import (
+        ActivationConfig,
+        AttentionConfig,
+        BiasesConfig,
+        BiasProviderConfig,
+        HeadsConfig,
+        OutputNormConfig,
+    )
+
+    if isinstance(activation, str):
+        activation = ActivationConfig(name=activation)
+    if isinstance(output_norm, str):
+        output_norm = OutputNormConfig(name=output_norm)
+    providers = tuple(b if isinstance(b, tuple) else (b, BiasProviderConfig()) for b in biases)
+    heads = {k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in heads.items()}
+    return AttentionConfig(kind=kind, layer_index=layer_index, activation=activation,
+                           output_norm=output_norm, heads=HeadsConfig(**heads),
+                           biases=BiasesConfig(providers, rhe), init=init)

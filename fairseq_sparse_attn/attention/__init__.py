@@ -5,6 +5,7 @@ docs/architecture.md)."""
 from . import scaled_relu  # noqa: F401  (registers relu_scaled)
 from .activations import ACTIVATION_REGISTRY, activation_names, build_activation, register_activation
 from .biases import BIAS_REGISTRY, bias_names, build_bias, register_bias
+from .config import AttentionConfig
 from .core import AttendSpec, AttentionInputs, Backend, Capabilities, attend, backend_names, register_backend
 from .intermediates import Intermediates, collect
 from .output_norms import OUTPUT_NORM_REGISTRY, build_output_norm, output_norm_names, register_output_norm
@@ -22,7 +23,7 @@ def __getattr__(name):
 
 
 __all__ = [
-    "AttendSpec", "AttentionInputs", "Backend", "Capabilities", "Intermediates",
+    "AttendSpec", "AttentionConfig", "AttentionInputs", "Backend", "Capabilities", "Intermediates",
     "attend", "backend_names", "collect", "register_backend",
     "ACTIVATION_REGISTRY", "BIAS_REGISTRY", "OUTPUT_NORM_REGISTRY",
     "SparseMultiheadAttention", "activation_names", "bias_names",

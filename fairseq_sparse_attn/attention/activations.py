@@ -42,12 +42,13 @@ with exact zeros only defines ``fn`` and ``fn_`` (``tests/unit/test_activation_t
 adds one and runs it through every backend that serves it).
 """
 
-from typing import FrozenSet, Optional
+from typing import FrozenSet, Optional, Union
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .config import ActivationConfig
 from .registry import Registry
 
 ACTIVATION_REGISTRY = Registry("attention activation")
@@ -66,13 +67,12 @@ def visible_key_counts(scores: torch.Tensor, mask: Optional[torch.Tensor]) -> to
     return (~mask).sum(dim=-1, keepdim=True).to(scores.dtype)
 
 
-def build_activation(name: str, num_heads: int, options=None) -> "AttentionActivation":
-    """Instantiate activation ``name`` for a module with ``num_heads`` heads.
-
-    ``options`` is any object with (optional) attributes ``entmax_alpha``,
-    ``entmax_alpha_learned``, ``entmax_bisect_iters``, ``leaky_relu_slope``.
-    """
-    return ACTIVATION_REGISTRY.get_or_raise(name)(num_heads=num_heads, options=options)
+def build_activation(config: Union[ActivationConfig, str], num_heads: int) -> "AttentionActivation":
+    """The activation ``config`` describes (a name alone: its default hyper-parameters) for
+    a module with ``num_heads`` heads."""
+    if isinstance(config, str):
+        config = ActivationConfig(name=config)
+    return ACTIVATION_REGISTRY.get_or_raise(config.name)(num_heads=num_heads, config=config)
 
 
 #: the boolean class attributes that are traits (module docstring)
@@ -101,20 +101,12 @@ class AttentionActivation(nn.Module):
         super().__init_subclass__(**kwargs)
         cls.traits = frozenset(t for t in TRAITS if getattr(cls, t))
 
-    def __init__(self, num_heads: int, options=None):
+    def __init__(self, num_heads: int, config: ActivationConfig = ActivationConfig()):
         super().__init__()
         self.num_heads = num_heads
 
     def extra_repr(self):
         return self.registry_name
-
-
-def _opt(options, name):
-    """Option ``name`` as :func:`fairseq_sparse_attn.options.plugin_options` resolves it
-    (the defaults live in PluginOptions)."""
-    from ..options import plugin_options
-
-    return getattr(plugin_options(options), name)
 
 
 @register_activation("softmax")
@@ -193,9 +185,9 @@ class GELU(Rectified):
 class LeakyReLU(Rectified):
     """ReLA Table 1 row 10: leaky ReLU (slope ``--leaky-relu-slope``, default 0.01)."""
 
-    def __init__(self, num_heads, options=None):
-        super().__init__(num_heads, options)
-        self.slope = float(_opt(options, "leaky_relu_slope"))
+    def __init__(self, num_heads, config: ActivationConfig = ActivationConfig()):
+        super().__init__(num_heads, config)
+        self.slope = float(config.leaky_relu_slope)
 
     def fn(self, scores):
         return F.leaky_relu(scores, self.slope)
@@ -267,11 +259,11 @@ class EntmaxBisect(_EntmaxFamily):
     that alpha_h starts at ``--entmax-alpha`` (default 1.5).
     """
 
-    def __init__(self, num_heads, options=None):
-        super().__init__(num_heads, options)
-        alpha = float(_opt(options, "entmax_alpha"))
-        self.n_iter = int(_opt(options, "entmax_bisect_iters"))
-        self.learned = bool(_opt(options, "entmax_alpha_learned"))
+    def __init__(self, num_heads, config: ActivationConfig = ActivationConfig()):
+        super().__init__(num_heads, config)
+        alpha = float(config.entmax_alpha)
+        self.n_iter = int(config.entmax_bisect_iters)
+        self.learned = bool(config.entmax_alpha_learned)
         if self.learned:
             if not 1.0 < alpha < 2.0:
                 raise ValueError(

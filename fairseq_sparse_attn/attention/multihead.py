@@ -13,18 +13,20 @@ annotations) arrives in ``forward(..., attn_inputs=AttentionInputs(...))`` from 
 encoder layer; nothing is set on the module during forward.  Intermediates go to the
 callers that asked for them (:func:`~.intermediates.collect`).
 
-Heads are "learned" or "given their weights" (:mod:`.heads`): with ``fixed_patterns``
-the first F heads attend with fixed patterns (Raganato et al. 2020) and only the
-remaining heads have query/key projections; ``masked_heads`` zeroes chosen heads;
-``biases`` (:mod:`.biases`) add to the scores of every head, or with ``rhe``
-(:mod:`.rhe`) only of the heads found redundant per sentence.
+Everything beyond fairseq's own arguments comes in one typed
+:class:`~.config.AttentionConfig` (resolved from the flags once, when the model is built:
+:func:`fairseq_sparse_attn.options.resolve`).  Heads are "learned" or "given their weights"
+(:mod:`.heads`): with ``config.heads.fixed_patterns`` the first F heads attend with fixed
+patterns (Raganato et al. 2020) and only the remaining heads have query/key projections;
+``masked_heads`` zeroes chosen heads; ``config.biases`` (:mod:`.biases`) add to the scores
+of every head, or with RHE (:mod:`.rhe`) only of the heads found redundant per sentence.
 
 A call without gradients, dropout or analysis on a module with a plain
 pipeline (learned heads, no biases, not softmax) skips the call description and backend
 choice: :func:`~.inference_call.inference_call` does the same operations directly (decoding
 one sentence at a time is mostly such calls on tiny tensors).
 
-With ``activation="softmax"``, ``output_norm="none"`` and learned heads only the module
+With the softmax activation, no output norm and learned heads only the module
 *is* stock fairseq: it delegates to :class:`fairseq.modules.MultiheadAttention`
 (including its fused fast path) unless per-head weights are asked for (the fused path
 averages them), an analysis collects weights, or a backend is forced
@@ -38,16 +40,16 @@ import torch
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
-from ..options import plugin_options
 from . import mask_cache
 from .activations import build_activation
 from .biases import BiasProvider, build_bias
+from .config import AttentionConfig, BiasesConfig
 from .core import AttendSpec, AttentionInputs, _scores, attend, backend_names, is_stock
 from .heads import FixedPatternHeads, HeadPlan, MaskedHeads, RedundantHeads
 from .inference_call import InferencePlan, build_plan, hiding_mask_only, inference_call, serves
 from .intermediates import deliver, wanted
 from .output_norms import build_output_norm
-from .rhe import RedundantHeadIdentifier
+from .rhe import RHE_NEEDS, RedundantHeadIdentifier
 
 # q/k/v initialisation: fairseq's MultiheadAttention.reset_parameters, or ReLA's official
 # code (bzhangGo/zero); see SparseMultiheadAttention.apply_rela_official_init, docs/rela.md
@@ -62,26 +64,14 @@ class SparseMultiheadAttention(MultiheadAttention):
     """fairseq ``MultiheadAttention`` with a pluggable activation and output norm.
 
     Args (beyond the stock ones):
-        activation: name in :mod:`.activations` (softmax, relu, sparsemax, ...)
-        output_norm: name in :mod:`.output_norms` (none, rmsnorm, gated_rmsnorm, ...)
-        options: object carrying activation/norm hyper-parameters (entmax alpha, ...)
-        kind: ``"encoder_self"``, ``"decoder_self"`` or ``"cross"`` (for logs/analysis)
-        fixed_patterns: names of fixed patterns (self-attention only): heads ``0..F-1``
-        fixed_pattern_unit: ``"token"`` or ``"word"`` (word ids come from the encoder
-            in ``attn_inputs``)
-        right_context_reading: ``"mirrored"`` or ``"literal"`` (:mod:`.fixed_patterns`)
-        fixed_patterns_exclude_eos: fixed patterns computed without the source's EOS
-        masked_heads: head indices whose output is zeroed (heads disabled)
-        biases: names of bias providers (:mod:`.biases`) added to the scores of every
-            head, or with ``rhe`` only of the heads found redundant (self-attention only;
-            per-batch inputs such as ``src_dep`` come from the encoder in
-            ``attn_inputs``)
-        rhe: identify redundant heads per sentence (:mod:`.rhe`)
-        rhe_gate: ``"dynamic"`` (sigmoid(h_conf)) or a fixed gate value in (0, 1]
-        prune_redundant_heads: zero the output of the heads found redundant (their
-            computation is skipped at test time, :class:`~.heads.RedundantHeads`)
-        prune_skip_in_training: skip the pruned heads' computation in training too
-        layer_index: 0-based layer (names the logged redundant fraction)
+        config: :class:`~.config.AttentionConfig` (default: stock softmax attention):
+            kind (``"encoder_self"``, ``"decoder_self"``, ``"cross"``; for logs and
+            analysis), layer_index (0-based; names the logged redundant fraction), the
+            activation (:mod:`.activations`), output norm (:mod:`.output_norms`), heads
+            (fixed-pattern heads ``0..F-1`` and masked heads, :mod:`.heads`), biases (bias
+            providers added to the scores of every head, or with RHE only of the heads
+            found redundant; self-attention only; per-batch inputs such as ``src_dep``
+            come from the encoder in ``attn_inputs``), backend and q/k/v initialisation.
     """
 
     biases: torch.nn.ModuleDict  # bias providers by name (set in _build_biases)
@@ -100,21 +90,7 @@ class SparseMultiheadAttention(MultiheadAttention):
         encoder_decoder_attention=False,
         q_noise=0.0,
         qn_block_size=8,
-        activation: str = "softmax",
-        output_norm: str = "none",
-        options=None,
-        kind: Optional[str] = None,
-        fixed_patterns: Sequence[str] = (),
-        fixed_pattern_unit: str = "token",
-        right_context_reading: str = "mirrored",
-        fixed_patterns_exclude_eos: bool = False,
-        masked_heads: Sequence[int] = (),
-        biases: Sequence[str] = (),
-        rhe: bool = False,
-        rhe_gate="dynamic",
-        prune_redundant_heads: bool = False,
-        prune_skip_in_training: bool = False,
-        layer_index: Optional[int] = None,
+        config: AttentionConfig = AttentionConfig(),
     ):
         super().__init__(
             embed_dim,
@@ -130,10 +106,11 @@ class SparseMultiheadAttention(MultiheadAttention):
             q_noise=q_noise,
             qn_block_size=qn_block_size,
         )
-        fixed = FixedPatternHeads(tuple(fixed_patterns), fixed_pattern_unit, right_context_reading,
-                                  bool(fixed_patterns_exclude_eos))
+        head_cfg = config.heads
+        fixed = FixedPatternHeads(head_cfg.fixed_patterns, head_cfg.fixed_pattern_unit,
+                                  head_cfg.right_context_reading, head_cfg.fixed_patterns_exclude_eos)
         self.fixed_patterns = fixed.patterns
-        self.fixed_pattern_unit = fixed_pattern_unit
+        self.fixed_pattern_unit = fixed.unit
         self.right_context_reading = fixed.right_context_reading
         self.fixed_patterns_exclude_eos = fixed.exclude_eos
         fixed_heads = fixed if fixed.patterns else None
@@ -141,27 +118,27 @@ class SparseMultiheadAttention(MultiheadAttention):
         self.num_learned_heads = num_heads - self.num_fixed_heads
         if self.num_fixed_heads:
             self._build_learned_projections(num_heads, q_noise, qn_block_size, bias)
-        masked = MaskedHeads(tuple(masked_heads), num_heads) if masked_heads else None
-        self._build_biases(biases, rhe, rhe_gate, prune_redundant_heads, layer_index, options)
-        self.activation = build_activation(activation, max(self.num_learned_heads, 1), options)
-        self.output_norm = build_output_norm(output_norm, embed_dim, self.head_dim, options)
-        self.activation_name = activation
-        self.output_norm_name = output_norm
-        self.kind = kind
+        masked = MaskedHeads(head_cfg.masked_heads, num_heads) if head_cfg.masked_heads else None
+        self._build_biases(config.biases, config.layer_index)
+        self.activation = build_activation(config.activation, max(self.num_learned_heads, 1))
+        self.output_norm = build_output_norm(config.output_norm, embed_dim, self.head_dim)
+        self.activation_name = config.activation.name
+        self.output_norm_name = config.output_norm.name
+        self.kind = config.kind
+        rhe = config.biases.rhe
         self.heads = HeadPlan(num_heads, fixed=fixed_heads, masked=masked,
-                              rhe=(RedundantHeads(self.rhe, prune_skip_in_training)
-                                   if self.rhe is not None else None))
+                              rhe=(RedundantHeads(self.rhe, rhe.prune_skip_in_training)
+                                   if self.rhe is not None and rhe is not None else None))
         # "auto" or a backend name of attention/core.py (--attn-backend)
-        opts = plugin_options(options)
-        backend = opts.attn_backend
+        backend = config.backend.name
         if backend not in backend_names():
             raise ValueError(f"--attn-backend must be one of {', '.join(backend_names())}, got {backend!r}")
         self.backend = backend
         # > 0: ReLU-family activations stream over blocks of this many keys (long inputs)
-        self.key_block_size = int(opts.attn_key_block_size or 0)
+        self.key_block_size = config.backend.key_block_size
         # > 0: in "auto", the fused flex backend serves calls with at least this many keys
-        self.flex_min_keys = int(opts.attn_flex_min_keys or 0)
-        init = opts.attn_init
+        self.flex_min_keys = config.backend.flex_min_keys
+        init = config.init
         if init not in ATTN_INITS:
             raise ValueError(f"--attn-init must be one of {', '.join(ATTN_INITS)}, got {init!r}")
         if init == "rela_official":
@@ -222,14 +199,14 @@ class SparseMultiheadAttention(MultiheadAttention):
         return f"kind={self.kind}, embed_dim={self.embed_dim}, heads={self.num_heads}{fixed}{masked}"
 
     # ------------------------------------------------------------------ biases, RHE
-    def _build_biases(self, biases, rhe, rhe_gate, prune, layer_index, options):
+    def _build_biases(self, config: BiasesConfig, layer_index: Optional[int]):
         self.layer_index = layer_index
         self.biases = torch.nn.ModuleDict(
-            {name: build_bias(name, self.num_heads, self.head_dim, options) for name in biases})
-        if prune and not rhe:
-            raise ValueError("pruning redundant heads needs redundant head identification (--rhe)")
+            {name: build_bias(name, self.num_heads, self.head_dim, provider)
+             for name, provider in config.providers})
         name = None if layer_index is None else f"l{layer_index}"
-        self.rhe = RedundantHeadIdentifier(rhe_gate, prune, name) if rhe else None
+        rhe = config.rhe
+        self.rhe = RedundantHeadIdentifier(rhe.gate, rhe.prune, name) if rhe is not None else None
         if (self.biases or self.rhe is not None) and (
                 not self.self_attention or self.num_fixed_heads or self.bias_k is not None
                 or self.add_zero_attn):
@@ -237,7 +214,7 @@ class SparseMultiheadAttention(MultiheadAttention):
                              "fixed-pattern heads, bias_kv or zero attention")
         needs = {n for provider in self.biases.values() for n in cast(BiasProvider, provider).needs}
         if self.rhe is not None:
-            needs.add("src_dep")
+            needs.update(RHE_NEEDS)
         self.source_needs = tuple(sorted(needs))
 
     # ------------------------------------------------------------------ fixed heads

@@ -20,12 +20,13 @@ safe: eps = 1e-8 underflows in fp16) and the result is cast back.
 """
 
 import math
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .config import OutputNormConfig
 from .registry import Registry
 
 OUTPUT_NORM_REGISTRY = Registry("attention output norm")
@@ -35,11 +36,12 @@ output_norm_names = OUTPUT_NORM_REGISTRY.names
 RMSNORM_EPS = 1e-8
 
 
-def build_output_norm(name: str, embed_dim: int, head_dim: int, options=None) -> nn.Module:
-    from ..options import plugin_options
-
-    eps = plugin_options(options).attn_norm_eps  # default RMSNORM_EPS
-    return OUTPUT_NORM_REGISTRY.get_or_raise(name)(embed_dim=embed_dim, head_dim=head_dim, eps=float(eps))
+def build_output_norm(config: Union[OutputNormConfig, str], embed_dim: int, head_dim: int) -> nn.Module:
+    """The output norm ``config`` describes (a name alone: eps = RMSNORM_EPS)."""
+    if isinstance(config, str):
+        config = OutputNormConfig(name=config)
+    return OUTPUT_NORM_REGISTRY.get_or_raise(config.name)(embed_dim=embed_dim, head_dim=head_dim,
+                                                          eps=float(config.eps))
 
 
 def uniform_unit_scaling_(tensor: torch.Tensor, fan: int) -> torch.Tensor:

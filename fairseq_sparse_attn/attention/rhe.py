@@ -22,6 +22,8 @@ import torch.nn as nn
 from torch import Tensor
 
 GATE_DYNAMIC = "dynamic"
+#: the per-batch inputs (:class:`~.biases.BiasContext` fields) RHE reads
+RHE_NEEDS = ("src_dep",)
 
 
 def parse_gate(value) -> Union[str, float]:

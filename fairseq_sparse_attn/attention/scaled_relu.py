@@ -23,7 +23,8 @@ from typing import Optional
 
 import torch
 
-from .activations import ReLU, _opt, register_activation, visible_key_counts
+from .activations import ReLU, register_activation, visible_key_counts
+from .config import ActivationConfig
 
 __all__ = ["ScaledReLU", "row_sums", "visible_key_counts"]
 
@@ -45,10 +46,10 @@ class ScaledReLU(ReLU):
     #: attend() returns its row sums when a caller collects "row_sums"
     reports_row_sums = True
 
-    def __init__(self, num_heads, options=None):
-        super().__init__(num_heads, options)
-        self.gamma = float(_opt(options, "relu_scale_gamma"))
-        self.length_scale = not bool(_opt(options, "relu_no_length_scale"))
+    def __init__(self, num_heads, config: ActivationConfig = ActivationConfig()):
+        super().__init__(num_heads, config)
+        self.gamma = float(config.relu_scale_gamma)
+        self.length_scale = not bool(config.relu_no_length_scale)
         if self.gamma <= 0:
             raise ValueError(f"--relu-scale-gamma must be > 0, got {self.gamma}")
 

@@ -23,35 +23,25 @@ from fairseq.modules.transformer_layer import (
 from ..attention import SparseMultiheadAttention
 from ..attention.biases import check_source_annotations
 from ..attention.core import AttentionInputs
-from ..attention.fixed_patterns import (
-    last_positions,
-    parse_head_list,
-    parse_pattern_list,
-    pattern_weights,
-    source_word_ids,
-    word_start_table,
-)
+from ..attention.fixed_patterns import last_positions, pattern_weights, source_word_ids, word_start_table
 from ..attention.intermediates import collect
 from ..attention.rhe import log_redundant_fractions
-from ..options import add_plugin_args, plugin_options
+from ..options import add_plugin_args, plugin_options, resolve
 from ..validation import validate_model_args
 from .checkpointing import checkpoint_layer
-from .encoder_biases import encoder_bias_options
 from .ffn import FFNActivation, LinearLayerNorm
 
 
-def build_attention(kind, embed_dim, num_heads, cfg, layer, **kwargs):
-    activation, output_norm = plugin_options(cfg).attention_kind(kind)
+def build_attention(kind, embed_dim, num_heads, cfg, layer, layer_index=None, **kwargs):
+    """The ``kind`` attention of ``layer``: the plugin's options in ``cfg`` are resolved here,
+    once, into the module's typed configuration (:func:`fairseq_sparse_attn.options.resolve`)."""
     return SparseMultiheadAttention(
         embed_dim,
         num_heads,
         dropout=cfg.attention_dropout,
         q_noise=layer.quant_noise,
         qn_block_size=layer.quant_noise_block_size,
-        activation=activation,
-        output_norm=output_norm,
-        options=cfg,
-        kind=kind,
+        config=resolve(cfg, kind, layer_index),
         **kwargs,
     )
 
@@ -91,18 +81,6 @@ class _NeverFastPath:
 
 def ffn_type(cfg) -> str:
     return plugin_options(cfg).ffn_type
-
-
-def encoder_head_options(cfg) -> dict:
-    """Fixed patterns (Raganato et al. 2020) and masked heads of encoder self-attention."""
-    opts = plugin_options(cfg)
-    return dict(
-        fixed_patterns=parse_pattern_list(opts.encoder_fixed_patterns),
-        fixed_pattern_unit=opts.encoder_fixed_pattern_unit,
-        right_context_reading=opts.encoder_right_context_reading,
-        fixed_patterns_exclude_eos=bool(opts.encoder_fixed_patterns_exclude_eos),
-        masked_heads=parse_head_list(opts.encoder_masked_heads),
-    )
 
 
 class _FFNVariant:
@@ -162,8 +140,7 @@ class SparseTransformerEncoderLayer(_NeverFastPath, _FFNVariant, TransformerEnco
 
     def build_self_attention(self, embed_dim, cfg):
         return build_attention("encoder_self", embed_dim, cfg.encoder.attention_heads, cfg,
-                               self, self_attention=True, **encoder_head_options(cfg),
-                               **encoder_bias_options(cfg, self._layer_index))
+                               self, layer_index=self._layer_index, self_attention=True)
 
 
 class SparseTransformerDecoderLayer(_FFNVariant, TransformerDecoderLayerBase):

@@ -15,6 +15,8 @@ from fairseq_sparse_attn.attention.activations import ACTIVATION_REGISTRY, TRAIT
 from fairseq_sparse_attn.attention.core import AttendSpec, AttentionInputs, attend
 from fairseq_sparse_attn.attention.heads import HeadPlan
 
+from helpers import attention_config
+
 B, H, T, S, D = 2, 3, 4, 7, 8
 
 
@@ -178,10 +180,8 @@ def test_inference_call_follows_the_formula(toy, monkeypatch):
                         lambda *a, **kw: taken.append(a[0]) or real(*a, **kw))
     E = H * D
     torch.manual_seed(0)
-    self_attn = SparseMultiheadAttention(E, H, activation=name, output_norm="none",
-                                         self_attention=True).eval()
-    cross = SparseMultiheadAttention(E, H, activation=name, output_norm="none",
-                                     encoder_decoder_attention=True).eval()
+    self_attn = SparseMultiheadAttention(E, H, self_attention=True, config=attention_config(name)).eval()
+    cross = SparseMultiheadAttention(E, H, encoder_decoder_attention=True, config=attention_config(name)).eval()
     assert self_attn._spec_and_stock()[2] is not None  # the module has an inference plan
 
     def plain(m, x, mem, hidden):

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from fairseq_sparse_attn.attention import activation_names, build_activation
+from fairseq_sparse_attn.attention.config import ActivationConfig
 
 BSZ, HEADS, TGT, SRC = 2, 3, 4, 6
 
@@ -71,16 +72,15 @@ def test_sparsemax_and_entmax_are_sparse_and_normalized():
 
 
 def test_entmax_bisect_alpha_2_is_sparsemax():
-    opts = type("O", (), {"entmax_alpha": 2.0})()
+    config = ActivationConfig("entmax_bisect", entmax_alpha=2.0)
     scores, mask = scores_and_mask(5)
-    w = build_activation("entmax_bisect", HEADS, opts)(scores, mask)
+    w = build_activation(config, HEADS)(scores, mask)
     ref = build_activation("sparsemax", HEADS)(scores, mask)
     torch.testing.assert_close(w, ref, atol=1e-4, rtol=0)
 
 
 def test_entmax_bisect_learned_alpha_per_head():
-    opts = type("O", (), {"entmax_alpha": 1.5, "entmax_alpha_learned": True})()
-    act = build_activation("entmax_bisect", HEADS, opts)
+    act = build_activation(ActivationConfig("entmax_bisect", entmax_alpha=1.5, entmax_alpha_learned=True), HEADS)
     assert act.alpha_logit.shape == (HEADS,)
     torch.testing.assert_close(act.alpha(), torch.full((HEADS,), 1.5))
     with torch.no_grad():
@@ -118,7 +118,7 @@ def test_unknown_activation_lists_valid_names():
 
 def test_entmax_bisect_rejects_bad_alpha():
     with pytest.raises(ValueError, match="entmax-alpha"):
-        build_activation("entmax_bisect", 2, type("O", (), {"entmax_alpha": 1.0})())
+        build_activation(ActivationConfig("entmax_bisect", entmax_alpha=1.0), 2)
 
 
 @pytest.mark.parametrize("name", ["sparsemax", "entmax15", "entmax_bisect"])

@@ -20,6 +20,8 @@ from fairseq_sparse_attn.attention.fixed_patterns import pattern_matrix
 from fairseq_sparse_attn.attention.heads import FixedPatternHeads, HeadPlan, MaskedHeads
 from fairseq_sparse_attn.attention.intermediates import collect
 
+from helpers import attention_config
+
 B, H, T, S, D = 2, 3, 4, 5, 8
 
 
@@ -216,7 +218,8 @@ def test_module_softmax_with_norm_takes_sdpa_and_stock_takes_fairseq(monkeypatch
                         lambda *a, **kw: mha_calls.append(1) or real_mha(*a, **kw))
     x = torch.randn(4, 2, 16)
     torch.manual_seed(0)
-    normed = SparseMultiheadAttention(16, 4, self_attention=True, output_norm="rmsnorm").eval()
+    normed = SparseMultiheadAttention(16, 4, self_attention=True,
+                                      config=attention_config(output_norm="rmsnorm")).eval()
     out, _ = normed(x, x, x, need_weights=False)
     assert sdpa_calls and not mha_calls
     normed.backend = "materialized"  # the materialized backend gives the same

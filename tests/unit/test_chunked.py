@@ -10,15 +10,15 @@ from fairseq_sparse_attn.attention.chunked_relu import chunked_relu_attention
 from fairseq_sparse_attn.attention.intermediates import collect
 from fairseq_sparse_attn.criterions.relu_regularized import RowTerms
 
-from helpers import build_model, random_batch
+from helpers import attention_config, build_model, random_batch
 
 E, H = 16, 4
 
 
 def pair(activation, block, **kw):
     torch.manual_seed(0)
-    plain = SparseMultiheadAttention(E, H, activation=activation, output_norm="gated_rmsnorm", **kw)
-    chunked = SparseMultiheadAttention(E, H, activation=activation, output_norm="gated_rmsnorm", **kw)
+    plain = SparseMultiheadAttention(E, H, config=attention_config(activation, "gated_rmsnorm"), **kw)
+    chunked = SparseMultiheadAttention(E, H, config=attention_config(activation, "gated_rmsnorm"), **kw)
     chunked.load_state_dict(plain.state_dict())
     chunked.key_block_size = block
     return plain.train(), chunked.train()

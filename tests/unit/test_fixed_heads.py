@@ -20,7 +20,7 @@ from fairseq_sparse_attn.attention.fixed_patterns import (
     word_start_table,
 )
 
-from helpers import build_model, random_batch
+from helpers import attention_config, build_model, random_batch
 from test_fixed_patterns import EXAMPLE, WORD_EXPECTED
 
 E, H = 32, 8
@@ -29,8 +29,8 @@ D = E // H
 
 def make(fixed=SEVEN, masked=(), heads=H, seed=0):
     torch.manual_seed(seed)
-    return SparseMultiheadAttention(E, heads, self_attention=True, fixed_patterns=fixed,
-                                    masked_heads=masked).eval()
+    return SparseMultiheadAttention(E, heads, self_attention=True,
+                                    config=attention_config(fixed_patterns=fixed, masked_heads=masked)).eval()
 
 
 def plain_forward(m, x, n, fixed, masked=()):
@@ -129,9 +129,9 @@ def test_bad_configurations():
     with pytest.raises(ValueError, match="diagonal"):
         make(("diagonal",))
     with pytest.raises(ValueError, match="self-attention"):
-        SparseMultiheadAttention(E, H, encoder_decoder_attention=True, fixed_patterns=SEVEN)
-    m = SparseMultiheadAttention(E, H, self_attention=True, fixed_patterns=SEVEN,
-                                 fixed_pattern_unit="word")
+        SparseMultiheadAttention(E, H, encoder_decoder_attention=True, config=attention_config(fixed_patterns=SEVEN))
+    m = SparseMultiheadAttention(E, H, self_attention=True,
+                                 config=attention_config(fixed_patterns=SEVEN, fixed_pattern_unit="word"))
     x = torch.randn(3, 1, E)
     with pytest.raises(ValueError, match="word ids"):
         m(x, x, x)

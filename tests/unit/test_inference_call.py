@@ -11,7 +11,7 @@ import fairseq_sparse_attn.attention.multihead as multihead
 from fairseq_sparse_attn.attention import SparseMultiheadAttention
 from fairseq_sparse_attn.attention.intermediates import collect
 
-from helpers import build_model, random_batch
+from helpers import attention_config, build_model, random_batch
 
 E, H = 16, 4
 VARIANTS = [("relu", "gated_rmsnorm"), ("relu", "rmsnorm_i"), ("relu", "none"),
@@ -37,11 +37,11 @@ def pair(act, norm, **kw):
     """Two modules with the same parameters: ``auto`` (takes the inference call) and the
     general path (``materialized`` forced)."""
     torch.manual_seed(0)
-    fast = SparseMultiheadAttention(E, H, activation=act, output_norm=norm, **kw).eval()
+    fast = SparseMultiheadAttention(E, H, config=attention_config(act, norm), **kw).eval()
     with torch.no_grad():  # non-trivial norm parameters (fresh gains are all 1)
         for p in fast.output_norm.parameters():
             p.uniform_(-1.5, 1.5)
-    general = SparseMultiheadAttention(E, H, activation=act, output_norm=norm, **kw).eval()
+    general = SparseMultiheadAttention(E, H, config=attention_config(act, norm), **kw).eval()
     general.load_state_dict(fast.state_dict())
     general.backend = "materialized"
     return fast, general
@@ -201,14 +201,15 @@ def test_calls_that_need_the_general_path_do_not_take_it(calls):
 def test_modules_that_need_the_general_path_have_no_plan(kw, reason):
     from fairseq_sparse_attn.attention.inference_call import static_reason
 
-    args = dict(activation="relu", output_norm="gated_rmsnorm", self_attention=True)
-    m = SparseMultiheadAttention(E, H, **{**args, **kw})
+    config = dict(activation="relu", output_norm="gated_rmsnorm")
+    config.update((k, kw.pop(k)) for k in list(kw) if k in ("activation", "output_norm", "masked_heads"))
+    m = SparseMultiheadAttention(E, H, self_attention=True, config=attention_config(**config), **kw)
     assert reason in static_reason(m)
     assert m._spec_and_stock()[2] is None
 
 
 def test_forced_backend_and_key_blocks_have_no_plan():
-    m = SparseMultiheadAttention(E, H, activation="relu", output_norm="gated_rmsnorm", self_attention=True)
+    m = SparseMultiheadAttention(E, H, self_attention=True, config=attention_config("relu", "gated_rmsnorm"))
     assert m._spec_and_stock()[2] is not None
     m.backend = "materialized"
     assert m._spec_and_stock()[2] is None

@@ -10,7 +10,7 @@ from fairseq import utils
 from fairseq_sparse_attn.attention import SparseMultiheadAttention
 from fairseq_sparse_attn.attention.intermediates import collect
 
-from helpers import build_model, random_batch
+from helpers import attention_config, build_model, random_batch
 
 ACTIVATIONS = ["softmax", "relu", "gelu", "leaky_relu", "sparsemax", "entmax15", "entmax_bisect",
                "relu_scaled"]
@@ -20,7 +20,7 @@ E, H = 16, 4
 
 def make(act, norm="none", **kw):
     torch.manual_seed(0)
-    m = SparseMultiheadAttention(E, H, activation=act, output_norm=norm, **kw).eval()
+    m = SparseMultiheadAttention(E, H, config=attention_config(act, norm), **kw).eval()
     m.backend = "materialized"
     return m
 
@@ -199,7 +199,7 @@ def test_stock_configuration_delegates_and_others_never_take_fused_path(monkeypa
     assert calls, "softmax + no norm should be stock fairseq (fused path)"
     calls.clear()
     for act in ACTIVATIONS[1:]:
-        SparseMultiheadAttention(E, H, self_attention=True, activation=act)(x, x, x)
+        SparseMultiheadAttention(E, H, self_attention=True, config=attention_config(act))(x, x, x)
     assert not calls
 
 
@@ -238,18 +238,16 @@ def _uniform_bound_checks(weight, bound):
 
 
 def test_attn_init_statistics_against_the_xavier_formula():
-    from types import SimpleNamespace
-
     import fairseq_sparse_attn.attention.multihead as mh
 
     d = 512
-    official = SimpleNamespace(attn_init="rela_official")
+    official = attention_config(init="rela_official")
     xavier_dd = math.sqrt(6 / (d + d))  # xavier_uniform bound of a (d, d) matrix, gain 1
     torch.manual_seed(0)
     cross_fairseq = mh.SparseMultiheadAttention(d, 8, kdim=d, vdim=d, encoder_decoder_attention=True)
     cross_official = mh.SparseMultiheadAttention(d, 8, kdim=d, vdim=d, encoder_decoder_attention=True,
-                                                 options=official)
-    self_official = mh.SparseMultiheadAttention(d, 8, self_attention=True, options=official)
+                                                 config=official)
+    self_official = mh.SparseMultiheadAttention(d, 8, self_attention=True, config=official)
     for name in ("q_proj", "k_proj", "v_proj"):
         # fairseq: gain 1/sqrt(2) whenever key/value dims equal the model's, cross included
         _uniform_bound_checks(getattr(cross_fairseq, name).weight, xavier_dd / math.sqrt(2))
@@ -265,7 +263,7 @@ def test_attn_init_statistics_against_the_xavier_formula():
         _uniform_bound_checks(m.out_proj.weight, xavier_dd)
         assert torch.count_nonzero(m.out_proj.bias) == 0
     with pytest.raises(ValueError, match="--attn-init"):
-        mh.SparseMultiheadAttention(d, 8, self_attention=True, options=SimpleNamespace(attn_init="he"))
+        mh.SparseMultiheadAttention(d, 8, self_attention=True, config=attention_config(init="he"))
 
 
 def test_attn_init_flag_and_presets():
@@ -289,7 +287,7 @@ def test_cached_spec_follows_attribute_changes():
     them (a later call must see a new backend, masked heads or activation)."""
     from fairseq_sparse_attn.attention.activations import build_activation
 
-    m = SparseMultiheadAttention(E, H, activation="softmax", output_norm="none", self_attention=True)
+    m = SparseMultiheadAttention(E, H, self_attention=True, config=attention_config("softmax", "none"))
     assert m.is_stock and m.spec() is m.spec()
     m.backend = "materialized"
     assert m.spec().backend == "materialized"

@@ -10,7 +10,6 @@ self-attention variants of the RHE paper, checked against plain computations wri
 """
 
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -18,20 +17,25 @@ import torch
 from fairseq_sparse_attn.analysis.norms import NormRecorder, check_decomposable, model_decomposition
 from fairseq_sparse_attn.analysis.recording import Batch, collecting
 from fairseq_sparse_attn.attention import SparseMultiheadAttention
+from fairseq_sparse_attn.attention.config import BiasProviderConfig, RelativePositionConfig, RHEConfig
 from fairseq_sparse_attn.attention.core import AttentionInputs
 from fairseq_sparse_attn.attention.intermediates import Intermediates
+
+from helpers import attention_config
 
 E, H = 16, 4
 D = E // H
 LENGTHS = (6, 4)
 
 
-def make(seed=0, **kw):
-    options = SimpleNamespace(lpea_max_distance=6, encoder_rel_pos_k=kw.pop("rel_k", 0),
-                              encoder_rel_pos_values=kw.pop("rel_values", False))
+def make(seed=0, rel_k=0, rel_values=False, biases=(), rhe=False, rhe_gate="dynamic",
+         prune_redundant_heads=False):
+    providers = tuple((name, RelativePositionConfig(rel_k, rel_values) if name == "rel_pos" else BiasProviderConfig())
+                      for name in biases)
+    rhe_config = RHEConfig(rhe_gate, prune_redundant_heads) if rhe else None
     torch.manual_seed(seed)
-    m = SparseMultiheadAttention(E, H, self_attention=True, kind="encoder_self", options=options,
-                                 **kw).eval()
+    config = attention_config(kind="encoder_self", biases=providers, rhe=rhe_config)
+    m = SparseMultiheadAttention(E, H, self_attention=True, config=config).eval()
     m.backend = "materialized"
     return m
 

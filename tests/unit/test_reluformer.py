@@ -8,17 +8,18 @@ import torch
 from fairseq import utils
 
 from fairseq_sparse_attn.attention import SparseMultiheadAttention, build_activation
+from fairseq_sparse_attn.attention.config import ActivationConfig
 from fairseq_sparse_attn.attention.intermediates import collect
 from fairseq_sparse_attn.attention.scaled_relu import visible_key_counts
 from fairseq_sparse_attn.criterions.relu_regularized import RowTerms, row_regularization
 
-from helpers import build_model, random_batch
+from helpers import attention_config, build_model, random_batch
 
 E, H = 16, 4
 
 
 def test_scaled_relu_by_hand_with_padding_and_causal_mask():
-    act = build_activation("relu_scaled", 1, type("O", (), {"relu_scale_gamma": 2.0})())
+    act = build_activation(ActivationConfig("relu_scaled", relu_scale_gamma=2.0), 1)
     scores = torch.tensor([[[[1.0, -1.0, 3.0, 5.0],
                              [2.0, 4.0, -2.0, 6.0],
                              [0.5, 1.5, 2.5, 7.0]]]])
@@ -34,7 +35,7 @@ def test_scaled_relu_by_hand_with_padding_and_causal_mask():
 
 
 def test_no_length_scale_ablation_is_plain_relu():
-    act = build_activation("relu_scaled", 1, type("O", (), {"relu_no_length_scale": True})())
+    act = build_activation(ActivationConfig("relu_scaled", relu_no_length_scale=True), 1)
     s = torch.randn(1, 1, 3, 5)
     torch.testing.assert_close(act(s, None), torch.relu(s))
 
@@ -42,7 +43,7 @@ def test_no_length_scale_ablation_is_plain_relu():
 def test_incremental_n_equals_teacher_forced_n():
     """Step t of incremental decoding sees t keys: the same n_i as the causal row i."""
     torch.manual_seed(0)
-    m = SparseMultiheadAttention(E, H, self_attention=True, activation="relu_scaled").eval()
+    m = SparseMultiheadAttention(E, H, self_attention=True, config=attention_config("relu_scaled")).eval()
     x = torch.randn(5, 2, E)
     with collect("row_sums") as records:
         full, _ = m(x, x, x, attn_mask=utils.fill_with_neg_inf(torch.zeros(5, 5)).triu(1))

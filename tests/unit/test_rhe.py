@@ -9,7 +9,6 @@ collater provides them: (bsz, T, T), left-padded like src_tokens, NO_PHRASE off-
 """
 
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -22,6 +21,12 @@ from fairseq_sparse_attn.attention.biases import (
     DependencyMask,
     check_source_annotations,
 )
+from fairseq_sparse_attn.attention.config import (
+    BiasProviderConfig,
+    LocalPhraseConfig,
+    RelativePositionConfig,
+    RHEConfig,
+)
 from fairseq_sparse_attn.attention.core import AttentionInputs
 from fairseq_sparse_attn.attention.intermediates import Intermediates, collect
 from fairseq_sparse_attn.attention.rhe import (
@@ -31,9 +36,9 @@ from fairseq_sparse_attn.attention.rhe import (
     redundant_heads,
     syntactic_attention,
 )
-from fairseq_sparse_attn.models.encoder_biases import encoder_bias_options, parse_layer_list
+from fairseq_sparse_attn.options import parse_layer_list, resolve
 
-from helpers import build_model, model_args, random_batch
+from helpers import attention_config, build_model, model_args, random_batch
 
 E, H = 16, 4
 D = E // H
@@ -102,13 +107,15 @@ def example_annotations():
     return {"src_dep": dep, "src_rp": rp}
 
 
-def make(biases=(), activation="softmax", seed=0, **kw):
-    options = SimpleNamespace(lpea_max_distance=kw.pop("k", 6),
-                              encoder_rel_pos_k=kw.pop("rel_k", 0),
-                              encoder_rel_pos_values=kw.pop("rel_values", False))
+def make(biases=(), activation="softmax", seed=0, k=6, rel_k=0, rel_values=False, rhe=False,
+         rhe_gate="dynamic", prune_redundant_heads=False, prune_skip_in_training=False,
+         layer_index=None, dropout=0.0):
+    options = {"lpea": lambda: LocalPhraseConfig(k), "rel_pos": lambda: RelativePositionConfig(rel_k, rel_values)}
+    providers = tuple((name, options[name]() if name in options else BiasProviderConfig()) for name in biases)
+    rhe_config = RHEConfig(rhe_gate, prune_redundant_heads, prune_skip_in_training) if rhe else None
     torch.manual_seed(seed)
-    m = SparseMultiheadAttention(E, H, self_attention=True, activation=activation,
-                                 biases=biases, options=options, **kw).eval()
+    config = attention_config(activation, biases=providers, rhe=rhe_config, layer_index=layer_index)
+    m = SparseMultiheadAttention(E, H, self_attention=True, dropout=dropout, config=config).eval()
     m.backend = "materialized"
     return m
 
@@ -574,11 +581,10 @@ def test_bad_inputs_and_configurations():
     with pytest.raises(ValueError, match="incremental"):
         m(x, x, x, incremental_state={})
     with pytest.raises(ValueError, match="self-attention"):
-        SparseMultiheadAttention(E, H, encoder_decoder_attention=True, biases=("dea",))
+        SparseMultiheadAttention(E, H, encoder_decoder_attention=True, config=attention_config(biases=("dea",)))
     with pytest.raises(ValueError, match="fixed-pattern"):
-        SparseMultiheadAttention(E, H, self_attention=True, biases=("dea",), fixed_patterns=("current",))
-    with pytest.raises(ValueError, match="--rhe"):
-        make(("dea",), prune_redundant_heads=True)
+        SparseMultiheadAttention(E, H, self_attention=True,
+                                 config=attention_config(biases=("dea",), fixed_patterns=("current",)))
     with pytest.raises(ValueError, match="unknown attention bias"):
         make(("syntax",))
     with pytest.raises(ValueError, match="encoder-rel-pos-k"):
@@ -603,19 +609,21 @@ def test_bad_inputs_and_configurations():
 
 def test_layer_selection_and_flag_errors():
     def opts(layer, **kw):
-        return encoder_bias_options(model_args(**kw), layer)
+        return resolve(model_args(**kw), "encoder_self", layer).biases
 
-    assert opts(0, encoder_syntax_attention="dea")["biases"] == ("dea",)
-    assert opts(1, encoder_syntax_attention="dea")["biases"] == ()  # default: layer 0 only
-    assert opts(1, encoder_syntax_attention="dea", encoder_bias_layers="all")["biases"] == ("dea",)
+    assert opts(0, encoder_syntax_attention="dea").names == ("dea",)
+    assert opts(1, encoder_syntax_attention="dea").names == ()  # default: layer 0 only
+    assert opts(1, encoder_syntax_attention="dea", encoder_bias_layers="all").names == ("dea",)
     o = opts(0, encoder_rel_pos_k=4, encoder_localness=True, encoder_bias_layers="0,1")
-    assert o["biases"] == ("rel_pos", "localness") and not o["rhe"]
-    o = opts(0, encoder_syntax_attention="lpea", rhe=True, rhe_gate="0.2")
-    assert o["rhe"] and o["rhe_gate"] == 0.2 and o["biases"] == ("lpea",) and o["layer_index"] == 0
-    assert not opts(1, encoder_syntax_attention="lpea", rhe=True)["rhe"]
+    assert o.names == ("rel_pos", "localness") and o.rhe is None
+    assert o.providers[0][1] == RelativePositionConfig(4, False)
+    o = opts(0, encoder_syntax_attention="lpea", rhe=True, rhe_gate="0.2", lpea_max_distance=3)
+    assert o.rhe == RHEConfig(0.2, False, False) and o.providers == (("lpea", LocalPhraseConfig(3)),)
+    assert resolve(model_args(encoder_syntax_attention="lpea"), "encoder_self", 0).layer_index == 0
+    assert opts(1, encoder_syntax_attention="lpea", rhe=True).rhe is None
     # RHE in layer 1 without a bias there: identification (and pruning) only
     o = opts(1, encoder_syntax_attention="lpea", rhe=True, rhe_layers="0,1", prune_redundant_heads=True)
-    assert o["rhe"] and o["biases"] == () and o["prune_redundant_heads"]
+    assert o.rhe is not None and o.names == () and o.rhe.prune
     assert parse_layer_list("all", 3, "--x") == {0, 1, 2} and parse_layer_list("none", 3, "--x") == set()
     for kw, msg in ((dict(rhe_layers="0"), "needs --rhe"),
                     (dict(prune_redundant_heads=True), "needs --rhe"),

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from fairseq_sparse_attn.attention.core import AttentionInputs, _kept_value_mix
 from fairseq_sparse_attn.attention.intermediates import collect
-from fairseq_sparse_attn.models.encoder_biases import encoder_bias_options
+from fairseq_sparse_attn.options import resolve
 
 from test_rhe import (
     DEA_VISIBLE,
@@ -209,7 +209,7 @@ def test_skip_in_training_flag_needs_pruning():
     cfg = SimpleNamespace(encoder_layers=2, encoder_syntax_attention="dea", rhe=True,
                           prune_skip_in_training=True)
     with pytest.raises(ValueError, match="--prune-skip-in-training needs --prune-redundant-heads"):
-        encoder_bias_options(cfg, 0)
+        resolve(cfg, "encoder_self", 0)
     cfg.prune_redundant_heads = True
-    assert encoder_bias_options(cfg, 0)["prune_skip_in_training"]
-    assert not encoder_bias_options(cfg, 1)["prune_skip_in_training"]  # layer 1 has no RHE
+    assert resolve(cfg, "encoder_self", 0).biases.rhe.prune_skip_in_training
+    assert resolve(cfg, "encoder_self", 1).biases.rhe is None  # layer 1 has no RHE

@@ -2,7 +2,7 @@
 
 import torch
 
-from . import BiasProvider, register_bias
+from .provider import BiasProvider, register_bias
 
 
 @register_bias("dea")
@@ -11,10 +11,6 @@ class DependencyMask(BiasProvider):
     itself are hidden.  No parameters."""
 
     needs = ("src_dep",)
-
-    @classmethod
-    def selected(cls, options):
-        return options.encoder_syntax_attention == "dea"
 
     def forward(self, q, ctx):
         return None, ctx.real_query_rows(~ctx.src_dep.to(torch.bool)).unsqueeze(1)

@@ -5,7 +5,8 @@ import math
 import torch
 import torch.nn as nn
 
-from . import BiasProvider, register_bias
+from ..config import BiasProviderConfig
+from .provider import BiasProvider, register_bias
 
 # Localness: floor of sigma^2 (in positions^2), so that a window predicted as ~0 gives a
 # very sharp but finite Gaussian instead of 0/0.
@@ -25,12 +26,8 @@ class GaussianLocalness(BiasProvider):
     own query; W_p (d_h × d_h), U_p, U_d (d_h) are shared by the heads of the layer.
     σ² is floored at ``LOCALNESS_MIN_VARIANCE``."""
 
-    @classmethod
-    def selected(cls, options):
-        return bool(options.encoder_localness)
-
-    def __init__(self, num_heads, head_dim, options=None):
-        super().__init__(num_heads, head_dim, options)
+    def __init__(self, num_heads, head_dim, config: BiasProviderConfig = BiasProviderConfig()):
+        super().__init__(num_heads, head_dim, config)
         self.proj = nn.Linear(head_dim, head_dim, bias=False)
         self.center = nn.Parameter(torch.empty(head_dim))
         self.window = nn.Parameter(torch.empty(head_dim))

@@ -6,7 +6,8 @@ import torch.nn as nn
 from torch import Tensor
 
 from ...syntax import NO_PHRASE
-from . import BiasProvider, provider_options, register_bias
+from ..config import LocalPhraseConfig
+from .provider import BiasProvider, register_bias
 
 
 def relative_label_bias(rel_embed: Tensor, proj: nn.Linear, out: Tensor) -> Tensor:
@@ -26,20 +27,9 @@ class LocalPhraseBias(BiasProvider):
 
     needs = ("src_rp",)
 
-    @classmethod
-    def selected(cls, options):
-        return options.encoder_syntax_attention == "lpea"
-
-    @classmethod
-    def check_options(cls, options):
-        if int(options.lpea_max_distance) < 0:
-            raise ValueError(f"--lpea-max-distance must be >= 0, got {options.lpea_max_distance}")
-
-    def __init__(self, num_heads, head_dim, options=None):
-        super().__init__(num_heads, head_dim, options)
-        k = int(provider_options(options).lpea_max_distance)
-        if k < 0:
-            raise ValueError(f"--lpea-max-distance must be >= 0, got {k}")
+    def __init__(self, num_heads, head_dim, config: LocalPhraseConfig = LocalPhraseConfig()):
+        super().__init__(num_heads, head_dim, config)
+        k = int(config.max_distance)  # >= 0 (LocalPhraseConfig)
         self.max_distance = k
         self.rel_embed = nn.Parameter(torch.empty(2 * k + 1, head_dim))
         self.proj = nn.Linear(head_dim, head_dim)

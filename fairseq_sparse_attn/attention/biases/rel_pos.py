@@ -5,7 +5,8 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from . import BiasProvider, provider_options, register_bias
+from ..config import RelativePositionConfig
+from .provider import BiasProvider, register_bias
 
 
 def relative_positions(length: int, k: int, device) -> Tensor:
@@ -24,27 +25,14 @@ class RelativePosition(BiasProvider):
     w^K (and w^V with ``--encoder-rel-pos-values``) are (2k+1, d_h), shared by the heads
     of the layer, as in the paper.  Token positions: left padding shifts i and j alike."""
 
-    @classmethod
-    def selected(cls, options):
-        return int(options.encoder_rel_pos_k) > 0
-
-    @classmethod
-    def check_options(cls, options):
-        if int(options.encoder_rel_pos_k) < 0:
-            raise ValueError(f"--encoder-rel-pos-k must be >= 0, got {options.encoder_rel_pos_k}")
-        if options.encoder_rel_pos_values and not int(options.encoder_rel_pos_k):
-            raise ValueError("--encoder-rel-pos-values needs --encoder-rel-pos-k K >= 1")
-
-    def __init__(self, num_heads, head_dim, options=None):
-        super().__init__(num_heads, head_dim, options)
-        k = int(provider_options(options).encoder_rel_pos_k)
-        if k < 1:
-            raise ValueError(f"rel_pos needs a clipping distance --encoder-rel-pos-k >= 1, got {k}")
+    def __init__(self, num_heads, head_dim, config: RelativePositionConfig = RelativePositionConfig()):
+        super().__init__(num_heads, head_dim, config)
+        k = int(config.max_distance)  # >= 1 (RelativePositionConfig)
         self.max_distance = k
         self.key_embed = nn.Parameter(torch.empty(2 * k + 1, head_dim))
         nn.init.xavier_uniform_(self.key_embed)
         self.value_embed = None
-        if bool(provider_options(options).encoder_rel_pos_values):
+        if config.values:
             self.value_embed = nn.Parameter(torch.empty(2 * k + 1, head_dim))
             nn.init.xavier_uniform_(self.value_embed)
 
