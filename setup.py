@@ -12,8 +12,9 @@ setup(
     version="0.1.0",
     description="Sparse and structured attention (ReLA, ReLUFormer, fixed patterns, "
     "norm analysis, redundant-head enlivening) for fairseq NMT",
-    packages=find_packages(include=["fairseq_sparse_attn", "fairseq_sparse_attn.*",
-                                    "fairseq_sparse_attn_plugin"]),  # the --user-dir
+    packages=find_packages(
+        include=["fairseq_sparse_attn", "fairseq_sparse_attn.*", "fairseq_sparse_attn_plugin"]
+    ),  # the --user-dir
     python_requires=">=3.8",
     install_requires=[
         "entmax>=1.1",

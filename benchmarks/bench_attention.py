@@ -62,19 +62,34 @@ VARIANTS = {
     # Raganato et al.: softmax with 7 fixed + 1 learned encoder heads (needs 8 encoder heads:
     # --preset base); not in the default list
     "fixed_7f1l": dict(ATTENTION_PRESETS["softmax"], encoder_fixed_patterns="7F"),
-    "fixed_7f1l_word": dict(ATTENTION_PRESETS["softmax"], encoder_fixed_patterns="7F",
-                            encoder_fixed_pattern_unit="word"),
+    "fixed_7f1l_word": dict(
+        ATTENTION_PRESETS["softmax"], encoder_fixed_patterns="7F", encoder_fixed_pattern_unit="word"
+    ),
 }
 DEFAULT_VARIANTS = ["softmax", "rela_g", "rela_i", "sparsemax", "entmax15"]
 PRESETS = {
     # CPU-sized: the demo's model
-    "small": dict(encoder_embed_dim=256, decoder_embed_dim=256, encoder_ffn_embed_dim=1024,
-                  decoder_ffn_embed_dim=1024, encoder_layers=3, decoder_layers=3,
-                  encoder_attention_heads=4, decoder_attention_heads=4),
+    "small": dict(
+        encoder_embed_dim=256,
+        decoder_embed_dim=256,
+        encoder_ffn_embed_dim=1024,
+        decoder_ffn_embed_dim=1024,
+        encoder_layers=3,
+        decoder_layers=3,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+    ),
     # Transformer base, as the ReLA paper's Table 2
-    "base": dict(encoder_embed_dim=512, decoder_embed_dim=512, encoder_ffn_embed_dim=2048,
-                 decoder_ffn_embed_dim=2048, encoder_layers=6, decoder_layers=6,
-                 encoder_attention_heads=8, decoder_attention_heads=8),
+    "base": dict(
+        encoder_embed_dim=512,
+        decoder_embed_dim=512,
+        encoder_ffn_embed_dim=2048,
+        decoder_ffn_embed_dim=2048,
+        encoder_layers=6,
+        decoder_layers=6,
+        encoder_attention_heads=8,
+        decoder_attention_heads=8,
+    ),
 }
 
 
@@ -87,10 +102,17 @@ def build(variant, preset, dictionary, device, seed=0):
     from fairseq_sparse_attn.models.standalone import build_standalone_model
 
     torch.manual_seed(seed)
-    model = build_standalone_model(dictionary, "sparse_transformer", dropout=0.1,
-                                   attention_dropout=0.0, share_all_embeddings=True,
-                                   max_source_positions=256, max_target_positions=256,
-                                   **PRESETS[preset], **VARIANTS[variant])
+    model = build_standalone_model(
+        dictionary,
+        "sparse_transformer",
+        dropout=0.1,
+        attention_dropout=0.0,
+        share_all_embeddings=True,
+        max_source_positions=256,
+        max_target_positions=256,
+        **PRESETS[preset],
+        **VARIANTS[variant],
+    )
     return model.to(device)
 
 
@@ -103,8 +125,10 @@ def make_batch(dictionary, bsz, src_len, tgt_len, device, seed):
     tgt[:, -1] = dictionary.eos()
     prev = torch.cat([tgt[:, -1:], tgt[:, :-1]], dim=1)
     return {
-        "src_tokens": src.to(device), "src_lengths": torch.full((bsz,), src_len).to(device),
-        "prev_output_tokens": prev.to(device), "target": tgt.to(device),
+        "src_tokens": src.to(device),
+        "src_lengths": torch.full((bsz,), src_len).to(device),
+        "prev_output_tokens": prev.to(device),
+        "target": tgt.to(device),
     }
 
 
@@ -113,8 +137,7 @@ def train_step_fn(model, batch, optimizer):
         model.train()
         optimizer.zero_grad(set_to_none=True)
         out, _ = model(batch["src_tokens"], batch["src_lengths"], batch["prev_output_tokens"])
-        loss = torch.nn.functional.cross_entropy(out.float().view(-1, out.size(-1)),
-                                                 batch["target"].view(-1))
+        loss = torch.nn.functional.cross_entropy(out.float().view(-1, out.size(-1)), batch["target"].view(-1))
         loss.backward()
         optimizer.step()
 
@@ -124,8 +147,7 @@ def train_step_fn(model, batch, optimizer):
 def decode_fn(model, dictionary, batch, steps, beam):
     from fairseq.sequence_generator import SequenceGenerator
 
-    gen = SequenceGenerator([model], dictionary, beam_size=beam, max_len_a=0, max_len_b=steps,
-                            min_len=steps)
+    gen = SequenceGenerator([model], dictionary, beam_size=beam, max_len_a=0, max_len_b=steps, min_len=steps)
     sample = {"net_input": {"src_tokens": batch["src_tokens"], "src_lengths": batch["src_lengths"]}}
 
     def run():
@@ -134,7 +156,6 @@ def decode_fn(model, dictionary, batch, steps, beam):
             gen.generate([model], sample)
 
     return run
-
 
 
 def entmax_check_jobs(device, bsz=64, heads=4, tgt=24, src=24, seed=3):
@@ -148,7 +169,7 @@ def entmax_check_jobs(device, bsz=64, heads=4, tgt=24, src=24, seed=3):
     g = torch.Generator().manual_seed(seed)
     scores = torch.randn(bsz, heads, tgt, src, generator=g).to(device)
     mask = torch.zeros(bsz, 1, 1, src, dtype=torch.bool)
-    mask[: bsz // 4, ..., src - src // 3:] = True
+    mask[: bsz // 4, ..., src - src // 3 :] = True
     mask = mask.to(device)
     grad = torch.randn(bsz, heads, tgt, src, generator=g).to(device)
 
@@ -156,6 +177,7 @@ def entmax_check_jobs(device, bsz=64, heads=4, tgt=24, src=24, seed=3):
         def job():
             x = scores.detach().requires_grad_(True)
             fn(x).backward(grad)
+
         return job
 
     jobs, pairs = {}, []
@@ -163,8 +185,7 @@ def entmax_check_jobs(device, bsz=64, heads=4, tgt=24, src=24, seed=3):
         act = build_activation(name, heads).to(device)
         jobs[f"{name}_plugin"] = fwd_bwd(lambda x, act=act: act(x, mask))
         # the package on the same masked scores (the masking is part of the job)
-        jobs[f"{name}_package"] = fwd_bwd(
-            lambda x, f=package_fn: f(x.masked_fill(mask, ENTMAX_MASK_VALUE), dim=-1))
+        jobs[f"{name}_package"] = fwd_bwd(lambda x, f=package_fn: f(x.masked_fill(mask, ENTMAX_MASK_VALUE), dim=-1))
         pairs.append((f"{name}_plugin", f"{name}_package"))
     return jobs, pairs
 
@@ -176,44 +197,76 @@ def fmt_ratio(s):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--preset", choices=PRESETS, default=None,
-                   help="model size (default: small on CPU, base on CUDA)")
-    p.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
-                   help=f"comma-separated, from {', '.join(VARIANTS)} (default: {','.join(DEFAULT_VARIANTS)})")
-    p.add_argument("--measures", default="train_step,decode_b1,decode_b64,entmax_check",
-                   help="comma-separated subset of train_step, decode_b1, decode_b64, entmax_check")
+    p.add_argument("--preset", choices=PRESETS, default=None, help="model size (default: small on CPU, base on CUDA)")
+    p.add_argument(
+        "--variants",
+        default=",".join(DEFAULT_VARIANTS),
+        help=f"comma-separated, from {', '.join(VARIANTS)} (default: {','.join(DEFAULT_VARIANTS)})",
+    )
+    p.add_argument(
+        "--measures",
+        default="train_step,decode_b1,decode_b64,entmax_check",
+        help="comma-separated subset of train_step, decode_b1, decode_b64, entmax_check",
+    )
     p.add_argument("--train-batch", type=int, default=None, help="sentences per train batch")
     p.add_argument("--src-len", type=int, default=24)
     p.add_argument("--tgt-len", type=int, default=24)
     p.add_argument("--decode-steps", type=int, default=20)
     p.add_argument("--decode-sentences", type=int, default=4, help="sentences decoded one by one (batch 1)")
-    p.add_argument("--claims", action="store_true",
-                   help="the recipe for figures one may claim (what `make bench` runs): on CPU one "
-                        "thread, the CPU clock, 101 rounds of >= 0.1 s (31 for decode_b64); on CUDA "
-                        "31 rounds, wall clock.  Flags given explicitly win")
-    p.add_argument("--rounds", type=int, default=None,
-                   help="timed interleaved rounds (default 15; --claims: 101 on CPU, 31 on CUDA)")
-    p.add_argument("--rounds-b64", type=int, default=None,
-                   help="rounds for decode_b64 (its jobs are ~10x longer; default --rounds, "
-                        "--claims on CPU: 31)")
+    p.add_argument(
+        "--claims",
+        action="store_true",
+        help="the recipe for figures one may claim (what `make bench` runs): on CPU one "
+        "thread, the CPU clock, 101 rounds of >= 0.1 s (31 for decode_b64); on CUDA "
+        "31 rounds, wall clock.  Flags given explicitly win",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="timed interleaved rounds (default 15; --claims: 101 on CPU, 31 on CUDA)",
+    )
+    p.add_argument(
+        "--rounds-b64",
+        type=int,
+        default=None,
+        help="rounds for decode_b64 (its jobs are ~10x longer; default --rounds, --claims on CPU: 31)",
+    )
     p.add_argument("--warmup", type=int, default=2, help="discarded rounds before timing (default 2)")
-    p.add_argument("--min-time", type=float, default=None,
-                   help="seconds one timing of softmax lasts at least (repetitions per timing "
-                        "are chosen from the warm-up; default 0.3, --claims on CPU 0.1)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="pin torch / OpenMP / MKL threads (default: torch's own choice)")
-    p.add_argument("--clock", choices=("wall", "cpu"), default=None,
-                   help="wall: elapsed time (default); cpu: CPU seconds of this process, steady on "
-                        "a machine shared with other jobs (use with --threads 1; CPU devices only; "
-                        "the --claims default on CPU)")
-    p.add_argument("--quick", action="store_true",
-                   help="smoke run: 3 rounds, 1 warm-up, one repetition per timing, 2 sentences "
-                        "for batch 1, batch 64 decoding skipped (the figures are not for claims)")
+    p.add_argument(
+        "--min-time",
+        type=float,
+        default=None,
+        help="seconds one timing of softmax lasts at least (repetitions per timing "
+        "are chosen from the warm-up; default 0.3, --claims on CPU 0.1)",
+    )
+    p.add_argument(
+        "--threads", type=int, default=None, help="pin torch / OpenMP / MKL threads (default: torch's own choice)"
+    )
+    p.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default=None,
+        help="wall: elapsed time (default); cpu: CPU seconds of this process, steady on "
+        "a machine shared with other jobs (use with --threads 1; CPU devices only; "
+        "the --claims default on CPU)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: 3 rounds, 1 warm-up, one repetition per timing, 2 sentences "
+        "for batch 1, batch 64 decoding skipped (the figures are not for claims)",
+    )
     p.add_argument("--json", default=None, help="write the results here (with provenance)")
     args = p.parse_args()
     on_cpu = args.device == "cpu"
-    recipe = (dict(threads=1, clock="cpu", rounds=101, rounds_b64=31, min_time=0.1) if args.claims and on_cpu
-              else dict(rounds=31) if args.claims else {})
+    recipe = (
+        dict(threads=1, clock="cpu", rounds=101, rounds_b64=31, min_time=0.1)
+        if args.claims and on_cpu
+        else dict(rounds=31)
+        if args.claims
+        else {}
+    )
     defaults = dict(threads=None, clock="wall", rounds=15, rounds_b64=None, min_time=0.3)
     for name, default in defaults.items():
         if getattr(args, name) is None:
@@ -246,14 +299,17 @@ def main():
     if bad:
         sys.exit(f"--measures: unknown {bad}; valid: {', '.join(all_measures)}")
     if any(v.startswith("fixed_") for v in variants) and PRESETS[preset]["encoder_attention_heads"] < 8:
-        sys.exit(f"the fixed_7f1l variants need 8 encoder heads; preset {preset!r} has "
-                 f"{PRESETS[preset]['encoder_attention_heads']}: use --preset base")
+        sys.exit(
+            f"the fixed_7f1l variants need 8 encoder heads; preset {preset!r} has "
+            f"{PRESETS[preset]['encoder_attention_heads']}: use --preset base"
+        )
     dictionary = synthetic_dictionary(8000)
 
     train_batch = make_batch(dictionary, train_bsz, args.src_len, args.tgt_len, device, 1)
     batch64 = make_batch(dictionary, 64, args.src_len, args.tgt_len, device, 2)
-    singles = [make_batch(dictionary, 1, args.src_len, args.tgt_len, device, 10 + i)
-               for i in range(args.decode_sentences)]
+    singles = [
+        make_batch(dictionary, 1, args.src_len, args.tgt_len, device, 10 + i) for i in range(args.decode_sentences)
+    ]
 
     model_measures = [m for m in measures if m != "entmax_check"]
     jobs = {m: {} for m in model_measures}
@@ -265,13 +321,16 @@ def main():
         dec1 = [decode_fn(model, dictionary, b, args.decode_steps, 4) for b in singles]
         made = {
             "train_step": lambda m=model, o=opt: train_step_fn(m, train_batch, o),
-            "decode_b1": lambda fs=dec1: (lambda: [f() for f in fs]),
+            "decode_b1": lambda fs=dec1: lambda: [f() for f in fs],
             "decode_b64": lambda m=model: decode_fn(m, dictionary, batch64, args.decode_steps, 4),
         }
         for m in model_measures:
             jobs[m][v] = made[m]()
-    work = {"train_step": train_bsz * (args.src_len + args.tgt_len),
-            "decode_b1": args.decode_sentences, "decode_b64": 64}
+    work = {
+        "train_step": train_bsz * (args.src_len + args.tgt_len),
+        "decode_b1": args.decode_sentences,
+        "decode_b64": 64,
+    }
     unit = {"train_step": "tokens/s", "decode_b1": "sentences/s", "decode_b64": "sentences/s"}
 
     def sync():
@@ -281,55 +340,88 @@ def main():
     def progress(what):
         print(f"  {what}", file=sys.stderr, flush=True)
 
-    machine = (torch.cuda.get_device_name(device) if device.type == "cuda"
-               else f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads")
-    result = {"device": str(device), "machine": machine, "preset": preset, "torch": torch.__version__,
-              "settings": vars(args), "method": "paired per-round speed ratios t_softmax / t_variant, "
-              "median with percentile-bootstrap 95% interval of the median", "clock": args.clock,
-              "measures": {}}
+    machine = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
+    )
+    result = {
+        "device": str(device),
+        "machine": machine,
+        "preset": preset,
+        "torch": torch.__version__,
+        "settings": vars(args),
+        "method": "paired per-round speed ratios t_softmax / t_variant, "
+        "median with percentile-bootstrap 95% interval of the median",
+        "clock": args.clock,
+        "measures": {},
+    }
     for m in model_measures:
         print(f"{m}:", file=sys.stderr, flush=True)
         rounds = args.rounds_b64 if m == "decode_b64" else args.rounds
-        run = interleaved_rounds(jobs[m], "softmax", rounds, args.warmup, args.min_time,
-                                 sync=sync, progress=progress, clock=args.clock)
+        run = interleaved_rounds(
+            jobs[m], "softmax", rounds, args.warmup, args.min_time, sync=sync, progress=progress, clock=args.clock
+        )
         result["measures"][m] = {}
         for v in variants:
             t_med = sorted(run["times"][v])[len(run["times"][v]) // 2]
             result["measures"][m][v] = {
                 "speed_vs_softmax": summarize_ratios(run["speed"][v]),
-                "median_s": t_med, "throughput": work[m] / t_med, "unit": unit[m],
-                "times_s": run["times"][v], "reps_per_timing": run["reps"]}
+                "median_s": t_med,
+                "throughput": work[m] / t_med,
+                "unit": unit[m],
+                "times_s": run["times"][v],
+                "reps_per_timing": run["reps"],
+            }
     entmax = None
     if "entmax_check" in measures:
         print("entmax_check:", file=sys.stderr, flush=True)
         ejobs, pairs = entmax_check_jobs(device)
         entmax = {}
         for plugin, package in pairs:
-            run = interleaved_rounds({package: ejobs[package], plugin: ejobs[plugin]}, package,
-                                     args.rounds, args.warmup, args.min_time, sync=sync, clock=args.clock)
+            run = interleaved_rounds(
+                {package: ejobs[package], plugin: ejobs[plugin]},
+                package,
+                args.rounds,
+                args.warmup,
+                args.min_time,
+                sync=sync,
+                clock=args.clock,
+            )
             entmax[plugin.split("_")[0]] = {
                 "speed_plugin_vs_package": summarize_ratios(run["speed"][plugin]),
                 "package_median_s": sorted(run["times"][package])[args.rounds // 2],
-                "reps_per_timing": run["reps"]}
+                "reps_per_timing": run["reps"],
+            }
         result["entmax_check"] = entmax
 
-    print(f"\n{preset} transformer on {machine} ({device}); speed relative to softmax "
-          f"(>1 = faster): median of {args.rounds} paired interleaved rounds "
-          f"({args.rounds_b64} for decode_b64) [bootstrap 95% interval], {args.clock} clock, "
-          f"{torch.get_num_threads()} thread(s)")
+    print(
+        f"\n{preset} transformer on {machine} ({device}); speed relative to softmax "
+        f"(>1 = faster): median of {args.rounds} paired interleaved rounds "
+        f"({args.rounds_b64} for decode_b64) [bootstrap 95% interval], {args.clock} clock, "
+        f"{torch.get_num_threads()} thread(s)"
+    )
     if model_measures:
         print("variant".ljust(12) + "".join(c.rjust(26) for c in model_measures))
         for v in variants:
-            print(v.ljust(12) + "".join(
-                fmt_ratio(result["measures"][c][v]["speed_vs_softmax"]).rjust(26) for c in model_measures))
-        print("softmax absolute: " + ", ".join(
-            f"{c} {result['measures'][c]['softmax']['throughput']:.1f} {unit[c]}" for c in model_measures))
+            print(
+                v.ljust(12)
+                + "".join(fmt_ratio(result["measures"][c][v]["speed_vs_softmax"]).rjust(26) for c in model_measures)
+            )
+        print(
+            "softmax absolute: "
+            + ", ".join(f"{c} {result['measures'][c]['softmax']['throughput']:.1f} {unit[c]}" for c in model_measures)
+        )
     if entmax:
-        print("\nentmax check (fwd+bwd of the activation on masked scores (64, 4, 24, 24)): "
-              "plugin speed relative to the entmax package's own function (>1 = faster)")
+        print(
+            "\nentmax check (fwd+bwd of the activation on masked scores (64, 4, 24, 24)): "
+            "plugin speed relative to the entmax package's own function (>1 = faster)"
+        )
         for name, r in entmax.items():
-            print(f"{name.ljust(12)}{fmt_ratio(r['speed_plugin_vs_package']).rjust(26)}"
-                  f"   (package {r['package_median_s'] * 1e3:.2f} ms)")
+            print(
+                f"{name.ljust(12)}{fmt_ratio(r['speed_plugin_vs_package']).rjust(26)}"
+                f"   (package {r['package_median_s'] * 1e3:.2f} ms)"
+            )
     if args.json:
         from fairseq_sparse_attn.provenance import finite, write_json
 

@@ -71,9 +71,11 @@ def cuda_unavailable() -> str:
     except ImportError:
         return "torch is not installed"
     if not torch.cuda.is_available():
-        return ("no CUDA device (torch.cuda.is_available() is False; torch "
-                f"{torch.__version__}): make bench-gpu measures GPU speed only; "
-                "make bench is the CPU benchmark")
+        return (
+            "no CUDA device (torch.cuda.is_available() is False; torch "
+            f"{torch.__version__}): make bench-gpu measures GPU speed only; "
+            "make bench is the CPU benchmark"
+        )
     return ""
 
 
@@ -117,21 +119,76 @@ def synthetic_corpus(out: Path, pairs: int, seed: int = 0) -> Path:
                 n = rng_l.randint(8, 30)
                 f.write(" ".join(rng.choice(vocab) for _ in range(n)) + "\n")
     dest = out / "data-bin"
-    subprocess.run([sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", "src",
-                    "--target-lang", "tgt", "--trainpref", str(raw / "train"), "--destdir", str(dest),
-                    "--joined-dictionary", "--workers", "1"], check=True, capture_output=True, text=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fairseq_cli.preprocess",
+            "--source-lang",
+            "src",
+            "--target-lang",
+            "tgt",
+            "--trainpref",
+            str(raw / "train"),
+            "--destdir",
+            str(dest),
+            "--joined-dictionary",
+            "--workers",
+            "1",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return dest
 
 
 def train_command(data: Path, preset: str, dtype: str, args) -> list:
-    return [sys.executable, "-m", "fairseq_cli.train", str(data), "--user-dir", str(REPO / "fairseq_sparse_attn"),
-            "--task", "translation", "-s", "src", "-t", "tgt", *PRESETS[preset], *DTYPE_FLAGS[dtype],
-            "--share-all-embeddings", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)",
-            "--lr", "7e-4", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "800",
-            "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-            "--max-tokens", str(args.max_tokens), "--max-update", str(args.max_update),
-            "--log-format", "json", "--log-interval", str(args.log_interval),
-            "--no-save", "--disable-validation", "--num-workers", "0", "--seed", "1"]
+    return [
+        sys.executable,
+        "-m",
+        "fairseq_cli.train",
+        str(data),
+        "--user-dir",
+        str(REPO / "fairseq_sparse_attn"),
+        "--task",
+        "translation",
+        "-s",
+        "src",
+        "-t",
+        "tgt",
+        *PRESETS[preset],
+        *DTYPE_FLAGS[dtype],
+        "--share-all-embeddings",
+        "--optimizer",
+        "adam",
+        "--adam-betas",
+        "(0.9, 0.98)",
+        "--lr",
+        "7e-4",
+        "--lr-scheduler",
+        "inverse_sqrt",
+        "--warmup-updates",
+        "800",
+        "--criterion",
+        "label_smoothed_cross_entropy",
+        "--label-smoothing",
+        "0.1",
+        "--max-tokens",
+        str(args.max_tokens),
+        "--max-update",
+        str(args.max_update),
+        "--log-format",
+        "json",
+        "--log-interval",
+        str(args.log_interval),
+        "--no-save",
+        "--disable-validation",
+        "--num-workers",
+        "0",
+        "--seed",
+        "1",
+    ]
 
 
 class Budget:
@@ -176,14 +233,15 @@ def train_part(args, budget, data):
                     p = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1, budget.left()))
                     ups = run_updates_per_second(parse_ups(p.stdout + p.stderr)) if p.returncode == 0 else None
                     if p.returncode != 0:
-                        print(f"[bench-gpu] {dtype} {preset}: fairseq-train failed:\n{p.stderr[-1500:]}",
-                              flush=True)
+                        print(f"[bench-gpu] {dtype} {preset}: fairseq-train failed:\n{p.stderr[-1500:]}", flush=True)
                 except (subprocess.TimeoutExpired, ValueError) as e:
                     print(f"[bench-gpu] {dtype} {preset}: {type(e).__name__}: {e}", flush=True)
                     ups = None
                 runs[preset].append(ups)
-                print(f"[bench-gpu] {dtype} round {r + 1} {preset}: "
-                      f"{'-' if ups is None else f'{ups:.2f}'} updates/s", flush=True)
+                print(
+                    f"[bench-gpu] {dtype} round {r + 1} {preset}: {'-' if ups is None else f'{ups:.2f}'} updates/s",
+                    flush=True,
+                )
         ratios = {}
         for preset in presets:
             pairs = [a / b for a, b in zip(runs[preset], runs["softmax"]) if a and b]
@@ -193,16 +251,21 @@ def train_part(args, budget, data):
 
 
 def table(result, device, date, commit):
-    lines = [f"fairseq-train updates/s against stock softmax (`transformer_iwslt_de_en`), "
-             f"{device}, {date}, commit {commit}; median of per-round ratios [min-max], rounds:",
-             "", "| preset | " + " | ".join(result) + " |", "|---|" + "---|" * len(result)]
+    lines = [
+        f"fairseq-train updates/s against stock softmax (`transformer_iwslt_de_en`), "
+        f"{device}, {date}, commit {commit}; median of per-round ratios [min-max], rounds:",
+        "",
+        "| preset | " + " | ".join(result) + " |",
+        "|---|" + "---|" * len(result),
+    ]
     presets = next(iter(result.values()))["ratios"] if result else {}
     for preset in presets:
         cells = []
         for dtype in result:
             s = result[dtype]["ratios"][preset]
-            cells.append("not measured" if s is None else
-                         f"{s['median']:.2f}x [{s['min']:.2f}-{s['max']:.2f}], {s['rounds']}")
+            cells.append(
+                "not measured" if s is None else f"{s['median']:.2f}x [{s['min']:.2f}-{s['max']:.2f}], {s['rounds']}"
+            )
         lines.append(f"| {preset} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -219,15 +282,22 @@ def main(argv=None):
     p.add_argument("--max-tokens", type=int, default=4096)
     p.add_argument("--pairs", type=int, default=6000, help="sentence pairs of the synthetic corpus")
     p.add_argument("--long-lengths", default="1024,4096")
-    p.add_argument("--budget", type=float, default=470.0, metavar="S",
-                   help="start nothing after S seconds (default 470: ~8 min with start-up)")
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=470.0,
+        metavar="S",
+        help="start nothing after S seconds (default 470: ~8 min with start-up)",
+    )
     args = p.parse_args(argv)
     parts = [x for x in args.parts.split(",") if x]
     args.presets = [x for x in args.presets.split(",") if x]
     args.dtypes = [x for x in args.dtypes.split(",") if x]
-    bad = ([f"--parts {x}" for x in parts if x not in PARTS]
-           + [f"--presets {x}" for x in args.presets if x not in PRESETS]
-           + [f"--dtypes {x}" for x in args.dtypes if x not in DTYPE_FLAGS])
+    bad = (
+        [f"--parts {x}" for x in parts if x not in PARTS]
+        + [f"--presets {x}" for x in args.presets if x not in PRESETS]
+        + [f"--dtypes {x}" for x in args.dtypes if x not in DTYPE_FLAGS]
+    )
     if bad:
         return error(f"unknown {', '.join(bad)}")
     if args.rounds < 3:
@@ -250,15 +320,49 @@ def main(argv=None):
     results = {"settings": {k: v for k, v in vars(args).items()}, "parts": {}}
     py = sys.executable
     if "attention" in parts:
-        run_part("attention", [py, str(REPO / "benchmarks/bench_attention.py"), "--device", "cuda",
-                               "--measures", "train_step", "--rounds", "5", "--warmup", "1",
-                               "--min-time", "0.05", "--json", str(out / "attention.json")],
-                 budget, results["parts"])
+        run_part(
+            "attention",
+            [
+                py,
+                str(REPO / "benchmarks/bench_attention.py"),
+                "--device",
+                "cuda",
+                "--measures",
+                "train_step",
+                "--rounds",
+                "5",
+                "--warmup",
+                "1",
+                "--min-time",
+                "0.05",
+                "--json",
+                str(out / "attention.json"),
+            ],
+            budget,
+            results["parts"],
+        )
     if "long" in parts:
-        run_part("long", [py, str(REPO / "benchmarks/bench_long_sequences.py"), "--device", "cuda",
-                          "--lengths", *args.long_lengths.split(","), "--rounds", "3", "--warmup", "1",
-                          "--memory-repeats", "1", "--json", str(out / "long.json")],
-                 budget, results["parts"])
+        run_part(
+            "long",
+            [
+                py,
+                str(REPO / "benchmarks/bench_long_sequences.py"),
+                "--device",
+                "cuda",
+                "--lengths",
+                *args.long_lengths.split(","),
+                "--rounds",
+                "3",
+                "--warmup",
+                "1",
+                "--memory-repeats",
+                "1",
+                "--json",
+                str(out / "long.json"),
+            ],
+            budget,
+            results["parts"],
+        )
     if "train" in parts:
         tmp = Path(tempfile.mkdtemp(prefix="bench_gpu_"))
         try:

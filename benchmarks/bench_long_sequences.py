@@ -71,9 +71,14 @@ def build_step(row, mode, length, args):
     m.train(mode == "train")
     # each row names its backend (in auto, relu_scaled over >= --attn-flex-min-keys keys
     # would take the fused kernel in CPU inference)
-    m.backend = {"softmax_stock": "auto", "softmax_explicit": "materialized",
-                 "relu_plain": "materialized", "relu_chunked": "key_block",
-                 "relu_query_block": "query_block", "relu_flex": "flex"}[row]
+    m.backend = {
+        "softmax_stock": "auto",
+        "softmax_explicit": "materialized",
+        "relu_plain": "materialized",
+        "relu_chunked": "key_block",
+        "relu_query_block": "query_block",
+        "relu_flex": "flex",
+    }[row]
     m.key_block_size = args.block if row == "relu_chunked" else 0
     x = torch.randn(length, args.batch, args.dim, device=device, requires_grad=mode == "train")
 
@@ -81,12 +86,15 @@ def build_step(row, mode, length, args):
         return m(x, x, x, need_weights=False)[0]
 
     if mode == "train":
+
         def step():
             layer().float().pow(2).mean().backward()
     else:
+
         def step():
             with torch.no_grad():
                 layer()
+
     return step, device
 
 
@@ -152,18 +160,40 @@ def measure_times(mode, length, rows, args):
         if device.type == "cuda":
             torch.cuda.synchronize()
 
-    run = interleaved_rounds(jobs, "softmax_stock", args.rounds, warmup=args.warmup,
-                             min_time=0.0, reps=1, sync=sync)
-    return {row: {"speed_vs_softmax_stock": summarize_ratios(run["speed"][row]),
-                  "median_s": sorted(run["times"][row])[len(run["times"][row]) // 2]}
-            for row in rows}
+    run = interleaved_rounds(jobs, "softmax_stock", args.rounds, warmup=args.warmup, min_time=0.0, reps=1, sync=sync)
+    return {
+        row: {
+            "speed_vs_softmax_stock": summarize_ratios(run["speed"][row]),
+            "median_s": sorted(run["times"][row])[len(run["times"][row]) // 2],
+        }
+        for row in rows
+    }
 
 
 def run_child(what, args, *extra):
-    cmd = [sys.executable, __file__, "--child", what, *extra, "--device", args.device,
-           "--dim", str(args.dim), "--heads", str(args.heads), "--batch", str(args.batch),
-           "--block", str(args.block), "--rounds", str(args.rounds), "--warmup", str(args.warmup),
-           "--memory-repeats", str(args.memory_repeats)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        what,
+        *extra,
+        "--device",
+        args.device,
+        "--dim",
+        str(args.dim),
+        "--heads",
+        str(args.heads),
+        "--batch",
+        str(args.batch),
+        "--block",
+        str(args.block),
+        "--rounds",
+        str(args.rounds),
+        "--warmup",
+        str(args.warmup),
+        "--memory-repeats",
+        str(args.memory_repeats),
+    ]
     # a fixed mmap threshold makes glibc return every large tensor to the OS when it is
     # freed, so the process's resident set follows the live tensors
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
@@ -218,10 +248,12 @@ def main():
             print(f"{mode} L={length} done", file=sys.stderr, flush=True)
 
     machine = platform.processor() or platform.machine()
-    print(f"\none self-attention layer, d={args.dim}, {args.heads} heads, batch {args.batch}, "
-          f"block {args.block}, {args.device} ({machine}, {torch.get_num_threads()} threads); "
-          f"ratios against stock softmax: time = t_row / t_stock (median of {args.rounds} paired "
-          f"rounds [95% interval]), memory = peak_row / peak_stock (MiB)")
+    print(
+        f"\none self-attention layer, d={args.dim}, {args.heads} heads, batch {args.batch}, "
+        f"block {args.block}, {args.device} ({machine}, {torch.get_num_threads()} threads); "
+        f"ratios against stock softmax: time = t_row / t_stock (median of {args.rounds} paired "
+        f"rounds [95% interval]), memory = peak_row / peak_stock (MiB)"
+    )
     for mode, by_length in results.items():
         rows = list(next(iter(by_length.values())))
         print(f"\n{mode}" + "".join(r.rjust(40) for r in rows[1:]))
@@ -230,11 +262,16 @@ def main():
             cells = []
             for row in rows[1:]:
                 s = r[row]["speed_vs_softmax_stock"]
-                cells.append(f"{1 / s['median']:.2f}x [{1 / s['ci95_high']:.2f},{1 / s['ci95_low']:.2f}] "
-                             f"{r[row]['peak_bytes'] / base_mem:.2f}x ({r[row]['peak_bytes'] / 2**20:.0f} MiB)")
-            print(f"L={length}".ljust(len(mode)) + "".join(c.rjust(40) for c in cells)
-                  + f"   stock: {r['softmax_stock']['median_s'] * 1e3:.0f} ms, "
-                  f"{r['softmax_stock']['peak_bytes'] / 2**20:.1f} MiB")
+                cells.append(
+                    f"{1 / s['median']:.2f}x [{1 / s['ci95_high']:.2f},{1 / s['ci95_low']:.2f}] "
+                    f"{r[row]['peak_bytes'] / base_mem:.2f}x ({r[row]['peak_bytes'] / 2**20:.0f} MiB)"
+                )
+            print(
+                f"L={length}".ljust(len(mode))
+                + "".join(c.rjust(40) for c in cells)
+                + f"   stock: {r['softmax_stock']['median_s'] * 1e3:.0f} ms, "
+                f"{r['softmax_stock']['peak_bytes'] / 2**20:.1f} MiB"
+            )
     for row, reason in skipped.items():
         print(f"\n{row} not measured: {reason}")
     if args.json:

@@ -74,10 +74,18 @@ def build(variant, preset, dictionary, gate, seed=0):
     from fairseq_sparse_attn.models.standalone import build_standalone_model
 
     torch.manual_seed(seed)
-    return build_standalone_model(dictionary, "rhe_transformer_wmt_en_de", dropout=0.1,
-                                  attention_dropout=0.0, share_all_embeddings=True,
-                                  max_source_positions=256, max_target_positions=256,
-                                  rhe_gate=gate, **PRESETS[preset], **VARIANTS[variant])
+    return build_standalone_model(
+        dictionary,
+        "rhe_transformer_wmt_en_de",
+        dropout=0.1,
+        attention_dropout=0.0,
+        share_all_embeddings=True,
+        max_source_positions=256,
+        max_target_positions=256,
+        rhe_gate=gate,
+        **PRESETS[preset],
+        **VARIANTS[variant],
+    )
 
 
 def rhe_attention(model):
@@ -87,15 +95,15 @@ def rhe_attention(model):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--preset", choices=PRESETS, default=None,
-                   help="model size (default: small on CPU, base on CUDA)")
+    p.add_argument("--preset", choices=PRESETS, default=None, help="model size (default: small on CPU, base on CUDA)")
     p.add_argument("--batch", type=int, default=None, help="sentences per batch")
     p.add_argument("--src-len", type=int, default=30)
     p.add_argument("--tgt-len", type=int, default=30)
     p.add_argument("--rhe-gate", default="dynamic")
     p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--repeat", type=int, default=5,
-                   help="calls per timing of encoder / attn_l0 (short calls are noisy)")
+    p.add_argument(
+        "--repeat", type=int, default=5, help="calls per timing of encoder / attn_l0 (short calls are noisy)"
+    )
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None, help="write the results here (provenance.write_json)")
     args = p.parse_args()
@@ -119,8 +127,12 @@ def main():
         batch["src_tokens"][b, :cut] = dictionary.pad()
     batch["src_dep"], batch["src_rp"] = annotations(batch["src_tokens"], dictionary.pad(), 4)
     batch = {k: v.to(device) for k, v in batch.items()}
-    net = dict(src_tokens=batch["src_tokens"], src_lengths=batch["src_lengths"],
-               src_dep=batch["src_dep"], src_rp=batch["src_rp"])
+    net = dict(
+        src_tokens=batch["src_tokens"],
+        src_lengths=batch["src_lengths"],
+        src_dep=batch["src_dep"],
+        src_rp=batch["src_rp"],
+    )
 
     models = {v: build(v, preset, dictionary, args.rhe_gate).to(device) for v in VARIANTS}
     for v in VARIANTS:  # same weights
@@ -134,8 +146,9 @@ def main():
 
     h = models["rhe"].encoder.layers[0].register_forward_pre_hook(keep_input, with_kwargs=True)
     with torch.no_grad(), collect("redundant") as records:
-        models["rhe"].eval().encoder(batch["src_tokens"], batch["src_lengths"],
-                                     src_dep=batch["src_dep"], src_rp=batch["src_rp"])
+        models["rhe"].eval().encoder(
+            batch["src_tokens"], batch["src_lengths"], src_dep=batch["src_dep"], src_rp=batch["src_rp"]
+        )
     h.remove()
     redundant = records[0][1].redundant
     pruned_fraction = float(redundant.float().mean())
@@ -155,6 +168,7 @@ def main():
             with torch.no_grad():
                 for _ in range(args.repeat):
                     model.encoder(**net)
+
         return run
 
     def attn_fn(v):
@@ -168,8 +182,8 @@ def main():
             inputs = AttentionInputs(src_dep=batch["src_dep"], src_rp=batch["src_rp"])
             with torch.no_grad():
                 for _ in range(args.repeat * 4):
-                    attn(x0["x"], x0["x"], x0["x"], key_padding_mask=x0["pad"], need_weights=False,
-                         attn_inputs=inputs)
+                    attn(x0["x"], x0["x"], x0["x"], key_padding_mask=x0["pad"], need_weights=False, attn_inputs=inputs)
+
         return run
 
     def train_fn(v):
@@ -179,16 +193,20 @@ def main():
         def step():
             model.train()
             opt.zero_grad(set_to_none=True)
-            out, _ = model(batch["src_tokens"], batch["src_lengths"], batch["prev_output_tokens"],
-                           src_dep=batch["src_dep"], src_rp=batch["src_rp"])
-            loss = torch.nn.functional.cross_entropy(out.float().view(-1, out.size(-1)),
-                                                     batch["target"].view(-1))
+            out, _ = model(
+                batch["src_tokens"],
+                batch["src_lengths"],
+                batch["prev_output_tokens"],
+                src_dep=batch["src_dep"],
+                src_rp=batch["src_rp"],
+            )
+            loss = torch.nn.functional.cross_entropy(out.float().view(-1, out.size(-1)), batch["target"].view(-1))
             loss.backward()
             opt.step()
+
         return step
 
-    jobs = {v: {"encoder": encoder_fn(v), "attn_l0": attn_fn(v), "train_step": train_fn(v)}
-            for v in VARIANTS}
+    jobs = {v: {"encoder": encoder_fn(v), "attn_l0": attn_fn(v), "train_step": train_fn(v)} for v in VARIANTS}
     measures = list(jobs["rhe"])
     times = {v: {k: [] for k in measures} for v in VARIANTS}
     for v in VARIANTS:  # warm-up
@@ -200,36 +218,59 @@ def main():
                 times[v][k].append(timed(jobs[v][k], device))
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
 
-    machine = (torch.cuda.get_device_name(device) if device.type == "cuda"
-               else f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads")
+    machine = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
+    )
     try:
         load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     except OSError:
         load = "?"
-    result = {"device": str(device), "machine": machine, "load_average": load, "preset": preset,
-              "batch": bsz, "src_len": args.src_len, "rhe_gate": args.rhe_gate,
-              "pruned_pair_fraction": pruned_fraction, "heads_pruned_in_every_sentence": whole_heads,
-              "num_heads": int(redundant.size(1)), "measures": {}}
-    print(f"\n{preset} LPEA+RHE transformer on {machine} ({device}), load average {load}; "
-          f"batch {bsz} x src {args.src_len} (varied lengths), gate {args.rhe_gate}")
-    print(f"pruned (sentence, head) pairs in layer 0: {pruned_fraction:.1%}; heads pruned in every "
-          f"sentence: {whole_heads}/{redundant.size(1)}")
-    print(f"speed relative to rhe (>1 = faster): median of per-round ratios [min..max] over "
-          f"{args.rounds} interleaved rounds")
+    result = {
+        "device": str(device),
+        "machine": machine,
+        "load_average": load,
+        "preset": preset,
+        "batch": bsz,
+        "src_len": args.src_len,
+        "rhe_gate": args.rhe_gate,
+        "pruned_pair_fraction": pruned_fraction,
+        "heads_pruned_in_every_sentence": whole_heads,
+        "num_heads": int(redundant.size(1)),
+        "measures": {},
+    }
+    print(
+        f"\n{preset} LPEA+RHE transformer on {machine} ({device}), load average {load}; "
+        f"batch {bsz} x src {args.src_len} (varied lengths), gate {args.rhe_gate}"
+    )
+    print(
+        f"pruned (sentence, head) pairs in layer 0: {pruned_fraction:.1%}; heads pruned in every "
+        f"sentence: {whole_heads}/{redundant.size(1)}"
+    )
+    print(
+        f"speed relative to rhe (>1 = faster): median of per-round ratios [min..max] over "
+        f"{args.rounds} interleaved rounds"
+    )
     print("variant".ljust(20) + "".join(c.rjust(26) for c in measures))
     for v in VARIANTS:
         result["measures"][v] = {}
         cells = ""
         for k in measures:
             ratios = [b / t for b, t in zip(times["rhe"][k], times[v][k])]
-            result["measures"][v][k] = {"median_s": statistics.median(times[v][k]),
-                                        "ratio_vs_rhe": statistics.median(ratios),
-                                        "ratio_min": min(ratios), "ratio_max": max(ratios)}
+            result["measures"][v][k] = {
+                "median_s": statistics.median(times[v][k]),
+                "ratio_vs_rhe": statistics.median(ratios),
+                "ratio_min": min(ratios),
+                "ratio_max": max(ratios),
+            }
             cells += (f"{statistics.median(ratios):.3f}x [{min(ratios):.2f}..{max(ratios):.2f}]").rjust(26)
         print(v.ljust(20) + cells)
     calls = {"encoder": args.repeat, "attn_l0": 4 * args.repeat, "train_step": 1}
-    print("rhe absolute (median per call): " + ", ".join(
-        f"{k} {statistics.median(times['rhe'][k]) / calls[k] * 1e3:.1f} ms" for k in measures))
+    print(
+        "rhe absolute (median per call): "
+        + ", ".join(f"{k} {statistics.median(times['rhe'][k]) / calls[k] * 1e3:.1f} ms" for k in measures)
+    )
     if args.json:
         from fairseq_sparse_attn.provenance import write_json
 

@@ -37,8 +37,12 @@ VARIANTS = ("softmax", "softmax_pipeline", "rela_g_no_norm", "rela_g", "rela_i")
 def attention_module(variant, kind, dictionary):
     from bench_attention import build
 
-    model = build({"softmax_pipeline": "softmax", "rela_g_no_norm": "rela_g"}.get(variant, variant),
-                  "small", dictionary, torch.device("cpu")).eval()
+    model = build(
+        {"softmax_pipeline": "softmax", "rela_g_no_norm": "rela_g"}.get(variant, variant),
+        "small",
+        dictionary,
+        torch.device("cpu"),
+    ).eval()
     layer = model.decoder.layers[1]
     module = layer.self_attn if kind == "self" else layer.encoder_attn
     if variant == "softmax_pipeline":
@@ -61,8 +65,10 @@ def step_job(module, kind, steps, beam=4, src_len=24, dim=256, seed=0):
                 if kind == "self":
                     module(x, x, x, incremental_state=state, need_weights=False)
                 else:
-                    module(x, enc, enc, key_padding_mask=pad, incremental_state=state, static_kv=True,
-                           need_weights=False)
+                    module(
+                        x, enc, enc, key_padding_mask=pad, incremental_state=state, static_kv=True, need_weights=False
+                    )
+
     return run
 
 
@@ -79,17 +85,28 @@ def main(argv=None):
     from fairseq_sparse_attn.models.standalone import synthetic_dictionary
 
     dictionary = synthetic_dictionary(8000)
-    result = {"clock": args.clock, "threads": torch.get_num_threads(), "steps": args.steps,
-              "unit": "microseconds per attention call", "kinds": {}}
+    result = {
+        "clock": args.clock,
+        "threads": torch.get_num_threads(),
+        "steps": args.steps,
+        "unit": "microseconds per attention call",
+        "kinds": {},
+    }
     for kind in ("self", "cross"):
         jobs = {v: step_job(attention_module(v, kind, dictionary), kind, args.steps) for v in VARIANTS}
         run = interleaved_rounds(jobs, "softmax", args.rounds, warmup=2, min_time=args.min_time, clock=args.clock)
         per_call = {v: statistics.median(run["times"][v]) / args.steps * 1e6 for v in VARIANTS}
         cost = {v: summarize_ratios([1 / s for s in run["speed"][v]]) for v in VARIANTS}
-        result["kinds"][kind] = {"per_call_us": per_call, "cost_vs_stock_softmax": cost,
-                                 "times_s": run["times"], "reps_per_timing": run["reps"]}
-        print(f"\n{kind}-attention, one incremental call (beam 4, 24 keys), {args.clock} clock, "
-              f"median of {args.rounds} paired rounds")
+        result["kinds"][kind] = {
+            "per_call_us": per_call,
+            "cost_vs_stock_softmax": cost,
+            "times_s": run["times"],
+            "reps_per_timing": run["reps"],
+        }
+        print(
+            f"\n{kind}-attention, one incremental call (beam 4, 24 keys), {args.clock} clock, "
+            f"median of {args.rounds} paired rounds"
+        )
         for v in VARIANTS:
             c = cost[v]
             print(f"  {v:18s} {per_call[v]:7.1f} us   x{c['median']:.3f} [{c['ci95_low']:.3f}, {c['ci95_high']:.3f}]")

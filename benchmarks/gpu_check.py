@@ -37,11 +37,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-import fairseq_sparse_attn.plugin  # noqa: E402,F401
 from fairseq import utils  # noqa: E402
 from fairseq.data import Dictionary  # noqa: E402
 
 import fairseq_sparse_attn  # noqa: E402,F401
+import fairseq_sparse_attn.plugin  # noqa: E402,F401
 from fairseq_sparse_attn.attention import SparseMultiheadAttention  # noqa: E402
 from fairseq_sparse_attn.attention.config import (  # noqa: E402
     ActivationConfig,
@@ -78,12 +78,13 @@ def record(name, **diffs):
 
 # ------------------------------------------------------------------ inputs
 
+
 def left_padded(T, B, E, lengths, seed):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(T, B, E, generator=g)
     pad = torch.ones(B, T, dtype=torch.bool)
     for b, n in enumerate(lengths):
-        pad[b, T - n:] = False
+        pad[b, T - n :] = False
     x = x.masked_fill(pad.t().unsqueeze(-1), 0.0)
     return x, pad
 
@@ -101,46 +102,52 @@ def bpe_source(d, T, lengths, seed):
     for b, n in enumerate(lengths):
         toks = torch.randint(d.nspecial, len(d), (n,), generator=g)
         toks[-1] = d.eos()
-        src[b, T - n:] = toks
+        src[b, T - n :] = toks
     return src
 
 
 # ------------------------------------------------------------------ module checks
 
-def run_module(m, x, kind, pad, future, enc=None, enc_pad=None, need_head_weights=True,
-               attn_inputs=None):
+
+def run_module(m, x, kind, pad, future, enc=None, enc_pad=None, need_head_weights=True, attn_inputs=None):
     """forward + backward of sum(out * fixed random projection); returns out, weights, grads."""
     m.zero_grad(set_to_none=True)
     xi = x.detach().clone().requires_grad_(True)
     inputs = [xi]
     if kind == "self":
-        out, w = m(xi, xi, xi, key_padding_mask=pad, attn_mask=future,
-                   need_head_weights=need_head_weights, attn_inputs=attn_inputs)
+        out, w = m(
+            xi,
+            xi,
+            xi,
+            key_padding_mask=pad,
+            attn_mask=future,
+            need_head_weights=need_head_weights,
+            attn_inputs=attn_inputs,
+        )
     else:
         ei = enc.detach().clone().requires_grad_(True)
         inputs.append(ei)
-        out, w = m(xi, ei, ei, key_padding_mask=enc_pad, static_kv=True,
-                   need_head_weights=need_head_weights)
+        out, w = m(xi, ei, ei, key_padding_mask=enc_pad, static_kv=True, need_head_weights=need_head_weights)
     g = torch.Generator().manual_seed(123)
     proj = torch.randn(out.shape, generator=g).to(out.device, out.dtype)
     (out * proj).float().sum().backward()
-    grads = [t.grad for t in inputs] + [p.grad if p.grad is not None else torch.zeros_like(p)
-                                         for p in m.parameters()]
+    grads = [t.grad for t in inputs] + [p.grad if p.grad is not None else torch.zeros_like(p) for p in m.parameters()]
     return out, w, grads
 
 
 def module_config(activation="softmax", output_norm="none", **heads):
     """The module's AttentionConfig: activation and norm by name, ``heads`` HeadsConfig fields."""
     heads = {k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in heads.items()}
-    return AttentionConfig(activation=ActivationConfig(activation), output_norm=OutputNormConfig(output_norm),
-                           heads=HeadsConfig(**heads))
+    return AttentionConfig(
+        activation=ActivationConfig(activation), output_norm=OutputNormConfig(output_norm), heads=HeadsConfig(**heads)
+    )
 
 
-def check_module(name, T=23, B=5, E=64, H=8, kind="self", causal=False, train=False,
-                 word=False, key_block=0, **kw):
+def check_module(name, T=23, B=5, E=64, H=8, kind="self", causal=False, train=False, word=False, key_block=0, **kw):
     torch.manual_seed(0)
-    cpu = SparseMultiheadAttention(E, H, self_attention=(kind == "self"),
-                                   encoder_decoder_attention=(kind == "cross"), config=module_config(**kw))
+    cpu = SparseMultiheadAttention(
+        E, H, self_attention=(kind == "self"), encoder_decoder_attention=(kind == "cross"), config=module_config(**kw)
+    )
     cpu.eval()
     if kw.get("activation", "softmax") == "softmax" and not kw.get("fixed_patterns"):
         cpu.backend = "materialized"
@@ -168,14 +175,16 @@ def check_module(name, T=23, B=5, E=64, H=8, kind="self", causal=False, train=Fa
     gpu = copy.deepcopy(cpu).to(CUDA)
     if key_block:
         gpu.key_block_size = key_block  # plain path on CPU, key-block path on CUDA
-    to = (lambda t: None if t is None else t.to(CUDA))
+    to = lambda t: None if t is None else t.to(CUDA)
     need_w = not key_block
 
     o1, w1, g1 = run_module(cpu, x, kind, pad, future, enc, enc_pad, need_w, in_cpu)
     o2, w2, g2 = run_module(gpu, to(x), kind, to(pad), to(future), to(enc), to(enc_pad), need_w, in_cuda)
-    diffs = {"f32_out": maxdiff(o1, o2),
-             "f32_w": maxdiff(w1, w2) if need_w else 0.0,
-             "f32_grad": max(maxdiff(a, b) / max(1.0, a.abs().max().item()) for a, b in zip(g1, g2))}
+    diffs = {
+        "f32_out": maxdiff(o1, o2),
+        "f32_w": maxdiff(w1, w2) if need_w else 0.0,
+        "f32_grad": max(maxdiff(a, b) / max(1.0, a.abs().max().item()) for a, b in zip(g1, g2)),
+    }
     if need_w and pad is not None and kind == "self":
         # padding keys get exactly zero weight on CUDA
         diffs["pad_w_cuda"] = (w2.float().cpu() * pad.view(1, B, 1, T)).abs().max().item()
@@ -184,8 +193,17 @@ def check_module(name, T=23, B=5, E=64, H=8, kind="self", causal=False, train=Fa
     finite = True
     for dtype, tag in ((torch.float16, "fp16"), (torch.bfloat16, "bf16")):
         half = copy.deepcopy(gpu).to(dtype)
-        oh, wh, gh = run_module(half, to(x).to(dtype), kind, to(pad), to(future),
-                                None if enc is None else to(enc).to(dtype), to(enc_pad), need_w, in_cuda)
+        oh, wh, gh = run_module(
+            half,
+            to(x).to(dtype),
+            kind,
+            to(pad),
+            to(future),
+            None if enc is None else to(enc).to(dtype),
+            to(enc_pad),
+            need_w,
+            in_cuda,
+        )
         fin = bool(torch.isfinite(oh).all()) and all(bool(torch.isfinite(t).all()) for t in gh)
         if wh is not None:
             fin = fin and bool(torch.isfinite(wh).all())
@@ -199,8 +217,7 @@ def check_incremental(name, act, norm, E=64, H=8):
     """CUDA: incremental self- and cross-attention == full (teacher forcing)."""
     torch.manual_seed(0)
     sa = SparseMultiheadAttention(E, H, self_attention=True, config=module_config(act, norm)).eval().to(CUDA)
-    ca = SparseMultiheadAttention(E, H, encoder_decoder_attention=True,
-                                  config=module_config(act, norm)).eval().to(CUDA)
+    ca = SparseMultiheadAttention(E, H, encoder_decoder_attention=True, config=module_config(act, norm)).eval().to(CUDA)
     sa.backend = ca.backend = "materialized"
     T, S, B = 9, 11, 4
     x = torch.randn(T, B, E, device=CUDA)
@@ -214,7 +231,7 @@ def check_incremental(name, act, norm, E=64, H=8):
         fc, _ = ca(x, enc, enc, key_padding_mask=enc_pad, static_kv=True)
         state, d = {}, 0.0
         for t in range(T):
-            s = x[t:t + 1]
+            s = x[t : t + 1]
             os_, _ = sa(s, s, s, incremental_state=state)
             oc, _ = ca(s, enc, enc, key_padding_mask=enc_pad, incremental_state=state, static_kv=True)
             d = max(d, maxdiff(os_[0], fs[t]), maxdiff(oc[0], fc[t]))
@@ -223,14 +240,22 @@ def check_incremental(name, act, norm, E=64, H=8):
 
 # ------------------------------------------------------------------ whole models
 
+
 def check_model(name, arch="sparse_transformer", **over):
     from fairseq_sparse_attn.models.standalone import build_standalone_model
 
     from helpers import TINY, random_batch
 
     d = bpe_dictionary()
-    size = dict(TINY, encoder_embed_dim=64, decoder_embed_dim=64, encoder_attention_heads=8,
-                decoder_attention_heads=8, encoder_ffn_embed_dim=128, decoder_ffn_embed_dim=128)
+    size = dict(
+        TINY,
+        encoder_embed_dim=64,
+        decoder_embed_dim=64,
+        encoder_attention_heads=8,
+        decoder_attention_heads=8,
+        encoder_ffn_embed_dim=128,
+        decoder_ffn_embed_dim=128,
+    )
     torch.manual_seed(0)
     cpu = build_standalone_model(d, arch, **{**size, **over}).eval()
     gpu = copy.deepcopy(cpu).to(CUDA)
@@ -245,7 +270,7 @@ def check_model(name, arch="sparse_transformer", **over):
         state, dd = {}, 0.0
         p = prev.to(CUDA)
         for t in range(p.size(1)):
-            step, _ = gpu.decoder(p[:, :t + 1], encoder_out=enc, incremental_state=state)
+            step, _ = gpu.decoder(p[:, : t + 1], encoder_out=enc, incremental_state=state)
             real = p[:, t].ne(d.pad())
             dd = max(dd, maxdiff(step[real, 0], full[real, t]))
         diffs["f32_incr_cuda"] = dd
@@ -259,8 +284,9 @@ def check_model(name, arch="sparse_transformer", **over):
     out, _ = h(src.to(CUDA), lengths.to(CUDA), prev.to(CUDA))
     loss = torch.nn.functional.cross_entropy(out.float().view(-1, out.size(-1)), prev.to(CUDA).view(-1))
     loss.backward()
-    diffs["finite"] = diffs["finite"] and all(bool(torch.isfinite(q.grad).all())
-                                              for q in h.parameters() if q.grad is not None)
+    diffs["finite"] = diffs["finite"] and all(
+        bool(torch.isfinite(q.grad).all()) for q in h.parameters() if q.grad is not None
+    )
     record(name, **diffs)
 
 
@@ -343,18 +369,27 @@ def guarded(name, check, *args, **kwargs):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--time-budget", type=float, default=110.0, metavar="S",
-                        help="start no check after S seconds (default 110: the whole run in ~2 min)")
+    parser.add_argument(
+        "--time-budget",
+        type=float,
+        default=110.0,
+        metavar="S",
+        help="start no check after S seconds (default 110: the whole run in ~2 min)",
+    )
     args = parser.parse_args(argv)
     if args.time_budget <= 0:
         parser.error(f"--time-budget must be > 0, got {args.time_budget}")
     if CUDA.type == "cuda" and not torch.cuda.is_available():
-        print("gpu_check: error: no CUDA device (torch.cuda.is_available() is False); "
-              "GPU_CHECK_DEVICE=cpu runs the script's CPU parts", file=sys.stderr)
+        print(
+            "gpu_check: error: no CUDA device (torch.cuda.is_available() is False); "
+            "GPU_CHECK_DEVICE=cpu runs the script's CPU parts",
+            file=sys.stderr,
+        )
         return 2
     DEADLINE[0] = time.monotonic() + args.time_budget
     try:  # compile in this process: no worker pool left alive after the summary
         import torch._inductor.config as inductor_config
+
         inductor_config.compile_threads = 1
     except ImportError:
         pass
@@ -384,18 +419,27 @@ def main(argv=None):
         ("relu_scaled, self, left-pad", dict(activation="relu_scaled")),
         ("relu_scaled, self causal", dict(activation="relu_scaled", causal=True)),
         ("relu_scaled, cross", dict(activation="relu_scaled", kind="cross")),
-        ("relu key-block 3 (CUDA) vs plain (CPU), causal",
-         dict(activation="relu", output_norm="gated_rmsnorm", causal=True, key_block=3)),
-        ("relu_scaled key-block 4 (CUDA) vs plain, cross",
-         dict(activation="relu_scaled", output_norm="gated_rmsnorm", kind="cross", key_block=4)),
+        (
+            "relu key-block 3 (CUDA) vs plain (CPU), causal",
+            dict(activation="relu", output_norm="gated_rmsnorm", causal=True, key_block=3),
+        ),
+        (
+            "relu_scaled key-block 4 (CUDA) vs plain, cross",
+            dict(activation="relu_scaled", output_norm="gated_rmsnorm", kind="cross", key_block=4),
+        ),
         ("7F+1L token, base size E=512 T=64", dict(fixed_patterns=SEVEN, E=512, T=64)),
         ("relu+gated_rmsnorm, base size E=512 T=64", dict(activation="relu", output_norm="gated_rmsnorm", E=512, T=64)),
         ("entmax15, base size E=512 T=64", dict(activation="entmax15", E=512, T=64)),
     ]
     for name, kw in checks:
         guarded(name, check_module, name, **kw)
-    for act, norm in (("softmax", "none"), ("relu", "gated_rmsnorm"), ("sparsemax", "none"),
-                      ("entmax15", "none"), ("relu_scaled", "none")):
+    for act, norm in (
+        ("softmax", "none"),
+        ("relu", "gated_rmsnorm"),
+        ("sparsemax", "none"),
+        ("entmax15", "none"),
+        ("relu_scaled", "none"),
+    ):
         name = f"incremental == full on CUDA: {act}"
         guarded(name, check_incremental, name, act, norm)
     models = [
@@ -405,25 +449,35 @@ def main(argv=None):
         ("model entmax15", "sparse_transformer", dict(attn_activation="entmax15")),
         ("model reluformer", "sparse_transformer", dict(attn_activation="relu_scaled")),
         ("model 7F+1L token", "sparse_transformer", dict(encoder_fixed_patterns="7F")),
-        ("model 7F+1L word (bpe)", "sparse_transformer",
-         dict(encoder_fixed_patterns="7F", encoder_fixed_pattern_unit="word")),
-        ("model 8F token, masked head 3", "sparse_transformer",
-         dict(encoder_fixed_patterns="8F", encoder_masked_heads="3")),
+        (
+            "model 7F+1L word (bpe)",
+            "sparse_transformer",
+            dict(encoder_fixed_patterns="7F", encoder_fixed_pattern_unit="word"),
+        ),
+        (
+            "model 8F token, masked head 3",
+            "sparse_transformer",
+            dict(encoder_fixed_patterns="8F", encoder_masked_heads="3"),
+        ),
     ]
     for name, arch, over in models:
         guarded(name, check_model, name, arch, **over)
-    flex = [("fused flex relu, self, left-pad", dict()),
-            ("fused flex relu, self causal", dict(causal=True)),
-            ("fused flex relu_scaled, cross", dict(cross=True, gamma=1.0)),
-            ("fused flex relu_scaled, self causal", dict(causal=True, gamma=1.0))]
+    flex = [
+        ("fused flex relu, self, left-pad", dict()),
+        ("fused flex relu, self causal", dict(causal=True)),
+        ("fused flex relu_scaled, cross", dict(cross=True, gamma=1.0)),
+        ("fused flex relu_scaled, self causal", dict(causal=True, gamma=1.0)),
+    ]
     # every head dim the presets use (iwslt: 128, base: 64), fp32 / fp16 / bf16 with backward
     # (CUDA only: compiling the CPU kernel for each width would cost the time budget)
     flex += [(f"fused flex relu, self, head dim {d}", dict(d=d, H=2, T=29, cpu=False)) for d in (32, 128, 256)]
     for name, kw in flex:
         guarded(name, check_flex, name, **kw)
     skipped = f", {len(SKIPPED)} skipped (--time-budget)" if SKIPPED else ""
-    print(f"\n{len(checks) + 5 + len(models) + len(flex)} checks, "
-          f"{len(FAILURES)} failed{': ' + ', '.join(FAILURES) if FAILURES else ''}{skipped}")
+    print(
+        f"\n{len(checks) + 5 + len(models) + len(flex)} checks, "
+        f"{len(FAILURES)} failed{': ' + ', '.join(FAILURES) if FAILURES else ''}{skipped}"
+    )
     return 1 if FAILURES or SKIPPED else 0
 
 

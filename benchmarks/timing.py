@@ -55,8 +55,7 @@ def pin_threads(threads: Optional[int]):
             pass
 
 
-def bootstrap_median_interval(values: Sequence[float], level: float = 0.95,
-                              resamples: int = 2000, seed: int = 0):
+def bootstrap_median_interval(values: Sequence[float], level: float = 0.95, resamples: int = 2000, seed: int = 0):
     """Percentile bootstrap interval of the median of ``values``: (low, high)."""
     values = list(values)
     if not values:
@@ -73,8 +72,14 @@ def bootstrap_median_interval(values: Sequence[float], level: float = 0.95,
 
 def summarize_ratios(ratios: Sequence[float], seed: int = 0) -> Dict[str, float]:
     lo, hi = bootstrap_median_interval(ratios, seed=seed)
-    return {"median": statistics.median(ratios), "ci95_low": lo, "ci95_high": hi,
-            "min": min(ratios), "max": max(ratios), "rounds": len(ratios)}
+    return {
+        "median": statistics.median(ratios),
+        "ci95_low": lo,
+        "ci95_high": hi,
+        "min": min(ratios),
+        "max": max(ratios),
+        "rounds": len(ratios),
+    }
 
 
 def clock_named(name: str) -> Callable[[], float]:
@@ -83,8 +88,9 @@ def clock_named(name: str) -> Callable[[], float]:
     return CLOCKS[name]
 
 
-def _time_once(fn: Callable[[], None], reps: int, sync: Callable[[], None],
-               clock: Callable[[], float] = time.perf_counter) -> float:
+def _time_once(
+    fn: Callable[[], None], reps: int, sync: Callable[[], None], clock: Callable[[], float] = time.perf_counter
+) -> float:
     sync()
     t0 = clock()
     for _ in range(reps):
@@ -93,10 +99,17 @@ def _time_once(fn: Callable[[], None], reps: int, sync: Callable[[], None],
     return (clock() - t0) / reps
 
 
-def interleaved_rounds(jobs: Dict[str, Callable[[], None]], baseline: str, rounds: int,
-                       warmup: int = 2, min_time: float = 0.2, reps: Optional[int] = None,
-                       sync: Callable[[], None] = lambda: None,
-                       progress: Optional[Callable[[str], None]] = None, clock: str = "wall"):
+def interleaved_rounds(
+    jobs: Dict[str, Callable[[], None]],
+    baseline: str,
+    rounds: int,
+    warmup: int = 2,
+    min_time: float = 0.2,
+    reps: Optional[int] = None,
+    sync: Callable[[], None] = lambda: None,
+    progress: Optional[Callable[[str], None]] = None,
+    clock: str = "wall",
+):
     """Time every job in ``rounds`` interleaved rounds after ``warmup`` discarded ones,
     with the clock named ``clock`` (:data:`CLOCKS`).
 

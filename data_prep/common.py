@@ -82,8 +82,10 @@ def read_lines(path: Path, encoding: str = "utf-8") -> List[str]:
                     raise PrepError(f"{path}, line {n}: not valid {encoding} ({e.reason} at byte {e.start})") from None
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         # a truncated download / copy: gzip raises EOFError after the last complete line
-        raise PrepError(f"{path} is truncated or not a gzip file (read {len(lines)} lines, then: "
-                        f"{e or type(e).__name__}); download or copy it again") from None
+        raise PrepError(
+            f"{path} is truncated or not a gzip file (read {len(lines)} lines, then: "
+            f"{e or type(e).__name__}); download or copy it again"
+        ) from None
     return lines
 
 
@@ -218,7 +220,8 @@ def download(source: Source, dest_dir: Path, log: Callable[[str], None], what: s
     if source.manual:
         raise PrepError(
             f"{where}{source.name} cannot be downloaded automatically; get it from {source.homepage} "
-            f"and put it into --raw-dir DIR (or into {dest_dir})")
+            f"and put it into --raw-dir DIR (or into {dest_dir})"
+        )
     part = dest.with_name(dest.name + ".part")
     errors = []
     for url in candidate_urls(source):
@@ -238,40 +241,55 @@ def download(source: Source, dest_dir: Path, log: Callable[[str], None], what: s
             raise PrepError(
                 f"{where}checksum mismatch for {source.name} downloaded from {url}: {e}; the partial "
                 f"file was removed. The file on the server differs from the published one; get it "
-                f"from {source.homepage} and check it, then pass --raw-dir DIR") from None
+                f"from {source.homepage} and check it, then pass --raw-dir DIR"
+            ) from None
         os.replace(part, dest)
-        log(f"downloaded {source.name}: {dest.stat().st_size} bytes in {time.time() - t0:.1f}s "
-            f"[{source.verification()}]")
+        log(
+            f"downloaded {source.name}: {dest.stat().st_size} bytes in {time.time() - t0:.1f}s "
+            f"[{source.verification()}]"
+        )
         return dest
     kept = ""
     if part.exists():
         kept = f"\n  {part.stat().st_size} bytes are kept in {part}; run again to resume"
     raise PrepError(
-        f"{where}could not download {source.name}:\n  " + "\n  ".join(errors)
+        f"{where}could not download {source.name}:\n  "
+        + "\n  ".join(errors)
         + f"\n  get {source.name} from {source.homepage} and put it into --raw-dir DIR (or {dest_dir})"
-        + kept)
+        + kept
+    )
 
 
-def locate_sources(sources: Sequence[Source], raw_dir: Optional[Path], download_dir: Path,
-                   log: Callable[[str], None], verify_raw: bool = False, what: str = "") -> Dict[str, Path]:
+def locate_sources(
+    sources: Sequence[Source],
+    raw_dir: Optional[Path],
+    download_dir: Path,
+    log: Callable[[str], None],
+    verify_raw: bool = False,
+    what: str = "",
+) -> Dict[str, Path]:
     """{source name: path}: from ``raw_dir`` when given (missing files are an error naming
     them; verified only with ``verify_raw``), else downloaded into ``download_dir``."""
     found: Dict[str, Path] = {}
     if raw_dir is not None:
         if not raw_dir.is_dir():
-            raise PrepError(f"raw data directory not found: {raw_dir}\n  expected files: "
-                            + ", ".join(s.name for s in sources))
+            raise PrepError(
+                f"raw data directory not found: {raw_dir}\n  expected files: " + ", ".join(s.name for s in sources)
+            )
         missing = [s for s in sources if not (raw_dir / s.name).is_file()]
         if missing:
             raise PrepError(
                 f"missing file(s) in {raw_dir}:\n  "
-                + "\n  ".join(f"{s.name} (from {s.urls[0] if s.urls else s.homepage})" for s in missing))
+                + "\n  ".join(f"{s.name} (from {s.urls[0] if s.urls else s.homepage})" for s in missing)
+            )
         for s in sources:
             p = raw_dir / s.name
             if verify_raw:
                 verify_file(p, s)
             found[s.name] = p
-        log(f"raw files from {raw_dir} ({'verified' if verify_raw else 'local copies, not verified: --verify-raw checks them'})")
+        log(
+            f"raw files from {raw_dir} ({'verified' if verify_raw else 'local copies, not verified: --verify-raw checks them'})"
+        )
         return found
     for s in sources:
         found[s.name] = download(s, download_dir, log, what=what)
@@ -309,7 +327,7 @@ def read_member_bytes(archive: Path, member: Optional[str]) -> bytes:
             with zipfile.ZipFile(archive) as z:
                 names = z.namelist()
                 for n in names:
-                    if (fnmatch.fnmatchcase(n, member) if pattern else n == member):
+                    if fnmatch.fnmatchcase(n, member) if pattern else n == member:
                         found[n] = z.read(n)
         except zipfile.BadZipFile as e:
             raise PrepError(f"{archive}: not a readable zip file ({e})") from None
@@ -350,8 +368,9 @@ _IWSLT_DROP = ("<url>", "<talkid>", "<keywords>")
 _IWSLT_STRIP = re.compile(r"</?(title|description)>")
 
 
-def parse_text(data: bytes, fmt: str, origin: str, encoding: str = "utf-8", column: int = 0,
-               lang: str = "") -> List[str]:
+def parse_text(
+    data: bytes, fmt: str, origin: str, encoding: str = "utf-8", column: int = 0, lang: str = ""
+) -> List[str]:
     """Sentences of one file.  ``fmt``: ``plain`` (one per line), ``sgm`` (WMT SGML:
     the ``<seg>`` contents), ``iwslt_xml`` (as sgm, with ’ → ' like fairseq's recipe),
     ``iwslt_tags`` (IWSLT train.tags: metadata lines dropped, title/description tags
@@ -437,8 +456,15 @@ def _tokenize_chunk(job: Tuple[str, dict, List[str]]) -> List[str]:
         from sacremoses import MosesTokenizer
 
         tok = _TOKENIZERS[key] = MosesTokenizer(lang=lang)
-    return [tok.tokenize(line, aggressive_dash_splits=opts.get("aggressive_dash_splits", False),
-                         escape=opts.get("escape", False), return_str=True) for line in lines]
+    return [
+        tok.tokenize(
+            line,
+            aggressive_dash_splits=opts.get("aggressive_dash_splits", False),
+            escape=opts.get("escape", False),
+            return_str=True,
+        )
+        for line in lines
+    ]
 
 
 def _segment_chinese_chunk(lines: List[str]) -> List[str]:
@@ -462,7 +488,7 @@ def _bpe_chunk(lines: List[str]) -> List[str]:
 
 def chunks(lines: Sequence, n: int = CHUNK_LINES) -> Iterator[list]:
     for i in range(0, len(lines), n):
-        yield list(lines[i: i + n])
+        yield list(lines[i : i + n])
 
 
 def pmap(pool, fn: Callable, jobs: Iterable) -> List[str]:
@@ -474,8 +500,9 @@ def pmap(pool, fn: Callable, jobs: Iterable) -> List[str]:
     return out
 
 
-def tokenize(lines: Sequence[str], lang: str, workers: int = 1, escape: bool = False,
-             aggressive_dash_splits: bool = False) -> List[str]:
+def tokenize(
+    lines: Sequence[str], lang: str, workers: int = 1, escape: bool = False, aggressive_dash_splits: bool = False
+) -> List[str]:
     """Moses tokenization (sacremoses); Chinese is segmented into words with jieba."""
     if lang == "zh":
         try:
@@ -492,15 +519,15 @@ def tokenize(lines: Sequence[str], lang: str, workers: int = 1, escape: bool = F
     return pmap(None, fn, jobs)
 
 
-def clean_pairs(src: Sequence[str], tgt: Sequence[str], min_len: int, max_len: int,
-                ratio: float) -> Tuple[List[str], List[str], int]:
+def clean_pairs(
+    src: Sequence[str], tgt: Sequence[str], min_len: int, max_len: int, ratio: float
+) -> Tuple[List[str], List[str], int]:
     """Moses clean-corpus-n: keep pairs whose token counts lie in [min_len, max_len] on
     both sides and whose length ratio (either way) is at most ``ratio``."""
     out_s, out_t, dropped = [], [], 0
     for s, t in zip(src, tgt):
         ns, nt = len(s.split()), len(t.split())
-        if (min_len <= ns <= max_len and min_len <= nt <= max_len
-                and ns <= ratio * nt and nt <= ratio * ns):
+        if min_len <= ns <= max_len and min_len <= nt <= max_len and ns <= ratio * nt and nt <= ratio * ns:
             out_s.append(s)
             out_t.append(t)
         else:
@@ -569,13 +596,23 @@ def check_special_symbols(path: Path) -> None:
             words = set(line.split())
             found = [s for s in SPECIAL_SYMBOLS if s in words]
             if found:
-                raise PrepError(f"{path}:{number}: the word {found[0]!r} is fairseq's special "
-                                "symbol and would be binarized to its id; remove it from the "
-                                "corpus or tokenize with escaping (&lt; &gt;)")
+                raise PrepError(
+                    f"{path}:{number}: the word {found[0]!r} is fairseq's special "
+                    "symbol and would be binarized to its id; remove it from the "
+                    "corpus or tokenize with escaping (&lt; &gt;)"
+                )
 
 
-def binarize(text_dir: Path, databin: Path, src: str, tgt: str, joined: bool, workers: int,
-             log: Callable[[str], None], extra_files: Optional[Dict[str, str]] = None) -> None:
+def binarize(
+    text_dir: Path,
+    databin: Path,
+    src: str,
+    tgt: str,
+    joined: bool,
+    workers: int,
+    log: Callable[[str], None],
+    extra_files: Optional[Dict[str, str]] = None,
+) -> None:
     """``fairseq-preprocess`` of ``text_dir/{train,valid,test}.{src,tgt}`` into a temporary
     directory that replaces ``databin`` only when complete (``extra_files``: name → text
     written into it before the swap)."""
@@ -584,17 +621,34 @@ def binarize(text_dir: Path, databin: Path, src: str, tgt: str, joined: bool, wo
             check_special_symbols(text_dir / f"{split}.{lang}")
     tmp = databin.with_name(databin.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    cmd = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", src, "--target-lang", tgt,
-           "--trainpref", str(text_dir / "train"), "--validpref", str(text_dir / "valid"),
-           "--testpref", str(text_dir / "test"), "--destdir", str(tmp), "--workers", str(workers)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fairseq_cli.preprocess",
+        "--source-lang",
+        src,
+        "--target-lang",
+        tgt,
+        "--trainpref",
+        str(text_dir / "train"),
+        "--validpref",
+        str(text_dir / "valid"),
+        "--testpref",
+        str(text_dir / "test"),
+        "--destdir",
+        str(tmp),
+        "--workers",
+        str(workers),
+    ]
     if joined:
         cmd.append("--joined-dictionary")
     log("binarize: " + " ".join(cmd))
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise PrepError(f"fairseq-preprocess failed with exit status {proc.returncode}: {' '.join(cmd)}\n"
-                        + proc.stderr[-2000:])
+        raise PrepError(
+            f"fairseq-preprocess failed with exit status {proc.returncode}: {' '.join(cmd)}\n" + proc.stderr[-2000:]
+        )
     missing = [n for n in binarized_files(src, tgt) if not (tmp / n).is_file()]
     if missing:
         shutil.rmtree(tmp, ignore_errors=True)

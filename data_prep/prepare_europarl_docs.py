@@ -52,10 +52,9 @@ from fairseq_sparse_attn.data.documents import (  # noqa: E402
 )
 
 URL_BASE = os.environ.get(
-    "EUROPARL_DOC_URL_BASE",
-    "https://raw.githubusercontent.com/sameenmaruf/selective-attn/master/data/Europarl7/")
-HOMEPAGE = ("https://github.com/sameenmaruf/selective-attn (data/Europarl7); pass --raw-dir DIR "
-            "or set EUROPARL_DOC_DIR")
+    "EUROPARL_DOC_URL_BASE", "https://raw.githubusercontent.com/sameenmaruf/selective-attn/master/data/Europarl7/"
+)
+HOMEPAGE = "https://github.com/sameenmaruf/selective-attn (data/Europarl7); pass --raw-dir DIR or set EUROPARL_DOC_DIR"
 TAG = "[europarl-docs]"
 say = make_logger(TAG)
 
@@ -66,14 +65,16 @@ def find_raw(raw_dir: Path, split: str, lang: str) -> Path:
             return raw_dir / name
     raise PrepError(
         f"{raw_dir}: no {split}.{lang}(.gz); expected line-aligned files with '<d>' document "
-        f"starts, e.g. {split}.en and {split}.de")
+        f"starts, e.g. {split}.en and {split}.de"
+    )
 
 
 def fetch(out_raw: Path, split: str, lang: str) -> Path:
     """Download ``<split>.<lang>`` (no published checksum or size: not verified)."""
     name = f"{split}.{lang}"
-    return download(Source(name=name, urls=(URL_BASE + name,), homepage=HOMEPAGE), out_raw, say,
-                    what="Europarl7 documents")
+    return download(
+        Source(name=name, urls=(URL_BASE + name,), homepage=HOMEPAGE), out_raw, say, what="Europarl7 documents"
+    )
 
 
 def main(argv=None):
@@ -86,8 +87,9 @@ def main(argv=None):
     p.add_argument("--valid-split", default="dev")
     p.add_argument("--test-split", default="test")
     p.add_argument("--max-doc-length", type=int, nargs="+", required=True, metavar="L")
-    p.add_argument("--separator", default=None,
-                   help="token inserted between sentences of a packed document (default: none)")
+    p.add_argument(
+        "--separator", default=None, help="token inserted between sentences of a packed document (default: none)"
+    )
     p.add_argument("--bpe-merges", type=int, default=16000)
     p.add_argument("--max-docs", type=int, default=None, help="first N documents per split")
     p.add_argument("--workers", type=int, default=2)
@@ -99,9 +101,11 @@ def run(args):
     from subword_nmt.apply_bpe import BPE
 
     if args.separator in SPECIAL_SYMBOLS:
-        raise PrepError(f"--separator {args.separator}: fairseq's special symbol would be binarized "
-                        "to its id (a </s> in mid-document ends generation there); choose a plain "
-                        "token such as <sep>")
+        raise PrepError(
+            f"--separator {args.separator}: fairseq's special symbol would be binarized "
+            "to its id (a </s> in mid-document ends generation there); choose a plain "
+            "token such as <sep>"
+        )
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -120,8 +124,7 @@ def run(args):
             docs[name] = documents_from_marked_files(src_path, tgt_path)[: args.max_docs]
         except (DocumentFormatError, FileNotFoundError) as e:
             raise PrepError(str(e)) from None
-        say(f"{name} ({split}): {len(docs[name])} documents, "
-            f"{sum(len(d.src) for d in docs[name])} sentences")
+        say(f"{name} ({split}): {len(docs[name])} documents, {sum(len(d.src) for d in docs[name])} sentences")
 
     t0 = time.time()
     codes = out / "bpe.codes"
@@ -138,8 +141,14 @@ def run(args):
         root = out / f"L{L}"
         text = root / "bpe"
         text.mkdir(parents=True, exist_ok=True)
-        info = {"max_doc_length": L, "separator": args.separator, "src": args.src,
-                "tgt": args.tgt, "splits": {}, "longest_document": 0}
+        info = {
+            "max_doc_length": L,
+            "separator": args.separator,
+            "src": args.src,
+            "tgt": args.tgt,
+            "splits": {},
+            "longest_document": 0,
+        }
         for name, ds in docs.items():
             packed, report = pack_documents(ds, L, separator=args.separator)
             (text / f"{name}.{args.src}").write_text("\n".join(s for s, _, _ in packed) + "\n", encoding="utf-8")
@@ -148,11 +157,21 @@ def run(args):
             longest = max(max(len(s.split()), len(t.split())) for s, t, _ in packed)
             info["longest_document"] = max(info["longest_document"], longest)
             info["splits"][name] = dict(report.__dict__, longest=longest)
-            say(f"L={L} {name}: {report.documents_in} documents -> {report.packed} packed "
-                f"({report.overlong_sentences} sentences longer than L kept whole)")
+            say(
+                f"L={L} {name}: {report.documents_in} documents -> {report.packed} packed "
+                f"({report.overlong_sentences} sentences longer than L kept whole)"
+            )
         bin_dir = root / "data-bin"
-        binarize(text, bin_dir, args.src, args.tgt, joined=True, workers=args.workers, log=say,
-                 extra_files={"doc_info.json": json.dumps(info, indent=2)})
+        binarize(
+            text,
+            bin_dir,
+            args.src,
+            args.tgt,
+            joined=True,
+            workers=args.workers,
+            log=say,
+            extra_files={"doc_info.json": json.dumps(info, indent=2)},
+        )
         say(f"L={L}: {bin_dir}")
 
 

@@ -66,8 +66,7 @@ DEFAULT_URL_BASE = "https://raw.githubusercontent.com/multi30k/dataset/master/da
 # Hidden override (used by the tests to simulate a network failure).
 URL_BASE_ENV = "MULTI30K_URL_BASE"
 RAW_DIR_ENV = "MULTI30K_DIR"
-HOMEPAGE = (f"https://github.com/multi30k/dataset (data/task1/raw), or set {RAW_DIR_ENV}=DIR "
-            "to a local copy")
+HOMEPAGE = f"https://github.com/multi30k/dataset (data/task1/raw), or set {RAW_DIR_ENV}=DIR to a local copy"
 
 # raw file stem -> fairseq split name
 SPLITS: Tuple[Tuple[str, str], ...] = (
@@ -79,9 +78,12 @@ LANGS = ("de", "en")
 # No published checksums.  Sizes of the repository's gzip files (gzip headers dated
 # 2017-12-21, the release), measured on the copies in ../shared/data/multi30k.
 SIZES = {
-    "train.de.gz": 637044, "train.en.gz": 568929,
-    "val.de.gz": 24681, "val.en.gz": 21650,
-    "test_2016_flickr.de.gz": 22890, "test_2016_flickr.en.gz": 21077,
+    "train.de.gz": 637044,
+    "train.en.gz": 568929,
+    "val.de.gz": 24681,
+    "val.en.gz": 21650,
+    "test_2016_flickr.de.gz": 22890,
+    "test_2016_flickr.en.gz": 21077,
 }
 SIZE_NOTE = "no published checksum; verified by size (the 2017 release files)"
 
@@ -106,11 +108,7 @@ def find_raw_file(raw_dir: Path, stem: str, lang: str) -> Optional[Path]:
 
 
 def expected_files_msg() -> str:
-    return (
-        "expected files: "
-        + ", ".join(expected_names())
-        + " (gzipped, or the same names without .gz)"
-    )
+    return "expected files: " + ", ".join(expected_names()) + " (gzipped, or the same names without .gz)"
 
 
 def validate_raw_dir(raw_dir: Path, langs: Sequence[str]) -> dict:
@@ -127,19 +125,14 @@ def validate_raw_dir(raw_dir: Path, langs: Sequence[str]) -> dict:
             else:
                 found[(stem, lang)] = p
     if missing:
-        raise PrepError(
-            f"missing raw file(s) in {raw_dir}: "
-            + ", ".join(missing)
-            + f"\n  {expected_files_msg()}"
-        )
+        raise PrepError(f"missing raw file(s) in {raw_dir}: " + ", ".join(missing) + f"\n  {expected_files_msg()}")
     return found
 
 
 def source_for(name: str, url_base: str) -> Source:
     if not url_base.endswith("/"):
         url_base += "/"
-    return Source(name=name, urls=(url_base + name,), homepage=HOMEPAGE, size=SIZES.get(name),
-                  checksum_from=SIZE_NOTE)
+    return Source(name=name, urls=(url_base + name,), homepage=HOMEPAGE, size=SIZES.get(name), checksum_from=SIZE_NOTE)
 
 
 def download_raw(raw_dir: Path, url_base: str) -> None:
@@ -153,8 +146,9 @@ def download_raw(raw_dir: Path, url_base: str) -> None:
                     pass
         except (OSError, EOFError) as e:
             path.unlink(missing_ok=True)
-            raise PrepError(f"{path} is not a readable gzip file ({e}); it was removed: run again "
-                            f"or get it from {HOMEPAGE}") from None
+            raise PrepError(
+                f"{path} is not a readable gzip file ({e}); it was removed: run again or get it from {HOMEPAGE}"
+            ) from None
 
 
 # --------------------------------------------------------------------------- outputs
@@ -282,8 +276,7 @@ def run(args: argparse.Namespace) -> None:
         ls, lt = read_lines(ps), read_lines(pt)
         if len(ls) != len(lt):
             raise PrepError(
-                f"line count mismatch in split '{stem}': {ps} has {len(ls)} lines, "
-                f"{pt} has {len(lt)} lines"
+                f"line count mismatch in split '{stem}': {ps} has {len(ls)} lines, {pt} has {len(lt)} lines"
             )
         if not ls:
             raise PrepError(f"split '{stem}' is empty: {ps}, {pt}")
@@ -336,7 +329,11 @@ def run(args: argparse.Namespace) -> None:
 
     write_stamp(
         stamp_path,
-        {"options": options, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "seconds": round(time.time() - t_start, 1)},
+        {
+            "options": options,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "seconds": round(time.time() - t_start, 1),
+        },
     )
     log(f"done: {databin} ({time.time() - t_start:.1f}s total)")
 

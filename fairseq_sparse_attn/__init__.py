@@ -19,6 +19,5 @@ def user_dir() -> str:
 
     spec = importlib.util.find_spec("fairseq_sparse_attn_plugin")  # found, not imported
     if spec is None or not spec.submodule_search_locations:
-        return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                            "fairseq_sparse_attn_plugin")
+        return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fairseq_sparse_attn_plugin")
     return os.path.abspath(list(spec.submodule_search_locations)[0])

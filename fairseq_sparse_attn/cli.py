@@ -49,9 +49,13 @@ def configure_logging(stream=None):
     """fairseq_cli's logging set-up.  It replaces the one made on import by one of
     fairseq's modules (wav2vec2_classification: ``logging.basicConfig(level=DEBUG)``, no
     timestamps, hydra DEBUG lines), which would otherwise win over fairseq_cli's."""
-    logging.basicConfig(format=LOG_FORMAT, datefmt=LOG_DATEFMT,
-                        level=os.environ.get("LOGLEVEL", "INFO").upper(),
-                        stream=stream or sys.stdout, force=True)
+    logging.basicConfig(
+        format=LOG_FORMAT,
+        datefmt=LOG_DATEFMT,
+        level=os.environ.get("LOGLEVEL", "INFO").upper(),
+        stream=stream or sys.stdout,
+        force=True,
+    )
     notices = logging.getLogger("fairseq.utils")
     if not any(isinstance(f, _UserDirNotice) for f in notices.filters):
         notices.addFilter(_UserDirNotice())
@@ -127,18 +131,21 @@ def _required_flags(command, argv):
     if _flag_given(argv, "-h", "--help"):
         return
     if command == "fsa-train" and not _flag_given(argv, "--arch", "-a"):
-        raise SystemExit("fsa-train: error: --arch is required, e.g. --arch "
-                         "rela_transformer_wmt_en_de (the presets are listed in the README, "
-                         "or `fsa-train --help` after --arch)")
+        raise SystemExit(
+            "fsa-train: error: --arch is required, e.g. --arch "
+            "rela_transformer_wmt_en_de (the presets are listed in the README, "
+            "or `fsa-train --help` after --arch)"
+        )
     if command in ("fsa-generate", "fsa-interactive"):
         _check_tokenizer_languages(command, argv)
     if command in ("fsa-generate", "fsa-validate") and not _flag_given(argv, "--path"):
         raise SystemExit(f"{command}: error: --path CHECKPOINT is required")
     if command == "fsa-validate" and not _flag_given(argv, "--task"):
         task = _checkpoint_task(_option_value(argv, "--path"))
-        raise SystemExit("fsa-validate: error: --task is required (fairseq-validate has no "
-                         "default): " + (f"the checkpoint was trained with --task {task}"
-                                         if task else "e.g. --task translation"))
+        raise SystemExit(
+            "fsa-validate: error: --task is required (fairseq-validate has no "
+            "default): " + (f"the checkpoint was trained with --task {task}" if task else "e.g. --task translation")
+        )
 
 
 def _check_tokenizer_languages(command, argv):
@@ -146,16 +153,21 @@ def _check_tokenizer_languages(command, argv):
     ends in a hydra traceback (``tokenizer.source_lang=null``)."""
     if _option_value(argv, "--tokenizer") != "moses":
         return
-    missing = [flag for flag in ("-s/--source-lang", "-t/--target-lang")
-               if not _flag_given(argv, *flag.split("/"))]
+    missing = [flag for flag in ("-s/--source-lang", "-t/--target-lang") if not _flag_given(argv, *flag.split("/"))]
     if not missing:
         return
     data = next((a for a in argv if not a.startswith("-")), None)
-    langs = sorted(p[len("dict."):-len(".txt")] for p in os.listdir(data)
-                   if p.startswith("dict.") and p.endswith(".txt")) if data and os.path.isdir(data) else []
-    raise SystemExit(f"{command}: error: --tokenizer moses needs {' and '.join(missing)} (the "
-                     "languages of the model, e.g. -s de -t en" +
-                     (f"; {data} has dictionaries for: {', '.join(langs)}" if langs else "") + ")")
+    langs = (
+        sorted(p[len("dict.") : -len(".txt")] for p in os.listdir(data) if p.startswith("dict.") and p.endswith(".txt"))
+        if data and os.path.isdir(data)
+        else []
+    )
+    raise SystemExit(
+        f"{command}: error: --tokenizer moses needs {' and '.join(missing)} (the "
+        "languages of the model, e.g. -s de -t en"
+        + (f"; {data} has dictionaries for: {', '.join(langs)}" if langs else "")
+        + ")"
+    )
 
 
 def _option_value(argv, name):
@@ -206,24 +218,33 @@ def _run(module_name, mask_heads=False, log_stream=None):
 
 # ---------------------------------------------------------------------------- --help
 
-PARSERS = {"fairseq_cli.train": "get_training_parser", "fairseq_cli.generate": "get_generation_parser",
-           "fairseq_cli.interactive": "get_interactive_generation_parser",
-           "fairseq_cli.validate": "get_validation_parser"}
+PARSERS = {
+    "fairseq_cli.train": "get_training_parser",
+    "fairseq_cli.generate": "get_generation_parser",
+    "fairseq_cli.interactive": "get_interactive_generation_parser",
+    "fairseq_cli.validate": "get_validation_parser",
+}
 
 
 def _add_wrapper_args(parser, command):
     """The flags the wrapper itself reads (removed before fairseq parses the rest)."""
     group = parser.add_argument_group(
-        f"sparse attention ({command})", "flags of the fsa-* wrapper (fairseq never sees them)")
-    group.add_argument("-v", "--verbose", action="store_true",
-                       help="also log the plugin's start-up lines (compat patches, user dir); "
-                       "same as FSA_VERBOSE=1")
+        f"sparse attention ({command})", "flags of the fsa-* wrapper (fairseq never sees them)"
+    )
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also log the plugin's start-up lines (compat patches, user dir); same as FSA_VERBOSE=1",
+    )
     if command in ("fsa-generate", "fsa-validate"):
         group.add_argument(
-            "--mask-encoder-heads", metavar="HEADS",
+            "--mask-encoder-heads",
+            metavar="HEADS",
             help="comma-separated 0-based encoder self-attention heads whose output is zeroed "
             "in every encoder layer (test-time ablation, Raganato et al. 2020 Table 4); passed "
-            "as --model-overrides \"{'encoder_masked_heads': HEADS}\" (default: none)")
+            "as --model-overrides \"{'encoder_masked_heads': HEADS}\" (default: none)",
+        )
 
 
 def print_help(command, module_name, argv):
@@ -273,8 +294,9 @@ def print_user_dir():
         prog="fsa-user-dir",
         description="Print the directory to pass to fairseq's --user-dir (the installed "
         "fairseq_sparse_attn_plugin package, which registers the plugin when fairseq imports "
-        "it), e.g.  fairseq-train DATA --user-dir \"$(fsa-user-dir)\" --arch "
-        "rela_transformer_wmt_en_de ...  The fsa-* commands add it themselves.")
+        'it), e.g.  fairseq-train DATA --user-dir "$(fsa-user-dir)" --arch '
+        "rela_transformer_wmt_en_de ...  The fsa-* commands add it themselves.",
+    )
     parser.parse_args()
     print(user_dir())
 

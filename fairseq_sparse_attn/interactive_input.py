@@ -68,8 +68,7 @@ def buffered_read(input, buffer_size):
 
 
 def report(line, message, out=None):
-    print(f"{PREFIX}input line {line.number}: {message}; skipped",
-          file=out or sys.stderr, flush=True)
+    print(f"{PREFIX}input line {line.number}: {message}; skipped", file=out or sys.stderr, flush=True)
 
 
 def source_limit(max_positions):
@@ -92,8 +91,10 @@ def make_batches_skipping_bad_lines(original):
             if problem is None and limit is not None:
                 _, lengths = task.get_interactive_tokens_and_lengths([line], encode_fn)
                 if lengths[0] > limit:
-                    problem = (f"{lengths[0]} tokens (with the end of sentence), more than the "
-                               f"model's {limit} source positions")
+                    problem = (
+                        f"{lengths[0]} tokens (with the end of sentence), more than the "
+                        f"model's {limit} source positions"
+                    )
             if problem is not None:
                 report(line if hasattr(line, "number") else InputLine.make(line, i + 1), problem)
             else:

@@ -40,9 +40,21 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 PROVENANCE_KEY = "provenance"
-REQUIRED_FIELDS = ("plugin_version", "git_commit", "git_dirty", "versions", "device",
-                   "cuda_available", "threads", "cpu_count", "command", "seed", "date",
-                   "hostname", "sacrebleu_signature")
+REQUIRED_FIELDS = (
+    "plugin_version",
+    "git_commit",
+    "git_dirty",
+    "versions",
+    "device",
+    "cuda_available",
+    "threads",
+    "cpu_count",
+    "command",
+    "seed",
+    "date",
+    "hostname",
+    "sacrebleu_signature",
+)
 VERSIONED_PACKAGES = ("torch", "fairseq", "sacrebleu", "entmax", "numpy")
 
 _REPO = Path(__file__).resolve().parents[1]
@@ -50,8 +62,7 @@ _REPO = Path(__file__).resolve().parents[1]
 
 def _git(*args) -> Optional[str]:
     try:
-        out = subprocess.run(["git", "-C", str(_REPO), *args], capture_output=True, text=True,
-                             timeout=10)
+        out = subprocess.run(["git", "-C", str(_REPO), *args], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
@@ -74,7 +85,7 @@ def package_versions() -> Dict[str, Optional[str]]:
         module = sys.modules.get(name)
         version = getattr(module, "__version__", None) if module is not None else None
         if version is None:
-            for dist in ((name, "fairseq-fixed") if name == "fairseq" else (name,)):
+            for dist in (name, "fairseq-fixed") if name == "fairseq" else (name,):
                 try:
                     version = metadata.version(dist)
                     break
@@ -92,13 +103,13 @@ def device_info() -> Dict[str, Any]:
     cuda = torch.cuda.is_available()
     device = "cpu"
     if cuda:
-        device = ", ".join(sorted({torch.cuda.get_device_name(i)
-                                   for i in range(torch.cuda.device_count())}))
+        device = ", ".join(sorted({torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())}))
     return {"device": device, "cuda_available": cuda, "threads": torch.get_num_threads()}
 
 
-def provenance(seed: Optional[int] = None, sacrebleu_signature: Optional[str] = None,
-               argv=None, **extra) -> Dict[str, Any]:
+def provenance(
+    seed: Optional[int] = None, sacrebleu_signature: Optional[str] = None, argv=None, **extra
+) -> Dict[str, Any]:
     """The provenance record of a result computed by this process now."""
     from . import __version__
 

@@ -37,8 +37,9 @@ def canonical_scheme(scheme: str) -> str:
     return name
 
 
-def word_index(pieces: Sequence[str], scheme: str, eos: Optional[str] = None,
-               continuation: str = CONTINUATION) -> List[int]:
+def word_index(
+    pieces: Sequence[str], scheme: str, eos: Optional[str] = None, continuation: str = CONTINUATION
+) -> List[int]:
     """The 0-based word each piece belongs to (see the module docstring for the schemes);
     ``continuation``: the subword-nmt marker (``@@`` unless a corpus used another).
 
@@ -69,7 +70,8 @@ def word_index(pieces: Sequence[str], scheme: str, eos: Optional[str] = None,
     if scheme == "subword-nmt" and continues:
         raise ValueError(
             f"subword-nmt pieces end with a continuation piece {pieces[-1]!r} (trailing "
-            f"'@@'): the last word is cut off; pieces: {' '.join(pieces)}")
+            f"'@@'): the last word is cut off; pieces: {' '.join(pieces)}"
+        )
     return out
 
 
@@ -100,7 +102,7 @@ def words(pieces: Sequence[str], scheme: str) -> List[str]:
     out: List[str] = []
     for piece, group in zip(pieces, groups):
         if scheme == "subword-nmt" and piece.endswith(CONTINUATION):
-            piece = piece[:-len(CONTINUATION)]
+            piece = piece[: -len(CONTINUATION)]
         elif scheme == "sentencepiece":
             piece = piece.replace(SENTENCEPIECE_WORD_START, "")
         if group == len(out):
@@ -114,7 +116,7 @@ def strip_markers(piece: str) -> str:
     """The piece without its subword markers (a trailing ``@@``, leading ``▁``), whichever
     scheme it comes from (token categories of the norm analysis)."""
     if piece.endswith(CONTINUATION):
-        piece = piece[:-len(CONTINUATION)]
+        piece = piece[: -len(CONTINUATION)]
     return piece.lstrip(SENTENCEPIECE_WORD_START)
 
 

@@ -43,21 +43,27 @@ def _out_of_range(name, value, valid, why=""):
 #: (dropouts: torch's "dropout probability has to be between 0 and 1") or as a
 #: ZeroDivisionError / AssertionError while the model was built (sizes)
 TRANSFORMER_RANGES = {
-    "dropout": Range(0, 1), "attention_dropout": Range(0, 1), "activation_dropout": Range(0, 1),
+    "dropout": Range(0, 1),
+    "attention_dropout": Range(0, 1),
+    "activation_dropout": Range(0, 1),
     "relu_dropout": Range(0, 1),
-    "encoder_attention_heads": Range(1), "decoder_attention_heads": Range(1),
-    "encoder_embed_dim": Range(1), "decoder_embed_dim": Range(1),
-    "encoder_ffn_embed_dim": Range(1), "decoder_ffn_embed_dim": Range(1),
-    "encoder_layers": Range(0), "decoder_layers": Range(0),
-    "max_source_positions": Range(1), "max_target_positions": Range(1),
+    "encoder_attention_heads": Range(1),
+    "decoder_attention_heads": Range(1),
+    "encoder_embed_dim": Range(1),
+    "decoder_embed_dim": Range(1),
+    "encoder_ffn_embed_dim": Range(1),
+    "decoder_ffn_embed_dim": Range(1),
+    "encoder_layers": Range(0),
+    "decoder_layers": Range(0),
+    "max_source_positions": Range(1),
+    "max_target_positions": Range(1),
 }
 
 
 def check_option_ranges(args):
     """Every numeric option with a declared range (plugin options and
     :data:`TRANSFORMER_RANGES`), then embed dims divisible by their heads."""
-    ranges = {name: f.metadata["valid"] for name, f in OPTION_FIELDS.items()
-              if f.metadata["valid"] is not None}
+    ranges = {name: f.metadata["valid"] for name, f in OPTION_FIELDS.items() if f.metadata["valid"] is not None}
     ranges.update(TRANSFORMER_RANGES)
     for name, valid in ranges.items():
         value = getattr(args, name, None)
@@ -69,9 +75,11 @@ def check_option_ranges(args):
         dim = getattr(args, f"{side}_embed_dim", None)
         heads = getattr(args, f"{side}_attention_heads", None)
         if dim and heads and dim % heads:
-            raise UsageError(f"--{side}-embed-dim {dim} is not divisible by --{side}-attention-"
-                             f"heads {heads}: each head gets embed_dim / heads dimensions (e.g. "
-                             f"--{side}-attention-heads {_divisor_near(dim, heads)})")
+            raise UsageError(
+                f"--{side}-embed-dim {dim} is not divisible by --{side}-attention-"
+                f"heads {heads}: each head gets embed_dim / heads dimensions (e.g. "
+                f"--{side}-attention-heads {_divisor_near(dim, heads)})"
+            )
 
 
 def check_shared_embeddings(args, task):
@@ -81,17 +89,20 @@ def check_shared_embeddings(args, task):
         return
     enc, dec = _get(args, "encoder_embed_dim"), _get(args, "decoder_embed_dim")
     if enc is not None and dec is not None and enc != dec:
-        raise UsageError(f"--share-all-embeddings needs --encoder-embed-dim ({enc}) equal to "
-                         f"--decoder-embed-dim ({dec})")
+        raise UsageError(
+            f"--share-all-embeddings needs --encoder-embed-dim ({enc}) equal to --decoder-embed-dim ({dec})"
+        )
     src = getattr(task, "source_dictionary", None) if task is not None else None
     tgt = getattr(task, "target_dictionary", None) if task is not None else None
     if src is not None and tgt is not None and src != tgt:
         data = getattr(_fairseq_task_cfg(task), "data", None)
         where = f" in {data}" if data else ""
-        raise UsageError("--share-all-embeddings needs one dictionary for both languages, but "
-                         f"the source and target dictionaries{where} differ ({len(src)} and "
-                         f"{len(tgt)} entries): binarize with fairseq-preprocess "
-                         "--joined-dictionary, or use --share-decoder-input-output-embed")
+        raise UsageError(
+            "--share-all-embeddings needs one dictionary for both languages, but "
+            f"the source and target dictionaries{where} differ ({len(src)} and "
+            f"{len(tgt)} entries): binarize with fairseq-preprocess "
+            "--joined-dictionary, or use --share-decoder-input-output-embed"
+        )
 
 
 def _divisor_near(dim, heads):
@@ -136,8 +147,10 @@ def check_fixed_patterns(args):
         raise UsageError(f"--encoder-fixed-patterns {value}: {e}") from None
     heads = _get(args, "encoder_attention_heads", 0)
     if heads and len(names) > heads:
-        raise UsageError(f"--encoder-fixed-patterns {value}: {len(names)} fixed patterns do not "
-                         f"fit in --encoder-attention-heads {heads}")
+        raise UsageError(
+            f"--encoder-fixed-patterns {value}: {len(names)} fixed patterns do not "
+            f"fit in --encoder-attention-heads {heads}"
+        )
 
 
 def check_masked_heads(args):
@@ -151,8 +164,10 @@ def check_masked_heads(args):
     n = _get(args, "encoder_attention_heads", 0)
     bad = [h for h in heads if not 0 <= h < n]
     if n and bad:
-        raise UsageError(f"--mask-encoder-heads {value}: head {bad[0]} is out of range, the "
-                         f"encoder has {n} heads per layer (0..{n - 1})")
+        raise UsageError(
+            f"--mask-encoder-heads {value}: head {bad[0]} is out of range, the "
+            f"encoder has {n} heads per layer (0..{n - 1})"
+        )
 
 
 def chunked_kinds(args):
@@ -161,8 +176,11 @@ def chunked_kinds(args):
     from .attention.activations import ACTIVATION_REGISTRY
 
     options = plugin_options(args)
-    return [k for k in ATTENTION_KINDS
-            if ACTIVATION_REGISTRY.get_or_raise(activation_config(options, k).name).supports_chunking]
+    return [
+        k
+        for k in ATTENTION_KINDS
+        if ACTIVATION_REGISTRY.get_or_raise(activation_config(options, k).name).supports_chunking
+    ]
 
 
 def check_key_blocks(args):
@@ -170,8 +188,10 @@ def check_key_blocks(args):
     block = backend_config(plugin_options(args)).key_block_size
     dropout = _get(args, "attention_dropout", 0.0)
     if block and dropout > 0 and chunked_kinds(args):
-        raise UsageError(f"--attn-key-block-size {block} needs --attention-dropout 0 (got "
-                         f"{dropout}): the key-block path cannot replay a dropout mask")
+        raise UsageError(
+            f"--attn-key-block-size {block} needs --attention-dropout 0 (got "
+            f"{dropout}): the key-block path cannot replay a dropout mask"
+        )
 
 
 def syntax_inputs_needed(args):
@@ -182,11 +202,15 @@ def syntax_inputs_needed(args):
     from .attention.rhe import RHE_NEEDS
 
     options = plugin_options(args)
-    needs = {need for name, resolve_provider in BIAS_PROVIDER_CONFIGS.items()
-             if resolve_provider(options) is not None for need in BIAS_REGISTRY.get_or_raise(name).needs}
+    needs = {
+        need
+        for name, resolve_provider in BIAS_PROVIDER_CONFIGS.items()
+        if resolve_provider(options) is not None
+        for need in BIAS_REGISTRY.get_or_raise(name).needs
+    }
     if options.rhe:
         needs.update(RHE_NEEDS)
-    return [need[len("src_"):] for need in sorted(needs)]
+    return [need[len("src_") :] for need in sorted(needs)]
 
 
 def _fairseq_task_cfg(task):
@@ -210,9 +234,11 @@ def check_syntax_inputs(args, task):
     why = " and ".join(why)
     inputs = getattr(cfg, "syntax_inputs", None)
     if inputs is None:
-        raise UsageError(f"this model ({why}) needs {what} for every batch: train and generate "
-                         "with --task parse_annotated_translation (parse side files beside the "
-                         "data or in --parse-dir)")
+        raise UsageError(
+            f"this model ({why}) needs {what} for every batch: train and generate "
+            "with --task parse_annotated_translation (parse side files beside the "
+            "data or in --parse-dir)"
+        )
     from .tasks.parse_annotated_translation import parse_features
 
     have = parse_features(inputs)
@@ -221,7 +247,8 @@ def check_syntax_inputs(args, task):
         raise UsageError(
             f"this model ({why}) needs {what}, but --syntax-inputs {inputs} builds "
             f"{', '.join('src_' + h for h in have)} only: use --syntax-inputs "
-            f"{','.join(sorted(set(have) | set(need)))}")
+            f"{','.join(sorted(set(have) | set(need)))}"
+        )
 
 
 def check_subword_style(args, task):
@@ -234,18 +261,20 @@ def check_subword_style(args, task):
     if dictionary is None:
         return
     style = options.encoder_subword_style
-    symbols = [s for s in dictionary.symbols[dictionary.nspecial:] if not s.startswith("madeupword")]
+    symbols = [s for s in dictionary.symbols[dictionary.nspecial :] if not s.startswith("madeupword")]
     spm = sum(s.startswith("\u2581") for s in symbols)
     bpe = sum(s.endswith("@@") for s in symbols)
     if style == "sentencepiece" and spm == 0:
-        hint = (" (it has subword-nmt '@@' pieces: use --encoder-subword-style bpe)"
-                if bpe else "")
-        raise UsageError("--encoder-subword-style sentencepiece, but the source dictionary has "
-                         f"no '\u2581' word-start pieces{hint}")
+        hint = " (it has subword-nmt '@@' pieces: use --encoder-subword-style bpe)" if bpe else ""
+        raise UsageError(
+            f"--encoder-subword-style sentencepiece, but the source dictionary has no '\u2581' word-start pieces{hint}"
+        )
     if style == "bpe" and bpe == 0 and spm > 0:
-        raise UsageError("--encoder-subword-style bpe (the default), but the source dictionary "
-                         f"has no '@@' pieces and {spm} SentencePiece '\u2581' pieces: use "
-                         "--encoder-subword-style sentencepiece")
+        raise UsageError(
+            "--encoder-subword-style bpe (the default), but the source dictionary "
+            f"has no '@@' pieces and {spm} SentencePiece '\u2581' pieces: use "
+            "--encoder-subword-style sentencepiece"
+        )
 
 
 def validate_model_args(args, task=None):
@@ -265,8 +294,13 @@ def validate_model_args(args, task=None):
 
 ALLOW_FLAG = "--allow-attention-change"
 #: plugin options that do not change what the model computes
-NOT_CONFIGURATION = {"attn_key_block_size", "attn_flex_min_keys", "entmax_bisect_iters", "allow_attention_change",
-                     "prune_skip_in_training"}
+NOT_CONFIGURATION = {
+    "attn_key_block_size",
+    "attn_flex_min_keys",
+    "entmax_bisect_iters",
+    "allow_attention_change",
+    "prune_skip_in_training",
+}
 
 
 def plugin_option_names(model_class):
@@ -306,6 +340,8 @@ def check_resume_config(path, saved, given, model_class):
     if diffs:
         flag = lambda n: "--" + n.replace("_", "-")  # noqa: E731
         listed = "; ".join(f"{flag(n)}: checkpoint {a!r}, given {b!r}" for n, a, b in diffs)
-        raise UsageError(f"{path} was trained with other attention options than the flags "
-                         f"given ({listed}): pass the checkpoint's flags, another --save-dir, "
-                         f"or {ALLOW_FLAG} to resume with the new ones")
+        raise UsageError(
+            f"{path} was trained with other attention options than the flags "
+            f"given ({listed}): pass the checkpoint's flags, another --save-dir, "
+            f"or {ALLOW_FLAG} to resume with the new ones"
+        )

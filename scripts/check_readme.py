@@ -36,7 +36,7 @@ BLOCKS = ("demo-cpu", "demo-cuda")
 COMMANDS = {
     "demo-cpu": "`make demo DEMO_RECIPE=cpu && make publish-demo` (about 15 minutes on 2 CPU cores)",
     "demo-cuda": "`make demo && make publish-demo` on a machine where torch sees a CUDA GPU (about 10 minutes "
-                 "on one H100)",
+    "on one H100)",
 }
 KINDS = ("encoder_self", "decoder_self", "cross")
 NUMBER = r"(-?\d+(?:\.\d+)?)"
@@ -91,12 +91,16 @@ def render(block, data, json_name):
     base = names[0]
     lines = [
         [f"{data['regime'][0].upper()}{data['regime'][1:]}."],
-        [f"Device {device}, torch {versions.get('torch', '?')}, fairseq {versions.get('fairseq', '?')}; "
-         f"{short_date(prov.get('date'))}; commit `{commit}`; `{data.get('test_set', '?')}`, "
-         f"{data.get('test_sentences', '?')} sentences; sacreBLEU `{data.get('signature', '?')}`."],
+        [
+            f"Device {device}, torch {versions.get('torch', '?')}, fairseq {versions.get('fairseq', '?')}; "
+            f"{short_date(prov.get('date'))}; commit `{commit}`; `{data.get('test_set', '?')}`, "
+            f"{data.get('test_sentences', '?')} sentences; sacreBLEU `{data.get('signature', '?')}`."
+        ],
         [],
-        ["| seed | model | sacreBLEU | 95% CI | p vs " + base + " | valid loss | repetition rate | length ratio "
-         "| null rate enc / dec / cross |"],
+        [
+            "| seed | model | sacreBLEU | 95% CI | p vs " + base + " | valid loss | repetition rate | length ratio "
+            "| null rate enc / dec / cross |"
+        ],
         ["| --- | --- | --- | --- | --- | --- | --- | --- | --- |"],
     ]
     for seed in data["seeds"]:
@@ -104,12 +108,23 @@ def render(block, data, json_name):
             r = data["per_seed"][str(seed)][name]
             at = f"seed {seed} {name}"
             lo, hi = r["bleu_ci95"]
-            row = [f"| {seed} | {name} | ", _fig(r["bleu"], ".2f", f"{at} sacreBLEU"), " | ",
-                   _fig(lo, ".1f", f"{at} CI low"), "–", _fig(hi, ".1f", f"{at} CI high"), " | ",
-                   _fig(r["p_value_vs_baseline"], ".3f", f"{at} p-value"), " | ",
-                   _fig(r["final_valid_loss"], ".3f", f"{at} valid loss"), " | ",
-                   _fig(r["repetition_rate"], ".3f", f"{at} repetition rate"), " | ",
-                   _fig(r["length_ratio"], ".3f", f"{at} length ratio"), " | "]
+            row = [
+                f"| {seed} | {name} | ",
+                _fig(r["bleu"], ".2f", f"{at} sacreBLEU"),
+                " | ",
+                _fig(lo, ".1f", f"{at} CI low"),
+                "–",
+                _fig(hi, ".1f", f"{at} CI high"),
+                " | ",
+                _fig(r["p_value_vs_baseline"], ".3f", f"{at} p-value"),
+                " | ",
+                _fig(r["final_valid_loss"], ".3f", f"{at} valid loss"),
+                " | ",
+                _fig(r["repetition_rate"], ".3f", f"{at} repetition rate"),
+                " | ",
+                _fig(r["length_ratio"], ".3f", f"{at} length ratio"),
+                " | ",
+            ]
             for i, kind in enumerate(KINDS):
                 row += [" / " if i else "", _fig(r["attention"][kind]["null_rate"], ".3f", f"{at} {kind} null rate")]
             lines.append(row + [" |"])
@@ -117,15 +132,30 @@ def render(block, data, json_name):
         for name in names:
             m = data["models"][name]
             at = f"mean {name}"
-            row = [f"| mean | {name} | ", _fig(m["bleu_mean"], ".2f", f"{at} sacreBLEU"), " | | | ",
-                   _fig(m["final_valid_loss_mean"], ".3f", f"{at} valid loss"), " | ",
-                   _fig(m["repetition_rate_mean"], ".3f", f"{at} repetition rate"), " | ",
-                   _fig(m["length_ratio_mean"], ".3f", f"{at} length ratio"), " | "]
+            row = [
+                f"| mean | {name} | ",
+                _fig(m["bleu_mean"], ".2f", f"{at} sacreBLEU"),
+                " | | | ",
+                _fig(m["final_valid_loss_mean"], ".3f", f"{at} valid loss"),
+                " | ",
+                _fig(m["repetition_rate_mean"], ".3f", f"{at} repetition rate"),
+                " | ",
+                _fig(m["length_ratio_mean"], ".3f", f"{at} length ratio"),
+                " | ",
+            ]
             for i, kind in enumerate(KINDS):
-                row += [" / " if i else "", _fig(m["attention_mean"][kind]["null_rate"], ".3f", f"{at} {kind} null rate")]
+                row += [
+                    " / " if i else "",
+                    _fig(m["attention_mean"][kind]["null_rate"], ".3f", f"{at} {kind} null rate"),
+                ]
             lines.append(row + [" |"])
-    lines += [[], [f"p: paired bootstrap against {base} of the same seed (sacreBLEU, "
-                   f"{data.get('paired_bootstrap_resamples', '?')} resamples).  Command: `{prov.get('command', '?')}`."]]
+    lines += [
+        [],
+        [
+            f"p: paired bootstrap against {base} of the same seed (sacreBLEU, "
+            f"{data.get('paired_bootstrap_resamples', '?')} resamples).  Command: `{prov.get('command', '?')}`."
+        ],
+    ]
     return lines
 
 
@@ -185,22 +215,28 @@ def compare(block, lines, readme_text, readme_name):
         got = got[:-1]
     problems = []
     if len(got) != len(lines):
-        return [f"{readme_name}: block {block} has {len(got)} lines, the rendering of its JSON has {len(lines)} "
-                f"(run scripts/check_readme.py --write)"]
+        return [
+            f"{readme_name}: block {block} has {len(got)} lines, the rendering of its JSON has {len(lines)} "
+            f"(run scripts/check_readme.py --write)"
+        ]
     for n, (line, want) in enumerate(zip(got, lines)):
         where = f"{readme_name}:{first_line + n}"
         figures = [p for p in want if isinstance(p, Figure)]
         pattern = "".join(NUMBER if isinstance(p, Figure) else re.escape(str(p)) for p in want)
         m = re.fullmatch(pattern, line.rstrip())
         if m is None:
-            problems.append(f"{where}: block {block}: the text differs from the JSON's rendering:\n"
-                            f"  README: {line.rstrip()}\n  JSON:   {text_of([want])}")
+            problems.append(
+                f"{where}: block {block}: the text differs from the JSON's rendering:\n"
+                f"  README: {line.rstrip()}\n  JSON:   {text_of([want])}"
+            )
             continue
         for printed, fig in zip(m.groups(), figures):
             if not agrees(printed, fig.value):
                 tol = 0.5 * 10 ** -decimals(printed)
-                problems.append(f"{where}: block {block}: {fig.name} is {printed} in the README, {fig.value:g} in "
-                                f"the JSON (tolerance ±{tol:g}: half a unit of the last printed digit)")
+                problems.append(
+                    f"{where}: block {block}: {fig.name} is {printed} in the README, {fig.value:g} in "
+                    f"the JSON (tolerance ±{tol:g}: half a unit of the last printed digit)"
+                )
     return problems
 
 

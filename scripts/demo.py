@@ -79,31 +79,64 @@ TEST_SETS = ("test_2016_flickr",)
 # Every setting a recipe fixes (argparse dest -> value); a flag given on the command line wins.
 RECIPES = {
     "cpu": dict(
-        size="wmt_en_de", layers=3, dim=256, ffn_dim=1024, heads=4, dropout=0.1, attention_dropout=0.0,
-        activation_dropout=None, max_update=250, max_tokens=2048, update_freq=None, warmup=100,
-        lr_softmax=DEMO_LR["softmax"], lr_rela_g=DEMO_LR["rela_g"], lr_rela_i=DEMO_LR["rela_i"],
-        validate_interval=50, log_interval=25, seeds="1", lenpen=None,
+        size="wmt_en_de",
+        layers=3,
+        dim=256,
+        ffn_dim=1024,
+        heads=4,
+        dropout=0.1,
+        attention_dropout=0.0,
+        activation_dropout=None,
+        max_update=250,
+        max_tokens=2048,
+        update_freq=None,
+        warmup=100,
+        lr_softmax=DEMO_LR["softmax"],
+        lr_rela_g=DEMO_LR["rela_g"],
+        lr_rela_i=DEMO_LR["rela_i"],
+        validate_interval=50,
+        log_interval=25,
+        seeds="1",
+        lenpen=None,
     ),
     "cuda": dict(
-        size="iwslt_de_en", layers=6, dim=512, ffn_dim=1024, heads=4, dropout=0.3, attention_dropout=0.0,
-        activation_dropout=None, max_update=1500, max_tokens=4096, update_freq=None, warmup=800,
-        lr_softmax=7e-4, lr_rela_g=7e-4, lr_rela_i=7e-4,
-        validate_interval=250, log_interval=50, seeds="1,2", lenpen=0.6,
+        size="iwslt_de_en",
+        layers=6,
+        dim=512,
+        ffn_dim=1024,
+        heads=4,
+        dropout=0.3,
+        attention_dropout=0.0,
+        activation_dropout=None,
+        max_update=1500,
+        max_tokens=4096,
+        update_freq=None,
+        warmup=800,
+        lr_softmax=7e-4,
+        lr_rela_g=7e-4,
+        lr_rela_i=7e-4,
+        validate_interval=250,
+        log_interval=50,
+        seeds="1,2",
+        lenpen=0.6,
     ),
 }
 REGIME = {
     "cpu": "small CPU budget (one epoch of a 3+3-layer d256 model): how fast each model starts, "
-           "not the converged models the papers compare",
+    "not the converged models the papers compare",
     "cuda": "real budget on a GPU (6+6-layer d512 IWSLT-size model, 1,500 updates of 4k tokens, 2 seeds)",
 }
 
 
 def changed_settings(args):
     """The recipe settings this run changed: {dest: (recipe's, this run's)}."""
-    return {k: (v, getattr(args, k)) for k, v in RECIPES[args.recipe].items()
-            if k != "seeds" and getattr(args, k) != v} | (
+    return {
+        k: (v, getattr(args, k)) for k, v in RECIPES[args.recipe].items() if k != "seeds" and getattr(args, k) != v
+    } | (
         {"seeds": (RECIPES[args.recipe]["seeds"], ",".join(map(str, args.seeds)))}
-        if parse_seeds(RECIPES[args.recipe]["seeds"]) != args.seeds else {})
+        if parse_seeds(RECIPES[args.recipe]["seeds"]) != args.seeds
+        else {}
+    )
 
 
 def regime_of(args):
@@ -198,8 +231,7 @@ def run(cmd, logfile, mode="w", args=None, progress=None):
             returncode = run_with_terminal_stderr(cmd + ["--log-format", "tqdm"], f, err_path, env)
         elif progress is not None:
             kind, label, total, what = progress
-            with Watcher(logfile, kind, label, total, setting(args, "status_interval"), what,
-                         stream=sys.stdout):
+            with Watcher(logfile, kind, label, total, setting(args, "status_interval"), what, stream=sys.stdout):
                 returncode = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
         else:
             returncode = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
@@ -230,12 +262,27 @@ def arch_of(name, args):
 
 def model_flags(args):
     flags = [
-        "--encoder-layers", str(args.layers), "--decoder-layers", str(args.layers),
-        "--encoder-embed-dim", str(args.dim), "--decoder-embed-dim", str(args.dim),
-        "--encoder-ffn-embed-dim", str(setting(args, "ffn_dim")), "--decoder-ffn-embed-dim", str(setting(args, "ffn_dim")),
-        "--encoder-attention-heads", str(args.heads), "--decoder-attention-heads", str(args.heads),
-        "--share-all-embeddings", "--dropout", str(args.dropout),
-        "--attention-dropout", str(args.attention_dropout),
+        "--encoder-layers",
+        str(args.layers),
+        "--decoder-layers",
+        str(args.layers),
+        "--encoder-embed-dim",
+        str(args.dim),
+        "--decoder-embed-dim",
+        str(args.dim),
+        "--encoder-ffn-embed-dim",
+        str(setting(args, "ffn_dim")),
+        "--decoder-ffn-embed-dim",
+        str(setting(args, "ffn_dim")),
+        "--encoder-attention-heads",
+        str(args.heads),
+        "--decoder-attention-heads",
+        str(args.heads),
+        "--share-all-embeddings",
+        "--dropout",
+        str(args.dropout),
+        "--attention-dropout",
+        str(args.attention_dropout),
     ]
     if getattr(args, "activation_dropout", None) is not None:
         flags += ["--activation-dropout", str(args.activation_dropout)]
@@ -250,15 +297,45 @@ def train_command(name, lr, args, data_bin, save_dir, seed=None):
     ``seed``: default ``args.seed``."""
     seed = args.seed if seed is None else seed
     cmd = [
-        sys.executable, "-m", "fairseq_cli.train", data_bin, "--user-dir", REPO / "fairseq_sparse_attn",
-        *arch_of(name, args), *model_flags(args),
-        "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", str(lr),
-        "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(args.warmup),
-        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-        "--max-tokens", str(args.max_tokens), "--max-update", str(args.max_update),
-        "--save-dir", save_dir, "--no-epoch-checkpoints",
-        "--num-workers", "0", "--seed", str(seed), "--log-format", "simple", "--log-interval", str(setting(args, "log_interval")),
-        "--validate-interval-updates", str(args.validate_interval),
+        sys.executable,
+        "-m",
+        "fairseq_cli.train",
+        data_bin,
+        "--user-dir",
+        REPO / "fairseq_sparse_attn",
+        *arch_of(name, args),
+        *model_flags(args),
+        "--optimizer",
+        "adam",
+        "--adam-betas",
+        "(0.9,0.98)",
+        "--lr",
+        str(lr),
+        "--lr-scheduler",
+        "inverse_sqrt",
+        "--warmup-updates",
+        str(args.warmup),
+        "--criterion",
+        "label_smoothed_cross_entropy",
+        "--label-smoothing",
+        "0.1",
+        "--max-tokens",
+        str(args.max_tokens),
+        "--max-update",
+        str(args.max_update),
+        "--save-dir",
+        save_dir,
+        "--no-epoch-checkpoints",
+        "--num-workers",
+        "0",
+        "--seed",
+        str(seed),
+        "--log-format",
+        "simple",
+        "--log-interval",
+        str(setting(args, "log_interval")),
+        "--validate-interval-updates",
+        str(args.validate_interval),
     ]
     if getattr(args, "update_freq", None) and args.update_freq != 1:
         cmd += ["--update-freq", str(args.update_freq)]
@@ -282,8 +359,12 @@ def train(name, lr, args, data_bin, out, tag, seed):
     save_dir = out / f"checkpoints_{tag}"
     if save_dir.exists():  # a fresh run: fairseq-train would resume from an earlier checkpoint_last.pt
         shutil.rmtree(save_dir)
-    text = run(train_command(name, lr, args, data_bin, save_dir, seed), out / f"train_{tag}.log", args=args,
-               progress=("train", tag, args.max_update, ""))
+    text = run(
+        train_command(name, lr, args, data_bin, save_dir, seed),
+        out / f"train_{tag}.log",
+        args=args,
+        progress=("train", tag, args.max_update, ""),
+    )
     # fairseq's progress lines: "train_inner | epoch 001:  25 / 247 loss=..., wps=1725.4, ..."
     per_epoch = re.search(r"epoch 001: +\d+ / (\d+) ", text)
     if per_epoch:
@@ -302,8 +383,7 @@ def share_identical_checkpoints(save_dir):
     import filecmp
 
     best, last = save_dir / "checkpoint_best.pt", save_dir / "checkpoint_last.pt"
-    if best.exists() and last.exists() and not os.path.samefile(best, last) \
-            and filecmp.cmp(best, last, shallow=False):
+    if best.exists() and last.exists() and not os.path.samefile(best, last) and filecmp.cmp(best, last, shallow=False):
         tmp = save_dir / "checkpoint_best.pt.link"
         os.link(last, tmp)
         os.replace(tmp, best)
@@ -311,10 +391,31 @@ def share_identical_checkpoints(save_dir):
 
 def generate_command(checkpoint, args, data_bin, subset):
     cmd = [
-        sys.executable, "-m", "fairseq_cli.generate", data_bin, "--user-dir", REPO / "fairseq_sparse_attn",
-        "--path", checkpoint, "--gen-subset", subset, "--beam", str(setting(args, "beam")), "--batch-size", "64",
-        "--max-len-a", "1.2", "--max-len-b", "10",
-        "--remove-bpe", "--tokenizer", "moses", "--source-lang", args.src, "--target-lang", args.tgt,
+        sys.executable,
+        "-m",
+        "fairseq_cli.generate",
+        data_bin,
+        "--user-dir",
+        REPO / "fairseq_sparse_attn",
+        "--path",
+        checkpoint,
+        "--gen-subset",
+        subset,
+        "--beam",
+        str(setting(args, "beam")),
+        "--batch-size",
+        "64",
+        "--max-len-a",
+        "1.2",
+        "--max-len-b",
+        "10",
+        "--remove-bpe",
+        "--tokenizer",
+        "moses",
+        "--source-lang",
+        args.src,
+        "--target-lang",
+        args.tgt,
     ]
     if getattr(args, "lenpen", None) is not None:
         cmd += ["--lenpen", str(args.lenpen)]
@@ -325,8 +426,12 @@ def generate_command(checkpoint, args, data_bin, subset):
 
 def generate(name, checkpoint, args, data_bin, out, subset="test", total=None):
     """(detokenized hypotheses, detokenized references fairseq printed, sentences/s)."""
-    text = run(generate_command(checkpoint, args, data_bin, subset), out / f"generate_{subset}_{name}.log",
-               args=args, progress=("generate", name, total, subset))
+    text = run(
+        generate_command(checkpoint, args, data_bin, subset),
+        out / f"generate_{subset}_{name}.log",
+        args=args,
+        progress=("generate", name, total, subset),
+    )
     hyps, refs = {}, {}
     for line in text.splitlines():
         if line.startswith("D-"):
@@ -353,7 +458,7 @@ def repeats(tokens):
     (w[i], w[i+1]) == (w[i+2], w[i+3]) for some i."""
     if any(a == b for a, b in zip(tokens, tokens[1:])):
         return True
-    return any(tokens[i:i + 2] == tokens[i + 2:i + 4] for i in range(len(tokens) - 3))
+    return any(tokens[i : i + 2] == tokens[i + 2 : i + 4] for i in range(len(tokens) - 3))
 
 
 def repetition_rate(sentences):
@@ -380,13 +485,14 @@ def quiet_fairseq():
 
 
 def load(checkpoint, data_bin):
-    import fairseq_sparse_attn.plugin  # noqa: F401
     from fairseq import checkpoint_utils
 
     import fairseq_sparse_attn  # noqa: F401
+    import fairseq_sparse_attn.plugin  # noqa: F401
 
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-        [str(checkpoint)], arg_overrides={"data": str(data_bin)})
+        [str(checkpoint)], arg_overrides={"data": str(data_bin)}
+    )
     task.load_dataset("test")
     return models[0].eval(), task
 
@@ -447,8 +553,9 @@ def heatmap(panels, path):
             if h >= w.size(0):
                 ax.set_visible(False)
                 continue
-            image = ax.imshow(w[h].float().numpy(), cmap="viridis", aspect="auto", vmin=0.0, vmax=vmax,
-                              interpolation="nearest")
+            image = ax.imshow(
+                w[h].float().numpy(), cmap="viridis", aspect="auto", vmin=0.0, vmax=vmax, interpolation="nearest"
+            )
             ax.set_title(f"{name}: cross-attention layer {layer}, head {h}", fontsize=8)
             ax.set_xticks(range(len(src)))
             ax.set_xticklabels(src, rotation=90, fontsize=6)
@@ -458,29 +565,47 @@ def heatmap(panels, path):
             ax.set_ylabel("target token predicted", fontsize=7)
     bar = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8)
     bar.set_label("attention weight α (one scale for every panel)", fontsize=8)
-    fig.suptitle(f"{' vs '.join(name for name, *_ in panels)}: cross-attention of one test sentence, "
-                 f"last decoder layer (layers and heads from 0); run {path.parent.resolve().name}",
-                 fontsize=10)
+    fig.suptitle(
+        f"{' vs '.join(name for name, *_ in panels)}: cross-attention of one test sentence, "
+        f"last decoder layer (layers and heads from 0); run {path.parent.resolve().name}",
+        fontsize=10,
+    )
     fig.savefig(str(path), dpi=110)
     return fig
 
 
 def prepare(args, out):
-    prep = [sys.executable, REPO / "data_prep" / "prepare_multi30k.py", "--out", out / "multi30k",
-            "--src", args.src, "--tgt", args.tgt]
+    prep = [
+        sys.executable,
+        REPO / "data_prep" / "prepare_multi30k.py",
+        "--out",
+        out / "multi30k",
+        "--src",
+        args.src,
+        "--tgt",
+        args.tgt,
+    ]
     if args.raw_dir:
         prep += ["--raw-dir", args.raw_dir]
     if args.max_train_lines:
         prep += ["--max-train-lines", str(args.max_train_lines)]
     if args.max_eval_lines:
         prep += ["--max-eval-lines", str(args.max_eval_lines)]
-    log("preparing Multi30k " + ("from " + str(args.raw_dir) if args.raw_dir else
-                                 "(no $MULTI30K_DIR, no ../shared/data/multi30k, no --raw-dir: download)"))
+    log(
+        "preparing Multi30k "
+        + (
+            "from " + str(args.raw_dir)
+            if args.raw_dir
+            else "(no $MULTI30K_DIR, no ../shared/data/multi30k, no --raw-dir: download)"
+        )
+    )
     if args.raw_dir:
         unused = sorted({p.name.split(".")[0] for p in Path(args.raw_dir).glob("test_*")} - set(TEST_SETS))
         if unused:
-            log(f"note: {args.raw_dir} also has {', '.join(unused)}; the demo scores {', '.join(TEST_SETS)} "
-                "(the test sets data_prep/prepare_multi30k.py prepares)")
+            log(
+                f"note: {args.raw_dir} also has {', '.join(unused)}; the demo scores {', '.join(TEST_SETS)} "
+                "(the test sets data_prep/prepare_multi30k.py prepares)"
+            )
     if subprocess.run([str(c) for c in prep]).returncode != 0:
         sys.exit("data preparation failed (see messages above)")
     return out / "multi30k" / "data-bin"
@@ -517,10 +642,17 @@ def sweep(args, out, data_bin):
             signature = str(bleu.get_signature())
             points = parse_validation(train_log)
             curves[tag] = points
-            rows.append({"model": name, "lr": lr, "valid_bleu": round(score.score, 2),
-                         "valid_loss": points[-1]["loss"] if points else None,
-                         "best_valid_loss": min(p["loss"] for p in points) if points else None,
-                         "train_words_per_s": wps, "log": str(train_log)})
+            rows.append(
+                {
+                    "model": name,
+                    "lr": lr,
+                    "valid_bleu": round(score.score, 2),
+                    "valid_loss": points[-1]["loss"] if points else None,
+                    "best_valid_loss": min(p["loss"] for p in points) if points else None,
+                    "train_words_per_s": wps,
+                    "log": str(train_log),
+                }
+            )
             log(f"sweep: {name} lr {lr:g}: valid BLEU {score.score:.2f}, valid loss {rows[-1]['valid_loss']}")
             for f in ckpt.parent.glob("*.pt"):  # not reused: the demo retrains at the chosen rate
                 f.unlink()
@@ -528,29 +660,43 @@ def sweep(args, out, data_bin):
     for name in args.models:
         mine = [r for r in rows if r["model"] == name]
         best[name] = max(mine, key=lambda r: (r["valid_bleu"], -(r["valid_loss"] or 0)))["lr"]
-    write_curves(curves, out / "sweep_curves", title="demo-sweep: validation loss, every model and rate",
-                 seed=seed)
+    write_curves(curves, out / "sweep_curves", title="demo-sweep: validation loss, every model and rate", seed=seed)
     settings = {k: v for k, v in vars(args).items()}
-    write_json(out / "sweep.json", {"rows": rows, "best_lr": best, "selection": "validation sacreBLEU, beam 4",
-                                    "recipe": args.recipe, "settings": settings}, seed=seed,
-               sacrebleu_signature=signature)
+    write_json(
+        out / "sweep.json",
+        {
+            "rows": rows,
+            "best_lr": best,
+            "selection": "validation sacreBLEU, beam 4",
+            "recipe": args.recipe,
+            "settings": settings,
+        },
+        seed=seed,
+        sacrebleu_signature=signature,
+    )
     header = ["model", "lr", "valid_bleu", "valid_loss", "best_valid_loss", "train_words_per_s"]
-    (out / "sweep.csv").write_text("\n".join([",".join(header)] + [
-        ",".join(str(r[h]) for h in header) for r in rows]) + "\n")
-    md = ["| model | lr | valid BLEU (beam 4) | valid loss at the end | best valid loss |",
-          "| --- | --- | --- | --- | --- |"]
+    (out / "sweep.csv").write_text(
+        "\n".join([",".join(header)] + [",".join(str(r[h]) for h in header) for r in rows]) + "\n"
+    )
+    md = [
+        "| model | lr | valid BLEU (beam 4) | valid loss at the end | best valid loss |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for r in rows:
         mark = " **(chosen)**" if best[r["model"]] == r["lr"] else ""
-        md.append(f"| {r['model']} | {r['lr']:g}{mark} | {r['valid_bleu']:.2f} | {r['valid_loss']:.3f} | "
-                  f"{r['best_valid_loss']:.3f} |")
+        md.append(
+            f"| {r['model']} | {r['lr']:g}{mark} | {r['valid_bleu']:.2f} | {r['valid_loss']:.3f} | "
+            f"{r['best_valid_loss']:.3f} |"
+        )
     (out / "sweep.md").write_text("\n".join(md) + "\n")
     print("\n" + "\n".join(md))
     print(f"\nsacreBLEU signature: {signature}")
-    print("best learning rate per model (validation BLEU): "
-          + ", ".join(f"{n} {lr:g}" for n, lr in best.items()))
+    print("best learning rate per model (validation BLEU): " + ", ".join(f"{n} {lr:g}" for n, lr in best.items()))
     if any(args.lr.get(n) != lr for n, lr in best.items()):
-        print(f"note: the {args.recipe} recipe uses learning rates {args.lr}; pass --lr-softmax / --lr-rela-g "
-              "or update RECIPES in scripts/demo.py (and docs/demo.md) to use the sweep's choice")
+        print(
+            f"note: the {args.recipe} recipe uses learning rates {args.lr}; pass --lr-softmax / --lr-rela-g "
+            "or update RECIPES in scripts/demo.py (and docs/demo.md) to use the sweep's choice"
+        )
     print(f"curves: {out / 'sweep_curves.png'}\nresults: {out / 'sweep.json'}")
 
 
@@ -571,16 +717,19 @@ def pooled(per_seed, names):
         runs = [per_seed[s][name] for s in per_seed]
         bleus = [r["bleu"] for r in runs]
         out[name] = {
-            "seeds": len(runs), "lr": runs[0]["lr"],
-            "bleu_mean": round(statistics.fmean(bleus), 2), "bleu_per_seed": bleus,
+            "seeds": len(runs),
+            "lr": runs[0]["lr"],
+            "bleu_mean": round(statistics.fmean(bleus), 2),
+            "bleu_per_seed": bleus,
             "bleu_std": round(statistics.stdev(bleus), 2) if len(bleus) > 1 else None,
             "final_valid_loss_mean": mean(r["final_valid_loss"] for r in runs),
             "repetition_rate_mean": mean(r["repetition_rate"] for r in runs),
             "length_ratio_mean": mean(r["length_ratio"] for r in runs),
             "train_words_per_s_mean": mean(r["train_words_per_s"] for r in runs),
             "decode_sentences_per_s_mean": mean(r["decode_sentences_per_s"] for r in runs),
-            "attention_mean": {k: {m: mean(r["attention"][k][m] for r in runs) for m in ("sparsity", "null_rate")}
-                               for k in KINDS},
+            "attention_mean": {
+                k: {m: mean(r["attention"][k][m] for r in runs) for m in ("sparsity", "null_rate")} for k in KINDS
+            },
         }
     return out
 
@@ -599,10 +748,12 @@ def demo(args, out, data_bin):
         for name in names:
             tag = run_tag(name, seed, len(args.seeds))
             lr = args.lr[name]
-            log(f"training {tag}: {args.layers}+{args.layers} layers, d={args.dim}, {args.heads} heads, lr {lr:g}, "
+            log(
+                f"training {tag}: {args.layers}+{args.layers} layers, d={args.dim}, {args.heads} heads, lr {lr:g}, "
                 f"{args.max_update} updates of <= {args.max_tokens} tokens"
                 + (f" x {args.update_freq}" if args.update_freq and args.update_freq != 1 else "")
-                + f", seed {seed}, validation every {args.validate_interval}")
+                + f", seed {seed}, validation every {args.validate_interval}"
+            )
             ckpt, wps, train_log = train(name, lr, args, data_bin, out, tag, seed)
             curves[tag] = parse_validation(train_log)
             log(f"translating the test set with {tag}")
@@ -615,37 +766,62 @@ def demo(args, out, data_bin):
                 w, src, tgt, layer = cross_attention_of(model, task, args.heatmap_sentence)
                 panels.append((name, w, src, tgt, layer))
             results[name] = {
-                "lr": lr, "train_words_per_s": wps, "decode_sentences_per_s": sps,
+                "lr": lr,
+                "train_words_per_s": wps,
+                "decode_sentences_per_s": sps,
                 "final_valid_loss": curves[tag][-1]["loss"] if curves[tag] else None,
                 "attention": {k: {m: round(v, 4) for m, v in stats[k].items()} for k in KINDS},
                 "repetition_rate": round(repetition_rate(hyps), 4),
                 "length_ratio": round(length_ratio(hyps, refs), 4),
-                "checkpoint": str(ckpt), "hypotheses": str(out / f"test_{tag}.hyp"),
+                "checkpoint": str(ckpt),
+                "hypotheses": str(out / f"test_{tag}.hyp"),
             }
-        sig, signature = paired_bootstrap((names[0], hyps_of[names[0]]),
-                                          [(n, hyps_of[n]) for n in names[1:]], refs, lowercase=args.lowercase)
+        sig, signature = paired_bootstrap(
+            (names[0], hyps_of[names[0]]), [(n, hyps_of[n]) for n in names[1:]], refs, lowercase=args.lowercase
+        )
         for name in names:
-            results[name].update(bleu=sig[name]["bleu"], bleu_ci95=sig[name]["ci95"],
-                                 p_value_vs_baseline=sig[name]["p_value"])  # vs the first model (softmax)
+            results[name].update(
+                bleu=sig[name]["bleu"], bleu_ci95=sig[name]["ci95"], p_value_vs_baseline=sig[name]["p_value"]
+            )  # vs the first model (softmax)
         for name in names[1:]:
-            pairs.append({"seed": seed, "baseline": names[0], "model": name,
-                          "bleu_difference": round(results[name]["bleu"] - results[names[0]]["bleu"], 2),
-                          "p_value": results[name]["p_value_vs_baseline"]})
+            pairs.append(
+                {
+                    "seed": seed,
+                    "baseline": names[0],
+                    "model": name,
+                    "bleu_difference": round(results[name]["bleu"] - results[names[0]]["bleu"], 2),
+                    "p_value": results[name]["p_value_vs_baseline"],
+                }
+            )
         per_seed[str(seed)] = results
     png = out / "cross_attention_heatmap.png"
     heatmap(panels, png)
-    curve_files = write_curves(curves, out / "learning_curves", seed=args.seeds[0],
-                               title=f"validation loss, {args.max_update} updates (lr: " +
-                                     ", ".join(f"{n} {args.lr[n]:g}" for n in names) + ")")
+    curve_files = write_curves(
+        curves,
+        out / "learning_curves",
+        seed=args.seeds[0],
+        title=f"validation loss, {args.max_update} updates (lr: "
+        + ", ".join(f"{n} {args.lr[n]:g}" for n in names)
+        + ")",
+    )
     elapsed = round(time.time() - start_time, 1)
     report = {
-        "recipe": args.recipe, "regime": regime_of(args),
-        "changed_settings": {k: list(v) for k, v in changed_settings(args).items()}, "models_compared": names,
-        "seeds": args.seeds, "per_seed": per_seed, "pairs": pairs, "models": pooled(per_seed, names),
+        "recipe": args.recipe,
+        "regime": regime_of(args),
+        "changed_settings": {k: list(v) for k, v in changed_settings(args).items()},
+        "models_compared": names,
+        "seeds": args.seeds,
+        "per_seed": per_seed,
+        "pairs": pairs,
+        "models": pooled(per_seed, names),
         "references": {"repetition_rate": round(repetition_rate(refs), 4)},
-        "signature": signature, "paired_bootstrap_resamples": N_RESAMPLES,
-        "test_set": " + ".join(f"Multi30k {t}" for t in TEST_SETS), "test_sets": list(TEST_SETS),
-        "test_sentences": len(refs), "settings": {k: v for k, v in vars(args).items()}, "elapsed_s": elapsed,
+        "signature": signature,
+        "paired_bootstrap_resamples": N_RESAMPLES,
+        "test_set": " + ".join(f"Multi30k {t}" for t in TEST_SETS),
+        "test_sets": list(TEST_SETS),
+        "test_sentences": len(refs),
+        "settings": {k: v for k, v in vars(args).items()},
+        "elapsed_s": elapsed,
     }
     write_json(out / "results.json", report, seed=args.seeds[0], sacrebleu_signature=signature)
     print_report(report, args, curves)
@@ -654,15 +830,20 @@ def demo(args, out, data_bin):
 
 
 def print_table(results, names, args):
-    rows = [("sacreBLEU", lambda r: f"{r['bleu']:.2f}"),
-            ("  95% CI (bootstrap)", lambda r: f"{r['bleu_ci95'][0]:.1f}-{r['bleu_ci95'][1]:.1f}"),
-            (f"  p-value vs {names[0]}", lambda r: "-" if r["p_value_vs_baseline"] is None else f"{r['p_value_vs_baseline']:.3f}"),
-            ("learning rate", lambda r: f"{r['lr']:g}"),
-            ("final validation loss", lambda r: "-" if r["final_valid_loss"] is None else f"{r['final_valid_loss']:.3f}"),
-            ("train words/s", lambda r: _num(r["train_words_per_s"], ".0f")),
-            (f"decode sentences/s (beam {args.beam})", lambda r: _num(r["decode_sentences_per_s"], ".1f")),
-            ("repetition rate", lambda r: f"{r['repetition_rate']:.3f}"),
-            ("length ratio", lambda r: f"{r['length_ratio']:.3f}")]
+    rows = [
+        ("sacreBLEU", lambda r: f"{r['bleu']:.2f}"),
+        ("  95% CI (bootstrap)", lambda r: f"{r['bleu_ci95'][0]:.1f}-{r['bleu_ci95'][1]:.1f}"),
+        (
+            f"  p-value vs {names[0]}",
+            lambda r: "-" if r["p_value_vs_baseline"] is None else f"{r['p_value_vs_baseline']:.3f}",
+        ),
+        ("learning rate", lambda r: f"{r['lr']:g}"),
+        ("final validation loss", lambda r: "-" if r["final_valid_loss"] is None else f"{r['final_valid_loss']:.3f}"),
+        ("train words/s", lambda r: _num(r["train_words_per_s"], ".0f")),
+        (f"decode sentences/s (beam {args.beam})", lambda r: _num(r["decode_sentences_per_s"], ".1f")),
+        ("repetition rate", lambda r: f"{r['repetition_rate']:.3f}"),
+        ("length ratio", lambda r: f"{r['length_ratio']:.3f}"),
+    ]
     for kind in KINDS:
         rows.append((f"{kind} sparsity rate", lambda r, k=kind: f"{r['attention'][k]['sparsity']:.3f}"))
         rows.append((f"{kind} null rate", lambda r, k=kind: f"{r['attention'][k]['null_rate']:.3f}"))
@@ -683,14 +864,18 @@ def print_report(report, args, curves=None):
         print(f"\nmean over seeds {', '.join(map(str, seeds))}:")
         for name in names:
             m = report["models"][name]
-            print(f"  {name}: sacreBLEU {m['bleu_mean']:.2f} (per seed "
-                  f"{', '.join(f'{b:.2f}' for b in m['bleu_per_seed'])}; sample std {m['bleu_std']:.2f}), "
-                  f"repetition rate {m['repetition_rate_mean']:.3f}, length ratio {m['length_ratio_mean']:.3f}, "
-                  f"cross null rate {m['attention_mean']['cross']['null_rate']:.3f}")
+            print(
+                f"  {name}: sacreBLEU {m['bleu_mean']:.2f} (per seed "
+                f"{', '.join(f'{b:.2f}' for b in m['bleu_per_seed'])}; sample std {m['bleu_std']:.2f}), "
+                f"repetition rate {m['repetition_rate_mean']:.3f}, length ratio {m['length_ratio_mean']:.3f}, "
+                f"cross null rate {m['attention_mean']['cross']['null_rate']:.3f}"
+            )
     print(f"  references: repetition rate {report['references']['repetition_rate']:.3f}")
     print(f"\nsacreBLEU signature: {report['signature']}")
-    print("repetition rate: share of outputs with a word or bigram repeated at once (13a tokens); "
-          "length ratio: output / reference tokens over the test set")
+    print(
+        "repetition rate: share of outputs with a word or bigram repeated at once (13a tokens); "
+        "length ratio: output / reference tokens over the test set"
+    )
     for name in names[1:]:
         print(reading(names[0], name, report, args, curves))
 
@@ -711,21 +896,30 @@ def curve_reading(base, name, curves):
     u1 = common[-1]  # against the latest validation at least a quarter of the run earlier
     u0 = max(u for u in common[:-1] if u1 - u >= (u1 - common[0]) / 4)
     g0, g1 = (loss[name][u] - loss[base][u] for u in (u0, u1))
-    trend = ("narrowing: more updates may close it" if abs(g1) < abs(g0) else
-             "not narrowing: at this budget more updates do not yet close it")
-    return (f"The learning curves: {name}'s validation loss is {g1:+.3f} from {base}'s at update {u1} "
-            f"({g0:+.3f} at update {u0}), so the gap is {trend}; where the curves meet with longer "
-            f"training: docs/rela.md, 'Small budgets'.")
+    trend = (
+        "narrowing: more updates may close it"
+        if abs(g1) < abs(g0)
+        else "not narrowing: at this budget more updates do not yet close it"
+    )
+    return (
+        f"The learning curves: {name}'s validation loss is {g1:+.3f} from {base}'s at update {u1} "
+        f"({g0:+.3f} at update {u0}), so the gap is {trend}; where the curves meet with longer "
+        f"training: docs/rela.md, 'Small budgets'."
+    )
 
 
 def verdict(base, name, diff, p, seed=None):
     which = f"seed {seed}: " if seed is not None else ""
     if p is not None and p < ALPHA and round(diff, 2) != 0:
-        return (f"{which}{name} is {abs(diff):.2f} BLEU {'below' if diff < 0 else 'above'} {base} and the paired "
-                f"bootstrap says this is not test-set noise (p = {p:.3f} < {ALPHA}): at this budget the "
-                f"two are NOT tied.")
-    return (f"{which}{name} differs from {base} by {diff:+.2f} BLEU, within the noise of this test set "
-            f"(p = {p:.3f}): at this budget they tie on this test set.")
+        return (
+            f"{which}{name} is {abs(diff):.2f} BLEU {'below' if diff < 0 else 'above'} {base} and the paired "
+            f"bootstrap says this is not test-set noise (p = {p:.3f} < {ALPHA}): at this budget the "
+            f"two are NOT tied."
+        )
+    return (
+        f"{which}{name} differs from {base} by {diff:+.2f} BLEU, within the noise of this test set "
+        f"(p = {p:.3f}): at this budget they tie on this test set."
+    )
 
 
 def reading(base, name, report, args, curves=None):
@@ -737,33 +931,43 @@ def reading(base, name, report, args, curves=None):
     else:
         apart = sum(p["p_value"] < ALPHA and round(p["bleu_difference"], 2) != 0 for p in pairs)
         m = report["models"]
-        shows = (" ".join(verdict(base, name, p["bleu_difference"], p["p_value"], p["seed"]) for p in pairs)
-                 + f"  Mean over {len(seeds)} seeds: {name} {m[name]['bleu_mean']:.2f} against {base} "
-                 f"{m[base]['bleu_mean']:.2f} ({m[name]['bleu_mean'] - m[base]['bleu_mean']:+.2f}); the test set "
-                 f"tells them apart in {apart} of {len(pairs)} seed pairs.")
+        shows = (
+            " ".join(verdict(base, name, p["bleu_difference"], p["p_value"], p["seed"]) for p in pairs)
+            + f"  Mean over {len(seeds)} seeds: {name} {m[name]['bleu_mean']:.2f} against {base} "
+            f"{m[base]['bleu_mean']:.2f} ({m[name]['bleu_mean'] - m[base]['bleu_mean']:+.2f}); the test set "
+            f"tells them apart in {apart} of {len(pairs)} seed pairs."
+        )
     first = report["per_seed"][str(seeds[0])]
     b, r = first[base], first[name]
     epochs = f", {args.max_update / args.updates_per_epoch:.1f} epochs" if args.updates_per_epoch else ""
-    batch = f"<= {args.max_tokens} tokens" + (f" x {args.update_freq}" if args.update_freq and args.update_freq != 1 else "")
+    batch = f"<= {args.max_tokens} tokens" + (
+        f" x {args.update_freq}" if args.update_freq and args.update_freq != 1 else ""
+    )
     budget = f"{args.max_update} updates of {batch}{epochs}"
     seed_words = "one seed" if len(seeds) == 1 else f"{len(seeds)} seeds, each pair compared on the same seed"
-    speed = (f"{r['train_words_per_s'] / b['train_words_per_s']:.2f}x"
-             if r["train_words_per_s"] and b["train_words_per_s"] else "not measured")
+    speed = (
+        f"{r['train_words_per_s'] / b['train_words_per_s']:.2f}x"
+        if r["train_words_per_s"] and b["train_words_per_s"]
+        else "not measured"
+    )
     if r["lr"] == b["lr"]:
         rates = f"the same learning rate ({r['lr']:g}; how it was chosen and what is not measured: docs/demo.md)"
     else:
-        rates = ("each its own learning rate, chosen the same way (best validation BLEU of `make demo-sweep`, "
-                 "docs/demo.md)")
+        rates = (
+            "each its own learning rate, chosen the same way (best validation BLEU of `make demo-sweep`, docs/demo.md)"
+        )
     tag = lambda n: run_tag(n, seeds[0], len(seeds))  # noqa: E731
     curve_curves = {base: (curves or {}).get(tag(base), []), name: (curves or {}).get(tag(name), [])}
-    return (f"\nWhat this shows: {shows}\n"
-            f"Both models had the same budget ({budget}, {seed_words}) and {rates}.  The CI and p-value "
-            f"describe only the uncertainty from the choice of test sentences ({report['paired_bootstrap_resamples']} "
-            f"paired resamples of {report['test_sentences']} test sentences); they say nothing about other seeds, "
-            f"longer training, larger data or larger models - the ReLA paper's parity is for converged base "
-            f"models.  {curve_reading(base, name, curve_curves)}"
-            f"  Train speed {name}/{base}: {speed} in this run "
-            f"(one run; benchmarks/bench_attention.py measures speed with spread).")
+    return (
+        f"\nWhat this shows: {shows}\n"
+        f"Both models had the same budget ({budget}, {seed_words}) and {rates}.  The CI and p-value "
+        f"describe only the uncertainty from the choice of test sentences ({report['paired_bootstrap_resamples']} "
+        f"paired resamples of {report['test_sentences']} test sentences); they say nothing about other seeds, "
+        f"longer training, larger data or larger models - the ReLA paper's parity is for converged base "
+        f"models.  {curve_reading(base, name, curve_curves)}"
+        f"  Train speed {name}/{base}: {speed} in this run "
+        f"(one run; benchmarks/bench_attention.py measures speed with spread)."
+    )
 
 
 start_time = time.time()
@@ -786,16 +990,26 @@ def build_parser():
     def recipe_default(dest):
         return R % (RECIPES["cpu"][dest], RECIPES["cuda"][dest])
 
-    p.add_argument("--recipe", choices=("auto", "cpu", "cuda"), default=os.environ.get("DEMO_RECIPE", "auto"),
-                   help="auto (default; $DEMO_RECIPE): cuda when torch sees a GPU, else cpu")
+    p.add_argument(
+        "--recipe",
+        choices=("auto", "cpu", "cuda"),
+        default=os.environ.get("DEMO_RECIPE", "auto"),
+        help="auto (default; $DEMO_RECIPE): cuda when torch sees a GPU, else cpu",
+    )
     p.add_argument("--out", default=os.environ.get("DEMO_DIR", str(REPO / "demo_out")))
-    p.add_argument("--raw-dir", default=None,
-                   help="local Multi30k raw files (default: $MULTI30K_DIR, else ../shared/data/multi30k beside "
-                        "the repository, as the Makefile; else downloaded)")
+    p.add_argument(
+        "--raw-dir",
+        default=None,
+        help="local Multi30k raw files (default: $MULTI30K_DIR, else ../shared/data/multi30k beside "
+        "the repository, as the Makefile; else downloaded)",
+    )
     p.add_argument("--src", default="de")
     p.add_argument("--tgt", default="en")
-    p.add_argument("--models", default=",".join(DEFAULT_MODELS), help="comma-separated, first is the baseline "
-                   f"(default {','.join(DEFAULT_MODELS)}; also: rela_i)")
+    p.add_argument(
+        "--models",
+        default=",".join(DEFAULT_MODELS),
+        help=f"comma-separated, first is the baseline (default {','.join(DEFAULT_MODELS)}; also: rela_i)",
+    )
     p.add_argument("--layers", type=int, help="encoder and decoder layers" + recipe_default("layers"))
     p.add_argument("--dim", type=int, help="embedding dimension" + recipe_default("dim"))
     p.add_argument("--ffn-dim", type=int, help="FFN dimension" + recipe_default("ffn_dim"))
@@ -803,34 +1017,57 @@ def build_parser():
     p.add_argument("--dropout", type=float, help=recipe_default("dropout").strip())
     p.add_argument("--attention-dropout", type=float, help=recipe_default("attention_dropout").strip())
     p.add_argument("--activation-dropout", type=float, help="(default: not passed, fairseq's 0)")
-    p.add_argument("--attn-init", choices=("fairseq", "rela_official"),
-                   help="q/k/v initialisation (default: not passed, the plugin's fairseq)")
+    p.add_argument(
+        "--attn-init",
+        choices=("fairseq", "rela_official"),
+        help="q/k/v initialisation (default: not passed, the plugin's fairseq)",
+    )
     env_updates = os.environ.get("DEMO_MAX_UPDATE")
-    p.add_argument("--max-update", type=int, default=int(env_updates) if env_updates else None,
-                   help="($DEMO_MAX_UPDATE)" + recipe_default("max_update"))
+    p.add_argument(
+        "--max-update",
+        type=int,
+        default=int(env_updates) if env_updates else None,
+        help="($DEMO_MAX_UPDATE)" + recipe_default("max_update"),
+    )
     p.add_argument("--max-tokens", type=int, help=recipe_default("max_tokens").strip())
     p.add_argument("--update-freq", type=int, help="batches per update (default 1)")
     p.add_argument("--fp16", action="store_true", help="train with --fp16 (CUDA)")
-    p.add_argument("--validate-interval", type=int, help="validate every N updates (curves)"
-                   + recipe_default("validate_interval"))
+    p.add_argument(
+        "--validate-interval", type=int, help="validate every N updates (curves)" + recipe_default("validate_interval")
+    )
     p.add_argument("--log-interval", type=int, help="fairseq's --log-interval" + recipe_default("log_interval"))
     p.add_argument("--lr-softmax", type=float, help=recipe_default("lr_softmax").strip())
     p.add_argument("--lr-rela-g", type=float, help=recipe_default("lr_rela_g").strip())
     p.add_argument("--lr-rela-i", type=float, help=recipe_default("lr_rela_i").strip())
     p.add_argument("--warmup", type=int, help="inverse_sqrt warmup updates" + recipe_default("warmup"))
-    p.add_argument("--seeds", help="comma-separated training seeds, one run per model and seed"
-                   + recipe_default("seeds"))
+    p.add_argument(
+        "--seeds", help="comma-separated training seeds, one run per model and seed" + recipe_default("seeds")
+    )
     p.add_argument("--seed", type=int, help="one seed (= --seeds S)")
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--lenpen", type=float, help="length penalty (default: cpu not passed (1), cuda 0.6)")
     p.add_argument("--no-repeat-ngram-size", type=int, default=None, help="fairseq-generate's (default: off)")
     p.add_argument("--lowercase", action="store_true", help="lowercased BLEU (default: cased, sacreBLEU's)")
-    p.add_argument("--progress", choices=("auto", "bar", "lines"), default="auto",
-                   help="auto: fairseq's tqdm bar when stderr is a terminal, else status lines")
-    p.add_argument("--status-interval", type=float, default=STATUS_INTERVAL,
-                   help=f"seconds between status lines (default {STATUS_INTERVAL:g})")
-    p.add_argument("--sweep", nargs="?", const=SWEEP_LRS, default=None, metavar="LRS",
-                   help=f"learning-rate sweep on the validation set instead of the demo (default rates {SWEEP_LRS})")
+    p.add_argument(
+        "--progress",
+        choices=("auto", "bar", "lines"),
+        default="auto",
+        help="auto: fairseq's tqdm bar when stderr is a terminal, else status lines",
+    )
+    p.add_argument(
+        "--status-interval",
+        type=float,
+        default=STATUS_INTERVAL,
+        help=f"seconds between status lines (default {STATUS_INTERVAL:g})",
+    )
+    p.add_argument(
+        "--sweep",
+        nargs="?",
+        const=SWEEP_LRS,
+        default=None,
+        metavar="LRS",
+        help=f"learning-rate sweep on the validation set instead of the demo (default rates {SWEEP_LRS})",
+    )
     p.add_argument("--tensorboard-logdir", help="also log training to tensorboard here (one folder per run)")
     p.add_argument("--max-train-lines", type=int, default=None)
     p.add_argument("--max-eval-lines", type=int, default=None)

@@ -38,10 +38,22 @@ def data(tmp_path_factory, multi30k_raw):
 
 
 def prepare_multi30k(out, raw, train_lines, bpe_merges):
-    proc = subprocess.run([sys.executable, str(REPO / "data_prep" / "prepare_multi30k.py"),
-                           "--raw-dir", str(raw), "--out", str(out),
-                           "--max-train-lines", str(train_lines), "--bpe-merges", str(bpe_merges)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "data_prep" / "prepare_multi30k.py"),
+            "--raw-dir",
+            str(raw),
+            "--out",
+            str(out),
+            "--max-train-lines",
+            str(train_lines),
+            "--bpe-merges",
+            str(bpe_merges),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
@@ -79,6 +91,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if integration in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.integration)
+
+
 # Warnings that fairseq 0.12 causes inside torch and hydra, filtered narrowly (by message,
 # category and the module they are attributed to); the project's own code raises none.
 THIRD_PARTY_WARNINGS = (
@@ -107,8 +121,7 @@ def _third_party_warnings():
 
     for line in THIRD_PARTY_WARNINGS:
         action, message, category, module = line.split(":")
-        warnings.filterwarnings(action, message=re.escape(message), category=getattr(builtins, category),
-                                module=module)
+        warnings.filterwarnings(action, message=re.escape(message), category=getattr(builtins, category), module=module)
     for message in HYDRA_DEPRECATIONS:
         warnings.filterwarnings("ignore", message=message, category=UserWarning)
     yield

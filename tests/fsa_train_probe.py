@@ -85,12 +85,17 @@ def main():
         if getattr(self, "_probe_in_train_step", False) and logging_outputs:
             loss = sum(float(log.get("loss", 0)) for log in logging_outputs)
             size = sum(float(log.get("sample_size", 0)) for log in logging_outputs)
-            records.write(json.dumps({
-                "update": self.get_num_updates(),
-                "loss": loss / size / math.log(2),
-                "ids": self._probe_ids,
-                "world_size": dist.get_world_size() if dist.is_initialized() else 1,
-            }) + "\n")
+            records.write(
+                json.dumps(
+                    {
+                        "update": self.get_num_updates(),
+                        "loss": loss / size / math.log(2),
+                        "ids": self._probe_ids,
+                        "world_size": dist.get_world_size() if dist.is_initialized() else 1,
+                    }
+                )
+                + "\n"
+            )
             records.flush()
             if signal_at is not None and self.get_num_updates() == signal_at[1]:
                 os.kill(os.getpid(), signal_at[0])
@@ -104,8 +109,12 @@ def main():
     original_copyfile = shutil.copyfile
 
     def copyfile(src, dst, *args, **kwargs):
-        if (kill_in_copy and os.path.basename(str(dst)).startswith("checkpoint_last")
-                and trainers and trainers[-1].get_num_updates() == kill_in_copy):
+        if (
+            kill_in_copy
+            and os.path.basename(str(dst)).startswith("checkpoint_last")
+            and trainers
+            and trainers[-1].get_num_updates() == kill_in_copy
+        ):
             with open(src, "rb") as f, open(dst, "wb") as g:
                 g.write(f.read()[: os.path.getsize(src) // 2])
             os.kill(os.getpid(), signal.SIGKILL)
@@ -122,8 +131,7 @@ def main():
     cli.train()
     records.close()
     model = trainers[-1].get_model()
-    torch.save({k: v.detach().clone() for k, v in model.state_dict().items()},
-               probe / f"params.rank{rank}.pt")
+    torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, probe / f"params.rank{rank}.pt")
 
 
 if __name__ == "__main__":

@@ -10,9 +10,18 @@ def make_dictionary(n_symbols=20):
 
 
 TINY = dict(
-    encoder_embed_dim=16, encoder_ffn_embed_dim=32, encoder_layers=2, encoder_attention_heads=4,
-    decoder_embed_dim=16, decoder_ffn_embed_dim=32, decoder_layers=2, decoder_attention_heads=4,
-    dropout=0.0, attention_dropout=0.0, max_source_positions=64, max_target_positions=64,
+    encoder_embed_dim=16,
+    encoder_ffn_embed_dim=32,
+    encoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_embed_dim=16,
+    decoder_ffn_embed_dim=32,
+    decoder_layers=2,
+    decoder_attention_heads=4,
+    dropout=0.0,
+    attention_dropout=0.0,
+    max_source_positions=64,
+    max_target_positions=64,
     share_all_embeddings=False,
 )
 
@@ -45,7 +54,7 @@ def random_batch(dictionary, bsz=3, src_len=7, tgt_len=6, seed=1, left_pad_sourc
         toks = torch.randint(nspecial, len(dictionary), (n,), generator=g)
         toks[-1] = dictionary.eos()
         if left_pad_source:
-            src[b, src_len - n:] = toks
+            src[b, src_len - n :] = toks
         else:
             src[b, :n] = toks
     tgt_lengths = [tgt_len] + [max(2, tgt_len - 1 - i) for i in range(bsz - 1)]
@@ -68,8 +77,9 @@ def plain_relu_attention(q, k, v, hidden, gamma=None):
             for i in range(q.size(2)):
                 n = 0
                 for j in range(k.size(2)):
-                    if hidden is not None and bool(hidden[b if hidden.size(0) > 1 else 0, 0,
-                                                          i if hidden.size(2) > 1 else 0, j]):
+                    if hidden is not None and bool(
+                        hidden[b if hidden.size(0) > 1 else 0, 0, i if hidden.size(2) > 1 else 0, j]
+                    ):
                         continue
                     n += 1
                     s = float(q[b, h, i].double() @ k[b, h, j].double())
@@ -79,8 +89,17 @@ def plain_relu_attention(q, k, v, hidden, gamma=None):
     return out
 
 
-def attention_config(activation="softmax", output_norm="none", *, biases=(), rhe=None, kind=None,
-                     layer_index=None, init="fairseq", **heads):
+def attention_config(
+    activation="softmax",
+    output_norm="none",
+    *,
+    biases=(),
+    rhe=None,
+    kind=None,
+    layer_index=None,
+    init="fairseq",
+    **heads,
+):
     """The :class:`~fairseq_sparse_attn.attention.config.AttentionConfig` of a module built
     in a test: activation and output norm by name (or their configs), ``biases`` as
     provider names (default options) or ``(name, config)`` pairs, ``rhe`` an RHEConfig,
@@ -100,6 +119,12 @@ def attention_config(activation="softmax", output_norm="none", *, biases=(), rhe
         output_norm = OutputNormConfig(name=output_norm)
     providers = tuple(b if isinstance(b, tuple) else (b, BiasProviderConfig()) for b in biases)
     heads = {k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in heads.items()}
-    return AttentionConfig(kind=kind, layer_index=layer_index, activation=activation,
-                           output_norm=output_norm, heads=HeadsConfig(**heads),
-                           biases=BiasesConfig(providers, rhe), init=init)
+    return AttentionConfig(
+        kind=kind,
+        layer_index=layer_index,
+        activation=activation,
+        output_norm=output_norm,
+        heads=HeadsConfig(**heads),
+        biases=BiasesConfig(providers, rhe),
+        init=init,
+    )

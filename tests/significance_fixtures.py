@@ -48,7 +48,11 @@ def sacrebleu_paired(ref, base, system):
     """sacreBLEU's own command line on the files (``sacrebleu REF -i BASE SYS --paired-bs -f
     json``, a subprocess): [baseline's BLEU record, system's BLEU record] (score, mean, ci,
     p_value)."""
-    proc = subprocess.run([sys.executable, "-m", "sacrebleu", str(ref), "-i", str(base), str(system), "--paired-bs",
-                           "-f", "json"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sacrebleu", str(ref), "-i", str(base), str(system), "--paired-bs", "-f", "json"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stderr
     return [row["BLEU"] for row in json.loads(proc.stdout)]

@@ -41,10 +41,26 @@ def subprocess_env():
 
 def parse_split(tokenized: Path, dep_out: Path, tree_out: Path):
     return subprocess.run(
-        [sys.executable, str(REPO / "data_prep" / "parse_source.py"), "--input", str(tokenized),
-         "--dep-out", str(dep_out), "--tree-out", str(tree_out), "--spacy-model", SPACY_MODEL,
-         "--trees-from-dependencies", "--batch-size", "500", "--no-progress"],
-        capture_output=True, text=True, env=subprocess_env())
+        [
+            sys.executable,
+            str(REPO / "data_prep" / "parse_source.py"),
+            "--input",
+            str(tokenized),
+            "--dep-out",
+            str(dep_out),
+            "--tree-out",
+            str(tree_out),
+            "--spacy-model",
+            SPACY_MODEL,
+            "--trees-from-dependencies",
+            "--batch-size",
+            "500",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+    )
 
 
 def make_parsed_data(data, multi30k_raw, out):
@@ -60,8 +76,7 @@ def make_parsed_data(data, multi30k_raw, out):
     with gzip.open(multi30k_raw / "test_2016_flickr.de.gz", "rt", encoding="utf-8") as f:
         (out / "raw" / "test.de").write_text(f.read(), encoding="utf-8")
     for split in SPLITS:
-        proc = parse_split(data / "tok" / f"{split}.en", databin / f"{split}.en.dep",
-                           databin / f"{split}.en.tree")
+        proc = parse_split(data / "tok" / f"{split}.en", databin / f"{split}.en.dep", databin / f"{split}.en.tree")
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "sentences/s" in proc.stderr
     return out

@@ -75,7 +75,8 @@ def aligned_rows(attention: torch.Tensor, num_target_pieces: int, setting: str) 
         raise ValueError(
             f"a teacher-forced attention matrix has one row per decoder step, i.e. "
             f"{num_target_pieces} target pieces + 1 (the step predicting </s>) = "
-            f"{num_target_pieces + 1} rows; got {rows} rows")
+            f"{num_target_pieces + 1} rows; got {rows} rows"
+        )
     if setting == "awo":
         return attention[..., :num_target_pieces, :]
     return attention[..., 1:, :]
@@ -95,9 +96,13 @@ def _group_matrix(groups: Sequence[int], average: bool) -> torch.Tensor:
     return g
 
 
-def merge_subwords(attention: torch.Tensor, source_pieces: Sequence[str],
-                   target_pieces: Sequence[str], scheme: str,
-                   source_eos: bool = True) -> torch.Tensor:
+def merge_subwords(
+    attention: torch.Tensor,
+    source_pieces: Sequence[str],
+    target_pieces: Sequence[str],
+    scheme: str,
+    source_eos: bool = True,
+) -> torch.Tensor:
     """Piece-level ``(target pieces, source pieces [+ </s>])`` -> word-level matrix.
 
     ``W[t, s] = mean_{k in target word t} sum_{j in source word s} A[k, j]``
@@ -108,14 +113,14 @@ def merge_subwords(attention: torch.Tensor, source_pieces: Sequence[str],
     ``source_pieces`` and ``target_pieces`` use the same ``scheme``.
     """
     if attention.dim() != 2:
-        raise ValueError(f"merge_subwords takes one sentence's 2-d matrix, got shape "
-                         f"{tuple(attention.shape)}")
+        raise ValueError(f"merge_subwords takes one sentence's 2-d matrix, got shape {tuple(attention.shape)}")
     cols = len(source_pieces) + int(source_eos)
     if attention.shape != (len(target_pieces), cols):
         raise ValueError(
             f"attention has shape {tuple(attention.shape)}, expected ({len(target_pieces)} "
             f"target pieces, {len(source_pieces)} source pieces"
-            f"{' + 1 source </s>' if source_eos else ''} = {cols})")
+            f"{' + 1 source </s>' if source_eos else ''} = {cols})"
+        )
     src_groups = word_index(source_pieces, scheme)
     if source_eos:
         src_groups = src_groups + [(src_groups[-1] + 1) if src_groups else 0]
@@ -137,14 +142,13 @@ def argmax_alignment(attention: torch.Tensor, null_column: Optional[int] = None)
     attention attends to nothing).  Ties go to the lowest source index.
     """
     if attention.dim() != 2:
-        raise ValueError(f"argmax_alignment takes a 2-d (target, source) matrix, got shape "
-                         f"{tuple(attention.shape)}")
+        raise ValueError(f"argmax_alignment takes a 2-d (target, source) matrix, got shape {tuple(attention.shape)}")
     if torch.isnan(attention).any():
         raise ValueError("attention matrix contains NaN")
     if (attention < 0).any():
         raise ValueError(
-            f"alignment scores must be non-negative attention weights or norms; minimum is "
-            f"{attention.min().item()}")
+            f"alignment scores must be non-negative attention weights or norms; minimum is {attention.min().item()}"
+        )
     links: Set[Link] = set()
     if attention.shape[-1] == 0:
         return links
@@ -165,14 +169,17 @@ def combine_heads(attention: torch.Tensor) -> torch.Tensor:
     "layer attention".  (The norm-based layer version ``||sum_h α^h f^h(x)||`` needs the
     value vectors and is not this function.)"""
     if attention.dim() != 3:
-        raise ValueError(f"combine_heads takes (heads, target, source), got shape "
-                         f"{tuple(attention.shape)}")
+        raise ValueError(f"combine_heads takes (heads, target, source), got shape {tuple(attention.shape)}")
     return attention.sum(dim=0)
 
 
-def sentence_alignment(attention: torch.Tensor, source_pieces: Sequence[str],
-                       target_pieces: Sequence[str], setting: str = "awi",
-                       scheme: str = "subword-nmt") -> Set[Link]:
+def sentence_alignment(
+    attention: torch.Tensor,
+    source_pieces: Sequence[str],
+    target_pieces: Sequence[str],
+    setting: str = "awi",
+    scheme: str = "subword-nmt",
+) -> Set[Link]:
     """Word links ``(source word, target word)`` of one sentence.
 
     ``attention`` is the teacher-forced ``(len(target_pieces) + 1, len(source_pieces) + 1)``
@@ -204,9 +211,13 @@ class SentenceAlignment:
 _LINK = re.compile(r"^(\d+)([-p])(\d+)$")
 
 
-def parse_alignment_line(line: str, where: str = "<string>", one_indexed: bool = True,
-                         reverse: bool = False,
-                         lengths: Optional[Tuple[int, int]] = None) -> SentenceAlignment:
+def parse_alignment_line(
+    line: str,
+    where: str = "<string>",
+    one_indexed: bool = True,
+    reverse: bool = False,
+    lengths: Optional[Tuple[int, int]] = None,
+) -> SentenceAlignment:
     """One line of links ``i-j`` (sure) and ``ipj`` (possible), blank-separated.
 
     ``i`` is the source and ``j`` the target index (``reverse``: the other way round),
@@ -222,26 +233,35 @@ def parse_alignment_line(line: str, where: str = "<string>", one_indexed: bool =
         if match is None:
             raise ValueError(
                 f"{where}: bad alignment link {token!r}; expected 'i-j' (sure) or 'ipj' "
-                f"(possible) with non-negative integers i, j")
+                f"(possible) with non-negative integers i, j"
+            )
         a, kind, b = int(match.group(1)), match.group(2), int(match.group(3))
         source, target = (b, a) if reverse else (a, b)
-        for side, value, size in (("source", source, None if lengths is None else lengths[0]),
-                                  ("target", target, None if lengths is None else lengths[1])):
+        for side, value, size in (
+            ("source", source, None if lengths is None else lengths[0]),
+            ("target", target, None if lengths is None else lengths[1]),
+        ):
             if value < base:
                 raise ValueError(
                     f"{where}: {side} index {value} in link {token!r} is below {base}; the "
-                    f"file is read as {base}-indexed")
+                    f"file is read as {base}-indexed"
+                )
             if size is not None and value - base >= size:
                 raise ValueError(
                     f"{where}: {side} index {value} in link {token!r} is out of range for "
                     f"a {side} sentence of {size} words ({base}-indexed: valid "
-                    f"{base}..{size - 1 + base})")
+                    f"{base}..{size - 1 + base})"
+                )
         (sure if kind == "-" else possible).add((source - base, target - base))
     return SentenceAlignment(frozenset(sure), frozenset(possible))
 
 
-def read_alignments(path: Union[str, Path], one_indexed: bool = True, reverse: bool = False,
-                    lengths: Optional[Sequence[Tuple[int, int]]] = None) -> List[SentenceAlignment]:
+def read_alignments(
+    path: Union[str, Path],
+    one_indexed: bool = True,
+    reverse: bool = False,
+    lengths: Optional[Sequence[Tuple[int, int]]] = None,
+) -> List[SentenceAlignment]:
     """Read a talp/Pharaoh file, one sentence per line (an empty line = no links).
 
     Defaults match the RWTH Europarl De-En gold: 1-indexed, source-target order.  With
@@ -252,17 +272,18 @@ def read_alignments(path: Union[str, Path], one_indexed: bool = True, reverse: b
     path = Path(path)
     lines = path.read_text(encoding="utf-8").splitlines()
     if lengths is not None and len(lines) != len(lengths):
-        raise ValueError(
-            f"{path}: {len(lines)} lines, expected {len(lengths)} (one per sentence)")
+        raise ValueError(f"{path}: {len(lines)} lines, expected {len(lengths)} (one per sentence)")
     return [
-        parse_alignment_line(line, f"{path}:{number}", one_indexed, reverse,
-                             None if lengths is None else tuple(lengths[number - 1]))
+        parse_alignment_line(
+            line, f"{path}:{number}", one_indexed, reverse, None if lengths is None else tuple(lengths[number - 1])
+        )
         for number, line in enumerate(lines, start=1)
     ]
 
 
-def format_alignment(alignment: Union[SentenceAlignment, Links], one_indexed: bool = True,
-                     reverse: bool = False) -> str:
+def format_alignment(
+    alignment: Union[SentenceAlignment, Links], one_indexed: bool = True, reverse: bool = False
+) -> str:
     """One line: sure links as ``i-j``, possible-only links as ``ipj``, sorted by source
     then target index (by the printed order when ``reverse``)."""
     if isinstance(alignment, SentenceAlignment):
@@ -277,9 +298,12 @@ def format_alignment(alignment: Union[SentenceAlignment, Links], one_indexed: bo
     return " ".join(f"{a + base}{kind}{b + base}" for a, b, kind in sorted(items))
 
 
-def write_alignments(path: Union[str, Path],
-                     alignments: Iterable[Union[SentenceAlignment, Links]],
-                     one_indexed: bool = True, reverse: bool = False) -> None:
+def write_alignments(
+    path: Union[str, Path],
+    alignments: Iterable[Union[SentenceAlignment, Links]],
+    one_indexed: bool = True,
+    reverse: bool = False,
+) -> None:
     """Write one line per sentence (see :func:`format_alignment`)."""
     text = "".join(format_alignment(a, one_indexed, reverse) + "\n" for a in alignments)
     Path(path).write_text(text, encoding="utf-8")
@@ -305,9 +329,12 @@ class AlignmentCounts:
     predicted_possible: int = 0
 
     def __add__(self, other: "AlignmentCounts") -> "AlignmentCounts":
-        return AlignmentCounts(self.predicted + other.predicted, self.sure + other.sure,
-                               self.predicted_sure + other.predicted_sure,
-                               self.predicted_possible + other.predicted_possible)
+        return AlignmentCounts(
+            self.predicted + other.predicted,
+            self.sure + other.sure,
+            self.predicted_sure + other.predicted_sure,
+            self.predicted_possible + other.predicted_possible,
+        )
 
     @property
     def precision(self) -> float:
@@ -332,16 +359,16 @@ def _links(alignment: Union[SentenceAlignment, Links]) -> FrozenSet[Link]:
     return frozenset(alignment)
 
 
-def alignment_counts(predicted: Sequence[Union[SentenceAlignment, Links]],
-                     gold: Sequence[SentenceAlignment]) -> AlignmentCounts:
+def alignment_counts(
+    predicted: Sequence[Union[SentenceAlignment, Links]], gold: Sequence[SentenceAlignment]
+) -> AlignmentCounts:
     """Corpus-level counts: sums over sentences of |A|, |S|, |A∩S|, |A∩P|."""
     if len(predicted) != len(gold):
         raise ValueError(f"{len(predicted)} predicted sentences but {len(gold)} gold sentences")
     total = AlignmentCounts()
     for a, g in zip(predicted, gold):
         a = _links(a)
-        total = total + AlignmentCounts(len(a), len(g.sure), len(a & g.sure),
-                                        len(a & g.possible))
+        total = total + AlignmentCounts(len(a), len(g.sure), len(a & g.sure), len(a & g.possible))
     return total
 
 
@@ -386,16 +413,16 @@ def _argmin(keys: Iterable[HeadKey], counts: Mapping[HeadKey, AlignmentCounts]) 
     return min(scored, key=lambda k: counts[k].aer) if scored else None
 
 
-def layer_head_report(predictions: Mapping[HeadKey, Sequence[Union[SentenceAlignment, Links]]],
-                      gold: Sequence[SentenceAlignment]) -> LayerHeadReport:
+def layer_head_report(
+    predictions: Mapping[HeadKey, Sequence[Union[SentenceAlignment, Links]]], gold: Sequence[SentenceAlignment]
+) -> LayerHeadReport:
     """Score every ``(layer, head)`` prediction against ``gold`` and pick the best ones."""
     if not predictions:
         raise ValueError("no (layer, head) predictions to report on")
     counts = {key: alignment_counts(pred, gold) for key, pred in predictions.items()}
     best = _argmin(counts, counts)
     if best is None:
-        raise ValueError("AER is undefined for every (layer, head): no predicted links and no "
-                         "sure gold links")
+        raise ValueError("AER is undefined for every (layer, head): no predicted links and no sure gold links")
     layers = sorted({layer for layer, head in counts if head is None})
     layer_best = _argmin([(layer, None) for layer in layers], counts)
     head_best: Dict[int, int] = {}
@@ -414,8 +441,9 @@ def layer_head_report(predictions: Mapping[HeadKey, Sequence[Union[SentenceAlign
         best_layer=None if layer_best is None else layer_best[0],
         best_head_per_layer=head_best,
         layer_mean_aer=mean([counts[(layer, None)].aer for layer in layers]),
-        best_head_mean_aer=mean([counts[(layer, head_best[layer])].aer if layer in head_best
-                                 else math.nan for layer in head_layers]),
+        best_head_mean_aer=mean(
+            [counts[(layer, head_best[layer])].aer if layer in head_best else math.nan for layer in head_layers]
+        ),
     )
 
 
@@ -464,16 +492,24 @@ class AlignmentCollector(Collector):
     head)][position]`` is a set of (source word, target word) links; head ``None`` = the
     layer."""
 
-    def __init__(self, model, examples, methods=("weights",), settings=("awo", "awi"),
-                 scheme: str = "subword-nmt", allow_output_norm: bool = False):
+    def __init__(
+        self,
+        model,
+        examples,
+        methods=("weights",),
+        settings=("awo", "awi"),
+        scheme: str = "subword-nmt",
+        allow_output_norm: bool = False,
+    ):
         bad = [m for m in methods if m not in METHODS]
         if bad or not methods:
             raise ValueError(f"alignment methods must be a non-empty subset of {METHODS}, got {methods}")
         self.examples = examples
         self.methods, self.settings, self.scheme = tuple(methods), tuple(settings), scheme
         # the norms' per-sentence records hold the weights too
-        self.recorder = (NormRecorder(model, ("cross",), allow_output_norm) if "norms" in methods
-                         else WeightsRecorder(("cross",)))
+        self.recorder = (
+            NormRecorder(model, ("cross",), allow_output_norm) if "norms" in methods else WeightsRecorder(("cross",))
+        )
         self.links: Dict[Tuple[str, str, int, Optional[int]], Dict[int, set]] = {}
 
     def set_batch(self, batch: Batch) -> None:
@@ -497,7 +533,6 @@ class AlignmentCollector(Collector):
                 for method, items in matrices.items():
                     for setting in self.settings:
                         for head, matrix in items:
-                            links = sentence_alignment(matrix, ex.source_pieces, ex.target_pieces,
-                                                       setting, self.scheme)
+                            links = sentence_alignment(matrix, ex.source_pieces, ex.target_pieces, setting, self.scheme)
                             self.links.setdefault((method, setting, layer, head), {})[ex.index] = links
         self.recorder.clear()

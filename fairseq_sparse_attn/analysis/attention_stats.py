@@ -77,20 +77,14 @@ class SparsityStats(Collector):
 
     def per_layer(self):
         """Average over heads, as the ReLA paper reports per layer."""
-        return {
-            key: {name: sum(vals) / len(vals) for name, vals in d.items()}
-            for key, d in self.per_head().items()
-        }
+        return {key: {name: sum(vals) / len(vals) for name, vals in d.items()} for key, d in self.per_head().items()}
 
     def per_kind(self):
         """Average over layers (of the per-layer head averages)."""
         grouped = defaultdict(list)
         for (kind, _), d in self.per_layer().items():
             grouped[kind].append(d)
-        return {
-            kind: {name: sum(d[name] for d in ds) / len(ds) for name in ds[0]}
-            for kind, ds in grouped.items()
-        }
+        return {kind: {name: sum(d[name] for d in ds) / len(ds) for name in ds[0]} for kind, ds in grouped.items()}
 
 
 @torch.no_grad()
@@ -102,8 +96,7 @@ def collect_sparsity(model, batches, pad_idx: int, max_sentences: Optional[int] 
     with collecting(model, stats):
         for sample in batches:
             net_input = sample["net_input"]
-            stats.set_batch(Batch(net_input["src_tokens"].eq(pad_idx),
-                                  net_input["prev_output_tokens"].eq(pad_idx)))
+            stats.set_batch(Batch(net_input["src_tokens"].eq(pad_idx), net_input["prev_output_tokens"].eq(pad_idx)))
             model(**net_input)
             seen += net_input["src_tokens"].size(0)
             if max_sentences is not None and seen >= max_sentences:
@@ -124,8 +117,13 @@ class AttentionStatistics(Collector):
     negative weight (GELU, leaky ReLU) they are left undefined, with the reason.
     """
 
-    def __init__(self, model, top_p: Sequence[float] = (0.01, 0.05, 0.1),
-                 temperatures: Sequence[float] = RELA_TEMPERATURES, js_mode: str = "power"):
+    def __init__(
+        self,
+        model,
+        top_p: Sequence[float] = (0.01, 0.05, 0.1),
+        temperatures: Sequence[float] = RELA_TEMPERATURES,
+        js_mode: str = "power",
+    ):
         self.sparsity = SparsityStats()
         self.top_p = tuple(top_p)
         self.temperatures = tuple(temperatures)
@@ -147,9 +145,12 @@ class AttentionStatistics(Collector):
         key = (site.kind, site.layer)
         module = self._modules[site.name]
         normalizing = bool(getattr(module.activation, "normalizing", True))
-        self.info[key] = {"activation": module.activation_name,
-                          "output_norm": module.output_norm_name,
-                          "heads": site.num_heads, "normalizing": normalizing}
+        self.info[key] = {
+            "activation": module.activation_name,
+            "output_norm": module.output_norm_name,
+            "heads": site.num_heads,
+            "normalizing": normalizing,
+        }
         qpad = self.batch.query_padding(site.kind)
         valid = valid_queries(weights, qpad).unsqueeze(-1)
         visible = visible_keys(weights, mask)
@@ -169,7 +170,8 @@ class AttentionStatistics(Collector):
         elif not signed or self.js_mode == "divide":
             for tau in self.temperatures:
                 js[tau] = js.get(tau, RowAverage()) + relu_head_js_divergence(
-                    weights, tau, mask, qpad, mode=self.js_mode)
+                    weights, tau, mask, qpad, mode=self.js_mode
+                )
 
     def layers(self) -> Dict[str, List[Dict]]:
         """``{kind: [layer entry, ...]}`` (the ``attention`` part of stats.json)."""
@@ -180,9 +182,14 @@ class AttentionStatistics(Collector):
             info = self.info[key]
             signed = bool(self.signed.get(key))
             sp = sparsity[key]
-            entry = {"layer": layer, "heads": info["heads"], "activation": info["activation"],
-                     "output_norm": info["output_norm"],
-                     "sparsity": _mean(sp["sparsity"]), "null_rate": _mean(sp["null_rate"])}
+            entry = {
+                "layer": layer,
+                "heads": info["heads"],
+                "activation": info["activation"],
+                "output_norm": info["output_norm"],
+                "sparsity": _mean(sp["sparsity"]),
+                "null_rate": _mean(sp["null_rate"]),
+            }
             per_head = {"sparsity": sp["sparsity"], "null_rate": sp["null_rate"]}
             if signed:
                 entry["entropy"] = None
@@ -194,8 +201,7 @@ class AttentionStatistics(Collector):
                 entry["entropy"] = _pooled(ent)
                 entry["top_p"] = {number_key(p): _pooled(self.top[key][p]) for p in self.top_p}
                 per_head["entropy"] = [r.value for r in ent]
-                per_head["top_p"] = {number_key(p): [r.value for r in self.top[key][p]]
-                                     for p in self.top_p}
+                per_head["top_p"] = {number_key(p): [r.value for r in self.top[key][p]] for p in self.top_p}
             js = self.js.get(key, {})
             if info["normalizing"]:
                 entry["js_renormalization"] = "none"
@@ -204,14 +210,16 @@ class AttentionStatistics(Collector):
             else:
                 entry["js_renormalization"] = self.js_mode
                 usable = not signed or self.js_mode == "divide"
-                temps = {number_key(t): (js[t].value if usable and t in js else None)
-                         for t in self.temperatures}
+                temps = {number_key(t): (js[t].value if usable and t in js else None) for t in self.temperatures}
                 entry["js_temperatures"] = temps
                 entry["js"] = temps.get("1")
             entry["undefined"] = (
                 f"the {info['activation']} attention produced negative weights: entropy, top-p"
                 f"{' and the power re-normalization of JS' if self.js_mode == 'power' else ''}"
-                f" need non-negative weights" if signed else None)
+                f" need non-negative weights"
+                if signed
+                else None
+            )
             entry["per_head"] = per_head
             out.setdefault(kind, []).append(entry)
         return out

@@ -44,7 +44,8 @@ def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fsa-analyze",
         description="Attention analyses of a fairseq_sparse_attn (or stock fairseq transformer) "
-                    "checkpoint: teacher-forced passes over a data split, JSON/TSV/PNG results.")
+        "checkpoint: teacher-forced passes over a data split, JSON/TSV/PNG results.",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module in _MODULES.items():
         module.add_arguments(sub.add_parser(name, help=module.HELP))
@@ -65,8 +66,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     # before fairseq is imported: one of its modules sets the root logger to DEBUG when
     # nothing is configured yet
-    logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
-                        datefmt="%Y-%m-%d %H:%M:%S", level=logging.INFO, stream=sys.stderr)
+    logging.basicConfig(
+        format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
+        datefmt="%Y-%m-%d %H:%M:%S",
+        level=logging.INFO,
+        stream=sys.stderr,
+    )
     logging.getLogger().setLevel(logging.INFO)
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
     argv = sys.argv[1:] if argv is None else list(argv)

@@ -26,10 +26,20 @@ if TYPE_CHECKING:
 
 
 @torch.no_grad()
-def run_passes(model, examples, collectors: Sequence[Collector], source_pad: int,
-               target_pad: int, eos: int, batch_size: Optional[int] = 32,
-               max_tokens: Optional[int] = None, device="cpu", progress: bool = False,
-               ffn: Optional["FFNStatistics"] = None, description: str = "analysis") -> int:
+def run_passes(
+    model,
+    examples,
+    collectors: Sequence[Collector],
+    source_pad: int,
+    target_pad: int,
+    eos: int,
+    batch_size: Optional[int] = 32,
+    max_tokens: Optional[int] = None,
+    device="cpu",
+    progress: bool = False,
+    ffn: Optional["FFNStatistics"] = None,
+    description: str = "analysis",
+) -> int:
     """One teacher-forced forward per batch with every collector attached; returns the
     number of sentence pairs seen.  The model is put in eval mode (the recorded weights
     are the ones used, no attention dropout)."""
@@ -46,12 +56,10 @@ def run_passes(model, examples, collectors: Sequence[Collector], source_pad: int
         if ffn is not None:
             stack.enter_context(record_ffn(model, ffn))
         batches = iterate_batches(examples, source_pad, eos, batch_size, max_tokens, device)
-        for sample in tqdm(batches, total=n_batches, desc=description, unit="batch",
-                           disable=not progress):
+        for sample in tqdm(batches, total=n_batches, desc=description, unit="batch", disable=not progress):
             net = sample["net_input"]
             src, prev = net["src_tokens"], net["prev_output_tokens"]
-            batch = Batch(src.eq(source_pad), prev.eq(target_pad), src, prev,
-                          sample["id"].tolist())
+            batch = Batch(src.eq(source_pad), prev.eq(target_pad), src, prev, sample["id"].tolist())
             for c in list(collectors) + ([ffn] if ffn is not None else []):
                 c.set_batch(batch)
             model(**net)

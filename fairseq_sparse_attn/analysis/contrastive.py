@@ -68,7 +68,8 @@ def read_plain(source_path, correct_path, incorrect_path, group_path=None) -> Li
         if len(lines) != len(columns[0]):
             raise ValueError(
                 f"{path} has {len(lines)} lines but {paths[0]} has {len(columns[0])}: "
-                "contrastive files must be line-aligned")
+                "contrastive files must be line-aligned"
+            )
     groups = [g or None for g in columns[3]] if group_path is not None else [None] * len(columns[0])
     return [
         ContrastiveItem(str(i + 1), src, good, [bad], [group])
@@ -91,8 +92,7 @@ def _field(obj, name, kind, where):
     if name not in obj:
         raise ValueError(f"{where}: missing field {name!r}")
     if not isinstance(obj[name], kind):
-        raise ValueError(f"{where}: field {name!r} should be a {kind.__name__}, "
-                         f"found {type(obj[name]).__name__}")
+        raise ValueError(f"{where}: field {name!r} should be a {kind.__name__}, found {type(obj[name]).__name__}")
     return obj[name]
 
 
@@ -150,8 +150,7 @@ def encode_text(dictionary, text: str) -> torch.Tensor:
 
 def check_length(tokens: torch.Tensor, limit: Optional[int], what: str):
     if limit is not None and tokens.numel() > limit:
-        raise ValueError(f"{what} has {tokens.numel()} tokens (with EOS) but the model accepts "
-                         f"at most {limit}")
+        raise ValueError(f"{what} has {tokens.numel()} tokens (with EOS) but the model accepts at most {limit}")
 
 
 def _position_limits(model) -> Tuple[Optional[int], Optional[int]]:
@@ -169,9 +168,16 @@ def batch_scores(model, src_tokens, src_lengths, prev_output_tokens, target, pad
     return token_lprobs.masked_fill(target.eq(pad), 0.0).double().sum(dim=1)
 
 
-def score_pairs(model, pairs: Sequence[Tuple[torch.Tensor, torch.Tensor]], pad: int, eos: int,
-                batch_size: Optional[int] = 32, max_tokens: Optional[int] = None,
-                device=None, progress: bool = False) -> List[float]:
+def score_pairs(
+    model,
+    pairs: Sequence[Tuple[torch.Tensor, torch.Tensor]],
+    pad: int,
+    eos: int,
+    batch_size: Optional[int] = 32,
+    max_tokens: Optional[int] = None,
+    device=None,
+    progress: bool = False,
+) -> List[float]:
     """Teacher-forced log-probability sums of already encoded (source, target) pairs, in the
     order given, computed in length-sorted batches (:func:`.loading.iterate_batches`, as
     every analysis) with the model in eval mode."""
@@ -186,17 +192,22 @@ def score_pairs(model, pairs: Sequence[Tuple[torch.Tensor, torch.Tensor]], pad: 
         batches = iterate_batches(examples, pad, eos, batch_size, max_tokens, device)
         for sample in tqdm(batches, total=total, desc="scoring", unit="batch", disable=not progress):
             net = sample["net_input"]
-            batch = batch_scores(model, net["src_tokens"], net["src_lengths"],
-                                 net["prev_output_tokens"], sample["target"], pad=pad)
+            batch = batch_scores(
+                model, net["src_tokens"], net["src_lengths"], net["prev_output_tokens"], sample["target"], pad=pad
+            )
             for i, score in zip(sample["id"].tolist(), batch.tolist()):
                 scores[i] = score
     return scores
 
 
-def encode_items(items: Sequence[ContrastiveItem], src_dict, tgt_dict,
-                 encode_source: Callable[[str], str] = identity,
-                 encode_target: Optional[Callable[[str], str]] = None,
-                 max_positions: Tuple[Optional[int], Optional[int]] = (None, None)):
+def encode_items(
+    items: Sequence[ContrastiveItem],
+    src_dict,
+    tgt_dict,
+    encode_source: Callable[[str], str] = identity,
+    encode_target: Optional[Callable[[str], str]] = None,
+    max_positions: Tuple[Optional[int], Optional[int]] = (None, None),
+):
     """(source, target) index tensors: per item the correct target, then each contrastive."""
     encode_target = encode_target or encode_source
     pairs = []
@@ -211,20 +222,25 @@ def encode_items(items: Sequence[ContrastiveItem], src_dict, tgt_dict,
     return pairs
 
 
-def score_items(model, items: Sequence[ContrastiveItem], src_dict, tgt_dict,
-                encode_source: Callable[[str], str] = identity,
-                encode_target: Optional[Callable[[str], str]] = None,
-                batch_size: Optional[int] = 32, max_tokens: Optional[int] = None,
-                device=None, progress: bool = False) -> List[Tuple[float, List[float]]]:
+def score_items(
+    model,
+    items: Sequence[ContrastiveItem],
+    src_dict,
+    tgt_dict,
+    encode_source: Callable[[str], str] = identity,
+    encode_target: Optional[Callable[[str], str]] = None,
+    batch_size: Optional[int] = 32,
+    max_tokens: Optional[int] = None,
+    device=None,
+    progress: bool = False,
+) -> List[Tuple[float, List[float]]]:
     """Per item: (score of the correct target, [score of each contrastive target])."""
-    pairs = encode_items(items, src_dict, tgt_dict, encode_source, encode_target,
-                         _position_limits(model))
-    flat = score_pairs(model, pairs, tgt_dict.pad(), tgt_dict.eos(), batch_size, max_tokens,
-                       device, progress)
+    pairs = encode_items(items, src_dict, tgt_dict, encode_source, encode_target, _position_limits(model))
+    flat = score_pairs(model, pairs, tgt_dict.pad(), tgt_dict.eos(), batch_size, max_tokens, device, progress)
     out, pos = [], 0
     for item in items:
         n = 1 + len(item.contrastives)
-        out.append((flat[pos], flat[pos + 1:pos + n]))
+        out.append((flat[pos], flat[pos + 1 : pos + n]))
         pos += n
     return out
 
@@ -232,8 +248,9 @@ def score_items(model, items: Sequence[ContrastiveItem], src_dict, tgt_dict,
 # --------------------------------------------------------------------------- decisions and report
 
 
-def decide(items: Sequence[ContrastiveItem], scores: Sequence[Tuple[float, List[float]]],
-           unit: str = "variant") -> List[Decision]:
+def decide(
+    items: Sequence[ContrastiveItem], scores: Sequence[Tuple[float, List[float]]], unit: str = "variant"
+) -> List[Decision]:
     """One decision per contrastive variant, or per item (correct beats every variant)."""
     if unit not in ("variant", "item"):
         raise ValueError(f"decision unit must be 'variant' or 'item', not {unit!r}")
@@ -243,9 +260,11 @@ def decide(items: Sequence[ContrastiveItem], scores: Sequence[Tuple[float, List[
             decisions += [Decision(item.item_id, g, good, bad) for g, bad in zip(item.groups, bads)]
         elif bads:
             if len(set(item.groups)) > 1:
-                raise ValueError(f"item {item.item_id}: its contrastive variants are in different "
-                                 f"groups {sorted(map(str, set(item.groups)))}; per-item decisions "
-                                 "need one group per item (use decisions per variant)")
+                raise ValueError(
+                    f"item {item.item_id}: its contrastive variants are in different "
+                    f"groups {sorted(map(str, set(item.groups)))}; per-item decisions "
+                    "need one group per item (use decisions per variant)"
+                )
             decisions.append(Decision(item.item_id, item.groups[0], good, max(bads)))
     return decisions
 
@@ -312,14 +331,23 @@ def format_report(report: Dict) -> str:
     return "\n".join(lines)
 
 
-def evaluate(model, items: Sequence[ContrastiveItem], src_dict, tgt_dict,
-             encode_source: Callable[[str], str] = identity,
-             encode_target: Optional[Callable[[str], str]] = None,
-             unit: str = "variant", batch_size: Optional[int] = 32,
-             max_tokens: Optional[int] = None, device=None, progress: bool = False):
+def evaluate(
+    model,
+    items: Sequence[ContrastiveItem],
+    src_dict,
+    tgt_dict,
+    encode_source: Callable[[str], str] = identity,
+    encode_target: Optional[Callable[[str], str]] = None,
+    unit: str = "variant",
+    batch_size: Optional[int] = 32,
+    max_tokens: Optional[int] = None,
+    device=None,
+    progress: bool = False,
+):
     """Score, decide and summarize: returns (report dict, decisions)."""
-    scores = score_items(model, items, src_dict, tgt_dict, encode_source, encode_target,
-                         batch_size, max_tokens, device, progress)
+    scores = score_items(
+        model, items, src_dict, tgt_dict, encode_source, encode_target, batch_size, max_tokens, device, progress
+    )
     decisions = decide(items, scores, unit)
     return summarize(decisions), decisions
 
@@ -345,34 +373,58 @@ def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="fsa-contrastive",
         description="Contrastive evaluation: accuracy of a fairseq translation model at scoring "
-                    "correct translations above contrastive ones (LingEval97 protocol).")
+        "correct translations above contrastive ones (LingEval97 protocol).",
+    )
     p.add_argument("data_bin", metavar="DATA_BIN", help="fairseq-preprocess directory with the dictionaries")
-    p.add_argument("inputs", nargs="+", metavar="INPUT",
-                   help="plain: SOURCE CORRECT INCORRECT (line-aligned, .gz allowed); JSON formats: FILE")
+    p.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="INPUT",
+        help="plain: SOURCE CORRECT INCORRECT (line-aligned, .gz allowed); JSON formats: FILE",
+    )
     p.add_argument("--path", required=True, metavar="CHECKPOINT", help="model checkpoint")
     p.add_argument("--format", choices=FORMATS, default="plain")
     p.add_argument("-s", "--source-lang", default=None)
     p.add_argument("-t", "--target-lang", default=None)
-    p.add_argument("--tokenizer", choices=("moses", "none"), default="none",
-                   help="tokenize raw text before BPE (default: none, text already tokenized)")
+    p.add_argument(
+        "--tokenizer",
+        choices=("moses", "none"),
+        default="none",
+        help="tokenize raw text before BPE (default: none, text already tokenized)",
+    )
     p.add_argument("--bpe-codes", default=None, help="subword-nmt codes (default: text already BPE'd)")
     p.add_argument("--group-file", default=None, help="plain: line-aligned group labels")
-    p.add_argument("--group-by", default=None, metavar="FIELD",
-                   help="JSON formats: group by this field of each error (or item) "
-                        "(default: lingeval97 'type', contrawsd/mucow 'ambig word:sense')")
-    p.add_argument("--decision", choices=("variant", "item"), default=None,
-                   help="one decision per contrastive variant, or per item (correct beats all); "
-                        "default: item for contrawsd/mucow, variant otherwise (the suites' own scripts)")
+    p.add_argument(
+        "--group-by",
+        default=None,
+        metavar="FIELD",
+        help="JSON formats: group by this field of each error (or item) "
+        "(default: lingeval97 'type', contrawsd/mucow 'ambig word:sense')",
+    )
+    p.add_argument(
+        "--decision",
+        choices=("variant", "item"),
+        default=None,
+        help="one decision per contrastive variant, or per item (correct beats all); "
+        "default: item for contrawsd/mucow, variant otherwise (the suites' own scripts)",
+    )
     p.add_argument("--batch-size", type=int, default=32, help="max pairs per batch")
     p.add_argument("--max-tokens", type=int, default=None, help="max padded tokens per batch")
     p.add_argument("--max-items", type=int, default=None, help="evaluate only the first N items")
-    p.add_argument("--model-overrides", default=None, metavar="DICT",
-                   help="Python dict literal of model arguments to override, as in fairseq-generate, "
-                        "e.g. \"{'encoder_masked_heads': '7'}\"")
+    p.add_argument(
+        "--model-overrides",
+        default=None,
+        metavar="DICT",
+        help="Python dict literal of model arguments to override, as in fairseq-generate, "
+        "e.g. \"{'encoder_masked_heads': '7'}\"",
+    )
     p.add_argument("--cpu", action="store_true", help="run on CPU even when CUDA is available")
     p.add_argument("--output-json", default=None, help="write the report here")
-    p.add_argument("--output-tsv", default=None,
-                   help="write one line per decision: item_id, group, score_correct, score_incorrect, correct")
+    p.add_argument(
+        "--output-tsv",
+        default=None,
+        help="write one line per decision: item_id, group, score_correct, score_incorrect, correct",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -389,11 +441,12 @@ def cli_main(argv=None) -> Dict:
     except (ValueError, FileNotFoundError) as e:
         parser.error(str(e))
     if args.max_items is not None:
-        items = items[:args.max_items]
+        items = items[: args.max_items]
 
     try:
-        model, task = load_model(args.path, args.data_bin, args.source_lang, args.target_lang,
-                                 parse_overrides(args.model_overrides))
+        model, task = load_model(
+            args.path, args.data_bin, args.source_lang, args.target_lang, parse_overrides(args.model_overrides)
+        )
     except (ValueError, FileNotFoundError) as e:
         parser.error(str(e))
     device = torch.device("cuda" if torch.cuda.is_available() and not args.cpu else "cpu")
@@ -404,9 +457,18 @@ def cli_main(argv=None) -> Dict:
     encode_target = build_encoder(args.tokenizer, args.bpe_codes, tgt_lang)
 
     report, decisions = evaluate(
-        model, items, task.source_dictionary, task.target_dictionary, encode_source, encode_target,
-        unit=args.decision or DEFAULT_DECISION[args.format], batch_size=args.batch_size,
-        max_tokens=args.max_tokens, device=device, progress=not args.no_progress)
+        model,
+        items,
+        task.source_dictionary,
+        task.target_dictionary,
+        encode_source,
+        encode_target,
+        unit=args.decision or DEFAULT_DECISION[args.format],
+        batch_size=args.batch_size,
+        max_tokens=args.max_tokens,
+        device=device,
+        progress=not args.no_progress,
+    )
     report["decision"] = args.decision or DEFAULT_DECISION[args.format]
     report["checkpoint"] = os.path.abspath(args.path)
     report["inputs"] = [os.path.abspath(p) for p in args.inputs]
@@ -414,8 +476,9 @@ def cli_main(argv=None) -> Dict:
     if args.output_json:
         from ..provenance import write_json as write_with_provenance
 
-        write_with_provenance(args.output_json, report,
-                              argv=None if argv is None else ["fsa-contrastive", *map(str, argv)])
+        write_with_provenance(
+            args.output_json, report, argv=None if argv is None else ["fsa-contrastive", *map(str, argv)]
+        )
         print(f"wrote {args.output_json}")
     if args.output_tsv:
         write_decisions_tsv(decisions, args.output_tsv)

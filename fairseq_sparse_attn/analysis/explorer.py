@@ -71,8 +71,11 @@ def norm_support(model) -> Dict[str, Tuple[bool, bool, str]]:
             continue
         norms = sorted({getattr(m, "output_norm_name", "none") for m in modules} - {"none"})
         if norms:
-            out[kind] = (True, False, f"output norm {', '.join(norms)} on the concatenated heads: "
-                                      f"‖αf(x)‖ of the pre-norm vectors")
+            out[kind] = (
+                True,
+                False,
+                f"output norm {', '.join(norms)} on the concatenated heads: ‖αf(x)‖ of the pre-norm vectors",
+            )
         else:
             out[kind] = (True, True, "")
     return out
@@ -86,13 +89,14 @@ def module_info(model) -> Dict[str, Dict]:
     out: Dict[str, Dict] = {}
     for site in attention_sites(model):
         m = modules[site.name]
-        e = out.setdefault(site.kind, {"layers": 0, "heads": site.num_heads, "activation": set(),
-                                       "output_norm": set()})
+        e = out.setdefault(site.kind, {"layers": 0, "heads": site.num_heads, "activation": set(), "output_norm": set()})
         e["layers"] = max(e["layers"], site.layer + 1)
         e["activation"].add(str(getattr(m, "activation_name", "softmax")))
         e["output_norm"].add(str(getattr(m, "output_norm_name", "none")))
-    return {k: {**e, "activation": ", ".join(sorted(e["activation"])),
-                "output_norm": ", ".join(sorted(e["output_norm"]))} for k, e in out.items()}
+    return {
+        k: {**e, "activation": ", ".join(sorted(e["activation"])), "output_norm": ", ".join(sorted(e["output_norm"]))}
+        for k, e in out.items()
+    }
 
 
 # ---------------------------------------------------------------------- recording
@@ -167,8 +171,7 @@ def head_summary(weights: torch.Tensor, kind: str) -> Tuple[List[List[int]], Lis
     heads, nq, nk = weights.shape
     vis = visible(kind, nq, nk)
     zero = (weights == 0) & vis
-    null_rows = [[int(r) for r in (zero[h].sum(-1) == vis.sum(-1)).nonzero().squeeze(1)]
-                 for h in range(heads)]
+    null_rows = [[int(r) for r in (zero[h].sum(-1) == vis.sum(-1)).nonzero().squeeze(1)] for h in range(heads)]
     sparsity = [round(float(zero[h].sum()) / max(int(vis.sum()), 1), 4) for h in range(heads)]
     return null_rows, sparsity
 
@@ -192,30 +195,41 @@ def sentence_entry(example, position: int, collector: ExplorerCollector, scheme:
     source = side_tokens(example.source_pieces, scheme, eos_first=False)
     decoder = side_tokens(example.target_pieces, scheme, eos_first=True)
     attention: Dict[str, List[Dict]] = {}
-    for (kind, layer) in sorted(pos_weights):
+    for kind, layer in sorted(pos_weights):
         w = pos_weights[(kind, layer)]
         nq = len(source["tokens"]) if kind == "encoder_self" else len(decoder["tokens"])
         nk = len(decoder["tokens"]) if kind == "decoder_self" else len(source["tokens"])
         if tuple(w.shape[1:]) != (nq, nk):
-            raise ValueError(f"sentence {example.index}: {kind} layer {layer} has weights of shape "
-                             f"{tuple(w.shape)}, expected (heads, {nq}, {nk}) from its tokens")
+            raise ValueError(
+                f"sentence {example.index}: {kind} layer {layer} has weights of shape "
+                f"{tuple(w.shape)}, expected (heads, {nq}, {nk}) from its tokens"
+            )
         null_rows, sparsity = head_summary(w, kind)
         f = pos_norms.get((kind, layer))
-        entry = {"layer": layer, "weights": stored_weights(w),
-                 "f_norm": None if f is None else stored_norms(f),
-                 "null_rows": null_rows, "sparsity": sparsity}
+        entry = {
+            "layer": layer,
+            "weights": stored_weights(w),
+            "f_norm": None if f is None else stored_norms(f),
+            "null_rows": null_rows,
+            "sparsity": sparsity,
+        }
         attention.setdefault(kind, []).append(entry)
     for kind, layers in attention.items():
         if [e["layer"] for e in layers] != list(range(len(layers))):
             raise ValueError(f"{kind}: layers {[e['layer'] for e in layers]} are not 0..{len(layers) - 1}")
-    return {"index": example.index, "source": source, "decoder_input": decoder,
-            "uncertain_words": uncertain_boundaries(example.source_pieces, scheme)
-            or uncertain_boundaries(example.target_pieces, scheme),
-            "attention": attention}
+    return {
+        "index": example.index,
+        "source": source,
+        "decoder_input": decoder,
+        "uncertain_words": uncertain_boundaries(example.source_pieces, scheme)
+        or uncertain_boundaries(example.target_pieces, scheme),
+        "attention": attention,
+    }
 
 
-def explorer_data(model, examples, collector: ExplorerCollector, scheme: str, title: str,
-                  header: Optional[Dict] = None) -> Dict:
+def explorer_data(
+    model, examples, collector: ExplorerCollector, scheme: str, title: str, header: Optional[Dict] = None
+) -> Dict:
     """The explorer's JSON (see the module docstring): ``examples`` in the order they were
     run through ``collector``."""
     support = norm_support(model)
@@ -226,13 +240,26 @@ def explorer_data(model, examples, collector: ExplorerCollector, scheme: str, ti
         if kind not in info:
             continue
         defined, exact, note = support[kind]
-        kinds[kind] = {**info[kind], "norms": defined, "norms_exact": exact, "norms_note": note,
-                       "fixed": {str(layer): {str(h): name for h, name in heads.items()}
-                                 for layer, heads in fixed.get(kind, {}).items()}}
+        kinds[kind] = {
+            **info[kind],
+            "norms": defined,
+            "norms_exact": exact,
+            "norms_note": note,
+            "fixed": {
+                str(layer): {str(h): name for h, name in heads.items()} for layer, heads in fixed.get(kind, {}).items()
+            },
+        }
     sentences = [sentence_entry(ex, i, collector, scheme) for i, ex in enumerate(examples)]
-    return {**(header or {}), "title": title, "numbering": "0-based", "subword_scheme": scheme,
-            "weight_scale": WEIGHT_SCALE, "norm_digits": NORM_DIGITS, "kinds": kinds,
-            "sentences": sentences}
+    return {
+        **(header or {}),
+        "title": title,
+        "numbering": "0-based",
+        "subword_scheme": scheme,
+        "weight_scale": WEIGHT_SCALE,
+        "norm_digits": NORM_DIGITS,
+        "kinds": kinds,
+        "sentences": sentences,
+    }
 
 
 def decode_weights(stored) -> torch.Tensor:
@@ -275,14 +302,16 @@ def bertviz_inputs(model, source_dictionary, target_dictionary, source, target) 
     prev = torch.cat([tgt[-1:], tgt[:-1]])  # </s> y_0 .. y_{n-1}
     model.eval()
     with record_attention(model) as taps:
-        model(src.unsqueeze(0).to(device), torch.tensor([src.numel()], device=device),
-              prev.unsqueeze(0).to(device))
+        model(src.unsqueeze(0).to(device), torch.tensor([src.numel()], device=device), prev.unsqueeze(0).to(device))
     by_kind: Dict[str, Dict[int, torch.Tensor]] = {k: {} for k in KINDS}
     for tap in taps:
         by_kind[tap.site.kind][tap.site.layer] = tap.weights.float().cpu()
     out = {}
-    for kind, name in (("encoder_self", "encoder_attention"), ("decoder_self", "decoder_attention"),
-                       ("cross", "cross_attention")):
+    for kind, name in (
+        ("encoder_self", "encoder_attention"),
+        ("decoder_self", "decoder_attention"),
+        ("cross", "cross_attention"),
+    ):
         layers = by_kind[kind]
         out[name] = tuple(layers[i] for i in sorted(layers))
     out["encoder_tokens"] = [source_dictionary[int(i)] for i in src]

@@ -428,14 +428,18 @@ def embed_json(data: Dict) -> str:
 
 def render(data: Dict) -> str:
     """The whole page for :func:`.explorer.explorer_data`'s ``data``."""
-    return (_PAGE.replace("__TITLE__", html.escape(str(data.get("title", ""))))
-            .replace("__CSS__", _CSS).replace("__JS__", _JS)
-            .replace("__DATA__", embed_json(data)))
+    return (
+        _PAGE.replace("__TITLE__", html.escape(str(data.get("title", ""))))
+        .replace("__CSS__", _CSS)
+        .replace("__JS__", _JS)
+        .replace("__DATA__", embed_json(data))
+    )
 
 
 def embedded_data(page: str) -> Dict:
     """The data embedded in a page written by :func:`render` (tests, scripts)."""
     start = page.index('<script type="application/json" id="fsa-data">') + len(
-        '<script type="application/json" id="fsa-data">')
+        '<script type="application/json" id="fsa-data">'
+    )
     end = page.index("</script>", start)
     return json.loads(page[start:end])

@@ -49,8 +49,7 @@ def record_ffn(model, callback):
 
             def emit(mod, inputs, output, _name=name):
                 entry = state.pop(_name)
-                callback(_name, residual=entry["residual"], ffn_output=output.detach(),
-                         rows=entry.get("rows"))
+                callback(_name, residual=entry["residual"], ffn_output=output.detach(), rows=entry.get("rows"))
 
             handles.append(residual_source.register_forward_pre_hook(keep_residual))
             handles.append(layer.fc2.register_forward_hook(emit))
@@ -120,15 +119,16 @@ class FFNStatistics:
     def _valid(self, name: str, length: int) -> torch.Tensor:
         pad = self.batch.source_padding if name.startswith("encoder") else self.batch.target_padding
         if pad.shape[1] != length:
-            raise ValueError(f"{name}: FFN input has {length} positions but the batch's "
-                             f"{'source' if name.startswith('encoder') else 'target'} has "
-                             f"{pad.shape[1]} (teacher-forced passes only)")
+            raise ValueError(
+                f"{name}: FFN input has {length} positions but the batch's "
+                f"{'source' if name.startswith('encoder') else 'target'} has "
+                f"{pad.shape[1]} (teacher-forced passes only)"
+            )
         return (~pad).t()  # (T, B), the layers' time-first layout
 
     def __call__(self, name: str, residual, ffn_output, rows=None) -> None:
         valid = self._valid(name, residual.shape[0])
-        moments = self._moments.setdefault(name, {"ffn_output": [0, 0.0, 0.0],
-                                                  "residual": [0, 0.0, 0.0]})
+        moments = self._moments.setdefault(name, {"ffn_output": [0, 0.0, 0.0], "residual": [0, 0.0, 0.0]})
         for what, x in (("ffn_output", ffn_output), ("residual", residual)):
             v = x[valid].double()
             m = moments[what]
@@ -162,8 +162,14 @@ class FFNStatistics:
                 var_out, var_res = self._variance(*m["ffn_output"]), self._variance(*m["residual"])
                 ratio = var_out / var_res if var_res > 0 else float("nan")
             tops = self._top.get(name, {})
-            out.append({"side": side, "layer": layer, "name": name, **info,
-                        "variance_ratio": ratio,
-                        "top_p_mass": {number_key(p): (tops[p].value if p in tops else None)
-                                       for p in self.top_p}})
+            out.append(
+                {
+                    "side": side,
+                    "layer": layer,
+                    "name": name,
+                    **info,
+                    "variance_ratio": ratio,
+                    "top_p_mass": {number_key(p): (tops[p].value if p in tops else None) for p in self.top_p},
+                }
+            )
         return out

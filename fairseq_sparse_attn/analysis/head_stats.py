@@ -60,8 +60,7 @@ class RowAverage:
 
 def _check_weights(weights: torch.Tensor) -> None:
     if weights.dim() != 4:
-        raise ValueError(f"attention weights must be (bsz, heads, tgt, src), got shape "
-                         f"{tuple(weights.shape)}")
+        raise ValueError(f"attention weights must be (bsz, heads, tgt, src), got shape {tuple(weights.shape)}")
     if torch.isnan(weights).any():
         raise ValueError("attention weights contain NaN")
 
@@ -79,14 +78,13 @@ def valid_queries(weights: torch.Tensor, query_padding: Optional[torch.Tensor]) 
     if query_padding is None:
         return torch.ones(bsz, heads, tgt, dtype=torch.bool, device=weights.device)
     if tuple(query_padding.shape) != (bsz, tgt):
-        raise ValueError(f"query_padding must be (bsz, tgt) = {(bsz, tgt)}, got "
-                         f"{tuple(query_padding.shape)}")
+        raise ValueError(f"query_padding must be (bsz, tgt) = {(bsz, tgt)}, got {tuple(query_padding.shape)}")
     return (~query_padding.bool()).view(bsz, 1, tgt).expand(bsz, heads, tgt)
 
 
-def _visible_weights(weights: torch.Tensor, mask: Optional[torch.Tensor],
-                     query_padding: Optional[torch.Tensor],
-                     non_negative: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _visible_weights(
+    weights: torch.Tensor, mask: Optional[torch.Tensor], query_padding: Optional[torch.Tensor], non_negative: bool
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """float64 weights with invisible keys zeroed, the visibility mask, valid queries."""
     _check_weights(weights)
     visible = visible_keys(weights, mask).expand_as(weights)
@@ -95,15 +93,17 @@ def _visible_weights(weights: torch.Tensor, mask: Optional[torch.Tensor],
     if non_negative and (w[valid] < 0).any():
         raise ValueError(
             f"row normalization needs non-negative weights (ReLU, softmax, ...); the minimum "
-            f"visible weight of a valid query is {w[valid].min().item()}")
+            f"visible weight of a valid query is {w[valid].min().item()}"
+        )
     return w, visible, valid
 
 
 # --------------------------------------------------------------------- entropy
 
 
-def row_entropy(weights: torch.Tensor, mask: Optional[torch.Tensor] = None,
-                query_padding: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+def row_entropy(
+    weights: torch.Tensor, mask: Optional[torch.Tensor] = None, query_padding: Optional[torch.Tensor] = None
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """Per row ``H(ŝ) = −Σ_j ŝ_j log ŝ_j``, ``ŝ = s / Σ s`` over visible keys, ``0 log 0 = 0``.
 
     Returns ``(entropy, counted)``, both ``(bsz, heads, tgt)``; ``counted`` is True for
@@ -117,8 +117,9 @@ def row_entropy(weights: torch.Tensor, mask: Optional[torch.Tensor] = None,
     return torch.where(counted, entropy, torch.zeros_like(entropy)), counted
 
 
-def mean_entropy(weights: torch.Tensor, mask: Optional[torch.Tensor] = None,
-                 query_padding: Optional[torch.Tensor] = None) -> RowAverage:
+def mean_entropy(
+    weights: torch.Tensor, mask: Optional[torch.Tensor] = None, query_padding: Optional[torch.Tensor] = None
+) -> RowAverage:
     """ReLUFormer Table 3: average ``H(ŝ)`` over valid, non-null rows of all heads."""
     entropy, counted = row_entropy(weights, mask, query_padding)
     return RowAverage(entropy[counted].sum().item(), int(counted.sum()))
@@ -135,8 +136,9 @@ def top_count(p: float, n: torch.Tensor) -> torch.Tensor:
     return torch.ceil(torch.round(p * n.double(), decimals=9)).long()
 
 
-def row_top_p(weights: torch.Tensor, p: float, mask: Optional[torch.Tensor] = None,
-              query_padding: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+def row_top_p(
+    weights: torch.Tensor, p: float, mask: Optional[torch.Tensor] = None, query_padding: Optional[torch.Tensor] = None
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """Per row: (sum of the ``⌈p·n⌉`` largest visible weights) / (sum of all visible
     weights), ``n`` = number of visible keys of that row.
 
@@ -154,8 +156,9 @@ def row_top_p(weights: torch.Tensor, p: float, mask: Optional[torch.Tensor] = No
     return torch.where(counted, share, torch.zeros_like(share)), counted
 
 
-def top_p_score_sum(weights: torch.Tensor, p: float, mask: Optional[torch.Tensor] = None,
-                    query_padding: Optional[torch.Tensor] = None) -> RowAverage:
+def top_p_score_sum(
+    weights: torch.Tensor, p: float, mask: Optional[torch.Tensor] = None, query_padding: Optional[torch.Tensor] = None
+) -> RowAverage:
     """ReLUFormer Figs. 2/4: the top-p% share of :func:`row_top_p`, averaged over valid,
     non-null rows of all heads.  ``p`` is a fraction: top-1.5% is ``p=0.015``."""
     share, counted = row_top_p(weights, p, mask, query_padding)
@@ -177,9 +180,12 @@ def _js(probs: torch.Tensor, valid: torch.Tensor) -> RowAverage:
     return RowAverage(js[rows].sum().item(), int(rows.sum()))
 
 
-def head_js_divergence(probs: torch.Tensor, mask: Optional[torch.Tensor] = None,
-                       query_padding: Optional[torch.Tensor] = None,
-                       atol: float = 1e-4) -> RowAverage:
+def head_js_divergence(
+    probs: torch.Tensor,
+    mask: Optional[torch.Tensor] = None,
+    query_padding: Optional[torch.Tensor] = None,
+    atol: float = 1e-4,
+) -> RowAverage:
     """Head diversity of attention that already is a distribution per row (softmax,
     sparsemax, entmax): for each valid query,
 
@@ -197,12 +203,14 @@ def head_js_divergence(probs: torch.Tensor, mask: Optional[torch.Tensor] = None,
         raise ValueError(
             f"head_js_divergence needs rows that are distributions over the visible keys; "
             f"row (batch {b}, head {h}, query {t}) sums to {sums[b, h, t].item():.6g}. "
-            f"For ReLU weights use relu_head_js_divergence (softmax re-normalization)")
+            f"For ReLU weights use relu_head_js_divergence (softmax re-normalization)"
+        )
     return _js(p, valid)
 
 
-def renormalize(weights: torch.Tensor, temperature: float,
-                mask: Optional[torch.Tensor] = None, mode: str = "power") -> torch.Tensor:
+def renormalize(
+    weights: torch.Tensor, temperature: float, mask: Optional[torch.Tensor] = None, mode: str = "power"
+) -> torch.Tensor:
     """ReLA §5.2 re-normalization of non-probabilistic (ReLU) weights, with a null slot.
 
     Returns ``(bsz, heads, tgt, src + 1)``; the last slot is the dummy "null" position.
@@ -228,8 +236,10 @@ def renormalize(weights: torch.Tensor, temperature: float,
     ``mode="divide"`` with ``temperature = 1/τ``.  See docs/analysis.md.
     """
     if mode not in RENORMALIZATION_MODES:
-        raise ValueError(f"re-normalization mode must be one of {RENORMALIZATION_MODES} "
-                         f"(softmax(alpha**tau) or softmax(alpha/tau)), got {mode!r}")
+        raise ValueError(
+            f"re-normalization mode must be one of {RENORMALIZATION_MODES} "
+            f"(softmax(alpha**tau) or softmax(alpha/tau)), got {mode!r}"
+        )
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     _check_weights(weights)
@@ -242,7 +252,8 @@ def renormalize(weights: torch.Tensor, temperature: float,
             raise ValueError(
                 f"mode='power' computes alpha**tau and needs non-negative weights (ReLU "
                 f"outputs) on visible keys; weight (batch {b}, head {h}, query {t}, key {s}) "
-                f"is {w[b, h, t, s].item():.6g}. Use mode='divide' for signed scores")
+                f"is {w[b, h, t, s].item():.6g}. Use mode='divide' for signed scores"
+            )
         scores = w.pow(temperature)  # 0 ** tau = 0 for tau > 0
     else:
         scores = w / temperature
@@ -253,10 +264,13 @@ def renormalize(weights: torch.Tensor, temperature: float,
     return torch.cat([p, null.double()], dim=-1)
 
 
-def relu_head_js_divergence(weights: torch.Tensor, temperature: float = 1.0,
-                            mask: Optional[torch.Tensor] = None,
-                            query_padding: Optional[torch.Tensor] = None,
-                            mode: str = "power") -> RowAverage:
+def relu_head_js_divergence(
+    weights: torch.Tensor,
+    temperature: float = 1.0,
+    mask: Optional[torch.Tensor] = None,
+    query_padding: Optional[torch.Tensor] = None,
+    mode: str = "power",
+) -> RowAverage:
     """ReLA §5.2 / Table 6 head diversity for ReLU attention: the JS of
     :func:`head_js_divergence` on the distributions of :func:`renormalize`
     (``softmax(α^τ)`` over visible keys by default, ``softmax(α/τ)`` with

@@ -21,7 +21,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ..subwords import word_count
 
 BINS: Tuple[Tuple[int, Optional[int]], ...] = (
-    (0, 10), (10, 20), (20, 30), (30, 40), (40, 50), (50, None),
+    (0, 10),
+    (10, 20),
+    (20, 30),
+    (30, 40),
+    (40, 50),
+    (50, None),
 )
 _LINE = re.compile(r"^([THD])-(\d+)\t(.*)$")
 
@@ -48,8 +53,9 @@ def read_generate_output(path: str) -> Tuple[List[str], List[str]]:
                 continue
             m = _LINE.match(line)
             if m is None:
-                raise ValueError(f"{path}:{lineno}: expected 'T-<id>\\t<text>' or "
-                                 f"'H-/D-<id>\\t<score>\\t<text>', got {line[:80]!r}")
+                raise ValueError(
+                    f"{path}:{lineno}: expected 'T-<id>\\t<text>' or 'H-/D-<id>\\t<score>\\t<text>', got {line[:80]!r}"
+                )
             kind, sid, rest = m.group(1), int(m.group(2)), m.group(3)
             if kind == "T":
                 refs[sid] = rest
@@ -58,20 +64,23 @@ def read_generate_output(path: str) -> Tuple[List[str], List[str]]:
             try:
                 float(parts[0])
             except ValueError:
-                raise ValueError(f"{path}:{lineno}: expected a score after '{kind}-{sid}', "
-                                 f"got {parts[0][:40]!r}") from None
+                raise ValueError(
+                    f"{path}:{lineno}: expected a score after '{kind}-{sid}', got {parts[0][:40]!r}"
+                ) from None
             text = parts[1] if len(parts) > 1 else ""
             # the first hypothesis of a sentence is the best one (--nbest > 1 prints more)
             (detok if kind == "D" else hyps).setdefault(sid, text)
     hyps.update(detok)
     if not refs:
-        raise ValueError(f"{path}: no 'T-<id>' reference lines: was it written by "
-                         "fairseq-generate on a split with targets?")
+        raise ValueError(
+            f"{path}: no 'T-<id>' reference lines: was it written by fairseq-generate on a split with targets?"
+        )
     missing_hyp = sorted(set(refs) - set(hyps))
     missing_ref = sorted(set(hyps) - set(refs))
     if missing_hyp or missing_ref:
-        raise ValueError(f"{path}: sentences without a hypothesis {missing_hyp[:10]} / "
-                         f"without a reference {missing_ref[:10]}")
+        raise ValueError(
+            f"{path}: sentences without a hypothesis {missing_hyp[:10]} / without a reference {missing_ref[:10]}"
+        )
     ids = sorted(refs)
     return [refs[i] for i in ids], [hyps[i] for i in ids]
 
@@ -82,8 +91,7 @@ def reference_words(text: str) -> int:
     return word_count(text.split(), "word")
 
 
-def sacrebleu_signature(references: Sequence[str], hypotheses: Sequence[str],
-                        tokenize: str = "13a") -> str:
+def sacrebleu_signature(references: Sequence[str], hypotheses: Sequence[str], tokenize: str = "13a") -> str:
     """sacreBLEU's signature of the corpus BLEU these rows use (one reference)."""
     from sacrebleu.metrics import BLEU
 
@@ -92,8 +100,9 @@ def sacrebleu_signature(references: Sequence[str], hypotheses: Sequence[str],
     return str(bleu.get_signature())
 
 
-def bleu_by_length(references: Sequence[str], hypotheses: Sequence[str],
-                   bins=BINS, tokenize: str = "13a") -> List[dict]:
+def bleu_by_length(
+    references: Sequence[str], hypotheses: Sequence[str], bins=BINS, tokenize: str = "13a"
+) -> List[dict]:
     """One row per bin (and a final "all" row): label, sentences, reference words, BLEU
     (None for an empty bin)."""
     import sacrebleu
@@ -102,17 +111,17 @@ def bleu_by_length(references: Sequence[str], hypotheses: Sequence[str],
         raise ValueError(f"{len(references)} references but {len(hypotheses)} hypotheses")
     rows = []
     lengths = [reference_words(r) for r in references]
-    groups = [(bin_label(lo, hi), [i for i, n in enumerate(lengths)
-                                   if n >= lo and (hi is None or n < hi)])
-              for lo, hi in bins]
+    groups = [
+        (bin_label(lo, hi), [i for i, n in enumerate(lengths) if n >= lo and (hi is None or n < hi)]) for lo, hi in bins
+    ]
     groups.append(("all", list(range(len(references)))))
     for label, idx in groups:
         bleu = None
         if idx:
-            bleu = sacrebleu.corpus_bleu([hypotheses[i] for i in idx],
-                                         [[references[i] for i in idx]], tokenize=tokenize).score
-        rows.append(dict(bin=label, sentences=len(idx),
-                         reference_words=sum(lengths[i] for i in idx), bleu=bleu))
+            bleu = sacrebleu.corpus_bleu(
+                [hypotheses[i] for i in idx], [[references[i] for i in idx]], tokenize=tokenize
+            ).score
+        rows.append(dict(bin=label, sentences=len(idx), reference_words=sum(lengths[i] for i in idx), bleu=bleu))
     return rows
 
 
@@ -140,16 +149,21 @@ def cli_main(argv=None):
     if args.json:
         from ..provenance import write_json
 
-        write_json(args.json, {"bins": rows, "tokenize": args.tokenize},
-                   sacrebleu_signature=sacrebleu_signature(refs, hyps, args.tokenize),
-                   argv=None if argv is None else ["fsa-length-bleu", *map(str, argv)])
+        write_json(
+            args.json,
+            {"bins": rows, "tokenize": args.tokenize},
+            sacrebleu_signature=sacrebleu_signature(refs, hyps, args.tokenize),
+            argv=None if argv is None else ["fsa-length-bleu", *map(str, argv)],
+        )
         print(f"wrote {args.json}")
     if args.tsv:
         with open(args.tsv, "w") as f:
             f.write("bin\tsentences\treference_words\tbleu\n")
             for r in rows:
-                f.write(f"{r['bin']}\t{r['sentences']}\t{r['reference_words']}\t"
-                        f"{'' if r['bleu'] is None else round(r['bleu'], 4)}\n")
+                f.write(
+                    f"{r['bin']}\t{r['sentences']}\t{r['reference_words']}\t"
+                    f"{'' if r['bleu'] is None else round(r['bleu'], 4)}\n"
+                )
         print(f"wrote {args.tsv}")
     return rows
 

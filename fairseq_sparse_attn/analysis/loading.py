@@ -57,17 +57,16 @@ class LoadedModel:
         return self.task.target_dictionary
 
     def describe(self) -> Dict:
-        return {"checkpoint": os.path.abspath(self.path), "arch": self.arch,
-                "loaded_as": self.loaded_as}
+        return {"checkpoint": os.path.abspath(self.path), "arch": self.arch, "loaded_as": self.loaded_as}
 
 
 def supported_architectures() -> Tuple[List[str], List[str]]:
     """(plugin architectures, stock fairseq transformer architectures), sorted."""
-    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin)
     from fairseq.models import ARCH_MODEL_REGISTRY
     from fairseq.models.transformer import TransformerModel
 
     import fairseq_sparse_attn  # noqa: F401  (registers the plugin)
+    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin)
 
     from ..models.sparse_transformer import SparseTransformerModel
 
@@ -88,8 +87,10 @@ def _model_args(cfg, path: str) -> argparse.Namespace:
         model_cfg = OmegaConf.to_container(model_cfg, resolve=True)
     if isinstance(model_cfg, dict):
         return argparse.Namespace(**model_cfg)
-    raise ValueError(f"{path}: the checkpoint has no model configuration (cfg.model is "
-                     f"{type(model_cfg).__name__}); expected a checkpoint written by fairseq-train")
+    raise ValueError(
+        f"{path}: the checkpoint has no model configuration (cfg.model is "
+        f"{type(model_cfg).__name__}); expected a checkpoint written by fairseq-train"
+    )
 
 
 def checkpoint_architecture(model_args: argparse.Namespace) -> str:
@@ -108,7 +109,8 @@ def check_architecture(arch: str, path: str) -> str:
         f"{path}: architecture {arch!r} is not supported by fsa-analyze. Supported: the "
         f"plugin's {PLUGIN_MODEL} architectures ({', '.join(plugin)}) and stock fairseq "
         f"transformer architectures ({', '.join(stock)}), which are loaded into "
-        f"{PLUGIN_MODEL} with softmax attention")
+        f"{PLUGIN_MODEL} with softmax attention"
+    )
 
 
 def _read_state(path: str, overrides: Dict):
@@ -119,31 +121,37 @@ def _read_state(path: str, overrides: Dict):
     try:
         state = checkpoint_utils.load_checkpoint_to_cpu(path, overrides)
     except Exception as e:  # a file that is not a (fairseq) torch checkpoint
-        raise ValueError(f"{path}: cannot be read as a fairseq checkpoint "
-                         f"({type(e).__name__}: {e})") from e
+        raise ValueError(f"{path}: cannot be read as a fairseq checkpoint ({type(e).__name__}: {e})") from e
     if state.get("cfg") is None and state.get("args") is not None:
         from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
         state["cfg"] = convert_namespace_to_omegaconf(state["args"])
     if state.get("cfg") is None or "model" not in state:
-        raise ValueError(f"{path}: not a fairseq checkpoint (no 'cfg'/'args' configuration or "
-                         f"no 'model' state dict; keys: {sorted(state)})")
+        raise ValueError(
+            f"{path}: not a fairseq checkpoint (no 'cfg'/'args' configuration or "
+            f"no 'model' state dict; keys: {sorted(state)})"
+        )
     return state
 
 
-def load_checkpoint(path: str, data: str, source_lang: Optional[str] = None,
-                    target_lang: Optional[str] = None, model_overrides: Optional[Dict] = None,
-                    device="cpu") -> LoadedModel:
+def load_checkpoint(
+    path: str,
+    data: str,
+    source_lang: Optional[str] = None,
+    target_lang: Optional[str] = None,
+    model_overrides: Optional[Dict] = None,
+    device="cpu",
+) -> LoadedModel:
     """Load ``path`` for analysis, with the dictionaries (and splits) of ``data``.
 
     ``model_overrides`` replaces saved model arguments (as fairseq's
     ``--model-overrides``, e.g. ``{"encoder_masked_heads": "0,7"}``).  The model is
     returned in eval mode on ``device``.
     """
-    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin; torch>=2.6 loading fix)
     from fairseq import tasks
 
     import fairseq_sparse_attn  # noqa: F401  (registers the plugin; torch>=2.6 loading fix)
+    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin; torch>=2.6 loading fix)
 
     overrides = {**(model_overrides or {}), "data": data}
     if source_lang:
@@ -169,8 +177,10 @@ def load_checkpoint(path: str, data: str, source_lang: Optional[str] = None,
     try:
         model.load_state_dict(state["model"], strict=True, model_cfg=model_args)
     except RuntimeError as e:
-        raise ValueError(f"{path}: the saved parameters do not fit the rebuilt {arch} model "
-                         f"({'as ' + PLUGIN_MODEL if loaded_as != 'plugin' else 'plugin'}): {e}") from e
+        raise ValueError(
+            f"{path}: the saved parameters do not fit the rebuilt {arch} model "
+            f"({'as ' + PLUGIN_MODEL if loaded_as != 'plugin' else 'plugin'}): {e}"
+        ) from e
     model.eval()
     model.to(device)
     return LoadedModel(model, task, cfg, path, arch, loaded_as)
@@ -211,8 +221,7 @@ def _load_split(task, split: str):
         raise FileNotFoundError(f"split {split!r} not found in {data}: {e}") from e
     dataset = task.dataset(split)
     if getattr(dataset, "tgt", None) is None:
-        raise ValueError(f"split {split!r} of {data} has no target side; teacher-forced "
-                         f"analysis needs sentence pairs")
+        raise ValueError(f"split {split!r} of {data} has no target side; teacher-forced analysis needs sentence pairs")
     return dataset
 
 
@@ -224,9 +233,15 @@ def examples_from_split(task, split: str, limit: Optional[int] = None) -> List[E
     for i in range(n):
         item = dataset[i]
         where = f"{getattr(task.cfg, 'data', '?')} split {split!r}, sentence {i}"
-        out.append(Example(i, item["source"], item["target"],
-                           _pieces(task.source_dictionary, item["source"], where),
-                           _pieces(task.target_dictionary, item["target"], where)))
+        out.append(
+            Example(
+                i,
+                item["source"],
+                item["target"],
+                _pieces(task.source_dictionary, item["source"], where),
+                _pieces(task.target_dictionary, item["target"], where),
+            )
+        )
     return out
 
 
@@ -262,16 +277,23 @@ def build_encoder(tokenizer: str, bpe_codes: Optional[str], lang: Optional[str])
 
     steps = []
     if tokenizer == "moses":
-        steps.append(encoders.build_tokenizer(argparse.Namespace(
-            tokenizer="moses", source_lang=lang or "en", target_lang=lang or "en",
-            moses_no_dash_splits=True, moses_no_escape=True)))
+        steps.append(
+            encoders.build_tokenizer(
+                argparse.Namespace(
+                    tokenizer="moses",
+                    source_lang=lang or "en",
+                    target_lang=lang or "en",
+                    moses_no_dash_splits=True,
+                    moses_no_escape=True,
+                )
+            )
+        )
     elif tokenizer != "none":
         raise ValueError(f"unknown tokenizer {tokenizer!r}; expected 'moses' or 'none'")
     if bpe_codes is not None:
         if not os.path.isfile(bpe_codes):
             raise FileNotFoundError(f"BPE codes file not found: {bpe_codes}")
-        steps.append(encoders.build_bpe(argparse.Namespace(
-            bpe="subword_nmt", bpe_codes=bpe_codes, bpe_separator="@@")))
+        steps.append(encoders.build_bpe(argparse.Namespace(bpe="subword_nmt", bpe_codes=bpe_codes, bpe_separator="@@")))
 
     def encode(text: str) -> str:
         for step in steps:
@@ -296,19 +318,27 @@ def parse_overrides(text: Optional[str]) -> Dict:
     return value
 
 
-def examples_from_raw(task, source_path: str, target_path: str, tokenizer: str = "none",
-                      bpe_codes: Optional[str] = None, limit: Optional[int] = None,
-                      source_lang: Optional[str] = None,
-                      target_lang: Optional[str] = None,
-                      target_bpe_codes: Optional[str] = None) -> List[Example]:
+def examples_from_raw(
+    task,
+    source_path: str,
+    target_path: str,
+    tokenizer: str = "none",
+    bpe_codes: Optional[str] = None,
+    limit: Optional[int] = None,
+    source_lang: Optional[str] = None,
+    target_lang: Optional[str] = None,
+    target_bpe_codes: Optional[str] = None,
+) -> List[Example]:
     """Line-aligned raw text: tokenized (``tokenizer`` ``"moses"`` or ``"none"``), BPE
     (``bpe_codes``, or none when the text is already segmented; ``target_bpe_codes`` for
     the target side when it has codes of its own), ids from the task's dictionaries
     (unknown pieces -> ``<unk>``; the pieces keep their text)."""
     sources, targets = read_text_lines(source_path), read_text_lines(target_path)
     if len(sources) != len(targets):
-        raise ValueError(f"{target_path} has {len(targets)} lines but {source_path} has "
-                         f"{len(sources)}: source and target files must be line-aligned")
+        raise ValueError(
+            f"{target_path} has {len(targets)} lines but {source_path} has "
+            f"{len(sources)}: source and target files must be line-aligned"
+        )
     source_lang = source_lang or getattr(task.cfg, "source_lang", None)
     target_lang = target_lang or getattr(task.cfg, "target_lang", None)
     encode_source = build_encoder(tokenizer, bpe_codes, source_lang)
@@ -317,10 +347,8 @@ def examples_from_raw(task, source_path: str, target_path: str, tokenizer: str =
     out = []
     for i in range(n):
         src_text, tgt_text = encode_source(sources[i]), encode_target(targets[i])
-        src = task.source_dictionary.encode_line(src_text, add_if_not_exist=False,
-                                                 append_eos=True).long()
-        tgt = task.target_dictionary.encode_line(tgt_text, add_if_not_exist=False,
-                                                 append_eos=True).long()
+        src = task.source_dictionary.encode_line(src_text, add_if_not_exist=False, append_eos=True).long()
+        tgt = task.target_dictionary.encode_line(tgt_text, add_if_not_exist=False, append_eos=True).long()
         out.append(Example(i, src, tgt, src_text.split(), tgt_text.split()))
     return out
 
@@ -332,12 +360,13 @@ def check_lengths(examples: Sequence[Example], model, where: str) -> None:
     for ex in examples:
         for side, tokens, limit in (("source", ex.source, src_max), ("target", ex.target, tgt_max)):
             if limit is not None and tokens.numel() > limit:
-                raise ValueError(f"{where}, sentence {ex.index}: the {side} has {tokens.numel()} "
-                                 f"tokens (with </s>) but the model accepts at most {limit}")
+                raise ValueError(
+                    f"{where}, sentence {ex.index}: the {side} has {tokens.numel()} "
+                    f"tokens (with </s>) but the model accepts at most {limit}"
+                )
 
 
-def length_batches(lengths: Sequence[int], batch_size: Optional[int],
-                   max_tokens: Optional[int]) -> List[List[int]]:
+def length_batches(lengths: Sequence[int], batch_size: Optional[int], max_tokens: Optional[int]) -> List[List[int]]:
     """Indices sorted by length (longest first), cut into batches of at most ``batch_size``
     pairs and ``max_tokens`` padded tokens (a pair longer than ``max_tokens`` is a batch of
     its own).  ``lengths[i]`` = max(source, target) length of pair i."""
@@ -346,7 +375,8 @@ def length_batches(lengths: Sequence[int], batch_size: Optional[int],
     for i in order:
         width = lengths[current[0]] if current else lengths[i]  # the longest comes first
         full = (batch_size is not None and len(current) >= batch_size) or (
-            max_tokens is not None and (len(current) + 1) * width > max_tokens)
+            max_tokens is not None and (len(current) + 1) * width > max_tokens
+        )
         if current and full:
             batches.append(current)
             current = []
@@ -356,29 +386,38 @@ def length_batches(lengths: Sequence[int], batch_size: Optional[int],
     return batches
 
 
-def make_batches(examples: Sequence[Example], batch_size: Optional[int],
-                 max_tokens: Optional[int]) -> List[List[int]]:
+def make_batches(examples: Sequence[Example], batch_size: Optional[int], max_tokens: Optional[int]) -> List[List[int]]:
     """Positions in ``examples``, longest pair first, in batches of at most ``batch_size``
     pairs and ``max_tokens`` padded tokens (a longer pair is a batch of its own)."""
     lengths = [max(ex.source.numel(), ex.target.numel()) for ex in examples]
     return length_batches(lengths, batch_size, max_tokens)
 
 
-def collate(examples: Sequence[Example], positions: Sequence[int], pad: int, eos: int,
-            left_pad_source: bool = True, left_pad_target: bool = False) -> Dict:
+def collate(
+    examples: Sequence[Example],
+    positions: Sequence[int],
+    pad: int,
+    eos: int,
+    left_pad_source: bool = True,
+    left_pad_target: bool = False,
+) -> Dict:
     """fairseq's LanguagePairDataset batch (sorted by source length, longest first) with
     ``"id"`` = position in ``examples``."""
     from fairseq.data.language_pair_dataset import collate as fairseq_collate
 
-    samples = [{"id": p, "source": examples[p].source, "target": examples[p].target}
-               for p in positions]
-    return fairseq_collate(samples, pad, eos, left_pad_source=left_pad_source,
-                           left_pad_target=left_pad_target)
+    samples = [{"id": p, "source": examples[p].source, "target": examples[p].target} for p in positions]
+    return fairseq_collate(samples, pad, eos, left_pad_source=left_pad_source, left_pad_target=left_pad_target)
 
 
-def iterate_batches(examples: Sequence[Example], pad: int, eos: int,
-                    batch_size: Optional[int] = 32, max_tokens: Optional[int] = None,
-                    device="cpu", left_pad_source: bool = True) -> Iterator[Dict]:
+def iterate_batches(
+    examples: Sequence[Example],
+    pad: int,
+    eos: int,
+    batch_size: Optional[int] = 32,
+    max_tokens: Optional[int] = None,
+    device="cpu",
+    left_pad_source: bool = True,
+) -> Iterator[Dict]:
     from fairseq import utils
 
     for positions in make_batches(examples, batch_size, max_tokens):
@@ -401,6 +440,8 @@ def shuffle_targets(examples: Sequence[Example], seed: int = 1) -> Tuple[List[Ex
     for i in range(n - 1, 0, -1):  # Sattolo: j < i, one cycle through all positions
         j = rng.randrange(i)
         perm[i], perm[j] = perm[j], perm[i]
-    out = [Example(ex.index, ex.source, examples[perm[i]].target, ex.source_pieces,
-                   examples[perm[i]].target_pieces) for i, ex in enumerate(examples)]
+    out = [
+        Example(ex.index, ex.source, examples[perm[i]].target, ex.source_pieces, examples[perm[i]].target_pieces)
+        for i, ex in enumerate(examples)
+    ]
     return out, perm

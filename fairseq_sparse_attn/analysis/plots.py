@@ -49,11 +49,17 @@ def _save(fig, path: Union[str, Path]):
     return fig
 
 
-def attention_heatmaps(panels: Sequence[Tuple[str, Sequence[torch.Tensor]]],
-                       row_labels: Sequence[str], query_labels: Sequence[str],
-                       key_labels: Sequence[str], path: Union[str, Path], title: str = "",
-                       titles: Optional[Sequence[Sequence[str]]] = None,
-                       query_axis: str = "query", key_axis: str = "key"):
+def attention_heatmaps(
+    panels: Sequence[Tuple[str, Sequence[torch.Tensor]]],
+    row_labels: Sequence[str],
+    query_labels: Sequence[str],
+    key_labels: Sequence[str],
+    path: Union[str, Path],
+    title: str = "",
+    titles: Optional[Sequence[Sequence[str]]] = None,
+    query_axis: str = "query",
+    key_axis: str = "key",
+):
     """A grid of heatmaps: one column per ``(column title, matrices)`` of ``panels``
     (e.g. ``("α", [head 0, head 1, ...])`` and ``("‖α f(x)‖", [...])``), one row per
     entry of ``row_labels`` (heads, then possibly the layer); a panel is titled
@@ -68,8 +74,10 @@ def attention_heatmaps(panels: Sequence[Tuple[str, Sequence[torch.Tensor]]],
             raise ValueError(f"panel {name!r} has {len(matrices)} matrices for {n_rows} rows")
         for m in matrices:
             if tuple(m.shape) != (len(query_labels), len(key_labels)):
-                raise ValueError(f"panel {name!r}: matrix of shape {tuple(m.shape)}, expected "
-                                 f"({len(query_labels)} queries, {len(key_labels)} keys)")
+                raise ValueError(
+                    f"panel {name!r}: matrix of shape {tuple(m.shape)}, expected "
+                    f"({len(query_labels)} queries, {len(key_labels)} keys)"
+                )
     cell = 0.22
     width = max(4.0, n_cols * (len(key_labels) * cell + 2.2))
     height = max(3.0, n_rows * (len(query_labels) * cell + 1.6))
@@ -80,8 +88,7 @@ def attention_heatmaps(panels: Sequence[Tuple[str, Sequence[torch.Tensor]]],
         vmin, vmax = shared_scale(data)
         for r, values in enumerate(data):
             ax = axes[r][c]
-            image = ax.imshow(values, cmap="viridis", vmin=vmin, vmax=vmax, aspect="auto",
-                              interpolation="nearest")
+            image = ax.imshow(values, cmap="viridis", vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
             bar = fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
             bar.ax.tick_params(labelsize=6)
             bar.set_label(name, fontsize=7)
@@ -105,8 +112,12 @@ def shared_scale(matrices) -> Tuple[float, float]:
     return low, (high if high > low else low + 1.0)
 
 
-def layer_curves(series: Dict[str, Dict[str, Sequence[Tuple[int, Optional[float]]]]],
-                 path: Union[str, Path], title: str = "", ylabels: Optional[Dict[str, str]] = None):
+def layer_curves(
+    series: Dict[str, Dict[str, Sequence[Tuple[int, Optional[float]]]]],
+    path: Union[str, Path],
+    title: str = "",
+    ylabels: Optional[Dict[str, str]] = None,
+):
     """``series[statistic][label] = [(layer, value), ...]``: one panel per statistic, one
     line per label (checkpoint) on the same axes; ``None``/``nan`` values are gaps."""
     import math
@@ -120,8 +131,9 @@ def layer_curves(series: Dict[str, Dict[str, Sequence[Tuple[int, Optional[float]
     for ax, name in zip(axes, names):
         for label, points in series[name].items():
             xs = [int(layer) for layer, _ in points]
-            ys = [float("nan") if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
-                  for _, v in points]
+            ys = [
+                float("nan") if v is None or (isinstance(v, float) and math.isnan(v)) else float(v) for _, v in points
+            ]
             ax.plot(xs, ys, marker="o", label=label)
         ax.set_xlabel("layer")
         ax.set_ylabel((ylabels or {}).get(name, name))
@@ -135,8 +147,13 @@ def layer_curves(series: Dict[str, Dict[str, Sequence[Tuple[int, Optional[float]
     return _save(fig, path)
 
 
-def real_vs_shuffled(layers: Sequence[int], real: Sequence[float], shuffled: Sequence[float],
-                     path: Union[str, Path], title: str = "cross-attention null rate"):
+def real_vs_shuffled(
+    layers: Sequence[int],
+    real: Sequence[float],
+    shuffled: Sequence[float],
+    path: Union[str, Path],
+    title: str = "cross-attention null rate",
+):
     """Grouped bars per layer: null rate with the real targets and with shuffled ones."""
     if not (len(layers) == len(real) == len(shuffled)):
         raise ValueError(f"{len(layers)} layers, {len(real)} real and {len(shuffled)} shuffled values")

@@ -92,9 +92,11 @@ def staging_dirs(target: Path) -> List[Path]:
     if not parent.is_dir():
         return []
     prefix = f".{target.name}."
-    return sorted(p for p in parent.iterdir()
-                  if p.name.startswith(prefix) and writer_of(p) is not None
-                  and Path(writer_of(p)[0]).name == f".{target.name}")
+    return sorted(
+        p
+        for p in parent.iterdir()
+        if p.name.startswith(prefix) and writer_of(p) is not None and Path(writer_of(p)[0]).name == f".{target.name}"
+    )
 
 
 _COLLECTING: List[List["Output"]] = []

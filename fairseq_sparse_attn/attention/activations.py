@@ -197,9 +197,7 @@ def _entmax_package():
     try:
         import entmax
     except ImportError as e:  # pragma: no cover - entmax is an install requirement
-        raise ImportError(
-            "sparsemax/entmax attention needs the 'entmax' package: pip install entmax"
-        ) from e
+        raise ImportError("sparsemax/entmax attention needs the 'entmax' package: pip install entmax") from e
     return entmax
 
 
@@ -266,16 +264,12 @@ class EntmaxBisect(_EntmaxFamily):
         self.learned = bool(config.entmax_alpha_learned)
         if self.learned:
             if not 1.0 < alpha < 2.0:
-                raise ValueError(
-                    f"--entmax-alpha must be in (1, 2) when learned per head, got {alpha}"
-                )
+                raise ValueError(f"--entmax-alpha must be in (1, 2) when learned per head, got {alpha}")
             logit = torch.logit(torch.tensor(alpha - 1.0))
             self.alpha_logit = nn.Parameter(torch.full((num_heads,), float(logit)))
         else:
             if alpha <= 1.0:
-                raise ValueError(
-                    f"--entmax-alpha must be > 1 for entmax_bisect (use softmax for 1), got {alpha}"
-                )
+                raise ValueError(f"--entmax-alpha must be > 1 for entmax_bisect (use softmax for 1), got {alpha}")
             self.register_buffer("fixed_alpha", torch.tensor(alpha), persistent=False)
 
     def alpha(self):

@@ -38,8 +38,7 @@ def _block_weights(q, k_blk, mask_blk, scale):
 
 class ChunkedReLUAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, mask: Optional[torch.Tensor], scale: torch.Tensor, block: int,
-                with_sums: bool):
+    def forward(ctx, q, k, v, mask: Optional[torch.Tensor], scale: torch.Tensor, block: int, with_sums: bool):
         ctx.set_materialize_grads(False)
         bsz, heads, tgt, _ = q.shape
         src = k.size(-2)

@@ -210,8 +210,9 @@ def describe_call(q, v, inputs: AttentionInputs, spec: AttendSpec) -> Call:
 def cannot_serve(caps: Capabilities, call: Call) -> Optional[str]:
     """None when ``caps`` covers ``call``, else the first reason it does not."""
     if not caps.activation_traits <= call.activation_traits:
-        return (f"activation {call.activation} (serves activations that are "
-                f"{' and '.join(sorted(caps.activation_traits))})")
+        return (
+            f"activation {call.activation} (serves activations that are {' and '.join(sorted(caps.activation_traits))})"
+        )
     checks = (
         (call.needs_weights, caps.returns_weights, "returning attention weights (analysis)"),
         (call.dropout, caps.dropout, "attention dropout in training"),
@@ -268,12 +269,13 @@ def choose_backend(spec: AttendSpec, call: Call) -> Backend:
     if spec.backend != "auto":
         backend = BACKENDS.get(spec.backend)
         if backend is None:
-            raise ValueError(f"unknown attention backend {spec.backend!r}; valid values: "
-                             f"{', '.join(backend_names())}")
+            raise ValueError(f"unknown attention backend {spec.backend!r}; valid values: {', '.join(backend_names())}")
         reason = backend.cannot_serve(call)
         if reason is not None:
-            raise UsageError(f"attention backend {backend.name!r} (--attn-backend) cannot serve "
-                             f"this configuration: {reason}; use --attn-backend auto")
+            raise UsageError(
+                f"attention backend {backend.name!r} (--attn-backend) cannot serve "
+                f"this configuration: {reason}; use --attn-backend auto"
+            )
         return backend
     for backend in _by_priority():
         if backend.enabled(spec, call) and backend.cannot_serve(call) is None:
@@ -281,8 +283,9 @@ def choose_backend(spec: AttendSpec, call: Call) -> Backend:
     raise ValueError(f"no attention backend serves this configuration ({call})")
 
 
-def attend(q: Optional[Tensor], k: Optional[Tensor], v: Tensor, inputs: AttentionInputs,
-           spec: AttendSpec) -> Tuple[Tensor, Intermediates]:
+def attend(
+    q: Optional[Tensor], k: Optional[Tensor], v: Tensor, inputs: AttentionInputs, spec: AttendSpec
+) -> Tuple[Tensor, Intermediates]:
     """Run the pipeline (module docstring) on the backend chosen for this call."""
     call = describe_call(q, v, inputs, spec)
     backend = choose_backend(spec, call)
@@ -363,11 +366,13 @@ def _biased(q, scores, inputs, spec, valid):
     value_term = None
     with_values = [p for p in spec.biases if p.has_value_term]
     if with_values:
+
         def value_term(probs):
             extra = sum(p.value_term(probs, ctx) for p in with_values)
             if redundant is None:
                 return extra
             return extra * redundant.view(*redundant.shape, 1, 1).to(extra.dtype)
+
     return weights, redundant, keep, value_term, False
 
 
@@ -438,9 +443,22 @@ def materialized(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call)
     return out, inter
 
 
-register_backend(Backend("materialized", materialized, Capabilities(
-    returns_weights=True, dropout=True, score_bias=True, bias_providers=True, given_heads=True,
-    head_selection=True, row_sums=True), priority=100))
+register_backend(
+    Backend(
+        "materialized",
+        materialized,
+        Capabilities(
+            returns_weights=True,
+            dropout=True,
+            score_bias=True,
+            bias_providers=True,
+            given_heads=True,
+            head_selection=True,
+            row_sums=True,
+        ),
+        priority=100,
+    )
+)
 
 
 # --------------------------------------------------------------------------- key blocks
@@ -458,8 +476,9 @@ def key_block(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
     n = visible_key_counts(q.new_empty(1, 1, 1, k.size(2)), mask).float()
     # (served for activations with supports_chunking: rectified, with a row factor)
     scale = cast(Rectified, spec.activation).row_scale(n)
-    out, wsum, wlogw = chunked_relu_attention(q.float(), k.float(), v.float(), mask, scale,
-                                              block=spec.key_block_size, with_sums=call.row_sums)
+    out, wsum, wlogw = chunked_relu_attention(
+        q.float(), k.float(), v.float(), mask, scale, block=spec.key_block_size, with_sums=call.row_sums
+    )
     inter = Intermediates(backend="key_block")
     if call.row_sums:
         inter.row_sums = (wsum, wlogw, n)
@@ -470,14 +489,21 @@ def _key_block_enabled(spec: AttendSpec, call: Call) -> bool:
     if spec.key_block_size <= 0 or not getattr(spec.activation, "supports_chunking", False):
         return False
     if call.dropout:
-        raise ValueError("--attn-key-block-size needs --attention-dropout 0 "
-                         "(the key-block path cannot replay a dropout mask)")
+        raise ValueError(
+            "--attn-key-block-size needs --attention-dropout 0 (the key-block path cannot replay a dropout mask)"
+        )
     return True
 
 
-register_backend(Backend("key_block", key_block, Capabilities(
-    activation_traits=frozenset({"supports_chunking"}), row_sums=True), priority=30,
-    enabled=_key_block_enabled))
+register_backend(
+    Backend(
+        "key_block",
+        key_block,
+        Capabilities(activation_traits=frozenset({"supports_chunking"}), row_sums=True),
+        priority=30,
+        enabled=_key_block_enabled,
+    )
+)
 
 
 # --------------------------------------------------------------------------- fused softmax
@@ -501,9 +527,11 @@ def sdpa(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
     return out, Intermediates(backend="sdpa")
 
 
-register_backend(Backend("sdpa", sdpa, Capabilities(
-    activation_traits=frozenset({"softmax"}), dropout=True, score_bias=True),
-    priority=20))
+register_backend(
+    Backend(
+        "sdpa", sdpa, Capabilities(activation_traits=frozenset({"softmax"}), dropout=True, score_bias=True), priority=20
+    )
+)
 
 
 # --------------------------------------------------------------------------- fused ReLU
@@ -514,8 +542,10 @@ def flex(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
 
     reason = flex_relu_unavailable(call.device, call.grad, q.dtype, call.query_mask)
     if reason is not None:
-        raise UsageError(f"attention backend 'flex' (--attn-backend) cannot serve this "
-                         f"configuration: {reason}; use --attn-backend auto")
+        raise UsageError(
+            f"attention backend 'flex' (--attn-backend) cannot serve this "
+            f"configuration: {reason}; use --attn-backend auto"
+        )
     groups = inputs.kv_groups
     if groups > 1:
         k = k.repeat_interleave(groups, dim=0)
@@ -544,8 +574,7 @@ def _flex_enabled(spec: AttendSpec, call: Call) -> bool:
         return False
     from .flex_relu import flex_relu_unavailable
 
-    return flex_relu_unavailable(call.device, call.grad, call.dtype or torch.float32,
-                                 call.query_mask) is None
+    return flex_relu_unavailable(call.device, call.grad, call.dtype or torch.float32, call.query_mask) is None
 
 
 #: what the streamed backends (flex, query_block) need of an activation: element-wise with
@@ -558,9 +587,15 @@ def streamed(activation) -> bool:
     return STREAMED_TRAITS <= getattr(activation, "traits", frozenset())
 
 
-register_backend(Backend("flex", flex, Capabilities(
-    activation_traits=STREAMED_TRAITS, devices=frozenset({"cpu", "cuda"})),
-    priority=40, enabled=_flex_enabled))
+register_backend(
+    Backend(
+        "flex",
+        flex,
+        Capabilities(activation_traits=STREAMED_TRAITS, devices=frozenset({"cpu", "cuda"})),
+        priority=40,
+        enabled=_flex_enabled,
+    )
+)
 
 
 # --------------------------------------------------------------------------- query blocks
@@ -575,13 +610,16 @@ def query_block(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
     act = cast(Rectified, spec.activation)  # (served for rectified activations only)
     row_scale = act.row_scale if act.row_scaled else None
     if groups == 1:
-        return (query_block_relu_attention(q, k, v, hidden, row_scale, fn_=act.fn_),
-                Intermediates(backend="query_block"))
+        return (
+            query_block_relu_attention(q, k, v, hidden, row_scale, fn_=act.fn_),
+            Intermediates(backend="query_block"),
+        )
     bsz, heads, tgt, d = q.shape
     kv_bsz = k.size(0)
     if hidden is not None and hidden.size(2) > 1:  # per-query mask: one key copy per query group
-        out = query_block_relu_attention(q, k.repeat_interleave(groups, dim=0),
-                                         v.repeat_interleave(groups, dim=0), hidden, row_scale, fn_=act.fn_)
+        out = query_block_relu_attention(
+            q, k.repeat_interleave(groups, dim=0), v.repeat_interleave(groups, dim=0), hidden, row_scale, fn_=act.fn_
+        )
         return out, Intermediates(backend="query_block")
     # beam search keeps one key copy per sentence: the beams' queries become more queries
     # of that sentence (no copy of the keys and values at every decoding step)
@@ -597,6 +635,12 @@ def _query_block_enabled(spec: AttendSpec, call: Call) -> bool:
     return spec.flex_min_keys > 0 and call.keys >= spec.flex_min_keys
 
 
-register_backend(Backend("query_block", query_block, Capabilities(
-    activation_traits=STREAMED_TRAITS, grad=False), priority=45,
-    enabled=_query_block_enabled))
+register_backend(
+    Backend(
+        "query_block",
+        query_block,
+        Capabilities(activation_traits=STREAMED_TRAITS, grad=False),
+        priority=45,
+        enabled=_query_block_enabled,
+    )
+)

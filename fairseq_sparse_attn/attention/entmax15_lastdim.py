@@ -38,8 +38,8 @@ class Entmax15LastDim(Function):
         Xsrt, _ = torch.sort(X, dim=-1, descending=True)
         rho = _rho(X.size(-1), X.dtype, X.device)
         mean = Xsrt.cumsum(-1) / rho
-        mean_sq = (Xsrt ** 2).cumsum(-1) / rho
-        ss = rho * (mean_sq - mean ** 2)
+        mean_sq = (Xsrt**2).cumsum(-1) / rho
+        ss = rho * (mean_sq - mean**2)
         delta = (1 - ss) / rho
         tau = mean - torch.sqrt(torch.clamp(delta, 0))
         support_size = (tau <= Xsrt).sum(-1, keepdim=True)

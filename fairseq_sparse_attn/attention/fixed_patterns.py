@@ -97,17 +97,13 @@ _EXPONENT = 3
 
 def _check_name(name: str) -> None:
     if name not in PATTERNS:
-        raise ValueError(
-            f"unknown fixed attention pattern {name!r}; valid names: {', '.join(PATTERNS)}"
-        )
+        raise ValueError(f"unknown fixed attention pattern {name!r}; valid names: {', '.join(PATTERNS)}")
 
 
 def check_pattern_names(names: Sequence[str]) -> List[str]:
     """The names as a list; ``ValueError`` naming the valid ones for an unknown name."""
     if isinstance(names, str):
-        raise TypeError(
-            f"names must be a sequence of pattern names, not a single string ({names!r})"
-        )
+        raise TypeError(f"names must be a sequence of pattern names, not a single string ({names!r})")
     names = list(names)
     for name in names:
         _check_name(name)
@@ -116,13 +112,16 @@ def check_pattern_names(names: Sequence[str]) -> List[str]:
 
 def check_right_context_reading(reading: str) -> str:
     if reading not in RIGHT_CONTEXT_READINGS:
-        raise ValueError(f"unknown right_context reading {reading!r}; valid: "
-                         f"{', '.join(RIGHT_CONTEXT_READINGS)} (--encoder-right-context-reading)")
+        raise ValueError(
+            f"unknown right_context reading {reading!r}; valid: "
+            f"{', '.join(RIGHT_CONTEXT_READINGS)} (--encoder-right-context-reading)"
+        )
     return reading
 
 
-def _unnormalized(name: str, i: torch.Tensor, j: torch.Tensor, m: torch.Tensor, dtype,
-                  right_context: str = "mirrored") -> torch.Tensor:
+def _unnormalized(
+    name: str, i: torch.Tensor, j: torch.Tensor, m: torch.Tensor, dtype, right_context: str = "mirrored"
+) -> torch.Tensor:
     """Unnormalized weight of key word ``j`` for query word ``i`` in a sentence of ``m``
     words (broadcasting tensors).  The cubes are divided by ``m^3`` (a per-sentence
     constant that the row normalization removes) to keep float32 in range."""
@@ -184,8 +183,13 @@ def last_positions(valid: torch.Tensor) -> torch.Tensor:
     return valid & ~following
 
 
-def pattern_weights(names: Sequence[str], word_ids: torch.Tensor, valid: torch.Tensor,
-                    right_context: str = "mirrored", exclude_eos: bool = False) -> torch.Tensor:
+def pattern_weights(
+    names: Sequence[str],
+    word_ids: torch.Tensor,
+    valid: torch.Tensor,
+    right_context: str = "mirrored",
+    exclude_eos: bool = False,
+) -> torch.Tensor:
     """Fixed-pattern attention weights for a padded batch (token- or word-based).
 
     Args:
@@ -206,8 +210,7 @@ def pattern_weights(names: Sequence[str], word_ids: torch.Tensor, valid: torch.T
     check_right_context_reading(right_context)
     if word_ids.dim() != 2 or tuple(valid.shape) != tuple(word_ids.shape):
         raise ValueError(
-            f"word_ids and valid must both be (bsz, T), got {tuple(word_ids.shape)} and "
-            f"{tuple(valid.shape)}"
+            f"word_ids and valid must both be (bsz, T), got {tuple(word_ids.shape)} and {tuple(valid.shape)}"
         )
     bsz, T = word_ids.shape
     if T == 0 or not names:
@@ -237,8 +240,7 @@ def pattern_weights(names: Sequence[str], word_ids: torch.Tensor, valid: torch.T
     return torch.stack(heads, dim=1).float()
 
 
-def pattern_matrix(name: str, n: int, right_context: str = "mirrored",
-                   exclude_eos: bool = False) -> torch.Tensor:
+def pattern_matrix(name: str, n: int, right_context: str = "mirrored", exclude_eos: bool = False) -> torch.Tensor:
     """Token-based weights of pattern ``name`` for one unpadded sentence of ``n`` positions
     (EOS included).  Returns an ``(n, n)`` float32 tensor, row = query, column = key, every
     row summing to 1.  Raises ``ValueError`` for an unknown name."""
@@ -246,13 +248,12 @@ def pattern_matrix(name: str, n: int, right_context: str = "mirrored",
     if isinstance(n, bool) or int(n) != n or n < 0:
         raise ValueError(f"n must be a non-negative integer, got {n!r}")
     positions = torch.arange(int(n)).unsqueeze(0)
-    return pattern_weights([name], positions, torch.ones_like(positions, dtype=torch.bool),
-                           right_context, exclude_eos)[0, 0]
+    return pattern_weights([name], positions, torch.ones_like(positions, dtype=torch.bool), right_context, exclude_eos)[
+        0, 0
+    ]
 
 
-def word_ids_from_tokens(
-    tokens: List[str], continuation: str = "@@", eos: str = "</s>"
-) -> List[int]:
+def word_ids_from_tokens(tokens: List[str], continuation: str = "@@", eos: str = "</s>") -> List[int]:
     """Word index (0-based) of every token, subword-nmt convention: a token ending in
     ``continuation`` continues into the next token.  ``eos`` is always its own word.  The
     grouping is the project's one subword->word grouping,
@@ -280,16 +281,16 @@ def _check_word_ids(word_ids: Sequence[int]) -> torch.Tensor:
     return ids
 
 
-def word_pattern_matrix(name: str, word_ids: Sequence[int], right_context: str = "mirrored",
-                        exclude_eos: bool = False) -> torch.Tensor:
+def word_pattern_matrix(
+    name: str, word_ids: Sequence[int], right_context: str = "mirrored", exclude_eos: bool = False
+) -> torch.Tensor:
     """Word-based weights of pattern ``name`` for one unpadded sentence whose token ``t``
     belongs to word ``word_ids[t]`` (0-based, non-decreasing by steps of 0 or 1, EOS its own
     word).  The pattern is computed over the words and expanded to the pieces, then each
     row is renormalized (see the module docstring).  Returns ``(n_tok, n_tok)`` float32."""
     _check_name(name)
     ids = _check_word_ids(word_ids).unsqueeze(0)
-    return pattern_weights([name], ids, torch.ones_like(ids, dtype=torch.bool),
-                           right_context, exclude_eos)[0, 0]
+    return pattern_weights([name], ids, torch.ones_like(ids, dtype=torch.bool), right_context, exclude_eos)[0, 0]
 
 
 def batch_pattern_weights(
@@ -324,9 +325,7 @@ def batch_pattern_weights(
     else:
         ids = torch.as_tensor(word_ids, device=lengths.device)
         if tuple(ids.shape) != (bsz, max_len):
-            raise ValueError(
-                f"word_ids must have shape (bsz, max_len) = {(bsz, max_len)}, got {tuple(ids.shape)}"
-            )
+            raise ValueError(f"word_ids must have shape (bsz, max_len) = {(bsz, max_len)}, got {tuple(ids.shape)}")
         for b in range(bsz):  # validate each sentence's ids (they come from the caller)
             _check_word_ids(ids[b][valid[b]].tolist())
     return pattern_weights(names, ids.expand(bsz, max_len), valid, right_context, exclude_eos)
@@ -358,8 +357,7 @@ def word_start_table(dictionary, style: str = "bpe") -> torch.Tensor:
     return table
 
 
-def source_word_ids(src_tokens: torch.Tensor, table: torch.Tensor, style: str,
-                    pad: int, eos: int) -> torch.Tensor:
+def source_word_ids(src_tokens: torch.Tensor, table: torch.Tensor, style: str, pad: int, eos: int) -> torch.Tensor:
     """``(bsz, T)`` 0-based word index of every source token (padding: ignored values).
 
     ``table`` comes from :func:`word_start_table` for the same ``style``.  A new word starts

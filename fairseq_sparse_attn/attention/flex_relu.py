@@ -76,11 +76,13 @@ def _has_cpp_compiler() -> bool:
     import os
 
     return bool(os.environ.get("CXX") and shutil.which(os.environ["CXX"])) or any(
-        shutil.which(c) for c in ("g++", "c++", "clang++"))
+        shutil.which(c) for c in ("g++", "c++", "clang++")
+    )
 
 
-def flex_relu_unavailable(device_type: str, grad: bool, dtype: torch.dtype = torch.float32,
-                          query_mask: bool = False) -> Optional[str]:
+def flex_relu_unavailable(
+    device_type: str, grad: bool, dtype: torch.dtype = torch.float32, query_mask: bool = False
+) -> Optional[str]:
     """None when the fused kernel can serve a call on ``device_type`` (with gradients when
     ``grad``) in ``dtype``, with a mask that differs between queries when ``query_mask``
     (causal teacher forcing); otherwise the reason, in words."""
@@ -98,9 +100,11 @@ def flex_relu_unavailable(device_type: str, grad: bool, dtype: torch.dtype = tor
         if dtype != torch.float32:
             return f"the fused kernel on CPU is tested in float32 only, not {dtype}"
         if query_mask:
-            return ("a mask that differs between queries (causal teacher forcing) does not "
-                    "build in the compiled CPU kernel of this torch; incremental decoding and "
-                    "padding-only masks are served")
+            return (
+                "a mask that differs between queries (causal teacher forcing) does not "
+                "build in the compiled CPU kernel of this torch; incremental decoding and "
+                "padding-only masks are served"
+            )
         if not _has_cpp_compiler():
             return "torch.compile on CPU needs a C++ compiler (g++ / clang++) on PATH"
         return None
@@ -122,11 +126,26 @@ DEFAULT_SHARED_MEMORY = 48 * 1024
 #: Forward: (BLOCK_M, BLOCK_N, num_stages, num_warps); backward: (BLOCK_M1, BLOCK_N1,
 #: BLOCK_M2, BLOCK_N2, num_stages, num_warps) - torch's own H100 choices for head dim
 #: <= 128 first, then smaller ones.
-FWD_CANDIDATES = ((128, 64, 3, 8), (128, 64, 2, 8), (64, 64, 3, 4), (64, 64, 2, 4),
-                  (64, 32, 2, 4), (32, 32, 2, 4), (32, 32, 1, 4), (16, 16, 1, 4))
-BWD_CANDIDATES = ((64, 128, 128, 64, 3, 8), (64, 128, 128, 64, 2, 8), (64, 64, 64, 64, 3, 4),
-                  (64, 64, 64, 64, 2, 4), (32, 64, 64, 32, 2, 4), (32, 32, 32, 32, 2, 4),
-                  (32, 32, 32, 32, 1, 4), (16, 16, 16, 16, 1, 4))
+FWD_CANDIDATES = (
+    (128, 64, 3, 8),
+    (128, 64, 2, 8),
+    (64, 64, 3, 4),
+    (64, 64, 2, 4),
+    (64, 32, 2, 4),
+    (32, 32, 2, 4),
+    (32, 32, 1, 4),
+    (16, 16, 1, 4),
+)
+BWD_CANDIDATES = (
+    (64, 128, 128, 64, 3, 8),
+    (64, 128, 128, 64, 2, 8),
+    (64, 64, 64, 64, 3, 4),
+    (64, 64, 64, 64, 2, 4),
+    (32, 64, 64, 32, 2, 4),
+    (32, 32, 32, 32, 2, 4),
+    (32, 32, 32, 32, 1, 4),
+    (16, 16, 16, 16, 1, 4),
+)
 
 
 def _element_size(dtype: torch.dtype) -> int:
@@ -152,8 +171,10 @@ def bwd_shared_memory(block_m1, block_n1, block_m2, block_n2, stages, qk_dim, v_
     H100 choice (64, 128, 128, 64, 3 stages) gives 246,784 bytes, the "Required: 246784"
     Triton reported against the H100's 232,448."""
     e, width = _element_size(dtype), qk_dim + v_dim
-    return max(e * (block_n1 + stages * block_m1) * width + 16 * block_m1,
-               e * (block_m2 + stages * block_n2) * width + 16 * block_n2)
+    return max(
+        e * (block_n1 + stages * block_m1) * width + 16 * block_m1,
+        e * (block_m2 + stages * block_n2) * width + 16 * block_n2,
+    )
 
 
 def device_shared_memory(device=None, properties=None) -> int:
@@ -174,18 +195,26 @@ def flex_kernel_options(qk_dim: int, v_dim: int, dtype: torch.dtype, shared_memo
     estimated shared memory (:func:`fwd_shared_memory`, :func:`bwd_shared_memory`) fits,
     forward and backward chosen separately.  Raises ValueError when not even the
     smallest fits."""
-    fwd = next((c for c in FWD_CANDIDATES
-                if fwd_shared_memory(*c[:3], qk_dim, v_dim, dtype) <= shared_memory), None)
-    bwd = next((c for c in BWD_CANDIDATES
-                if bwd_shared_memory(*c[:5], qk_dim, v_dim, dtype) <= shared_memory), None)
+    fwd = next((c for c in FWD_CANDIDATES if fwd_shared_memory(*c[:3], qk_dim, v_dim, dtype) <= shared_memory), None)
+    bwd = next((c for c in BWD_CANDIDATES if bwd_shared_memory(*c[:5], qk_dim, v_dim, dtype) <= shared_memory), None)
     if fwd is None or bwd is None:
-        raise ValueError(f"flex_relu_attention: no kernel tiles fit {shared_memory} bytes of shared "
-                         f"memory for head dim {qk_dim} (value width {v_dim}) in {dtype}; "
-                         f"use --attn-backend materialized")
-    return {"fwd_BLOCK_M": fwd[0], "fwd_BLOCK_N": fwd[1], "fwd_num_stages": fwd[2],
-            "fwd_num_warps": fwd[3],
-            "bwd_BLOCK_M1": bwd[0], "bwd_BLOCK_N1": bwd[1], "bwd_BLOCK_M2": bwd[2],
-            "bwd_BLOCK_N2": bwd[3], "bwd_num_stages": bwd[4], "bwd_num_warps": bwd[5]}
+        raise ValueError(
+            f"flex_relu_attention: no kernel tiles fit {shared_memory} bytes of shared "
+            f"memory for head dim {qk_dim} (value width {v_dim}) in {dtype}; "
+            f"use --attn-backend materialized"
+        )
+    return {
+        "fwd_BLOCK_M": fwd[0],
+        "fwd_BLOCK_N": fwd[1],
+        "fwd_num_stages": fwd[2],
+        "fwd_num_warps": fwd[3],
+        "bwd_BLOCK_M1": bwd[0],
+        "bwd_BLOCK_N1": bwd[1],
+        "bwd_BLOCK_M2": bwd[2],
+        "bwd_BLOCK_N2": bwd[3],
+        "bwd_num_stages": bwd[4],
+        "bwd_num_warps": bwd[5],
+    }
 
 
 @functools.lru_cache(maxsize=None)
@@ -201,14 +230,22 @@ def _padded_width(d: int) -> int:
 def _as_3d(hidden: Tensor) -> Tensor:
     """(B|1, 1, T|1, S) -> (B|1, T|1, S); the fused kernel takes one mask for all heads."""
     if hidden.size(1) != 1:
-        raise ValueError(f"flex_relu_attention: per-head masks are not served (hidden has "
-                         f"{hidden.size(1)} heads); use the materialized path")
+        raise ValueError(
+            f"flex_relu_attention: per-head masks are not served (hidden has "
+            f"{hidden.size(1)} heads); use the materialized path"
+        )
     return hidden[:, 0]
 
 
-def flex_relu_attention(q: Tensor, k: Tensor, v: Tensor, hidden: Optional[Tensor] = None,
-                        row_scale: Optional[Callable[[Tensor], Tensor]] = None,
-                        compiled: bool = True, score_fn: Optional[Callable[[Tensor], Tensor]] = None) -> Tensor:
+def flex_relu_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    hidden: Optional[Tensor] = None,
+    row_scale: Optional[Callable[[Tensor], Tensor]] = None,
+    compiled: bool = True,
+    score_fn: Optional[Callable[[Tensor], Tensor]] = None,
+) -> Tensor:
     """sum_j f(q_i . k_j) v_j  (times ``row_scale(n_i)`` when given) per head, f = ReLU or
     ``score_fn``: element-wise, f >= 0 and f(s) = 0 for s <= 0 (an activation with the
     ``rectified`` and ``exact_zeros`` traits; the log trick needs f >= 0).
@@ -221,13 +258,17 @@ def flex_relu_attention(q: Tensor, k: Tensor, v: Tensor, hidden: Optional[Tensor
     eagerly (slow, materializes; for checks).  Returns (B, H, T, d) in q's dtype.
     """
     if q.dim() != 4 or k.shape != v.shape[:-1] + (k.size(-1),) or q.shape[:2] != k.shape[:2]:
-        raise ValueError(f"flex_relu_attention: q (B, H, T, d) and k, v (B, H, S, d) expected, got "
-                         f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+        raise ValueError(
+            f"flex_relu_attention: q (B, H, T, d) and k, v (B, H, S, d) expected, got "
+            f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
     if hidden is not None:
         if hidden.dtype != torch.bool or hidden.dim() != 4 or hidden.size(-1) != k.size(2):
-            raise ValueError(f"flex_relu_attention: hidden must be a bool mask broadcastable to "
-                             f"(B, H, T, S) = {(q.size(0), q.size(1), q.size(2), k.size(2))}, got "
-                             f"{hidden.dtype} {tuple(hidden.shape)}")
+            raise ValueError(
+                f"flex_relu_attention: hidden must be a bool mask broadcastable to "
+                f"(B, H, T, S) = {(q.size(0), q.size(1), q.size(2), k.size(2))}, got "
+                f"{hidden.dtype} {tuple(hidden.shape)}"
+            )
     bsz, heads, tgt, d = q.shape
     src = k.size(2)
     if q.device.type == "cpu" and hidden is not None and hidden.size(2) > 1:
@@ -239,25 +280,25 @@ def flex_relu_attention(q: Tensor, k: Tensor, v: Tensor, hidden: Optional[Tensor
     # keys padded to a multiple of KEY_MULTIPLE with hidden zero keys (see below)
     total = -(-(src + 1) // KEY_MULTIPLE) * KEY_MULTIPLE
     k_ext = k.new_zeros(bsz, heads, total, d)
-    k_ext[:, :, 1:src + 1] = k
+    k_ext[:, :, 1 : src + 1] = k
     v_ext = v.new_zeros(bsz, heads, total, width)
-    v_ext[:, :, 1:src + 1, : v.size(-1)] = v
+    v_ext[:, :, 1 : src + 1, : v.size(-1)] = v
     v_ext[:, :, 0, v.size(-1)] = 1
     sink = torch.zeros((), dtype=torch.long, device=q.device)
     # the mask, extended over the sink and the padding keys, with the batch dimension in
     # full; indexed [b, kv] or [b, q, kv] (the compiled CPU kernel fails to build when the
     # query index enters any other expression, e.g. q_idx * 0 for a broadcast dimension)
-    hidden3 = _as_3d(hidden) if hidden is not None else torch.zeros(1, 1, src, dtype=torch.bool,
-                                                                    device=q.device)
+    hidden3 = _as_3d(hidden) if hidden is not None else torch.zeros(1, 1, src, dtype=torch.bool, device=q.device)
     hidden_ext = hidden3.new_ones((bsz, hidden3.size(1), total))  # per-query only on CUDA
     hidden_ext[..., 0] = False  # the sink is always visible
-    hidden_ext[..., 1:src + 1] = hidden3
+    hidden_ext[..., 1 : src + 1] = hidden3
     if hidden_ext.size(1) == 1:
         hidden_ext = hidden_ext[:, 0]
 
         def hidden_at(b, q_idx, kv_idx):
             return hidden_ext[b, kv_idx]
     else:
+
         def hidden_at(b, q_idx, kv_idx):
             return hidden_ext[b, q_idx, kv_idx]
 
@@ -274,7 +315,7 @@ def flex_relu_attention(q: Tensor, k: Tensor, v: Tensor, hidden: Optional[Tensor
         options = _cuda_kernel_options(d, width, q.dtype, q.device.index or 0)
     o = fn(q, k_ext, v_ext, score_mod=score_mod, scale=1.0, kernel_options=options)
     dv = v.size(-1)
-    out = o[..., :dv].float() / o[..., dv:dv + 1].float()
+    out = o[..., :dv].float() / o[..., dv : dv + 1].float()
     if row_scale is not None:
         from .scaled_relu import visible_key_counts
 

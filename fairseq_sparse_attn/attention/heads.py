@@ -52,8 +52,7 @@ class FixedPatternHeads:
         object.__setattr__(self, "patterns", tuple(check_pattern_names(self.patterns)))
         if self.unit not in PATTERN_UNITS:
             raise ValueError(f"fixed_pattern_unit must be one of {PATTERN_UNITS}, got {self.unit!r}")
-        object.__setattr__(self, "right_context_reading",
-                           check_right_context_reading(self.right_context_reading))
+        object.__setattr__(self, "right_context_reading", check_right_context_reading(self.right_context_reading))
 
     @property
     def num_given(self) -> int:
@@ -71,8 +70,7 @@ class FixedPatternHeads:
         if given is not None:
             expected = (bsz, self.num_given, src_len, src_len)
             if tuple(given.shape) != expected:
-                raise ValueError(f"given fixed-pattern weights have shape {tuple(given.shape)}, "
-                                 f"expected {expected}")
+                raise ValueError(f"given fixed-pattern weights have shape {tuple(given.shape)}, expected {expected}")
             return given
         valid = real_keys(inputs.key_padding, bsz, src_len, device)
         if self.unit == "word":
@@ -81,7 +79,8 @@ class FixedPatternHeads:
                 raise ValueError(
                     "word-based fixed patterns need the source word ids of this batch "
                     f"(bsz={bsz}, len={src_len}): AttentionInputs.word_ids, filled by the "
-                    "plugin's encoder (sparse_transformer) from src_tokens")
+                    "plugin's encoder (sparse_transformer) from src_tokens"
+                )
         else:
             ids = valid.long().cumsum(dim=1) - 1
         return pattern_weights(self.patterns, ids, valid, self.right_context_reading, self.exclude_eos)
@@ -98,8 +97,10 @@ class MaskedHeads:
         heads = tuple(sorted(set(int(h) for h in self.heads)))
         for h in heads:
             if not 0 <= h < self.num_heads:
-                raise ValueError(f"masked head index {h} out of range: this attention has "
-                                 f"{self.num_heads} heads (0..{self.num_heads - 1})")
+                raise ValueError(
+                    f"masked head index {h} out of range: this attention has "
+                    f"{self.num_heads} heads (0..{self.num_heads - 1})"
+                )
         object.__setattr__(self, "heads", heads)
 
     def keep(self, dtype, device) -> Tensor:
@@ -136,8 +137,9 @@ class RedundantHeads:
     def identify(self, standard: Tensor, inputs, valid: Tensor) -> Tensor:
         """(bsz, heads) bool, True = redundant, from the heads' standard weights."""
         if inputs.src_dep is None:
-            raise ValueError("redundant head identification needs src_dep for each batch "
-                             "(--task parse_annotated_translation)")
+            raise ValueError(
+                "redundant head identification needs src_dep for each batch (--task parse_annotated_translation)"
+            )
         return self.identifier(standard, inputs.src_dep, valid)
 
     def replace(self, standard: Tensor, enhanced: Optional[Tensor], inputs, valid: Tensor):

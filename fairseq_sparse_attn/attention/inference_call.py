@@ -101,25 +101,40 @@ def build_plan(module) -> Optional[InferencePlan]:
     # scores are zeroed and f applied in place, the activation's own forward without a copy
     inplace = act.rectified and act.exact_zeros and not act.row_scaled
     return InferencePlan(
-        q_proj=m.q_proj, k_proj=m.k_proj, v_proj=m.v_proj, out_proj=m.out_proj,
-        activation=m.activation, output_norm=m.output_norm, dropout=m.dropout_module,
-        state_key=m._get_full_incremental_state_key("attn_state"), heads=m.num_heads,
-        head_dim=m.head_dim, embed_dim=m.embed_dim, scaling=m.scaling,
-        self_attention=m.self_attention, encoder_decoder_attention=m.encoder_decoder_attention,
-        rectify_=act.fn_ if inplace else None, streamed_min_keys=max(int(streamed_min_keys), 0))
+        q_proj=m.q_proj,
+        k_proj=m.k_proj,
+        v_proj=m.v_proj,
+        out_proj=m.out_proj,
+        activation=m.activation,
+        output_norm=m.output_norm,
+        dropout=m.dropout_module,
+        state_key=m._get_full_incremental_state_key("attn_state"),
+        heads=m.num_heads,
+        head_dim=m.head_dim,
+        embed_dim=m.embed_dim,
+        scaling=m.scaling,
+        self_attention=m.self_attention,
+        encoder_decoder_attention=m.encoder_decoder_attention,
+        rectify_=act.fn_ if inplace else None,
+        streamed_min_keys=max(int(streamed_min_keys), 0),
+    )
 
 
 def serves(plan: InferencePlan, before_softmax: bool, collect) -> bool:
     """The per-call conditions (cheap: checked at every call)."""
-    return (not collect and not before_softmax and not torch.is_grad_enabled()
-            and not applies_dropout(plan.dropout))
+    return not collect and not before_softmax and not torch.is_grad_enabled() and not applies_dropout(plan.dropout)
 
 
 def _linear(proj, x: Tensor) -> Tensor:
     """``proj(x)``; a plain ``nn.Linear`` without hooks is applied directly (a module call
     costs a few µs of Python, a visible share of a decoding step)."""
-    if (type(proj) is torch.nn.Linear and not proj._forward_hooks and not proj._forward_pre_hooks
-            and not _module._global_forward_hooks and not _module._global_forward_pre_hooks):
+    if (
+        type(proj) is torch.nn.Linear
+        and not proj._forward_hooks
+        and not proj._forward_pre_hooks
+        and not _module._global_forward_hooks
+        and not _module._global_forward_pre_hooks
+    ):
         params = proj._parameters
         return F.linear(x, params["weight"], params["bias"])  # type: ignore[arg-type]  # a Linear's weight
     return proj(x)
@@ -134,9 +149,18 @@ def hiding_mask_only(module, attn_mask: Optional[Tensor]) -> bool:
     return bias is None
 
 
-def inference_call(module, plan: InferencePlan, query: Tensor, key: Optional[Tensor],
-                   key_padding_mask: Optional[Tensor], incremental_state, need_weights: bool,
-                   static_kv: bool, attn_mask: Optional[Tensor], need_head_weights: bool = False):
+def inference_call(
+    module,
+    plan: InferencePlan,
+    query: Tensor,
+    key: Optional[Tensor],
+    key_padding_mask: Optional[Tensor],
+    incremental_state,
+    need_weights: bool,
+    static_kv: bool,
+    attn_mask: Optional[Tensor],
+    need_head_weights: bool = False,
+):
     """``module.forward`` for a call that :func:`serves`, with the module's
     :class:`InferencePlan`: returns ``(out, weights)``, the weights (float32) averaged over
     the heads (bsz, tgt, src) when ``need_weights``, per head (heads, bsz, tgt, src) when
@@ -198,8 +222,12 @@ def inference_call(module, plan: InferencePlan, query: Tensor, key: Optional[Ten
         prev_pad = saved.get("prev_key_padding_mask")
         if prev_pad is not None or key_padding_mask is not None:
             key_padding_mask = module._append_prev_key_padding_mask(
-                key_padding_mask=key_padding_mask, prev_key_padding_mask=prev_pad,
-                batch_size=kv_bsz, src_len=v.size(1), static_kv=static_kv)
+                key_padding_mask=key_padding_mask,
+                prev_key_padding_mask=prev_pad,
+                batch_size=kv_bsz,
+                src_len=v.size(1),
+                static_kv=static_kv,
+            )
         saved["prev_key"] = k.view(kv_bsz, heads, -1, d)
         saved["prev_value"] = v.view(kv_bsz, heads, -1, d)
         saved["prev_key_padding_mask"] = key_padding_mask
@@ -216,8 +244,13 @@ def inference_call(module, plan: InferencePlan, query: Tensor, key: Optional[Ten
     if plan.streamed_min_keys and src_len >= plan.streamed_min_keys and not need_weights:
         # a long call: the backend auto chooses (query_block on CPU, flex on CUDA)
         inputs = AttentionInputs(hidden=hidden, key_padding=key_padding_mask, kv_groups=groups)
-        out, _ = attend(q.view(bsz, heads, tgt_len, d), k.view(kv_bsz, heads, src_len, d),
-                        v.view(kv_bsz, heads, src_len, d), inputs, module.spec())
+        out, _ = attend(
+            q.view(bsz, heads, tgt_len, d),
+            k.view(kv_bsz, heads, src_len, d),
+            v.view(kv_bsz, heads, src_len, d),
+            inputs,
+            module.spec(),
+        )
         out = out.view(bsz * heads, tgt_len, d)
     else:
         # the materialized backend's operations (core._scores, activation, core._value_mix)

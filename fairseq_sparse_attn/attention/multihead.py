@@ -107,8 +107,12 @@ class SparseMultiheadAttention(MultiheadAttention):
             qn_block_size=qn_block_size,
         )
         head_cfg = config.heads
-        fixed = FixedPatternHeads(head_cfg.fixed_patterns, head_cfg.fixed_pattern_unit,
-                                  head_cfg.right_context_reading, head_cfg.fixed_patterns_exclude_eos)
+        fixed = FixedPatternHeads(
+            head_cfg.fixed_patterns,
+            head_cfg.fixed_pattern_unit,
+            head_cfg.right_context_reading,
+            head_cfg.fixed_patterns_exclude_eos,
+        )
         self.fixed_patterns = fixed.patterns
         self.fixed_pattern_unit = fixed.unit
         self.right_context_reading = fixed.right_context_reading
@@ -126,9 +130,16 @@ class SparseMultiheadAttention(MultiheadAttention):
         self.output_norm_name = config.output_norm.name
         self.kind = config.kind
         rhe = config.biases.rhe
-        self.heads = HeadPlan(num_heads, fixed=fixed_heads, masked=masked,
-                              rhe=(RedundantHeads(self.rhe, rhe.prune_skip_in_training)
-                                   if self.rhe is not None and rhe is not None else None))
+        self.heads = HeadPlan(
+            num_heads,
+            fixed=fixed_heads,
+            masked=masked,
+            rhe=(
+                RedundantHeads(self.rhe, rhe.prune_skip_in_training)
+                if self.rhe is not None and rhe is not None
+                else None
+            ),
+        )
         # "auto" or a backend name of attention/core.py (--attn-backend)
         backend = config.backend.name
         if backend not in backend_names():
@@ -146,10 +157,27 @@ class SparseMultiheadAttention(MultiheadAttention):
 
     #: attributes that :meth:`spec` and :attr:`is_stock` read: setting one drops the cached
     #: spec (a bias provider added to ``biases`` in place is not seen: rebuild the module)
-    SPEC_ATTRIBUTES = frozenset({"activation", "dropout_module", "heads", "biases", "backend",
-                                 "key_block_size", "flex_min_keys", "activation_name",
-                                 "output_norm_name", "rhe", "q_proj", "k_proj", "v_proj",
-                                 "out_proj", "output_norm", "bias_k", "add_zero_attn"})
+    SPEC_ATTRIBUTES = frozenset(
+        {
+            "activation",
+            "dropout_module",
+            "heads",
+            "biases",
+            "backend",
+            "key_block_size",
+            "flex_min_keys",
+            "activation_name",
+            "output_norm_name",
+            "rhe",
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "out_proj",
+            "output_norm",
+            "bias_k",
+            "add_zero_attn",
+        }
+    )
 
     def __setattr__(self, name, value):
         super().__setattr__(name, value)
@@ -162,9 +190,15 @@ class SparseMultiheadAttention(MultiheadAttention):
         token; rebuilding them each call was a visible share of a batch-1 step)."""
         cached = self.__dict__.get("_spec_cache")
         if cached is None:
-            spec = AttendSpec(activation=self.activation, dropout=self.dropout_module, heads=self.heads,
-                              biases=tuple(self.biases.values()), backend=self.backend,
-                              key_block_size=self.key_block_size, flex_min_keys=self.flex_min_keys)
+            spec = AttendSpec(
+                activation=self.activation,
+                dropout=self.dropout_module,
+                heads=self.heads,
+                biases=tuple(self.biases.values()),
+                backend=self.backend,
+                key_block_size=self.key_block_size,
+                flex_min_keys=self.flex_min_keys,
+            )
             stock = is_stock(self.activation_name, self.output_norm_name, self.heads, self.biases)
             cached = self.__dict__["_spec_cache"] = (spec, stock, build_plan(self))
         return cached
@@ -202,16 +236,18 @@ class SparseMultiheadAttention(MultiheadAttention):
     def _build_biases(self, config: BiasesConfig, layer_index: Optional[int]):
         self.layer_index = layer_index
         self.biases = torch.nn.ModuleDict(
-            {name: build_bias(name, self.num_heads, self.head_dim, provider)
-             for name, provider in config.providers})
+            {name: build_bias(name, self.num_heads, self.head_dim, provider) for name, provider in config.providers}
+        )
         name = None if layer_index is None else f"l{layer_index}"
         rhe = config.rhe
         self.rhe = RedundantHeadIdentifier(rhe.gate, rhe.prune, name) if rhe is not None else None
         if (self.biases or self.rhe is not None) and (
-                not self.self_attention or self.num_fixed_heads or self.bias_k is not None
-                or self.add_zero_attn):
-            raise ValueError("attention biases and RHE are for (encoder) self-attention without "
-                             "fixed-pattern heads, bias_kv or zero attention")
+            not self.self_attention or self.num_fixed_heads or self.bias_k is not None or self.add_zero_attn
+        ):
+            raise ValueError(
+                "attention biases and RHE are for (encoder) self-attention without "
+                "fixed-pattern heads, bias_kv or zero attention"
+            )
         needs = {n for provider in self.biases.values() for n in cast(BiasProvider, provider).needs}
         if self.rhe is not None:
             needs.update(RHE_NEEDS)
@@ -238,7 +274,7 @@ class SparseMultiheadAttention(MultiheadAttention):
         if getattr(self, "q_proj", None) is not None:
             return super().reset_parameters()
         # no learned heads (e.g. 8F): stock initialisation of v_proj and out_proj only
-        torch.nn.init.xavier_uniform_(self.v_proj.weight, gain=1 / 2 ** 0.5)
+        torch.nn.init.xavier_uniform_(self.v_proj.weight, gain=1 / 2**0.5)
         torch.nn.init.xavier_uniform_(self.out_proj.weight)
         if self.out_proj.bias is not None:
             torch.nn.init.constant_(self.out_proj.bias, 0.0)
@@ -295,18 +331,14 @@ class SparseMultiheadAttention(MultiheadAttention):
                 key = key.view(key.size(0), -1, beam_size, key.size(2))[:, :, 0, :]
                 value = key
                 if key_padding_mask is not None:
-                    key_padding_mask = key_padding_mask.view(
-                        -1, beam_size, key_padding_mask.size(1)
-                    )[:, 0, :]
+                    key_padding_mask = key_padding_mask.view(-1, beam_size, key_padding_mask.size(1))[:, 0, :]
             k = self.k_proj(key)  # type: ignore[misc]  # only fixed-pattern self-attention has none
             v = self.v_proj(key if self.encoder_decoder_attention else value)
         if q is not None:
             q = q * self.scaling
 
         if self.bias_k is not None:
-            k, v, attn_mask, key_padding_mask = self._add_bias(
-                k, v, attn_mask, key_padding_mask, bsz
-            )
+            k, v, attn_mask, key_padding_mask = self._add_bias(k, v, attn_mask, key_padding_mask, bsz)
 
         qk_heads = self.num_learned_heads  # = num_heads unless some heads are fixed
         if q is not None:
@@ -326,9 +358,7 @@ class SparseMultiheadAttention(MultiheadAttention):
                 prev_key = prev_key.view(kv_bsz * qk_heads, -1, self.head_dim)
                 k = prev_key if static_kv else torch.cat([prev_key, k], dim=1)  # type: ignore[list-item]
             if "prev_value" in saved_state:
-                prev_value = saved_state["prev_value"].view(
-                    kv_bsz * self.num_heads, -1, self.head_dim
-                )
+                prev_value = saved_state["prev_value"].view(kv_bsz * self.num_heads, -1, self.head_dim)
                 v = prev_value if static_kv else torch.cat([prev_value, v], dim=1)
             key_padding_mask = MultiheadAttention._append_prev_key_padding_mask(
                 key_padding_mask=key_padding_mask,
@@ -419,18 +449,34 @@ class SparseMultiheadAttention(MultiheadAttention):
         weights, word ids, syntax annotations), from the plugin's encoder layer."""
         collect = wanted()
         _, stock, plan = self._spec_and_stock()
-        if (plan is not None and serves(plan, before_softmax, collect)
-                and hiding_mask_only(self, attn_mask)):
+        if plan is not None and serves(plan, before_softmax, collect) and hiding_mask_only(self, attn_mask):
             # inference without analysis: the materialized backend's operations without the
             # per-call bookkeeping (attention/inference_call.py)
-            return inference_call(self, plan, query, key, key_padding_mask, incremental_state,
-                                  need_weights, static_kv, attn_mask, need_head_weights)
-        if (stock and self.backend == "auto" and "weights" not in collect
-                and not need_head_weights):  # the fused stock path cannot return per-head weights
+            return inference_call(
+                self,
+                plan,
+                query,
+                key,
+                key_padding_mask,
+                incremental_state,
+                need_weights,
+                static_kv,
+                attn_mask,
+                need_head_weights,
+            )
+        if (
+            stock and self.backend == "auto" and "weights" not in collect and not need_head_weights
+        ):  # the fused stock path cannot return per-head weights
             return super().forward(
-                query, key, value, key_padding_mask=key_padding_mask,
-                incremental_state=incremental_state, need_weights=need_weights,
-                static_kv=static_kv, attn_mask=attn_mask, before_softmax=before_softmax,
+                query,
+                key,
+                value,
+                key_padding_mask=key_padding_mask,
+                incremental_state=incremental_state,
+                need_weights=need_weights,
+                static_kv=static_kv,
+                attn_mask=attn_mask,
+                before_softmax=before_softmax,
                 need_head_weights=need_head_weights,
             )
         if need_head_weights:
@@ -439,11 +485,15 @@ class SparseMultiheadAttention(MultiheadAttention):
         assert embed_dim == self.embed_dim, f"query dim {embed_dim} != {self.embed_dim}"
 
         if self.num_fixed_heads and (incremental_state is not None or before_softmax):
-            raise ValueError("fixed attention patterns are for encoder self-attention: no "
-                             "incremental decoding, no before_softmax scores")
+            raise ValueError(
+                "fixed attention patterns are for encoder self-attention: no "
+                "incremental decoding, no before_softmax scores"
+            )
         if (self.biases or self.rhe is not None) and (incremental_state is not None or before_softmax):
-            raise ValueError("attention biases and RHE are for encoder self-attention: no "
-                             "incremental decoding, no before_softmax scores")
+            raise ValueError(
+                "attention biases and RHE are for encoder self-attention: no "
+                "incremental decoding, no before_softmax scores"
+            )
         q, k, v, key_padding_mask, attn_mask, kv_bsz = self._project(
             query, key, value, key_padding_mask, incremental_state, static_kv, attn_mask
         )
@@ -471,12 +521,18 @@ class SparseMultiheadAttention(MultiheadAttention):
         if self.backend != "flex" and (need_head_weights or (need_weights and not self.key_block_size)):
             collect = collect | {"weights"}
         if attn_inputs is None:  # the usual call (decoder, cross-attention): no copy of defaults
-            inputs = AttentionInputs(hidden=mask, score_bias=bias, key_padding=key_padding_mask,
-                                     kv_groups=bsz // kv_bsz, collect=collect)
+            inputs = AttentionInputs(
+                hidden=mask, score_bias=bias, key_padding=key_padding_mask, kv_groups=bsz // kv_bsz, collect=collect
+            )
         else:
-            inputs = dataclasses.replace(attn_inputs, hidden=mask, score_bias=bias,
-                                         key_padding=key_padding_mask, kv_groups=bsz // kv_bsz,
-                                         collect=collect)
+            inputs = dataclasses.replace(
+                attn_inputs,
+                hidden=mask,
+                score_bias=bias,
+                key_padding=key_padding_mask,
+                kv_groups=bsz // kv_bsz,
+                collect=collect,
+            )
         out, inter = attend(q4, k4, v4, inputs, self.spec())
         if collect:
             deliver(self, inter)

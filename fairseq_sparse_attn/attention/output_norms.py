@@ -40,8 +40,7 @@ def build_output_norm(config: Union[OutputNormConfig, str], embed_dim: int, head
     """The output norm ``config`` describes (a name alone: eps = RMSNORM_EPS)."""
     if isinstance(config, str):
         config = OutputNormConfig(name=config)
-    return OUTPUT_NORM_REGISTRY.get_or_raise(config.name)(embed_dim=embed_dim, head_dim=head_dim,
-                                                          eps=float(config.eps))
+    return OUTPUT_NORM_REGISTRY.get_or_raise(config.name)(embed_dim=embed_dim, head_dim=head_dim, eps=float(config.eps))
 
 
 def uniform_unit_scaling_(tensor: torch.Tensor, fan: int) -> torch.Tensor:
@@ -134,8 +133,10 @@ class _RMSNormFunction(torch.autograd.Function):
         out, r, s, y = _rms_norm_forward(z32, eps, w32, gw32, keep_y=True)
         ctx.save_for_backward(z32, r, w32, gw32, s, y)
         ctx.in_dtype = z.dtype
-        ctx.param_dtypes = (None if weight is None else weight.dtype,
-                            None if gate_weight is None else gate_weight.dtype)
+        ctx.param_dtypes = (
+            None if weight is None else weight.dtype,
+            None if gate_weight is None else gate_weight.dtype,
+        )
         return _as(out, z.dtype)
 
     @staticmethod
@@ -177,12 +178,16 @@ class _RMSNormFunction(torch.autograd.Function):
         return grad_z, grad_w, grad_gw, None
 
 
-def rms_normalize(z: torch.Tensor, eps: float, weight: Optional[torch.Tensor] = None,
-                  gate_weight: Optional[torch.Tensor] = None) -> torch.Tensor:
+def rms_normalize(
+    z: torch.Tensor, eps: float, weight: Optional[torch.Tensor] = None, gate_weight: Optional[torch.Tensor] = None
+) -> torch.Tensor:
     """z / sqrt(mean(z^2) + eps) * weight [* sigmoid(gate_weight * z)] over the last
     dimension, computed in float32 (float64 stays float64), returned in z's dtype."""
-    if torch.is_grad_enabled() and (z.requires_grad or (weight is not None and weight.requires_grad)
-                                    or (gate_weight is not None and gate_weight.requires_grad)):
+    if torch.is_grad_enabled() and (
+        z.requires_grad
+        or (weight is not None and weight.requires_grad)
+        or (gate_weight is not None and gate_weight.requires_grad)
+    ):
         return _RMSNormFunction.apply(z, weight, gate_weight, eps)
     # no gradient (decoding): the training forward's ops without the autograd function
     # (F.rms_norm is a composite on CPU that adds two copies; measured in a decoder call:
@@ -266,9 +271,9 @@ class LayerNormOutput(nn.LayerNorm):
         super().__init__(embed_dim)
 
     def forward(self, z):
-        return F.layer_norm(
-            z.float(), self.normalized_shape, self.weight.float(), self.bias.float(), self.eps
-        ).type_as(z)
+        return F.layer_norm(z.float(), self.normalized_shape, self.weight.float(), self.bias.float(), self.eps).type_as(
+            z
+        )
 
 
 @register_output_norm("gated_layernorm")

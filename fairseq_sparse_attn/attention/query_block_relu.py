@@ -36,7 +36,7 @@ from .scaled_relu import visible_key_counts
 #: bytes of the score buffer one block may use (float32: 16 MiB = 4M scores; at L = 2048,
 #: batch 2, 8 heads: blocks of 128 queries, 1.47x stock SDPA's memory against 1.97x with
 #: 32 MiB at the same time, docs/performance.md)
-BLOCK_BYTES = 16 * 2 ** 20
+BLOCK_BYTES = 16 * 2**20
 
 #: with at least this many queries, blocks are taken one (sentence, head) at a time: two
 #: matrix products of (rows x d)(d x S) and (rows x S)(S x d) per block run faster than
@@ -44,20 +44,24 @@ BLOCK_BYTES = 16 * 2 ** 20
 #: 0.89-0.94x SDPA's time for the attention against 1.13-1.18x, docs/performance.md)
 PER_HEAD_MIN_QUERIES = 256
 #: bytes of the score buffer of one (sentence, head) block (float32, S = 2048: 1,024 rows)
-HEAD_BLOCK_BYTES = 8 * 2 ** 20
+HEAD_BLOCK_BYTES = 8 * 2**20
 
 
-def query_block_rows(bsz: int, heads: int, tgt: int, src: int, element_size: int = 4,
-                     budget: int = BLOCK_BYTES) -> int:
+def query_block_rows(bsz: int, heads: int, tgt: int, src: int, element_size: int = 4, budget: int = BLOCK_BYTES) -> int:
     """Queries per block: as many as fit ``budget`` bytes of scores (at least 1, at most tgt)."""
     per_row = max(1, bsz * heads * src * element_size)
     return max(1, min(tgt, budget // per_row))
 
 
-def query_block_relu_attention(q: Tensor, k: Tensor, v: Tensor, hidden: Optional[Tensor] = None,
-                               row_scale: Optional[Callable[[Tensor], Tensor]] = None,
-                               block: Optional[int] = None,
-                               fn_: Callable[[Tensor], Tensor] = torch.relu_) -> Tensor:
+def query_block_relu_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    hidden: Optional[Tensor] = None,
+    row_scale: Optional[Callable[[Tensor], Tensor]] = None,
+    block: Optional[int] = None,
+    fn_: Callable[[Tensor], Tensor] = torch.relu_,
+) -> Tensor:
     """sum_j f(q_i . k_j) v_j (times ``row_scale(n_i)`` when given) per head, block by
     block over the queries; f = ReLU, or the in-place ``fn_`` of an activation with the
     ``rectified`` and ``exact_zeros`` traits (f(s) = 0 for s <= 0: hidden keys are removed
@@ -70,20 +74,31 @@ def query_block_relu_attention(q: Tensor, k: Tensor, v: Tensor, hidden: Optional
     under ``torch.no_grad()`` (or with tensors that do not require them).  Returns
     (B, H, T, d) in v's dtype.
     """
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or q.shape[:2] != k.shape[:2] \
-            or k.shape[:3] != v.shape[:3] or q.size(-1) != k.size(-1):
-        raise ValueError(f"query_block_relu_attention: q (B, H, T, d) and k, v (B, H, S, d) "
-                         f"expected, got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if (
+        q.dim() != 4
+        or k.dim() != 4
+        or v.dim() != 4
+        or q.shape[:2] != k.shape[:2]
+        or k.shape[:3] != v.shape[:3]
+        or q.size(-1) != k.size(-1)
+    ):
+        raise ValueError(
+            f"query_block_relu_attention: q (B, H, T, d) and k, v (B, H, S, d) "
+            f"expected, got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-        raise ValueError("query_block_relu_attention computes no gradients (inference only); "
-                         "use the materialized or key-block path for training")
+        raise ValueError(
+            "query_block_relu_attention computes no gradients (inference only); "
+            "use the materialized or key-block path for training"
+        )
     bsz, heads, tgt, _ = q.shape
     src = k.size(2)
-    if hidden is not None and (hidden.dtype != torch.bool or hidden.dim() != 4
-                               or hidden.size(-1) != src):
-        raise ValueError(f"query_block_relu_attention: hidden must be a bool mask broadcastable "
-                         f"to (B, H, T, S) = {(bsz, heads, tgt, src)}, got {hidden.dtype} "
-                         f"{tuple(hidden.shape)}")
+    if hidden is not None and (hidden.dtype != torch.bool or hidden.dim() != 4 or hidden.size(-1) != src):
+        raise ValueError(
+            f"query_block_relu_attention: hidden must be a bool mask broadcastable "
+            f"to (B, H, T, S) = {(bsz, heads, tgt, src)}, got {hidden.dtype} "
+            f"{tuple(hidden.shape)}"
+        )
     # a mask without a query dimension, over more queries than the value width: hidden keys
     # get value 0 (ReLU(s) * 0 = 0), one pass over the values instead of one over the scores
     # (a decoding step, one query, masks its few scores instead of copying every value)
@@ -94,8 +109,11 @@ def query_block_relu_attention(q: Tensor, k: Tensor, v: Tensor, hidden: Optional
     element = torch.finfo(scores_dtype).bits // 8
     per_head = tgt >= PER_HEAD_MIN_QUERIES
     if block is None:
-        block = (query_block_rows(1, 1, tgt, src, element, HEAD_BLOCK_BYTES) if per_head
-                 else query_block_rows(bsz, heads, tgt, src, element))
+        block = (
+            query_block_rows(1, 1, tgt, src, element, HEAD_BLOCK_BYTES)
+            if per_head
+            else query_block_rows(bsz, heads, tgt, src, element)
+        )
     if block <= 0:
         raise ValueError(f"query block size must be positive, got {block}")
     kt = k.transpose(2, 3)
@@ -108,8 +126,7 @@ def query_block_relu_attention(q: Tensor, k: Tensor, v: Tensor, hidden: Optional
     for start in range(0, tgt, block):
         end = min(start + block, tgt)
         # the last, shorter block gets its own (contiguous) buffer
-        s = buf if end - start == buf.size(2) else q.new_empty(bsz, heads, end - start, src,
-                                                               dtype=scores_dtype)
+        s = buf if end - start == buf.size(2) else q.new_empty(bsz, heads, end - start, src, dtype=scores_dtype)
         torch.matmul(q[:, :, start:end], kt, out=s)
         if mask is not None:
             s.masked_fill_(mask[:, :, start:end] if mask.size(2) > 1 else mask, 0.0)
@@ -120,9 +137,16 @@ def query_block_relu_attention(q: Tensor, k: Tensor, v: Tensor, hidden: Optional
     return _scaled(out, row_scale, hidden, src, q.device)
 
 
-def _per_head_blocks(q: Tensor, kt: Tensor, v: Tensor, hidden: Optional[Tensor], block: int,
-                     scores_dtype: torch.dtype, out: Tensor,
-                     fn_: Callable[[Tensor], Tensor] = torch.relu_) -> None:
+def _per_head_blocks(
+    q: Tensor,
+    kt: Tensor,
+    v: Tensor,
+    hidden: Optional[Tensor],
+    block: int,
+    scores_dtype: torch.dtype,
+    out: Tensor,
+    fn_: Callable[[Tensor], Tensor] = torch.relu_,
+) -> None:
     """``out[b, h]`` = ReLU(q kᵀ) v one (sentence, head) and ``block`` queries at a time,
     the scores in one reused (block x S) buffer; ``hidden``: the mask to apply to the
     scores (with or without a query dimension) or None."""

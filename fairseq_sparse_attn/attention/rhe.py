@@ -63,8 +63,7 @@ def syntactic_gate(weights: Tensor, valid: Tensor, gate: Union[str, float] = GAT
     return weights.new_full(weights.shape[:2], float(gate))
 
 
-def redundant_heads(weights: Tensor, dep: Tensor, valid: Tensor,
-                    gate: Union[str, float] = GATE_DYNAMIC) -> Tensor:
+def redundant_heads(weights: Tensor, dep: Tensor, valid: Tensor, gate: Union[str, float] = GATE_DYNAMIC) -> Tensor:
     """(bsz, heads) bool, True = redundant: Syn_attn <= Syn_gate (Eq. 10)."""
     weights = weights.detach().float()
     return syntactic_attention(weights, dep, valid) <= syntactic_gate(weights, valid, gate)
@@ -80,8 +79,7 @@ class RedundantHeadIdentifier(nn.Module):
     recomputed by activation checkpointing is not counted twice.
     """
 
-    def __init__(self, gate: Union[str, float] = GATE_DYNAMIC, prune: bool = False,
-                 name: Optional[str] = None):
+    def __init__(self, gate: Union[str, float] = GATE_DYNAMIC, prune: bool = False, name: Optional[str] = None):
         super().__init__()
         self.gate = parse_gate(gate)
         self.prune = bool(prune)
@@ -104,5 +102,6 @@ def log_redundant_fractions(records) -> None:
         if inter.redundant is None or identifier is None or identifier.name is None:
             continue
         redundant = inter.redundant
-        metrics.log_scalar(f"rhe_redundant_{identifier.name}", redundant.float().mean(),
-                           weight=redundant.numel(), round=3)
+        metrics.log_scalar(
+            f"rhe_redundant_{identifier.name}", redundant.float().mean(), weight=redundant.numel(), round=3
+        )

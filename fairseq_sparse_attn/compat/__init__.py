@@ -116,8 +116,10 @@ def patches_off(env=None):
         elif name in PATCHES:
             off.add(name)
         else:
-            raise ValueError(f"${SWITCH}: unknown patch {name!r}; known: "
-                             f"{', '.join(PATCHES)}, or 'behaviour' for every behaviour change")
+            raise ValueError(
+                f"${SWITCH}: unknown patch {name!r}; known: "
+                f"{', '.join(PATCHES)}, or 'behaviour' for every behaviour change"
+            )
     return off
 
 
@@ -140,9 +142,12 @@ def install():
             module.install()
             active.append(name)
     _ACTIVE = active
-    logger.log(logging.INFO if verbose() else logging.DEBUG,
-               "fairseq_sparse_attn compat patches: %s%s", ", ".join(active),
-               f" ({SWITCH} leaves out: {', '.join(sorted(off))})" if off else "")
+    logger.log(
+        logging.INFO if verbose() else logging.DEBUG,
+        "fairseq_sparse_attn compat patches: %s%s",
+        ", ".join(active),
+        f" ({SWITCH} leaves out: {', '.join(sorted(off))})" if off else "",
+    )
     return list(active)
 
 

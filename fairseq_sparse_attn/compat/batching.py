@@ -52,16 +52,27 @@ def install_batching_fix():
         return
 
     @functools.wraps(original)
-    def batch_by_size(indices, num_tokens_fn, num_tokens_vec=None, max_tokens=None,
-                      max_sentences=None, required_batch_size_multiple=1, fixed_shapes=None):
-        batches = original(indices, num_tokens_fn, num_tokens_vec=num_tokens_vec,
-                           max_tokens=max_tokens, max_sentences=max_sentences,
-                           required_batch_size_multiple=required_batch_size_multiple,
-                           fixed_shapes=fixed_shapes)
+    def batch_by_size(
+        indices,
+        num_tokens_fn,
+        num_tokens_vec=None,
+        max_tokens=None,
+        max_sentences=None,
+        required_batch_size_multiple=1,
+        fixed_shapes=None,
+    ):
+        batches = original(
+            indices,
+            num_tokens_fn,
+            num_tokens_vec=num_tokens_vec,
+            max_tokens=max_tokens,
+            max_sentences=max_sentences,
+            required_batch_size_multiple=required_batch_size_multiple,
+            fixed_shapes=fixed_shapes,
+        )
         if fixed_shapes is not None:
             return batches
-        return _complete_batches(batches, indices, num_tokens_fn, max_tokens, max_sentences,
-                                 num_tokens_vec)
+        return _complete_batches(batches, indices, num_tokens_fn, max_tokens, max_sentences, num_tokens_vec)
 
     batch_by_size._fsa_complete = True
     data_utils.batch_by_size = batch_by_size

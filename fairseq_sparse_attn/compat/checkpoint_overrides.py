@@ -42,8 +42,7 @@ def is_plugin_arch(arch) -> bool:
 
 
 def override_flag(name):
-    return ("--mask-encoder-heads" if name == "encoder_masked_heads"
-            else f"--model-overrides {name!r}")
+    return "--mask-encoder-heads" if name == "encoder_masked_heads" else f"--model-overrides {name!r}"
 
 
 def check_overrides_apply(path, state, arg_overrides):
@@ -57,13 +56,18 @@ def check_overrides_apply(path, state, arg_overrides):
     arch = checkpoint_arch(state)
     if arch is None or is_plugin_arch(arch):
         return
-    given = [name for name, value in arg_overrides.items()
-             if name in OPTION_FIELDS and value not in (None, "", False, OPTION_FIELDS[name].default)]
+    given = [
+        name
+        for name, value in arg_overrides.items()
+        if name in OPTION_FIELDS and value not in (None, "", False, OPTION_FIELDS[name].default)
+    ]
     if given:
         flags = ", ".join(f"{override_flag(n)} {arg_overrides[n]}" for n in given)
-        raise UsageError(f"{flags}: {path} has no plugin attention (it was trained with --arch "
-                         f"{arch}, a model of fairseq's own), so the option cannot apply; use a "
-                         "checkpoint of a fairseq_sparse_attn architecture")
+        raise UsageError(
+            f"{flags}: {path} has no plugin attention (it was trained with --arch "
+            f"{arch}, a model of fairseq's own), so the option cannot apply; use a "
+            "checkpoint of a fairseq_sparse_attn architecture"
+        )
 
 
 def install():

@@ -67,8 +67,7 @@ def first_slurm_host(nodelist: str) -> str:
     """The first host of a SLURM node list (``node[003-005,9],gpu1`` -> ``node003``):
     ``scontrol show hostnames`` when it is installed, else the list's own syntax."""
     try:
-        out = subprocess.run(["scontrol", "show", "hostnames", nodelist],
-                             capture_output=True, text=True, timeout=30)
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30)
         if out.returncode == 0 and out.stdout.split():
             return out.stdout.split()[0]
     except (FileNotFoundError, subprocess.TimeoutExpired):
@@ -110,23 +109,33 @@ def cpu_launcher_world(env=None, distributed_port=-1):
     if not 0 <= rank < world:
         raise DistributedSetupError(f"{launcher}: rank {rank} is outside a world of {world}")
     if launcher == "slurm":
-        nodelist = next((env[k] for k in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST",
-                                          "SLURM_NODELIST") if env.get(k)), None)
+        nodelist = next(
+            (env[k] for k in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST") if env.get(k)), None
+        )
         if nodelist is None:
             raise DistributedSetupError(
                 f"SLURM task {rank} of {world}: no SLURM_STEP_NODELIST/SLURM_JOB_NODELIST/"
-                "SLURM_NODELIST to find the first node (the rendezvous host)")
+                "SLURM_NODELIST to find the first node (the rendezvous host)"
+            )
         port = distributed_port if distributed_port and distributed_port > 0 else None
         if port is None and env.get("MASTER_PORT"):
             port = _env_int("MASTER_PORT", env)
         if port is None:
             # the same for every task of one srun step, different for concurrent steps
-            key = "{}.{}.{}".format(env.get("SLURM_JOB_ID", ""), env.get("SLURM_ARRAY_TASK_ID", ""),
-                                    env.get("SLURM_STEP_ID", env.get("SLURM_STEPID", "")))
+            key = "{}.{}.{}".format(
+                env.get("SLURM_JOB_ID", ""),
+                env.get("SLURM_ARRAY_TASK_ID", ""),
+                env.get("SLURM_STEP_ID", env.get("SLURM_STEPID", "")),
+            )
             port = random.Random(key).randint(10000, 60000)
         init_method = f"tcp://{first_slurm_host(nodelist)}:{port}"
-    return dict(launcher=launcher, rank=rank, world_size=world,
-                local_rank=local if local is not None else 0, init_method=init_method)
+    return dict(
+        launcher=launcher,
+        rank=rank,
+        world_size=world,
+        local_rank=local if local is not None else 0,
+        init_method=init_method,
+    )
 
 
 def _runs_on_cpu(cfg) -> bool:
@@ -148,11 +157,13 @@ def configure_cpu_distributed(cfg, env=None):
             raise DistributedSetupError(
                 f"--distributed-init-method {dt.distributed_init_method} was given but the "
                 f"process was started by {launched['launcher']}, which sets up the world itself: "
-                "drop one of them")
+                "drop one of them"
+            )
         if dt.distributed_world_size not in (1, default_world, launched["world_size"]):
             raise DistributedSetupError(
                 f"--distributed-world-size {dt.distributed_world_size} but {launched['launcher']} "
-                f"started {launched['world_size']} processes")
+                f"started {launched['world_size']} processes"
+            )
         dt.distributed_world_size = launched["world_size"]
         dt.distributed_rank = launched["rank"]
         dt.device_id = launched["local_rank"]
@@ -162,7 +173,8 @@ def configure_cpu_distributed(cfg, env=None):
         if dt.distributed_world_size <= 1:
             raise DistributedSetupError(
                 f"--distributed-init-method {dt.distributed_init_method} needs "
-                "--distributed-world-size N > 1 and --distributed-rank R for each process")
+                "--distributed-world-size N > 1 and --distributed-rank R for each process"
+            )
         how = "--distributed-init-method"
     elif dt.distributed_world_size == default_world > 1:
         # --cpu on a GPU machine, world size not given: fairseq would spawn one CPU process
@@ -176,7 +188,8 @@ def configure_cpu_distributed(cfg, env=None):
             "process per GPU and there is none here. Start the processes yourself: "
             f"`torchrun --no-python --nproc_per_node {dt.distributed_world_size} fsa-train ...`, "
             f"`srun --ntasks {dt.distributed_world_size} fsa-train ...`, or one process per rank "
-            "with --distributed-init-method tcp://HOST:PORT --distributed-rank R")
+            "with --distributed-init-method tcp://HOST:PORT --distributed-rank R"
+        )
     else:
         return cfg
     if dt.pipeline_model_parallel:
@@ -187,7 +200,8 @@ def configure_cpu_distributed(cfg, env=None):
     logger.info(
         f"CPU distributed training ({how}): rank {dt.distributed_rank} of a world of "
         f"{dt.distributed_world_size}, backend {dt.distributed_backend}, "
-        f"init {dt.distributed_init_method}")
+        f"init {dt.distributed_init_method}"
+    )
     return cfg
 
 
@@ -253,8 +267,7 @@ def install_cpu_distributed_fix():
         with warnings.catch_warnings():
             # fairseq passes broadcast_buffers (newer torch: a FutureWarning that named this
             # file under torchrun); its meaning is kept, the notice is not for users
-            warnings.filterwarnings("ignore", message="`broadcast_buffers` is deprecated",
-                                    category=FutureWarning)
+            warnings.filterwarnings("ignore", message="`broadcast_buffers` is deprecated", category=FutureWarning)
             return ddp_class(module, device_ids=device_ids, output_device=output_device, **kwargs)
 
     distributed_fairseq_model.DistributedDataParallel = DistributedDataParallel

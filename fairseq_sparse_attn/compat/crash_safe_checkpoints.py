@@ -83,11 +83,9 @@ def check_checkpoint_path(path):
         best = os.path.join(path, "checkpoint_best.pt")
         example = best if best in found else (found[0] if found else None)
         hint = f", e.g. {example}" if example else " (it holds no .pt file)"
-        raise CheckpointError(f"{path} is a directory, not a checkpoint file: pass a file in "
-                              f"it{hint}")
+        raise CheckpointError(f"{path} is a directory, not a checkpoint file: pass a file in it{hint}")
     if not os.path.exists(path):
-        raise CheckpointError(f"{path} does not exist: expected a checkpoint file written by "
-                              "fsa-train / fairseq-train")
+        raise CheckpointError(f"{path} does not exist: expected a checkpoint file written by fsa-train / fairseq-train")
 
 
 def not_a_checkpoint(state):
@@ -109,8 +107,9 @@ def check_checkpoint_state(path, state):
     """A file torch loads but that fairseq cannot use (a bare state_dict, a tensor)."""
     why = not_a_checkpoint(state)
     if why is not None:
-        raise CheckpointError(f"{path}: not a fairseq checkpoint ({why}); expected a file "
-                              "written by fsa-train / fairseq-train")
+        raise CheckpointError(
+            f"{path}: not a fairseq checkpoint ({why}); expected a file written by fsa-train / fairseq-train"
+        )
 
 
 def _torch_object(path):
@@ -142,8 +141,9 @@ def _write_failed(dst, tmp, error):
     else:
         reason = f"{type(error).__name__}: {' '.join(str(error).split())[:200]}"
     keeps = "is unchanged" if os.path.exists(dst) else "was not written"
-    return CheckpointError(f"cannot write checkpoint {dst}: {reason}; the partial file was "
-                           f"removed and {os.path.basename(dst)} {keeps}")
+    return CheckpointError(
+        f"cannot write checkpoint {dst}: {reason}; the partial file was removed and {os.path.basename(dst)} {keeps}"
+    )
 
 
 def open_for_writing(path):
@@ -188,8 +188,11 @@ def atomic_copy(src, dst):
 
 
 def _newest_loadable(save_dir, suffix, skip):
-    candidates = [p for p in glob.glob(os.path.join(save_dir, f"checkpoint*{suffix}.pt"))
-                  if os.path.abspath(p) != os.path.abspath(skip)]
+    candidates = [
+        p
+        for p in glob.glob(os.path.join(save_dir, f"checkpoint*{suffix}.pt"))
+        if os.path.abspath(p) != os.path.abspath(skip)
+    ]
     for path in sorted(candidates, key=os.path.getmtime, reverse=True):
         if checkpoint_problem(path) is None:
             return path
@@ -259,13 +262,21 @@ def install():
             path = os.path.join(cfg.save_dir, f"checkpoint_last{suffix}.pt")
         else:
             path = cfg.restore_file.replace(".pt", suffix + ".pt") if suffix else cfg.restore_file
-        if (cfg.restore_file != "checkpoint_last.pt" and _is_local(path)
-                and not os.path.exists(path)):  # fairseq: "No existing checkpoint", from scratch
-            raise CheckpointError(f"--restore-file {path} does not exist (a relative path is "
-                                  "taken from the current directory, not --save-dir)")
+        if (
+            cfg.restore_file != "checkpoint_last.pt" and _is_local(path) and not os.path.exists(path)
+        ):  # fairseq: "No existing checkpoint", from scratch
+            raise CheckpointError(
+                f"--restore-file {path} does not exist (a relative path is "
+                "taken from the current directory, not --save-dir)"
+            )
         pretrained = getattr(cfg, "finetune_from_model", None)
-        if (pretrained and cfg.restore_file == "checkpoint_last.pt" and _is_local(pretrained)
-                and not os.path.exists(path) and not os.path.exists(pretrained)):
+        if (
+            pretrained
+            and cfg.restore_file == "checkpoint_last.pt"
+            and _is_local(pretrained)
+            and not os.path.exists(path)
+            and not os.path.exists(pretrained)
+        ):
             raise CheckpointError(f"--finetune-from-model {pretrained} does not exist")  # (a ValueError)
         problem = checkpoint_problem(path) if _is_local(path) and os.path.exists(path) else None
         if problem is None:
@@ -276,9 +287,11 @@ def install():
         if fallback is None:
             raise CheckpointError(
                 f"{path} {problem}, and no other checkpoint in {cfg.save_dir} loads: move it "
-                "away to train from scratch, or pass --restore-file FILE")
-        logger.warning(f"{path} {problem}; resuming from {fallback}, the newest checkpoint "
-                       f"in {cfg.save_dir} that loads")
+                "away to train from scratch, or pass --restore-file FILE"
+            )
+        logger.warning(
+            f"{path} {problem}; resuming from {fallback}, the newest checkpoint in {cfg.save_dir} that loads"
+        )
         cfg.restore_file = fallback[: -len(suffix + ".pt")] + ".pt" if suffix else fallback
         try:
             return original_load(cfg, trainer, **passthrough_args)
@@ -313,8 +326,9 @@ def install():
     original_ensemble = checkpoint_utils.load_model_ensemble_and_task
 
     @functools.wraps(original_ensemble)
-    def load_model_ensemble_and_task(filenames, arg_overrides=None, task=None, strict=True,
-                                     suffix="", num_shards=1, state=None):
+    def load_model_ensemble_and_task(
+        filenames, arg_overrides=None, task=None, strict=True, suffix="", num_shards=1, state=None
+    ):
         if state is None and not suffix and num_shards == 1:  # (fairseq: "Model file not found")
             for filename in filenames:
                 if _is_local(filename):

@@ -31,8 +31,18 @@ from ..errors import UsageError
 BEHAVIOUR_CHANGE = False
 
 MMAP_MAGIC = b"MMIDIDX\x00\x00"
-CODE_TO_DTYPE = {1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "float64",
-                 7: "float64", 8: "uint16", 9: "uint32", 10: "uint64"}
+CODE_TO_DTYPE = {
+    1: "uint8",
+    2: "int8",
+    3: "int16",
+    4: "int32",
+    5: "int64",
+    6: "float64",
+    7: "float64",
+    8: "uint16",
+    9: "uint32",
+    10: "uint64",
+}
 HEADER = 9 + 8 + 1 + 8
 
 
@@ -58,8 +68,7 @@ def check_data_dirs(data: str):
             )
         if not any(f.startswith("dict.") and f.endswith(".txt") for f in os.listdir(path)):
             raise DataNotFoundError(
-                f"data directory {path!r} has no dict.<lang>.txt: is it the output folder "
-                "of fairseq-preprocess?"
+                f"data directory {path!r} has no dict.<lang>.txt: is it the output folder of fairseq-preprocess?"
             )
 
 
@@ -74,7 +83,8 @@ def check_dictionaries(data: str, langs):
                 raise DataNotFoundError(
                     f"{os.path.join(path, f'dict.{lang}.txt')} is missing: fairseq-preprocess "
                     f"writes one dictionary per language (copy it from the data you binarized "
-                    f"with, or re-run fairseq-preprocess)")
+                    f"with, or re-run fairseq-preprocess)"
+                )
 
 
 def check_dictionary_file(path):
@@ -88,8 +98,7 @@ def check_dictionary_file(path):
         with open(path, encoding="utf-8") as f:
             lines = f.read().split("\n")
     except UnicodeDecodeError as e:
-        raise DataError(f"{path} is not UTF-8 ({e.reason} at byte {e.start}): re-run "
-                        "fairseq-preprocess") from None
+        raise DataError(f"{path} is not UTF-8 ({e.reason} at byte {e.start}): re-run fairseq-preprocess") from None
     for number, line in enumerate(lines, 1):
         line = line.rstrip()
         if not line:
@@ -102,11 +111,16 @@ def check_dictionary_file(path):
             raise DataError(f"{path}:{number}: expected '<symbol> <count>', got {line[:80]!r}")
         symbol = parts[0]
         if symbol in seen and not overwrite:
-            where = (f"fairseq's special symbol {symbol!r}" if seen[symbol] == 0
-                     else f"{symbol!r}, already on line {seen[symbol]}")
-            raise DataError(f"{path}:{number}: duplicate symbol {where}: a dictionary lists "
-                            "each symbol once (rebuild it with fairseq-preprocess, or mark an "
-                            "intended replacement with ' #fairseq:overwrite')")
+            where = (
+                f"fairseq's special symbol {symbol!r}"
+                if seen[symbol] == 0
+                else f"{symbol!r}, already on line {seen[symbol]}"
+            )
+            raise DataError(
+                f"{path}:{number}: duplicate symbol {where}: a dictionary lists "
+                "each symbol once (rebuild it with fairseq-preprocess, or mark an "
+                "intended replacement with ' #fairseq:overwrite')"
+            )
         seen[symbol] = number
 
 
@@ -129,7 +143,6 @@ def check_special_ids(binf, data, starts, sizes):
     """No ``<s>``/``<pad>`` anywhere and ``</s>`` only at the end of a sentence, in the
     token ids ``data`` whose sentences start at ``starts`` (in tokens) with ``sizes``."""
     import numpy as np
-
     from fairseq.data import Dictionary
 
     bos, pad, eos = special_ids()
@@ -153,7 +166,8 @@ def check_special_ids(binf, data, starts, sizes):
         f"holds the special symbol {symbol!r} (id {int(data[at])}) at token {token}"
         f"{f', and {len(bad) - 1} more special ids inside sentences' if len(bad) > 1 else ''}: "
         "the text contains that symbol literally; remove or escape it and re-run "
-        "fairseq-preprocess")
+        "fairseq-preprocess"
+    )
 
 
 def check_indexed_pair(prefix, vocab_size=None):
@@ -170,16 +184,18 @@ def check_indexed_pair(prefix, vocab_size=None):
     if len(head) < HEADER or head[:9] != MMAP_MAGIC:
         if head[:8] == b"TNTIDX\x00\x00":
             return None  # fairseq's older 'cached'/'lazy' format: fairseq checks it itself
-        raise DataError(f"{idx} is not a fairseq mmap index (header {head[:9]!r}, "
-                        f"{size} bytes): re-run fairseq-preprocess")
+        raise DataError(
+            f"{idx} is not a fairseq mmap index (header {head[:9]!r}, {size} bytes): re-run fairseq-preprocess"
+        )
     (version,) = struct.unpack("<Q", head[9:17])
     code = head[17]
     (n,) = struct.unpack("<Q", head[18:26])
     if version != 1 or code not in CODE_TO_DTYPE:
         raise DataError(f"{idx}: unknown index version {version} / dtype code {code}")
     if size != HEADER + 12 * n:
-        raise DataError(f"{idx} is damaged: it says {n} entries, which take "
-                        f"{HEADER + 12 * n} bytes, but the file has {size}")
+        raise DataError(
+            f"{idx} is damaged: it says {n} entries, which take {HEADER + 12 * n} bytes, but the file has {size}"
+        )
     itemsize = np.dtype(CODE_TO_DTYPE[code]).itemsize
     sizes = np.fromfile(idx, dtype=np.int32, count=n, offset=HEADER).astype(np.int64)
     pointers = np.fromfile(idx, dtype=np.int64, count=n, offset=HEADER + 4 * n)
@@ -189,20 +205,26 @@ def check_indexed_pair(prefix, vocab_size=None):
     expected = np.concatenate([[0], np.cumsum(sizes[:-1] * itemsize)]) if n else pointers
     if n and not np.array_equal(pointers, expected):
         bad = int(np.argmax(pointers != expected))
-        raise DataError(f"{idx} is damaged: entry {bad} starts at byte {int(pointers[bad])}, "
-                        f"expected {int(expected[bad])} (the lengths before it add up to that)")
+        raise DataError(
+            f"{idx} is damaged: entry {bad} starts at byte {int(pointers[bad])}, "
+            f"expected {int(expected[bad])} (the lengths before it add up to that)"
+        )
     needed = int(sizes.sum()) * itemsize
     have = os.path.getsize(binf)
     if have != needed:
         what = "truncated" if have < needed else "longer than its index"
-        raise DataError(f"{binf} is {what}: {have} bytes, its index {idx} describes {needed}; "
-                        "re-run fairseq-preprocess (or copy the file again)")
+        raise DataError(
+            f"{binf} is {what}: {have} bytes, its index {idx} describes {needed}; "
+            "re-run fairseq-preprocess (or copy the file again)"
+        )
     if needed:
         data = np.memmap(binf, dtype=CODE_TO_DTYPE[code], mode="r")
         top = int(data.max())
         if vocab_size is not None and top >= vocab_size:
-            raise DataError(f"{binf} holds token id {top} but its dictionary has {vocab_size} "
-                            "entries: the data was binarized with another dictionary")
+            raise DataError(
+                f"{binf} holds token id {top} but its dictionary has {vocab_size} "
+                "entries: the data was binarized with another dictionary"
+            )
         check_special_ids(binf, data, pointers // itemsize, sizes)
     return n
 
@@ -224,8 +246,7 @@ def check_split(data: str, split: str, src: str, tgt: str, epoch: int = 1):
             parts = name.split(".")
             if len(parts) != 3 or parts[1] not in (f"{src}-{tgt}", f"{tgt}-{src}"):
                 continue
-            if parts[0] != split and not (parts[0][len(split):].isdigit()
-                                          and parts[0].startswith(split)):
+            if parts[0] != split and not (parts[0][len(split) :].isdigit() and parts[0].startswith(split)):
                 continue
             lang = parts[2]
             dict_path = os.path.join(path, f"dict.{lang}.txt")
@@ -241,28 +262,36 @@ def _check_split_counts(path, split, src, tgt, counts, required):
         if len(sides) == 2:
             (a, na), (b, nb) = sides[src], sides[tgt]
             if na != nb:
-                raise DataError(f"{a} has {na} sentences but {b} has {nb}: the source and "
-                                "target of a split must be line-aligned (check the two text "
-                                "files have the same number of lines, then re-run "
-                                "fairseq-preprocess)")
+                raise DataError(
+                    f"{a} has {na} sentences but {b} has {nb}: the source and "
+                    "target of a split must be line-aligned (check the two text "
+                    "files have the same number of lines, then re-run "
+                    "fairseq-preprocess)"
+                )
     own = counts.get(f"{split}.{src}-{tgt}") or counts.get(f"{split}.{tgt}-{src}")
     if own is None:
-        if required and not any(os.path.basename(f).startswith(split + ".")
-                   for f in os.listdir(path)):  # older formats / raw text: fairseq's own errors
+        if required and not any(
+            os.path.basename(f).startswith(split + ".") for f in os.listdir(path)
+        ):  # older formats / raw text: fairseq's own errors
             raise DataNotFoundError(
                 f"split '{split}' not found in {path}: expected {split}.{src}-{tgt}.{src}.idx "
                 f"(and .bin, and the {tgt} side) from fairseq-preprocess "
-                f"--{'trainpref' if split == 'train' else 'validpref' if split == 'valid' else 'testpref'}")
+                f"--{'trainpref' if split == 'train' else 'validpref' if split == 'valid' else 'testpref'}"
+            )
         return
     (idx, n) = next(iter(own.values()))
     if n == 0:
-        raise DataError(f"{idx} holds no sentences: split '{split}' is empty (was the text "
-                        "file empty when fairseq-preprocess ran?)")
+        raise DataError(
+            f"{idx} holds no sentences: split '{split}' is empty (was the text file empty when fairseq-preprocess ran?)"
+        )
 
 
 #: state-dict keys whose first dimension is a dictionary's size: (key, side)
-EMBEDDING_KEYS = (("encoder.embed_tokens.weight", "source"), ("decoder.embed_tokens.weight", "target"),
-                  ("decoder.output_projection.weight", "target"))
+EMBEDDING_KEYS = (
+    ("encoder.embed_tokens.weight", "source"),
+    ("decoder.embed_tokens.weight", "target"),
+    ("decoder.output_projection.weight", "target"),
+)
 
 
 def check_embedding_sizes(state_dict, dictionary_sizes, dictionary_files):
@@ -278,7 +307,8 @@ def check_embedding_sizes(state_dict, dictionary_sizes, dictionary_files):
             f"the 4 special symbols) but the checkpoint's {key} has {weight.size(0)} rows: the "
             "data was binarized with other dictionaries than the model was trained on (use "
             "the model's data-bin, or fairseq-preprocess --srcdict/--tgtdict with its "
-            "dictionaries)")
+            "dictionaries)"
+        )
 
 
 def install_data_dir_check():
@@ -298,8 +328,9 @@ def install_data_dir_check():
         if (src is None or tgt is None) and data:
             src, tgt = data_utils.infer_language_pair(utils.split_paths(data)[0])
         if src is None or tgt is None:
-            raise DataError(f"could not infer the language pair from the files in {data!r}: "
-                            "pass --source-lang and --target-lang")
+            raise DataError(
+                f"could not infer the language pair from the files in {data!r}: pass --source-lang and --target-lang"
+            )
         check_dictionaries(data, (src, tgt))
         for path in utils.split_paths(data):
             for lang in (src, tgt):
@@ -326,9 +357,12 @@ def install_data_dir_check():
         if paths:
             model._fsa_dictionaries = {
                 side: (len(d), os.path.join(paths[0], f"dict.{lang}.txt"))
-                for side, d, lang in (("source", self.source_dictionary, self.cfg.source_lang),
-                                      ("target", self.target_dictionary, self.cfg.target_lang))
-                if d is not None and lang}
+                for side, d, lang in (
+                    ("source", self.source_dictionary, self.cfg.source_lang),
+                    ("target", self.target_dictionary, self.cfg.target_lang),
+                )
+                if d is not None and lang
+            }
         return model
 
     TranslationTask.build_model = build_model
@@ -340,8 +374,9 @@ def install_data_dir_check():
     def load_state_dict(self, state_dict, *args, **kwargs):
         dictionaries = getattr(self, "_fsa_dictionaries", None)
         if dictionaries:
-            check_embedding_sizes(state_dict, {k: v[0] for k, v in dictionaries.items()},
-                                  {k: v[1] for k, v in dictionaries.items()})
+            check_embedding_sizes(
+                state_dict, {k: v[0] for k, v in dictionaries.items()}, {k: v[1] for k, v in dictionaries.items()}
+            )
         return original_state(self, state_dict, *args, **kwargs)
 
     BaseFairseqModel.load_state_dict = load_state_dict

@@ -37,11 +37,13 @@ def install():
         bound.apply_defaults()
         a = bound.arguments
         dataset, epoch, seed = a["dataset"], a["epoch"], a["seed"]
-        kept = (not a.get("disable_iterator_cache", False)
-                and not a.get("update_epoch_batch_itr", False)
-                and not getattr(getattr(self, "cfg", None), "rebuild_batches", False)
-                and self.can_reuse_epoch_itr(dataset)
-                and dataset not in getattr(self, "dataset_to_epoch_iter", {}))
+        kept = (
+            not a.get("disable_iterator_cache", False)
+            and not a.get("update_epoch_batch_itr", False)
+            and not getattr(getattr(self, "cfg", None), "rebuild_batches", False)
+            and self.can_reuse_epoch_itr(dataset)
+            and dataset not in getattr(self, "dataset_to_epoch_iter", {})
+        )
         if not kept or epoch <= 1:
             return original(*bound.args, **bound.kwargs)
         a["seed"] = seed + 1 - epoch  # fairseq orders indices under numpy_seed(seed + epoch)

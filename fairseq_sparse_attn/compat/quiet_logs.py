@@ -18,8 +18,11 @@ import warnings
 
 BEHAVIOUR_CHANGE = False
 
-TENSORBOARDX_LOGGERS = ("fairseq.tasks.text_to_speech", "fairseq.tasks.speech_to_text",
-                        "fairseq.tasks.frm_text_to_speech")
+TENSORBOARDX_LOGGERS = (
+    "fairseq.tasks.text_to_speech",
+    "fairseq.tasks.speech_to_text",
+    "fairseq.tasks.frm_text_to_speech",
+)
 HYDRA_DEPRECATIONS = (
     r"\s*hydra\.experimental\.(initialize|compose)\(\) is no longer experimental",
     r"\s*The version_base parameter is not specified",

@@ -96,8 +96,10 @@ def check_against_checkpoint(filename, saved, given, given_class):
         return  # stock on stock
     label = filename
     if not saved_plugin:
-        label = (f"{filename} (a stock fairseq {getattr(saved, 'arch', None) or 'transformer'} "
-                 "checkpoint: softmax attention)")
+        label = (
+            f"{filename} (a stock fairseq {getattr(saved, 'arch', None) or 'transformer'} "
+            "checkpoint: softmax attention)"
+        )
         saved = stock_softmax_args()
     if not given_plugin:
         allow = getattr(given, "allow_attention_change", False)

@@ -51,7 +51,8 @@ class ReLURegularizedCriterionConfig(LabelSmoothedCrossEntropyCriterionConfig):
     relu_reg_entropy_c: float = field(default=0.7, metadata={"help": "c in the entropy bound C_i = c log n_i"})
     relu_reg_sum_floor: float = field(default=1e-12, metadata={"help": "floor of sum_j s_ij inside the log"})
     relu_reg_layer_reduction: str = field(
-        default="mean", metadata={"help": "combine modules (layers x kinds): mean or sum"})
+        default="mean", metadata={"help": "combine modules (layers x kinds): mean or sum"}
+    )
 
 
 class RowTerms:
@@ -83,9 +84,19 @@ class RowTerms:
         loss = torch.where(used, terms["loss"], torch.zeros_like(terms["loss"])).sum() / count.clamp(min=1)
         self.loss = loss if self.loss is None else self.loss + loss
         with torch.no_grad():
-            self.stats += torch.stack([
-                terms["loss"][used].sum(), terms["entropy"][used].sum(), terms["wsum"][used].sum(),
-                count, null.sum()]).double().cpu()
+            self.stats += (
+                torch.stack(
+                    [
+                        terms["loss"][used].sum(),
+                        terms["entropy"][used].sum(),
+                        terms["wsum"][used].sum(),
+                        count,
+                        null.sum(),
+                    ]
+                )
+                .double()
+                .cpu()
+            )
 
 
 def terms_from_sums(wsum, wlogw, n, c=0.7, floor=1e-12):
@@ -105,12 +116,20 @@ def row_regularization(weights, n, c=0.7, floor=1e-12):
     return terms_from_sums(wsum, wlogw, n, c, floor)
 
 
-@register_criterion("relu_regularized_label_smoothed_cross_entropy",
-                    dataclass=ReLURegularizedCriterionConfig)
+@register_criterion("relu_regularized_label_smoothed_cross_entropy", dataclass=ReLURegularizedCriterionConfig)
 class ReLURegularizedCriterion(LabelSmoothedCrossEntropyCriterion):
-    def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0,
-                 report_accuracy=False, relu_reg_lambda=1.0, relu_reg_entropy_c=0.7,
-                 relu_reg_sum_floor=1e-12, relu_reg_layer_reduction="mean"):
+    def __init__(
+        self,
+        task,
+        sentence_avg,
+        label_smoothing,
+        ignore_prefix_size=0,
+        report_accuracy=False,
+        relu_reg_lambda=1.0,
+        relu_reg_entropy_c=0.7,
+        relu_reg_sum_floor=1e-12,
+        relu_reg_layer_reduction="mean",
+    ):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
         if relu_reg_layer_reduction not in ("mean", "sum"):
             raise ValueError(f"--relu-reg-layer-reduction must be mean or sum, got {relu_reg_layer_reduction!r}")
@@ -148,8 +167,7 @@ class ReLURegularizedCriterion(LabelSmoothedCrossEntropyCriterion):
             loss = loss + self.lam * reg.to(loss.dtype) * sample_size
             logging_output["reg_loss"] = reg.data * sample_size
             for kind in ATTENTION_KINDS:
-                stats = sum((col.stats for col in collectors if col.kind == kind),
-                            torch.zeros(5, dtype=torch.float64))
+                stats = sum((col.stats for col in collectors if col.kind == kind), torch.zeros(5, dtype=torch.float64))
                 if stats[3] + stats[4] > 0:
                     for i, name in enumerate(("loss", "entropy", "wsum", "rows", "null")):
                         logging_output[f"reg_{kind}_{name}"] = stats[i].item()

@@ -42,8 +42,9 @@ def read_lines(path) -> List[str]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise DocumentFormatError(f"{path}:{len(lines) + 1}: not valid UTF-8 "
-                                          f"({e.reason} at byte {e.start})") from None
+                raise DocumentFormatError(
+                    f"{path}:{len(lines) + 1}: not valid UTF-8 ({e.reason} at byte {e.start})"
+                ) from None
             lines.append(line.rstrip("\n").rstrip("\r"))
     return lines
 
@@ -60,8 +61,8 @@ def documents_from_marked_files(src_path, tgt_path) -> List[Document]:
     src, tgt = read_lines(src_path), read_lines(tgt_path)
     if len(src) != len(tgt):
         raise DocumentFormatError(
-            f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}: "
-            "expected line-aligned parallel files")
+            f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}: expected line-aligned parallel files"
+        )
     docs: List[Document] = []
     current: Optional[Document] = None
     for i, (s, t) in enumerate(zip(src, tgt), start=1):
@@ -70,14 +71,14 @@ def documents_from_marked_files(src_path, tgt_path) -> List[Document]:
             marked, other = (src_path, tgt_path) if s_mark else (tgt_path, src_path)
             raise DocumentFormatError(
                 f"{marked}:{i}: document boundary '{DOC_MARK}' but {other}:{i} is a sentence: "
-                "source and target document boundaries disagree")
+                "source and target document boundaries disagree"
+            )
         if s_mark:
             current = Document(first_line=i + 1, src=[], tgt=[])
             docs.append(current)
             continue
         if current is None:
-            raise DocumentFormatError(
-                f"{src_path}:{i}: expected '{DOC_MARK}' on the first line (a document start)")
+            raise DocumentFormatError(f"{src_path}:{i}: expected '{DOC_MARK}' on the first line (a document start)")
         current.src.append(s)
         current.tgt.append(t)
     return [d for d in docs if d.src]
@@ -89,7 +90,8 @@ def documents_from_doc_ids(src_path, tgt_path, doc_id_path) -> List[Document]:
     for path, lines in ((tgt_path, tgt), (doc_id_path, ids)):
         if len(lines) != len(src):
             raise DocumentFormatError(
-                f"{path} has {len(lines)} lines but {src_path} has {len(src)}: expected one per sentence")
+                f"{path} has {len(lines)} lines but {src_path} has {len(src)}: expected one per sentence"
+            )
     docs: List[Document] = []
     previous = None
     for i, (s, t, d) in enumerate(zip(src, tgt, ids), start=1):
@@ -112,8 +114,9 @@ class PackingReport:
     overlong_sentences: int = 0  # sentences longer than L, kept alone and untruncated
 
 
-def pack_lengths(src_lengths: Sequence[int], tgt_lengths: Sequence[int], max_len: int,
-                 separator: bool = False) -> List[range]:
+def pack_lengths(
+    src_lengths: Sequence[int], tgt_lengths: Sequence[int], max_len: int, separator: bool = False
+) -> List[range]:
     """Greedy Appendix-B packing of one document; returns ranges of sentence indices."""
     if max_len <= 0:
         raise ValueError(f"max_len must be positive, got {max_len}")
@@ -132,8 +135,12 @@ def pack_lengths(src_lengths: Sequence[int], tgt_lengths: Sequence[int], max_len
     return groups
 
 
-def pack_documents(docs: Sequence[Document], max_len: int, separator: Optional[str] = None,
-                   length=lambda sentence: len(sentence.split())):
+def pack_documents(
+    docs: Sequence[Document],
+    max_len: int,
+    separator: Optional[str] = None,
+    length=lambda sentence: len(sentence.split()),
+):
     """Pack every document; returns (list of (src_text, tgt_text, first_line), report)."""
     report = PackingReport(documents_in=len(docs))
     packed = []
@@ -144,8 +151,12 @@ def pack_documents(docs: Sequence[Document], max_len: int, separator: Optional[s
         report.sentences += len(doc.src)
         report.overlong_sentences += sum(1 for a, b in zip(s_len, t_len) if a > max_len or b > max_len)
         for group in pack_lengths(s_len, t_len, max_len, separator=separator is not None):
-            packed.append((joiner.join(doc.src[i] for i in group),
-                           joiner.join(doc.tgt[i] for i in group),
-                           doc.first_line + group.start))
+            packed.append(
+                (
+                    joiner.join(doc.src[i] for i in group),
+                    joiner.join(doc.tgt[i] for i in group),
+                    doc.first_line + group.start,
+                )
+            )
     report.packed = len(packed)
     return packed, report

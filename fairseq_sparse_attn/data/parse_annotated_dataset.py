@@ -76,7 +76,7 @@ class LineIndexedFile:
         if self._map is None:
             with open(self.path, "rb") as f:
                 self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        raw = self._map[int(self.starts[i]): int(self.ends[i])]
+        raw = self._map[int(self.starts[i]) : int(self.ends[i])]
         return raw.decode("utf-8").rstrip("\r")
 
 
@@ -99,8 +99,10 @@ class ParseSideData:
         self.dep = LineIndexedFile(dep_path) if dep_path else None
         self.tree = LineIndexedFile(tree_path) if tree_path else None
         if self.dep is not None and self.tree is not None and len(self.dep) != len(self.tree):
-            raise ValueError(f"{dep_path} has {len(self.dep)} lines but {tree_path} has "
-                             f"{len(self.tree)}: the side files must be aligned line by line")
+            raise ValueError(
+                f"{dep_path} has {len(self.dep)} lines but {tree_path} has "
+                f"{len(self.tree)}: the side files must be aligned line by line"
+            )
 
     def __len__(self) -> int:
         return len(self.dep if self.dep is not None else self.tree)
@@ -121,7 +123,8 @@ class ParseSideData:
             elif len(leaves) != len(words) or not all(map(leaf_matches, leaves, words)):
                 raise ParseFormatError(
                     f"{self.tree.path}:{line_no}: the tree's words differ from "
-                    f"{self.dep.path}:{line_no}: {first_difference(leaves, words, leaf_matches)}")
+                    f"{self.dep.path}:{line_no}: {first_difference(leaves, words, leaf_matches)}"
+                )
             phrases = local_phrases(tree)
         return SentenceParse(words, heads, phrases, " and ".join(where))
 
@@ -136,8 +139,16 @@ class ParseAnnotatedDataset(BaseWrapperDataset):
     sentence (``--truncate-source``).  ``rule2``: LPEA Rule 2 reading of ``src_rp``
     (``symmetric`` or ``literal``, see :func:`..syntax.structure.word_phrase_mask`)."""
 
-    def __init__(self, dataset, side, src_dict, features: Sequence[str] = FEATURES,
-                 allow_truncated: bool = False, source_desc: str = "", rule2: str = "symmetric"):
+    def __init__(
+        self,
+        dataset,
+        side,
+        src_dict,
+        features: Sequence[str] = FEATURES,
+        allow_truncated: bool = False,
+        source_desc: str = "",
+        rule2: str = "symmetric",
+    ):
         super().__init__(dataset)
         if len(side) != len(dataset):
             raise ValueError(f"{len(side)} parses for {len(dataset)} examples")
@@ -177,12 +188,10 @@ class ParseAnnotatedDataset(BaseWrapperDataset):
         symbols = self.src_dict.symbols
         pieces = [symbols[t] for t in tokens]
         try:
-            word_ids = align_pieces(pieces, parse.words, "@@", self.src_dict.unk_word,
-                                    self.allow_truncated)
+            word_ids = align_pieces(pieces, parse.words, "@@", self.src_dict.unk_word, self.allow_truncated)
         except AlignmentError as e:
             src = f" ({self.source_desc}, example {index})" if self.source_desc else f" (example {index})"
-            raise ParseFormatError(f"{parse.where}: the parse does not match the binarized source"
-                                   f"{src}: {e}") from None
+            raise ParseFormatError(f"{parse.where}: the parse does not match the binarized source{src}: {e}") from None
         return parse, word_ids, with_eos
 
     def structure(self, index: int, source: torch.Tensor) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
@@ -212,13 +221,15 @@ class ParseAnnotatedDataset(BaseWrapperDataset):
         res = self.dataset.collater(samples, **kwargs)
         if not res or "net_input" not in res:
             return res
-        res["net_input"].update(collate_structure(samples, res["id"], res["net_input"]["src_tokens"],
-                                                  self.src_dict.pad(), self.features))
+        res["net_input"].update(
+            collate_structure(samples, res["id"], res["net_input"]["src_tokens"], self.src_dict.pad(), self.features)
+        )
         return res
 
 
-def collate_structure(samples: List[dict], ids: torch.Tensor, src_tokens: torch.Tensor, pad: int,
-                      features: Sequence[str] = FEATURES) -> dict:
+def collate_structure(
+    samples: List[dict], ids: torch.Tensor, src_tokens: torch.Tensor, pad: int, features: Sequence[str] = FEATURES
+) -> dict:
     """Place each example's matrices at the non-padding positions of its row of
     ``src_tokens`` (the batch order is ``ids``, which fairseq's collate sorts by length)."""
     bsz, T = src_tokens.shape
@@ -238,8 +249,8 @@ def collate_structure(samples: List[dict], ids: torch.Tensor, src_tokens: torch.
         for key in out:
             m = sample[key]
             if m.shape != (n, n):
-                raise RuntimeError(f"example {sid}: {key} is {tuple(m.shape)} but the source has "
-                                   f"{n} non-padding tokens")
-            out[key][b, start:start + n, start:start + n] = m
+                raise RuntimeError(
+                    f"example {sid}: {key} is {tuple(m.shape)} but the source has {n} non-padding tokens"
+                )
+            out[key][b, start : start + n, start : start + n] = m
     return out
-

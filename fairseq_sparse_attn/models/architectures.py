@@ -87,6 +87,7 @@ FIXED_PATTERN_PRESETS = {
 }
 
 for _name_, _fn_ in FIXED_PATTERN_PRESETS.items():
+
     def _arch(args, _fn=_fn_):
         _fn(args)
 
@@ -114,6 +115,7 @@ def _rhe_base(args, size_fn):
 RHE_PRESETS = {f"rhe_transformer_{size}": size_fn for size, size_fn in SIZES.items()}
 
 for _name_, _size_ in RHE_PRESETS.items():
+
     def _arch(args, _size=_size_):
         _rhe_base(args, _size)
 

@@ -104,20 +104,30 @@ class SparseTransformerEncoderLayer(_NeverFastPath, _FFNVariant, TransformerEnco
         self._layer_index = layer_index  # read by build_self_attention during the base __init__
         super().__init__(cfg, return_fc=return_fc)
 
-    def forward(self, x, encoder_padding_mask: Optional[torch.Tensor],
-                attn_mask: Optional[torch.Tensor] = None,
-                attn_inputs: Optional[AttentionInputs] = None):
+    def forward(
+        self,
+        x,
+        encoder_padding_mask: Optional[torch.Tensor],
+        attn_mask: Optional[torch.Tensor] = None,
+        attn_inputs: Optional[AttentionInputs] = None,
+    ):
         """fairseq's encoder layer forward (TransformerEncoderLayerBase), with the batch's
         ``attn_inputs`` (fixed-pattern weights, word ids, syntax annotations) passed to
         the self-attention as an argument."""
         if attn_mask is not None:
-            attn_mask = attn_mask.masked_fill(attn_mask.to(torch.bool),
-                                              -1e8 if x.dtype == torch.float32 else -1e4)
+            attn_mask = attn_mask.masked_fill(attn_mask.to(torch.bool), -1e8 if x.dtype == torch.float32 else -1e4)
         residual = x
         if self.normalize_before:
             x = self.self_attn_layer_norm(x)
-        x, _ = self.self_attn(query=x, key=x, value=x, key_padding_mask=encoder_padding_mask,
-                              need_weights=False, attn_mask=attn_mask, attn_inputs=attn_inputs)
+        x, _ = self.self_attn(
+            query=x,
+            key=x,
+            value=x,
+            key_padding_mask=encoder_padding_mask,
+            need_weights=False,
+            attn_mask=attn_mask,
+            attn_inputs=attn_inputs,
+        )
         x = self.dropout_module(x)
         x = self.residual_connection(x, residual)
         if not self.normalize_before:
@@ -139,20 +149,41 @@ class SparseTransformerEncoderLayer(_NeverFastPath, _FFNVariant, TransformerEnco
         return x
 
     def build_self_attention(self, embed_dim, cfg):
-        return build_attention("encoder_self", embed_dim, cfg.encoder.attention_heads, cfg,
-                               self, layer_index=self._layer_index, self_attention=True)
+        return build_attention(
+            "encoder_self",
+            embed_dim,
+            cfg.encoder.attention_heads,
+            cfg,
+            self,
+            layer_index=self._layer_index,
+            self_attention=True,
+        )
 
 
 class SparseTransformerDecoderLayer(_FFNVariant, TransformerDecoderLayerBase):
     def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
-        return build_attention("decoder_self", embed_dim, cfg.decoder.attention_heads, cfg,
-                               self, add_bias_kv=add_bias_kv, add_zero_attn=add_zero_attn,
-                               self_attention=not cfg.cross_self_attention)
+        return build_attention(
+            "decoder_self",
+            embed_dim,
+            cfg.decoder.attention_heads,
+            cfg,
+            self,
+            add_bias_kv=add_bias_kv,
+            add_zero_attn=add_zero_attn,
+            self_attention=not cfg.cross_self_attention,
+        )
 
     def build_encoder_attention(self, embed_dim, cfg):
-        return build_attention("cross", embed_dim, cfg.decoder.attention_heads, cfg, self,
-                               kdim=cfg.encoder.embed_dim, vdim=cfg.encoder.embed_dim,
-                               encoder_decoder_attention=True)
+        return build_attention(
+            "cross",
+            embed_dim,
+            cfg.decoder.attention_heads,
+            cfg,
+            self,
+            kdim=cfg.encoder.embed_dim,
+            vdim=cfg.encoder.embed_dim,
+            encoder_decoder_attention=True,
+        )
 
 
 class SparseTransformerEncoder(TransformerEncoderBase):
@@ -172,14 +203,14 @@ class SparseTransformerEncoder(TransformerEncoderBase):
         self._needs_word_ids = any(key[1] == "word" for key in self._pattern_sets)
         if self._needs_word_ids:
             # per source symbol: does it continue a word? (derived from the dictionary)
-            self.register_buffer("word_continuation",
-                                 word_start_table(dictionary, self.subword_style), persistent=False)
+            self.register_buffer(
+                "word_continuation", word_start_table(dictionary, self.subword_style), persistent=False
+            )
         self._needs_annotations = any(m.source_needs for m in attention)
 
     def build_encoder_layer(self, cfg):
         index, self._layers_built = self._layers_built, self._layers_built + 1
-        return wrap_layer(SparseTransformerEncoderLayer(cfg, return_fc=self.return_fc,
-                                                        layer_index=index), cfg)
+        return wrap_layer(SparseTransformerEncoderLayer(cfg, return_fc=self.return_fc, layer_index=index), cfg)
 
     def attention_inputs(self, src_tokens, src_dep=None, src_rp=None) -> AttentionInputs:
         """The per-batch inputs of the encoder's self-attention calls."""
@@ -188,31 +219,45 @@ class SparseTransformerEncoder(TransformerEncoderBase):
             valid = src_tokens.ne(self.padding_idx)
             ids = {"token": valid.long().cumsum(dim=1) - 1}
             if self._needs_word_ids:  # word ids of this batch, from the source dictionary
-                word_ids = ids["word"] = source_word_ids(src_tokens, self.word_continuation,
-                                                         self.subword_style, self.padding_idx,
-                                                         self.dictionary.eos())
+                word_ids = ids["word"] = source_word_ids(
+                    src_tokens, self.word_continuation, self.subword_style, self.padding_idx, self.dictionary.eos()
+                )
             if any(key[3] for key in self._pattern_sets):  # --encoder-fixed-patterns-exclude-eos
                 last = last_positions(valid)
                 if not bool(src_tokens[last].eq(self.dictionary.eos()).all()):
-                    raise ValueError("--encoder-fixed-patterns-exclude-eos: every source sentence "
-                                     "must end in EOS (</s>), but a batch has one that does not")
+                    raise ValueError(
+                        "--encoder-fixed-patterns-exclude-eos: every source sentence "
+                        "must end in EOS (</s>), but a batch has one that does not"
+                    )
             for key in self._pattern_sets:
                 patterns, unit, reading, exclude_eos = key
                 by_set[key] = pattern_weights(patterns, ids[unit], valid, reading, exclude_eos)
         if self._needs_annotations:
             check_source_annotations(src_tokens.ne(self.padding_idx), src_dep, src_rp)
-        return AttentionInputs(pattern_weights=by_set, word_ids=word_ids,
-                               src_dep=src_dep, src_rp=src_rp)
+        return AttentionInputs(pattern_weights=by_set, word_ids=word_ids, src_dep=src_dep, src_rp=src_rp)
 
-    def forward(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False,
-                token_embeddings=None, src_dep=None, src_rp=None):
-        return self.forward_scriptable(src_tokens, src_lengths, return_all_hiddens,
-                                       token_embeddings, src_dep=src_dep, src_rp=src_rp)
+    def forward(
+        self,
+        src_tokens,
+        src_lengths=None,
+        return_all_hiddens: bool = False,
+        token_embeddings=None,
+        src_dep=None,
+        src_rp=None,
+    ):
+        return self.forward_scriptable(
+            src_tokens, src_lengths, return_all_hiddens, token_embeddings, src_dep=src_dep, src_rp=src_rp
+        )
 
-    def forward_scriptable(self, src_tokens, src_lengths: Optional[torch.Tensor] = None,
-                           return_all_hiddens: bool = False,
-                           token_embeddings: Optional[torch.Tensor] = None,
-                           src_dep=None, src_rp=None):
+    def forward_scriptable(
+        self,
+        src_tokens,
+        src_lengths: Optional[torch.Tensor] = None,
+        return_all_hiddens: bool = False,
+        token_embeddings: Optional[torch.Tensor] = None,
+        src_dep=None,
+        src_rp=None,
+    ):
         """fairseq's TransformerEncoderBase.forward_scriptable, with the batch's
         attention inputs passed to every layer."""
         attn_inputs = self.attention_inputs(src_tokens, src_dep, src_rp)
@@ -226,8 +271,7 @@ class SparseTransformerEncoder(TransformerEncoderBase):
         if return_all_hiddens:
             encoder_states.append(x)
         for layer in self.layers:
-            lr = layer(x, encoder_padding_mask=encoder_padding_mask if has_pads else None,
-                       attn_inputs=attn_inputs)
+            lr = layer(x, encoder_padding_mask=encoder_padding_mask if has_pads else None, attn_inputs=attn_inputs)
             if isinstance(lr, tuple) and len(lr) == 2:
                 x, fc_result = lr
             else:
@@ -286,20 +330,27 @@ class SparseTransformerModel(TransformerModel):
     def build_encoder(cls, cfg, src_dict, embed_tokens):
         from fairseq.models.transformer import TransformerConfig
 
-        return SparseTransformerEncoder(TransformerConfig.from_namespace(cfg), src_dict,
-                                        embed_tokens)
+        return SparseTransformerEncoder(TransformerConfig.from_namespace(cfg), src_dict, embed_tokens)
 
     @classmethod
     def build_decoder(cls, cfg, tgt_dict, embed_tokens):
         from fairseq.models.transformer import TransformerConfig
 
         cfg = TransformerConfig.from_namespace(cfg)
-        return SparseTransformerDecoder(cfg, tgt_dict, embed_tokens,
-                                        no_encoder_attn=cfg.no_cross_attention)
+        return SparseTransformerDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
 
-    def forward(self, src_tokens, src_lengths, prev_output_tokens, return_all_hiddens: bool = True,
-                features_only: bool = False, alignment_layer=None, alignment_heads=None,
-                src_dep=None, src_rp=None):
+    def forward(
+        self,
+        src_tokens,
+        src_lengths,
+        prev_output_tokens,
+        return_all_hiddens: bool = True,
+        features_only: bool = False,
+        alignment_layer=None,
+        alignment_heads=None,
+        src_dep=None,
+        src_rp=None,
+    ):
         """fairseq's encoder-decoder forward, plus the source syntax annotations of the
         parse_annotated_translation task (net_input keys ``src_dep``, ``src_rp``), which go
         to the encoder."""
@@ -307,16 +358,23 @@ class SparseTransformerModel(TransformerModel):
         # (a layer re-run by activation checkpointing does not log again)
         scope = collect("redundant") if self.has_rhe else nullcontext(())
         with scope as records:
-            encoder_out = self.encoder(src_tokens, src_lengths=src_lengths,
-                                       return_all_hiddens=return_all_hiddens,
-                                       src_dep=src_dep, src_rp=src_rp)
+            encoder_out = self.encoder(
+                src_tokens,
+                src_lengths=src_lengths,
+                return_all_hiddens=return_all_hiddens,
+                src_dep=src_dep,
+                src_rp=src_rp,
+            )
         log_redundant_fractions(records)
-        return self.decoder(prev_output_tokens, encoder_out=encoder_out,
-                            features_only=features_only, alignment_layer=alignment_layer,
-                            alignment_heads=alignment_heads, src_lengths=src_lengths,
-                            return_all_hiddens=return_all_hiddens)
-
-
+        return self.decoder(
+            prev_output_tokens,
+            encoder_out=encoder_out,
+            features_only=features_only,
+            alignment_layer=alignment_layer,
+            alignment_heads=alignment_heads,
+            src_lengths=src_lengths,
+            return_all_hiddens=return_all_hiddens,
+        )
 
     def attention_modules(self):
         """All :class:`SparseMultiheadAttention` modules, in registration order."""

@@ -33,8 +33,9 @@ def architecture_args(arch: str, **overrides) -> argparse.Namespace:
     return args
 
 
-def build_standalone_model(dictionary: Dictionary, arch: str = "sparse_transformer",
-                           target_dictionary: Dictionary = None, **overrides):
+def build_standalone_model(
+    dictionary: Dictionary, arch: str = "sparse_transformer", target_dictionary: Dictionary = None, **overrides
+):
     args = architecture_args(arch, **overrides)
     model_cls = ARCH_MODEL_REGISTRY[arch]
     return model_cls.build_model(args, _DictionaryTask(dictionary, target_dictionary or dictionary))

@@ -37,8 +37,7 @@ def _where(path, line_no) -> str:
 
 # --------------------------------------------------------------------------- PTB trees
 
-PTB_ESCAPES = (("(", "-LRB-"), (")", "-RRB-"), ("{", "-LCB-"), ("}", "-RCB-"),
-               ("[", "-LSB-"), ("]", "-RSB-"))
+PTB_ESCAPES = (("(", "-LRB-"), (")", "-RRB-"), ("{", "-LCB-"), ("}", "-RCB-"), ("[", "-LSB-"), ("]", "-RSB-"))
 
 
 def ptb_escape(word: str) -> str:
@@ -109,8 +108,10 @@ def parse_ptb(text: str, path=None, line_no: int = 1) -> Tree:
     tokens = _PTB_TOKEN.findall(text)
     where = _where(path, line_no)
     if not tokens:
-        raise ParseFormatError(f"{where}: empty line, expected a PTB bracketed tree such as "
-                               "'(S (NP (NNP Bush)) (VP (VBD held)))' ('()' for an empty sentence)")
+        raise ParseFormatError(
+            f"{where}: empty line, expected a PTB bracketed tree such as "
+            "'(S (NP (NNP Bush)) (VP (VBD held)))' ('()' for an empty sentence)"
+        )
     if tokens == ["(", ")"]:
         return Tree("", [])
     if tokens[0] != "(":
@@ -123,8 +124,9 @@ def parse_ptb(text: str, path=None, line_no: int = 1) -> Tree:
     while i < len(tokens):
         tok = tokens[i]
         if root is not None:
-            raise ParseFormatError(f"{where}: text after the end of the tree: {' '.join(tokens[i:i + 5])!r}"
-                                   " (expected one tree per line)")
+            raise ParseFormatError(
+                f"{where}: text after the end of the tree: {' '.join(tokens[i : i + 5])!r} (expected one tree per line)"
+            )
         if tok == "(":
             label = ""
             if i + 1 < len(tokens) and tokens[i + 1] not in ("(", ")"):
@@ -137,8 +139,9 @@ def parse_ptb(text: str, path=None, line_no: int = 1) -> Tree:
         elif tok == ")":
             node = stack.pop()
             if not node.children:
-                raise ParseFormatError(f"{where}: node ({node.label}) has no children; expected "
-                                       "(LABEL word) or (LABEL (child) ...)")
+                raise ParseFormatError(
+                    f"{where}: node ({node.label}) has no children; expected (LABEL word) or (LABEL (child) ...)"
+                )
             if not stack:
                 root = node
         else:
@@ -177,8 +180,7 @@ def check_heads(heads: Sequence[int], where: str = "") -> None:
         if not isinstance(h, (int,)) and not hasattr(h, "__index__"):
             raise ValueError(f"{prefix}head of word {i + 1} is {h!r}, expected an integer")
         if h < -1 or h >= n:
-            raise ValueError(f"{prefix}head of word {i + 1} is {h + 1} (1-based), expected 0 (root) "
-                             f"to {n}")
+            raise ValueError(f"{prefix}head of word {i + 1} is {h + 1} (1-based), expected 0 (root) to {n}")
         if h == i:
             raise ValueError(f"{prefix}word {i + 1} is its own head")
     # cycles: every chain must reach a root within n steps
@@ -229,20 +231,25 @@ def read_conllu(path) -> Iterator[Tuple[int, List[str], List[int], List[str]]]:
                 continue
             cols = line.split("\t")
             if len(cols) != 10:
-                raise ParseFormatError(f"{path}:{line_no}: expected 10 tab-separated CoNLL-U columns "
-                                       f"(ID FORM LEMMA UPOS XPOS FEATS HEAD DEPREL DEPS MISC), "
-                                       f"found {len(cols)}")
+                raise ParseFormatError(
+                    f"{path}:{line_no}: expected 10 tab-separated CoNLL-U columns "
+                    f"(ID FORM LEMMA UPOS XPOS FEATS HEAD DEPREL DEPS MISC), "
+                    f"found {len(cols)}"
+                )
             tid = cols[0]
             if "-" in tid or "." in tid:
                 continue
             if not tid.isdigit():
                 raise ParseFormatError(f"{path}:{line_no}: ID {tid!r} is not an integer")
             if int(tid) != len(words) + 1:
-                raise ParseFormatError(f"{path}:{line_no}: ID {tid} out of sequence, expected "
-                                       f"{len(words) + 1} (a blank line must end each sentence)")
+                raise ParseFormatError(
+                    f"{path}:{line_no}: ID {tid} out of sequence, expected "
+                    f"{len(words) + 1} (a blank line must end each sentence)"
+                )
             if not cols[6].isdigit():
-                raise ParseFormatError(f"{path}:{line_no}: HEAD {cols[6]!r} is not an integer; "
-                                       "dependency heads are required")
+                raise ParseFormatError(
+                    f"{path}:{line_no}: HEAD {cols[6]!r} is not an integer; dependency heads are required"
+                )
             if not words:
                 first = line_no
             words.append(cols[1])
@@ -255,13 +262,11 @@ def read_conllu(path) -> Iterator[Tuple[int, List[str], List[int], List[str]]]:
 # --------------------------------------------------------------------------- side files
 
 
-def format_dep_line(words: Sequence[str], heads: Sequence[int],
-                    rels: Optional[Sequence[str]] = None) -> str:
+def format_dep_line(words: Sequence[str], heads: Sequence[int], rels: Optional[Sequence[str]] = None) -> str:
     """One ``.dep`` line (no newline) from 0-based heads (-1 = root)."""
     for w in words:
         if not w or any(c.isspace() for c in w):
-            raise ValueError(f"word {w!r} is empty or contains whitespace; words must be "
-                             "whitespace-separated tokens")
+            raise ValueError(f"word {w!r} is empty or contains whitespace; words must be whitespace-separated tokens")
     if len(heads) != len(words):
         raise ValueError(f"{len(words)} words but {len(heads)} heads")
     cols = [" ".join(words), " ".join(str(h) for h in heads_to_conll(heads))]
@@ -277,14 +282,17 @@ def parse_dep_line(line: str, path=None, line_no: int = 1) -> Tuple[List[str], L
     where = _where(path, line_no)
     cols = line.rstrip("\r\n").split("\t")
     if len(cols) not in (2, 3):
-        raise ParseFormatError(f"{where}: expected 'words<TAB>heads[<TAB>relations]' "
-                               f"(2 or 3 tab-separated columns), found {len(cols)} column(s)")
+        raise ParseFormatError(
+            f"{where}: expected 'words<TAB>heads[<TAB>relations]' "
+            f"(2 or 3 tab-separated columns), found {len(cols)} column(s)"
+        )
     words = cols[0].split()
     try:
         heads = [int(h) for h in cols[1].split()]
     except ValueError:
-        raise ParseFormatError(f"{where}: heads column {cols[1][:60]!r} must be integers "
-                               "(1-based head word indices, 0 for the root)") from None
+        raise ParseFormatError(
+            f"{where}: heads column {cols[1][:60]!r} must be integers (1-based head word indices, 0 for the root)"
+        ) from None
     if len(heads) != len(words):
         raise ParseFormatError(f"{where}: {len(words)} words but {len(heads)} heads")
     if len(cols) == 3 and len(cols[2].split()) != len(words):
@@ -304,7 +312,11 @@ def first_difference(found: Sequence[str], expected: Sequence[str], match=None) 
         if not match(a, b):
             return f"token {i + 1}: parse has {a!r}, sentence has {b!r}"
     if len(found) > len(expected):
-        return (f"the parse has {len(found)} words, the sentence {len(expected)}: extra word "
-                f"{found[len(expected)]!r} at position {len(expected) + 1}")
-    return (f"the parse has {len(found)} words, the sentence {len(expected)}: missing word "
-            f"{expected[len(found)]!r} at position {len(found) + 1}")
+        return (
+            f"the parse has {len(found)} words, the sentence {len(expected)}: extra word "
+            f"{found[len(expected)]!r} at position {len(expected) + 1}"
+        )
+    return (
+        f"the parse has {len(found)} words, the sentence {len(expected)}: missing word "
+        f"{expected[len(found)]!r} at position {len(found) + 1}"
+    )

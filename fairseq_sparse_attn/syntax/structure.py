@@ -110,8 +110,7 @@ def local_phrases(tree: Union[Tree, str]) -> LocalPhrases:
 
 def check_rule2(rule2: str) -> str:
     if rule2 not in RULE2_READINGS:
-        raise ValueError(f"unknown Rule 2 reading {rule2!r}; valid: {', '.join(RULE2_READINGS)} "
-                         "(--local-phrase-rule2)")
+        raise ValueError(f"unknown Rule 2 reading {rule2!r}; valid: {', '.join(RULE2_READINGS)} (--local-phrase-rule2)")
     return rule2
 
 
@@ -158,8 +157,9 @@ def _check_word_ids(word_ids: Sequence[int], n_words: int) -> np.ndarray:
     if len(ids):
         steps = np.diff(ids)
         if ids[0] != 0 or (steps < 0).any() or (steps > 1).any():
-            raise ValueError(f"word_ids {ids.tolist()} must start at 0 and step by 0 (next piece "
-                             "of the same word) or 1 (next word)")
+            raise ValueError(
+                f"word_ids {ids.tolist()} must start at 0 and step by 0 (next piece of the same word) or 1 (next word)"
+            )
         if ids[-1] >= n_words:
             raise ValueError(f"word_ids refer to word {ids[-1]} but the parse has {n_words} words")
     return ids
@@ -178,34 +178,42 @@ def _expand(word_matrix: np.ndarray, word_ids, with_eos: bool, fill, eos_diag) -
     return out
 
 
-def dependency_matrix(heads: Sequence[int], word_ids: Optional[Sequence[int]] = None,
-                      with_eos: bool = True) -> torch.Tensor:
+def dependency_matrix(
+    heads: Sequence[int], word_ids: Optional[Sequence[int]] = None, with_eos: bool = True
+) -> torch.Tensor:
     """Token-level DEA relation (``torch.bool``).
 
     ``heads``: 0-based head word of each word, -1 for a root.  ``word_ids``: the word index
     of each BPE piece (``None``: one piece per word).  ``with_eos``: add the EOS row and
     column (EOS related only to itself)."""
-    return torch.from_numpy(_expand(word_dependency_matrix(heads), word_ids, with_eos,
-                                    False, True))
+    return torch.from_numpy(_expand(word_dependency_matrix(heads), word_ids, with_eos, False, True))
 
 
-def phrase_rp_matrix(tree: Union[Tree, str, LocalPhrases], word_ids: Optional[Sequence[int]] = None,
-                     with_eos: bool = True, rule2: str = "symmetric") -> torch.Tensor:
+def phrase_rp_matrix(
+    tree: Union[Tree, str, LocalPhrases],
+    word_ids: Optional[Sequence[int]] = None,
+    with_eos: bool = True,
+    rule2: str = "symmetric",
+) -> torch.Tensor:
     """Token-level relative phrasal positions (``torch.int16``), NO_PHRASE where masked.
 
     ``tree``: a :class:`Tree`, a PTB bracketed string, or :class:`LocalPhrases`.
     ``word_ids`` and ``with_eos`` as in :func:`dependency_matrix`; the EOS row and column
     are NO_PHRASE except ``RP[EOS, EOS] = 0``.  ``rule2``: see :func:`word_phrase_mask`."""
     phrases = tree if isinstance(tree, LocalPhrases) else local_phrases(tree)
-    return torch.from_numpy(_expand(word_rp_matrix(phrases, rule2), word_ids, with_eos,
-                                    NO_PHRASE, 0))
+    return torch.from_numpy(_expand(word_rp_matrix(phrases, rule2), word_ids, with_eos, NO_PHRASE, 0))
 
 
 # --------------------------------------------------------------------------- BPE alignment
 
 
-def align_pieces(pieces: Sequence[str], words: Sequence[str], continuation: str = "@@",
-                 unk: Optional[str] = "<unk>", allow_truncated: bool = False) -> List[int]:
+def align_pieces(
+    pieces: Sequence[str],
+    words: Sequence[str],
+    continuation: str = "@@",
+    unk: Optional[str] = "<unk>",
+    allow_truncated: bool = False,
+) -> List[int]:
     """The word index of each subword-nmt BPE piece, checking that the pieces spell the words.
 
     A piece ending in ``continuation`` continues into the next piece of the same word.
@@ -223,7 +231,7 @@ def align_pieces(pieces: Sequence[str], words: Sequence[str], continuation: str 
         is_unk = unk is not None and piece == unk
         cont = (not is_unk) and k > 0 and piece.endswith(continuation) and len(piece) > k
         text = piece[:-k] if cont else piece
-        for (w, off) in states:
+        for w, off in states:
             if w >= n_words:
                 continue
             word = words[w]
@@ -242,13 +250,15 @@ def align_pieces(pieces: Sequence[str], words: Sequence[str], continuation: str 
         if not nxt:
             best_w, best_off = max(states)
             if best_w >= n_words:
-                raise AlignmentError(f"BPE piece {p + 1} {piece!r} comes after the last word "
-                                     f"of the parse ({n_words} words)")
+                raise AlignmentError(
+                    f"BPE piece {p + 1} {piece!r} comes after the last word of the parse ({n_words} words)"
+                )
             word = words[best_w]
             raise AlignmentError(
                 f"BPE piece {p + 1} {piece!r} does not continue word {best_w + 1} {word!r} of the "
                 f"parse (after {word[:best_off]!r}); pieces so far spell "
-                f"{_spell(pieces[:p + 1], continuation)!r}")
+                f"{_spell(pieces[: p + 1], continuation)!r}"
+            )
         history.append(nxt)
         states = nxt
     if allow_truncated:
@@ -258,8 +268,10 @@ def align_pieces(pieces: Sequence[str], words: Sequence[str], continuation: str 
         if final not in states:
             w, off = max(states)
             missing = words[w] if w < n_words else ""
-            raise AlignmentError(f"the BPE pieces end at word {w + 1} of {n_words} (next parse word "
-                                 f"{missing!r}): the sentence has fewer words than its parse")
+            raise AlignmentError(
+                f"the BPE pieces end at word {w + 1} of {n_words} (next parse word "
+                f"{missing!r}): the sentence has fewer words than its parse"
+            )
     ids = [0] * len(pieces)
     state = final
     for p in range(len(pieces) - 1, -1, -1):
@@ -273,10 +285,16 @@ def _spell(pieces: Sequence[str], continuation: str) -> str:
     return " ".join(pieces).replace(continuation + " ", "")
 
 
-def sentence_structure(words: Sequence[str], bpe_tokens: Sequence[str], heads: Optional[Sequence[int]],
-                       tree: Union[Tree, str, LocalPhrases, None], with_eos: bool = True,
-                       continuation: str = "@@", unk: Optional[str] = "<unk>",
-                       allow_truncated: bool = False):
+def sentence_structure(
+    words: Sequence[str],
+    bpe_tokens: Sequence[str],
+    heads: Optional[Sequence[int]],
+    tree: Union[Tree, str, LocalPhrases, None],
+    with_eos: bool = True,
+    continuation: str = "@@",
+    unk: Optional[str] = "<unk>",
+    allow_truncated: bool = False,
+):
     """``(src_dep, src_rp)`` for one sentence (either may be ``None`` when its input is).
 
     ``words``: the word tokens the parse is of; ``bpe_tokens``: the source's BPE pieces
@@ -294,8 +312,9 @@ def sentence_structure(words: Sequence[str], bpe_tokens: Sequence[str], heads: O
                 tree = parse_ptb(tree)
             leaves = tree.leaves()
             if len(leaves) != n or not all(leaf_matches(a, b) for a, b in zip(leaves, words)):
-                raise ValueError("the tree's leaves are not the words: "
-                                 + first_difference(leaves, words, leaf_matches))
+                raise ValueError(
+                    "the tree's leaves are not the words: " + first_difference(leaves, words, leaf_matches)
+                )
             phrases = local_phrases(tree)
         if len(phrases) != n:
             raise ValueError(f"{n} words but the tree has {len(phrases)} leaves")
@@ -337,8 +356,9 @@ def projectivize(heads: Sequence[int]) -> List[int]:
         heads[d] = heads[heads[d]]
 
 
-def tree_from_dependencies(words: Sequence[str], heads: Sequence[int],
-                           tags: Optional[Sequence[str]] = None, phrase_label: str = "XP") -> Tree:
+def tree_from_dependencies(
+    words: Sequence[str], heads: Sequence[int], tags: Optional[Sequence[str]] = None, phrase_label: str = "XP"
+) -> Tree:
     """A constituency tree from a dependency parse: each head with its dependents forms a
     phrase (label ``phrase_label``), every word under a preterminal (its tag, or ``X``).
 
@@ -371,14 +391,25 @@ def tree_from_dependencies(words: Sequence[str], heads: Sequence[int],
         if not deps[h]:
             built[h] = pre
         else:
-            built[h] = Tree(phrase_label, [built[d] for d in deps[h] if d < h] + [pre]
-                            + [built[d] for d in deps[h] if d > h])
+            built[h] = Tree(
+                phrase_label, [built[d] for d in deps[h] if d < h] + [pre] + [built[d] for d in deps[h] if d > h]
+            )
     tops = [built[r] for r in roots]
     return tops[0] if len(tops) == 1 else Tree("TOP", tops)
 
 
 __all__ = [
-    "NO_PHRASE", "AlignmentError", "LocalPhrases", "local_phrases", "word_phrase_mask",
-    "word_rp_matrix", "word_dependency_matrix", "dependency_matrix", "phrase_rp_matrix",
-    "align_pieces", "sentence_structure", "projectivize", "tree_from_dependencies",
+    "NO_PHRASE",
+    "AlignmentError",
+    "LocalPhrases",
+    "local_phrases",
+    "word_phrase_mask",
+    "word_rp_matrix",
+    "word_dependency_matrix",
+    "dependency_matrix",
+    "phrase_rp_matrix",
+    "align_pieces",
+    "sentence_structure",
+    "projectivize",
+    "tree_from_dependencies",
 ]

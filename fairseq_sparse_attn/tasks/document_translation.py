@@ -26,8 +26,12 @@ DOC_INFO = "doc_info.json"
 @dataclass
 class DocumentTranslationConfig(TranslationConfig):
     max_doc_length: int = field(
-        default=0, metadata={"help": "L: the token limit the documents were packed with "
-                                     "(128, 256, 512, 1024, 2048); must match doc_info.json"})
+        default=0,
+        metadata={
+            "help": "L: the token limit the documents were packed with "
+            "(128, 256, 512, 1024, 2048); must match doc_info.json"
+        },
+    )
 
 
 def read_doc_info(data: str) -> dict:
@@ -35,7 +39,8 @@ def read_doc_info(data: str) -> dict:
     if not os.path.exists(path):
         raise FileNotFoundError(
             f"{path} not found: --task document_translation needs a data-bin made by "
-            "data_prep/prepare_europarl_docs.py (it records the packing length L)")
+            "data_prep/prepare_europarl_docs.py (it records the packing length L)"
+        )
     with open(path) as f:
         info = json.load(f)
     for key in ("max_doc_length", "longest_document"):
@@ -50,11 +55,12 @@ class DocumentTranslationTask(TranslationTask):
     def setup_task(cls, cfg, **kwargs):
         info = read_doc_info(cfg.data)
         if cfg.max_doc_length <= 0:
-            raise ValueError(f"--max-doc-length is required (this data was packed with "
-                             f"L={info['max_doc_length']})")
+            raise ValueError(f"--max-doc-length is required (this data was packed with L={info['max_doc_length']})")
         if cfg.max_doc_length != info["max_doc_length"]:
-            raise ValueError(f"--max-doc-length {cfg.max_doc_length} does not match the data "
-                             f"({cfg.data}: packed with L={info['max_doc_length']})")
+            raise ValueError(
+                f"--max-doc-length {cfg.max_doc_length} does not match the data "
+                f"({cfg.data}: packed with L={info['max_doc_length']})"
+            )
         positions = max(cfg.max_doc_length, info["longest_document"]) + 2  # EOS, margin
         cfg.max_source_positions = max(cfg.max_source_positions, positions)
         cfg.max_target_positions = max(cfg.max_target_positions, positions)

@@ -44,27 +44,35 @@ SIDE_SUFFIX = {"dep": "dep", "rp": "tree"}
 class ParseAnnotatedTranslationConfig(TranslationConfig):
     parse_dir: Optional[str] = field(
         default=None,
-        metadata={"help": "directory of the parse side files <split>.<src>.dep/.tree "
-                          "(colon-separated like DATA for sharded training data); default: "
-                          "beside the binarized data"})
+        metadata={
+            "help": "directory of the parse side files <split>.<src>.dep/.tree "
+            "(colon-separated like DATA for sharded training data); default: "
+            "beside the binarized data"
+        },
+    )
     syntax_inputs: str = field(
         default="dep,rp",
-        metadata={"help": "encoder inputs to build: 'dep' (src_dep, from .dep files), 'rp' "
-                          "(src_rp, from .tree files) or 'dep,rp'"})
+        metadata={
+            "help": "encoder inputs to build: 'dep' (src_dep, from .dep files), 'rp' "
+            "(src_rp, from .tree files) or 'dep,rp'"
+        },
+    )
     local_phrase_rule2: str = field(
         default="symmetric",
-        metadata={"help": "LPEA Rule 2 when building src_rp: 'symmetric' (j in LP(i) iff i in "
-                          "LP(j) by Rule 1, or the reverse; default) or 'literal' (the paper's "
-                          "'if x_i in LP(x_j), j < i, then x_j in LP(x_i)': only earlier words "
-                          f"are added); one of {', '.join(RULE2_READINGS)}"})
+        metadata={
+            "help": "LPEA Rule 2 when building src_rp: 'symmetric' (j in LP(i) iff i in "
+            "LP(j) by Rule 1, or the reverse; default) or 'literal' (the paper's "
+            "'if x_i in LP(x_j), j < i, then x_j in LP(x_i)': only earlier words "
+            f"are added); one of {', '.join(RULE2_READINGS)}"
+        },
+    )
 
 
 def parse_features(value: str) -> List[str]:
     names = [v.strip() for v in str(value).split(",") if v.strip()]
     bad = [n for n in names if n not in FEATURES]
     if bad or not names:
-        raise ValueError(f"--syntax-inputs {value!r}: expected a comma-separated subset of "
-                         f"{', '.join(FEATURES)}")
+        raise ValueError(f"--syntax-inputs {value!r}: expected a comma-separated subset of {', '.join(FEATURES)}")
     return [f for f in FEATURES if f in names]
 
 
@@ -118,7 +126,8 @@ class ParseAnnotatedTranslationTask(TranslationTask):
                         f"side file of {prefix}.bin (one line per sentence, beside the binarized "
                         f"data or in --parse-dir); make it with data_prep/parse_source.py "
                         f"--input <tokenized {split_k}.{src}> "
-                        f"--{'dep' if feat == 'dep' else 'tree'}-out {path}")
+                        f"--{'dep' if feat == 'dep' else 'tree'}-out {path}"
+                    )
                 files[feat] = path
             side = ParseSideData(files.get("dep"), files.get("rp"))
             n_examples = len(data_utils.load_indexed_dataset(prefix, None, self.cfg.dataset_impl))
@@ -127,7 +136,8 @@ class ParseAnnotatedTranslationTask(TranslationTask):
                 raise UsageError(
                     f"{path} has {len(side)} lines but {prefix}.bin has {n_examples} sentences: "
                     "the side files must have one line per sentence of the binarized source "
-                    "(parse the same tokenized file that was binarized)")
+                    "(parse the same tokenized file that was binarized)"
+                )
             shards.append((side, f"{prefix}.bin"))
 
         if len(shards) == 1:
@@ -137,9 +147,15 @@ class ParseAnnotatedTranslationTask(TranslationTask):
             ratios[0] = self.cfg.upsample_primary
             side = ConcatDataset([s for s, _ in shards], ratios)
             desc = ", ".join(d for _, d in shards)
-        dataset = ParseAnnotatedDataset(base, side, self.src_dict, features,
-                                        allow_truncated=self.cfg.truncate_source, source_desc=desc,
-                                        rule2=self.cfg.local_phrase_rule2)
+        dataset = ParseAnnotatedDataset(
+            base,
+            side,
+            self.src_dict,
+            features,
+            allow_truncated=self.cfg.truncate_source,
+            source_desc=desc,
+            rule2=self.cfg.local_phrase_rule2,
+        )
         # fail at load time, not mid-epoch (in a DataLoader worker), when a side-file line
         # does not belong to its sentence: every example is parsed and aligned once here
         try:
@@ -155,4 +171,5 @@ class ParseAnnotatedTranslationTask(TranslationTask):
             "--task parse_annotated_translation has no parses for raw-text input "
             "(fairseq-interactive, hub translate): parse the tokenized input with "
             "data_prep/parse_source.py, binarize it with fairseq-preprocess, put the side files "
-            "beside it and translate with fairseq-generate")
+            "beside it and translate with fairseq-generate"
+        )

@@ -38,8 +38,10 @@ def last_checkpoints(directory: Path, n: int) -> List[Path]:
     epochs = sorted((int(m.group(1)), name) for name in names if (m := _EPOCH.match(name)))
     if epochs:
         return [directory / name for _, name in epochs[-n:]]
-    raise ValueError(f"{directory}: no checkpoint_<epoch>_<updates>.pt or checkpoint<epoch>.pt files "
-                     "(train with --save-interval-updates N --keep-interval-updates K)")
+    raise ValueError(
+        f"{directory}: no checkpoint_<epoch>_<updates>.pt or checkpoint<epoch>.pt files "
+        "(train with --save-interval-updates N --keep-interval-updates K)"
+    )
 
 
 def average(paths: List[Path]):
@@ -64,7 +66,9 @@ def average(paths: List[Path]):
             total = torch.zeros_like(first, dtype=torch.float64)
             for t in tensors:
                 if t.shape != first.shape:
-                    raise ValueError(f"{k}: shapes differ between checkpoints ({tuple(first.shape)} vs {tuple(t.shape)})")
+                    raise ValueError(
+                        f"{k}: shapes differ between checkpoints ({tuple(first.shape)} vs {tuple(t.shape)})"
+                    )
                 total += t.to(torch.float64)
             averaged[k] = (total / len(tensors)).to(first.dtype)
         else:

@@ -58,8 +58,10 @@ def read_runs(named_logs, subset="valid", skip_empty=False):
             print(f"learning_curves: {path}: no '{subset}' validation lines, left out", file=sys.stderr)
             continue
         if not points:
-            raise ValueError(f"{path}: no '{subset}' validation lines (train with validation, e.g. "
-                             f"--validate-interval-updates N, and --log-format simple)")
+            raise ValueError(
+                f"{path}: no '{subset}' validation lines (train with validation, e.g. "
+                f"--validate-interval-updates N, and --log-format simple)"
+            )
         runs[name] = points
     if not runs:
         raise ValueError(f"none of {len(named_logs)} training logs has '{subset}' validation lines")
@@ -88,8 +90,10 @@ def write_curves(runs, prefix, title=None, seed=None):
         for name, points in runs.items():
             for p in points:
                 w.writerow([name, p["num_updates"]] + [p.get(k, "") for k in columns[1:]])
-    finite = {n: [{k: v for k, v in p.items() if not (isinstance(v, float) and not math.isfinite(v))}
-                  for p in pts] for n, pts in runs.items()}
+    finite = {
+        n: [{k: v for k, v in p.items() if not (isinstance(v, float) and not math.isfinite(v))} for p in pts]
+        for n, pts in runs.items()
+    }
     write_json(json_path, {"title": title, "metric_x": "num_updates", "variants": finite}, seed=seed)
     plot(runs, png_path, title)
     return csv_path, json_path, png_path
@@ -106,7 +110,9 @@ def plot(runs, path, title=None):
 
     has_bleu = any("bleu" in p for pts in runs.values() for p in pts)
     fig, axes = plt.subplots(1, 2 if has_bleu else 1, figsize=(11 if has_bleu else 6, 4), squeeze=False)
-    panels = [("loss", "validation loss (label-smoothed, base 2)")] + ([("bleu", "validation BLEU")] if has_bleu else [])
+    panels = [("loss", "validation loss (label-smoothed, base 2)")] + (
+        [("bleu", "validation BLEU")] if has_bleu else []
+    )
     for ax, (key, label) in zip(axes[0], panels):
         for name, pts in runs.items():
             xs = [p["num_updates"] for p in pts if key in p]

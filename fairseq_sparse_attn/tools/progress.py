@@ -93,8 +93,9 @@ class Watcher:
     """Prints a status line of ``kind`` read from ``logs`` every ``interval`` seconds
     until :meth:`stop` (use as a context manager around the run)."""
 
-    def __init__(self, logs, kind, label, total=None, interval=DEFAULT_INTERVAL, what="",
-                 stream=None, clock=time.monotonic):
+    def __init__(
+        self, logs, kind, label, total=None, interval=DEFAULT_INTERVAL, what="", stream=None, clock=time.monotonic
+    ):
         if kind not in COUNTERS:
             raise ValueError(f"kind must be one of {', '.join(COUNTERS)}, got {kind!r}")
         self.logs = [Path(p) for p in ([logs] if isinstance(logs, (str, Path)) else logs)]
@@ -120,8 +121,15 @@ class Watcher:
         now = self.clock()
         if done != self._last[0] or self._last[1] is None:
             self._last = (done, now)
-        return status_line(self.label, self.kind, done, self.total or total, now - self.start_time, self.what,
-                           stale=now - self._last[1])
+        return status_line(
+            self.label,
+            self.kind,
+            done,
+            self.total or total,
+            now - self.start_time,
+            self.what,
+            stale=now - self._last[1],
+        )
 
     def _loop(self):
         while not self._stop.wait(self.interval):
@@ -160,8 +168,9 @@ def alive(pid):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Print a status line of a fairseq run every --interval "
-                                "seconds until process --pid ends.")
+    p = argparse.ArgumentParser(
+        description="Print a status line of a fairseq run every --interval seconds until process --pid ends."
+    )
     p.add_argument("logs", nargs="+", help="the run's log file(s)")
     p.add_argument("--pid", type=int, required=True, help="the process to watch")
     p.add_argument("--kind", choices=sorted(COUNTERS), required=True)

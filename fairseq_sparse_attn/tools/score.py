@@ -60,8 +60,7 @@ def read_hypotheses(path):
 def _ordered(table, n, path, ref):
     ids = sorted(table)
     if ids != list(range(n)):
-        raise ValueError(f"{path} has hypotheses for {len(ids)} sentences (ids {ids[:3]}...), "
-                         f"but {ref} has {n} lines")
+        raise ValueError(f"{path} has hypotheses for {len(ids)} sentences (ids {ids[:3]}...), but {ref} has {n} lines")
     return [table[i] for i in ids]
 
 
@@ -70,8 +69,7 @@ def _read(path):
         return [line.rstrip("\n") for line in f]
 
 
-def score(gen, ref=None, tok_ref=None, lowercase=False, t_lines=False, baseline=None,
-          n_resamples=N_RESAMPLES):
+def score(gen, ref=None, tok_ref=None, lowercase=False, t_lines=False, baseline=None, n_resamples=N_RESAMPLES):
     import sacrebleu
 
     hyps, detok = read_hypotheses(gen)
@@ -96,8 +94,7 @@ def score(gen, ref=None, tok_ref=None, lowercase=False, t_lines=False, baseline=
         bleu = sacrebleu.metrics.BLEU(tokenize="none", lowercase=lowercase, force=True)
         result.update(tok_bleu=round(bleu.corpus_score(sys_out, [refs]).score, 2), tok_reference=tok_ref)
     if baseline:
-        result["significance"] = compare_with_baseline(gen, baseline, ref, tok_ref, lowercase, t_lines,
-                                                       n_resamples)
+        result["significance"] = compare_with_baseline(gen, baseline, ref, tok_ref, lowercase, t_lines, n_resamples)
     return result
 
 
@@ -115,8 +112,9 @@ def _systems_for(gen, ref, tok_ref, t_lines):
     return "tok_bleu", _ordered(hyps, len(refs), gen, tok_ref), refs, {"tokenize": "none", "force": True}
 
 
-def compare_with_baseline(gen, baseline, ref=None, tok_ref=None, lowercase=False, t_lines=False,
-                          n_resamples=N_RESAMPLES):
+def compare_with_baseline(
+    gen, baseline, ref=None, tok_ref=None, lowercase=False, t_lines=False, n_resamples=N_RESAMPLES
+):
     """BLEU, 95% CI and paired-bootstrap p-value of ``gen`` against ``baseline`` (two
     fairseq-generate outputs of the same test set)."""
     metric, sys_hyps, refs, opts = _systems_for(gen, ref, tok_ref, t_lines)
@@ -124,13 +122,24 @@ def compare_with_baseline(gen, baseline, ref=None, tok_ref=None, lowercase=False
     if base_refs != refs:
         raise ValueError(f"{baseline} and {gen} are not outputs of the same test set (references differ)")
     same = os.path.realpath(gen) == os.path.realpath(baseline)
-    results, signature = paired_bootstrap(("baseline", base_hyps), [] if same else [("system", sys_hyps)],
-                                          refs, n=n_resamples, lowercase=lowercase, **opts)
+    results, signature = paired_bootstrap(
+        ("baseline", base_hyps),
+        [] if same else [("system", sys_hyps)],
+        refs,
+        n=n_resamples,
+        lowercase=lowercase,
+        **opts,
+    )
     sys_result = results["baseline" if same else "system"]
     return {
-        "metric": metric, "baseline": baseline, "baseline_bleu": results["baseline"]["bleu"],
-        "baseline_ci95": results["baseline"]["ci95"], "bleu": sys_result["bleu"],
-        "ci95": sys_result["ci95"], "p_value": sys_result["p_value"], "n_resamples": n_resamples,
+        "metric": metric,
+        "baseline": baseline,
+        "baseline_bleu": results["baseline"]["bleu"],
+        "baseline_ci95": results["baseline"]["ci95"],
+        "bleu": sys_result["bleu"],
+        "ci95": sys_result["ci95"],
+        "p_value": sys_result["p_value"],
+        "n_resamples": n_resamples,
         "test": "paired bootstrap resampling (sacrebleu.significance.PairedTest, --paired-bs)",
         "signature": signature,
     }
@@ -141,11 +150,17 @@ def main(argv=None):
     p.add_argument("gen", help="fairseq-generate output")
     p.add_argument("--ref", help="untokenized reference (sacreBLEU)")
     p.add_argument("--tok-ref", help="tokenized reference (tokenized BLEU)")
-    p.add_argument("--t-lines", action="store_true",
-                   help="tokenized BLEU of the H- lines against the T- lines of the output itself")
+    p.add_argument(
+        "--t-lines",
+        action="store_true",
+        help="tokenized BLEU of the H- lines against the T- lines of the output itself",
+    )
     p.add_argument("--lowercase", action="store_true", help="case-insensitive")
-    p.add_argument("--baseline", help="fairseq-generate output of the baseline system on the same test set: "
-                   "adds 95%% CIs and the paired-bootstrap p-value")
+    p.add_argument(
+        "--baseline",
+        help="fairseq-generate output of the baseline system on the same test set: "
+        "adds 95%% CIs and the paired-bootstrap p-value",
+    )
     p.add_argument("--paired-bs-n", type=int, default=N_RESAMPLES, help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, help="training seed of the system, recorded in the JSON's provenance")
     p.add_argument("--json", help="write the result here")
@@ -153,8 +168,7 @@ def main(argv=None):
     if not args.ref and not args.tok_ref and not args.t_lines:
         p.error("give --ref and/or --tok-ref, or --t-lines")
     try:
-        result = score(args.gen, args.ref, args.tok_ref, args.lowercase, args.t_lines, args.baseline,
-                       args.paired_bs_n)
+        result = score(args.gen, args.ref, args.tok_ref, args.lowercase, args.t_lines, args.baseline, args.paired_bs_n)
     except (ValueError, OSError) as e:
         print(f"score: error: {e}", file=sys.stderr)
         return 1
@@ -165,8 +179,10 @@ def main(argv=None):
     if sig:
         ci = "-".join(f"{x:.2f}" for x in sig["ci95"])
         p = "-" if sig["p_value"] is None else f"{sig['p_value']:.4f}"
-        line += (f" | {sig['metric']} {sig['bleu']:.2f} (95% CI {ci}) vs baseline {sig['baseline_bleu']:.2f}"
-                 f" p={p} ({sig['n_resamples']} paired-bootstrap resamples)")
+        line += (
+            f" | {sig['metric']} {sig['bleu']:.2f} (95% CI {ci}) vs baseline {sig['baseline_bleu']:.2f}"
+            f" p={p} ({sig['n_resamples']} paired-bootstrap resamples)"
+        )
     print(line)
     return 0
 

@@ -15,8 +15,13 @@ from typing import Dict, List, Sequence, Tuple
 N_RESAMPLES = 1000
 
 
-def paired_bootstrap(baseline: Tuple[str, Sequence[str]], systems: List[Tuple[str, Sequence[str]]],
-                     references: Sequence[str], n: int = N_RESAMPLES, **bleu_args) -> Tuple[Dict[str, dict], str]:
+def paired_bootstrap(
+    baseline: Tuple[str, Sequence[str]],
+    systems: List[Tuple[str, Sequence[str]]],
+    references: Sequence[str],
+    n: int = N_RESAMPLES,
+    **bleu_args,
+) -> Tuple[Dict[str, dict], str]:
     """({name: {bleu, mean, ci, ci95, p_value}}, signature) for the baseline and every
     system.  The baseline's p_value is None.  ``bleu_args``: sacrebleu.metrics.BLEU options
     (``tokenize="none"``, ``lowercase=True``, ...)."""
@@ -30,8 +35,9 @@ def paired_bootstrap(baseline: Tuple[str, Sequence[str]], systems: List[Tuple[st
         if len(hyps) != len(references):
             raise ValueError(f"{name}: {len(hyps)} hypotheses for {len(references)} references")
     metric = BLEU(**bleu_args)
-    test = PairedTest([baseline] + list(systems), {"BLEU": metric}, references=[list(references)],
-                      test_type="bs", n_samples=n)
+    test = PairedTest(
+        [baseline] + list(systems), {"BLEU": metric}, references=[list(references)], test_type="bs", n_samples=n
+    )
     signatures, scores = test()
     out = {}
     for name, result in zip(scores["System"], scores["BLEU"]):

@@ -47,8 +47,17 @@ def encoder_heads(checkpoint):
 def generate(data, checkpoint, masked, out_file, extra):
     from fairseq_sparse_attn import user_dir
 
-    cmd = [sys.executable, "-m", "fairseq_cli.generate", str(data), "--user-dir", user_dir(),
-           "--path", str(checkpoint), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fairseq_cli.generate",
+        str(data),
+        "--user-dir",
+        user_dir(),
+        "--path",
+        str(checkpoint),
+        *extra,
+    ]
     if masked is not None:
         cmd += ["--model-overrides", repr({"encoder_masked_heads": str(masked)})]
     with open(out_file, "w") as f:
@@ -89,8 +98,8 @@ def main(argv=None):
     parser.add_argument("--heads", help="comma-separated head indices (default: every encoder head)")
     parser.epilog = "Arguments after -- go to fairseq-generate (--beam, --remove-bpe, ...)."
     argv = list(sys.argv[1:] if argv is None else argv)
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     os.makedirs(args.out, exist_ok=True)
     heads = encoder_heads(args.path)
     if args.heads:

@@ -62,7 +62,8 @@ def parse_run(text):
     if not sep or not re.fullmatch(r"[A-Za-z0-9_.+-]+", name or "") or model.strip() not in demo.MODELS:
         raise argparse.ArgumentTypeError(
             f"--run: expected NAME=MODEL[:FAIRSEQ FLAGS] with NAME of letters, digits, _.+- and MODEL one of "
-            f"{', '.join(demo.MODELS)}, got {text!r}")
+            f"{', '.join(demo.MODELS)}, got {text!r}"
+        )
     return name, model.strip(), shlex.split(flags)
 
 
@@ -77,22 +78,34 @@ def train(args):
         save_dir = run_dir / "checkpoints"
         cmd = demo.train_command(model, demo.DEMO_LR[model], args, data_bin, save_dir)
         cmd += ["--save-interval-updates", str(args.save_every), "--keep-interval-updates", "-1", *flags]
-        record = {"name": name, "model": model, "flags": flags, "max_update": args.max_update,
-                  "save_every": args.save_every, "train_command": [str(c) for c in cmd], "finished": False}
+        record = {
+            "name": name,
+            "model": model,
+            "flags": flags,
+            "max_update": args.max_update,
+            "save_every": args.save_every,
+            "train_command": [str(c) for c in cmd],
+            "finished": False,
+        }
         resumed = earlier_run(run_dir, record)
         if resumed == "finished":
             demo.log(f"study: {name} is already trained ({run_dir / RUN_FILE}); skipped")
             continue
-        demo.log(f"study: {'resuming' if resumed else 'training'} {name} ({model} {' '.join(flags)}), "
-                 f"{args.max_update} updates")
+        demo.log(
+            f"study: {'resuming' if resumed else 'training'} {name} ({model} {' '.join(flags)}), "
+            f"{args.max_update} updates"
+        )
         # written first, so that a run stopped early can still be reported up to its last checkpoint
         write_json(run_dir / RUN_FILE, record, seed=args.seed)
         start = time.time()
         # a resumed run (fairseq continues from checkpoint_last.pt) appends to its log: the
         # validation losses before the interruption are part of its curve
         demo.run(cmd, run_dir / "train.log", mode="a" if resumed else "w")
-        write_json(run_dir / RUN_FILE, {**record, "finished": True, "train_seconds": round(time.time() - start, 1)},
-                   seed=args.seed)
+        write_json(
+            run_dir / RUN_FILE,
+            {**record, "finished": True, "train_seconds": round(time.time() - start, 1)},
+            seed=args.seed,
+        )
 
 
 def earlier_run(run_dir, record):
@@ -104,9 +117,11 @@ def earlier_run(run_dir, record):
         return None
     earlier = json.loads(path.read_text(encoding="utf-8"))
     if earlier.get("train_command") != record["train_command"]:
-        sys.exit(f"study: {run_dir} holds run {earlier.get('name')!r} trained with another command "
-                 f"({' '.join(earlier.get('train_command', [])[5:])}); give this run another NAME or "
-                 f"remove that folder")
+        sys.exit(
+            f"study: {run_dir} holds run {earlier.get('name')!r} trained with another command "
+            f"({' '.join(earlier.get('train_command', [])[5:])}); give this run another NAME or "
+            f"remove that folder"
+        )
     return "finished" if earlier.get("finished") else "unfinished"
 
 
@@ -133,8 +148,10 @@ def report(args):
     data_bin = out / "multi30k" / "data-bin"
     runs = find_runs(out, args.runs)
     if args.baseline not in runs:
-        sys.exit(f"report: no run named {args.baseline!r} in {out} (runs: {', '.join(runs) or 'none'}); "
-                 f"train it first or pass --baseline")
+        sys.exit(
+            f"report: no run named {args.baseline!r} in {out} (runs: {', '.join(runs) or 'none'}); "
+            f"train it first or pass --baseline"
+        )
     budgets = parse_budgets(args.budgets, out / args.baseline)
     refs = (out / "multi30k" / "raw" / f"test.{args.tgt}").read_text(encoding="utf-8").splitlines()
     ref_words = sum(len(r.split()) for r in refs)
@@ -157,21 +174,35 @@ def report(args):
             hyps_of[(name, budget, 1)] = test_hyps
             # (the lambdas below are called within this iteration)
             null = cached(run_dir / "eval" / f"null_u{budget}.json", lambda: cross_null_rates(ckpt, data_bin))  # noqa: B023
-            row = {"run": name, "model": run["model"], "flags": " ".join(run["flags"]), "updates": budget,
-                   "valid_loss": points.get(budget, {}).get("loss"), "valid_bleu": round(valid_bleu, 2),
-                   **translation_stats(test_hyps, ref_words), "cross_null": null}
+            row = {
+                "run": name,
+                "model": run["model"],
+                "flags": " ".join(run["flags"]),
+                "updates": budget,
+                "valid_loss": points.get(budget, {}).get("loss"),
+                "valid_bleu": round(valid_bleu, 2),
+                **translation_stats(test_hyps, ref_words),
+                "cross_null": null,
+            }
             inputs = checkpoints_to_average(run_dir / "checkpoints", budget, args.average, run["save_every"])
             if inputs is not None:
-                avg_hyps, _ = decode(lambda: write_average(inputs, run_dir / "checkpoints", budget), args, data_bin,  # noqa: B023
-                                     run_dir, f"u{budget}_avg{args.average}", "test")
+                avg_hyps, _ = decode(
+                    lambda: write_average(inputs, run_dir / "checkpoints", budget),  # noqa: B023 (called at once, inside this iteration)
+                    args,
+                    data_bin,
+                    run_dir,
+                    f"u{budget}_avg{args.average}",
+                    "test",
+                )
                 hyps_of[(name, budget, args.average)] = avg_hyps
             rows.append(row)
         curves[name] = [points[u] for u in sorted(points)]
     for budget in budgets:
         for n_avg in (1, args.average):
             base = hyps_of.get((args.baseline, budget, n_avg))
-            others = [(n, hyps_of[(n, budget, n_avg)]) for n in runs
-                      if n != args.baseline and (n, budget, n_avg) in hyps_of]
+            others = [
+                (n, hyps_of[(n, budget, n_avg)]) for n in runs if n != args.baseline and (n, budget, n_avg) in hyps_of
+            ]
             if base is None:
                 continue
             sig, signature = paired_bootstrap((args.baseline, base), others, refs)
@@ -179,13 +210,29 @@ def report(args):
             for row in rows:
                 if row["updates"] == budget and row["run"] in sig:
                     s = sig[row["run"]]
-                    row.update({f"{key}_bleu": s["bleu"], f"{key}_ci95": s["ci95"], f"{key}_p_vs_baseline": s["p_value"]})
-    curve_files = write_curves(curves, out / f"{args.name}_curves", seed=args.seed,
-                               title=f"validation loss and BLEU (beam 4) vs updates; baseline {args.baseline}")
-    write_json(out / f"{args.name}.json", {"baseline": args.baseline, "budgets": budgets, "average": args.average,
-                                    "test_set": "Multi30k test_2016_flickr", "paired_bootstrap_resamples": N_RESAMPLES,
-                                    "runs": runs, "rows": rows},
-               seed=args.seed, sacrebleu_signature=signature)
+                    row.update(
+                        {f"{key}_bleu": s["bleu"], f"{key}_ci95": s["ci95"], f"{key}_p_vs_baseline": s["p_value"]}
+                    )
+    curve_files = write_curves(
+        curves,
+        out / f"{args.name}_curves",
+        seed=args.seed,
+        title=f"validation loss and BLEU (beam 4) vs updates; baseline {args.baseline}",
+    )
+    write_json(
+        out / f"{args.name}.json",
+        {
+            "baseline": args.baseline,
+            "budgets": budgets,
+            "average": args.average,
+            "test_set": "Multi30k test_2016_flickr",
+            "paired_bootstrap_resamples": N_RESAMPLES,
+            "runs": runs,
+            "rows": rows,
+        },
+        seed=args.seed,
+        sacrebleu_signature=signature,
+    )
     write_tables(rows, out, args)
     print(f"\nsacreBLEU signature: {signature}\ncurves: {curve_files[2]}\nresults: {out / (args.name + '.json')}")
 
@@ -213,8 +260,11 @@ def parse_budgets(text, baseline_dir):
         if not budgets or budgets[0] <= 0:
             sys.exit(f"--budgets: expected positive update counts, got {text!r}")
         return budgets
-    saved = [int(m.group(1)) for c in (baseline_dir / "checkpoints").glob("checkpoint_*_*.pt")
-             if (m := re.fullmatch(r"checkpoint_\d+_(\d+)\.pt", c.name))]
+    saved = [
+        int(m.group(1))
+        for c in (baseline_dir / "checkpoints").glob("checkpoint_*_*.pt")
+        if (m := re.fullmatch(r"checkpoint_\d+_(\d+)\.pt", c.name))
+    ]
     if not saved:
         sys.exit(f"report: {baseline_dir}/checkpoints has no checkpoint_E_U.pt yet")
     last = max(saved)
@@ -264,8 +314,10 @@ def decode(ckpt, args, data_bin, run_dir, tag, subset):
     eval_dir = run_dir / "eval"
     hyp_file, ref_file = eval_dir / f"{subset}_{tag}.hyp", eval_dir / f"{subset}_{tag}.ref"
     if hyp_file.exists() and ref_file.exists():
-        return (hyp_file.read_text(encoding="utf-8").split("\n")[:-1],
-                ref_file.read_text(encoding="utf-8").split("\n")[:-1])
+        return (
+            hyp_file.read_text(encoding="utf-8").split("\n")[:-1],
+            ref_file.read_text(encoding="utf-8").split("\n")[:-1],
+        )
     eval_dir.mkdir(parents=True, exist_ok=True)
     made = callable(ckpt)  # a temporary checkpoint, written only when the translation is not cached
     path = ckpt() if made else ckpt
@@ -282,9 +334,12 @@ def translation_stats(hyps, ref_words):
     """Length ratio (hypothesis words / reference words, whitespace-split), share of
     hypotheses with a word or bigram occurring twice, number of distinct hypotheses."""
     words = [h.split() for h in hyps]
-    return {"length_ratio": round(sum(map(len, words)) / ref_words, 3),
-            "repeats": round(sum(map(has_repeat, words)) / len(words), 3),
-            "distinct": len(set(hyps)), "sentences": len(hyps)}
+    return {
+        "length_ratio": round(sum(map(len, words)) / ref_words, 3),
+        "repeats": round(sum(map(has_repeat, words)) / len(words), 3),
+        "distinct": len(set(hyps)),
+        "sentences": len(hyps),
+    }
 
 
 def has_repeat(words):
@@ -323,16 +378,37 @@ def cross_null_rates(ckpt, data_bin):
             real = prev.ne(pad)
             length = real.sum(1, keepdim=True)
             position = real.long().cumsum(1) - 1
-            state["third"] = torch.where(real, torch.div(3 * position, length, rounding_mode="floor"),
-                                         torch.full_like(position, -1))
+            state["third"] = torch.where(
+                real, torch.div(3 * position, length, rounding_mode="floor"), torch.full_like(position, -1)
+            )
             model(**sample["net_input"])
-    return {"all": round(float(nulls.sum() / counts.sum()), 4),
-            **{t: round(float(nulls[k] / counts[k]), 4) for k, t in enumerate(THIRDS)}}
+    return {
+        "all": round(float(nulls.sum() / counts.sum()), 4),
+        **{t: round(float(nulls[k] / counts[k]), 4) for k, t in enumerate(THIRDS)},
+    }
 
 
-COLUMNS = ["run", "model", "flags", "updates", "valid_loss", "valid_bleu", "test_bleu", "test_ci95",
-           "test_p_vs_baseline", "test_avg_bleu", "test_avg_ci95", "test_avg_p_vs_baseline",
-           "length_ratio", "repeats", "distinct", "null_all", "null_first", "null_middle", "null_last"]
+COLUMNS = [
+    "run",
+    "model",
+    "flags",
+    "updates",
+    "valid_loss",
+    "valid_bleu",
+    "test_bleu",
+    "test_ci95",
+    "test_p_vs_baseline",
+    "test_avg_bleu",
+    "test_avg_ci95",
+    "test_avg_p_vs_baseline",
+    "length_ratio",
+    "repeats",
+    "distinct",
+    "null_all",
+    "null_first",
+    "null_middle",
+    "null_last",
+]
 
 
 def flat(row, n_avg):
@@ -361,27 +437,54 @@ def write_tables(rows, out, args):
         w.writerow(COLUMNS)
         for r in flat_rows:
             w.writerow([fmt(r.get(c)) if isinstance(r.get(c), list) else r.get(c) for c in COLUMNS])
-    head = ["run", "updates", "valid loss", "valid BLEU", "test BLEU [95% CI]", f"p vs {args.baseline}",
-            f"test BLEU avg{args.average} [CI]", "p (avg)", "length ratio", "repeats", "distinct",
-            "cross null: all / first / middle / last third"]
+    head = [
+        "run",
+        "updates",
+        "valid loss",
+        "valid BLEU",
+        "test BLEU [95% CI]",
+        f"p vs {args.baseline}",
+        f"test BLEU avg{args.average} [CI]",
+        "p (avg)",
+        "length ratio",
+        "repeats",
+        "distinct",
+        "cross null: all / first / middle / last third",
+    ]
     md = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in flat_rows:
-        md.append("| " + " | ".join([
-            r["run"] + (f" ({r['flags']})" if r["flags"] else ""), str(r["updates"]), fmt(r["valid_loss"]),
-            fmt(r["valid_bleu"], 2), f"{fmt(r.get('test_bleu'), 2)} [{fmt(r.get('test_ci95'))}]",
-            fmt(r.get("test_p_vs_baseline")), f"{fmt(r.get('test_avg_bleu'), 2)} [{fmt(r.get('test_avg_ci95'))}]",
-            fmt(r.get("test_avg_p_vs_baseline")), fmt(r["length_ratio"]), f"{100 * r['repeats']:.1f}%",
-            f"{r['distinct']}/{r['sentences']}",
-            " / ".join(fmt(r[f"null_{t}"]) for t in ("all",) + THIRDS)]) + " |")
+        md.append(
+            "| "
+            + " | ".join(
+                [
+                    r["run"] + (f" ({r['flags']})" if r["flags"] else ""),
+                    str(r["updates"]),
+                    fmt(r["valid_loss"]),
+                    fmt(r["valid_bleu"], 2),
+                    f"{fmt(r.get('test_bleu'), 2)} [{fmt(r.get('test_ci95'))}]",
+                    fmt(r.get("test_p_vs_baseline")),
+                    f"{fmt(r.get('test_avg_bleu'), 2)} [{fmt(r.get('test_avg_ci95'))}]",
+                    fmt(r.get("test_avg_p_vs_baseline")),
+                    fmt(r["length_ratio"]),
+                    f"{100 * r['repeats']:.1f}%",
+                    f"{r['distinct']}/{r['sentences']}",
+                    " / ".join(fmt(r[f"null_{t}"]) for t in ("all",) + THIRDS),
+                ]
+            )
+            + " |"
+        )
     (out / f"{args.name}.md").write_text("\n".join(md) + "\n", encoding="utf-8")
     print("\n" + "\n".join(md))
 
 
 def common_options(p):
     p.add_argument("--out", required=True)
-    p.add_argument("--raw-dir", default=demo.shipped_multi30k(),
-                   help="local Multi30k raw files (default: as the Makefile, $MULTI30K_DIR, else "
-                        "../shared/data/multi30k; else downloaded)")
+    p.add_argument(
+        "--raw-dir",
+        default=demo.shipped_multi30k(),
+        help="local Multi30k raw files (default: as the Makefile, $MULTI30K_DIR, else "
+        "../shared/data/multi30k; else downloaded)",
+    )
     p.add_argument("--src", default="de")
     p.add_argument("--tgt", default="en")
     p.add_argument("--max-train-lines", type=int, default=None)
@@ -410,12 +513,20 @@ def main(argv=None):
     r = sub.add_parser("report", help="evaluate every run in --out at every budget")
     common_options(r)
     r.add_argument("--baseline", default="softmax", help="the run every other run is compared with")
-    r.add_argument("--budgets", default=None, help="comma-separated update counts (default: the multiples of 250 up "
-                   "to the baseline's last checkpoint, and that one)")
+    r.add_argument(
+        "--budgets",
+        default=None,
+        help="comma-separated update counts (default: the multiples of 250 up "
+        "to the baseline's last checkpoint, and that one)",
+    )
     r.add_argument("--average", type=int, default=5, help="average the last N checkpoints up to each budget")
     r.add_argument("--runs", default=None, help="comma-separated run names (default: every run in --out)")
-    r.add_argument("--name", default="study", help="report files NAME.{json,csv,md} and NAME_curves.* in --out "
-                   "(several reports of one study folder: other baselines, runs or budgets)")
+    r.add_argument(
+        "--name",
+        default="study",
+        help="report files NAME.{json,csv,md} and NAME_curves.* in --out "
+        "(several reports of one study folder: other baselines, runs or budgets)",
+    )
     args = p.parse_args(argv)
     names = [n for n, _, _ in getattr(args, "run", [])]
     if len(set(names)) != len(names):

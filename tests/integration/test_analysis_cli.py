@@ -19,9 +19,25 @@ from fairseq_sparse_attn.analysis import cli
 REPO = Path(__file__).resolve().parents[2]
 USER_DIR = str(REPO / "fairseq_sparse_attn")
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-TINY = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "64",
-        "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128", "--decoder-ffn-embed-dim", "128",
-        "--encoder-attention-heads", "4", "--decoder-attention-heads", "4", "--share-all-embeddings"]
+TINY = [
+    "--encoder-layers",
+    "2",
+    "--decoder-layers",
+    "2",
+    "--encoder-embed-dim",
+    "64",
+    "--decoder-embed-dim",
+    "64",
+    "--encoder-ffn-embed-dim",
+    "128",
+    "--decoder-ffn-embed-dim",
+    "128",
+    "--encoder-attention-heads",
+    "4",
+    "--decoder-attention-heads",
+    "4",
+    "--share-all-embeddings",
+]
 HEADS, LAYERS = 4, 2
 
 # Six test-set pairs (lines 1, 5, 7, 9, 15, 27 of test_2016_flickr) and gold links made by
@@ -39,15 +55,50 @@ GOLD = """1-1 2-2 3p3 4-4 5-5 6-6 10-7 10p8 9-9 11-10
 
 
 def train(data, save_dir, plugin, updates):
-    cmd = [sys.executable, "-m", "fairseq_cli.train", str(data / "data-bin"), *TINY,
-           "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "3e-3",
-           "--max-tokens", "1024", "--max-update", str(updates), "--save-dir", str(save_dir),
-           "--no-epoch-checkpoints", "--num-workers", "0", "--seed", "1", "--disable-validation",
-           "--log-format", "simple"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fairseq_cli.train",
+        str(data / "data-bin"),
+        *TINY,
+        "--optimizer",
+        "adam",
+        "--adam-betas",
+        "(0.9,0.98)",
+        "--lr",
+        "3e-3",
+        "--max-tokens",
+        "1024",
+        "--max-update",
+        str(updates),
+        "--save-dir",
+        str(save_dir),
+        "--no-epoch-checkpoints",
+        "--num-workers",
+        "0",
+        "--seed",
+        "1",
+        "--disable-validation",
+        "--log-format",
+        "simple",
+    ]
     if plugin:
-        cmd += ["--user-dir", USER_DIR, "--arch", "rela_transformer_wmt_en_de", "--lr-scheduler",
-                "inverse_sqrt", "--warmup-updates", "40", "--criterion", "label_smoothed_cross_entropy",
-                "--label-smoothing", "0.1", "--dropout", "0.1"]
+        cmd += [
+            "--user-dir",
+            USER_DIR,
+            "--arch",
+            "rela_transformer_wmt_en_de",
+            "--lr-scheduler",
+            "inverse_sqrt",
+            "--warmup-updates",
+            "40",
+            "--criterion",
+            "label_smoothed_cross_entropy",
+            "--label-smoothing",
+            "0.1",
+            "--dropout",
+            "0.1",
+        ]
         env = ENV
     else:  # stock fairseq: no --user-dir, no plugin on the path
         cmd += ["--arch", "transformer", "--criterion", "cross_entropy"]
@@ -113,8 +164,7 @@ def read_tsv(path):
 HEADER_KEYS = {"command", "schema_version", "model", "data", "provenance"}
 MODEL_KEYS = {"checkpoint", "arch", "loaded_as"}
 SPLIT_DATA_KEYS = {"data_bin", "split", "sentences", "sentences_in_data"}
-RAW_DATA_KEYS = {"data_bin", "raw_source", "raw_target", "tokenizer", "bpe_codes", "sentences",
-                 "sentences_in_data"}
+RAW_DATA_KEYS = {"data_bin", "raw_source", "raw_target", "tokenizer", "bpe_codes", "sentences", "sentences_in_data"}
 
 
 def check_header(report, command, loaded_as, sentences, data_keys=SPLIT_DATA_KEYS):
@@ -139,20 +189,41 @@ def stats_dirs(data, models, tmp_path_factory):
     for name in models:
         out[name] = tmp_path_factory.mktemp(f"stats_{name}")
     # the plugin model through the module's command line in a subprocess (entry point)
-    proc = subprocess.run([sys.executable, "-m", "fairseq_sparse_attn.analysis.cli", "stats",
-                           *map(str, common(data, models["rela"], out["rela"], "--max-sentences", "48",
-                                            "--batch-size", "16"))],
-                          capture_output=True, text=True, env=ENV, cwd=str(REPO))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fairseq_sparse_attn.analysis.cli",
+            "stats",
+            *map(str, common(data, models["rela"], out["rela"], "--max-sentences", "48", "--batch-size", "16")),
+        ],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=str(REPO),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"wrote {out['rela'] / 'stats.json'}" in proc.stdout + proc.stderr  # says where it wrote (issue 14)
     assert analyze("stats", *common(data, models["stock"], out["stock"], "--max-sentences", "24")) == 0
     return out
 
 
-LAYER_KEYS = {"layer", "heads", "activation", "output_norm", "sparsity", "null_rate", "entropy",
-              "top_p", "js", "js_renormalization", "js_temperatures", "undefined", "per_head"}
-FFN_KEYS = {"side", "layer", "name", "ffn_type", "anisotropy_keys", "anisotropy_values",
-            "variance_ratio", "top_p_mass"}
+LAYER_KEYS = {
+    "layer",
+    "heads",
+    "activation",
+    "output_norm",
+    "sparsity",
+    "null_rate",
+    "entropy",
+    "top_p",
+    "js",
+    "js_renormalization",
+    "js_temperatures",
+    "undefined",
+    "per_head",
+}
+FFN_KEYS = {"side", "layer", "name", "ffn_type", "anisotropy_keys", "anisotropy_values", "variance_ratio", "top_p_mass"}
 
 
 def test_stats_schema_tsv_and_plot(stats_dirs):
@@ -170,8 +241,10 @@ def test_stats_schema_tsv_and_plot(stats_dirs):
             assert set(e) == LAYER_KEYS and e["heads"] == HEADS
             assert (e["activation"], e["output_norm"]) == ("relu", "gated_rmsnorm")
             assert set(e["per_head"]) == {"sparsity", "null_rate", "entropy", "top_p"}
-            assert all(len(v) == HEADS for v in (e["per_head"]["sparsity"], e["per_head"]["null_rate"],
-                                                 e["per_head"]["entropy"]))
+            assert all(
+                len(v) == HEADS
+                for v in (e["per_head"]["sparsity"], e["per_head"]["null_rate"], e["per_head"]["entropy"])
+            )
             assert e["sparsity"] == pytest.approx(sum(e["per_head"]["sparsity"]) / HEADS)
             assert is_rate(e["sparsity"]) and is_rate(e["null_rate"])
             assert sorted(e["top_p"]) == ["0.01", "0.05", "0.1"]
@@ -183,7 +256,8 @@ def test_stats_schema_tsv_and_plot(stats_dirs):
             assert e["undefined"] is None
             assert float(tsv[(kind, str(e["layer"]), "all", "null_rate")]) == pytest.approx(e["null_rate"], rel=1e-5)
             assert float(tsv[(kind, str(e["layer"]), "3", "entropy")]) == pytest.approx(
-                e["per_head"]["entropy"][3], rel=1e-5)
+                e["per_head"]["entropy"][3], rel=1e-5
+            )
     # ReLU attention zeroes the negative scores: some sparsity somewhere
     assert max(e["sparsity"] for layers in report["attention"].values() for e in layers) > 0
     ffn = report["ffn"]
@@ -192,7 +266,8 @@ def test_stats_schema_tsv_and_plot(stats_dirs):
         assert set(e) == FFN_KEYS and e["ffn_type"] == "standard"
         assert -1 <= e["anisotropy_keys"] <= 1 and e["variance_ratio"] > 0
         assert float(tsv[(f"{e['side']}_ffn", str(e["layer"]), "-", "variance_ratio")]) == pytest.approx(
-            e["variance_ratio"], rel=1e-5)
+            e["variance_ratio"], rel=1e-5
+        )
     assert is_png(stats_dirs["rela"] / "stats.png")
 
 
@@ -214,7 +289,8 @@ def test_stock_transformer_checkpoint(stats_dirs, models, data):
 
     ours = load_checkpoint(str(models["stock"]), str(data / "data-bin"))
     [theirs], _, task = checkpoint_utils.load_model_ensemble_and_task(
-        [str(models["stock"])], arg_overrides={"data": str(data / "data-bin")})
+        [str(models["stock"])], arg_overrides={"data": str(data / "data-bin")}
+    )
     assert type(theirs) is TransformerModel and type(ours.model) is not TransformerModel
     theirs.eval()
     examples = examples_from_split(ours.task, "test", 8)
@@ -231,12 +307,17 @@ def test_norms(data, models, tmp_path, capsys):
     assert analyze("norms", *common(data, models["rela"], out, "--max-sentences", "16")) == 2
     err = capsys.readouterr().err
     assert "fsa-analyze norms: error:" in err and "gated_rmsnorm" in err and "--allow-output-norm" in err
-    assert analyze("norms", *common(data, models["rela"], out, "--max-sentences", "16",
-                                    "--allow-output-norm")) == 0
+    assert analyze("norms", *common(data, models["rela"], out, "--max-sentences", "16", "--allow-output-norm")) == 0
     report = load(out / "norms.json")
     check_header(report, "norms", "plugin", 16)
-    assert set(report) == HEADER_KEYS | {"kinds", "spearman_unit", "allow_output_norm",
-                                         "exact_decomposition", "layers", "spearman"}
+    assert set(report) == HEADER_KEYS | {
+        "kinds",
+        "spearman_unit",
+        "allow_output_norm",
+        "exact_decomposition",
+        "layers",
+        "spearman",
+    }
     assert report["exact_decomposition"] is False and report["allow_output_norm"] is True
     for kind in ("encoder_self", "decoder_self", "cross"):
         assert set(report["spearman"][kind]) <= {"eos", "punctuation", "other"}
@@ -255,12 +336,15 @@ def test_norms(data, models, tmp_path, capsys):
     header, rows = read_tsv(out / "norms_spearman.tsv")
     assert header == ["kind", "layer", "category", "rho", "count", "mean_alpha", "mean_f_norm"]
     assert len(rows) == sum(len(v) for v in report["spearman"].values()) + sum(
-        len(e["spearman"]) for layers in report["layers"].values() for e in layers)
+        len(e["spearman"]) for layers in report["layers"].values() for e in layers
+    )
     assert read_tsv(out / "norms.tsv")[0] == ["kind", "layer", "head", "statistic", "value"]
     assert is_png(out / "norms.png")
     # the stock softmax model decomposes exactly: no flag needed
-    assert analyze("norms", *common(data, models["stock"], tmp_path / "stock", "--max-sentences", "8",
-                                    "--kinds", "cross")) == 0
+    assert (
+        analyze("norms", *common(data, models["stock"], tmp_path / "stock", "--max-sentences", "8", "--kinds", "cross"))
+        == 0
+    )
     stock = load(tmp_path / "stock" / "norms.json")
     assert stock["exact_decomposition"] is True and list(stock["layers"]) == ["cross"]
 
@@ -293,32 +377,78 @@ def plain_aer(predicted_lines, gold_lines, **kw):
 
 
 def align_args(data, checkpoint, six, out, gold, *extra):
-    return ["align", *common(data, checkpoint, out, "--raw-source", six / "six.de", "--raw-target",
-                             six / "six.en", "--tokenizer", "moses", "--bpe-codes", data / "bpe" / "codes",
-                             "--gold", gold, *extra)]
+    return [
+        "align",
+        *common(
+            data,
+            checkpoint,
+            out,
+            "--raw-source",
+            six / "six.de",
+            "--raw-target",
+            six / "six.en",
+            "--tokenizer",
+            "moses",
+            "--bpe-codes",
+            data / "bpe" / "codes",
+            "--gold",
+            gold,
+            *extra,
+        ),
+    ]
 
 
 def test_align_with_gold_and_bad_gold_files(data, models, six, tmp_path, capsys):
     out = tmp_path / "align"
-    assert analyze(*align_args(data, models["rela"], six, out, six / "gold.talp", "--method", "weights",
-                               "norms", "--allow-output-norm")) == 0
+    assert (
+        analyze(
+            *align_args(
+                data, models["rela"], six, out, six / "gold.talp", "--method", "weights", "norms", "--allow-output-norm"
+            )
+        )
+        == 0
+    )
     report = load(out / "align.json")
     check_header(report, "align", "plugin", 6, RAW_DATA_KEYS)
     assert set(report) == HEADER_KEYS | {"gold", "zero_indexed", "reverse_links", "subword_scheme", "results"}
     assert [(r["method"], r["setting"]) for r in report["results"]] == [
-        ("weights", "awo"), ("weights", "awi"), ("norms", "awo"), ("norms", "awi")]
+        ("weights", "awo"),
+        ("weights", "awi"),
+        ("norms", "awo"),
+        ("norms", "awi"),
+    ]
     gold_lines = GOLD.splitlines()
     tsv_rows = read_tsv(out / "align.tsv")[1]
     assert len(tsv_rows) == 4 * LAYERS * (HEADS + 1)
     for result in report["results"]:
-        assert set(result) == {"method", "setting", "rows", "best", "best_layer", "best_head_per_layer",
-                               "layer_mean_aer", "best_head_mean_aer"}
+        assert set(result) == {
+            "method",
+            "setting",
+            "rows",
+            "best",
+            "best_layer",
+            "best_head_per_layer",
+            "layer_mean_aer",
+            "best_head_mean_aer",
+        }
         rows = result["rows"]
         assert [(r["layer"], r["head"]) for r in rows] == [
-            (layer, head) for layer in range(LAYERS) for head in [None] + list(range(HEADS))]
+            (layer, head) for layer in range(LAYERS) for head in [None] + list(range(HEADS))
+        ]
         for r in rows:
-            assert set(r) == {"layer", "head", "file", "links", "aer", "precision", "recall", "predicted",
-                              "sure", "predicted_sure", "predicted_possible"}
+            assert set(r) == {
+                "layer",
+                "head",
+                "file",
+                "links",
+                "aer",
+                "precision",
+                "recall",
+                "predicted",
+                "sure",
+                "predicted_sure",
+                "predicted_possible",
+            }
             predicted = (out / r["file"]).read_text().splitlines()
             assert len(predicted) == 6
             aer, n_links = plain_aer(predicted, gold_lines)
@@ -347,14 +477,21 @@ def test_align_with_gold_and_bad_gold_files(data, models, six, tmp_path, capsys)
     flipped = six / "gold.0.rev.talp"
     flipped.write_text("".join(flip(line) + "\n" for line in gold_lines))
     out2 = tmp_path / "align0"
-    assert analyze(*align_args(data, models["rela"], six, out2, flipped, "--zero-indexed",
-                               "--reverse-links", "--setting", "awi")) == 0
+    assert (
+        analyze(
+            *align_args(
+                data, models["rela"], six, out2, flipped, "--zero-indexed", "--reverse-links", "--setting", "awi"
+            )
+        )
+        == 0
+    )
     again = load(out2 / "align.json")["results"][0]
     first = report["results"][1]  # weights, awi
     assert [r["aer"] for r in again["rows"]] == pytest.approx([r["aer"] for r in first["rows"]])
     predicted = (out2 / again["rows"][0]["file"]).read_text().splitlines()
     assert plain_aer(predicted, flipped.read_text().splitlines(), zero=True, reverse=True)[0] == pytest.approx(
-        again["rows"][0]["aer"])
+        again["rows"][0]["aer"]
+    )
 
     # bad gold files: wrong number of lines, index out of range
     short = six / "short.talp"
@@ -368,8 +505,9 @@ def test_align_with_gold_and_bad_gold_files(data, models, six, tmp_path, capsys)
     assert analyze(*align_args(data, models["rela"], six, tmp_path / "bad", wide)) == 2
     err = capsys.readouterr().err
     assert f"{wide}:4: source index 8 in link '8-3' is out of range for a source sentence of 7 words" in err
-    assert analyze(*align_args(data, models["rela"], six, tmp_path / "bad", six / "gold.talp",
-                               "--method", "norms")) == 2
+    assert (
+        analyze(*align_args(data, models["rela"], six, tmp_path / "bad", six / "gold.talp", "--method", "norms")) == 2
+    )
     assert "--allow-output-norm" in capsys.readouterr().err
 
 
@@ -383,26 +521,41 @@ def test_align_on_binarized_data_leaves_out_sentences_with_unknown_pieces(data, 
     tok = {lang: (data / "tok" / f"test.{lang}").read_text(encoding="utf-8").splitlines() for lang in ("de", "en")}
     with open(data / "bpe" / "codes", encoding="utf-8") as f:
         bpe = BPE(f)
-    known = {lang: {line.split()[0] for line in (data / "data-bin" / f"dict.{lang}.txt").read_text(
-        encoding="utf-8").splitlines()} for lang in ("de", "en")}
-    affected = [i for i, (s, t) in enumerate(zip(tok["de"], tok["en"]))
-                if any(p not in known["de"] for p in bpe.process_line(s).split())
-                or any(p not in known["en"] for p in bpe.process_line(t).split())]
+    known = {
+        lang: {
+            line.split()[0]
+            for line in (data / "data-bin" / f"dict.{lang}.txt").read_text(encoding="utf-8").splitlines()
+        }
+        for lang in ("de", "en")
+    }
+    affected = [
+        i
+        for i, (s, t) in enumerate(zip(tok["de"], tok["en"]))
+        if any(p not in known["de"] for p in bpe.process_line(s).split())
+        or any(p not in known["en"] for p in bpe.process_line(t).split())
+    ]
     assert affected, "the test split of the slice has no unknown piece"
     gold = tmp_path / "gold.talp"  # rule-made: i-i sure for every position both sides have
-    gold.write_text("".join(" ".join(f"{i}-{i}" for i in range(1, min(len(s.split()), len(t.split())) + 1)) + "\n"
-                            for s, t in zip(tok["de"], tok["en"])))
+    gold.write_text(
+        "".join(
+            " ".join(f"{i}-{i}" for i in range(1, min(len(s.split()), len(t.split())) + 1)) + "\n"
+            for s, t in zip(tok["de"], tok["en"])
+        )
+    )
     out = tmp_path / "bin"
     capsys.readouterr()
-    assert analyze("align", *common(data, models["rela"], out, "--gold", gold, "--setting", "awi",
-                                    "--no-plots")) == 0
+    assert analyze("align", *common(data, models["rela"], out, "--gold", gold, "--setting", "awi", "--no-plots")) == 0
     printed = capsys.readouterr().out.splitlines()
     assert f"wrote {out / 'align.json'}" in printed and f"wrote {out / 'align.tsv'}" in printed
     assert any(line.startswith(f"wrote {out / 'alignments'} (") for line in printed)
     report = load(out / "align.json")
     check_header(report, "align", "plugin", len(tok["de"]))
-    assert report["unknown_pieces"] == {"sentences": len(affected), "indices": affected, "policy": "exclude",
-                                        "scored_sentences": len(tok["de"]) - len(affected)}
+    assert report["unknown_pieces"] == {
+        "sentences": len(affected),
+        "indices": affected,
+        "policy": "exclude",
+        "scored_sentences": len(tok["de"]) - len(affected),
+    }
     gold_lines = gold.read_text().splitlines()
     scored = [i for i in range(len(gold_lines)) if i not in set(affected)]
     for r in report["results"][0]["rows"]:
@@ -411,19 +564,49 @@ def test_align_on_binarized_data_leaves_out_sentences_with_unknown_pieces(data, 
         aer, _ = plain_aer([predicted[i] for i in scored], [gold_lines[i] for i in scored])
         assert r["aer"] == pytest.approx(aer)
     kept = tmp_path / "keep"
-    assert analyze("align", *common(data, models["rela"], kept, "--gold", gold, "--setting", "awi",
-                                    "--no-plots", "--unknown-pieces", "keep")) == 0
+    assert (
+        analyze(
+            "align",
+            *common(
+                data, models["rela"], kept, "--gold", gold, "--setting", "awi", "--no-plots", "--unknown-pieces", "keep"
+            ),
+        )
+        == 0
+    )
     again = load(kept / "align.json")
     assert again["unknown_pieces"]["policy"] == "keep" and again["unknown_pieces"]["scored_sentences"] == len(tok["de"])
     row = again["results"][0]["rows"][0]
     assert row["aer"] == pytest.approx(plain_aer((kept / row["file"]).read_text().splitlines(), gold_lines)[0])
     # raw text + codes: no <unk> question, words as the tokenized text has them
     raw = tmp_path / "raw"
-    assert analyze("align", *common(data, models["rela"], raw, "--raw-source", data / "tok" / "test.de",
-                                    "--raw-target", data / "tok" / "test.en", "--bpe-codes", data / "bpe" / "codes",
-                                    "--gold", gold, "--setting", "awi", "--no-plots", "--max-sentences", "200")) == 0
+    assert (
+        analyze(
+            "align",
+            *common(
+                data,
+                models["rela"],
+                raw,
+                "--raw-source",
+                data / "tok" / "test.de",
+                "--raw-target",
+                data / "tok" / "test.en",
+                "--bpe-codes",
+                data / "bpe" / "codes",
+                "--gold",
+                gold,
+                "--setting",
+                "awi",
+                "--no-plots",
+                "--max-sentences",
+                "200",
+            ),
+        )
+        == 0
+    )
     assert "unknown_pieces" not in load(raw / "align.json")
-    for line, s, t in zip((raw / report["results"][0]["rows"][0]["file"]).read_text().splitlines(), tok["de"], tok["en"]):
+    for line, s, t in zip(
+        (raw / report["results"][0]["rows"][0]["file"]).read_text().splitlines(), tok["de"], tok["en"]
+    ):
         for link in line.split():
             a, b = (int(x) for x in link.split("-"))
             assert a <= len(s.split()) and b <= len(t.split())
@@ -465,8 +648,12 @@ def test_filter_ranking_and_top_bottom_files(data, models, tmp_path):
     header, rows = read_tsv(out / "filter.tsv")
     assert header == ["rank", "index", "null_rate", "source", "target"]
     assert [int(r["index"]) for r in rows] == [r["index"] for r in ranking]
-    assert report["files"] == {"top.source": "top.de", "top.target": "top.en",
-                               "bottom.source": "bottom.de", "bottom.target": "bottom.en"}
+    assert report["files"] == {
+        "top.source": "top.de",
+        "top.target": "top.en",
+        "bottom.source": "bottom.de",
+        "bottom.target": "bottom.en",
+    }
     top = (out / "top.de").read_text().splitlines()
     bottom = (out / "bottom.en").read_text().splitlines()
     assert top == [r["source"] for r in rows[:3]] and bottom == [r["target"] for r in rows[-3:]]
@@ -479,12 +666,24 @@ def test_filter_ranking_and_top_bottom_files(data, models, tmp_path):
 
 def test_heatmap(data, models, tmp_path, capsys):
     out = tmp_path / "heat"
-    assert analyze("heatmap", *common(data, models["rela"], out, "--sentence", "4", "--layer", "1",
-                                      "--allow-output-norm")) == 0
+    assert (
+        analyze("heatmap", *common(data, models["rela"], out, "--sentence", "4", "--layer", "1", "--allow-output-norm"))
+        == 0
+    )
     report = load(out / "heatmap.json")
     check_header(report, "heatmap", "plugin", 1)
-    assert set(report) == HEADER_KEYS | {"sentence", "kind", "layer", "query_tokens", "key_tokens", "weights",
-                                         "norms", "layer_weights", "layer_norms", "image"}
+    assert set(report) == HEADER_KEYS | {
+        "sentence",
+        "kind",
+        "layer",
+        "query_tokens",
+        "key_tokens",
+        "weights",
+        "norms",
+        "layer_weights",
+        "layer_norms",
+        "image",
+    }
     tgt = (data / "bpe" / "test.en").read_text().splitlines()[4].split()
     src = (data / "bpe" / "test.de").read_text().splitlines()[4].split()
     assert report["query_tokens"] == ["</s>"] + tgt and report["key_tokens"] == src + ["</s>"]
@@ -504,14 +703,37 @@ def test_heatmap(data, models, tmp_path, capsys):
 
 def test_curves_compare_checkpoints(stats_dirs, data, models, six, tmp_path):
     align_out = tmp_path / "align"
-    assert analyze(*align_args(data, models["rela"], six, align_out, six / "gold.talp", "--no-plots",
-                               "--no-write-alignments")) == 0
+    assert (
+        analyze(
+            *align_args(data, models["rela"], six, align_out, six / "gold.talp", "--no-plots", "--no-write-alignments")
+        )
+        == 0
+    )
     out = tmp_path / "curves"
-    assert analyze("curves", f"softmax={stats_dirs['stock']}", f"rela={stats_dirs['rela']}",
-                   f"rela={align_out / 'align.json'}", "--output-dir", out) == 0
+    assert (
+        analyze(
+            "curves",
+            f"softmax={stats_dirs['stock']}",
+            f"rela={stats_dirs['rela']}",
+            f"rela={align_out / 'align.json'}",
+            "--output-dir",
+            out,
+        )
+        == 0
+    )
     report = load(out / "curves.json")
-    assert set(report) == {"command", "schema_version", "kind", "tau", "align_method", "align_setting",
-                           "inputs", "series", "image", "provenance"}
+    assert set(report) == {
+        "command",
+        "schema_version",
+        "kind",
+        "tau",
+        "align_method",
+        "align_setting",
+        "inputs",
+        "series",
+        "image",
+        "provenance",
+    }
     from fairseq_sparse_attn.provenance import check_provenance
 
     assert "curves" in check_provenance(report)["command"]
@@ -520,7 +742,8 @@ def test_curves_compare_checkpoints(stats_dirs, data, models, six, tmp_path):
     assert list(report["series"]["aer"]) == ["rela"]
     stats = load(stats_dirs["rela"] / "stats.json")
     assert [p["value"] for p in report["series"]["null_rate"]["rela"]] == [
-        e["null_rate"] for e in stats["attention"]["cross"]]
+        e["null_rate"] for e in stats["attention"]["cross"]
+    ]
     aer = [r["aer"] for r in load(align_out / "align.json")["results"][1]["rows"] if r["head"] is None]
     assert [p["value"] for p in report["series"]["aer"]["rela"]] == aer  # weights, awi
     assert is_png(out / "curves.png")

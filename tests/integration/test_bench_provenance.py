@@ -14,17 +14,45 @@ REPO = Path(__file__).resolve().parents[2]
 
 def run(script, *args):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *map(str, args)], capture_output=True,
-                          text=True, env=env, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / script), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 def test_bench_attention_json(tmp_path):
     out = tmp_path / "bench.json"
-    run("bench_attention.py", "--variants", "softmax,rela_g", "--rounds", "2", "--warmup", "0",
-        "--min-time", "0", "--measures", "train_step,decode_b1", "--train-batch", "2",
-        "--src-len", "6", "--tgt-len", "6", "--decode-steps", "2", "--decode-sentences", "1",
-        "--threads", "1", "--json", out)
+    run(
+        "bench_attention.py",
+        "--variants",
+        "softmax,rela_g",
+        "--rounds",
+        "2",
+        "--warmup",
+        "0",
+        "--min-time",
+        "0",
+        "--measures",
+        "train_step,decode_b1",
+        "--train-batch",
+        "2",
+        "--src-len",
+        "6",
+        "--tgt-len",
+        "6",
+        "--decode-steps",
+        "2",
+        "--decode-sentences",
+        "1",
+        "--threads",
+        "1",
+        "--json",
+        out,
+    )
     data = json.loads(out.read_text())
     record = check_provenance(data)
     assert record["threads"] == 1 and record["seed"] == 0 and "bench_attention.py" in record["command"]
@@ -41,9 +69,29 @@ def test_bench_attention_json(tmp_path):
 
 def test_bench_attention_adds_softmax_as_the_baseline(tmp_path):
     out = tmp_path / "bench.json"
-    run("bench_attention.py", "--variants", "rela_g", "--rounds", "1", "--warmup", "0", "--min-time", "0",
-        "--measures", "train_step", "--train-batch", "2", "--src-len", "6", "--tgt-len", "6",
-        "--threads", "1", "--json", out)
+    run(
+        "bench_attention.py",
+        "--variants",
+        "rela_g",
+        "--rounds",
+        "1",
+        "--warmup",
+        "0",
+        "--min-time",
+        "0",
+        "--measures",
+        "train_step",
+        "--train-batch",
+        "2",
+        "--src-len",
+        "6",
+        "--tgt-len",
+        "6",
+        "--threads",
+        "1",
+        "--json",
+        out,
+    )
     data = json.loads(out.read_text())  # strict JSON (no NaN)
     check_provenance(data)
     assert set(data["measures"]["train_step"]) == {"softmax", "rela_g"}
@@ -51,9 +99,29 @@ def test_bench_attention_adds_softmax_as_the_baseline(tmp_path):
 
 def test_bench_long_sequences_json(tmp_path):
     out = tmp_path / "long.json"
-    run("bench_long_sequences.py", "--lengths", "16", "--modes", "train", "--dim", "16", "--heads", "2",
-        "--batch", "1", "--block", "8", "--rounds", "1", "--warmup", "0", "--memory-repeats", "1",
-        "--json", out)
+    run(
+        "bench_long_sequences.py",
+        "--lengths",
+        "16",
+        "--modes",
+        "train",
+        "--dim",
+        "16",
+        "--heads",
+        "2",
+        "--batch",
+        "1",
+        "--block",
+        "8",
+        "--rounds",
+        "1",
+        "--warmup",
+        "0",
+        "--memory-repeats",
+        "1",
+        "--json",
+        out,
+    )
     data = json.loads(out.read_text())
     check_provenance(data)
     rows = data["results"]["train"]["16"]
@@ -63,9 +131,33 @@ def test_bench_long_sequences_json(tmp_path):
 
 def test_bench_attention_cpu_clock(tmp_path):
     out = tmp_path / "bench.json"
-    run("bench_attention.py", "--variants", "rela_g", "--rounds", "2", "--warmup", "0", "--min-time", "0",
-        "--measures", "decode_b1", "--src-len", "6", "--tgt-len", "6", "--decode-steps", "2",
-        "--decode-sentences", "1", "--threads", "1", "--clock", "cpu", "--json", out)
+    run(
+        "bench_attention.py",
+        "--variants",
+        "rela_g",
+        "--rounds",
+        "2",
+        "--warmup",
+        "0",
+        "--min-time",
+        "0",
+        "--measures",
+        "decode_b1",
+        "--src-len",
+        "6",
+        "--tgt-len",
+        "6",
+        "--decode-steps",
+        "2",
+        "--decode-sentences",
+        "1",
+        "--threads",
+        "1",
+        "--clock",
+        "cpu",
+        "--json",
+        out,
+    )
     data = json.loads(out.read_text())
     check_provenance(data)
     assert data["clock"] == "cpu" and data["settings"]["clock"] == "cpu"
@@ -75,9 +167,28 @@ def test_bench_attention_claims_recipe(tmp_path):
     """--claims (what `make bench` runs) on CPU: one thread, the CPU clock, 101 rounds (31 for
     batch-64 decoding) of >= 0.1 s; flags given explicitly win over the recipe."""
     out = tmp_path / "bench.json"
-    run("bench_attention.py", "--claims", "--variants", "rela_g", "--rounds", "2", "--warmup", "0",
-        "--measures", "train_step", "--train-batch", "2", "--src-len", "6", "--tgt-len", "6",
-        "--device", "cpu", "--json", out)
+    run(
+        "bench_attention.py",
+        "--claims",
+        "--variants",
+        "rela_g",
+        "--rounds",
+        "2",
+        "--warmup",
+        "0",
+        "--measures",
+        "train_step",
+        "--train-batch",
+        "2",
+        "--src-len",
+        "6",
+        "--tgt-len",
+        "6",
+        "--device",
+        "cpu",
+        "--json",
+        out,
+    )
     data = json.loads(out.read_text())
     record = check_provenance(data)
     settings = data["settings"]

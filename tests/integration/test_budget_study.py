@@ -22,25 +22,65 @@ from significance_fixtures import sacrebleu_paired
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "rela" / "budget_study.py"
 DATA = ["--max-train-lines", "1000", "--max-eval-lines", "40"]
-TINY = ["--layers", "1", "--dim", "32", "--heads", "2", "--max-tokens", "512", "--warmup", "4",
-        "--max-update", "12", "--save-every", "4", "--validate-interval", "4"]
+TINY = [
+    "--layers",
+    "1",
+    "--dim",
+    "32",
+    "--heads",
+    "2",
+    "--max-tokens",
+    "512",
+    "--warmup",
+    "4",
+    "--max-update",
+    "12",
+    "--save-every",
+    "4",
+    "--validate-interval",
+    "4",
+]
 
 
 def study(*args):
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, env=env, timeout=900
+    )
     return proc
 
 
 @pytest.fixture(scope="module")
 def study_out(tmp_path_factory, multi30k_raw):
     out = tmp_path_factory.mktemp("study")
-    proc = study("train", "--out", out, "--raw-dir", multi30k_raw, *DATA, *TINY,
-                 "--run", "softmax=softmax", "--run", "rela_g_adrop=rela_g:--attention-dropout 0.1")
+    proc = study(
+        "train",
+        "--out",
+        out,
+        "--raw-dir",
+        multi30k_raw,
+        *DATA,
+        *TINY,
+        "--run",
+        "softmax=softmax",
+        "--run",
+        "rela_g_adrop=rela_g:--attention-dropout 0.1",
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    proc = study("report", "--out", out, "--raw-dir", multi30k_raw, *DATA, "--baseline", "softmax",
-                 "--budgets", "8,12", "--average", "2")
+    proc = study(
+        "report",
+        "--out",
+        out,
+        "--raw-dir",
+        multi30k_raw,
+        *DATA,
+        "--baseline",
+        "softmax",
+        "--budgets",
+        "8,12",
+        "--average",
+        "2",
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     # training the same runs again skips them (their logs and checkpoints are kept)
     log = (out / "softmax" / "train.log").read_text()
@@ -48,17 +88,28 @@ def study_out(tmp_path_factory, multi30k_raw):
     assert again.returncode == 0 and "softmax is already trained" in again.stdout, again.stderr[-2000:]
     assert (out / "softmax" / "train.log").read_text() == log
     # another command under a trained run's name is refused
-    other = study("train", "--out", out, "--raw-dir", multi30k_raw, *DATA, *TINY, "--run",
-                  "softmax=softmax:--lr 5e-4")
+    other = study("train", "--out", out, "--raw-dir", multi30k_raw, *DATA, *TINY, "--run", "softmax=softmax:--lr 5e-4")
     assert other.returncode != 0 and "trained with another command" in other.stderr
     assert (out / "softmax" / "train.log").read_text() == log
     # a second report of the same folder, another baseline and prefix (translations cached)
-    second = study("report", "--out", out, "--raw-dir", multi30k_raw, *DATA, "--baseline", "rela_g_adrop",
-                   "--budgets", "12", "--average", "1", "--name", "vs_adrop")
+    second = study(
+        "report",
+        "--out",
+        out,
+        "--raw-dir",
+        multi30k_raw,
+        *DATA,
+        "--baseline",
+        "rela_g_adrop",
+        "--budgets",
+        "12",
+        "--average",
+        "1",
+        "--name",
+        "vs_adrop",
+    )
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
     return out, proc.stdout
-
-
 
 
 def test_rows_bleu_and_significance(study_out):
@@ -79,7 +130,8 @@ def test_rows_bleu_and_significance(study_out):
             assert base_row[f"{key}_p_vs_baseline"] is None
             assert row[f"{key}_p_vs_baseline"] == pytest.approx(cli_system["p_value"], abs=1e-4)
             assert row[f"{key}_ci95"] == pytest.approx(
-                [cli_system["mean"] - cli_system["ci"], cli_system["mean"] + cli_system["ci"]], abs=0.006)
+                [cli_system["mean"] - cli_system["ci"], cli_system["mean"] + cli_system["ci"]], abs=0.006
+            )
     assert "| rela_g_adrop (--attention-dropout 0.1) | 12 |" in (out / "study.md").read_text()
     assert "| rela_g_adrop (--attention-dropout 0.1) | 12 |" in stdout
     assert not list(out.glob("*/checkpoints/.avg*")), "averaged checkpoints are temporary"
@@ -142,8 +194,9 @@ def test_run_flags_and_curves(study_out):
     ckpt = next((out / "rela_g_adrop" / "checkpoints").glob("checkpoint_*_12.pt"))
     cfg = torch.load(ckpt, map_location="cpu", weights_only=False)["cfg"]
     assert cfg["model"].attention_dropout == 0.1
-    base_cfg = torch.load(next((out / "softmax" / "checkpoints").glob("checkpoint_*_12.pt")),
-                          map_location="cpu", weights_only=False)["cfg"]
+    base_cfg = torch.load(
+        next((out / "softmax" / "checkpoints").glob("checkpoint_*_12.pt")), map_location="cpu", weights_only=False
+    )["cfg"]
     assert base_cfg["model"].attention_dropout == 0.0
     rows = {(r["run"], r["updates"]): r for r in json.loads((out / "study.json").read_text())["rows"]}
     with open(out / "study_curves.csv") as f:

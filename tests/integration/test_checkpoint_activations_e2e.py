@@ -18,8 +18,14 @@ UPDATES = 8
 COMPARED = 4  # first updates compared
 RUNS = {
     "word_patterns": ["--arch", "fixed_pattern_word_transformer_wmt_en_de", "--encoder-attention-heads", "8"],
-    "reluformer": ["--arch", "reluformer_wmt_en_de", "--criterion",
-                   "relu_regularized_label_smoothed_cross_entropy", "--relu-reg-lambda", "0.5"],
+    "reluformer": [
+        "--arch",
+        "reluformer_wmt_en_de",
+        "--criterion",
+        "relu_regularized_label_smoothed_cross_entropy",
+        "--relu-reg-lambda",
+        "0.5",
+    ],
 }
 
 
@@ -39,8 +45,11 @@ def train_losses(log):
 def test_checkpoint_activations_trains_like_without(data, name, tmp_path):
     logs = {}
     for ckpt in (False, True):
-        extra = RUNS[name] + ["--log-interval", "1", "--disable-validation", "--no-save"] + \
-            (["--checkpoint-activations"] if ckpt else [])
+        extra = (
+            RUNS[name]
+            + ["--log-interval", "1", "--disable-validation", "--no-save"]
+            + (["--checkpoint-activations"] if ckpt else [])
+        )
         proc = train(data, name, tmp_path / f"ckpt{ckpt}", extra=extra, updates=UPDATES)
         assert proc.returncode == 0, proc.stderr[-3000:]
         logs[ckpt] = train_losses(proc.stdout + proc.stderr)

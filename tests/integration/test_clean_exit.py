@@ -30,8 +30,7 @@ print("main thread done", flush=True)
 def run(**env):
     full_env = {k: v for k, v in os.environ.items() if k != "FSA_COMPAT_OFF"}
     full_env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", **env)
-    return subprocess.run([sys.executable, "-c", PROGRAM], env=full_env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", PROGRAM], env=full_env, capture_output=True, text=True, timeout=120)
 
 
 def test_exit_with_a_busy_prefetch_thread_is_clean():
@@ -47,5 +46,6 @@ def test_without_the_patch_the_same_exit_aborts():
     one of two tries; here it did in every try)."""
     codes = [run(FSA_COMPAT_OFF="clean_exit") for _ in range(2)]
     assert all("main thread done" in p.stdout for p in codes)
-    assert any(p.returncode == -6 and "terminate called" in p.stderr for p in codes), \
-        [(p.returncode, p.stderr[-300:]) for p in codes]
+    assert any(p.returncode == -6 and "terminate called" in p.stderr for p in codes), [
+        (p.returncode, p.stderr[-300:]) for p in codes
+    ]

@@ -17,19 +17,28 @@ from fairseq_sparse_attn.options import HELP_GROUP, OPTION_FIELDS, PluginOptions
 REPO = Path(__file__).resolve().parents[2]
 
 
-ENTRY = {"train": "train", "generate": "generate", "validate": "validate", "interactive": "interactive",
-         "user-dir": "print_user_dir"}  # setup.py's console scripts
+ENTRY = {
+    "train": "train",
+    "generate": "generate",
+    "validate": "validate",
+    "interactive": "interactive",
+    "user-dir": "print_user_dir",
+}  # setup.py's console scripts
 
 
 def fsa(command, *args, **env):
-    code = (f"import sys; sys.argv[0] = 'fsa-{command}'; "
-            f"from fairseq_sparse_attn.cli import {ENTRY[command]}; {ENTRY[command]}()")
-    environ = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                   OMP_NUM_THREADS="1", **env)
+    code = (
+        f"import sys; sys.argv[0] = 'fsa-{command}'; "
+        f"from fairseq_sparse_attn.cli import {ENTRY[command]}; {ENTRY[command]}()"
+    )
+    environ = dict(
+        os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1", **env
+    )
     if "FSA_VERBOSE" not in env:
         environ.pop("FSA_VERBOSE", None)
-    return subprocess.run([sys.executable, "-c", code, *map(str, args)], env=environ,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)], env=environ, capture_output=True, text=True, timeout=600
+    )
 
 
 def group(help_text, title):
@@ -73,8 +82,9 @@ def test_train_help_with_arch_lists_every_plugin_option_with_the_presets_default
     assert set(flags) == {"--" + name.replace("_", "-") for name in OPTION_FIELDS}
     # the preset's defaults (rela_transformer_wmt_en_de: ReLU + gated RMSNorm), read from
     # the architecture function itself
-    from fairseq.models import ARCH_CONFIG_REGISTRY
     import argparse
+
+    from fairseq.models import ARCH_CONFIG_REGISTRY
 
     import fairseq_sparse_attn.plugin  # noqa: F401
 
@@ -125,8 +135,9 @@ def test_generate_help_lists_the_generate_time_flags():
     quiet(proc)
 
 
-@pytest.mark.parametrize("command, flags", [("validate", {"--mask-encoder-heads", "--verbose"}),
-                                            ("interactive", {"--verbose"})])
+@pytest.mark.parametrize(
+    "command, flags", [("validate", {"--mask-encoder-heads", "--verbose"}), ("interactive", {"--verbose"})]
+)
 def test_validate_and_interactive_help(command, flags):
     """fsa-validate has no default --task and fsa-interactive reads stdin: both still
     answer --help (with the wrapper's flags)."""
@@ -151,8 +162,11 @@ def test_start_up_lines_only_when_verbose():
         proc = fsa("train", *args, "--help", **env)
         assert proc.returncode == 0, proc.stderr[-3000:]
         log = proc.stdout + proc.stderr  # fsa-train logs to stdout, as fairseq-train
-        assert re.search(r"\| INFO \| fairseq_sparse_attn\.compat \| fairseq_sparse_attn compat "
-                         r"patches: quiet_logs, .*pin_memory", log), log[-2000:]
+        assert re.search(
+            r"\| INFO \| fairseq_sparse_attn\.compat \| fairseq_sparse_attn compat "
+            r"patches: quiet_logs, .*pin_memory",
+            log,
+        ), log[-2000:]
 
     # fairseq's notice for a --user-dir whose package is imported (the fairseq_sparse_attn
     # folder itself, which the wrapper has imported): only when verbose

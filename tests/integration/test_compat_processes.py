@@ -38,9 +38,16 @@ def test_all_gather_list_on_cpu_gloo():
         s.bind(("127.0.0.1", 0))
         port = str(s.getsockname()[1])
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, "-c", ALL_GATHER, str(r), port, str(REPO)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for r in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", ALL_GATHER, str(r), port, str(REPO)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for r in (0, 1)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]

@@ -25,7 +25,6 @@ def _dataclass_fields(registry_dc, name):
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_config_loads_and_names_exist(path):
-    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin)
     from fairseq.criterions import CRITERION_DATACLASS_REGISTRY, CRITERION_REGISTRY
     from fairseq.models import ARCH_MODEL_REGISTRY
     from fairseq.optim import OPTIMIZER_REGISTRY
@@ -33,6 +32,7 @@ def test_config_loads_and_names_exist(path):
     from fairseq.tasks import TASK_DATACLASS_REGISTRY, TASK_REGISTRY
 
     import fairseq_sparse_attn  # noqa: F401  (registers the plugin)
+    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin)
 
     cfg = OmegaConf.load(path)
     assert OmegaConf.is_missing(cfg.task, "data"), "task.data is given on the command line"
@@ -68,15 +68,26 @@ import re  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
-SMALL = {"encoder_embed_dim": 64, "decoder_embed_dim": 64, "encoder_ffn_embed_dim": 128,
-         "decoder_ffn_embed_dim": 128}
+SMALL = {"encoder_embed_dim": 64, "decoder_embed_dim": 64, "encoder_ffn_embed_dim": 128, "decoder_ffn_embed_dim": 128}
 # config -> the flags the script passes for the same model (scripts/<paper>/*.sh)
 EQUIVALENT = {
     "rela/rela_g.yaml": ["--arch", "rela_transformer_wmt_en_de", "--share-all-embeddings"],
-    "reluformer/iwslt14_reluformer.yaml": ["--arch", "reluformer_iwslt_de_en", "--share-all-embeddings",
-                                           "--criterion", "relu_regularized_label_smoothed_cross_entropy"],
-    "fixed_patterns/7f_token_6+1.yaml": ["--arch", "fixed_pattern_transformer_wmt_en_de", "--encoder-layers", "6",
-                                         "--decoder-layers", "1", "--share-all-embeddings"],
+    "reluformer/iwslt14_reluformer.yaml": [
+        "--arch",
+        "reluformer_iwslt_de_en",
+        "--share-all-embeddings",
+        "--criterion",
+        "relu_regularized_label_smoothed_cross_entropy",
+    ],
+    "fixed_patterns/7f_token_6+1.yaml": [
+        "--arch",
+        "fixed_pattern_transformer_wmt_en_de",
+        "--encoder-layers",
+        "6",
+        "--decoder-layers",
+        "1",
+        "--share-all-embeddings",
+    ],
 }
 
 
@@ -86,34 +97,82 @@ def _model_repr(log):
     start = next(i for i, line in enumerate(lines) if line.rstrip().endswith("SparseTransformerModel("))
     end = next(i for i in range(start + 1, len(lines)) if re.search(r"(\| INFO \||\[INFO\])", lines[i]))
     params = re.search(r"num\. shared model params: ([\d,]+)", log).group(1)
-    return "\n".join(lines[start + 1:end]), params
+    return "\n".join(lines[start + 1 : end]), params
 
 
 @pytest.mark.parametrize("name", sorted(EQUIVALENT))
 def test_hydra_config_builds_the_scripts_model(name, data, tmp_path):
-    env = dict(os.environ, FSA_USER_DIR=str(REPO / "fairseq_sparse_attn"), OMP_NUM_THREADS="1",
-               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(
+        os.environ,
+        FSA_USER_DIR=str(REPO / "fairseq_sparse_attn"),
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
     path = REPO / "configs" / name
     hydra = subprocess.run(
-        [sys.executable, "-m", "fairseq_cli.hydra_train", "--config-dir", str(path.parent), "--config-name", path.stem,
-         f"task.data={data / 'data-bin'}", "optimization.max_update=1", "optimization.update_freq=[1]",
-         "common.cpu=true", "dataset.max_tokens=512", "dataset.disable_validation=true",
-         "checkpoint.no_save=true", f"checkpoint.save_dir={tmp_path / 'h'}", f"hydra.run.dir={tmp_path / 'run'}",
-         *(f"+model.{k}={v}" for k, v in SMALL.items())],
-        capture_output=True, text=True, env=env, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "fairseq_cli.hydra_train",
+            "--config-dir",
+            str(path.parent),
+            "--config-name",
+            path.stem,
+            f"task.data={data / 'data-bin'}",
+            "optimization.max_update=1",
+            "optimization.update_freq=[1]",
+            "common.cpu=true",
+            "dataset.max_tokens=512",
+            "dataset.disable_validation=true",
+            "checkpoint.no_save=true",
+            f"checkpoint.save_dir={tmp_path / 'h'}",
+            f"hydra.run.dir={tmp_path / 'run'}",
+            *(f"+model.{k}={v}" for k, v in SMALL.items()),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     log = hydra.stdout + hydra.stderr + (tmp_path / "run" / "hydra_train.log").read_text()
     assert hydra.returncode == 0, log[-3000:]
     cli = subprocess.run(
-        [sys.executable, "-m", "fairseq_cli.train", str(data / "data-bin"), "--user-dir", str(REPO / "fairseq_sparse_attn"),
-         *EQUIVALENT[name], *(f"--{k.replace('_', '-')}={v}" for k, v in SMALL.items()), "--optimizer", "adam",
-         "--lr", "1e-3", "--max-update", "1", "--cpu", "--max-tokens", "512", "--disable-validation", "--no-save",
-         "--save-dir", str(tmp_path / "c")],
-        capture_output=True, text=True, env=env, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "fairseq_cli.train",
+            str(data / "data-bin"),
+            "--user-dir",
+            str(REPO / "fairseq_sparse_attn"),
+            *EQUIVALENT[name],
+            *(f"--{k.replace('_', '-')}={v}" for k, v in SMALL.items()),
+            "--optimizer",
+            "adam",
+            "--lr",
+            "1e-3",
+            "--max-update",
+            "1",
+            "--cpu",
+            "--max-tokens",
+            "512",
+            "--disable-validation",
+            "--no-save",
+            "--save-dir",
+            str(tmp_path / "c"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert cli.returncode == 0, (cli.stdout + cli.stderr)[-3000:]
     hydra_model, hydra_params = _model_repr(log)
     cli_model, cli_params = _model_repr(cli.stdout + cli.stderr)
     assert hydra_model == cli_model and hydra_params == cli_params
     # and the plugin's options arrived (not a plain softmax transformer)
-    expect = {"rela/rela_g.yaml": "(activation): ReLU", "reluformer/iwslt14_reluformer.yaml": "ScaledReLU",
-              "fixed_patterns/7f_token_6+1.yaml": "out_features=8"}[name]
+    expect = {
+        "rela/rela_g.yaml": "(activation): ReLU",
+        "reluformer/iwslt14_reluformer.yaml": "ScaledReLU",
+        "fixed_patterns/7f_token_6+1.yaml": "out_features=8",
+    }[name]
     assert expect in hydra_model, hydra_model[:2000]

@@ -68,26 +68,47 @@ def test_plain_reader_line_count_mismatch_names_both_files(tmp_path):
 # --------------------------------------------------------------------------- JSON readers
 
 LINGEVAL = [
-    {"source": "The house is old .", "reference": "Das Haus ist alt .", "origin": "newstest2009.1",
-     "errors": [
-         {"type": "np_agreement", "contrastive": "Der Haus ist alt .", "distance": 1, "frequency": 20},
-         {"type": "polarity_particle_nicht_ins", "contrastive": "Das Haus ist nicht alt ."},
-         {"type": "subj_verb_agreement", "contrastive": "Das Haus sind alt .", "distance": 2},
-     ]},
-    {"source": "They sleep .", "reference": "Sie schlafen .", "origin": "newstest2009.2",
-     "errors": [{"type": "subj_adequacy", "contrastive": "Sie schläft .", "distance": 1}]},
+    {
+        "source": "The house is old .",
+        "reference": "Das Haus ist alt .",
+        "origin": "newstest2009.1",
+        "errors": [
+            {"type": "np_agreement", "contrastive": "Der Haus ist alt .", "distance": 1, "frequency": 20},
+            {"type": "polarity_particle_nicht_ins", "contrastive": "Das Haus ist nicht alt ."},
+            {"type": "subj_verb_agreement", "contrastive": "Das Haus sind alt .", "distance": 2},
+        ],
+    },
+    {
+        "source": "They sleep .",
+        "reference": "Sie schlafen .",
+        "origin": "newstest2009.2",
+        "errors": [{"type": "subj_adequacy", "contrastive": "Sie schläft .", "distance": 1}],
+    },
 ]
 
 WSD = [
-    {"source": "Die Bank ist geschlossen .", "reference": "The bank is closed .", "ambig word": "Bank",
-     "sense": "bank", "original translation": "bank", "origin": "ted",
-     "frequency of sense/ambig word in wmt16": "30/40",
-     "errors": [{"contrastive": "The bench is closed .", "type": "word_sense", "replacement": "bench"}]},
-    {"source": "Er sitzt auf der Bank .", "reference": "He sits on the bench .", "ambig word": "Bank",
-     "sense": "bench", "original translation": "bench", "origin": "tatoeba",
-     "errors": [{"contrastive": "He sits on the bank .", "type": "word_sense", "replacement": "bank"},
-                {"contrastive": "He sits on the bank branch .", "type": "word_sense",
-                 "replacement": "bank branch"}]},
+    {
+        "source": "Die Bank ist geschlossen .",
+        "reference": "The bank is closed .",
+        "ambig word": "Bank",
+        "sense": "bank",
+        "original translation": "bank",
+        "origin": "ted",
+        "frequency of sense/ambig word in wmt16": "30/40",
+        "errors": [{"contrastive": "The bench is closed .", "type": "word_sense", "replacement": "bench"}],
+    },
+    {
+        "source": "Er sitzt auf der Bank .",
+        "reference": "He sits on the bench .",
+        "ambig word": "Bank",
+        "sense": "bench",
+        "original translation": "bench",
+        "origin": "tatoeba",
+        "errors": [
+            {"contrastive": "He sits on the bank .", "type": "word_sense", "replacement": "bank"},
+            {"contrastive": "He sits on the bank branch .", "type": "word_sense", "replacement": "bank branch"},
+        ],
+    },
 ]
 
 
@@ -126,18 +147,33 @@ def test_malformed_json_names_file_and_line(tmp_path):
         C.read_json_suite(path, "lingeval97")
 
 
-@pytest.mark.parametrize("fmt,entry,message", [
-    ("lingeval97", {"source": "a", "errors": []}, r"item 1: missing field 'reference'"),
-    ("lingeval97", {"source": "a", "reference": "b", "errors": [{"type": "x", "contrastive": "c"}, {"type": "x"}]},
-     r"item 1, errors\[1\]: missing field 'contrastive'"),
-    ("lingeval97", {"source": "a", "reference": "b", "errors": [{"contrastive": "c"}]},
-     r"item 1, errors\[0\]: missing field 'type'"),
-    ("lingeval97", {"source": "a", "reference": "b", "errors": "c"},
-     r"item 1: field 'errors' should be a list, found str"),
-    ("contrawsd", {"source": "a", "reference": "b", "ambig word": "Bank", "errors": [{"contrastive": "c"}]},
-     r"item 1, errors\[0\]: missing field 'sense'"),
-    ("mucow", ["not", "an", "object"], r"item 1: expected a JSON object, found list"),
-])
+@pytest.mark.parametrize(
+    "fmt,entry,message",
+    [
+        ("lingeval97", {"source": "a", "errors": []}, r"item 1: missing field 'reference'"),
+        (
+            "lingeval97",
+            {"source": "a", "reference": "b", "errors": [{"type": "x", "contrastive": "c"}, {"type": "x"}]},
+            r"item 1, errors\[1\]: missing field 'contrastive'",
+        ),
+        (
+            "lingeval97",
+            {"source": "a", "reference": "b", "errors": [{"contrastive": "c"}]},
+            r"item 1, errors\[0\]: missing field 'type'",
+        ),
+        (
+            "lingeval97",
+            {"source": "a", "reference": "b", "errors": "c"},
+            r"item 1: field 'errors' should be a list, found str",
+        ),
+        (
+            "contrawsd",
+            {"source": "a", "reference": "b", "ambig word": "Bank", "errors": [{"contrastive": "c"}]},
+            r"item 1, errors\[0\]: missing field 'sense'",
+        ),
+        ("mucow", ["not", "an", "object"], r"item 1: expected a JSON object, found list"),
+    ],
+)
 def test_missing_fields_name_file_item_and_field(tmp_path, fmt, entry, message):
     good = LINGEVAL[0] if fmt == "lingeval97" else WSD[0]
     path = write_json(tmp_path / "suite.json", [good, entry])
@@ -195,7 +231,7 @@ def test_batched_scores_match_incremental_computation(tiny):
 
 def test_eos_is_scored(tiny):
     model, d = tiny
-    (good, _), = C.score_items(model, [C.ContrastiveItem("1", "w1 w2", "w3", ["w4"], [None])], d, d)
+    ((good, _),) = C.score_items(model, [C.ContrastiveItem("1", "w1 w2", "w3", ["w4"], [None])], d, d)
     src = d.encode_line("w1 w2", add_if_not_exist=False).long()
     with torch.no_grad():
         logits, _ = model(src[None], torch.tensor([len(src)]), torch.tensor([[d.eos(), d.index("w3")]]))
@@ -269,7 +305,12 @@ HAND_SCORES = [(-1.0, [-2.0, -0.5]), (-3.0, [-3.0]), (-1.0, [-1.5, -4.0])]
 def test_decisions_per_variant_ties_are_wrong():
     decisions = C.decide(hand_items(), HAND_SCORES, "variant")
     assert [(d.item_id, d.group, d.correct) for d in decisions] == [
-        ("1", "2", True), ("1", "10", False), ("2", "2", False), ("3", None, True), ("3", "10", True)]
+        ("1", "2", True),
+        ("1", "10", False),
+        ("2", "2", False),
+        ("3", None, True),
+        ("3", "10", True),
+    ]
     report = C.summarize(decisions)
     assert report["overall"] == {"correct": 3, "total": 5, "accuracy": 0.6}
     assert list(report["by_group"]) == ["2", "10"]  # numeric order
@@ -278,7 +319,9 @@ def test_decisions_per_variant_ties_are_wrong():
 
 
 def test_decisions_per_item_need_every_variant_beaten():
-    items = [C.ContrastiveItem(str(i), "s", "c", ["x"] * len(b), ["g"] * len(b)) for i, (_, b) in enumerate(HAND_SCORES)]
+    items = [
+        C.ContrastiveItem(str(i), "s", "c", ["x"] * len(b), ["g"] * len(b)) for i, (_, b) in enumerate(HAND_SCORES)
+    ]
     decisions = C.decide(items, HAND_SCORES, "item")
     assert [(d.correct, d.score_incorrect) for d in decisions] == [(False, -0.5), (False, -3.0), (True, -1.5)]
     assert C.summarize(decisions)["by_group"]["g"] == {"correct": 1, "total": 3, "accuracy": 1 / 3}
@@ -327,35 +370,79 @@ def checkpoint(tmp_path_factory):
     """A data-bin with two dictionaries and a checkpoint of an untrained tiny plugin model,
     saved in the layout fairseq-train writes (cfg + model), so that fairseq's own loader
     reads it back."""
-    import fairseq_sparse_attn.plugin  # noqa: F401
     from fairseq import checkpoint_utils, options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     import fairseq_sparse_attn  # noqa: F401
+    import fairseq_sparse_attn.plugin  # noqa: F401
 
     root = tmp_path_factory.mktemp("contrastive_cli")
     data_bin = root / "data-bin"
     data_bin.mkdir()
-    for lang, words in [("en", ["the", "dog", "dogs", "runs", "run", "."]),
-                        ("de", ["der", "die", "hund", "hunde", "läuft", "laufen", "."])]:
+    for lang, words in [
+        ("en", ["the", "dog", "dogs", "runs", "run", "."]),
+        ("de", ["der", "die", "hund", "hunde", "läuft", "laufen", "."]),
+    ]:
         (data_bin / f"dict.{lang}.txt").write_text("".join(f"{w} {100 - i}\n" for i, w in enumerate(words)))
     parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, [
-        str(data_bin), "--task", "translation", "-s", "en", "-t", "de",
-        "--arch", "softmax_transformer_wmt_en_de", "--encoder-layers", "1", "--decoder-layers", "1",
-        "--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
-        "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-        "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "100"])
+    args = options.parse_args_and_arch(
+        parser,
+        [
+            str(data_bin),
+            "--task",
+            "translation",
+            "-s",
+            "en",
+            "-t",
+            "de",
+            "--arch",
+            "softmax_transformer_wmt_en_de",
+            "--encoder-layers",
+            "1",
+            "--decoder-layers",
+            "1",
+            "--encoder-embed-dim",
+            "16",
+            "--decoder-embed-dim",
+            "16",
+            "--encoder-ffn-embed-dim",
+            "32",
+            "--decoder-ffn-embed-dim",
+            "32",
+            "--encoder-attention-heads",
+            "2",
+            "--decoder-attention-heads",
+            "2",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "1e-3",
+            "--max-tokens",
+            "100",
+        ],
+    )
     cfg = convert_namespace_to_omegaconf(args)
     task = tasks.setup_task(cfg.task)
     torch.manual_seed(0)
     model = task.build_model(cfg.model)
     path = root / "checkpoint.pt"
     checkpoint_utils.torch_persistent_save(
-        {"cfg": cfg, "model": model.state_dict(), "last_optimizer_state": None,
-         "optimizer_history": [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "Adam",
-                                "lr_scheduler_state": {"best": None}, "num_updates": 0}],
-         "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 0}}}, str(path))
+        {
+            "cfg": cfg,
+            "model": model.state_dict(),
+            "last_optimizer_state": None,
+            "optimizer_history": [
+                {
+                    "criterion_name": "CrossEntropyCriterion",
+                    "optimizer_name": "Adam",
+                    "lr_scheduler_state": {"best": None},
+                    "num_updates": 0,
+                }
+            ],
+            "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 0}},
+        },
+        str(path),
+    )
     return path, data_bin, model.eval(), task
 
 
@@ -366,13 +453,33 @@ def test_cli_end_to_end_matches_in_process_evaluation(tmp_path, checkpoint):
     good = write(tmp_path / "good.de.gz", "der hund läuft.\ndie hunde laufen.\nder hund läuft.\n")
     bad = write(tmp_path / "bad.de", "der hund laufen.\ndie hunde läuft.\ndie hund läuft.\n")
     groups = write(tmp_path / "groups", "1\n1\n2\n")
-    report = C.cli_main([str(data_bin), str(src), str(good), str(bad), "--path", str(path),
-                         "--group-file", str(groups), "--tokenizer", "moses", "--cpu", "--batch-size", "2",
-                         "--output-json", str(tmp_path / "r.json"), "--output-tsv", str(tmp_path / "d.tsv"),
-                         "--no-progress"])
-    items = [C.ContrastiveItem("1", "the dog runs .", "der hund läuft .", ["der hund laufen ."], ["1"]),
-             C.ContrastiveItem("2", "the dogs run .", "die hunde laufen .", ["die hunde läuft ."], ["1"]),
-             C.ContrastiveItem("3", "the dog runs .", "der hund läuft .", ["die hund läuft ."], ["2"])]
+    report = C.cli_main(
+        [
+            str(data_bin),
+            str(src),
+            str(good),
+            str(bad),
+            "--path",
+            str(path),
+            "--group-file",
+            str(groups),
+            "--tokenizer",
+            "moses",
+            "--cpu",
+            "--batch-size",
+            "2",
+            "--output-json",
+            str(tmp_path / "r.json"),
+            "--output-tsv",
+            str(tmp_path / "d.tsv"),
+            "--no-progress",
+        ]
+    )
+    items = [
+        C.ContrastiveItem("1", "the dog runs .", "der hund läuft .", ["der hund laufen ."], ["1"]),
+        C.ContrastiveItem("2", "the dogs run .", "die hunde laufen .", ["die hunde läuft ."], ["1"]),
+        C.ContrastiveItem("3", "the dog runs .", "der hund läuft .", ["die hund läuft ."], ["2"]),
+    ]
     expected, decisions = C.evaluate(model, items, task.source_dictionary, task.target_dictionary)
     assert report["overall"] == expected["overall"]
     assert report["by_group"] == expected["by_group"]
@@ -386,8 +493,20 @@ def test_cli_end_to_end_matches_in_process_evaluation(tmp_path, checkpoint):
 def test_cli_json_format_and_max_items(tmp_path, checkpoint):
     path, data_bin, _, _ = checkpoint
     suite = write_json(tmp_path / "wsd.json", WSD)
-    report = C.cli_main([str(data_bin), str(suite), "--format", "mucow", "--path", str(path),
-                         "--max-items", "1", "--no-progress", "--cpu"])
+    report = C.cli_main(
+        [
+            str(data_bin),
+            str(suite),
+            "--format",
+            "mucow",
+            "--path",
+            str(path),
+            "--max-items",
+            "1",
+            "--no-progress",
+            "--cpu",
+        ]
+    )
     assert report["decision"] == "item"
     assert report["overall"]["total"] == 1
     assert list(report["by_group"]) == ["Bank:bank"]
@@ -430,8 +549,20 @@ def test_cli_json_has_provenance_and_the_file_is_announced(tmp_path, checkpoint,
     good = write(tmp_path / "good.de", "der hund läuft .\n")
     bad = write(tmp_path / "bad.de", "der hund laufen .\n")
     out = tmp_path / "r.json"
-    report = C.cli_main([str(data_bin), str(src), str(good), str(bad), "--path", str(path),
-                         "--no-progress", "--cpu", "--output-json", str(out)])
+    report = C.cli_main(
+        [
+            str(data_bin),
+            str(src),
+            str(good),
+            str(bad),
+            "--path",
+            str(path),
+            "--no-progress",
+            "--cpu",
+            "--output-json",
+            str(out),
+        ]
+    )
     written = json.loads(out.read_text())
     record = check_provenance(written)
     assert "--output-json" in record["command"] and record["sacrebleu_signature"] is None

@@ -32,8 +32,9 @@ def _sentences(n):
     d = shared_data_dir() / "multi30k"
     if not (d / "train.de.gz").exists():
         pytest.skip(f"Multi30k raw data not found at {d}")
-    with gzip.open(d / "train.de.gz", "rt", encoding="utf-8") as f_de, \
-            gzip.open(d / "train.en.gz", "rt", encoding="utf-8") as f_en:
+    with gzip.open(d / "train.de.gz", "rt", encoding="utf-8") as f_de, gzip.open(
+        d / "train.en.gz", "rt", encoding="utf-8"
+    ) as f_en:
         out = {"de": [], "en": []}
         for de, en in zip(f_de, f_en):
             a, b = len(de.split()), len(en.split())
@@ -64,8 +65,13 @@ def run_prep(corpus, *args, env=None):
     e = dict(os.environ)
     e.pop("FSA_DATA_MIRROR", None)
     e.update(env or {})
-    return subprocess.run([sys.executable, str(DATA_PREP / f"prepare_{corpus}.py"), *map(str, args)],
-                          capture_output=True, text=True, env=e, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(DATA_PREP / f"prepare_{corpus}.py"), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=e,
+        timeout=300,
+    )
 
 
 def lines(path):
@@ -105,13 +111,20 @@ def test_paper_settings():
     assert CORPORA["iwslt15_en_vi"].bpe_merges == 30000 and not CORPORA["korean_en"].joint_bpe
     assert CORPORA["europarl_de_en_align"].bpe_merges == 10000
     assert [p.name for p in CORPORA["iwslt14_de_en"].test] == [
-        "TED.dev2010", "TEDX.dev2012", "TED.tst2010", "TED.tst2011", "TED.tst2012"]
+        "TED.dev2010",
+        "TEDX.dev2012",
+        "TED.tst2010",
+        "TED.tst2011",
+        "TED.tst2012",
+    ]
 
 
 def test_text_formats():
-    tmx = (b'<?xml version="1.0"?><tmx><body><tu><tuv xml:lang="en"><seg>Hello</seg></tuv>'
-           b'<tuv xml:lang="ro"><seg>Salut</seg></tuv></tu><tu><tuv xml:lang="EN"><seg>Two</seg></tuv>'
-           b'<tuv xml:lang="ro-RO"><seg>Doi</seg></tuv></tu></body></tmx>')
+    tmx = (
+        b'<?xml version="1.0"?><tmx><body><tu><tuv xml:lang="en"><seg>Hello</seg></tuv>'
+        b'<tuv xml:lang="ro"><seg>Salut</seg></tuv></tu><tu><tuv xml:lang="EN"><seg>Two</seg></tuv>'
+        b'<tuv xml:lang="ro-RO"><seg>Doi</seg></tuv></tu></body></tmx>'
+    )
     assert parse_text(tmx, "tmx", "x", lang="ro") == ["Salut", "Doi"]
     assert parse_text(tmx, "tmx", "x", lang="en") == ["Hello", "Two"]
     assert parse_text(b"a\tb\nc\n", "tsv", "x", column=1) == ["b", ""]
@@ -137,14 +150,18 @@ def iwslt_raw(tmp_path_factory):
         body = []
         for i, line in enumerate(train):
             if i % 30 == 0:
-                body += ["<url>http://www.ted.com/talks/x.html</url>", "<keywords>talks</keywords>",
-                         "<talkid>1</talkid>", "<title>Ein Titel</title>" if lang == "de" else "<title>A Title</title>"]
+                body += [
+                    "<url>http://www.ted.com/talks/x.html</url>",
+                    "<keywords>talks</keywords>",
+                    "<talkid>1</talkid>",
+                    "<title>Ein Titel</title>" if lang == "de" else "<title>A Title</title>",
+                ]
             body.append(line)
         # a pair the length-ratio filter drops (1 token vs 6)
         body.append("Ja" if lang == "de" else "Yes , yes , yes .")
         members[f"de-en/train.tags.de-en.{lang}"] = "\n".join(body) + "\n"
         for k, name in enumerate(("TED.dev2010", "TEDX.dev2012", "TED.tst2010", "TED.tst2011", "TED.tst2012")):
-            segs = s[lang][92 + 4 * k: 96 + 4 * k]
+            segs = s[lang][92 + 4 * k : 96 + 4 * k]
             if k == 0:
                 segs = [segs[0] + " It\u2019s"] + segs[1:]
             members[f"de-en/IWSLT14.{name}.de-en.{lang}.xml"] = _sgm(segs, lang)
@@ -223,19 +240,34 @@ def test_wmt14_en_de_from_raw_dir(tmp_path):
     raw.mkdir()
     de, en = s["de"], s["en"]
     en = [en[0] + " state-of-the-art"] + en[1:]
-    _tar(raw / "training-parallel-europarl-v7.tgz",
-         {"training/europarl-v7.de-en.de": "\n".join(de[:20]) + "\n",
-          "training/europarl-v7.de-en.en": "\n".join(en[:20]) + "\n",
-          "training/europarl-v7.fr-en.fr": "x\n"})
-    _tar(raw / "training-parallel-commoncrawl.tgz",
-         {"commoncrawl.de-en.de": "\n".join(de[20:35]) + "\n", "commoncrawl.de-en.en": "\n".join(en[20:35]) + "\n"})
-    _tar(raw / "training-parallel-nc-v9.tgz",
-         {"training/news-commentary-v9.de-en.de": "\n".join(de[35:45]) + "\n",
-          "training/news-commentary-v9.de-en.en": "\n".join(en[35:45]) + "\n"})
-    _tar(raw / "wmt19-dev.tgz",
-         {"dev/newstest2013.de": "\n".join(de[45:50]) + "\n", "dev/newstest2013.en": "\n".join(en[45:50]) + "\n",
-          "dev/newstest2014-deen-src.de.sgm": _sgm(de[50:60], "de"),
-          "dev/newstest2014-deen-ref.en.sgm": _sgm(en[50:60], "en")})
+    _tar(
+        raw / "training-parallel-europarl-v7.tgz",
+        {
+            "training/europarl-v7.de-en.de": "\n".join(de[:20]) + "\n",
+            "training/europarl-v7.de-en.en": "\n".join(en[:20]) + "\n",
+            "training/europarl-v7.fr-en.fr": "x\n",
+        },
+    )
+    _tar(
+        raw / "training-parallel-commoncrawl.tgz",
+        {"commoncrawl.de-en.de": "\n".join(de[20:35]) + "\n", "commoncrawl.de-en.en": "\n".join(en[20:35]) + "\n"},
+    )
+    _tar(
+        raw / "training-parallel-nc-v9.tgz",
+        {
+            "training/news-commentary-v9.de-en.de": "\n".join(de[35:45]) + "\n",
+            "training/news-commentary-v9.de-en.en": "\n".join(en[35:45]) + "\n",
+        },
+    )
+    _tar(
+        raw / "wmt19-dev.tgz",
+        {
+            "dev/newstest2013.de": "\n".join(de[45:50]) + "\n",
+            "dev/newstest2013.en": "\n".join(en[45:50]) + "\n",
+            "dev/newstest2014-deen-src.de.sgm": _sgm(de[50:60], "de"),
+            "dev/newstest2014-deen-ref.en.sgm": _sgm(en[50:60], "en"),
+        },
+    )
     out = tmp_path / "out"
     proc = run_prep("wmt14_en_de", "--raw-dir", raw, "--out", out, "--bpe-merges", "80", "--max-eval-lines", "8")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -246,20 +278,40 @@ def test_wmt14_en_de_from_raw_dir(tmp_path):
     assert (out / "data-bin" / "test.en-de.de.bin").is_file()  # default direction en -> de
 
     # the other direction: de -> en
-    proc = run_prep("wmt14_en_de", "--raw-dir", raw, "--out", tmp_path / "deen", "--src", "de", "--tgt", "en",
-                    "--bpe-merges", "80", "--max-eval-lines", "8")
+    proc = run_prep(
+        "wmt14_en_de",
+        "--raw-dir",
+        raw,
+        "--out",
+        tmp_path / "deen",
+        "--src",
+        "de",
+        "--tgt",
+        "en",
+        "--bpe-merges",
+        "80",
+        "--max-eval-lines",
+        "8",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "deen" / "data-bin" / "train.de-en.de.bin").is_file()
     assert lines(tmp_path / "deen" / "raw" / "test.en") == en[50:58]
 
     # a member with a different number of lines is named with both counts
-    _tar(raw / "training-parallel-nc-v9.tgz",
-         {"training/news-commentary-v9.de-en.de": "\n".join(de[35:45]) + "\n",
-          "training/news-commentary-v9.de-en.en": "\n".join(en[35:44]) + "\n"})
+    _tar(
+        raw / "training-parallel-nc-v9.tgz",
+        {
+            "training/news-commentary-v9.de-en.de": "\n".join(de[35:45]) + "\n",
+            "training/news-commentary-v9.de-en.en": "\n".join(en[35:44]) + "\n",
+        },
+    )
     proc = run_prep("wmt14_en_de", "--raw-dir", raw, "--out", tmp_path / "bad")
     assert proc.returncode == 1
-    assert re.search(r"news-commentary-v9: .*training-parallel-nc-v9.tgz \[training/news-commentary-v9.de-en.en\] "
-                     r"has 9 sentences but .*\[training/news-commentary-v9.de-en.de\] has 10", proc.stderr), proc.stderr
+    assert re.search(
+        r"news-commentary-v9: .*training-parallel-nc-v9.tgz \[training/news-commentary-v9.de-en.en\] "
+        r"has 9 sentences but .*\[training/news-commentary-v9.de-en.de\] has 10",
+        proc.stderr,
+    ), proc.stderr
     assert not (tmp_path / "bad" / "data-bin").exists()
 
     # a missing file is named with its URL; a missing member with the archive's names
@@ -280,12 +332,18 @@ def test_europarl_alignment_corpus(tmp_path):
     gold_en = ["That is nice .", "On the agenda ."]
     train_de = s["de"][:1100] + ["", "Das ist schön ."] + s["de"][1100:]
     train_en = s["en"][:1100] + ["Only one side", "That is nice ."] + s["en"][1100:]
-    _tar(raw / "europarl-v7.de-en.tgz", {"europarl-v7.de-en.de": "\n".join(train_de) + "\n",
-                                         "europarl-v7.de-en.en": "\n".join(train_en) + "\n"})
-    _tar(raw / "DeEnGoldAlignment.tar.gz", {
-        "DeEn/de": ("\n".join(gold_de) + "\n").encode("latin-1"),
-        "DeEn/en": ("\n".join(gold_en) + "\n").encode("latin-1"),
-        "DeEn/alignmentDeEn.talp": "1-1 2-2 3-3 4-4\n1-2 2-3 3-3 4-4\n"})
+    _tar(
+        raw / "europarl-v7.de-en.tgz",
+        {"europarl-v7.de-en.de": "\n".join(train_de) + "\n", "europarl-v7.de-en.en": "\n".join(train_en) + "\n"},
+    )
+    _tar(
+        raw / "DeEnGoldAlignment.tar.gz",
+        {
+            "DeEn/de": ("\n".join(gold_de) + "\n").encode("latin-1"),
+            "DeEn/en": ("\n".join(gold_en) + "\n").encode("latin-1"),
+            "DeEn/alignmentDeEn.talp": "1-1 2-2 3-3 4-4\n1-2 2-3 3-3 4-4\n",
+        },
+    )
     out = tmp_path / "out"
     proc = run_prep("europarl_de_en_align", "--raw-dir", raw, "--out", out, "--bpe-merges", "100")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -305,8 +363,10 @@ def test_europarl_alignment_corpus(tmp_path):
     (raw / "DeEnGoldAlignment.tar.gz").unlink()
     proc = run_prep("europarl_de_en_align", "--out", tmp_path / "dl")
     assert proc.returncode == 1
-    assert "DeEnGoldAlignment.tar.gz cannot be downloaded automatically" in proc.stderr or \
-        "could not download europarl-v7.de-en.tgz" in proc.stderr
+    assert (
+        "DeEnGoldAlignment.tar.gz cannot be downloaded automatically" in proc.stderr
+        or "could not download europarl-v7.de-en.tgz" in proc.stderr
+    )
 
 
 def test_bad_arguments(tmp_path):
@@ -320,8 +380,20 @@ def test_bad_arguments(tmp_path):
 def test_europarl_docs_dead_url(tmp_path):
     env = {"EUROPARL_DOC_URL_BASE": "http://127.0.0.1:9/europarl/"}
     e = dict(os.environ, **env)
-    proc = subprocess.run([sys.executable, str(DATA_PREP / "prepare_europarl_docs.py"), "--out", str(tmp_path),
-                           "--max-doc-length", "128"], capture_output=True, text=True, env=e, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(DATA_PREP / "prepare_europarl_docs.py"),
+            "--out",
+            str(tmp_path),
+            "--max-doc-length",
+            "128",
+        ],
+        capture_output=True,
+        text=True,
+        env=e,
+        timeout=120,
+    )
     assert proc.returncode == 1
     assert "could not download train.en" in proc.stderr and "http://127.0.0.1:9/europarl/train.en" in proc.stderr
     assert "github.com/sameenmaruf/selective-attn" in proc.stderr and "--raw-dir" in proc.stderr
@@ -334,12 +406,16 @@ def test_europarl_gold_blank_lines_are_dropped_as_lilt_alignment_scripts_do(tmp_
     s = _sentences(2010)
     raw = tmp_path / "raw"
     raw.mkdir()
-    _tar(raw / "europarl-v7.de-en.tgz", {"europarl-v7.de-en.de": "\n".join(s["de"]) + "\n",
-                                         "europarl-v7.de-en.en": "\n".join(s["en"]) + "\n"})
+    _tar(
+        raw / "europarl-v7.de-en.tgz",
+        {"europarl-v7.de-en.de": "\n".join(s["de"]) + "\n", "europarl-v7.de-en.en": "\n".join(s["en"]) + "\n"},
+    )
 
     def gold_archive(de, en, talp):
-        _tar(raw / "DeEnGoldAlignment.tar.gz", {"DeEn/de": de.encode("latin-1"), "DeEn/en": en.encode("latin-1"),
-                                                "DeEn/alignmentDeEn.talp": talp})
+        _tar(
+            raw / "DeEnGoldAlignment.tar.gz",
+            {"DeEn/de": de.encode("latin-1"), "DeEn/en": en.encode("latin-1"), "DeEn/alignmentDeEn.talp": talp},
+        )
 
     gold_archive("Das ist schön .\n\nJa .\n \n", "That is nice .\n\nYes .\n\t\n", "1-1 2-2\n\n1-1\n   \n")
     out = tmp_path / "out"

@@ -201,8 +201,17 @@ def test_download_checks_sizes(tmp_path):
     srv, base = _serve(served)
     try:
         out = tmp_path / "ok"
-        proc = run_prep("--out", str(out), "--max-train-lines", "300", "--max-eval-lines", "50",
-                        "--bpe-merges", "100", env=_clean_env(MULTI30K_URL_BASE=base))
+        proc = run_prep(
+            "--out",
+            str(out),
+            "--max-train-lines",
+            "300",
+            "--max-eval-lines",
+            "50",
+            "--bpe-merges",
+            "100",
+            env=_clean_env(MULTI30K_URL_BASE=base),
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "downloaded train.de.gz: 637044 bytes" in proc.stderr and "verified by size" in proc.stderr
         assert _count_lines(out / "bpe" / "test.en") == 50 and _count_lines(out / "raw" / "test.de") == 50

@@ -24,24 +24,54 @@ from fairseq_sparse_attn.provenance import check_provenance
 from significance_fixtures import sacrebleu_paired
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = ["--max-train-lines", "1000", "--max-eval-lines", "40", "--layers", "1", "--dim", "32", "--heads", "2",
-        "--ffn-dim", "128", "--max-tokens", "512", "--warmup", "4", "--max-update", "12", "--validate-interval", "4",
-        "--recipe", "cpu", "--status-interval", "0.5", "--log-interval", "2"]
+TINY = [
+    "--max-train-lines",
+    "1000",
+    "--max-eval-lines",
+    "40",
+    "--layers",
+    "1",
+    "--dim",
+    "32",
+    "--heads",
+    "2",
+    "--ffn-dim",
+    "128",
+    "--max-tokens",
+    "512",
+    "--warmup",
+    "4",
+    "--max-update",
+    "12",
+    "--validate-interval",
+    "4",
+    "--recipe",
+    "cpu",
+    "--status-interval",
+    "0.5",
+    "--log-interval",
+    "2",
+]
 
 
 def run_demo(out, raw, *extra, tiny=TINY):
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, str(REPO / "scripts" / "demo.py"), "--out", str(out), "--raw-dir", str(raw),
-                           *tiny, *extra], capture_output=True, text=True, env=env, timeout=900)
+    return subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "demo.py"), "--out", str(out), "--raw-dir", str(raw), *tiny, *extra],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
 
 
 def validations_in(log):
     """(update, loss) of every validation line of a fairseq-train log, read plainly."""
     text = Path(log).read_text()
-    return [(int(u), float(loss)) for loss, u in
-            re.findall(r"valid on 'valid' subset \| loss ([\d.]+) \|.*?\| num_updates (\d+)", text)]
-
-
+    return [
+        (int(u), float(loss))
+        for loss, u in re.findall(r"valid on 'valid' subset \| loss ([\d.]+) \|.*?\| num_updates (\d+)", text)
+    ]
 
 
 def is_png(path):
@@ -61,19 +91,28 @@ def test_demo_reports_bleu_ci_and_p_value(demo_out):
     data = json.loads((out / "results.json").read_text())
     record = check_provenance(data, bleu=True)
     assert record["seed"] == 1 and "bs:1000" in data["signature"]
-    cli_base, cli_rela = sacrebleu_paired(out / "multi30k" / "raw" / "test.en", out / "test_softmax.hyp",
-                                          out / "test_rela_g.hyp")
+    cli_base, cli_rela = sacrebleu_paired(
+        out / "multi30k" / "raw" / "test.en", out / "test_softmax.hyp", out / "test_rela_g.hyp"
+    )
     assert data["recipe"] == "cpu" and data["seeds"] == [1] and data["changed_settings"]["layers"] == [3, 1]
     soft, rela = data["per_seed"]["1"]["softmax"], data["per_seed"]["1"]["rela_g"]
     assert soft["bleu"] == pytest.approx(cli_base["score"], abs=0.006)
     assert rela["bleu"] == pytest.approx(cli_rela["score"], abs=0.006)
     assert rela["p_value_vs_baseline"] == pytest.approx(cli_rela["p_value"], abs=1e-4)
     assert soft["p_value_vs_baseline"] is None
-    assert data["pairs"] == [{"seed": 1, "baseline": "softmax", "model": "rela_g", "p_value": rela["p_value_vs_baseline"],
-                              "bleu_difference": round(rela["bleu"] - soft["bleu"], 2)}]
+    assert data["pairs"] == [
+        {
+            "seed": 1,
+            "baseline": "softmax",
+            "model": "rela_g",
+            "p_value": rela["p_value_vs_baseline"],
+            "bleu_difference": round(rela["bleu"] - soft["bleu"], 2),
+        }
+    ]
     assert data["models"]["rela_g"]["bleu_mean"] == rela["bleu"] and data["models"]["rela_g"]["bleu_std"] is None
-    assert rela["bleu_ci95"] == pytest.approx([cli_rela["mean"] - cli_rela["ci"], cli_rela["mean"] + cli_rela["ci"]],
-                                              abs=0.006)
+    assert rela["bleu_ci95"] == pytest.approx(
+        [cli_rela["mean"] - cli_rela["ci"], cli_rela["mean"] + cli_rela["ci"]], abs=0.006
+    )
     lrs = runpy.run_path(str(REPO / "scripts" / "demo.py"))["DEMO_LR"]  # the defaults docs/demo.md justifies
     assert soft["lr"] == lrs["softmax"] and rela["lr"] == lrs["rela_g"]
     assert "p-value vs softmax" in printed and "95% CI" in printed and "What this shows:" in printed
@@ -85,8 +124,9 @@ def plain_repetition(sentence):
     from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
     w = Tokenizer13a()(sentence.strip()).split()
-    return (any(w[i] == w[i + 1] for i in range(len(w) - 1))
-            or any(w[i] == w[i + 2] and w[i + 1] == w[i + 3] for i in range(len(w) - 3)))
+    return any(w[i] == w[i + 1] for i in range(len(w) - 1)) or any(
+        w[i] == w[i + 2] and w[i + 1] == w[i + 3] for i in range(len(w) - 3)
+    )
 
 
 def test_demo_repetition_rate_length_ratio_and_status_lines(demo_out):
@@ -103,7 +143,9 @@ def test_demo_repetition_rate_length_ratio_and_status_lines(demo_out):
         assert r["length_ratio"] == pytest.approx(bleu.sys_len / bleu.ref_len, abs=1e-4)
     assert "repetition rate" in printed and "length ratio" in printed
     # status lines (stdout is not a terminal here): training updates of 12 and test sentences of 40
-    train_lines = re.findall(r"^\[softmax\] training: update (\d+)/12 \(\d+%\), [\d.]+ updates/s, about \S+ left", printed, re.M)
+    train_lines = re.findall(
+        r"^\[softmax\] training: update (\d+)/12 \(\d+%\), [\d.]+ updates/s, about \S+ left", printed, re.M
+    )
     assert train_lines and [int(u) for u in train_lines] == sorted(int(u) for u in train_lines)
     assert re.search(r"^\[rela_g\] translating test: (sentence \d+/40|starting)", printed, re.M)
 
@@ -119,12 +161,17 @@ def test_demo_learning_curves(demo_out):
         assert got == expected
     data = json.loads((out / "learning_curves.json").read_text())
     check_provenance(data)
-    assert [p["loss"] for p in data["variants"]["rela_g"]] == [loss for _, loss in validations_in(out / "train_rela_g.log")]
+    assert [p["loss"] for p in data["variants"]["rela_g"]] == [
+        loss for _, loss in validations_in(out / "train_rela_g.log")
+    ]
     assert is_png(out / "learning_curves.png")
     # the printed reading of the curves: the loss gap at the last validation and at the one a
     # quarter of the run earlier (updates 12 and 8 here), as the training logs have them
-    m = re.search(r"rela_g's validation loss is ([-+][\d.]+) from softmax's at update (\d+) "
-                  r"\(([-+][\d.]+) at update (\d+)\), so the gap is (not )?narrowing", printed)
+    m = re.search(
+        r"rela_g's validation loss is ([-+][\d.]+) from softmax's at update (\d+) "
+        r"\(([-+][\d.]+) at update (\d+)\), so the gap is (not )?narrowing",
+        printed,
+    )
     assert m, printed[-1500:]
     soft, rela = (dict(validations_in(out / f"train_{n}.log")) for n in ("softmax", "rela_g"))
     assert (int(m.group(2)), int(m.group(4))) == (12, 8)
@@ -157,8 +204,9 @@ def test_demo_sweep(demo_out, multi30k_raw):
 
         ids = sorted(refs, key=int)
         assert len(ids) == 40
-        assert r["valid_bleu"] == pytest.approx(sacrebleu.corpus_bleu([hyps[i] for i in ids], [[refs[i] for i in ids]]).score,
-                                                abs=0.006)
+        assert r["valid_bleu"] == pytest.approx(
+            sacrebleu.corpus_bleu([hyps[i] for i in ids], [[refs[i] for i in ids]]).score, abs=0.006
+        )
         assert r["valid_loss"] == validations_in(r["log"])[-1][1]
     best = max(rows, key=lambda r: (r["valid_bleu"], -r["valid_loss"]))
     assert data["best_lr"] == {"rela_g": best["lr"]}
@@ -173,9 +221,32 @@ def test_demo_two_seeds_pairs_and_mean(tmp_path, multi30k_raw):
     """Two seeds (as the cuda recipe runs): one run per model and seed, each seed pair
     compared on the same seed, the mean over seeds."""
     out = tmp_path / "two"
-    tiny = ["--max-train-lines", "200", "--max-eval-lines", "20", "--layers", "1", "--dim", "32", "--heads", "2",
-            "--ffn-dim", "64", "--max-tokens", "512", "--warmup", "2", "--max-update", "3", "--validate-interval", "3",
-            "--recipe", "cpu", "--seeds", "1,2"]
+    tiny = [
+        "--max-train-lines",
+        "200",
+        "--max-eval-lines",
+        "20",
+        "--layers",
+        "1",
+        "--dim",
+        "32",
+        "--heads",
+        "2",
+        "--ffn-dim",
+        "64",
+        "--max-tokens",
+        "512",
+        "--warmup",
+        "2",
+        "--max-update",
+        "3",
+        "--validate-interval",
+        "3",
+        "--recipe",
+        "cpu",
+        "--seeds",
+        "1,2",
+    ]
     proc = run_demo(out, multi30k_raw, tiny=tiny)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     data = json.loads((out / "results.json").read_text())
@@ -183,7 +254,9 @@ def test_demo_two_seeds_pairs_and_mean(tmp_path, multi30k_raw):
     assert data["seeds"] == [1, 2] and [p["seed"] for p in data["pairs"]] == [1, 2]
     refs = out / "multi30k" / "raw" / "test.en"
     for seed in (1, 2):
-        cli_base, cli_rela = sacrebleu_paired(refs, out / f"test_softmax_seed{seed}.hyp", out / f"test_rela_g_seed{seed}.hyp")
+        cli_base, cli_rela = sacrebleu_paired(
+            refs, out / f"test_softmax_seed{seed}.hyp", out / f"test_rela_g_seed{seed}.hyp"
+        )
         run = data["per_seed"][str(seed)]
         assert run["softmax"]["bleu"] == pytest.approx(cli_base["score"], abs=0.006)
         assert run["rela_g"]["p_value_vs_baseline"] == pytest.approx(cli_rela["p_value"], abs=1e-4)
@@ -213,26 +286,45 @@ def test_fairseq_progress_bar_on_a_terminal(tmp_path):
     without its redraws goes to LOG.err; the demo reads both."""
     fake = tmp_path / "fake_fairseq.py"
     fake.write_text(FAKE_FAIRSEQ)
-    code = (f"import runpy, types; d = runpy.run_path({str(REPO / 'scripts' / 'demo.py')!r}); "
-            f"text = d['run']([{sys.executable!r}, {str(fake)!r}], {str(tmp_path / 'x.log')!r}, "
-            f"args=types.SimpleNamespace(progress='bar', status_interval=20), progress=('train', 'x', 3, '')); "
-            f"print('RETURNED', repr(text))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    code = (
+        f"import runpy, types; d = runpy.run_path({str(REPO / 'scripts' / 'demo.py')!r}); "
+        f"text = d['run']([{sys.executable!r}, {str(fake)!r}], {str(tmp_path / 'x.log')!r}, "
+        f"args=types.SimpleNamespace(progress='bar', status_interval=20), progress=('train', 'x', 3, '')); "
+        f"print('RETURNED', repr(text))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO))
+    )
     stdout, stderr = proc.stdout.decode(), proc.stderr.decode()  # bytes: keep the bar's carriage returns
     assert proc.returncode == 0, stderr[-2000:]
     log = (tmp_path / "x.log").read_text()
     assert "stderr is a terminal: True" in log and "args: --log-format tqdm" in log
-    assert (tmp_path / "x.log.err").read_text() == "| valid | epoch 001 | valid on 'valid' subset | loss 7.1 | num_updates 3\n"
+    assert (
+        tmp_path / "x.log.err"
+    ).read_text() == "| valid | epoch 001 | valid on 'valid' subset | loss 7.1 | num_updates 3\n"
     assert "\repoch 001:  99%|###| 3/3" in stderr  # the bar as the terminal shows it
     assert "num_updates 3" in stdout.split("RETURNED", 1)[1]
 
 
 def make_value(repo_dir, variable, env):
     """What `make` in ``repo_dir`` sets ``variable`` to (the repository's Makefile)."""
-    proc = subprocess.run(["make", "-s", "--no-print-directory", "-f", str(repo_dir / "Makefile"),
-                           "--eval", f"print-var: ; @echo '$({variable})'", "print-var"],
-                          cwd=repo_dir, capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run(
+        [
+            "make",
+            "-s",
+            "--no-print-directory",
+            "-f",
+            str(repo_dir / "Makefile"),
+            "--eval",
+            f"print-var: ; @echo '$({variable})'",
+            "print-var",
+        ],
+        cwd=repo_dir,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
 
@@ -265,6 +357,11 @@ def test_demo_finds_the_data_the_makefile_finds(tmp_path, monkeypatch):
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")
 def test_make_check_readme_passes_on_the_repository():
-    proc = subprocess.run(["make", "-s", "check-readme", f"PYTHON={sys.executable}"], cwd=REPO, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        ["make", "-s", "check-readme", f"PYTHON={sys.executable}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr

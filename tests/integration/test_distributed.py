@@ -23,43 +23,102 @@ USER_DIR = str(REPO / "fairseq_sparse_attn")
 PROBE = str(REPO / "tests" / "fsa_train_probe.py")
 
 TINY = [
-    "--arch", "softmax_transformer_wmt_en_de", "--encoder-layers", "2", "--decoder-layers", "2",
-    "--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "256",
-    "--decoder-ffn-embed-dim", "256", "--encoder-attention-heads", "4",
-    "--decoder-attention-heads", "4", "--share-all-embeddings",
-    "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "3e-3",
-    "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "60",
-    "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-    "--max-tokens", "2048", "--num-workers", "0", "--seed", "1", "--log-format", "simple",
-    "--log-interval", "1", "--no-epoch-checkpoints",
+    "--arch",
+    "softmax_transformer_wmt_en_de",
+    "--encoder-layers",
+    "2",
+    "--decoder-layers",
+    "2",
+    "--encoder-embed-dim",
+    "64",
+    "--decoder-embed-dim",
+    "64",
+    "--encoder-ffn-embed-dim",
+    "256",
+    "--decoder-ffn-embed-dim",
+    "256",
+    "--encoder-attention-heads",
+    "4",
+    "--decoder-attention-heads",
+    "4",
+    "--share-all-embeddings",
+    "--optimizer",
+    "adam",
+    "--adam-betas",
+    "(0.9,0.98)",
+    "--lr",
+    "3e-3",
+    "--lr-scheduler",
+    "inverse_sqrt",
+    "--warmup-updates",
+    "60",
+    "--criterion",
+    "label_smoothed_cross_entropy",
+    "--label-smoothing",
+    "0.1",
+    "--max-tokens",
+    "2048",
+    "--num-workers",
+    "0",
+    "--seed",
+    "1",
+    "--log-format",
+    "simple",
+    "--log-interval",
+    "1",
+    "--no-epoch-checkpoints",
 ]
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 TRAIN_EXAMPLES = 4000  # the data fixture's slice
 
 
 def clean_env(probe_dir, **extra):
-    env = {k: v for k, v in os.environ.items()
-           if k not in LAUNCHER_VARS and not k.startswith(("SLURM_", "TORCHELASTIC_"))}
+    env = {
+        k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS and not k.startswith(("SLURM_", "TORCHELASTIC_"))
+    }
     env.update(PYTHONPATH=str(REPO), FSA_PROBE_DIR=str(probe_dir), OMP_NUM_THREADS="1", **extra)
     return env
 
 
 def train_args(data, save_dir, *extra):
-    return [str(data / "data-bin"), "--user-dir", USER_DIR, *TINY, "--save-dir", str(save_dir),
-            *[str(e) for e in extra]]
+    return [
+        str(data / "data-bin"),
+        "--user-dir",
+        USER_DIR,
+        *TINY,
+        "--save-dir",
+        str(save_dir),
+        *[str(e) for e in extra],
+    ]
 
 
 def one_process(data, probe_dir, save_dir, *extra, env_extra=None):
-    return subprocess.run([sys.executable, PROBE, *train_args(data, save_dir, *extra)],
-                          env=clean_env(probe_dir, **(env_extra or {})),
-                          capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, PROBE, *train_args(data, save_dir, *extra)],
+        env=clean_env(probe_dir, **(env_extra or {})),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def torchrun(data, probe_dir, save_dir, *extra, env_extra=None):
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           "--nproc_per_node", "2", PROBE, *train_args(data, save_dir, *extra)],
-                          env=clean_env(probe_dir, **(env_extra or {})),
-                          capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            PROBE,
+            *train_args(data, save_dir, *extra),
+        ],
+        env=clean_env(probe_dir, **(env_extra or {})),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def records(probe_dir, rank=0):
@@ -85,24 +144,32 @@ def free_port():
 def two_processes(data, tmp_path_factory):
     """torchrun, 2 CPU processes, one epoch (dropout 0), each rank with its own save dir."""
     out = tmp_path_factory.mktemp("torchrun2")
-    log = ok(torchrun(data, out / "probe", out / "ckpt", "--dropout", "0", "--max-epoch", "1",
-                      env_extra={"FSA_PROBE_SAVE_DIR_PER_RANK": "1"}))
+    log = ok(
+        torchrun(
+            data,
+            out / "probe",
+            out / "ckpt",
+            "--dropout",
+            "0",
+            "--max-epoch",
+            "1",
+            env_extra={"FSA_PROBE_SAVE_DIR_PER_RANK": "1"},
+        )
+    )
     return out, log
 
 
 @pytest.fixture(scope="module")
 def one_process_update_freq_2(data, tmp_path_factory):
     out = tmp_path_factory.mktemp("update_freq2")
-    log = ok(one_process(data, out / "probe", out / "ckpt", "--dropout", "0", "--max-epoch", "1",
-                         "--update-freq", "2"))
+    log = ok(one_process(data, out / "probe", out / "ckpt", "--dropout", "0", "--max-epoch", "1", "--update-freq", "2"))
     return out, log
 
 
 def test_torchrun_cpu_processes_form_one_world(two_processes):
     out, log = two_processes
     for rank in (0, 1):
-        assert (f"CPU distributed training (torchrun): rank {rank} of a world of 2, backend gloo, "
-                "init env://") in log
+        assert (f"CPU distributed training (torchrun): rank {rank} of a world of 2, backend gloo, init env://") in log
         assert re.search(rf"initialized host \S+ as rank {rank}\b", log)
     assert "'distributed_world_size': 2" in log and "'distributed_backend': 'gloo'" in log
     # no warning attributed to a plugin file (torch's broadcast_buffers FutureWarning named
@@ -123,8 +190,7 @@ def test_torchrun_cpu_processes_form_one_world(two_processes):
     assert p0.keys() == p1.keys()
     assert all(torch.equal(p0[k], p1[k]) for k in p0)
     # one set of checkpoints, by rank 0, holding those parameters
-    assert sorted(f.name for f in (out / "ckpt" / "rank0").glob("*.pt")) == [
-        "checkpoint_best.pt", "checkpoint_last.pt"]
+    assert sorted(f.name for f in (out / "ckpt" / "rank0").glob("*.pt")) == ["checkpoint_best.pt", "checkpoint_last.pt"]
     assert not list((out / "ckpt").glob("rank1/*.pt"))
     ckpt = torch.load(out / "ckpt" / "rank0" / "checkpoint_last.pt", weights_only=False)
     assert ckpt["optimizer_history"][-1]["num_updates"] == 25
@@ -171,23 +237,48 @@ def test_slurm_template_forms_the_same_world(data, two_processes, tmp_path):
     (bin_dir / "srun").write_text(FAKE_SRUN)
     (bin_dir / "srun").chmod(0o755)
     port = free_port()
-    env = clean_env(tmp_path / "probe", PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-                    DATA=str(data / "data-bin"), SAVE_DIR=str(tmp_path / "ckpt"), DIST_PORT=str(port),
-                    FSA_TRAIN=f"{sys.executable} {PROBE}", SLURM_JOB_ID="4242",
-                    SLURM_JOB_NAME="fsa-test", SLURM_NNODES="1", SLURM_JOB_NUM_NODES="1",
-                    SLURM_NTASKS="2", SLURM_NTASKS_PER_NODE="2", SLURM_JOB_NODELIST="localhost",
-                    FAKE_SRUN_TASKS="2", FAKE_SRUN_LOG=str(tmp_path / "task"))
-    proc = subprocess.run(["bash", str(REPO / "scripts" / "slurm" / "train.sbatch"), "--user-dir",
-                           USER_DIR, *TINY, "--dropout", "0", "--max-update", "5"],
-                          env=env, capture_output=True, text=True, timeout=900)
+    env = clean_env(
+        tmp_path / "probe",
+        PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        DATA=str(data / "data-bin"),
+        SAVE_DIR=str(tmp_path / "ckpt"),
+        DIST_PORT=str(port),
+        FSA_TRAIN=f"{sys.executable} {PROBE}",
+        SLURM_JOB_ID="4242",
+        SLURM_JOB_NAME="fsa-test",
+        SLURM_NNODES="1",
+        SLURM_JOB_NUM_NODES="1",
+        SLURM_NTASKS="2",
+        SLURM_NTASKS_PER_NODE="2",
+        SLURM_JOB_NODELIST="localhost",
+        FAKE_SRUN_TASKS="2",
+        FAKE_SRUN_LOG=str(tmp_path / "task"),
+    )
+    proc = subprocess.run(
+        [
+            "bash",
+            str(REPO / "scripts" / "slurm" / "train.sbatch"),
+            "--user-dir",
+            USER_DIR,
+            *TINY,
+            "--dropout",
+            "0",
+            "--max-update",
+            "5",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     logs = [(tmp_path / f"task.{rank}").read_text() for rank in (0, 1)]
     assert proc.returncode == 0, proc.stdout + proc.stderr + logs[0][-3000:] + logs[1][-3000:]
     assert f"2 tasks on 1 node(s) (localhost), port {port}" in proc.stdout
     for rank, log in enumerate(logs):
-        assert (f"CPU distributed training (slurm): rank {rank} of a world of 2, backend gloo, "
-                f"init tcp://localhost:{port}") in log
-    assert sorted(f.name for f in (tmp_path / "ckpt").glob("*.pt")) == [
-        "checkpoint_best.pt", "checkpoint_last.pt"]
+        assert (
+            f"CPU distributed training (slurm): rank {rank} of a world of 2, backend gloo, init tcp://localhost:{port}"
+        ) in log
+    assert sorted(f.name for f in (tmp_path / "ckpt").glob("*.pt")) == ["checkpoint_best.pt", "checkpoint_last.pt"]
     reference = two_processes[0] / "probe"
     for rank in (0, 1):
         got, ref = records(tmp_path / "probe", rank), records(reference, rank)[:5]
@@ -202,8 +293,7 @@ def test_resume_continues_like_an_uninterrupted_run(data, tmp_path):
     seed + num_updates, and the checkpoint keeps the position in the epoch."""
     ok(one_process(data, tmp_path / "a", tmp_path / "a_ckpt", "--dropout", "0.1", "--max-update", "20"))
     ok(one_process(data, tmp_path / "b1", tmp_path / "b_ckpt", "--dropout", "0.1", "--max-update", "10"))
-    log = ok(one_process(data, tmp_path / "b2", tmp_path / "b_ckpt", "--dropout", "0.1",
-                         "--max-update", "20"))
+    log = ok(one_process(data, tmp_path / "b2", tmp_path / "b_ckpt", "--dropout", "0.1", "--max-update", "20"))
     assert re.search(r"Loaded checkpoint \S+checkpoint_last\.pt \(epoch 1 @ 10 updates\)", log)
     a, b1, b2 = records(tmp_path / "a"), records(tmp_path / "b1"), records(tmp_path / "b2")
     assert [r["update"] for r in b1] == list(range(1, 11))

@@ -46,11 +46,9 @@ def test_pack_lengths_counts_separators():
 
 
 def test_pack_documents_never_cross_boundaries_and_reports_overlong():
-    docs = [Document(1, ["a b", "c"], ["A B", "C"]),
-            Document(5, ["d e f g h i", "j"], ["D", "J"])]
+    docs = [Document(1, ["a b", "c"], ["A B", "C"]), Document(5, ["d e f g h i", "j"], ["D", "J"])]
     packed, report = pack_documents(docs, 5, separator="<sep>")
-    assert [(s, t) for s, t, _ in packed] == [("a b <sep> c", "A B <sep> C"),
-                                              ("d e f g h i", "D"), ("j", "J")]
+    assert [(s, t) for s, t, _ in packed] == [("a b <sep> c", "A B <sep> C"), ("d e f g h i", "D"), ("j", "J")]
     assert [line for _, _, line in packed] == [1, 5, 6]
     assert report.overlong_sentences == 1 and report.packed == 3 and report.sentences == 4
 
@@ -109,9 +107,28 @@ def doc_data(tmp_path_factory):
     if not (d / "dev.en.gz").exists():
         pytest.skip(f"Europarl documents not found at {d}")
     out = tmp_path_factory.mktemp("europarl_docs")
-    proc = run([sys.executable, REPO / "data_prep" / "prepare_europarl_docs.py", "--raw-dir", d,
-                "--out", out, "--train-split", "dev", "--valid-split", "test", "--test-split", "test",
-                "--max-doc-length", "256", "--bpe-merges", "3000", "--max-docs", "120"])
+    proc = run(
+        [
+            sys.executable,
+            REPO / "data_prep" / "prepare_europarl_docs.py",
+            "--raw-dir",
+            d,
+            "--out",
+            out,
+            "--train-split",
+            "dev",
+            "--valid-split",
+            "test",
+            "--test-split",
+            "test",
+            "--max-doc-length",
+            "256",
+            "--bpe-merges",
+            "3000",
+            "--max-docs",
+            "120",
+        ]
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     info = json.loads((out / "L256" / "data-bin" / "doc_info.json").read_text())
     assert info["max_doc_length"] == 256
@@ -123,20 +140,77 @@ def test_tiny_document_level_run(doc_data, model, tmp_path):
     import sacrebleu
 
     # the ReLUFormer run also exercises the memory-bounded key-block path in training
-    arch = (["--arch", "reluformer_wmt_en_de", "--attn-key-block-size", "64",
-             "--attention-dropout", "0", "--criterion", "relu_regularized_label_smoothed_cross_entropy"]
-            if model == "reluformer" else
-            ["--arch", "softmax_transformer_wmt_en_de", "--criterion", "label_smoothed_cross_entropy"])
-    proc = run([sys.executable, "-m", "fairseq_cli.train", doc_data / "data-bin", "--user-dir", USER_DIR,
-                "--task", "document_translation", "--max-doc-length", "256", *arch,
-                "--label-smoothing", "0.1", "--encoder-layers", "2", "--decoder-layers", "2",
-                "--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "256",
-                "--decoder-ffn-embed-dim", "256", "--encoder-attention-heads", "4",
-                "--decoder-attention-heads", "4", "--share-all-embeddings", "--optimizer", "adam",
-                "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "25",
-                "--max-tokens", "4096", "--max-update", "50", "--save-dir", tmp_path,
-                "--no-epoch-checkpoints", "--num-workers", "0", "--seed", "1", "--log-format", "simple",
-                "--validate-interval-updates", "50"])
+    arch = (
+        [
+            "--arch",
+            "reluformer_wmt_en_de",
+            "--attn-key-block-size",
+            "64",
+            "--attention-dropout",
+            "0",
+            "--criterion",
+            "relu_regularized_label_smoothed_cross_entropy",
+        ]
+        if model == "reluformer"
+        else ["--arch", "softmax_transformer_wmt_en_de", "--criterion", "label_smoothed_cross_entropy"]
+    )
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "fairseq_cli.train",
+            doc_data / "data-bin",
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "document_translation",
+            "--max-doc-length",
+            "256",
+            *arch,
+            "--label-smoothing",
+            "0.1",
+            "--encoder-layers",
+            "2",
+            "--decoder-layers",
+            "2",
+            "--encoder-embed-dim",
+            "64",
+            "--decoder-embed-dim",
+            "64",
+            "--encoder-ffn-embed-dim",
+            "256",
+            "--decoder-ffn-embed-dim",
+            "256",
+            "--encoder-attention-heads",
+            "4",
+            "--decoder-attention-heads",
+            "4",
+            "--share-all-embeddings",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "2e-3",
+            "--lr-scheduler",
+            "inverse_sqrt",
+            "--warmup-updates",
+            "25",
+            "--max-tokens",
+            "4096",
+            "--max-update",
+            "50",
+            "--save-dir",
+            tmp_path,
+            "--no-epoch-checkpoints",
+            "--num-workers",
+            "0",
+            "--seed",
+            "1",
+            "--log-format",
+            "simple",
+            "--validate-interval-updates",
+            "50",
+        ]
+    )
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-3000:]
     if model == "reluformer":
@@ -144,10 +218,33 @@ def test_tiny_document_level_run(doc_data, model, tmp_path):
         for kind in ("encoder_self", "decoder_self", "cross"):
             for stat in ("reg", "entropy", "wsum", "null"):
                 assert re.search(rf"\b{stat}_{kind} [\d.]+", valid_line), (stat, kind, valid_line)
-    proc = run([sys.executable, "-m", "fairseq_cli.generate", doc_data / "data-bin", "--user-dir", USER_DIR,
-                "--task", "document_translation", "--max-doc-length", "256", "--path",
-                tmp_path / "checkpoint_last.pt", "--gen-subset", "test", "--beam", "1",
-                "--batch-size", "32", "--max-len-a", "0", "--max-len-b", "128", "--remove-bpe"])
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "fairseq_cli.generate",
+            doc_data / "data-bin",
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "document_translation",
+            "--max-doc-length",
+            "256",
+            "--path",
+            tmp_path / "checkpoint_last.pt",
+            "--gen-subset",
+            "test",
+            "--beam",
+            "1",
+            "--batch-size",
+            "32",
+            "--max-len-a",
+            "0",
+            "--max-len-b",
+            "128",
+            "--remove-bpe",
+        ]
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     hyps = dict(re.findall(r"^H-(\d+)\t\S+\t(.*)$", proc.stdout, re.M))
     refs = dict(re.findall(r"^T-(\d+)\t(.*)$", proc.stdout, re.M))
@@ -163,8 +260,25 @@ def test_tiny_document_level_run(doc_data, model, tmp_path):
 
 
 def test_document_task_rejects_wrong_length(doc_data, tmp_path):
-    proc = run([sys.executable, "-m", "fairseq_cli.train", doc_data / "data-bin", "--user-dir", USER_DIR,
-                "--task", "document_translation", "--max-doc-length", "512", "--arch", "sparse_transformer",
-                "--max-tokens", "1000", "--save-dir", tmp_path])
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "fairseq_cli.train",
+            doc_data / "data-bin",
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "document_translation",
+            "--max-doc-length",
+            "512",
+            "--arch",
+            "sparse_transformer",
+            "--max-tokens",
+            "1000",
+            "--save-dir",
+            tmp_path,
+        ]
+    )
     assert proc.returncode != 0
     assert "does not match the data" in proc.stderr and "L=256" in proc.stderr

@@ -14,10 +14,25 @@ REPO = Path(__file__).resolve().parents[2]
 USER_DIR = str(REPO / "fairseq_sparse_attn")
 
 TINY = [
-    "--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "64",
-    "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "256", "--decoder-ffn-embed-dim", "256",
-    "--encoder-attention-heads", "4", "--decoder-attention-heads", "4", "--share-all-embeddings",
-    "--dropout", "0.1",
+    "--encoder-layers",
+    "2",
+    "--decoder-layers",
+    "2",
+    "--encoder-embed-dim",
+    "64",
+    "--decoder-embed-dim",
+    "64",
+    "--encoder-ffn-embed-dim",
+    "256",
+    "--decoder-ffn-embed-dim",
+    "256",
+    "--encoder-attention-heads",
+    "4",
+    "--decoder-attention-heads",
+    "4",
+    "--share-all-embeddings",
+    "--dropout",
+    "0.1",
 ]
 CONFIGS = {
     "softmax": ["--arch", "softmax_transformer_wmt_en_de"],
@@ -34,22 +49,83 @@ def run(cmd, **kw):
 
 
 def train(data, name, save_dir, extra=(), updates=UPDATES):
-    return run([sys.executable, "-m", "fairseq_cli.train", data / "data-bin", "--user-dir", USER_DIR,
-                *CONFIGS.get(name, []), *TINY, "--optimizer", "adam", "--adam-betas", "(0.9,0.98)",
-                "--lr", "3e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "60",
-                "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-                "--max-tokens", "2048", "--max-update", str(updates), "--save-dir", save_dir,
-                "--no-epoch-checkpoints", "--num-workers", "0", "--seed", "1",
-                "--validate-interval-updates", str(updates), "--log-format", "simple", *extra])
+    return run(
+        [
+            sys.executable,
+            "-m",
+            "fairseq_cli.train",
+            data / "data-bin",
+            "--user-dir",
+            USER_DIR,
+            *CONFIGS.get(name, []),
+            *TINY,
+            "--optimizer",
+            "adam",
+            "--adam-betas",
+            "(0.9,0.98)",
+            "--lr",
+            "3e-3",
+            "--lr-scheduler",
+            "inverse_sqrt",
+            "--warmup-updates",
+            "60",
+            "--criterion",
+            "label_smoothed_cross_entropy",
+            "--label-smoothing",
+            "0.1",
+            "--max-tokens",
+            "2048",
+            "--max-update",
+            str(updates),
+            "--save-dir",
+            save_dir,
+            "--no-epoch-checkpoints",
+            "--num-workers",
+            "0",
+            "--seed",
+            "1",
+            "--validate-interval-updates",
+            str(updates),
+            "--log-format",
+            "simple",
+            *extra,
+        ]
+    )
 
 
 def generate_and_score(data, checkpoint, extra=()):
     import sacrebleu
 
-    proc = run([sys.executable, "-m", "fairseq_cli.generate", data / "data-bin", "--user-dir", USER_DIR,
-                "--path", checkpoint, "--gen-subset", "test", "--beam", "2", "--batch-size", "128",
-                "--max-len-a", "1.2", "--max-len-b", "10", "--remove-bpe", "--tokenizer", "moses",
-                "--source-lang", "de", "--target-lang", "en", *extra])
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "fairseq_cli.generate",
+            data / "data-bin",
+            "--user-dir",
+            USER_DIR,
+            "--path",
+            checkpoint,
+            "--gen-subset",
+            "test",
+            "--beam",
+            "2",
+            "--batch-size",
+            "128",
+            "--max-len-a",
+            "1.2",
+            "--max-len-b",
+            "10",
+            "--remove-bpe",
+            "--tokenizer",
+            "moses",
+            "--source-lang",
+            "de",
+            "--target-lang",
+            "en",
+            *extra,
+        ]
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     hyps = {}
     for line in proc.stdout.splitlines():
@@ -90,14 +166,45 @@ def test_validate_interactive_and_hub_load_plugin_checkpoints(data, rela_checkpo
     import torch
 
     assert int(torch.__version__.split(".")[0]) >= 2
-    proc = run([sys.executable, "-m", "fairseq_cli.validate", data / "data-bin", "--user-dir", USER_DIR,
-                "--task", "translation", "--path", rela_checkpoint, "--valid-subset", "valid",
-                "--max-tokens", "4096"])
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "fairseq_cli.validate",
+            data / "data-bin",
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "translation",
+            "--path",
+            rela_checkpoint,
+            "--valid-subset",
+            "valid",
+            "--max-tokens",
+            "4096",
+        ]
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "valid on 'valid' subset" in proc.stdout + proc.stderr
-    proc = run([sys.executable, "-m", "fairseq_cli.interactive", data / "data-bin", "--user-dir", USER_DIR,
-                "--path", rela_checkpoint, "--source-lang", "de", "--target-lang", "en", "--beam", "2"],
-               input="ein Mann\n")
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "fairseq_cli.interactive",
+            data / "data-bin",
+            "--user-dir",
+            USER_DIR,
+            "--path",
+            rela_checkpoint,
+            "--source-lang",
+            "de",
+            "--target-lang",
+            "en",
+            "--beam",
+            "2",
+        ],
+        input="ein Mann\n",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"^H-0\t", proc.stdout, re.M)
     code = (
@@ -114,10 +221,28 @@ def test_validate_interactive_and_hub_load_plugin_checkpoints(data, rela_checkpo
 def test_diverging_run_stops_and_saves_no_best_checkpoint(data, tmp_path):
     """ReLU without output norm at an absurd learning rate: the run must stop with a
     message saying it diverged and leave no checkpoint_best.pt."""
-    proc = train(data, "relu_alone", tmp_path, updates=40,
-                 extra=["--arch", "sparse_transformer", "--attn-activation", "relu",
-                        "--attn-output-norm", "none", "--lr", "1e4", "--warmup-updates", "1",
-                        "--clip-norm", "0", "--validate-interval-updates", "5"])
+    proc = train(
+        data,
+        "relu_alone",
+        tmp_path,
+        updates=40,
+        extra=[
+            "--arch",
+            "sparse_transformer",
+            "--attn-activation",
+            "relu",
+            "--attn-output-norm",
+            "none",
+            "--lr",
+            "1e4",
+            "--warmup-updates",
+            "1",
+            "--clip-norm",
+            "0",
+            "--validate-interval-updates",
+            "5",
+        ],
+    )
     log = proc.stdout + proc.stderr
     assert proc.returncode != 0, log[-2000:]
     assert "diverged" in log
@@ -125,13 +250,39 @@ def test_diverging_run_stops_and_saves_no_best_checkpoint(data, tmp_path):
 
 
 def test_bad_input_messages(data, tmp_path):
-    proc = run([sys.executable, "-m", "fairseq_cli.train", tmp_path / "no-such-dir", "--user-dir", USER_DIR,
-                "--arch", "sparse_transformer", "--max-tokens", "100"])
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "fairseq_cli.train",
+            tmp_path / "no-such-dir",
+            "--user-dir",
+            USER_DIR,
+            "--arch",
+            "sparse_transformer",
+            "--max-tokens",
+            "100",
+        ]
+    )
     assert proc.returncode != 0
     assert "no-such-dir" in proc.stderr and "does not exist" in proc.stderr
     for flag in ("--attn-activation", "--cross-attn-output-norm"):
-        proc = run([sys.executable, "-m", "fairseq_cli.train", data / "data-bin", "--user-dir", USER_DIR,
-                    "--arch", "sparse_transformer", flag, "nonsense", "--max-tokens", "100"])
+        proc = run(
+            [
+                sys.executable,
+                "-m",
+                "fairseq_cli.train",
+                data / "data-bin",
+                "--user-dir",
+                USER_DIR,
+                "--arch",
+                "sparse_transformer",
+                flag,
+                "nonsense",
+                "--max-tokens",
+                "100",
+            ]
+        )
         assert proc.returncode == 2
         assert "invalid choice: 'nonsense'" in proc.stderr
         assert ("sparsemax" in proc.stderr) if "activation" in flag else ("gated_rmsnorm" in proc.stderr)

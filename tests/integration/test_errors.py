@@ -18,11 +18,36 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = [
-    "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "32",
-    "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--share-all-embeddings",
-    "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000", "--num-workers", "0",
-    "--log-format", "simple", "--no-epoch-checkpoints", "--max-update", "2",
+    "--encoder-layers",
+    "1",
+    "--decoder-layers",
+    "1",
+    "--encoder-embed-dim",
+    "32",
+    "--decoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--decoder-ffn-embed-dim",
+    "64",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+    "--share-all-embeddings",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "1e-3",
+    "--max-tokens",
+    "1000",
+    "--num-workers",
+    "0",
+    "--log-format",
+    "simple",
+    "--no-epoch-checkpoints",
+    "--max-update",
+    "2",
 ]
 
 
@@ -34,10 +59,10 @@ def env():
 
 def fsa(command, *args):
     """``fsa-<command> args`` as the console script runs it, from this checkout."""
-    code = (f"import sys; sys.argv[0] = 'fsa-{command}'; "
-            f"from fairseq_sparse_attn.cli import {command}; {command}()")
-    return subprocess.run([sys.executable, "-c", code, *map(str, args)], env=env(),
-                          capture_output=True, text=True, timeout=600)
+    code = f"import sys; sys.argv[0] = 'fsa-{command}'; from fairseq_sparse_attn.cli import {command}; {command}()"
+    return subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)], env=env(), capture_output=True, text=True, timeout=600
+    )
 
 
 def one_line_error(proc, prefix, *fragments):
@@ -71,8 +96,7 @@ def databin(small_data, tmp_path):
 def rela_run(small_data, tmp_path_factory):
     """A ReLA model trained for 2 updates: checkpoint_last.pt / checkpoint_best.pt."""
     save = tmp_path_factory.mktemp("rela") / "ckpt"
-    proc = fsa("train", small_data / "data-bin", "--arch", "rela_transformer_wmt_en_de", *TINY,
-               "--save-dir", save)
+    proc = fsa("train", small_data / "data-bin", "--arch", "rela_transformer_wmt_en_de", *TINY, "--save-dir", save)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (save / "train.log").write_text(proc.stdout + proc.stderr)
     return save
@@ -89,8 +113,7 @@ def test_logs_are_quiet_and_timestamped(rela_run):
     assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| INFO \| fairseq_cli\.train \| ", log, re.M)
     assert "compat patches" not in log and "has already been imported" not in log
     # (checkpoint files in the save dir: the two fairseq writes, no temporary file)
-    assert sorted(p.name for p in rela_run.glob("*.pt*")) == ["checkpoint_best.pt",
-                                                              "checkpoint_last.pt"]
+    assert sorted(p.name for p in rela_run.glob("*.pt*")) == ["checkpoint_best.pt", "checkpoint_last.pt"]
 
 
 # --- data ---------------------------------------------------------------------------
@@ -98,8 +121,7 @@ def test_logs_are_quiet_and_timestamped(rela_run):
 
 def test_missing_dictionary(databin, tmp_path):
     (databin / "dict.en.txt").unlink()
-    proc = fsa("train", databin, "--arch", "softmax_transformer_wmt_en_de", *TINY,
-               "--save-dir", tmp_path / "ckpt")
+    proc = fsa("train", databin, "--arch", "softmax_transformer_wmt_en_de", *TINY, "--save-dir", tmp_path / "ckpt")
     one_line_error(proc, "fsa-train: error: ", f"{databin / 'dict.en.txt'} is missing")
     assert empty(tmp_path / "ckpt")
 
@@ -119,8 +141,7 @@ def test_damaged_binarized_data(databin, tmp_path, damage):
             f.seek(200)
             f.write(b"\xff" * 64)
         expected = (f"{path} is damaged",)
-    proc = fsa("train", databin, "--arch", "softmax_transformer_wmt_en_de", *TINY,
-               "--save-dir", tmp_path / "ckpt")
+    proc = fsa("train", databin, "--arch", "softmax_transformer_wmt_en_de", *TINY, "--save-dir", tmp_path / "ckpt")
     one_line_error(proc, "fsa-train: error: ", *expected)
     assert empty(tmp_path / "ckpt")
 
@@ -131,9 +152,22 @@ def test_prepare_multi30k_truncated_gz(multi30k_raw, tmp_path):
     gz = raw / "train.de.gz"
     os.truncate(gz, gz.stat().st_size // 2)
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, str(REPO / "data_prep" / "prepare_multi30k.py"),
-                           "--raw-dir", str(raw), "--out", str(out), "--max-train-lines", "300"],
-                          env=env(), capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "data_prep" / "prepare_multi30k.py"),
+            "--raw-dir",
+            str(raw),
+            "--out",
+            str(out),
+            "--max-train-lines",
+            "300",
+        ],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     one_line_error(proc, "[multi30k] error: ", f"{gz} is truncated or not a gzip file")
     assert not [p for p in out.rglob("*") if p.is_file()]
 
@@ -149,21 +183,38 @@ def test_train_without_arch(small_data, tmp_path):
 
 def test_validate_without_task(small_data, rela_run):
     proc = fsa("validate", small_data / "data-bin", "--path", rela_run / "checkpoint_last.pt")
-    one_line_error(proc, "fsa-validate: error: --task is required",
-                   "the checkpoint was trained with --task translation")
+    one_line_error(
+        proc, "fsa-validate: error: --task is required", "the checkpoint was trained with --task translation"
+    )
 
 
-@pytest.mark.parametrize("flags,message", [
-    (["--arch", "fixed_pattern_transformer_wmt_en_de", "--encoder-fixed-patterns",
-      "current,bogus"], "--encoder-fixed-patterns current,bogus: unknown fixed attention "
-                        "pattern 'bogus'; valid names: current, previous"),
-    (["--arch", "rela_transformer_wmt_en_de", "--attn-key-block-size", "16",
-      "--attention-dropout", "0.1"], "--attn-key-block-size 16 needs --attention-dropout 0"),
-    (["--arch", "fixed_pattern_word_transformer_wmt_en_de", "--encoder-attention-heads", "8",
-      "--encoder-subword-style", "sentencepiece"], "--encoder-subword-style sentencepiece, but the source dictionary has "
-                        "no '\u2581' word-start pieces (it has subword-nmt '@@' pieces: use "
-                        "--encoder-subword-style bpe)"),
-])
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (
+            ["--arch", "fixed_pattern_transformer_wmt_en_de", "--encoder-fixed-patterns", "current,bogus"],
+            "--encoder-fixed-patterns current,bogus: unknown fixed attention "
+            "pattern 'bogus'; valid names: current, previous",
+        ),
+        (
+            ["--arch", "rela_transformer_wmt_en_de", "--attn-key-block-size", "16", "--attention-dropout", "0.1"],
+            "--attn-key-block-size 16 needs --attention-dropout 0",
+        ),
+        (
+            [
+                "--arch",
+                "fixed_pattern_word_transformer_wmt_en_de",
+                "--encoder-attention-heads",
+                "8",
+                "--encoder-subword-style",
+                "sentencepiece",
+            ],
+            "--encoder-subword-style sentencepiece, but the source dictionary has "
+            "no '\u2581' word-start pieces (it has subword-nmt '@@' pieces: use "
+            "--encoder-subword-style bpe)",
+        ),
+    ],
+)
 def test_model_flags_fail_before_training(small_data, tmp_path, flags, message):
     proc = fsa("train", small_data / "data-bin", *TINY, *flags, "--save-dir", tmp_path / "ckpt")
     one_line_error(proc, "fsa-train: error: ", message)
@@ -172,10 +223,21 @@ def test_model_flags_fail_before_training(small_data, tmp_path, flags, message):
 
 
 def test_mask_encoder_heads_out_of_range(small_data, rela_run):
-    proc = fsa("generate", small_data / "data-bin", "--path", rela_run / "checkpoint_last.pt",
-               "--mask-encoder-heads", "0,9", "--max-tokens", "2000")
-    one_line_error(proc, "fsa-generate: error: ", "--mask-encoder-heads 0,9: head 9 is out of "
-                   "range, the encoder has 2 heads per layer (0..1)")
+    proc = fsa(
+        "generate",
+        small_data / "data-bin",
+        "--path",
+        rela_run / "checkpoint_last.pt",
+        "--mask-encoder-heads",
+        "0,9",
+        "--max-tokens",
+        "2000",
+    )
+    one_line_error(
+        proc,
+        "fsa-generate: error: ",
+        "--mask-encoder-heads 0,9: head 9 is out of range, the encoder has 2 heads per layer (0..1)",
+    )
     assert "H-" not in proc.stdout
 
 
@@ -185,17 +247,52 @@ def test_rhe_model_with_too_few_syntax_inputs():
     the fix, not the task the user already passed (the fixture checkpoint of
     tests/fixtures/checkpoints and its parsed test split)."""
     fixtures = REPO / "tests" / "fixtures" / "checkpoints"
-    proc = fsa("generate", fixtures / "data-bin", "--path", fixtures / "lpea_rhe.pt", "--task",
-               "parse_annotated_translation", "-s", "en", "-t", "de", "--gen-subset", "test",
-               "--syntax-inputs", "dep", "--batch-size", "6")
-    line = one_line_error(proc, "fsa-generate: error: ", "needs src_dep, src_rp",
-                          "--syntax-inputs dep builds src_dep only", "use --syntax-inputs dep,rp")
+    proc = fsa(
+        "generate",
+        fixtures / "data-bin",
+        "--path",
+        fixtures / "lpea_rhe.pt",
+        "--task",
+        "parse_annotated_translation",
+        "-s",
+        "en",
+        "-t",
+        "de",
+        "--gen-subset",
+        "test",
+        "--syntax-inputs",
+        "dep",
+        "--batch-size",
+        "6",
+    )
+    line = one_line_error(
+        proc,
+        "fsa-generate: error: ",
+        "needs src_dep, src_rp",
+        "--syntax-inputs dep builds src_dep only",
+        "use --syntax-inputs dep,rp",
+    )
     assert "--task parse_annotated_translation" not in line
     assert "H-" not in proc.stdout
     # with both inputs the same command translates
-    proc = fsa("generate", fixtures / "data-bin", "--path", fixtures / "lpea_rhe.pt", "--task",
-               "parse_annotated_translation", "-s", "en", "-t", "de", "--gen-subset", "test",
-               "--syntax-inputs", "dep,rp", "--batch-size", "6")
+    proc = fsa(
+        "generate",
+        fixtures / "data-bin",
+        "--path",
+        fixtures / "lpea_rhe.pt",
+        "--task",
+        "parse_annotated_translation",
+        "-s",
+        "en",
+        "-t",
+        "de",
+        "--gen-subset",
+        "test",
+        "--syntax-inputs",
+        "dep,rp",
+        "--batch-size",
+        "6",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("\nH-") + proc.stdout.startswith("H-") == 6
 
@@ -207,13 +304,25 @@ def test_resume_with_other_attention_flags(small_data, rela_run, tmp_path):
     save = tmp_path / "ckpt"
     shutil.copytree(rela_run, save)
     before = sha(save / "checkpoint_last.pt")
-    args = [small_data / "data-bin", "--arch", "rela_transformer_wmt_en_de", *TINY,
-            "--save-dir", save, "--attn-activation", "sparsemax"]
+    args = [
+        small_data / "data-bin",
+        "--arch",
+        "rela_transformer_wmt_en_de",
+        *TINY,
+        "--save-dir",
+        save,
+        "--attn-activation",
+        "sparsemax",
+    ]
     args[args.index("--max-update") + 1] = "3"
     proc = fsa("train", *args)
-    line = one_line_error(proc, "fsa-train: error: ", f"{save / 'checkpoint_last.pt'} was trained "
-                          "with other attention options", "--attn-activation: checkpoint 'relu', "
-                          "given 'sparsemax'", "--allow-attention-change")
+    line = one_line_error(
+        proc,
+        "fsa-train: error: ",
+        f"{save / 'checkpoint_last.pt'} was trained with other attention options",
+        "--attn-activation: checkpoint 'relu', given 'sparsemax'",
+        "--allow-attention-change",
+    )
     assert "begin training" not in proc.stdout
     assert sha(save / "checkpoint_last.pt") == before and not list(save.glob("*.tmp")), line
     # the explicit override resumes with the new flags
@@ -235,8 +344,11 @@ def test_restart_with_no_loadable_checkpoint(small_data, rela_run, tmp_path):
     shutil.copytree(rela_run, save)
     for name in ("checkpoint_last.pt", "checkpoint_best.pt"):
         os.truncate(save / name, 1000)
-    proc = fsa("train", small_data / "data-bin", "--arch", "rela_transformer_wmt_en_de", *TINY,
-               "--save-dir", save)
-    one_line_error(proc, "fsa-train: error: ", f"{save / 'checkpoint_last.pt'} is truncated",
-                   f"no other checkpoint in {save} loads")
+    proc = fsa("train", small_data / "data-bin", "--arch", "rela_transformer_wmt_en_de", *TINY, "--save-dir", save)
+    one_line_error(
+        proc,
+        "fsa-train: error: ",
+        f"{save / 'checkpoint_last.pt'} is truncated",
+        f"no other checkpoint in {save} loads",
+    )
     assert sorted(p.name for p in save.glob("*.pt*")) == ["checkpoint_best.pt", "checkpoint_last.pt"]

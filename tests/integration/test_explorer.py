@@ -45,8 +45,23 @@ def one_thread():
 
 
 def explore(name, out, *extra):
-    return cli.main(["explore", "--path", str(FIXTURES / f"{name}.pt"), "--data", str(DATA),
-                     "-s", "en", "-t", "de", "--out", str(out), "--no-progress", *map(str, extra)])
+    return cli.main(
+        [
+            "explore",
+            "--path",
+            str(FIXTURES / f"{name}.pt"),
+            "--data",
+            str(DATA),
+            "-s",
+            "en",
+            "-t",
+            "de",
+            "--out",
+            str(out),
+            "--no-progress",
+            *map(str, extra),
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -60,11 +75,13 @@ def pages(tmp_path_factory):
 
 
 def load_model(name):
-    import fairseq_sparse_attn  # noqa: F401  (registers the plugin)
     from fairseq import checkpoint_utils
 
+    import fairseq_sparse_attn  # noqa: F401  (registers the plugin)
+
     models, _, task = checkpoint_utils.load_model_ensemble_and_task(
-        [str(FIXTURES / f"{name}.pt")], arg_overrides={"data": str(DATA)})
+        [str(FIXTURES / f"{name}.pt")], arg_overrides={"data": str(DATA)}
+    )
     return models[0].eval(), task
 
 
@@ -86,7 +103,7 @@ def recorded(name, index):
         heads, d = m.num_heads, m.head_dim
         f = []
         for h in range(heads):  # f^h(x_j) = v^h_j W^{O,h}, W^{O,h} = out_proj.weight[:, h*d:(h+1)*d]
-            block = m.out_proj.weight.detach()[:, h * d:(h + 1) * d]
+            block = m.out_proj.weight.detach()[:, h * d : (h + 1) * d]
             f.append((tap.values[h].double() @ block.double().t()).norm(dim=-1))
         out[(tap.site.kind, tap.site.layer)] = (tap.weights[0].double(), torch.stack(f))
     return out, model
@@ -124,8 +141,7 @@ def test_embedded_data_matches_a_direct_recording(pages):
             assert got.shape == w.shape
             assert (got - w).abs().max() <= ALPHA_TOL
             assert torch.equal(got == 0, w == 0)  # a stored 0 is an exact zero
-            torch.testing.assert_close(torch.tensor(entry["f_norm"], dtype=torch.float64), f,
-                                       rtol=NORM_RTOL, atol=1e-6)
+            torch.testing.assert_close(torch.tensor(entry["f_norm"], dtype=torch.float64), f, rtol=NORM_RTOL, atol=1e-6)
             visible = torch.ones_like(w[0], dtype=torch.bool)
             if kind == "decoder_self":
                 visible = visible.tril()
@@ -165,8 +181,18 @@ def test_page_needs_no_network(pages):
 
 
 def test_bad_input_gives_one_line(tmp_path, capsys):
-    args = ["explore", "--path", str(FIXTURES / "rela_g.pt"), "-s", "en", "-t", "de",
-            "--out", str(tmp_path / "x.html"), "--no-progress"]
+    args = [
+        "explore",
+        "--path",
+        str(FIXTURES / "rela_g.pt"),
+        "-s",
+        "en",
+        "-t",
+        "de",
+        "--out",
+        str(tmp_path / "x.html"),
+        "--no-progress",
+    ]
     assert cli.main(args) == 2
     assert "explore: error: the data-bin directory is missing" in capsys.readouterr().err
     assert cli.main([*args, "--data", str(DATA), str(tmp_path)]) == 2
@@ -189,16 +215,20 @@ def test_bertviz_inputs_shapes_and_values():
     assert got["encoder_tokens"] == SOURCE[1].split() + ["</s>"]
     assert got["decoder_tokens"] == ["</s>"] + TARGET[1].split()
     shapes = {"encoder_attention": (src, src), "decoder_attention": (tgt, tgt), "cross_attention": (tgt, src)}
-    kinds = {"encoder_attention": "encoder_self", "decoder_attention": "decoder_self",
-             "cross_attention": "cross"}
+    kinds = {"encoder_attention": "encoder_self", "decoder_attention": "decoder_self", "cross_attention": "cross"}
     for name, (q, k) in shapes.items():
         assert isinstance(got[name], tuple) and len(got[name]) == 2
         for layer, t in enumerate(got[name]):
             assert tuple(t.shape) == (1, 4, q, k)
             torch.testing.assert_close(t[0].double(), direct[(kinds[name], layer)][0])
     ids = task.source_dictionary.encode_line(SOURCE[1], add_if_not_exist=False)
-    again = bertviz_inputs(model, task.source_dictionary, task.target_dictionary, ids,
-                           task.target_dictionary.encode_line(TARGET[1], add_if_not_exist=False))
+    again = bertviz_inputs(
+        model,
+        task.source_dictionary,
+        task.target_dictionary,
+        ids,
+        task.target_dictionary.encode_line(TARGET[1], add_if_not_exist=False),
+    )
     torch.testing.assert_close(again["cross_attention"][1], got["cross_attention"][1])
 
 
@@ -208,12 +238,13 @@ def test_bertviz_inputs_shapes_and_values():
 def chromium_binary():
     found = shutil.which("chromium") or (os.path.exists("/usr/bin/chromium") and "/usr/bin/chromium")
     if not found and os.geteuid() == 0 and shutil.which("apt-get"):
-        subprocess.run(["bash", str(REPO / "scripts" / "ci" / "install_chromium.sh")],
-                       capture_output=True, timeout=900)
+        subprocess.run(["bash", str(REPO / "scripts" / "ci" / "install_chromium.sh")], capture_output=True, timeout=900)
         found = shutil.which("chromium") or (os.path.exists("/usr/bin/chromium") and "/usr/bin/chromium")
     if not found:
-        pytest.skip("chromium not found after scripts/ci/install_chromium.sh (Debian package "
-                    "'chromium', installed by CI); the browser test needs it")
+        pytest.skip(
+            "chromium not found after scripts/ci/install_chromium.sh (Debian package "
+            "'chromium', installed by CI); the browser test needs it"
+        )
     return found
 
 
@@ -221,10 +252,24 @@ def chromium(binary, *args):
     profile = tempfile.mkdtemp(prefix="fsa-chromium-")
     try:
         proc = subprocess.run(
-            [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", "--virtual-time-budget=10000", *args],
-            capture_output=True, text=True, timeout=180)
+            [
+                binary,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={profile}",
+                "--virtual-time-budget=10000",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
     finally:
         shutil.rmtree(profile, ignore_errors=True)
     return proc
@@ -250,8 +295,7 @@ def merged(matrix, query_words, key_words):
 
 
 def shown(big):
-    return torch.tensor([[float("nan") if v is None else v for v in row] for row in big["values"]],
-                        dtype=torch.float64)
+    return torch.tensor([[float("nan") if v is None else v for v in row] for row in big["values"]], dtype=torch.float64)
 
 
 def test_page_in_headless_chromium(pages, tmp_path):
@@ -295,13 +339,18 @@ def test_page_in_headless_chromium(pages, tmp_path):
         torch.testing.assert_close(got.nan_to_num(0.0), alpha, rtol=0, atol=ALPHA_TOL)
         torch.testing.assert_close(shown(o["norm_subword"]).nan_to_num(0.0), norm, **tol)
         qw, kw = q_side["word_of"], k_side["word_of"]
-        torch.testing.assert_close(shown(o["alpha_word"]).nan_to_num(0.0), merged(alpha, qw, kw),
-                                   rtol=0, atol=ALPHA_TOL * len(k_side["tokens"]))
+        torch.testing.assert_close(
+            shown(o["alpha_word"]).nan_to_num(0.0),
+            merged(alpha, qw, kw),
+            rtol=0,
+            atol=ALPHA_TOL * len(k_side["tokens"]),
+        )
         torch.testing.assert_close(shown(o["norm_word"]).nan_to_num(0.0), merged(norm, qw, kw), **tol)
     # the screenshot: a PNG of the page with a head opened
     shot = tmp_path / "explorer.png"
-    proc = chromium(binary, "--window-size=1400,1000", f"--screenshot={shot}",
-                    page.as_uri() + "#open=cross/1/3&view=word")
+    proc = chromium(
+        binary, "--window-size=1400,1000", f"--screenshot={shot}", page.as_uri() + "#open=cross/1/3&view=word"
+    )
     assert shot.exists(), proc.stderr[-2000:]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10000
     keep = os.environ.get("FSA_TEST_ARTIFACTS")
@@ -314,9 +363,11 @@ def test_fixed_heads_labelled_in_the_page(pages):
     binary = chromium_binary()
     result = selftest(binary, pages["fixed_8f"])
     data = page_data(pages["fixed_8f"])
-    want = sorted(["encoder_self", int(layer), int(h), f"fixed: {name}"]
-                  for layer, heads in data["kinds"]["encoder_self"]["fixed"].items()
-                  for h, name in heads.items())
+    want = sorted(
+        ["encoder_self", int(layer), int(h), f"fixed: {name}"]
+        for layer, heads in data["kinds"]["encoder_self"]["fixed"].items()
+        for h, name in heads.items()
+    )
     assert sorted(result["fixed_labels"]) == want
     assert result["cells"]["encoder_self"] == 2 * 8
 
@@ -325,8 +376,9 @@ def test_bertviz_inputs_through_the_hub_interface():
     """docs/analysis.md's notebook example, on a fixture checkpoint."""
     from fairseq.models.transformer import TransformerModel
 
-    hub = TransformerModel.from_pretrained(str(FIXTURES), "rela_g.pt", data_name_or_path=str(DATA),
-                                           user_dir=str(REPO / "fairseq_sparse_attn"))
+    hub = TransformerModel.from_pretrained(
+        str(FIXTURES), "rela_g.pt", data_name_or_path=str(DATA), user_dir=str(REPO / "fairseq_sparse_attn")
+    )
     inputs = bertviz_inputs(hub.models[0], hub.src_dict, hub.tgt_dict, SOURCE[1], TARGET[1])
     direct, _ = recorded("rela_g", 1)
     tgt, src = len(TARGET[1].split()) + 1, len(SOURCE[1].split()) + 1

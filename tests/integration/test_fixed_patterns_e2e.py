@@ -14,8 +14,7 @@ from fairseq_sparse_attn.provenance import check_provenance
 
 from test_end_to_end import REPO, UPDATES, generate_and_score, run, train
 
-FIXED = ["--arch", "fixed_pattern_transformer_wmt_en_de", "--encoder-attention-heads", "8",
-         "--dropout", "0.1"]
+FIXED = ["--arch", "fixed_pattern_transformer_wmt_en_de", "--encoder-attention-heads", "8", "--dropout", "0.1"]
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +51,9 @@ def test_train_generate_mask_heads_and_length_bleu(data, fixed_checkpoint, tmp_p
     gen.write_text(out)
 
     # BLEU by reference length: every sentence in exactly one bin, "all" = corpus BLEU
-    proc = run([sys.executable, "-m", "fairseq_sparse_attn.analysis.length_bleu", gen,
-                "--json", tmp_path / "bins.json"])
+    proc = run(
+        [sys.executable, "-m", "fairseq_sparse_attn.analysis.length_bleu", gen, "--json", tmp_path / "bins.json"]
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads((tmp_path / "bins.json").read_text())
     check_provenance(result, bleu=True)  # {bins, tokenize, provenance}
@@ -65,9 +65,24 @@ def test_train_generate_mask_heads_and_length_bleu(data, fixed_checkpoint, tmp_p
 
     # head masking at test time: disabling the "previous token" head changes translations;
     # the same flag through fsa-validate changes the loss
-    common = [data / "data-bin", "--path", fixed_checkpoint, "--gen-subset", "test", "--beam", "2",
-              "--batch-size", "128", "--remove-bpe", "--tokenizer", "moses",
-              "--source-lang", "de", "--target-lang", "en"]
+    common = [
+        data / "data-bin",
+        "--path",
+        fixed_checkpoint,
+        "--gen-subset",
+        "test",
+        "--beam",
+        "2",
+        "--batch-size",
+        "128",
+        "--remove-bpe",
+        "--tokenizer",
+        "moses",
+        "--source-lang",
+        "de",
+        "--target-lang",
+        "en",
+    ]
     masked = fsa("generate", *common, "--mask-encoder-heads", "1")
     assert masked.returncode == 0, masked.stderr[-3000:]
     full_hyps, masked_hyps = hypotheses(out), hypotheses(masked.stdout)
@@ -78,19 +93,48 @@ def test_train_generate_mask_heads_and_length_bleu(data, fixed_checkpoint, tmp_p
     losses = {}
     for heads in (None, "1"):
         extra = ["--mask-encoder-heads", heads] if heads else []
-        proc = fsa("validate", data / "data-bin", "--path", fixed_checkpoint, "--task", "translation",
-                   "--valid-subset", "valid", "--max-tokens", "4096", *extra)
+        proc = fsa(
+            "validate",
+            data / "data-bin",
+            "--path",
+            fixed_checkpoint,
+            "--task",
+            "translation",
+            "--valid-subset",
+            "valid",
+            "--max-tokens",
+            "4096",
+            *extra,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
-        losses[heads] = float(re.findall(r"valid on 'valid' subset \| loss ([\d.]+)",
-                                         proc.stdout + proc.stderr)[-1])
+        losses[heads] = float(re.findall(r"valid on 'valid' subset \| loss ([\d.]+)", proc.stdout + proc.stderr)[-1])
     assert losses["1"] > losses[None]
 
 
 def test_head_ablation_script(data, fixed_checkpoint, tmp_path):
-    proc = run([sys.executable, REPO / "scripts" / "fixed_patterns" / "head_ablation.py",
-                data / "data-bin", "--path", fixed_checkpoint, "--out", tmp_path, "--heads", "1,7",
-                "--", "--gen-subset", "valid", "--beam", "1", "--batch-size", "256",
-                "--remove-bpe", "--max-len-b", "20"])
+    proc = run(
+        [
+            sys.executable,
+            REPO / "scripts" / "fixed_patterns" / "head_ablation.py",
+            data / "data-bin",
+            "--path",
+            fixed_checkpoint,
+            "--out",
+            tmp_path,
+            "--heads",
+            "1,7",
+            "--",
+            "--gen-subset",
+            "valid",
+            "--beam",
+            "1",
+            "--batch-size",
+            "256",
+            "--remove-bpe",
+            "--max-len-b",
+            "20",
+        ]
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = (tmp_path / "ablation.tsv").read_text().splitlines()
     assert lines[0] == "masked_head\tpattern\tbleu\tdelta\tci95\tp_vs_all_heads"
@@ -132,12 +176,36 @@ def test_contrastive_subject_verb_agreement(data, en_de_checkpoint, tmp_path):
     if not (pairs / "src.en.gz").exists():
         pytest.skip(f"contrastive pairs not found at {pairs}")
     out_json = tmp_path / "acc.json"
-    proc = run([sys.executable, "-m", "fairseq_sparse_attn.analysis.contrastive",
-                data / "data-bin", pairs / "src.en.gz", pairs / "tgt.correct.de.gz",
-                pairs / "tgt.incorrect.de.gz", "--format", "plain", "--path", en_de_checkpoint,
-                "--source-lang", "en", "--target-lang", "de", "--bpe-codes", data / "bpe" / "codes",
-                "--tokenizer", "moses", "--max-items", "400", "--batch-size", "64", "--no-progress",
-                "--output-json", out_json])
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "fairseq_sparse_attn.analysis.contrastive",
+            data / "data-bin",
+            pairs / "src.en.gz",
+            pairs / "tgt.correct.de.gz",
+            pairs / "tgt.incorrect.de.gz",
+            "--format",
+            "plain",
+            "--path",
+            en_de_checkpoint,
+            "--source-lang",
+            "en",
+            "--target-lang",
+            "de",
+            "--bpe-codes",
+            data / "bpe" / "codes",
+            "--tokenizer",
+            "moses",
+            "--max-items",
+            "400",
+            "--batch-size",
+            "64",
+            "--no-progress",
+            "--output-json",
+            out_json,
+        ]
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out_json.read_text())
     print("subject-verb agreement:", report["overall"])
@@ -146,12 +214,34 @@ def test_contrastive_subject_verb_agreement(data, en_de_checkpoint, tmp_path):
     assert overall["accuracy"] == pytest.approx(overall["correct"] / 400)
     # the same model with its learned encoder head disabled scores the pairs too (Table 5's
     # "7F_token (H8 disabled)" row)
-    proc = run([sys.executable, "-m", "fairseq_sparse_attn.analysis.contrastive",
-                data / "data-bin", pairs / "src.en.gz", pairs / "tgt.correct.de.gz",
-                pairs / "tgt.incorrect.de.gz", "--path", en_de_checkpoint, "-s", "en", "-t", "de",
-                "--bpe-codes", data / "bpe" / "codes", "--tokenizer", "moses", "--max-items", "400",
-                "--no-progress", "--model-overrides", "{'encoder_masked_heads': '7'}",
-                "--output-json", tmp_path / "masked.json"])
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "fairseq_sparse_attn.analysis.contrastive",
+            data / "data-bin",
+            pairs / "src.en.gz",
+            pairs / "tgt.correct.de.gz",
+            pairs / "tgt.incorrect.de.gz",
+            "--path",
+            en_de_checkpoint,
+            "-s",
+            "en",
+            "-t",
+            "de",
+            "--bpe-codes",
+            data / "bpe" / "codes",
+            "--tokenizer",
+            "moses",
+            "--max-items",
+            "400",
+            "--no-progress",
+            "--model-overrides",
+            "{'encoder_masked_heads': '7'}",
+            "--output-json",
+            tmp_path / "masked.json",
+        ]
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     masked = json.loads((tmp_path / "masked.json").read_text())["overall"]
     assert masked["total"] == 400

@@ -12,21 +12,39 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "checkpoints"
-NAMES = sorted(p.name[:-len(".generate.txt")] for p in FIXTURES.glob("*.generate.txt"))
+NAMES = sorted(p.name[: -len(".generate.txt")] for p in FIXTURES.glob("*.generate.txt"))
 SYNTAX = {"lpea_rhe", "dea"}
 
 
 def _lines(text):
-    return {line.split("\t", 1)[0]: line.split("\t") for line in text.splitlines()
-            if re.match(r"^[HP]-\d+\t", line)}
+    return {line.split("\t", 1)[0]: line.split("\t") for line in text.splitlines() if re.match(r"^[HP]-\d+\t", line)}
 
 
 def _generate_args(name):
-    return [str(FIXTURES / "data-bin"), "--user-dir", str(REPO / "fairseq_sparse_attn"),
-            "--path", str(FIXTURES / f"{name}.pt"), "--task",
-            "parse_annotated_translation" if name in SYNTAX else "translation", "-s", "en", "-t", "de",
-            "--gen-subset", "test", "--beam", "2", "--max-len-b", "12", "--batch-size", "6", "--cpu",
-            "--seed", "1"]
+    return [
+        str(FIXTURES / "data-bin"),
+        "--user-dir",
+        str(REPO / "fairseq_sparse_attn"),
+        "--path",
+        str(FIXTURES / f"{name}.pt"),
+        "--task",
+        "parse_annotated_translation" if name in SYNTAX else "translation",
+        "-s",
+        "en",
+        "-t",
+        "de",
+        "--gen-subset",
+        "test",
+        "--beam",
+        "2",
+        "--max-len-b",
+        "12",
+        "--batch-size",
+        "6",
+        "--cpu",
+        "--seed",
+        "1",
+    ]
 
 
 def _env():
@@ -54,8 +72,7 @@ def _assert_same_translations(name, stdout):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_fixture_checkpoint_generates_the_same_translations(name):
-    proc = subprocess.run(["fairseq-generate", *_generate_args(name)], capture_output=True, text=True,
-                          env=_env())
+    proc = subprocess.run(["fairseq-generate", *_generate_args(name)], capture_output=True, text=True, env=_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     _assert_same_translations(name, proc.stdout)
 
@@ -83,8 +100,18 @@ def test_generation_on_query_blocks_gives_the_same_translations(name):
     1024 keys on): encoder, beam-search cross-attention and decoder steps give the saved
     hypotheses and scores."""
     proc = subprocess.run(
-        [sys.executable, "-c", COUNTING_GENERATE, *_generate_args(name),
-         "--model-overrides", "{'attn_flex_min_keys': 1}"], capture_output=True, text=True, env=_env())
+        [
+            sys.executable,
+            "-c",
+            COUNTING_GENERATE,
+            *_generate_args(name),
+            "--model-overrides",
+            "{'attn_flex_min_keys': 1}",
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert int(re.search(r"query_block calls: (\d+)", proc.stderr).group(1)) > 0
     _assert_same_translations(name, proc.stdout)

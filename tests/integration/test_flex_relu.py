@@ -36,7 +36,7 @@ def inputs(src, seed=0):
 
 def padding(src):
     pad = torch.zeros(B, 1, 1, src, dtype=torch.bool)
-    pad[1, ..., src - 2:] = True  # sentence 1: two padding keys
+    pad[1, ..., src - 2 :] = True  # sentence 1: two padding keys
     pad[2] = True  # sentence 2: every key is padding
     return pad
 
@@ -65,10 +65,11 @@ def test_incremental_decoding_equals_causal_attention(gamma):
     scale = None if gamma is None else scaled_row_scale(gamma)
     full = plain_relu_attention(q, k, v, hidden, gamma)
     for t in range(T):
-        step = flex_relu_attention(q[:, :, t:t + 1], k[:, :, :t + 1], v[:, :, :t + 1],
-                                   padding(T)[..., :t + 1], scale)
+        step = flex_relu_attention(
+            q[:, :, t : t + 1], k[:, :, : t + 1], v[:, :, : t + 1], padding(T)[..., : t + 1], scale
+        )
         assert torch.isfinite(step).all()
-        torch.testing.assert_close(step.double(), full[:, :, t:t + 1], atol=2e-5, rtol=2e-5)
+        torch.testing.assert_close(step.double(), full[:, :, t : t + 1], atol=2e-5, rtol=2e-5)
         assert torch.all(step[2] == 0)
     with pytest.raises(ValueError, match="differs between queries"):
         flex_relu_attention(q, k, v, hidden, scale)
@@ -128,7 +129,7 @@ def test_models_on_the_flex_backend_equal_materialized(name, monkeypatch):
         m.flex_min_keys = 1
     ref_model, _ = _backend_model(name, "materialized")
     for model in (flex_model, ref_model):  # as fairseq-generate: no weights asked but the
-        model.make_generation_fast_()       # alignment layer's (that one runs materialized)
+        model.make_generation_fast_()  # alignment layer's (that one runs materialized)
     src, lengths, prev = random_batch(d)
     with torch.no_grad():
         enc = flex_model.encoder(src, src_lengths=lengths)
@@ -161,8 +162,13 @@ def test_flex_backend_choice_and_errors(monkeypatch):
     q, k, v = inputs(5, seed=3)
 
     def spec(backend="auto", min_keys=0):
-        return AttendSpec(activation=build_activation("relu", H), dropout=torch.nn.Dropout(0.0),
-                          heads=HeadPlan(H), backend=backend, flex_min_keys=min_keys)
+        return AttendSpec(
+            activation=build_activation("relu", H),
+            dropout=torch.nn.Dropout(0.0),
+            heads=HeadPlan(H),
+            backend=backend,
+            flex_min_keys=min_keys,
+        )
 
     with torch.no_grad():
         assert attend(q, k, v, AttentionInputs(), spec(min_keys=6))[1].backend == "materialized"

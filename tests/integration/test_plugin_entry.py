@@ -35,7 +35,9 @@ except ImportError:
     pass
 """
 
-CORE = BLOCK_FAIRSEQ + r"""
+CORE = (
+    BLOCK_FAIRSEQ
+    + r"""
 import json, logging
 import torch
 import fairseq_sparse_attn
@@ -59,6 +61,7 @@ out["plugin_modules"] = sorted(m for m in sys.modules if m.startswith("fairseq_s
                                and m.split(".")[1] in ("plugin", "compat", "models", "tasks", "criterions"))
 print(json.dumps(out))
 """
+)
 
 FRESH_USER_DIR = r"""
 import argparse, json, sys
@@ -76,16 +79,18 @@ print(json.dumps({{"arch": "rela_transformer_wmt_en_de" in ARCH_MODEL_REGISTRY,
                   "patches": compat.active_patches()}}))
 """
 PACKAGE_FOLDER = "utils.import_user_module(argparse.Namespace(user_dir=sys.argv[1]))"
-USER_DIR = ("import fairseq_sparse_attn\n"
-            "assert 'fairseq_sparse_attn.plugin' not in sys.modules\n"
-            "utils.import_user_module(argparse.Namespace(user_dir=fairseq_sparse_attn.user_dir()))")
+USER_DIR = (
+    "import fairseq_sparse_attn\n"
+    "assert 'fairseq_sparse_attn.plugin' not in sys.modules\n"
+    "utils.import_user_module(argparse.Namespace(user_dir=fairseq_sparse_attn.user_dir()))"
+)
 
 
 def _run(code, *args):
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=REPO.parent)
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=600, cwd=REPO.parent
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -25,9 +25,16 @@ FAKE_TRAIN = textwrap.dedent("""
 
 
 def watched(tmp_path, kind, out, err, *cmd, interval="0.25"):
-    script = f'source "{REPO}/scripts/lib.sh"; fsa_watched {kind} fake "{out}" "{err}" "$@" && echo rc=0 || echo "rc=$?"'
-    return subprocess.run(["bash", "-c", script, "x", *cmd], capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "FSA_STATUS_INTERVAL": interval})
+    script = (
+        f'source "{REPO}/scripts/lib.sh"; fsa_watched {kind} fake "{out}" "{err}" "$@" && echo rc=0 || echo "rc=$?"'
+    )
+    return subprocess.run(
+        ["bash", "-c", script, "x", *cmd],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "FSA_STATUS_INTERVAL": interval},
+    )
 
 
 def test_fsa_watched_prints_status_lines_and_keeps_output(tmp_path):
@@ -51,14 +58,16 @@ def test_fsa_watched_prints_status_lines_and_keeps_output(tmp_path):
 
 def test_generate_status_counts_sentences(tmp_path):
     fake = tmp_path / "fake_generate.py"
-    fake.write_text(textwrap.dedent("""
+    fake.write_text(
+        textwrap.dedent("""
         import sys, time
         print("INFO:fairseq.data.data_utils:loaded 6 examples from: x.de", file=sys.stderr, flush=True)
         for i in range(6):
             time.sleep(0.15)
             print(f"H-{i}\\t-0.1\\thyp {i}")
             print(f"D-{i}\\t-0.1\\thyp {i}", flush=True)
-    """))
+    """)
+    )
     out, err = tmp_path / "gen.txt", tmp_path / "gen.log"
     proc = watched(tmp_path, "generate", out, err, sys.executable, str(fake), interval="0.2")
     assert proc.stdout.strip().endswith("rc=0")
@@ -72,9 +81,24 @@ def test_watcher_ends_with_its_process(tmp_path):
     log.write_text("")
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.6)"])
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, str(REPO / "fairseq_sparse_attn" / "tools" / "progress.py"),
-                           "--pid", str(sleeper.pid), "--kind", "train", "--label", "s", "--interval", "0.2", str(log)],
-                          capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "fairseq_sparse_attn" / "tools" / "progress.py"),
+            "--pid",
+            str(sleeper.pid),
+            "--kind",
+            "train",
+            "--label",
+            "s",
+            "--interval",
+            "0.2",
+            str(log),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     sleeper.wait()
     assert proc.returncode == 0 and time.monotonic() - t0 < 10
     assert "[s] training: starting" in proc.stderr

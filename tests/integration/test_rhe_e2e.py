@@ -15,26 +15,94 @@ UPDATES = 200
 
 
 def train(data_bin, save_dir, extra=()):
-    return run([sys.executable, "-m", "fairseq_cli.train", data_bin, "--user-dir", USER_DIR,
-                "--task", "parse_annotated_translation", "-s", "en", "-t", "de",
-                "--arch", "rhe_transformer_iwslt_de_en", *TINY, "--optimizer", "adam",
-                "--adam-betas", "(0.9,0.98)", "--lr", "3e-3", "--lr-scheduler", "inverse_sqrt",
-                "--warmup-updates", "60", "--criterion", "label_smoothed_cross_entropy",
-                "--label-smoothing", "0.1", "--max-tokens", "2048", "--max-update", str(UPDATES),
-                "--save-dir", save_dir, "--no-epoch-checkpoints", "--num-workers", "0", "--seed", "1",
-                "--validate-interval-updates", str(UPDATES), "--log-format", "simple",
-                "--log-interval", "50", *extra])
+    return run(
+        [
+            sys.executable,
+            "-m",
+            "fairseq_cli.train",
+            data_bin,
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "parse_annotated_translation",
+            "-s",
+            "en",
+            "-t",
+            "de",
+            "--arch",
+            "rhe_transformer_iwslt_de_en",
+            *TINY,
+            "--optimizer",
+            "adam",
+            "--adam-betas",
+            "(0.9,0.98)",
+            "--lr",
+            "3e-3",
+            "--lr-scheduler",
+            "inverse_sqrt",
+            "--warmup-updates",
+            "60",
+            "--criterion",
+            "label_smoothed_cross_entropy",
+            "--label-smoothing",
+            "0.1",
+            "--max-tokens",
+            "2048",
+            "--max-update",
+            str(UPDATES),
+            "--save-dir",
+            save_dir,
+            "--no-epoch-checkpoints",
+            "--num-workers",
+            "0",
+            "--seed",
+            "1",
+            "--validate-interval-updates",
+            str(UPDATES),
+            "--log-format",
+            "simple",
+            "--log-interval",
+            "50",
+            *extra,
+        ]
+    )
 
 
 def generate(data_bin, checkpoint, extra=()):
-    proc = run([sys.executable, "-m", "fairseq_cli.generate", data_bin, "--user-dir", USER_DIR,
-                "--task", "parse_annotated_translation", "-s", "en", "-t", "de",
-                "--path", checkpoint, "--gen-subset", "test", "--beam", "2", "--batch-size", "128",
-                "--max-len-a", "1.2", "--max-len-b", "10", "--remove-bpe", "--tokenizer", "moses",
-                *extra])
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "fairseq_cli.generate",
+            data_bin,
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "parse_annotated_translation",
+            "-s",
+            "en",
+            "-t",
+            "de",
+            "--path",
+            checkpoint,
+            "--gen-subset",
+            "test",
+            "--beam",
+            "2",
+            "--batch-size",
+            "128",
+            "--max-len-a",
+            "1.2",
+            "--max-len-b",
+            "10",
+            "--remove-bpe",
+            "--tokenizer",
+            "moses",
+            *extra,
+        ]
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return {int(m.group(1)): m.group(2)
-            for m in re.finditer(r"^D-(\d+)\t\S+\t(.*)$", proc.stdout, re.M)}
+    return {int(m.group(1)): m.group(2) for m in re.finditer(r"^D-(\d+)\t\S+\t(.*)$", proc.stdout, re.M)}
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +136,7 @@ def test_train_logs_redundant_fraction_and_generates(parsed_data, rhe_checkpoint
     assert bleu.score > 0
 
     # Table 2's pruning row: the same checkpoint with redundant heads zeroed at test time
-    pruned = generate(parsed_data / "data-bin", checkpoint,
-                      ["--model-overrides", "{'prune_redundant_heads': True}"])
+    pruned = generate(parsed_data / "data-bin", checkpoint, ["--model-overrides", "{'prune_redundant_heads': True}"])
     assert len(pruned) == 1000
     if float(valid_frac[-1]) > 0:
         assert sum(pruned[i] != hyps[i] for i in hyps) > 0
@@ -78,8 +145,29 @@ def test_train_logs_redundant_fraction_and_generates(parsed_data, rhe_checkpoint
 def test_model_without_annotations_fails_clearly(parsed_data, rhe_checkpoint, tmp_path):
     """The plain translation task has no src_dep/src_rp: a clear error, not a crash deep inside."""
     checkpoint, _ = rhe_checkpoint
-    proc = run([sys.executable, "-m", "fairseq_cli.generate", parsed_data / "data-bin",
-                "--user-dir", USER_DIR, "--task", "translation", "-s", "en", "-t", "de",
-                "--path", checkpoint, "--gen-subset", "valid", "--max-sentences", "8", "--beam", "1"])
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "fairseq_cli.generate",
+            parsed_data / "data-bin",
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "translation",
+            "-s",
+            "en",
+            "-t",
+            "de",
+            "--path",
+            checkpoint,
+            "--gen-subset",
+            "valid",
+            "--max-sentences",
+            "8",
+            "--beam",
+            "1",
+        ]
+    )
     assert proc.returncode != 0
     assert "src_dep" in proc.stderr and "parse_annotated_translation" in proc.stderr

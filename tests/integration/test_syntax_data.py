@@ -48,8 +48,7 @@ PAPER_WORDS = "Bush held a talk with Sharon".split()
 PAPER_HEADS = [1, -1, 3, 1, 5, 1]
 PAPER_BPE = "Bu@@ sh held a talk with Sha@@ ron".split()
 
-needs_spacy = pytest.mark.skipif(not spacy_model_available(),
-                                 reason=f"spaCy model {SPACY_MODEL} not installed")
+needs_spacy = pytest.mark.skipif(not spacy_model_available(), reason=f"spaCy model {SPACY_MODEL} not installed")
 
 
 def t(rows, dtype):
@@ -130,10 +129,10 @@ def random_tree(rng, n_words, unary=0.3):
     while len(nodes) > 1:
         k = rng.randint(2, min(4, len(nodes)))
         start = rng.randrange(0, len(nodes) - k + 1)
-        node = Tree("P", nodes[start:start + k])
+        node = Tree("P", nodes[start : start + k])
         while rng.random() < unary:
             node = Tree("U", [node])
-        nodes[start:start + k] = [node]
+        nodes[start : start + k] = [node]
     root = nodes[0]
     if rng.random() < 0.3 and n_words > 0:  # a leaf directly under a phrase node (no POS)
         root = Tree("R", [root, "z"])
@@ -153,23 +152,33 @@ def random_heads(rng, n):
 
 
 def test_dea_paper_example_hand_derived():
-    expected_words = t([[1, 1, 0, 0, 0, 0],
-                        [1, 1, 0, 1, 0, 1],
-                        [0, 0, 1, 1, 0, 0],
-                        [0, 1, 1, 1, 0, 0],
-                        [0, 0, 0, 0, 1, 1],
-                        [0, 1, 0, 0, 1, 1]], torch.bool)
+    expected_words = t(
+        [
+            [1, 1, 0, 0, 0, 0],
+            [1, 1, 0, 1, 0, 1],
+            [0, 0, 1, 1, 0, 0],
+            [0, 1, 1, 1, 0, 0],
+            [0, 0, 0, 0, 1, 1],
+            [0, 1, 0, 0, 1, 1],
+        ],
+        torch.bool,
+    )
     assert torch.equal(dependency_matrix(PAPER_HEADS, with_eos=False), expected_words)
     # Bu@@ sh | held | a | talk | with | Sha@@ ron | EOS
-    expected = t([[1, 1, 1, 0, 0, 0, 0, 0, 0],
-                  [1, 1, 1, 0, 0, 0, 0, 0, 0],
-                  [1, 1, 1, 0, 1, 0, 1, 1, 0],
-                  [0, 0, 0, 1, 1, 0, 0, 0, 0],
-                  [0, 0, 1, 1, 1, 0, 0, 0, 0],
-                  [0, 0, 0, 0, 0, 1, 1, 1, 0],
-                  [0, 0, 1, 0, 0, 1, 1, 1, 0],
-                  [0, 0, 1, 0, 0, 1, 1, 1, 0],
-                  [0, 0, 0, 0, 0, 0, 0, 0, 1]], torch.bool)
+    expected = t(
+        [
+            [1, 1, 1, 0, 0, 0, 0, 0, 0],
+            [1, 1, 1, 0, 0, 0, 0, 0, 0],
+            [1, 1, 1, 0, 1, 0, 1, 1, 0],
+            [0, 0, 0, 1, 1, 0, 0, 0, 0],
+            [0, 0, 1, 1, 1, 0, 0, 0, 0],
+            [0, 0, 0, 0, 0, 1, 1, 1, 0],
+            [0, 0, 1, 0, 0, 1, 1, 1, 0],
+            [0, 0, 1, 0, 0, 1, 1, 1, 0],
+            [0, 0, 0, 0, 0, 0, 0, 0, 1],
+        ],
+        torch.bool,
+    )
     got = dependency_matrix(PAPER_HEADS, [0, 0, 1, 2, 3, 4, 5, 5])
     assert got.dtype == torch.bool and torch.equal(got, expected)
 
@@ -197,12 +206,14 @@ def test_dea_rejects_bad_heads():
 # ----------------------------------------------------------------- LPEA relative phrasal positions
 
 
-PAPER_RP = [[0, 0, 1, 1, 1, 2],
-            [0, 0, 1, 1, 1, 2],
-            [-1, -1, 0, 0, X, X],
-            [-1, -1, 0, 0, X, X],
-            [-1, -1, X, X, 0, 1],
-            [-2, -2, X, X, -1, 0]]
+PAPER_RP = [
+    [0, 0, 1, 1, 1, 2],
+    [0, 0, 1, 1, 1, 2],
+    [-1, -1, 0, 0, X, X],
+    [-1, -1, 0, 0, X, X],
+    [-1, -1, X, X, 0, 1],
+    [-2, -2, X, X, -1, 0],
+]
 
 
 def test_rp_paper_example_hand_derived():
@@ -217,22 +228,23 @@ def test_rp_paper_example_hand_derived():
     assert rp[1, 3] == 1 and rp[5, 3] == X and rp[3, 5] == X
     # Fig. 3's matrix as the paper's text extraction gives it (the order inside each row is
     # scrambled by the PDF extraction, "?" = masked): the rows agree as multisets
-    fig3 = ["0 0 1 1 1 2", "0 0 1 1 1 2", "0 0 -1 -1 ? ?", "0 0 -1 -1 ? ?", "0 -1 -1 1 ? ?",
-            "0 -1 -2 ? -2 ?"]
+    fig3 = ["0 0 1 1 1 2", "0 0 1 1 1 2", "0 0 -1 -1 ? ?", "0 0 -1 -1 ? ?", "0 -1 -1 1 ? ?", "0 -1 -2 ? -2 ?"]
     for row, text in zip(rp.tolist(), fig3):
         assert sorted(row) == sorted(X if v == "?" else int(v) for v in text.split())
 
 
 def test_rp_paper_example_bpe_and_eos():
-    expected = [[0, 0, 0, 1, 1, 1, 2, 2, X],
-                [0, 0, 0, 1, 1, 1, 2, 2, X],
-                [0, 0, 0, 1, 1, 1, 2, 2, X],
-                [-1, -1, -1, 0, 0, X, X, X, X],
-                [-1, -1, -1, 0, 0, X, X, X, X],
-                [-1, -1, -1, X, X, 0, 1, 1, X],
-                [-2, -2, -2, X, X, -1, 0, 0, X],
-                [-2, -2, -2, X, X, -1, 0, 0, X],
-                [X, X, X, X, X, X, X, X, 0]]
+    expected = [
+        [0, 0, 0, 1, 1, 1, 2, 2, X],
+        [0, 0, 0, 1, 1, 1, 2, 2, X],
+        [0, 0, 0, 1, 1, 1, 2, 2, X],
+        [-1, -1, -1, 0, 0, X, X, X, X],
+        [-1, -1, -1, 0, 0, X, X, X, X],
+        [-1, -1, -1, X, X, 0, 1, 1, X],
+        [-2, -2, -2, X, X, -1, 0, 0, X],
+        [-2, -2, -2, X, X, -1, 0, 0, X],
+        [X, X, X, X, X, X, X, X, 0],
+    ]
     assert phrase_rp_matrix(PAPER_TREE, [0, 0, 1, 2, 3, 4, 5, 5]).tolist() == expected
     dep, rp = sentence_structure(PAPER_WORDS, PAPER_BPE, PAPER_HEADS, PAPER_TREE)
     assert rp.tolist() == expected
@@ -241,7 +253,7 @@ def test_rp_paper_example_bpe_and_eos():
 
 def test_rp_unary_chains_and_punctuation():
     # the man in black runs .  — NP -> NN "black" is a unary chain under PP
-    tree = ("(S (NP (NP (DT the) (NN man)) (PP (IN in) (NP (NN black)))) (VP (VBZ runs)) (. .))")
+    tree = "(S (NP (NP (DT the) (NN man)) (PP (IN in) (NP (NN black)))) (VP (VBZ runs)) (. .))"
     assert local_phrases(tree).layers.tolist() == [4, 4, 4, 5, 3, 2]
     assert phrase_rp_matrix(tree, with_eos=False).tolist() == [
         [0, 0, X, X, -1, -2],
@@ -249,7 +261,8 @@ def test_rp_unary_chains_and_punctuation():
         [X, X, 0, 1, -1, -2],
         [X, X, -1, 0, -2, -3],
         [1, 1, 1, 2, 0, -1],
-        [2, 2, 2, 3, 1, 0]]
+        [2, 2, 2, 3, 1, 0],
+    ]
     # a long unary chain above one word: its phrase is the sentence
     chain = "(ROOT (S (NP (NP (NNP John))) (VP (VBD slept)) (. .)))"
     assert phrase_rp_matrix(chain, with_eos=False).tolist() == [[0, -1, -2], [1, 0, -1], [2, 1, 0]]
@@ -342,11 +355,13 @@ def test_ptb_reader(tmp_path):
     f.write_text(PAPER_TREE + "\n(S (NP (NN x)) (VP (VB y))\n")
     with pytest.raises(ParseFormatError, match=f"{f}:2: unbalanced PTB tree"):
         list(read_ptb(f))
-    for bad, msg in [("(S (NP (NN x))) (S y)", "text after the end of the tree"),
-                     ("(S (NP))", r"node \(NP\) has no children"),
-                     ("", "empty line"),
-                     ("S (NP x)", "expected '\\('"),
-                     ("(S x))", "text after the end of the tree: '\\)'")]:
+    for bad, msg in [
+        ("(S (NP (NN x))) (S y)", "text after the end of the tree"),
+        ("(S (NP))", r"node \(NP\) has no children"),
+        ("", "empty line"),
+        ("S (NP x)", "expected '\\('"),
+        ("(S x))", "text after the end of the tree: '\\)'"),
+    ]:
         with pytest.raises(ParseFormatError, match=msg):
             parse_ptb(bad, "f.tree", 7)
     with pytest.raises(ParseFormatError, match="f.tree:7"):
@@ -411,8 +426,7 @@ def test_dep_side_lines():
 
 def test_tree_from_dependencies():
     tree = tree_from_dependencies(PAPER_WORDS, PAPER_HEADS, ["NNP", "VBD", "DT", "NN", "IN", "NNP"])
-    assert tree.to_ptb() == ("(XP (NNP Bush) (VBD held) (XP (DT a) (NN talk)) "
-                             "(XP (IN with) (NNP Sharon)))")
+    assert tree.to_ptb() == ("(XP (NNP Bush) (VBD held) (XP (DT a) (NN talk)) (XP (IN with) (NNP Sharon)))")
     # two roots: joined under TOP; no tags: X
     assert tree_from_dependencies(["a", "b"], [-1, -1]).to_ptb() == "(TOP (X a) (X b))"
     assert tree_from_dependencies([], []).to_ptb() == "()"
@@ -430,15 +444,17 @@ def test_spacy_parses_pretokenized_text():
     from fairseq_sparse_attn.syntax.parsing import load_spacy, parse_tokenized
 
     nlp = load_spacy(SPACY_MODEL)
-    sents = [["Bush", "held", "a", "talk", "with", "Sharon", "."],
-             ["I", "can't", "visit", "the", "U.S.", "(", "again", ")", "."],  # spaCy would split can't
-             ["Two", "dogs", "run", ".", "They", "play", "."],                  # two sentences, one line
-             []]
+    sents = [
+        ["Bush", "held", "a", "talk", "with", "Sharon", "."],
+        ["I", "can't", "visit", "the", "U.S.", "(", "again", ")", "."],  # spaCy would split can't
+        ["Two", "dogs", "run", ".", "They", "play", "."],  # two sentences, one line
+        [],
+    ]
     out = list(parse_tokenized(nlp, sents, batch_size=2))
     assert [o.words for o in out] == sents
     for o in out[:3]:
-        assert sum(h == -1 for h in o.heads) == 1          # one sentence per line, one root
-        dependency_matrix(o.heads)                         # valid heads: in range, no cycle
+        assert sum(h == -1 for h in o.heads) == 1  # one sentence per line, one root
+        dependency_matrix(o.heads)  # valid heads: in range, no cycle
     bush = out[0].heads
     assert bush[1] == -1 and bush[0] == 1 and bush[2] == 3 and bush[3] == 1
     assert out[3].heads == [] and out[3].words == []
@@ -467,14 +483,18 @@ def load_cli():
 
 
 TOKENS = "Bush held talks .\ndo n't go\nHello\n"
-PTB = ("(S (NP (NNP Bush)) (VP (VBD held) (NP (NNS talks))) (. .))\n"
-       "(S (VP (VBP do) (RB n't) (VP (VB go))))\n"
-       "(INTJ (UH Hello))\n")
-CONLLU_3 = ("1\tBush\t_\t_\t_\t_\t2\tnsubj\t_\t_\n2\theld\t_\t_\t_\t_\t0\troot\t_\t_\n"
-            "3\ttalks\t_\t_\t_\t_\t2\tobj\t_\t_\n4\t.\t_\t_\t_\t_\t2\tpunct\t_\t_\n\n"
-            "1\tdo\t_\t_\t_\t_\t3\taux\t_\t_\n2\tn't\t_\t_\t_\t_\t3\tadvmod\t_\t_\n"
-            "3\tgo\t_\t_\t_\t_\t0\troot\t_\t_\n\n"
-            "1\tHello\t_\t_\t_\t_\t0\troot\t_\t_\n")
+PTB = (
+    "(S (NP (NNP Bush)) (VP (VBD held) (NP (NNS talks))) (. .))\n"
+    "(S (VP (VBP do) (RB n't) (VP (VB go))))\n"
+    "(INTJ (UH Hello))\n"
+)
+CONLLU_3 = (
+    "1\tBush\t_\t_\t_\t_\t2\tnsubj\t_\t_\n2\theld\t_\t_\t_\t_\t0\troot\t_\t_\n"
+    "3\ttalks\t_\t_\t_\t_\t2\tobj\t_\t_\n4\t.\t_\t_\t_\t_\t2\tpunct\t_\t_\n\n"
+    "1\tdo\t_\t_\t_\t_\t3\taux\t_\t_\n2\tn't\t_\t_\t_\t_\t3\tadvmod\t_\t_\n"
+    "3\tgo\t_\t_\t_\t_\t0\troot\t_\t_\n\n"
+    "1\tHello\t_\t_\t_\t_\t0\troot\t_\t_\n"
+)
 
 
 def test_cli_bring_your_own_parses(tmp_path, capsys):
@@ -482,25 +502,46 @@ def test_cli_bring_your_own_parses(tmp_path, capsys):
     (tmp_path / "tok.en").write_text(TOKENS)
     (tmp_path / "p.ptb").write_text(PTB)
     (tmp_path / "d.conllu").write_text(CONLLU_3)
-    rc = cli.main(["--input", str(tmp_path / "tok.en"), "--conllu", str(tmp_path / "d.conllu"),
-                   "--ptb", str(tmp_path / "p.ptb"), "--dep-out", str(tmp_path / "out" / "x.en.dep"),
-                   "--tree-out", str(tmp_path / "out" / "x.en.tree"), "--no-progress"])
+    rc = cli.main(
+        [
+            "--input",
+            str(tmp_path / "tok.en"),
+            "--conllu",
+            str(tmp_path / "d.conllu"),
+            "--ptb",
+            str(tmp_path / "p.ptb"),
+            "--dep-out",
+            str(tmp_path / "out" / "x.en.dep"),
+            "--tree-out",
+            str(tmp_path / "out" / "x.en.tree"),
+            "--no-progress",
+        ]
+    )
     assert rc == 0
     assert (tmp_path / "out" / "x.en.dep").read_text() == (
-        "Bush held talks .\t2 0 2 2\tnsubj root obj punct\n"
-        "do n't go\t3 3 0\taux advmod root\n"
-        "Hello\t0\troot\n")
+        "Bush held talks .\t2 0 2 2\tnsubj root obj punct\ndo n't go\t3 3 0\taux advmod root\nHello\t0\troot\n"
+    )
     assert (tmp_path / "out" / "x.en.tree").read_text() == PTB
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["x.en.dep", "x.en.tree"]
     err = capsys.readouterr().err
     assert "parsed 3 sentences in" in err and "sentences/s" in err
     # trees derived from the CoNLL-U heads, only when asked for
-    rc = cli.main(["--input", str(tmp_path / "tok.en"), "--conllu", str(tmp_path / "d.conllu"),
-                   "--tree-out", str(tmp_path / "fromdep.tree"), "--trees-from-dependencies",
-                   "--no-progress"])
+    rc = cli.main(
+        [
+            "--input",
+            str(tmp_path / "tok.en"),
+            "--conllu",
+            str(tmp_path / "d.conllu"),
+            "--tree-out",
+            str(tmp_path / "fromdep.tree"),
+            "--trees-from-dependencies",
+            "--no-progress",
+        ]
+    )
     assert rc == 0
     assert (tmp_path / "fromdep.tree").read_text() == (
-        "(XP (X Bush) (X held) (X talks) (X .))\n(XP (X do) (X n't) (X go))\n(X Hello)\n")
+        "(XP (X Bush) (X held) (X talks) (X .))\n(XP (X do) (X n't) (X go))\n(X Hello)\n"
+    )
 
 
 def test_cli_mismatched_parse_is_a_clear_error(tmp_path, capsys):
@@ -509,14 +550,32 @@ def test_cli_mismatched_parse_is_a_clear_error(tmp_path, capsys):
     (tmp_path / "p.ptb").write_text(PTB.replace("(NNS talks)", "(NNS talk)"))
     (tmp_path / "d.conllu").write_text(CONLLU_3.replace("n't", "not"))
     out = tmp_path / "out"
-    rc = cli.main(["--input", str(tmp_path / "tok.en"), "--ptb", str(tmp_path / "p.ptb"),
-                   "--tree-out", str(out / "x.tree"), "--no-progress"])
+    rc = cli.main(
+        [
+            "--input",
+            str(tmp_path / "tok.en"),
+            "--ptb",
+            str(tmp_path / "p.ptb"),
+            "--tree-out",
+            str(out / "x.tree"),
+            "--no-progress",
+        ]
+    )
     assert rc == 1
     err = capsys.readouterr().err
     assert f"{tmp_path / 'tok.en'}:1: the PTB tree ({tmp_path / 'p.ptb'}:1) does not match" in err
     assert "token 3: parse has 'talk', sentence has 'talks'" in err
-    rc = cli.main(["--input", str(tmp_path / "tok.en"), "--conllu", str(tmp_path / "d.conllu"),
-                   "--dep-out", str(out / "x.dep"), "--no-progress"])
+    rc = cli.main(
+        [
+            "--input",
+            str(tmp_path / "tok.en"),
+            "--conllu",
+            str(tmp_path / "d.conllu"),
+            "--dep-out",
+            str(out / "x.dep"),
+            "--no-progress",
+        ]
+    )
     assert rc == 1
     err = capsys.readouterr().err
     assert f"tok.en:2: the CoNLL-U sentence ({tmp_path / 'd.conllu'}:6)" in err
@@ -525,8 +584,17 @@ def test_cli_mismatched_parse_is_a_clear_error(tmp_path, capsys):
     assert not out.exists() or list(out.iterdir()) == []
     # fewer trees than lines
     (tmp_path / "short.ptb").write_text(PTB.splitlines()[0] + "\n")
-    rc = cli.main(["--input", str(tmp_path / "tok.en"), "--ptb", str(tmp_path / "short.ptb"),
-                   "--tree-out", str(out / "x.tree"), "--no-progress"])
+    rc = cli.main(
+        [
+            "--input",
+            str(tmp_path / "tok.en"),
+            "--ptb",
+            str(tmp_path / "short.ptb"),
+            "--tree-out",
+            str(out / "x.tree"),
+            "--no-progress",
+        ]
+    )
     assert rc == 1
     assert "short.ptb has 1 trees but" in capsys.readouterr().err and not (out / "x.tree").exists()
 
@@ -535,13 +603,25 @@ def test_cli_missing_benepar_model(tmp_path):
     if importlib.util.find_spec("spacy") is None or not spacy_model_available():
         pytest.skip("needs spaCy and its model to get as far as benepar")
     (tmp_path / "tok.en").write_text(TOKENS)
-    proc = subprocess.run([sys.executable, str(REPO / "data_prep" / "parse_source.py"),
-                           "--input", str(tmp_path / "tok.en"), "--tree-out", str(tmp_path / "x.tree"),
-                           "--spacy-model", SPACY_MODEL, "--benepar-model", "benepar_no_such_model"],
-                          capture_output=True, text=True, env=subprocess_env())
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "data_prep" / "parse_source.py"),
+            "--input",
+            str(tmp_path / "tok.en"),
+            "--tree-out",
+            str(tmp_path / "x.tree"),
+            "--spacy-model",
+            SPACY_MODEL,
+            "--benepar-model",
+            "benepar_no_such_model",
+        ],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+    )
     assert proc.returncode == 1
-    assert ("python -c \"import benepar; benepar.download('benepar_no_such_model')\""
-            in proc.stderr), proc.stderr[-2000:]
+    assert "python -c \"import benepar; benepar.download('benepar_no_such_model')\"" in proc.stderr, proc.stderr[-2000:]
     assert "--trees-from-dependencies" in proc.stderr and not (tmp_path / "x.tree").exists()
 
 
@@ -552,11 +632,29 @@ def save_tiny_benepar_model(path):
     from benepar import nkutil
     from benepar.parse_chart import ChartParser
 
-    hparams = dict(use_chars_lstm=True, use_pretrained=False, pretrained_model="", d_char_emb=8,
-                   d_model=16, char_lstm_input_dropout=0.0, use_encoder=True, morpho_emb_dropout=0.0,
-                   encoder_max_len=512, num_heads=2, d_kv=4, d_ff=16, relu_dropout=0.0,
-                   residual_dropout=0.0, attention_dropout=0.0, num_layers=1, d_label_hidden=8,
-                   predict_tags=True, d_tag_hidden=8, tag_loss_scale=1.0, force_root_constituent=True)
+    hparams = dict(
+        use_chars_lstm=True,
+        use_pretrained=False,
+        pretrained_model="",
+        d_char_emb=8,
+        d_model=16,
+        char_lstm_input_dropout=0.0,
+        use_encoder=True,
+        morpho_emb_dropout=0.0,
+        encoder_max_len=512,
+        num_heads=2,
+        d_kv=4,
+        d_ff=16,
+        relu_dropout=0.0,
+        residual_dropout=0.0,
+        attention_dropout=0.0,
+        num_layers=1,
+        d_label_hidden=8,
+        predict_tags=True,
+        d_tag_hidden=8,
+        tag_loss_scale=1.0,
+        force_root_constituent=True,
+    )
     labels = {"": 0, "S": 1, "NP": 2, "VP": 3, "PP": 4, "S::VP": 5}
     tags = {"UNK": 0, "NN": 1, "VB": 2, "DT": 3}
     torch.manual_seed(0)
@@ -575,11 +673,27 @@ def test_cli_spacy_and_benepar(tmp_path):
     model = save_tiny_benepar_model(tmp_path / "tiny_benepar.pt")
     lines = ["Bush held a talk ( with Sharon ) .", "I can't go", "Hello", ""]
     (tmp_path / "tok.en").write_text("".join(line + "\n" for line in lines))
-    proc = subprocess.run([sys.executable, str(REPO / "data_prep" / "parse_source.py"),
-                           "--input", str(tmp_path / "tok.en"), "--dep-out", str(tmp_path / "x.dep"),
-                           "--tree-out", str(tmp_path / "x.tree"), "--spacy-model", SPACY_MODEL,
-                           "--benepar-model", str(model), "--batch-size", "2"],
-                          capture_output=True, text=True, env=subprocess_env())
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "data_prep" / "parse_source.py"),
+            "--input",
+            str(tmp_path / "tok.en"),
+            "--dep-out",
+            str(tmp_path / "x.dep"),
+            "--tree-out",
+            str(tmp_path / "x.tree"),
+            "--spacy-model",
+            SPACY_MODEL,
+            "--benepar-model",
+            str(model),
+            "--batch-size",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "parsed 4 sentences" in proc.stderr and "benepar" in proc.stderr
     trees = (tmp_path / "x.tree").read_text().splitlines()
@@ -611,25 +725,37 @@ def test_cli_spacy_and_benepar(tmp_path):
 SRC_BPE = ["Bu@@ sh held talks", "He left", "Hel@@ l@@ o"]
 TGT = ["Bush hielt Gespräche", "Er ging", "Hallo"]
 DEP_LINES = ["Bush held talks\t2 0 2", "He left\t2 0", "Hello\t0"]
-TREE_LINES = ["(S (NP (NNP Bush)) (VP (VBD held) (NP (NNS talks))))",
-              "(S (NP (PRP He)) (VP (VBD left)))",
-              "(INTJ (UH Hello))"]
+TREE_LINES = [
+    "(S (NP (NNP Bush)) (VP (VBD held) (NP (NNS talks))))",
+    "(S (NP (PRP He)) (VP (VBD left)))",
+    "(INTJ (UH Hello))",
+]
 T_, F_ = True, False
 
 EXPECTED_LEFT = {  # id -> (src_dep, src_rp) in a batch of width 5, left padding
-    0: ([[1, 1, 1, 0, 0], [1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [0, 0, 1, 1, 0], [0, 0, 0, 0, 1]],
-        [[0, 0, 0, 1, X], [0, 0, 0, 1, X], [0, 0, 0, 1, X], [-1, -1, -1, 0, X], [X, X, X, X, 0]]),
-    1: ([[0] * 5, [0] * 5, [0, 0, 1, 1, 0], [0, 0, 1, 1, 0], [0, 0, 0, 0, 1]],
-        [[X] * 5, [X] * 5, [X, X, 0, 0, X], [X, X, 0, 0, X], [X, X, X, X, 0]]),
-    2: ([[0] * 5, [0, 1, 1, 1, 0], [0, 1, 1, 1, 0], [0, 1, 1, 1, 0], [0, 0, 0, 0, 1]],
-        [[X] * 5, [X, 0, 0, 0, X], [X, 0, 0, 0, X], [X, 0, 0, 0, X], [X, X, X, X, 0]]),
+    0: (
+        [[1, 1, 1, 0, 0], [1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [0, 0, 1, 1, 0], [0, 0, 0, 0, 1]],
+        [[0, 0, 0, 1, X], [0, 0, 0, 1, X], [0, 0, 0, 1, X], [-1, -1, -1, 0, X], [X, X, X, X, 0]],
+    ),
+    1: (
+        [[0] * 5, [0] * 5, [0, 0, 1, 1, 0], [0, 0, 1, 1, 0], [0, 0, 0, 0, 1]],
+        [[X] * 5, [X] * 5, [X, X, 0, 0, X], [X, X, 0, 0, X], [X, X, X, X, 0]],
+    ),
+    2: (
+        [[0] * 5, [0, 1, 1, 1, 0], [0, 1, 1, 1, 0], [0, 1, 1, 1, 0], [0, 0, 0, 0, 1]],
+        [[X] * 5, [X, 0, 0, 0, X], [X, 0, 0, 0, X], [X, 0, 0, 0, X], [X, X, X, X, 0]],
+    ),
 }
 EXPECTED_RIGHT = {
     0: EXPECTED_LEFT[0],
-    1: ([[1, 1, 0, 0, 0], [1, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0] * 5, [0] * 5],
-        [[0, 0, X, X, X], [0, 0, X, X, X], [X, X, 0, X, X], [X] * 5, [X] * 5]),
-    2: ([[1, 1, 1, 0, 0], [1, 1, 1, 0, 0], [1, 1, 1, 0, 0], [0, 0, 0, 1, 0], [0] * 5],
-        [[0, 0, 0, X, X], [0, 0, 0, X, X], [0, 0, 0, X, X], [X, X, X, 0, X], [X] * 5]),
+    1: (
+        [[1, 1, 0, 0, 0], [1, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0] * 5, [0] * 5],
+        [[0, 0, X, X, X], [0, 0, X, X, X], [X, X, 0, X, X], [X] * 5, [X] * 5],
+    ),
+    2: (
+        [[1, 1, 1, 0, 0], [1, 1, 1, 0, 0], [1, 1, 1, 0, 0], [0, 0, 0, 1, 0], [0] * 5],
+        [[0, 0, 0, X, X], [0, 0, 0, X, X], [0, 0, 0, X, X], [X, X, X, 0, X], [X] * 5],
+    ),
 }
 
 
@@ -642,8 +768,11 @@ def write_databin(d: Path, splits, src_dict_words=None):
     dicts = {}
     for lang, k in (("en", 0), ("de", 1)):
         dic = Dictionary()
-        words = src_dict_words if (lang == "en" and src_dict_words is not None) else \
-            [w for lines in splits.values() for line in lines[k] for w in line.split()]
+        words = (
+            src_dict_words
+            if (lang == "en" and src_dict_words is not None)
+            else [w for lines in splits.values() for line in lines[k] for w in line.split()]
+        )
         for w in words:
             dic.add_symbol(w)
         dic.finalize(padding_factor=1)
@@ -667,15 +796,27 @@ def write_side(d: Path, split, dep_lines=DEP_LINES, tree_lines=TREE_LINES):
 
 
 def make_task(databin, *extra):
-    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the task)
     from fairseq import options, tasks
 
     import fairseq_sparse_attn  # noqa: F401  (registers the task)
+    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the task)
 
     parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, [str(databin), "--task", "parse_annotated_translation",
-                                                "-s", "en", "-t", "de", "--arch", "transformer",
-                                                *map(str, extra)])
+    args = options.parse_args_and_arch(
+        parser,
+        [
+            str(databin),
+            "--task",
+            "parse_annotated_translation",
+            "-s",
+            "en",
+            "-t",
+            "de",
+            "--arch",
+            "transformer",
+            *map(str, extra),
+        ],
+    )
     return tasks.setup_task(args), args
 
 
@@ -712,8 +853,9 @@ def test_task_collates_hand_derived_matrices(tiny_bin, left_pad):
         assert is_pad == [not any(map(bool, row)) for row in dep]
 
 
-@pytest.mark.parametrize("extra", [["--required-seq-len-multiple", "4"],
-                                   ["--required-seq-len-multiple", "4", "--left-pad-source"]])
+@pytest.mark.parametrize(
+    "extra", [["--required-seq-len-multiple", "4"], ["--required-seq-len-multiple", "4", "--left-pad-source"]]
+)
 def test_task_extra_padding(tiny_bin, extra):
     """Batches padded beyond the longest source (to a multiple of 4): each example's block
     still sits on its row's tokens, padding elsewhere.  (--num-batch-buckets would pad the
@@ -758,8 +900,11 @@ def test_task_missing_and_miscounted_side_files(tiny_bin):
     with pytest.raises(FileNotFoundError, match=r"train\.en\.tree not found.*parse_source\.py"):
         task.load_dataset("train")
     write_side(tiny_bin, "train", tree_lines=TREE_LINES[:2], dep_lines=DEP_LINES[:2])
-    with pytest.raises(ValueError, match=r"train\.en\.dep has 2 lines but .*train\.en-de\.en\.bin has "
-                                         r"3 sentences"):
+    with pytest.raises(
+        ValueError,
+        match=r"train\.en\.dep has 2 lines but .*train\.en-de\.en\.bin has "
+        r"3 sentences",
+    ):
         task.load_dataset("train")
     write_side(tiny_bin, "train", tree_lines=TREE_LINES[:2])
     with pytest.raises(ValueError, match=r"train\.en\.dep has 3 lines but .*train\.en\.tree has 2"):
@@ -770,8 +915,12 @@ def test_task_mismatched_parse_names_file_and_line(tmp_path):
     d = tmp_path / "bin"
     src = SRC_BPE + ["He left", "He left"]
     write_databin(d, {"train": (src, TGT + ["Er ging", "Er ging"])})
-    write_side(d, "train", DEP_LINES + ["He left\t2 0", "He right\t2 0"],
-               TREE_LINES + [TREE_LINES[1], "(S (NP (PRP He)) (VP (VBD right)))"])
+    write_side(
+        d,
+        "train",
+        DEP_LINES + ["He left\t2 0", "He right\t2 0"],
+        TREE_LINES + [TREE_LINES[1], "(S (NP (PRP He)) (VP (VBD right)))"],
+    )
     task, _ = make_task(d)
     with pytest.raises(ValueError) as e:  # every example is checked at load time
         task.load_dataset("train")
@@ -780,18 +929,21 @@ def test_task_mismatched_parse_names_file_and_line(tmp_path):
     assert "piece 2 'left' does not continue word 2 'right'" in msg
     # dep and tree words disagree on a line in the middle: also found at load time (issue 14:
     # it used to surface at update 36, in a DataLoader worker)
-    write_side(d, "train", DEP_LINES + ["He left\t2 0"] * 2,
-               TREE_LINES + ["(S (NP (PRP She)) (VP (VBD left)))", TREE_LINES[1]])
-    with pytest.raises(ValueError, match=r"train\.en\.tree:4: the tree's words differ from .*"
-                                         r"train\.en\.dep:4: token 1: parse has 'She'"):
+    write_side(
+        d, "train", DEP_LINES + ["He left\t2 0"] * 2, TREE_LINES + ["(S (NP (PRP She)) (VP (VBD left)))", TREE_LINES[1]]
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"train\.en\.tree:4: the tree's words differ from .*"
+        r"train\.en\.dep:4: token 1: parse has 'She'",
+    ):
         task.load_dataset("train")
 
 
 def test_task_unknown_pieces_and_truncation(tmp_path):
     d = tmp_path / "bin"
     # the source dictionary lacks "sh" and "l@@": they binarize to <unk>
-    write_databin(d, {"train": (SRC_BPE, TGT)},
-                  src_dict_words=["Bu@@", "held", "talks", "He", "left", "Hel@@", "o"])
+    write_databin(d, {"train": (SRC_BPE, TGT)}, src_dict_words=["Bu@@", "held", "talks", "He", "left", "Hel@@", "o"])
     write_side(d, "train")
     task, _ = make_task(d)
     task.load_dataset("train")
@@ -819,10 +971,25 @@ def test_task_batches_and_sequence_generator(tiny_bin):
     encoder (every net_input key) and beam search runs unchanged."""
     from fairseq.sequence_generator import SequenceGenerator
 
-    task, args = make_task(tiny_bin, "--encoder-layers", 1, "--decoder-layers", 1,
-                           "--encoder-embed-dim", 16, "--decoder-embed-dim", 16,
-                           "--encoder-ffn-embed-dim", 32, "--decoder-ffn-embed-dim", 32,
-                           "--encoder-attention-heads", 2, "--decoder-attention-heads", 2)
+    task, args = make_task(
+        tiny_bin,
+        "--encoder-layers",
+        1,
+        "--decoder-layers",
+        1,
+        "--encoder-embed-dim",
+        16,
+        "--decoder-embed-dim",
+        16,
+        "--encoder-ffn-embed-dim",
+        32,
+        "--decoder-ffn-embed-dim",
+        32,
+        "--encoder-attention-heads",
+        2,
+        "--decoder-attention-heads",
+        2,
+    )
     task.load_dataset("train")
     import pickle
 
@@ -850,8 +1017,9 @@ def test_task_batches_and_sequence_generator(tiny_bin):
     original = model.encoder.forward
 
     def forward(src_tokens, src_lengths=None, src_dep=None, src_rp=None, **kw):
-        calls.append((src_tokens.shape, None if src_dep is None else src_dep.shape,
-                      None if src_rp is None else src_rp.shape))
+        calls.append(
+            (src_tokens.shape, None if src_dep is None else src_dep.shape, None if src_rp is None else src_rp.shape)
+        )
         if src_dep is not None:  # rows stay aligned with src_tokens through the generator
             assert torch.equal(src_dep.diagonal(dim1=1, dim2=2), src_tokens != task.src_dict.pad())
         return original(src_tokens, src_lengths, **kw)

@@ -38,7 +38,7 @@ PYTHON_REPLACE = {
 }
 
 # run after the doc's python block, in its namespace
-CHECK = r'''
+CHECK = r"""
 import json
 layer = net.decoder.layers[max(cross)].encoder_attn
 seen = {}
@@ -56,7 +56,7 @@ print("CHECK " + json.dumps({
     "translation": translation, "src_tokens": src_tokens, "tgt_tokens": tgt_tokens,
     "shape": list(weights.shape), "max_diff": (plain - weights).abs().max().item(),
     "kinds": sorted({(t.site.kind, t.site.layer) for t in taps})}))
-'''
+"""
 
 
 def _block(language):
@@ -98,17 +98,29 @@ def _env(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     script = bin_dir / "fsa-interactive"
-    script.write_text(f"#!{sys.executable}\nimport sys\nsys.argv[0] = 'fsa-interactive'\n"
-                      "from fairseq_sparse_attn.cli import interactive\ninteractive()\n")
+    script.write_text(
+        f"#!{sys.executable}\nimport sys\nsys.argv[0] = 'fsa-interactive'\n"
+        "from fairseq_sparse_attn.cli import interactive\ninteractive()\n"
+    )
     script.chmod(0o755)
-    return dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                PATH=str(bin_dir) + os.pathsep + os.environ["PATH"], OMP_NUM_THREADS="1")
+    return dict(
+        os.environ,
+        PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        PATH=str(bin_dir) + os.pathsep + os.environ["PATH"],
+        OMP_NUM_THREADS="1",
+    )
 
 
 def test_interactive_example_translates_as_fairseq_generate(demo_out):
     code = _substituted(_block("bash"), BASH_REPLACE)
-    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=demo_out, env=_env(demo_out),
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", code],
+        cwd=demo_out,
+        env=_env(demo_out),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = {line.split("\t")[0]: line.split("\t") for line in proc.stdout.splitlines() if "\t" in line}
     assert lines["S-0"][1] == BPE_SOURCE  # tokenized and split by the BPE codes
@@ -127,11 +139,12 @@ def test_python_example_translates_and_records_the_attention(demo_out):
     code = _substituted(_block("python"), PYTHON_REPLACE) + CHECK
     script = demo_out / "example.py"
     script.write_text(code)
-    proc = subprocess.run([sys.executable, str(script)], cwd=demo_out, env=_env(demo_out),
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(script)], cwd=demo_out, env=_env(demo_out), capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout.splitlines()
-    result = json.loads(next(line for line in out if line.startswith("CHECK "))[len("CHECK "):])
+    result = json.loads(next(line for line in out if line.startswith("CHECK "))[len("CHECK ") :])
     _, hypothesis = _saved_hypothesis()
     assert out[0] == hypothesis == result["translation"]
     assert result["src_tokens"] == BPE_SOURCE.split() + ["</s>"]
@@ -142,14 +155,28 @@ def test_python_example_translates_and_records_the_attention(demo_out):
     # every attention call recorded: 2 encoder and 2 decoder layers in the fixtures
     assert result["kinds"] == [[k, layer] for k in ("cross", "decoder_self", "encoder_self") for layer in (0, 1)]
     # the printed table: one row per target token
-    table = out[out.index("cross-attention, last layer, mean over heads:") + 1:]
+    table = out[out.index("cross-attention, last layer, mean over heads:") + 1 :]
     assert [row.split()[0] for row in table if " -> " in row] == result["tgt_tokens"]
 
 
 def test_missing_languages_with_moses_is_one_line(tmp_path):
-    proc = subprocess.run(["fsa-interactive", str(FIXTURES / "data-bin"), "--path", str(FIXTURES / f"{MODEL}.pt"),
-                           "--tokenizer", "moses", "-t", "de"], input=SENTENCE + "\n",
-                          env=_env(tmp_path), capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            "fsa-interactive",
+            str(FIXTURES / "data-bin"),
+            "--path",
+            str(FIXTURES / f"{MODEL}.pt"),
+            "--tokenizer",
+            "moses",
+            "-t",
+            "de",
+        ],
+        input=SENTENCE + "\n",
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()

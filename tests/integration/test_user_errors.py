@@ -19,12 +19,42 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 WORDS = [f"w{i}" for i in range(24)]
 TINY = [
-    "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
-    "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
-    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--share-all-embeddings",
-    "--max-source-positions", "32", "--max-target-positions", "32",
-    "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "500", "--num-workers", "0",
-    "--log-format", "simple", "--no-epoch-checkpoints", "--max-update", "1", "--seed", "1",
+    "--encoder-layers",
+    "1",
+    "--decoder-layers",
+    "1",
+    "--encoder-embed-dim",
+    "16",
+    "--decoder-embed-dim",
+    "16",
+    "--encoder-ffn-embed-dim",
+    "32",
+    "--decoder-ffn-embed-dim",
+    "32",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+    "--share-all-embeddings",
+    "--max-source-positions",
+    "32",
+    "--max-target-positions",
+    "32",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "1e-3",
+    "--max-tokens",
+    "500",
+    "--num-workers",
+    "0",
+    "--log-format",
+    "simple",
+    "--no-epoch-checkpoints",
+    "--max-update",
+    "1",
+    "--seed",
+    "1",
 ]
 
 
@@ -36,10 +66,10 @@ def env():
 
 def fsa(command, *args, input=None):
     """``fsa-<command> args`` as the console script runs it, from this checkout."""
-    code = (f"import sys; sys.argv[0] = 'fsa-{command}'; "
-            f"from fairseq_sparse_attn.cli import {command}; {command}()")
-    return subprocess.run([sys.executable, "-c", code, *map(str, args)], env=env(),
-                          capture_output=True, input=input, timeout=600)
+    code = f"import sys; sys.argv[0] = 'fsa-{command}'; from fairseq_sparse_attn.cli import {command}; {command}()"
+    return subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)], env=env(), capture_output=True, input=input, timeout=600
+    )
 
 
 def text(proc):
@@ -64,8 +94,7 @@ def empty(directory):
 
 def sentences(n, seed, min_len=3, max_len=8):
     rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(min_len, max_len)))
-            for _ in range(n)]
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(min_len, max_len))) for _ in range(n)]
 
 
 def translate(line):
@@ -82,13 +111,23 @@ def write_raw(directory, splits):
 
 
 def preprocess(raw, dest, splits=("train", "valid", "test"), srcdict=None):
-    args = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", "de",
-            "--target-lang", "en", "--destdir", str(dest), "--workers", "1"]
+    args = [
+        sys.executable,
+        "-m",
+        "fairseq_cli.preprocess",
+        "--source-lang",
+        "de",
+        "--target-lang",
+        "en",
+        "--destdir",
+        str(dest),
+        "--workers",
+        "1",
+    ]
     for split, flag in (("train", "--trainpref"), ("valid", "--validpref"), ("test", "--testpref")):
         if split in splits:
             args += [flag, str(raw / split)]
-    args += (["--srcdict", str(srcdict), "--joined-dictionary"] if srcdict
-             else ["--joined-dictionary"])
+    args += ["--srcdict", str(srcdict), "--joined-dictionary"] if srcdict else ["--joined-dictionary"]
     proc = subprocess.run(args, env=env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return dest
@@ -98,9 +137,11 @@ def corpus(n_train=40, n_valid=6, seed=0):
     train = sentences(n_train, seed)
     valid = sentences(n_valid, seed + 1)
     test = sentences(n_valid, seed + 2)
-    return {"train": (train, [translate(s) for s in train]),
-            "valid": (valid, [translate(s) for s in valid]),
-            "test": (test, [translate(s) for s in test])}
+    return {
+        "train": (train, [translate(s) for s in train]),
+        "valid": (valid, [translate(s) for s in valid]),
+        "test": (test, [translate(s) for s in test]),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -143,15 +184,16 @@ def stock_checkpoint(tiny):
 # --- Flags ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("flags,message", [
-    (["--attn-activation", "relu_scaled", "--relu-scale-gamma", "-1"],
-     "--relu-scale-gamma -1.0: must be > 0"),
-    (["--attn-activation", "entmax_bisect", "--entmax-bisect-iters", "0"],
-     "--entmax-bisect-iters 0: must be >= 1"),
-    (["--encoder-attention-heads", "3"], "--encoder-embed-dim 16 is not divisible by "
-                                         "--encoder-attention-heads 3"),
-    (["--attention-dropout", "1.5"], "--attention-dropout 1.5: must be in [0, 1]"),
-], ids=["negative_gamma", "zero_bisect_iters", "heads_not_dividing", "attention_dropout_above_1"])
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--attn-activation", "relu_scaled", "--relu-scale-gamma", "-1"], "--relu-scale-gamma -1.0: must be > 0"),
+        (["--attn-activation", "entmax_bisect", "--entmax-bisect-iters", "0"], "--entmax-bisect-iters 0: must be >= 1"),
+        (["--encoder-attention-heads", "3"], "--encoder-embed-dim 16 is not divisible by --encoder-attention-heads 3"),
+        (["--attention-dropout", "1.5"], "--attention-dropout 1.5: must be in [0, 1]"),
+    ],
+    ids=["negative_gamma", "zero_bisect_iters", "heads_not_dividing", "attention_dropout_above_1"],
+)
 def test_invalid_flag_refused_before_training(tiny, tmp_path, flags, message):
     """The real command for a few of the cases of tests/unit/test_flag_validation.py (the
     bisection iterations and the dropout used to fail inside the first training step, where
@@ -169,8 +211,12 @@ def test_backend_refusal_at_first_forward_leaves_no_crash_dump(tiny, tmp_path):
     depends on the device and on gradients); fairseq's trainer used to dump crash.pt."""
     save = tmp_path / "ckpt"
     proc = train(tiny / "data-bin", save, "--attn-backend", "flex", "--cpu")
-    one_line_error(proc, "fsa-train: error: ", "attention backend 'flex' (--attn-backend) "
-                   "cannot serve this configuration", "--attn-backend auto")
+    one_line_error(
+        proc,
+        "fsa-train: error: ",
+        "attention backend 'flex' (--attn-backend) cannot serve this configuration",
+        "--attn-backend auto",
+    )
     assert not (save / "crash.pt").exists()
     assert not list(save.glob("*.pt"))
 
@@ -187,8 +233,12 @@ def test_source_and_target_with_different_sentence_counts(tmp_path):
     write_raw(tmp_path / "raw", splits)
     data = preprocess(tmp_path / "raw", tmp_path / "data-bin")
     proc = train(data, tmp_path / "ckpt")
-    one_line_error(proc, "fsa-train: error: ", f"{data / 'train.de-en.de.idx'} has 40 sentences "
-                   f"but {data / 'train.de-en.en.idx'} has 39", "line-aligned")
+    one_line_error(
+        proc,
+        "fsa-train: error: ",
+        f"{data / 'train.de-en.de.idx'} has 40 sentences but {data / 'train.de-en.en.idx'} has 39",
+        "line-aligned",
+    )
     assert empty(tmp_path / "ckpt")
 
 
@@ -196,11 +246,11 @@ def test_empty_train_split(tiny, tmp_path):
     splits = corpus()
     splits["train"] = ([], [])
     write_raw(tmp_path / "raw", splits)
-    data = preprocess(tmp_path / "raw", tmp_path / "data-bin",
-                      srcdict=tiny / "data-bin" / "dict.de.txt")
+    data = preprocess(tmp_path / "raw", tmp_path / "data-bin", srcdict=tiny / "data-bin" / "dict.de.txt")
     proc = train(data, tmp_path / "ckpt")
-    one_line_error(proc, "fsa-train: error: ", f"{data / 'train.de-en.de.idx'} holds no "
-                   "sentences: split 'train' is empty")
+    one_line_error(
+        proc, "fsa-train: error: ", f"{data / 'train.de-en.de.idx'} holds no sentences: split 'train' is empty"
+    )
     assert empty(tmp_path / "ckpt")
 
 
@@ -208,8 +258,9 @@ def test_missing_valid_split(databin, tmp_path):
     for f in databin.glob("valid.*"):
         f.unlink()
     proc = train(databin, tmp_path / "ckpt")
-    one_line_error(proc, "fsa-train: error: ", f"split 'valid' not found in {databin}",
-                   "valid.de-en.de.idx", "--validpref")
+    one_line_error(
+        proc, "fsa-train: error: ", f"split 'valid' not found in {databin}", "valid.de-en.de.idx", "--validpref"
+    )
     assert empty(tmp_path / "ckpt")
 
 
@@ -219,8 +270,9 @@ def test_duplicated_dictionary_symbol(databin, tmp_path):
     lines.append(lines[2].split()[0] + " 1")
     path.write_text("\n".join(lines) + "\n")
     proc = train(databin, tmp_path / "ckpt")
-    one_line_error(proc, "fsa-train: error: ", f"{path}:{len(lines)}: duplicate symbol "
-                   f"'{lines[2].split()[0]}', already on line 3")
+    one_line_error(
+        proc, "fsa-train: error: ", f"{path}:{len(lines)}: duplicate symbol '{lines[2].split()[0]}', already on line 3"
+    )
     assert empty(tmp_path / "ckpt")
 
 
@@ -228,8 +280,7 @@ def test_special_symbol_in_dictionary(databin, tmp_path):
     path = databin / "dict.de.txt"
     path.write_text(path.read_text() + "</s> 3\n")
     proc = train(databin, tmp_path / "ckpt")
-    one_line_error(proc, "fsa-train: error: ", f"{path}:", "duplicate symbol fairseq's special "
-                   "symbol '</s>'")
+    one_line_error(proc, "fsa-train: error: ", f"{path}:", "duplicate symbol fairseq's special symbol '</s>'")
 
 
 def test_malformed_dictionary_line(databin, tmp_path):
@@ -250,12 +301,15 @@ def test_special_symbols_inside_training_sentences(tiny, tmp_path, symbol):
     src[6] = " ".join(words[:2] + [symbol] + words[2:])
     splits["train"] = (src, tgt)
     write_raw(tmp_path / "raw", splits)
-    data = preprocess(tmp_path / "raw", tmp_path / "data-bin",
-                      srcdict=tiny / "data-bin" / "dict.de.txt")
+    data = preprocess(tmp_path / "raw", tmp_path / "data-bin", srcdict=tiny / "data-bin" / "dict.de.txt")
     proc = train(data, tmp_path / "ckpt")
-    one_line_error(proc, "fsa-train: error: ", f"{data / 'train.de-en.de.bin'}: sentence 6 (line "
-                   f"7 of the text it was binarized from) holds the special symbol '{symbol}'",
-                   "at token 2")
+    one_line_error(
+        proc,
+        "fsa-train: error: ",
+        f"{data / 'train.de-en.de.bin'}: sentence 6 (line "
+        f"7 of the text it was binarized from) holds the special symbol '{symbol}'",
+        "at token 2",
+    )
     assert empty(tmp_path / "ckpt")
 
 
@@ -271,22 +325,39 @@ def test_model_and_data_dictionary_sizes_differ(tiny, rela_checkpoint, tmp_path)
     write_raw(raw, splits)
     data = preprocess(raw, tmp_path / "data-bin")
     size = 4 + len((data / "dict.de.txt").read_text().splitlines())
-    proc = fsa("generate", data, "--path", rela_checkpoint, "--gen-subset", "test",
-               "--max-tokens", "500")
-    one_line_error(proc, "fsa-generate: error: ", f"{data / 'dict.de.txt'} has {size} entries",
-                   "encoder.embed_tokens.weight has", "binarized with other dictionaries")
+    proc = fsa("generate", data, "--path", rela_checkpoint, "--gen-subset", "test", "--max-tokens", "500")
+    one_line_error(
+        proc,
+        "fsa-generate: error: ",
+        f"{data / 'dict.de.txt'} has {size} entries",
+        "encoder.embed_tokens.weight has",
+        "binarized with other dictionaries",
+    )
     assert "H-" not in text(proc)[0]
 
 
 def test_document_separator_may_not_be_a_special_symbol(tmp_path):
-    proc = subprocess.run([sys.executable, str(REPO / "data_prep" / "prepare_europarl_docs.py"),
-                           "--max-doc-length", "64", "--separator", "</s>", "--out",
-                           str(tmp_path / "out")], capture_output=True, text=True, timeout=300,
-                          env=env())
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "data_prep" / "prepare_europarl_docs.py"),
+            "--max-doc-length",
+            "64",
+            "--separator",
+            "</s>",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env(),
+    )
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == (
         "[europarl-docs] error: --separator </s>: fairseq's special symbol would be binarized to "
-        "its id (a </s> in mid-document ends generation there); choose a plain token such as <sep>")
+        "its id (a </s> in mid-document ends generation there); choose a plain token such as <sep>"
+    )
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists()
 
@@ -295,28 +366,52 @@ def test_document_separator_may_not_be_a_special_symbol(tmp_path):
 
 
 def test_mask_encoder_heads_on_a_stock_checkpoint(tiny, stock_checkpoint):
-    proc = fsa("generate", tiny / "data-bin", "--path", stock_checkpoint, "--gen-subset", "test",
-               "--max-tokens", "500", "--mask-encoder-heads", "0")
-    one_line_error(proc, "fsa-generate: error: ", "--mask-encoder-heads 0:",
-                   f"{stock_checkpoint} has no plugin attention", "--arch transformer")
+    proc = fsa(
+        "generate",
+        tiny / "data-bin",
+        "--path",
+        stock_checkpoint,
+        "--gen-subset",
+        "test",
+        "--max-tokens",
+        "500",
+        "--mask-encoder-heads",
+        "0",
+    )
+    one_line_error(
+        proc,
+        "fsa-generate: error: ",
+        "--mask-encoder-heads 0:",
+        f"{stock_checkpoint} has no plugin attention",
+        "--arch transformer",
+    )
     assert "H-" not in text(proc)[0]
 
 
 def test_plugin_model_override_on_a_stock_checkpoint(tiny, stock_checkpoint):
-    proc = fsa("generate", tiny / "data-bin", "--path", stock_checkpoint, "--gen-subset", "test",
-               "--max-tokens", "500", "--model-overrides", "{'attn_backend': 'query_block'}")
-    one_line_error(proc, "fsa-generate: error: ", "--model-overrides 'attn_backend' query_block",
-                   "has no plugin attention")
+    proc = fsa(
+        "generate",
+        tiny / "data-bin",
+        "--path",
+        stock_checkpoint,
+        "--gen-subset",
+        "test",
+        "--max-tokens",
+        "500",
+        "--model-overrides",
+        "{'attn_backend': 'query_block'}",
+    )
+    one_line_error(
+        proc, "fsa-generate: error: ", "--model-overrides 'attn_backend' query_block", "has no plugin attention"
+    )
 
 
 def test_mask_encoder_heads_on_a_plugin_checkpoint_changes_the_output(tiny, rela_checkpoint):
     """The refusal is only for stock models: on the plugin's model the flag applies."""
-    args = [tiny / "data-bin", "--path", rela_checkpoint, "--gen-subset", "test",
-            "--max-tokens", "500", "--beam", "1"]
+    args = [tiny / "data-bin", "--path", rela_checkpoint, "--gen-subset", "test", "--max-tokens", "500", "--beam", "1"]
     plain, masked = fsa("generate", *args), fsa("generate", *args, "--mask-encoder-heads", "0,1")
     assert plain.returncode == 0 and masked.returncode == 0, text(masked)[1][-3000:]
-    hyps = [[line for line in text(p)[0].splitlines() if line.startswith("H-")]
-            for p in (plain, masked)]
+    hyps = [[line for line in text(p)[0].splitlines() if line.startswith("H-")] for p in (plain, masked)]
     assert len(hyps[0]) == 6 and hyps[0] != hyps[1]
 
 
@@ -324,8 +419,20 @@ def test_mask_encoder_heads_on_a_plugin_checkpoint_changes_the_output(tiny, rela
 
 
 def interactive(tiny, checkpoint, data: bytes, *flags):
-    return fsa("interactive", tiny / "data-bin", "--path", checkpoint, "--source-lang", "de",
-               "--target-lang", "en", "--beam", "1", *flags, input=data)
+    return fsa(
+        "interactive",
+        tiny / "data-bin",
+        "--path",
+        checkpoint,
+        "--source-lang",
+        "de",
+        "--target-lang",
+        "en",
+        "--beam",
+        "1",
+        *flags,
+        input=data,
+    )
 
 
 def source_lines(out):
@@ -352,8 +459,9 @@ def test_interactive_invalid_utf8_line_is_skipped(tiny, rela_checkpoint):
     out, err = text(proc)
     assert proc.returncode == 0, err[-3000:]
     assert "Traceback" not in err
-    assert ("fsa-interactive: error: input line 2: not valid UTF-8 (invalid start byte at "
-            "byte 3); skipped") in err.splitlines()
+    assert (
+        "fsa-interactive: error: input line 2: not valid UTF-8 (invalid start byte at byte 3); skipped"
+    ) in err.splitlines()
     assert source_lines(out) == {0: "w1 w2", 2: "w5 w6"}
     assert sum(line.startswith("H-") for line in out.splitlines()) == 2
 
@@ -364,6 +472,8 @@ def test_interactive_line_longer_than_max_positions_is_skipped(tiny, rela_checkp
     proc = interactive(tiny, rela_checkpoint, data, "--buffer-size", "2", "--batch-size", "2")
     out, err = text(proc)
     assert proc.returncode == 0, err[-3000:]
-    assert ("fsa-interactive: error: input line 2: 41 tokens (with the end of sentence), more "
-            "than the model's 32 source positions; skipped") in err.splitlines()
+    assert (
+        "fsa-interactive: error: input line 2: 41 tokens (with the end of sentence), more "
+        "than the model's 32 source positions; skipped"
+    ) in err.splitlines()
     assert source_lines(out) == {0: "w1 w2", 2: "w5 w6"}

@@ -60,8 +60,7 @@ def plain_relu6_per_key(scores, hidden):
     return w / n
 
 
-TOYS = {"toy_squared_relu": (SquaredReLU, plain_squared_relu),
-        "toy_relu6_per_key": (ReLU6PerKey, plain_relu6_per_key)}
+TOYS = {"toy_squared_relu": (SquaredReLU, plain_squared_relu), "toy_relu6_per_key": (ReLU6PerKey, plain_relu6_per_key)}
 
 
 @pytest.fixture(params=sorted(TOYS))
@@ -76,8 +75,11 @@ def toy(request):
 
 def qkv(seed=0):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(B, H, T, D, generator=g), torch.randn(B, H, S, D, generator=g),
-            torch.randn(B, H, S, D, generator=g))
+    return (
+        torch.randn(B, H, T, D, generator=g),
+        torch.randn(B, H, S, D, generator=g),
+        torch.randn(B, H, S, D, generator=g),
+    )
 
 
 def masks():
@@ -88,13 +90,18 @@ def masks():
 
 
 def reference(formula, q, k, v, hidden):
-    scores = (q.double() @ k.double().transpose(-1, -2))
+    scores = q.double() @ k.double().transpose(-1, -2)
     return formula(scores, hidden) @ v.double()
 
 
 def spec(name, backend, min_keys=0):
-    return AttendSpec(activation=build_activation(name, H), dropout=torch.nn.Dropout(0.0),
-                      heads=HeadPlan(H), backend=backend, flex_min_keys=min_keys)
+    return AttendSpec(
+        activation=build_activation(name, H),
+        dropout=torch.nn.Dropout(0.0),
+        heads=HeadPlan(H),
+        backend=backend,
+        flex_min_keys=min_keys,
+    )
 
 
 def test_traits_are_collected_per_class():
@@ -118,9 +125,9 @@ def test_materialized_and_query_block_follow_the_formula(toy, mask):
     inputs = AttentionInputs(hidden=hidden, collect=frozenset({"weights"}))
     out, inter = attend(q, k, v, inputs, spec(name, "materialized"))
     torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(inter.weights.double(),
-                               formula(q.double() @ k.double().transpose(-1, -2), hidden),
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        inter.weights.double(), formula(q.double() @ k.double().transpose(-1, -2), hidden), atol=1e-5, rtol=1e-5
+    )
     with torch.no_grad():  # auto takes query_block for calls over >= flex_min_keys keys
         out, inter = attend(q, k, v, AttentionInputs(hidden=hidden), spec(name, "auto", min_keys=S))
     assert inter.backend == "query_block"
@@ -135,15 +142,15 @@ def test_query_block_with_beam_groups(toy):
     pad = torch.zeros(1, 1, 1, S, dtype=torch.bool)
     pad[..., 6:] = True
     with torch.no_grad():
-        out, inter = attend(q, k, v, AttentionInputs(hidden=pad, kv_groups=B),
-                            spec(name, "query_block"))
+        out, inter = attend(q, k, v, AttentionInputs(hidden=pad, kv_groups=B), spec(name, "query_block"))
     assert inter.backend == "query_block"
     ref = reference(formula, q, k.expand(B, -1, -1, -1), v.expand(B, -1, -1, -1), pad)
     torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.skipif(flex_relu.flex_relu_unavailable("cpu", False) is not None,
-                    reason="FlexAttention does not run on this CPU")
+@pytest.mark.skipif(
+    flex_relu.flex_relu_unavailable("cpu", False) is not None, reason="FlexAttention does not run on this CPU"
+)
 # the eager (uncompiled) kernel is what this test checks against the formula; torch warns
 # that it is not the fused one
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile:UserWarning")
@@ -176,8 +183,7 @@ def test_inference_call_follows_the_formula(toy, monkeypatch):
     name, formula = toy
     taken = []
     real = multihead.inference_call
-    monkeypatch.setattr(multihead, "inference_call",
-                        lambda *a, **kw: taken.append(a[0]) or real(*a, **kw))
+    monkeypatch.setattr(multihead, "inference_call", lambda *a, **kw: taken.append(a[0]) or real(*a, **kw))
     E = H * D
     torch.manual_seed(0)
     self_attn = SparseMultiheadAttention(E, H, self_attention=True, config=attention_config(name)).eval()
@@ -204,10 +210,10 @@ def test_inference_call_follows_the_formula(toy, monkeypatch):
     state = {}
     with torch.no_grad():
         for t in range(xs.size(0)):
-            out, _ = self_attn(xs[t:t + 1], xs[t:t + 1], xs[t:t + 1], incremental_state=state)
-            torch.testing.assert_close(out.double(), plain(self_attn, xs[t:t + 1], xs[:t + 1], None),
-                                       atol=1e-5, rtol=1e-5)
+            out, _ = self_attn(xs[t : t + 1], xs[t : t + 1], xs[t : t + 1], incremental_state=state)
+            torch.testing.assert_close(
+                out.double(), plain(self_attn, xs[t : t + 1], xs[: t + 1], None), atol=1e-5, rtol=1e-5
+            )
         out, _ = cross(xs, enc, enc, key_padding_mask=pad)
-        torch.testing.assert_close(out.double(), plain(cross, xs, enc, pad.view(B, 1, 1, S)),
-                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(out.double(), plain(cross, xs, enc, pad.view(B, 1, 1, S)), atol=1e-5, rtol=1e-5)
     assert taken.count(self_attn) == xs.size(0) and taken.count(cross) == 1

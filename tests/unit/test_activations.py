@@ -47,8 +47,7 @@ def plain_row(name, row, alpha=None):
     raise AssertionError(name)
 
 
-@pytest.mark.parametrize("name", ["softmax", "relu", "gelu", "leaky_relu", "sparsemax",
-                                  "entmax15", "entmax_bisect"])
+@pytest.mark.parametrize("name", ["softmax", "relu", "gelu", "leaky_relu", "sparsemax", "entmax15", "entmax_bisect"])
 def test_activation_matches_independent_computation_with_masks(name):
     act = build_activation(name, HEADS)
     scores, mask = scores_and_mask()

@@ -25,11 +25,15 @@ from fairseq_sparse_attn.analysis.alignment import (
 
 # teacher forcing of 3 target pieces: decoder input  [</s>, y0, y1, y2]
 #                                     predicted      [y0,   y1, y2, </s>]
-ROWS = torch.tensor([[0.10, 0.20, 0.70],   # r0: input </s>, predicts y0
-                     [0.60, 0.30, 0.10],   # r1: input y0,   predicts y1
-                     [0.20, 0.50, 0.30],   # r2: input y1,   predicts y2
-                     [0.05, 0.15, 0.80]],  # r3: input y2,   predicts </s>
-                    dtype=torch.float64)
+ROWS = torch.tensor(
+    [
+        [0.10, 0.20, 0.70],  # r0: input </s>, predicts y0
+        [0.60, 0.30, 0.10],  # r1: input y0,   predicts y1
+        [0.20, 0.50, 0.30],  # r2: input y1,   predicts y2
+        [0.05, 0.15, 0.80],
+    ],  # r3: input y2,   predicts </s>
+    dtype=torch.float64,
+)
 
 
 def test_awo_uses_the_row_predicting_each_piece_and_drops_the_eos_row():
@@ -71,9 +75,7 @@ def test_word_index_for_both_subword_schemes():
 
 def test_merge_sums_over_source_pieces_and_averages_over_target_pieces():
     # target pieces: the | hou@@ se      source pieces: das | Ha@@ us | </s>
-    a = torch.tensor([[0.6, 0.1, 0.1, 0.2],
-                      [0.1, 0.3, 0.4, 0.2],
-                      [0.0, 0.5, 0.1, 0.4]], dtype=torch.float64)
+    a = torch.tensor([[0.6, 0.1, 0.1, 0.2], [0.1, 0.3, 0.4, 0.2], [0.0, 0.5, 0.1, 0.4]], dtype=torch.float64)
     got = merge_subwords(a, ["das", "Ha@@", "us"], ["the", "hou@@", "se"], "subword-nmt")
     # the:   das 0.6, Haus 0.1+0.1 = 0.2, </s> 0.2
     # house: mean of (0.1, 0.3+0.4, 0.2) and (0.0, 0.5+0.1, 0.4) = (0.05, 0.65, 0.3)
@@ -89,10 +91,14 @@ def test_merge_sums_over_source_pieces_and_averages_over_target_pieces():
 
 
 def test_argmax_drops_eos_and_null_rows_and_breaks_ties_low():
-    a = torch.tensor([[0.2, 0.7, 0.1],    # -> source 1
-                      [0.1, 0.1, 0.8],    # argmax is the </s> column: no link
-                      [0.0, 0.0, 0.0],    # null attention: no link
-                      [0.4, 0.4, 0.2]])   # tie -> source 0
+    a = torch.tensor(
+        [
+            [0.2, 0.7, 0.1],  # -> source 1
+            [0.1, 0.1, 0.8],  # argmax is the </s> column: no link
+            [0.0, 0.0, 0.0],  # null attention: no link
+            [0.4, 0.4, 0.2],
+        ]
+    )  # tie -> source 0
     assert argmax_alignment(a, null_column=2) == {(1, 0), (0, 3)}
     assert argmax_alignment(a) == {(1, 0), (2, 1), (0, 3)}
     with pytest.raises(ValueError, match="non-negative"):
@@ -107,10 +113,14 @@ def test_combine_heads_sums_heads():
 
 def test_sentence_alignment_awo_vs_awi_with_subwords_and_eos():
     # source: ein | Schü@@ ler | </s>     target: a | stu@@ dent   (+ </s> predicted last)
-    a = torch.tensor([[0.7, 0.1, 0.1, 0.1],   # input </s>,   predicts a
-                      [0.8, 0.1, 0.0, 0.1],   # input a,      predicts stu@@
-                      [0.1, 0.2, 0.2, 0.5],   # input stu@@,  predicts dent
-                      [0.0, 0.1, 0.1, 0.8]])  # input dent,   predicts </s>
+    a = torch.tensor(
+        [
+            [0.7, 0.1, 0.1, 0.1],  # input </s>,   predicts a
+            [0.8, 0.1, 0.0, 0.1],  # input a,      predicts stu@@
+            [0.1, 0.2, 0.2, 0.5],  # input stu@@,  predicts dent
+            [0.0, 0.1, 0.1, 0.8],
+        ]
+    )  # input dent,   predicts </s>
     src, tgt = ["ein", "Schü@@", "ler"], ["a", "stu@@", "dent"]
     # AWO: a <- r0 = (0.7, 0.2, 0.1) -> ein
     #      student <- mean(r1 (0.8, 0.1, 0.1), r2 (0.1, 0.4, 0.5)) = (0.45, 0.25, 0.3) -> ein
@@ -160,11 +170,17 @@ def test_read_errors_name_file_line_and_token(tmp_path):
     with pytest.raises(ValueError, match=r"bad\.talp:2: source index 0 .* below 1"):
         read_alignments(f)
     f.write_text("1-1\n3-1\n")
-    with pytest.raises(ValueError, match=r"bad\.talp:2: source index 3 in link '3-1' is out of "
-                                         r"range for a source sentence of 2 words"):
+    with pytest.raises(
+        ValueError,
+        match=r"bad\.talp:2: source index 3 in link '3-1' is out of "
+        r"range for a source sentence of 2 words",
+    ):
         read_alignments(f, lengths=[(1, 1), (2, 4)])
-    with pytest.raises(ValueError, match=r"bad\.talp:2: target index 3 in link '3-1' .* target "
-                                         r"sentence of 2 words"):
+    with pytest.raises(
+        ValueError,
+        match=r"bad\.talp:2: target index 3 in link '3-1' .* target "
+        r"sentence of 2 words",
+    ):
         read_alignments(f, reverse=True, lengths=[(1, 1), (1, 2)])
     with pytest.raises(ValueError, match=r"bad\.talp: 2 lines, expected 3"):
         read_alignments(f, lengths=[(1, 1), (3, 1), (1, 1)])
@@ -175,13 +191,15 @@ def test_read_errors_name_file_line_and_token(tmp_path):
 
 def test_corpus_precision_recall_aer_by_hand():
     gold = [
-        SentenceAlignment({(0, 0), (1, 1)}, {(2, 1)}),   # S = 2 links, P = S + (2, 1)
+        SentenceAlignment({(0, 0), (1, 1)}, {(2, 1)}),  # S = 2 links, P = S + (2, 1)
         SentenceAlignment({(0, 0)}, {(1, 0)}),
-        SentenceAlignment(set(), {(0, 1)}),              # no sure link
+        SentenceAlignment(set(), {(0, 1)}),  # no sure link
     ]
-    predicted = [{(0, 0), (2, 1), (2, 2)},  # |A|=3, |A∩S|=1 (0,0), |A∩P|=2 (0,0),(2,1)
-                 set(),                     # empty A: |S| = 1 still counts
-                 {(0, 1)}]                  # |A|=1, |A∩S|=0, |A∩P|=1
+    predicted = [
+        {(0, 0), (2, 1), (2, 2)},  # |A|=3, |A∩S|=1 (0,0), |A∩P|=2 (0,0),(2,1)
+        set(),  # empty A: |S| = 1 still counts
+        {(0, 1)},
+    ]  # |A|=1, |A∩S|=0, |A∩P|=1
     c = alignment_counts(predicted, gold)
     assert c == AlignmentCounts(predicted=4, sure=3, predicted_sure=1, predicted_possible=3)
     assert c.precision == 3 / 4
@@ -191,7 +209,7 @@ def test_corpus_precision_recall_aer_by_hand():
 
 def test_empty_alignments():
     g = [SentenceAlignment({(0, 0)})]
-    empty_a = alignment_counts([set()], g)            # recall 0, AER 1 - 0/1, precision 0/0
+    empty_a = alignment_counts([set()], g)  # recall 0, AER 1 - 0/1, precision 0/0
     assert math.isnan(empty_a.precision) and empty_a.recall == 0 and empty_a.aer == 1
     only_possible = [SentenceAlignment(set(), {(0, 0)})]
     empty_s = alignment_counts([{(0, 0)}], only_possible)  # A inside P: AER 1 - 1/1 = 0
@@ -214,16 +232,16 @@ def test_predicted_file_with_possible_links_counts_all_links(tmp_path):
 def test_layer_head_report_best_and_averages():
     gold = [SentenceAlignment({(0, 0), (1, 1)})]
     predictions = {
-        (0, None): [{(0, 0)}],            # 1 - 2/3 = 1/3
-        (0, 0): [{(0, 0), (1, 1)}],       # 0
-        (0, 1): [set()],                  # 1
-        (1, None): [{(0, 0), (1, 1)}],    # 0
-        (1, 0): [{(1, 0)}],               # 1 - 0/3 = 1
-        (1, 1): [{(1, 1), (0, 1)}],       # 1 - 2/4 = 0.5
+        (0, None): [{(0, 0)}],  # 1 - 2/3 = 1/3
+        (0, 0): [{(0, 0), (1, 1)}],  # 0
+        (0, 1): [set()],  # 1
+        (1, None): [{(0, 0), (1, 1)}],  # 0
+        (1, 0): [{(1, 0)}],  # 1 - 0/3 = 1
+        (1, 1): [{(1, 1), (0, 1)}],  # 1 - 2/4 = 0.5
     }
     r = layer_head_report(predictions, gold)
     assert r.aer(0) == pytest.approx(1 / 3) and r.aer(1, 1) == 0.5 and r.aer(0, 1) == 1
-    assert r.best == (0, 0)            # ties (0, 0) / (1, None) go to the smaller layer
+    assert r.best == (0, 0)  # ties (0, 0) / (1, None) go to the smaller layer
     assert r.best_layer == 1
     assert r.best_head_per_layer == {0: 0, 1: 1}
     assert r.layer_mean_aer == pytest.approx((1 / 3 + 0) / 2)

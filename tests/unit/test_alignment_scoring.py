@@ -47,17 +47,23 @@ def test_a_piece_that_became_unk_shifts_the_words_and_is_detected():
     # attention of a 1-piece target on the pieces: the argmax on "ße" is word 1 from the raw
     # pieces (große), word 2 from the binarized ones: the link moves
     import torch
+
     a = torch.tensor([[0.0, 0.1, 0.6, 0.2, 0.1], [0.0, 0.0, 0.0, 0.0, 1.0]])  # rows: y0, </s>
     assert sentence_alignment(a, raw, ["house"], "awo") == {(1, 0)}
     assert sentence_alignment(a, binarized, ["house"], "awo") == {(2, 0)}
-    examples = [Example(0, None, None, raw, ["house"]), Example(1, None, None, binarized, ["house"]),
-                Example(2, None, None, ["ja"], ["<unk>"])]
+    examples = [
+        Example(0, None, None, raw, ["house"]),
+        Example(1, None, None, binarized, ["house"]),
+        Example(2, None, None, ["ja"], ["<unk>"]),
+    ]
     assert sentences_with_unknown_pieces(examples, "subword-nmt", "<unk>", "<unk>") == [1, 2]
 
 
 def test_unknown_sentences_are_not_range_checked_and_are_left_out_of_the_aer(tmp_path):
-    examples = [Example(0, None, None, ["das", "haus"], ["the", "house"]),
-                Example(1, None, None, ["das", "<unk>", "ße", "haus"], ["a", "house"])]
+    examples = [
+        Example(0, None, None, ["das", "haus"], ["the", "house"]),
+        Example(1, None, None, ["das", "<unk>", "ße", "haus"], ["a", "house"]),
+    ]
     gold = tmp_path / "gold.talp"
     gold.write_text("1-1 2-2\n1-1 4p2\n")
     examples[1] = Example(1, None, None, ["das", "<unk>", "haus"], ["a", "house"])  # 3 words here
@@ -73,8 +79,7 @@ def test_unknown_sentences_are_not_range_checked_and_are_left_out_of_the_aer(tmp
         a_p = sum(len(a & p) for a, s, p in pairs)
         return 1 - (a_s + a_p) / (sum(len(a) for a, s, p in pairs) + sum(len(s) for a, s, p in pairs))
 
-    triples = [({(0, 0), (1, 1)}, {(0, 0), (1, 1)}, {(0, 0), (1, 1)}),
-               ({(0, 0), (2, 1)}, {(0, 0)}, {(0, 0), (3, 1)})]
+    triples = [({(0, 0), (1, 1)}, {(0, 0), (1, 1)}, {(0, 0), (1, 1)}), ({(0, 0), (2, 1)}, {(0, 0)}, {(0, 0), (3, 1)})]
     assert all_rows["rows"][0]["aer"] == pytest.approx(plain_aer(triples))
     assert scored["rows"][0]["aer"] == pytest.approx(plain_aer(triples[:1])) == 0.0
     assert scored["rows"][0]["links"] == 4  # links are counted (and written) for every sentence
@@ -91,15 +96,24 @@ def align_json(checkpoint, aers):
         rows = [{"layer": layer, "head": head, "aer": v} for (layer, head), v in table.items()]
         layer_rows = {layer: v for (layer, head), v in table.items() if head is None}
         best = min(layer_rows, key=lambda layer: (layer_rows[layer], layer))
-        results.append({"method": method, "setting": setting, "rows": rows,
-                        "best_layer": {"layer": best, "aer": layer_rows[best]},
-                        "layer_mean_aer": sum(layer_rows.values()) / len(layer_rows)})
+        results.append(
+            {
+                "method": method,
+                "setting": setting,
+                "rows": rows,
+                "best_layer": {"layer": best, "aer": layer_rows[best]},
+                "layer_mean_aer": sum(layer_rows.values()) / len(layer_rows),
+            }
+        )
     return {"command": "align", "gold": "/gold.talp", "model": {"checkpoint": checkpoint}, "results": results}
 
 
 def norms_json(checkpoint, alpha_f):
-    return {"command": "norms", "model": {"checkpoint": checkpoint},
-            "layers": {"cross": [{"layer": layer, "alpha_f_norm": values} for layer, values in enumerate(alpha_f)]}}
+    return {
+        "command": "norms",
+        "model": {"checkpoint": checkpoint},
+        "layers": {"cross": [{"layer": layer, "alpha_f_norm": values} for layer, values in enumerate(alpha_f)]},
+    }
 
 
 def test_highest_average_norm_layer_is_the_head_sum_not_the_largest_head():
@@ -113,8 +127,9 @@ def test_highest_average_norm_layer_is_the_head_sum_not_the_largest_head():
 def test_aer_table_rows_over_seeds(tmp_path):
     layers, heads = 3, 2
     runs, expected = [], {}
-    for seed, (shift, alpha_f) in enumerate([(0.00, [[1, 2], [4, 1], [0, 0.5]]),
-                                             (0.10, [[5, 1], [1, 1], [0.2, 0.3]])], start=1):
+    for seed, (shift, alpha_f) in enumerate(
+        [(0.00, [[1, 2], [4, 1], [0, 0.5]]), (0.10, [[5, 1], [1, 1], [0.2, 0.3]])], start=1
+    ):
         aers = {}
         for method in ("weights", "norms"):
             for setting in ("awo", "awi"):
@@ -143,9 +158,11 @@ def test_aer_table_rows_over_seeds(tmp_path):
                 expected.setdefault((setting, method, "best layer"), []).append(min(layer_aers))
             norms = aers[("norms", setting)]
             expected.setdefault((setting, "norms", "layer with the highest average ‖αf(x)‖"), []).append(
-                norms[(top_layer, None)])
+                norms[(top_layer, None)]
+            )
             expected.setdefault((setting, "norms", "head with the highest average ‖αf(x)‖"), []).append(
-                norms[(-l_, -h_)])
+                norms[(-l_, -h_)]
+            )
     out = tmp_path / "table"
     report = cli.run(["aer-table", *map(str, runs), "--output-dir", str(out)])
     assert [(e["setting"], e["method"], e["row"]) for e in report["rows"]] == list(expected)

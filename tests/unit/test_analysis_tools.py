@@ -44,13 +44,23 @@ def write_checkpoint(path: Path, model, args: argparse.Namespace, data_dir: Path
     dictionary.save(str(data_dir / "dict.en.txt"))
     state = {
         "args": None,
-        "cfg": {"_name": None, "common": {}, "model": args,
-                "task": {"_name": "translation", "data": str(data_dir), "source_lang": "de",
-                         "target_lang": "en"}},
+        "cfg": {
+            "_name": None,
+            "common": {},
+            "model": args,
+            "task": {"_name": "translation", "data": str(data_dir), "source_lang": "de", "target_lang": "en"},
+        },
         "model": model.state_dict(),
-        "optimizer_history": [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "Adam",
-                               "lr_scheduler_state": {"best": None}, "num_updates": 0}],
-        "extra_state": {}, "last_optimizer_state": None,
+        "optimizer_history": [
+            {
+                "criterion_name": "CrossEntropyCriterion",
+                "optimizer_name": "Adam",
+                "lr_scheduler_state": {"best": None},
+                "num_updates": 0,
+            }
+        ],
+        "extra_state": {},
+        "last_optimizer_state": None,
     }
     torch.save(state, str(path))
     return path
@@ -93,7 +103,8 @@ def test_plugin_checkpoint_keeps_its_attention(tmp_path):
     loaded = load_checkpoint(str(ckpt), str(tmp_path / "data"))
     assert loaded.loaded_as == "plugin"
     assert {(m.activation_name, m.output_norm_name) for m in loaded.model.attention_modules()} == {
-        ("relu", "gated_rmsnorm")}
+        ("relu", "gated_rmsnorm")
+    }
     src, lengths, prev = random_batch(d)
     with torch.no_grad():
         torch.testing.assert_close(loaded.model(src, lengths, prev)[0], model(src, lengths, prev)[0])
@@ -124,12 +135,17 @@ def test_missing_and_unreadable_checkpoints(tmp_path):
     with pytest.raises(ValueError, match=r"junk\.pt: cannot be read as a fairseq checkpoint"):
         load_checkpoint(str(junk), str(tmp_path))
     torch.save({"model": {}}, str(tmp_path / "bare.pt"))  # fairseq's upgrade fails on it
-    with pytest.raises(ValueError, match=r"bare\.pt: not a fairseq checkpoint \(no 'cfg'/'args' "
-                                         r"configuration; keys: model\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"bare\.pt: not a fairseq checkpoint \(no 'cfg'/'args' "
+        r"configuration; keys: model\)",
+    ):
         load_checkpoint(str(tmp_path / "bare.pt"), str(tmp_path))
     history = [{"criterion_name": "x", "optimizer_name": "y", "lr_scheduler_state": {}, "num_updates": 0}]
-    torch.save({"model": {}, "cfg": None, "args": None, "extra_state": {}, "optimizer_history": history},
-               str(tmp_path / "nocfg.pt"))
+    torch.save(
+        {"model": {}, "cfg": None, "args": None, "extra_state": {}, "optimizer_history": history},
+        str(tmp_path / "nocfg.pt"),
+    )
     with pytest.raises(ValueError, match=r"nocfg\.pt: not a fairseq checkpoint \(no 'cfg'/'args'"):
         load_checkpoint(str(tmp_path / "nocfg.pt"), str(tmp_path))
 
@@ -146,8 +162,15 @@ def make_examples(dictionary, n=7, seed=0, min_len=2, max_len=9):
             length = int(torch.randint(min_len, max_len + 1, (1,), generator=g))
             toks = torch.randint(dictionary.nspecial, len(dictionary), (length,), generator=g)
             pair.append(torch.cat([toks, torch.tensor([dictionary.eos()])]))
-        out.append(Example(i, pair[0], pair[1], [dictionary[int(t)] for t in pair[0][:-1]],
-                           [dictionary[int(t)] for t in pair[1][:-1]]))
+        out.append(
+            Example(
+                i,
+                pair[0],
+                pair[1],
+                [dictionary[int(t)] for t in pair[0][:-1]],
+                [dictionary[int(t)] for t in pair[1][:-1]],
+            )
+        )
     return out
 
 
@@ -162,9 +185,9 @@ def test_batches_cover_every_example_once_within_limits():
         ex = examples[position]
         src = sample["net_input"]["src_tokens"][row]
         assert torch.equal(src[src.ne(d.pad())], ex.source)  # left-padded source
-        assert torch.equal(sample["target"][row][:ex.target.numel()], ex.target)
+        assert torch.equal(sample["target"][row][: ex.target.numel()], ex.target)
         prev = sample["net_input"]["prev_output_tokens"][row]
-        assert int(prev[0]) == d.eos() and torch.equal(prev[1:ex.target.numel()], ex.target[:-1])
+        assert int(prev[0]) == d.eos() and torch.equal(prev[1 : ex.target.numel()], ex.target[:-1])
 
 
 def test_shuffled_targets_are_a_derangement_and_reproducible():
@@ -235,7 +258,7 @@ def plain_row_stats(w, visible, p_values, temperatures, normalizing):
             if null:
                 dists[tau] = [0.0] * len(x) + [1.0]
             else:
-                e = [math.exp(v ** tau) for v in x]
+                e = [math.exp(v**tau) for v in x]
                 z = sum(e)
                 dists[tau] = [v / z for v in e] + [0.0]
     return [v == 0 for v in x], null, entropy, tops, dists
@@ -258,8 +281,7 @@ def reference_statistics(records, p_values, temperatures, normalizing):
             for t in range(w.shape[1]):
                 per_head = []
                 for h in range(heads):
-                    z, null, e, tops, dists = plain_row_stats(w[h, t], visible[t], p_values,
-                                                              temperatures, normalizing)
+                    z, null, e, tops, dists = plain_row_stats(w[h, t], visible[t], p_values, temperatures, normalizing)
                     zeros[h] += sum(z)
                     positions[h] += len(z)
                     nulls[h] += null
@@ -297,8 +319,9 @@ def test_attention_statistics_over_padded_batches_match_per_sentence_loops(activ
     seen = run_passes(model, examples, [stats], d.pad(), d.pad(), d.eos(), batch_size=3)
     assert seen == 7
     layers = stats.layers()
-    reference = reference_statistics(per_sentence_weights(model, examples, d), p_values,
-                                     temperatures, activation == "softmax")
+    reference = reference_statistics(
+        per_sentence_weights(model, examples, d), p_values, temperatures, activation == "softmax"
+    )
     nulls = 0
     for (kind, layer), ref in reference.items():
         entry = [e for e in layers[kind] if e["layer"] == layer][0]
@@ -373,11 +396,11 @@ def test_null_rate_per_sentence_by_hand():
     # 2 sentences, 2 heads, 3 target rows (sentence 1: last row is padding), 3 keys
     # (sentence 0: key 0 is padding)
     w = torch.zeros(2, 2, 3, 3)
-    w[0, 0, 0, 1] = 0.5      # s0 h0 row0 not null
-    w[0, 0, 1, 0] = 0.9      # s0 h0 row1: weight only on the hidden key -> null
-    w[0, 1, 2, 2] = 0.1      # s0 h1 row2 not null
-    w[1, 0, :2, 0] = 1.0     # s1 h0 rows 0, 1 not null
-    w[1, 1, 2, 1] = 1.0      # s1 h1 row2 is a padding query: not counted
+    w[0, 0, 0, 1] = 0.5  # s0 h0 row0 not null
+    w[0, 0, 1, 0] = 0.9  # s0 h0 row1: weight only on the hidden key -> null
+    w[0, 1, 2, 2] = 0.1  # s0 h1 row2 not null
+    w[1, 0, :2, 0] = 1.0  # s1 h0 rows 0, 1 not null
+    w[1, 1, 2, 1] = 1.0  # s1 h1 row2 is a padding query: not counted
     mask = torch.zeros(2, 1, 1, 3, dtype=torch.bool)
     mask[0, 0, 0, 0] = True
     collector = NullRatePerSentence()
@@ -385,11 +408,14 @@ def test_null_rate_per_sentence_by_hand():
     collector.set_batch(Batch(mask[:, 0, 0], tpad, None, None, ids=[7, 3]))
     site = AttentionSite("cross", 0, "decoder.layers.0.encoder_attn", 2)
     collector.collect(site, Intermediates(weights=w, mask=mask))
-    collector.collect(AttentionSite("decoder_self", 0, "x", 2), Intermediates(weights=torch.ones(2, 2, 3, 3)))  # ignored
+    collector.collect(
+        AttentionSite("decoder_self", 0, "x", 2), Intermediates(weights=torch.ones(2, 2, 3, 3))
+    )  # ignored
     # s0 (id 7): 6 rows, non-null: (h0,r0), (h1,r2) -> 4 null; s1 (id 3): 4 rows, 2 null
     assert collector.rates() == {7: pytest.approx(4 / 6), 3: pytest.approx(2 / 4)}
-    collector.collect(AttentionSite("cross", 1, "decoder.layers.1.encoder_attn", 2),
-                      Intermediates(weights=torch.ones(2, 2, 3, 3)))
+    collector.collect(
+        AttentionSite("cross", 1, "decoder.layers.1.encoder_attn", 2), Intermediates(weights=torch.ones(2, 2, 3, 3))
+    )
     # a second layer with no null row: s0 4 of 12, s1 2 of 8
     assert collector.rates() == {7: pytest.approx(4 / 12), 3: pytest.approx(2 / 8)}
 
@@ -417,7 +443,7 @@ def test_weights_recorder_crops_left_padded_sources():
         n_src, n_tgt = int(src[b].ne(d.pad()).sum()), int(prev[b].ne(d.pad()).sum())
         cross = rec.records[("cross", 1)][b].weights
         assert cross.shape == (4, n_tgt, n_src)
-        assert torch.equal(cross, full[("cross", 1)][b][:, :n_tgt, 7 - n_src:])
+        assert torch.equal(cross, full[("cross", 1)][b][:, :n_tgt, 7 - n_src :])
         assert rec.records[("decoder_self", 0)][b].weights.shape == (4, n_tgt, n_tgt)
     assert ("encoder_self", 0) not in rec.records
 
@@ -435,8 +461,14 @@ def test_heatmaps_draw_the_given_matrices(tmp_path):
     g = torch.Generator().manual_seed(0)
     weights = [torch.rand(3, 4, generator=g) for _ in range(2)]
     norms = [torch.rand(3, 4, generator=g) * 5 for _ in range(2)]
-    fig = attention_heatmaps([("α", weights), ("‖αf‖", norms)], ["head 0", "head 1"],
-                             ["</s>", "a", "b"], ["x", "y", "z", "</s>"], tmp_path / "h.png", "t")
+    fig = attention_heatmaps(
+        [("α", weights), ("‖αf‖", norms)],
+        ["head 0", "head 1"],
+        ["</s>", "a", "b"],
+        ["x", "y", "z", "</s>"],
+        tmp_path / "h.png",
+        "t",
+    )
     assert is_png(tmp_path / "h.png")
     images = [ax for ax in fig.axes if ax.images]
     assert len(images) == 4
@@ -451,8 +483,10 @@ def test_heatmaps_draw_the_given_matrices(tmp_path):
 def test_layer_curves_and_bars_draw_the_given_values(tmp_path):
     from fairseq_sparse_attn.analysis.plots import layer_curves, real_vs_shuffled
 
-    series = {"sparsity": {"softmax": [(0, 0.0), (1, 0.0)], "rela": [(0, 0.4), (1, 0.6)]},
-              "aer": {"rela": [(0, 0.5), (1, None)]}}
+    series = {
+        "sparsity": {"softmax": [(0, 0.0), (1, 0.0)], "rela": [(0, 0.4), (1, 0.6)]},
+        "aer": {"rela": [(0, 0.5), (1, None)]},
+    }
     fig = layer_curves(series, tmp_path / "c.png")
     assert is_png(tmp_path / "c.png")
     ax0, ax1 = fig.axes[:2]
@@ -471,8 +505,7 @@ def test_layer_curves_and_bars_draw_the_given_values(tmp_path):
 
 
 def test_gold_file_checks(tmp_path):
-    examples = [Example(0, None, None, ["ein", "mann"], ["a", "m@@", "an"]),
-                Example(1, None, None, ["hallo"], ["hi"])]
+    examples = [Example(0, None, None, ["ein", "mann"], ["a", "m@@", "an"]), Example(1, None, None, ["hallo"], ["hi"])]
     gold = tmp_path / "gold.talp"
     gold.write_text("1-1 2p2\n1-1\n")
     links = cli.read_gold(str(gold), examples, 2, "DATA", "subword-nmt", False, False)
@@ -497,26 +530,48 @@ def test_gold_file_checks(tmp_path):
 
 
 def stats_json(path, label_values, kind="cross"):
-    entries = [{"layer": layer, "sparsity": v, "null_rate": v / 2, "entropy": 1.0,
-                "js": v, "js_temperatures": None} for layer, v in label_values]
-    path.write_text(json.dumps({"command": "stats", "attention": {kind: entries},
-                                "model": {"checkpoint": str(path)}}))
+    entries = [
+        {"layer": layer, "sparsity": v, "null_rate": v / 2, "entropy": 1.0, "js": v, "js_temperatures": None}
+        for layer, v in label_values
+    ]
+    path.write_text(json.dumps({"command": "stats", "attention": {kind: entries}, "model": {"checkpoint": str(path)}}))
     return path
 
 
 def test_curves_from_result_files(tmp_path):
     a = stats_json(tmp_path / "a.json", [(0, 0.0), (1, 0.0)])
-    relu = [{"layer": 0, "sparsity": 0.5, "null_rate": 0.2, "entropy": 2.0, "js": 0.3,
-             "js_temperatures": {"1": 0.3, "0.5": 0.1}}]
+    relu = [
+        {
+            "layer": 0,
+            "sparsity": 0.5,
+            "null_rate": 0.2,
+            "entropy": 2.0,
+            "js": 0.3,
+            "js_temperatures": {"1": 0.3, "0.5": 0.1},
+        }
+    ]
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "stats.json").write_text(json.dumps({"command": "stats", "attention": {"cross": relu}}))
-    (tmp_path / "b" / "align.json").write_text(json.dumps({"command": "align", "results": [
-        {"method": "weights", "setting": "awi", "rows": [{"layer": 0, "head": None, "aer": 0.4},
-                                                         {"layer": 0, "head": 1, "aer": 0.3}]}]}))
+    (tmp_path / "b" / "align.json").write_text(
+        json.dumps(
+            {
+                "command": "align",
+                "results": [
+                    {
+                        "method": "weights",
+                        "setting": "awi",
+                        "rows": [{"layer": 0, "head": None, "aer": 0.4}, {"layer": 0, "head": 1, "aer": 0.3}],
+                    }
+                ],
+            }
+        )
+    )
     out = tmp_path / "out"
     report = cli.run(["curves", f"soft={a}", str(tmp_path / "b"), "--output-dir", str(out), "--tau", "0.5"])
-    assert report["series"]["js"] == {"soft": [{"layer": 0, "value": 0.0}, {"layer": 1, "value": 0.0}],
-                                      "b": [{"layer": 0, "value": 0.1}]}
+    assert report["series"]["js"] == {
+        "soft": [{"layer": 0, "value": 0.0}, {"layer": 1, "value": 0.0}],
+        "b": [{"layer": 0, "value": 0.1}],
+    }
     assert report["series"]["aer"] == {"b": [{"layer": 0, "value": 0.4}]}
     assert list(report["series"]) == ["sparsity", "null_rate", "entropy", "js", "aer"]
     assert is_png(out / "curves.png")
@@ -526,7 +581,9 @@ def test_curves_from_result_files(tmp_path):
     odd.mkdir()
     stats_json(odd / "stats.json", [(0, 0.25)])
     assert cli.run(["curves", str(odd), f"x={odd}", "--output-dir", str(out)])["series"]["sparsity"] == {
-        "lr=3e-3": [{"layer": 0, "value": 0.25}], "x": [{"layer": 0, "value": 0.25}]}
+        "lr=3e-3": [{"layer": 0, "value": 0.25}],
+        "x": [{"layer": 0, "value": 0.25}],
+    }
     with pytest.raises(cli.UsageError, match="--tau 0.25: b's stats were computed at"):
         cli.run(["curves", str(a), str(tmp_path / "b"), "--output-dir", str(out), "--tau", "0.25"])
     with pytest.raises(cli.UsageError, match="no input has aer"):

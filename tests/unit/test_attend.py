@@ -42,8 +42,13 @@ def padding_and_causal(tgt=T, src=S):
 
 
 def spec(activation, backend="auto", heads=None, key_block_size=0, num_heads=H):
-    return AttendSpec(activation=build_activation(activation, num_heads), dropout=nn.Dropout(0.0),
-                      heads=heads or HeadPlan(num_heads), backend=backend, key_block_size=key_block_size)
+    return AttendSpec(
+        activation=build_activation(activation, num_heads),
+        dropout=nn.Dropout(0.0),
+        heads=heads or HeadPlan(num_heads),
+        backend=backend,
+        key_block_size=key_block_size,
+    )
 
 
 def plain(q, k, v, hidden, fn, bias=None):
@@ -89,8 +94,12 @@ def sparsemax(s):
 
 FORMULAS = {"softmax": softmax, "relu": relu, "relu_scaled": relu_scaled, "sparsemax": sparsemax}
 # backend -> activations it is tested with
-CASES = [("materialized", a) for a in FORMULAS] + [("sdpa", "softmax")] + \
-    [("key_block", a) for a in ("relu", "relu_scaled")] + [("query_block", a) for a in ("relu", "relu_scaled")]
+CASES = (
+    [("materialized", a) for a in FORMULAS]
+    + [("sdpa", "softmax")]
+    + [("key_block", a) for a in ("relu", "relu_scaled")]
+    + [("query_block", a) for a in ("relu", "relu_scaled")]
+)
 
 
 @pytest.mark.parametrize("backend,activation", CASES)
@@ -114,14 +123,15 @@ def test_additive_score_bias(backend):
     q, k, v = inputs_qkv(1)
     pad, hidden = padding_and_causal()
     bias = torch.randn(T, S)
-    out, _ = attend(q, k, v, AttentionInputs(hidden=hidden, score_bias=bias.view(1, 1, T, S)),
-                    spec("softmax", backend))
+    out, _ = attend(q, k, v, AttentionInputs(hidden=hidden, score_bias=bias.view(1, 1, T, S)), spec("softmax", backend))
     expected, _ = plain(q, k, v, hidden, softmax, bias)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("backend,activation", [("materialized", "relu"), ("sdpa", "softmax"),
-                                                ("key_block", "relu_scaled"), ("query_block", "relu_scaled")])
+@pytest.mark.parametrize(
+    "backend,activation",
+    [("materialized", "relu"), ("sdpa", "softmax"), ("key_block", "relu_scaled"), ("query_block", "relu_scaled")],
+)
 def test_beam_groups_share_one_key_copy(backend, activation):
     """kv_groups = 2: queries of 2*B sentences, keys of B (beam search cross-attention)."""
     q, _, _ = inputs_qkv(2)
@@ -192,7 +202,9 @@ def test_a_registered_backend_is_chosen_by_what_it_serves():
         calls.append(call)
         return core.materialized(q, k, v, inputs, spec, call)[0], core.Intermediates(backend="test")
 
-    register_backend(Backend("test_relu", run, Capabilities(activation_traits=frozenset({"rectified", "exact_zeros"})), priority=1))
+    register_backend(
+        Backend("test_relu", run, Capabilities(activation_traits=frozenset({"rectified", "exact_zeros"})), priority=1)
+    )
     try:
         q, k, v = inputs_qkv()
         _, inter = attend(q, k, v, AttentionInputs(), spec("relu"))
@@ -212,14 +224,13 @@ def test_module_softmax_with_norm_takes_sdpa_and_stock_takes_fairseq(monkeypatch
 
     sdpa_calls, mha_calls = [], []
     real_sdpa, real_mha = F.scaled_dot_product_attention, F.multi_head_attention_forward
-    monkeypatch.setattr(core.F, "scaled_dot_product_attention",
-                        lambda *a, **kw: sdpa_calls.append(1) or real_sdpa(*a, **kw))
-    monkeypatch.setattr(F, "multi_head_attention_forward",
-                        lambda *a, **kw: mha_calls.append(1) or real_mha(*a, **kw))
+    monkeypatch.setattr(
+        core.F, "scaled_dot_product_attention", lambda *a, **kw: sdpa_calls.append(1) or real_sdpa(*a, **kw)
+    )
+    monkeypatch.setattr(F, "multi_head_attention_forward", lambda *a, **kw: mha_calls.append(1) or real_mha(*a, **kw))
     x = torch.randn(4, 2, 16)
     torch.manual_seed(0)
-    normed = SparseMultiheadAttention(16, 4, self_attention=True,
-                                      config=attention_config(output_norm="rmsnorm")).eval()
+    normed = SparseMultiheadAttention(16, 4, self_attention=True, config=attention_config(output_norm="rmsnorm")).eval()
     out, _ = normed(x, x, x, need_weights=False)
     assert sdpa_calls and not mha_calls
     normed.backend = "materialized"  # the materialized backend gives the same
@@ -245,8 +256,7 @@ def test_dropout_retained_in_inference_is_applied():
     for activation, backend in (("relu", "materialized"), ("softmax", "sdpa")):
         drop = FairseqDropout(0.5)
         drop.eval()
-        sp = AttendSpec(activation=build_activation(activation, H), dropout=drop, heads=HeadPlan(H),
-                        flex_min_keys=1)
+        sp = AttendSpec(activation=build_activation(activation, H), dropout=drop, heads=HeadPlan(H), flex_min_keys=1)
         with torch.no_grad():
             plain_out, inter = attend(q, k, v, AttentionInputs(), sp)
             assert inter.backend == ("query_block" if activation == "relu" else "sdpa")

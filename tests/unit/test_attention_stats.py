@@ -13,8 +13,9 @@ def test_hand_computed_sparsity_and_null_rate():
     site = AttentionSite("decoder_self", 0, "x", 2)
     stats = SparsityStats()
     # one sentence, 3 queries (the last is padding), 3 keys, causal mask, 2 heads
-    w = torch.tensor([[[[0.5, 0.0, 0.0], [0.0, 0.0, 0.0], [9.0, 9.0, 9.0]],
-                       [[0.0, 0.0, 0.0], [0.2, 0.3, 0.0], [0.0, 0.0, 0.0]]]])
+    w = torch.tensor(
+        [[[[0.5, 0.0, 0.0], [0.0, 0.0, 0.0], [9.0, 9.0, 9.0]], [[0.0, 0.0, 0.0], [0.2, 0.3, 0.0], [0.0, 0.0, 0.0]]]]
+    )
     causal = torch.triu(torch.ones(3, 3, dtype=torch.bool), 1).view(1, 1, 3, 3)
     stats.set_batch(Batch(None, torch.tensor([[False, False, True]])))
     stats.collect(site, Intermediates(weights=w, mask=causal))
@@ -46,5 +47,10 @@ def test_sites_name_kind_and_layer():
     model, _ = build_model()
     sites = attention_sites(model)
     assert [(s.kind, s.layer) for s in sites] == [
-        ("encoder_self", 0), ("encoder_self", 1),
-        ("decoder_self", 0), ("cross", 0), ("decoder_self", 1), ("cross", 1)]
+        ("encoder_self", 0),
+        ("encoder_self", 1),
+        ("decoder_self", 0),
+        ("cross", 0),
+        ("decoder_self", 1),
+        ("cross", 1),
+    ]

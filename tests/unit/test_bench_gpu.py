@@ -36,8 +36,7 @@ def test_rounds_alternate_the_order():
 
 
 def test_table_marks_missing_runs_not_measured():
-    result = {"fp16": {"ratios": {"softmax": {"median": 1.0, "min": 1.0, "max": 1.0, "rounds": 3},
-                                  "rela_g": None}}}
+    result = {"fp16": {"ratios": {"softmax": {"median": 1.0, "min": 1.0, "max": 1.0, "rounds": 3}, "rela_g": None}}}
     md = bench_gpu.table(result, "NVIDIA H100", "2026-11-25", "abc")
     assert "| rela_g | not measured |" in md and "NVIDIA H100, 2026-11-25, commit abc" in md
 
@@ -45,9 +44,11 @@ def test_table_marks_missing_runs_not_measured():
 def _run(script, *args):
     env = {"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
     import os
+
     env = {**os.environ, **env}
-    return subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args],
-                          capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / script), *args], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def test_bench_gpu_refuses_cleanly_without_cuda(tmp_path):

@@ -16,26 +16,55 @@ KINDS = ("encoder_self", "decoder_self", "cross")
 
 
 def run_of(bleu, ci, p, loss, rep, ratio, nulls):
-    return {"bleu": bleu, "bleu_ci95": ci, "p_value_vs_baseline": p, "final_valid_loss": loss, "lr": 1e-3,
-            "repetition_rate": rep, "length_ratio": ratio,
-            "attention": {k: {"sparsity": 0.5, "null_rate": v} for k, v in zip(KINDS, nulls)}}
+    return {
+        "bleu": bleu,
+        "bleu_ci95": ci,
+        "p_value_vs_baseline": p,
+        "final_valid_loss": loss,
+        "lr": 1e-3,
+        "repetition_rate": rep,
+        "length_ratio": ratio,
+        "attention": {k: {"sparsity": 0.5, "null_rate": v} for k, v in zip(KINDS, nulls)},
+    }
 
 
 RESULTS = {
-    "recipe": "cuda", "regime": "real budget on a GPU", "models_compared": ["softmax", "rela_g"], "seeds": [1, 2],
+    "recipe": "cuda",
+    "regime": "real budget on a GPU",
+    "models_compared": ["softmax", "rela_g"],
+    "seeds": [1, 2],
     "per_seed": {
-        "1": {"softmax": run_of(27.99, [27.1, 28.9], None, 3.1, 0.22, 1.006, [0, 0, 0]),
-              "rela_g": run_of(31.66, [30.8, 32.5], 0.001, 3.0, 0.31, 1.046, [0.2, 0.3, 0.1234])},
-        "2": {"softmax": run_of(29.83, [28.9, 30.7], None, 3.2, 0.25, 1.0, [0, 0, 0]),
-              "rela_g": run_of(30.42, [29.5, 31.3], 0.031, 3.05, 0.3, 1.04, [0.2, 0.3, 0.1])}},
-    "models": {n: {"bleu_mean": b, "final_valid_loss_mean": 3.0, "repetition_rate_mean": 0.3, "length_ratio_mean": 1.0,
-                   "attention_mean": {k: {"null_rate": 0.0} for k in KINDS}}
-               for n, b in (("softmax", 28.91), ("rela_g", 31.04))},
-    "test_set": "Multi30k test_2016_flickr", "test_sentences": 1000, "signature": "nrefs:1|bs:1000",
+        "1": {
+            "softmax": run_of(27.99, [27.1, 28.9], None, 3.1, 0.22, 1.006, [0, 0, 0]),
+            "rela_g": run_of(31.66, [30.8, 32.5], 0.001, 3.0, 0.31, 1.046, [0.2, 0.3, 0.1234]),
+        },
+        "2": {
+            "softmax": run_of(29.83, [28.9, 30.7], None, 3.2, 0.25, 1.0, [0, 0, 0]),
+            "rela_g": run_of(30.42, [29.5, 31.3], 0.031, 3.05, 0.3, 1.04, [0.2, 0.3, 0.1]),
+        },
+    },
+    "models": {
+        n: {
+            "bleu_mean": b,
+            "final_valid_loss_mean": 3.0,
+            "repetition_rate_mean": 0.3,
+            "length_ratio_mean": 1.0,
+            "attention_mean": {k: {"null_rate": 0.0} for k in KINDS},
+        }
+        for n, b in (("softmax", 28.91), ("rela_g", 31.04))
+    },
+    "test_set": "Multi30k test_2016_flickr",
+    "test_sentences": 1000,
+    "signature": "nrefs:1|bs:1000",
     "paired_bootstrap_resamples": 1000,
-    "provenance": {"device": "NVIDIA H100 80GB HBM3", "versions": {"torch": "2.5.1", "fairseq": "0.12.3"},
-                   "date": "2026-11-25T14:00:00+00:00", "git_commit": "0123456789abcdef", "git_dirty": False,
-                   "command": "scripts/demo.py --out demo_out --recipe auto"},
+    "provenance": {
+        "device": "NVIDIA H100 80GB HBM3",
+        "versions": {"torch": "2.5.1", "fairseq": "0.12.3"},
+        "date": "2026-11-25T14:00:00+00:00",
+        "git_commit": "0123456789abcdef",
+        "git_dirty": False,
+        "command": "scripts/demo.py --out demo_out --recipe auto",
+    },
 }
 README = "# x\n\nintro\n\n<!-- BEGIN demo-cpu -->\nold\n<!-- END demo-cpu -->\n\ntext\n\n<!-- BEGIN demo-cuda -->\n<!-- END demo-cuda -->\nend\n"
 
@@ -57,7 +86,9 @@ def test_written_blocks_pass_and_keep_the_rest(repo):
     tool["write"](repo / "README.md", repo / "results")
     text = (repo / "README.md").read_text()
     assert check(repo) == []
-    assert text.startswith("# x\n\nintro\n\n<!-- BEGIN demo-cpu -->\n") and text.endswith("<!-- END demo-cuda -->\nend\n")
+    assert text.startswith("# x\n\nintro\n\n<!-- BEGIN demo-cpu -->\n") and text.endswith(
+        "<!-- END demo-cuda -->\nend\n"
+    )
     assert "\ntext\n" in text
     # the missing cpu JSON: "not measured" and the command
     assert "Not measured yet: `docs/results/demo-cpu.json` does not exist" in text and "make publish-demo" in text
@@ -68,11 +99,22 @@ def test_written_blocks_pass_and_keep_the_rest(repo):
     assert tool["main"](["--readme", str(repo / "README.md"), "--results", str(repo / "results")]) == 0
 
 
-@pytest.mark.parametrize("old, new, named", [
-    ("| 1 | rela_g | 31.66 |", "| 1 | rela_g | 31.76 |", "seed 1 rela_g sacreBLEU is 31.76 in the README, 31.66 in the JSON"),
-    ("0.200 / 0.300 / 0.123 |", "0.200 / 0.300 / 0.125 |", "seed 1 rela_g cross null rate is 0.125"),
-    ("| 2 | rela_g | 30.42 | 29.5–31.3 | 0.031 |", "| 2 | rela_g | 30.42 | 29.5–31.3 | 0.01 |", "seed 2 rela_g p-value is 0.01"),
-])
+@pytest.mark.parametrize(
+    "old, new, named",
+    [
+        (
+            "| 1 | rela_g | 31.66 |",
+            "| 1 | rela_g | 31.76 |",
+            "seed 1 rela_g sacreBLEU is 31.76 in the README, 31.66 in the JSON",
+        ),
+        ("0.200 / 0.300 / 0.123 |", "0.200 / 0.300 / 0.125 |", "seed 1 rela_g cross null rate is 0.125"),
+        (
+            "| 2 | rela_g | 30.42 | 29.5–31.3 | 0.031 |",
+            "| 2 | rela_g | 30.42 | 29.5–31.3 | 0.01 |",
+            "seed 2 rela_g p-value is 0.01",
+        ),
+    ],
+)
 def test_a_hand_edited_figure_fails_naming_it(repo, old, new, named, capsys):
     tool["write"](repo / "README.md", repo / "results")
     text = (repo / "README.md").read_text()
@@ -125,12 +167,34 @@ def test_publish_by_recipe(repo, tmp_path):
     cpu.update(recipe="cpu", seeds=[1], per_seed={"1": RESULTS["per_seed"]["1"]})
     cpu["provenance"]["device"] = "cpu"
     (out / "results.json").write_text(json.dumps(cpu))
-    assert tool["main"](["--publish", str(out / "results.json"), "--readme", str(repo / "README.md"),
-                         "--results", str(repo / "results")]) == 0
+    assert (
+        tool["main"](
+            [
+                "--publish",
+                str(out / "results.json"),
+                "--readme",
+                str(repo / "README.md"),
+                "--results",
+                str(repo / "results"),
+            ]
+        )
+        == 0
+    )
     assert json.loads((repo / "results" / "demo-cpu.json").read_text()) == cpu
     assert "| 1 | rela_g | 31.66 |" in (repo / "README.md").read_text() and check(repo) == []
     assert "| mean |" not in (repo / "README.md").read_text().split("BEGIN demo-cuda")[0]  # one seed: no mean row
     cpu["recipe"] = "cuda"  # the cuda recipe run on a CPU is not the GPU table
     (out / "results.json").write_text(json.dumps(cpu))
-    assert tool["main"](["--publish", str(out / "results.json"), "--readme", str(repo / "README.md"),
-                         "--results", str(repo / "results")]) == 1
+    assert (
+        tool["main"](
+            [
+                "--publish",
+                str(out / "results.json"),
+                "--readme",
+                str(repo / "README.md"),
+                "--results",
+                str(repo / "results"),
+            ]
+        )
+        == 1
+    )

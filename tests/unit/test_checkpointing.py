@@ -17,8 +17,14 @@ from fairseq_sparse_attn.models.architectures import PRESET_NAMES
 
 from helpers import build_model, random_batch
 
-SIZE = dict(encoder_attention_heads=8, decoder_attention_heads=4, encoder_embed_dim=32,
-            decoder_embed_dim=32, encoder_ffn_embed_dim=32, decoder_ffn_embed_dim=32)
+SIZE = dict(
+    encoder_attention_heads=8,
+    decoder_attention_heads=4,
+    encoder_embed_dim=32,
+    decoder_embed_dim=32,
+    encoder_ffn_embed_dim=32,
+    decoder_ffn_embed_dim=32,
+)
 
 
 def bpe_dictionary():
@@ -78,8 +84,7 @@ def test_training_step_same_with_checkpoint_activations(arch, flags):
         net_input["src_dep"], net_input["src_rp"] = annotations(src, d.pad())
     target = torch.cat([prev[:, 1:], torch.full((3, 1), d.eos())], dim=1)
     target[prev.eq(d.pad())] = d.pad()
-    sample = {"net_input": net_input, "target": target, "ntokens": int(target.ne(d.pad()).sum()),
-              "nsentences": 3}
+    sample = {"net_input": net_input, "target": target, "ntokens": int(target.ne(d.pad()).sum()), "nsentences": 3}
     results = []
     for model in (plain.train(), ckpt.train()):
         results.append(step(model, criterion_for(arch, d), sample))

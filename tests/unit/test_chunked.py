@@ -44,7 +44,7 @@ def test_self_attention_with_causal_and_padding(activation, block):
     for m, x in ((plain, x1), (chunked, x2)):
         with collect("row_sums") as records:
             outs.append(m(x, x, x, key_padding_mask=pad, attn_mask=future))
-        (_, inter), = records
+        ((_, inter),) = records
         assert inter.backend == ("materialized" if m is plain else "key_block")
         if activation == "relu_scaled":
             col = RowTerms("decoder_self", 0.7, 1e-12, {"decoder_self": pad})
@@ -55,7 +55,7 @@ def test_self_attention_with_causal_and_padding(activation, block):
     (out1, w1), (out2, w2) = outs
     assert w2 is None
     torch.testing.assert_close(out2, out1, atol=1e-5, rtol=1e-5)
-    loss1, loss2 = (out1 ** 2).sum(), (out2 ** 2).sum()
+    loss1, loss2 = (out1**2).sum(), (out2**2).sum()
     if terms:
         torch.testing.assert_close(terms[1].loss, terms[0].loss, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(terms[1].stats, terms[0].stats, atol=1e-4, rtol=1e-5)

@@ -15,9 +15,14 @@ import fairseq_sparse_attn.plugin  # noqa: F401  (installs the shims)
 def test_batch_by_size_keeps_every_index(n, max_tokens):
     """Stock fairseq drops the last n % 8 examples with --required-batch-size-multiple 8."""
     sizes = np.random.RandomState(0).randint(5, 300, n)
-    batches = data_utils.batch_by_size(np.arange(n), num_tokens_fn=lambda i: sizes[i],
-                                       max_tokens=max_tokens, max_sentences=32,
-                                       required_batch_size_multiple=8, num_tokens_vec=sizes)
+    batches = data_utils.batch_by_size(
+        np.arange(n),
+        num_tokens_fn=lambda i: sizes[i],
+        max_tokens=max_tokens,
+        max_sentences=32,
+        required_batch_size_multiple=8,
+        num_tokens_vec=sizes,
+    )
     flat = sorted(int(i) for b in batches for i in b)
     assert flat == list(range(n))
     assert all(len(b) <= 32 for b in batches)
@@ -60,13 +65,18 @@ def training_cfg(*flags):
     return convert_namespace_to_omegaconf(args)
 
 
-TORCHRUN = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": "29500"}
+TORCHRUN = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
 
 
 def slurm(rank, **extra):
-    return {"SLURM_JOB_ID": "77", "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank % 2),
-            "SLURM_NTASKS": "4", "SLURM_JOB_NODELIST": "cn[07-08]", **extra}
+    return {
+        "SLURM_JOB_ID": "77",
+        "SLURM_PROCID": str(rank),
+        "SLURM_LOCALID": str(rank % 2),
+        "SLURM_NTASKS": "4",
+        "SLURM_JOB_NODELIST": "cn[07-08]",
+        **extra,
+    }
 
 
 @pytest.fixture
@@ -82,10 +92,17 @@ def no_scontrol(monkeypatch):
     monkeypatch.setattr(cpu_distributed.subprocess, "run", run)
 
 
-@pytest.mark.parametrize("nodelist,first", [
-    ("localhost", "localhost"), ("gpu7", "gpu7"), ("cn[07-08]", "cn07"),
-    ("node[003-005,009],login1", "node003"), ("n[4,1-2]", "n4"), ("r[1-2]c[3-4],x", "r1c3"),
-])
+@pytest.mark.parametrize(
+    "nodelist,first",
+    [
+        ("localhost", "localhost"),
+        ("gpu7", "gpu7"),
+        ("cn[07-08]", "cn07"),
+        ("node[003-005,009],login1", "node003"),
+        ("n[4,1-2]", "n4"),
+        ("r[1-2]c[3-4],x", "r1c3"),
+    ],
+)
 def test_first_slurm_host(no_scontrol, nodelist, first):
     assert compat.first_slurm_host(nodelist) == first
 
@@ -100,12 +117,17 @@ def test_launcher_world_from_torchrun_and_slurm(no_scontrol):
     assert compat.cpu_launcher_world({}) is None
     assert compat.cpu_launcher_world({**TORCHRUN, "WORLD_SIZE": "1", "RANK": "0"}) is None
     assert compat.cpu_launcher_world(TORCHRUN) == dict(
-        launcher="torchrun", rank=1, world_size=2, local_rank=1, init_method="env://")
+        launcher="torchrun", rank=1, world_size=2, local_rank=1, init_method="env://"
+    )
     # torchrun started inside a SLURM allocation: torchrun's world
     assert compat.cpu_launcher_world({**slurm(3), **TORCHRUN})["launcher"] == "torchrun"
     worlds = [compat.cpu_launcher_world(slurm(r)) for r in range(4)]
     assert [(w["rank"], w["local_rank"], w["world_size"]) for w in worlds] == [
-        (0, 0, 4), (1, 1, 4), (2, 0, 4), (3, 1, 4)]
+        (0, 0, 4),
+        (1, 1, 4),
+        (2, 0, 4),
+        (3, 1, 4),
+    ]
     # every task meets at the same address: the first node, a port derived from the job
     assert len({w["init_method"] for w in worlds}) == 1
     assert re.fullmatch(r"tcp://cn07:\d+", worlds[0]["init_method"])
@@ -117,11 +139,14 @@ def test_launcher_world_from_torchrun_and_slurm(no_scontrol):
     assert compat.cpu_launcher_world(slurm(0, SLURM_NTASKS="1")) is None
 
 
-@pytest.mark.parametrize("env,message", [
-    ({**TORCHRUN, "RANK": "2"}, "rank 2 is outside a world of 2"),
-    ({**TORCHRUN, "WORLD_SIZE": "two"}, r"\$WORLD_SIZE must be an integer"),
-    ({k: v for k, v in slurm(1).items() if k != "SLURM_JOB_NODELIST"}, "no SLURM_STEP_NODELIST"),
-])
+@pytest.mark.parametrize(
+    "env,message",
+    [
+        ({**TORCHRUN, "RANK": "2"}, "rank 2 is outside a world of 2"),
+        ({**TORCHRUN, "WORLD_SIZE": "two"}, r"\$WORLD_SIZE must be an integer"),
+        ({k: v for k, v in slurm(1).items() if k != "SLURM_JOB_NODELIST"}, "no SLURM_STEP_NODELIST"),
+    ],
+)
 def test_launcher_world_bad_environment(no_scontrol, env, message):
     with pytest.raises(compat.DistributedSetupError, match=message):
         compat.cpu_launcher_world(env)
@@ -147,20 +172,28 @@ def test_configure_cpu_distributed_from_torchrun():
 
 
 def test_configure_cpu_distributed_manual_init_method():
-    cfg = training_cfg("--distributed-init-method", "tcp://10.0.0.1:5000",
-                       "--distributed-world-size", "3", "--distributed-rank", "2")
+    cfg = training_cfg(
+        "--distributed-init-method", "tcp://10.0.0.1:5000", "--distributed-world-size", "3", "--distributed-rank", "2"
+    )
     compat.configure_cpu_distributed(cfg, env={})
     dt = cfg.distributed_training
     assert (dt.distributed_world_size, dt.distributed_rank, dt.distributed_backend) == (3, 2, "gloo")
     assert dt.distributed_no_spawn
 
 
-@pytest.mark.parametrize("flags,env,message", [
-    (["--distributed-world-size", "2"], {}, "fairseq starts one process per GPU.*torchrun --no-python --nproc_per_node 2 fsa-train"),
-    (["--distributed-world-size", "4"], TORCHRUN, "--distributed-world-size 4 but torchrun started 2"),
-    (["--distributed-init-method", "tcp://h:1"], TORCHRUN, "drop one of them"),
-    (["--distributed-init-method", "tcp://h:1"], {}, "needs --distributed-world-size N > 1"),
-])
+@pytest.mark.parametrize(
+    "flags,env,message",
+    [
+        (
+            ["--distributed-world-size", "2"],
+            {},
+            "fairseq starts one process per GPU.*torchrun --no-python --nproc_per_node 2 fsa-train",
+        ),
+        (["--distributed-world-size", "4"], TORCHRUN, "--distributed-world-size 4 but torchrun started 2"),
+        (["--distributed-init-method", "tcp://h:1"], TORCHRUN, "drop one of them"),
+        (["--distributed-init-method", "tcp://h:1"], {}, "needs --distributed-world-size N > 1"),
+    ],
+)
 def test_configure_cpu_distributed_errors(flags, env, message):
     with pytest.raises(compat.DistributedSetupError, match=message):
         compat.configure_cpu_distributed(training_cfg(*flags), env=env)

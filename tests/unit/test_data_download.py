@@ -135,8 +135,11 @@ def test_complete_partial_file_is_verified(server, tmp_path):
 
 
 def test_dead_url_names_the_file_and_where_to_get_it(server, tmp_path):
-    src = Source("corpus.tgz", (server.base + "/gone/corpus.tgz", "http://127.0.0.1:9/corpus.tgz"),
-                 "https://example.org/corpus-page")
+    src = Source(
+        "corpus.tgz",
+        (server.base + "/gone/corpus.tgz", "http://127.0.0.1:9/corpus.tgz"),
+        "https://example.org/corpus-page",
+    )
     with pytest.raises(PrepError) as e:
         download(src, tmp_path, _log([]), what="Test corpus")
     msg = str(e.value)
@@ -157,8 +160,11 @@ def test_mirror_is_tried_first(server, tmp_path, monkeypatch):
 
 def test_manual_file_says_where_to_get_it(tmp_path):
     src = Source("Gold.tar.gz", (), "https://example.org/form", manual=True)
-    with pytest.raises(PrepError, match=r"Gold.tar.gz cannot be downloaded automatically; get it from "
-                                         r"https://example.org/form and put it into --raw-dir"):
+    with pytest.raises(
+        PrepError,
+        match=r"Gold.tar.gz cannot be downloaded automatically; get it from "
+        r"https://example.org/form and put it into --raw-dir",
+    ):
         download(src, tmp_path, _log([]))
 
 

@@ -1,4 +1,5 @@
 """The demo keeps one copy of checkpoint_best.pt / checkpoint_last.pt when they are equal."""
+
 import importlib.util
 import os
 from pathlib import Path

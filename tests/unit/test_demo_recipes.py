@@ -31,30 +31,104 @@ def test_cpu_recipe_is_the_small_recipe_unchanged(tmp_path):
     assert args.seeds == [1] and args.lr == {"softmax": 1e-3, "rela_g": 1e-3, "rela_i": 1e-3}
     save = tmp_path / "checkpoints_softmax"
     cmd = [str(c) for c in demo["train_command"]("softmax", args.lr["softmax"], args, "BIN", save, 1)]
-    assert cmd == [sys.executable, "-m", "fairseq_cli.train", "BIN", "--user-dir", str(REPO / "fairseq_sparse_attn"),
-                   "--arch", "softmax_transformer_wmt_en_de",
-                   "--encoder-layers", "3", "--decoder-layers", "3", "--encoder-embed-dim", "256",
-                   "--decoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim", "1024",
-                   "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
-                   "--share-all-embeddings", "--dropout", "0.1", "--attention-dropout", "0.0",
-                   "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "0.001",
-                   "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "100",
-                   "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-                   "--max-tokens", "2048", "--max-update", "250", "--save-dir", str(save), "--no-epoch-checkpoints",
-                   "--num-workers", "0", "--seed", "1", "--log-format", "simple", "--log-interval", "25",
-                   "--validate-interval-updates", "50"]
+    assert cmd == [
+        sys.executable,
+        "-m",
+        "fairseq_cli.train",
+        "BIN",
+        "--user-dir",
+        str(REPO / "fairseq_sparse_attn"),
+        "--arch",
+        "softmax_transformer_wmt_en_de",
+        "--encoder-layers",
+        "3",
+        "--decoder-layers",
+        "3",
+        "--encoder-embed-dim",
+        "256",
+        "--decoder-embed-dim",
+        "256",
+        "--encoder-ffn-embed-dim",
+        "1024",
+        "--decoder-ffn-embed-dim",
+        "1024",
+        "--encoder-attention-heads",
+        "4",
+        "--decoder-attention-heads",
+        "4",
+        "--share-all-embeddings",
+        "--dropout",
+        "0.1",
+        "--attention-dropout",
+        "0.0",
+        "--optimizer",
+        "adam",
+        "--adam-betas",
+        "(0.9,0.98)",
+        "--lr",
+        "0.001",
+        "--lr-scheduler",
+        "inverse_sqrt",
+        "--warmup-updates",
+        "100",
+        "--criterion",
+        "label_smoothed_cross_entropy",
+        "--label-smoothing",
+        "0.1",
+        "--max-tokens",
+        "2048",
+        "--max-update",
+        "250",
+        "--save-dir",
+        str(save),
+        "--no-epoch-checkpoints",
+        "--num-workers",
+        "0",
+        "--seed",
+        "1",
+        "--log-format",
+        "simple",
+        "--log-interval",
+        "25",
+        "--validate-interval-updates",
+        "50",
+    ]
     rela = [str(c) for c in demo["train_command"]("rela_g", 1e-3, args, "BIN", save, 1)]
-    assert [c for c in rela if c != "rela_transformer_wmt_en_de"] == [c for c in cmd if c != "softmax_transformer_wmt_en_de"]
+    assert [c for c in rela if c != "rela_transformer_wmt_en_de"] == [
+        c for c in cmd if c != "softmax_transformer_wmt_en_de"
+    ]
     gen = [str(c) for c in demo["generate_command"]("CKPT", args, "BIN", "test")]
-    assert gen[3:] == ["BIN", "--user-dir", str(REPO / "fairseq_sparse_attn"), "--path", "CKPT", "--gen-subset", "test",
-                       "--beam", "4", "--batch-size", "64", "--max-len-a", "1.2", "--max-len-b", "10",
-                       "--remove-bpe", "--tokenizer", "moses", "--source-lang", "de", "--target-lang", "en"]
+    assert gen[3:] == [
+        "BIN",
+        "--user-dir",
+        str(REPO / "fairseq_sparse_attn"),
+        "--path",
+        "CKPT",
+        "--gen-subset",
+        "test",
+        "--beam",
+        "4",
+        "--batch-size",
+        "64",
+        "--max-len-a",
+        "1.2",
+        "--max-len-b",
+        "10",
+        "--remove-bpe",
+        "--tokenizer",
+        "moses",
+        "--source-lang",
+        "de",
+        "--target-lang",
+        "en",
+    ]
 
 
 def parsed(cmd):
     """fairseq-train's own reading of a command line."""
-    import fairseq_sparse_attn  # noqa: F401
     from fairseq import options
+
+    import fairseq_sparse_attn  # noqa: F401
 
     parser = options.get_training_parser()
     return options.parse_args_and_arch(parser, input_args=[str(c) for c in cmd[3:]])
@@ -70,18 +144,54 @@ def test_cuda_recipe_is_issue_23s_setup(tmp_path):
         assert (a.max_tokens, a.max_update, a.lr, a.warmup_updates, a.dropout) == (4096, 1500, [7e-4], 800, 0.3)
         assert a.lr_scheduler == "inverse_sqrt" and a.seed == 2 and not a.fp16
         # the explicit size flags are the architecture's own defaults (fairseq's transformer_iwslt_de_en)
-        bare = parsed([None, None, None, "BIN", "--user-dir", str(REPO / "fairseq_sparse_attn"), "--arch", "transformer_iwslt_de_en"])
-        for field in ("encoder_layers", "decoder_layers", "encoder_embed_dim", "decoder_embed_dim", "encoder_ffn_embed_dim",
-                      "decoder_ffn_embed_dim", "encoder_attention_heads", "decoder_attention_heads"):
+        bare = parsed(
+            [
+                None,
+                None,
+                None,
+                "BIN",
+                "--user-dir",
+                str(REPO / "fairseq_sparse_attn"),
+                "--arch",
+                "transformer_iwslt_de_en",
+            ]
+        )
+        for field in (
+            "encoder_layers",
+            "decoder_layers",
+            "encoder_embed_dim",
+            "decoder_embed_dim",
+            "encoder_ffn_embed_dim",
+            "decoder_ffn_embed_dim",
+            "encoder_attention_heads",
+            "decoder_attention_heads",
+        ):
             assert getattr(a, field) == getattr(bare, field), field
     assert "--lenpen" in (gen := [str(c) for c in demo["generate_command"]("C", args, "BIN", "test")])
     assert gen[gen.index("--lenpen") + 1] == "0.6" and gen[gen.index("--beam") + 1] == "4"
 
 
 def test_hypothesis_flags_reach_fairseq(tmp_path):
-    args = args_of("--update-freq", "6", "--attn-init", "rela_official", "--attention-dropout", "0.1",
-                   "--activation-dropout", "0.1", "--heads", "8", "--warmup", "800", "--max-update", "2000",
-                   "--no-repeat-ngram-size", "3", "--lenpen", "0.6")
+    args = args_of(
+        "--update-freq",
+        "6",
+        "--attn-init",
+        "rela_official",
+        "--attention-dropout",
+        "0.1",
+        "--activation-dropout",
+        "0.1",
+        "--heads",
+        "8",
+        "--warmup",
+        "800",
+        "--max-update",
+        "2000",
+        "--no-repeat-ngram-size",
+        "3",
+        "--lenpen",
+        "0.6",
+    )
     a = parsed(demo["train_command"]("rela_g", 7e-4, args, "BIN", tmp_path / "c", 1))
     assert a.update_freq == [6] and a.attn_init == "rela_official" and a.encoder_attention_heads == 8
     assert (a.attention_dropout, a.activation_dropout, a.warmup_updates, a.max_update) == (0.1, 0.1, 800, 2000)
@@ -90,10 +200,16 @@ def test_hypothesis_flags_reach_fairseq(tmp_path):
     assert demo["changed_settings"](args)["heads"] == (4, 8)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--seeds", "1,1"], "--seeds"), (["--heads", "3"], "multiple of --heads"),
-    (["--validate-interval", "999"], "--validate-interval"), (["--models", "softmax"], "at least two"),
-    (["--update-freq", "0"], "--update-freq")])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--seeds", "1,1"], "--seeds"),
+        (["--heads", "3"], "multiple of --heads"),
+        (["--validate-interval", "999"], "--validate-interval"),
+        (["--models", "softmax"], "at least two"),
+        (["--update-freq", "0"], "--update-freq"),
+    ],
+)
 def test_bad_flags_name_the_flag(argv, message, capsys):
     with pytest.raises(SystemExit):
         args_of(*argv)

@@ -52,8 +52,8 @@ def heading_text(raw):
         if part.startswith("`"):
             rendered.append(part.strip("`"))
             continue
-        part = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", part)      # links, images -> their text
-        part = re.sub(r"<[^>]+>", "", part)                           # html tags
+        part = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", part)  # links, images -> their text
+        part = re.sub(r"<[^>]+>", "", part)  # html tags
         part = re.sub(r"(\*{1,3}|(?<!\w)_{1,3})(\S(?:.*?\S)?)\1(?!\w)", r"\2", part)  # emphasis
         rendered.append(part)
     return "".join(rendered)
@@ -117,23 +117,29 @@ def broken_links(files, root):
 
 # --- the slug rules, on headings whose GitHub anchors were written down by hand ---------------
 
-@pytest.mark.parametrize("heading, expected", [
-    ("The inference call", "the-inference-call"),
-    ("The inference call (`attention/inference_call.py`)", "the-inference-call-attentioninference_callpy"),
-    ("Many short paired rounds: what resolves 2% (idle machine, 2026-11-25)",
-     "many-short-paired-rounds-what-resolves-2-idle-machine-2026-11-25"),
-    ("The clock: `--clock wall` (default) or `--clock cpu`", "the-clock---clock-wall-default-or---clock-cpu"),
-    ("`fsa-analyze`: the command line", "fsa-analyze-the-command-line"),
-    ("**Bold** and [a link](x.md) and _emphasis_", "bold-and-a-link-and-emphasis"),
-    ("Norms ‖αf(x)‖ über alles", "norms-αfx-über-alles"),
-])
+
+@pytest.mark.parametrize(
+    "heading, expected",
+    [
+        ("The inference call", "the-inference-call"),
+        ("The inference call (`attention/inference_call.py`)", "the-inference-call-attentioninference_callpy"),
+        (
+            "Many short paired rounds: what resolves 2% (idle machine, 2026-11-25)",
+            "many-short-paired-rounds-what-resolves-2-idle-machine-2026-11-25",
+        ),
+        ("The clock: `--clock wall` (default) or `--clock cpu`", "the-clock---clock-wall-default-or---clock-cpu"),
+        ("`fsa-analyze`: the command line", "fsa-analyze-the-command-line"),
+        ("**Bold** and [a link](x.md) and _emphasis_", "bold-and-a-link-and-emphasis"),
+        ("Norms ‖αf(x)‖ über alles", "norms-αfx-über-alles"),
+    ],
+)
 def test_slug_follows_github_rules(heading, expected):
     assert slug(heading_text(heading)) == expected
 
 
 def test_duplicate_headings_are_numbered(tmp_path):
     page = tmp_path / "p.md"
-    page.write_text("# Setup\n\n## Setup\n\n```\n# Setup\n```\n\n### Setup\n<a name=\"here\"></a>\n")
+    page.write_text('# Setup\n\n## Setup\n\n```\n# Setup\n```\n\n### Setup\n<a name="here"></a>\n')
     assert anchors(page) == {"setup", "setup-1", "setup-2", "here"}
 
 
@@ -160,6 +166,7 @@ def test_catches_broken_links(tmp_path):
 
 
 # --- the repository ------------------------------------------------------------------------
+
 
 def test_repository_docs_have_no_broken_links():
     files = markdown_files(ROOT)

@@ -48,14 +48,14 @@ def exists(name, defined):
 def test_every_named_test_exists():
     rows = table_rows((REPO / "docs" / "errors.md").read_text())
     defined = defined_tests()
-    missing = [(section, name) for section, _, cells in rows for name in named_tests(cells[-1])
-               if not exists(name, defined)]
+    missing = [
+        (section, name) for section, _, cells in rows for name in named_tests(cells[-1]) if not exists(name, defined)
+    ]
     assert missing == []
 
 
 def test_rows_in_the_command_table_format_each_name_a_test():
-    rows = [r for r in table_rows((REPO / "docs" / "errors.md").read_text())
-            if r[1] == TABLE_HEADER]
+    rows = [r for r in table_rows((REPO / "docs" / "errors.md").read_text()) if r[1] == TABLE_HEADER]
     assert len(rows) >= 22
     untested = [cells[0] for _, _, cells in rows if len(cells) != 3 or not named_tests(cells[2])]
     assert untested == []
@@ -64,7 +64,7 @@ def test_rows_in_the_command_table_format_each_name_a_test():
 def test_the_parser_finds_a_missing_name(tmp_path):
     """The check above can fail: a row naming a test that does not exist is reported."""
     text = f"## Flags\n\n{TABLE_HEADER}\n| --- | --- | --- |\n| `x` | y \\| z | `test_not_there` |\n"
-    (section, header, cells), = table_rows(text)
+    ((section, header, cells),) = table_rows(text)
     assert (section, header) == ("Flags", TABLE_HEADER)
     assert cells[1] == "y \\| z"
     assert named_tests(cells[2]) == ["test_not_there"]

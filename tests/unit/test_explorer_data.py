@@ -3,8 +3,13 @@
 
 import torch
 
-from fairseq_sparse_attn.analysis.explorer import (decode_weights, head_summary, side_tokens,
-                                                   stored_norms, stored_weights)
+from fairseq_sparse_attn.analysis.explorer import (
+    decode_weights,
+    head_summary,
+    side_tokens,
+    stored_norms,
+    stored_weights,
+)
 from fairseq_sparse_attn.analysis.explorer_html import embed_json, embedded_data, render
 
 
@@ -22,8 +27,9 @@ def test_stored_norms_four_digits():
 
 def test_null_rows_and_sparsity_over_visible_pairs():
     # head 0: row 1 all zero; head 1: nothing zero
-    w = torch.tensor([[[0.5, 0.5, 0.0], [0.0, 0.0, 0.0], [1.0, 0.0, 0.0]],
-                      [[0.2, 0.3, 0.5], [0.1, 0.1, 0.8], [0.3, 0.3, 0.4]]])
+    w = torch.tensor(
+        [[[0.5, 0.5, 0.0], [0.0, 0.0, 0.0], [1.0, 0.0, 0.0]], [[0.2, 0.3, 0.5], [0.1, 0.1, 0.8], [0.3, 0.3, 0.4]]]
+    )
     null, sparsity = head_summary(w, "cross")
     assert null == [[1], []]
     assert sparsity == [round(6 / 9, 4), 0.0]
@@ -36,11 +42,13 @@ def test_null_rows_and_sparsity_over_visible_pairs():
 
 def test_side_tokens_words_and_eos():
     src = side_tokens("a bi@@ cy@@ cle ride".split(), "subword-nmt", eos_first=False)
-    assert src == {"tokens": ["a", "bi@@", "cy@@", "cle", "ride", "</s>"],
-                   "words": ["a", "bicycle", "ride", "</s>"], "word_of": [0, 1, 1, 1, 2, 3]}
+    assert src == {
+        "tokens": ["a", "bi@@", "cy@@", "cle", "ride", "</s>"],
+        "words": ["a", "bicycle", "ride", "</s>"],
+        "word_of": [0, 1, 1, 1, 2, 3],
+    }
     dec = side_tokens(["▁new", "▁yo", "rk"], "sentencepiece", eos_first=True)
-    assert dec == {"tokens": ["</s>", "▁new", "▁yo", "rk"], "words": ["</s>", "new", "york"],
-                   "word_of": [0, 1, 2, 2]}
+    assert dec == {"tokens": ["</s>", "▁new", "▁yo", "rk"], "words": ["</s>", "new", "york"], "word_of": [0, 1, 2, 2]}
 
 
 def test_embedded_json_cannot_close_the_script():

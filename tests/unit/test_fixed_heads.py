@@ -29,8 +29,9 @@ D = E // H
 
 def make(fixed=SEVEN, masked=(), heads=H, seed=0):
     torch.manual_seed(seed)
-    return SparseMultiheadAttention(E, heads, self_attention=True,
-                                    config=attention_config(fixed_patterns=fixed, masked_heads=masked)).eval()
+    return SparseMultiheadAttention(
+        E, heads, self_attention=True, config=attention_config(fixed_patterns=fixed, masked_heads=masked)
+    ).eval()
 
 
 def plain_forward(m, x, n, fixed, masked=()):
@@ -64,15 +65,15 @@ def test_module_against_plain_computation(left_pad, fixed):
     pad = torch.ones(len(lengths), T, dtype=torch.bool)
     for b, (xb, n) in enumerate(zip(xs, lengths)):
         s = T - n if left_pad else 0
-        x[s:s + n, b] = xb
-        pad[b, s:s + n] = False
+        x[s : s + n, b] = xb
+        pad[b, s : s + n] = False
     out, w = m(x, x, x, key_padding_mask=pad, need_head_weights=True)
     for b, (xb, n) in enumerate(zip(xs, lengths)):
         s = T - n if left_pad else 0
         expected, weights = plain_forward(m, xb, n, fixed)
-        torch.testing.assert_close(out[s:s + n, b], expected, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(out[s : s + n, b], expected, atol=1e-5, rtol=1e-5)
         for h in range(H):
-            torch.testing.assert_close(w[h, b, s:s + n, s:s + n], weights[h], atol=1e-6, rtol=1e-5)
+            torch.testing.assert_close(w[h, b, s : s + n, s : s + n], weights[h], atol=1e-6, rtol=1e-5)
             # padding never receives weight
             assert torch.all(w[h, b, :, pad[b]] == 0)
 
@@ -130,8 +131,9 @@ def test_bad_configurations():
         make(("diagonal",))
     with pytest.raises(ValueError, match="self-attention"):
         SparseMultiheadAttention(E, H, encoder_decoder_attention=True, config=attention_config(fixed_patterns=SEVEN))
-    m = SparseMultiheadAttention(E, H, self_attention=True,
-                                 config=attention_config(fixed_patterns=SEVEN, fixed_pattern_unit="word"))
+    m = SparseMultiheadAttention(
+        E, H, self_attention=True, config=attention_config(fixed_patterns=SEVEN, fixed_pattern_unit="word")
+    )
     x = torch.randn(3, 1, E)
     with pytest.raises(ValueError, match="word ids"):
         m(x, x, x)
@@ -170,11 +172,11 @@ def test_source_word_ids_bpe(left_pad):
     for b, s in enumerate(sents):
         ids = [d.index(w) for w in s.split()] + [d.eos()]
         start = T - len(ids) if left_pad else 0
-        src[b, start:start + len(ids)] = torch.tensor(ids)
+        src[b, start : start + len(ids)] = torch.tensor(ids)
     got = source_word_ids(src, word_start_table(d, "bpe"), "bpe", d.pad(), d.eos())
     for b, exp in enumerate(expected):
         start = T - len(exp) if left_pad else 0
-        assert got[b, start:start + len(exp)].tolist() == exp
+        assert got[b, start : start + len(exp)].tolist() == exp
 
 
 def test_source_word_ids_sentencepiece():
@@ -192,9 +194,14 @@ def test_encoder_word_patterns_on_the_paper_example():
 
     words = EXAMPLE[:-1]  # without </s>
     d = dictionary(words + ["pad1", "pad2"])
-    model, _ = build_model("fixed_pattern_word_transformer_wmt_en_de", dictionary=d,
-                           encoder_attention_heads=8, decoder_attention_heads=8,
-                           encoder_embed_dim=32, decoder_embed_dim=32)
+    model, _ = build_model(
+        "fixed_pattern_word_transformer_wmt_en_de",
+        dictionary=d,
+        encoder_attention_heads=8,
+        decoder_attention_heads=8,
+        encoder_embed_dim=32,
+        decoder_embed_dim=32,
+    )
     sent = [d.index(w) for w in words] + [d.eos()]
     src = torch.full((2, 10), d.pad())
     src[0, 2:] = torch.tensor(sent)  # left-padded as fairseq's default
@@ -207,8 +214,7 @@ def test_encoder_word_patterns_on_the_paper_example():
     assert len(enc) == 2
     for w in enc:
         for h, name in enumerate(SEVEN):
-            torch.testing.assert_close(w[0, h, 2:, 2:], torch.tensor(WORD_EXPECTED[name]),
-                                       rtol=1e-6, atol=1e-7)
+            torch.testing.assert_close(w[0, h, 2:, 2:], torch.tensor(WORD_EXPECTED[name]), rtol=1e-6, atol=1e-7)
             assert torch.all(w[0, h, :, :2] == 0) and torch.all(w[0, h, :2] == 0)
     for m in model.encoder.modules():  # per-batch inputs are arguments, never module state
         if isinstance(m, SparseMultiheadAttention):
@@ -221,8 +227,13 @@ def test_encoder_word_patterns_on_the_paper_example():
 def test_presets():
     from helpers import model_args
 
-    a = model_args("fixed_pattern_transformer_iwslt_de_en", dropout=None, share_all_embeddings=None,
-                   encoder_attention_heads=None, encoder_embed_dim=None)
+    a = model_args(
+        "fixed_pattern_transformer_iwslt_de_en",
+        dropout=None,
+        share_all_embeddings=None,
+        encoder_attention_heads=None,
+        encoder_embed_dim=None,
+    )
     assert (a.encoder_fixed_patterns, a.encoder_fixed_pattern_unit) == ("7F", "token")
     assert a.dropout == 0.3 and a.share_all_embeddings is True
     assert a.encoder_attention_heads == 8 and a.encoder_embed_dim == 512
@@ -235,8 +246,13 @@ def test_presets():
 
 
 def test_model_parameter_count_drops_by_fixed_query_key():
-    kw = dict(encoder_attention_heads=8, decoder_attention_heads=8, encoder_embed_dim=32,
-              decoder_embed_dim=32, encoder_layers=3)
+    kw = dict(
+        encoder_attention_heads=8,
+        decoder_attention_heads=8,
+        encoder_embed_dim=32,
+        decoder_embed_dim=32,
+        encoder_layers=3,
+    )
     learned, _ = build_model("softmax_transformer_wmt_en_de", **kw)
     fixed, _ = build_model("fixed_pattern_transformer_wmt_en_de", **kw)
     n = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
@@ -249,30 +265,34 @@ def test_padding_invariance_and_generation():
     7F+1L encoder (the decoder is untouched) and gives the same output either way."""
     from fairseq.sequence_generator import SequenceGenerator
 
-    model, d = build_model("fixed_pattern_transformer_wmt_en_de", encoder_attention_heads=8,
-                           encoder_embed_dim=32, decoder_embed_dim=32, decoder_attention_heads=4)
+    model, d = build_model(
+        "fixed_pattern_transformer_wmt_en_de",
+        encoder_attention_heads=8,
+        encoder_embed_dim=32,
+        decoder_embed_dim=32,
+        decoder_attention_heads=4,
+    )
     src, lengths, _ = random_batch(d, bsz=3, src_len=7)
     enc = model.encoder(src, lengths)["encoder_out"][0]
     for b, n in enumerate(lengths.tolist()):
-        alone = model.encoder(src[b:b + 1, -n:], lengths[b:b + 1])["encoder_out"][0]
+        alone = model.encoder(src[b : b + 1, -n:], lengths[b : b + 1])["encoder_out"][0]
         torch.testing.assert_close(enc[-n:, b], alone[:, 0], atol=1e-5, rtol=1e-5)
     gen = SequenceGenerator([model], d, beam_size=3, max_len_b=8)
     batch_hyps = gen.forward({"net_input": {"src_tokens": src, "src_lengths": lengths}})
     for b, n in enumerate(lengths.tolist()):
-        alone = gen.forward({"net_input": {"src_tokens": src[b:b + 1, -n:],
-                                           "src_lengths": lengths[b:b + 1]}})
+        alone = gen.forward({"net_input": {"src_tokens": src[b : b + 1, -n:], "src_lengths": lengths[b : b + 1]}})
         assert batch_hyps[b][0]["tokens"].tolist() == alone[0][0]["tokens"].tolist()
 
 
-@pytest.mark.parametrize("arch", ["fixed_pattern_transformer_wmt_en_de",
-                                  "fixed_pattern_word_transformer_wmt_en_de"])
+@pytest.mark.parametrize("arch", ["fixed_pattern_transformer_wmt_en_de", "fixed_pattern_word_transformer_wmt_en_de"])
 def test_encoder_computes_pattern_weights_once_per_batch(arch, monkeypatch):
     """Every layer carries the same patterns: the encoder computes them once per forward,
     and the result equals what each module computes on its own from the padding mask."""
     import fairseq_sparse_attn.models.sparse_transformer as st
 
-    model, d = build_model(arch, encoder_layers=3, encoder_attention_heads=8,
-                           encoder_embed_dim=32, decoder_embed_dim=32)
+    model, d = build_model(
+        arch, encoder_layers=3, encoder_attention_heads=8, encoder_embed_dim=32, decoder_embed_dim=32
+    )
     src, lengths, prev = random_batch(d, bsz=3, src_len=7)
     calls = []
     real = st.pattern_weights
@@ -301,8 +321,7 @@ def test_encoder_right_context_reading_and_exclude_eos_flags():
 
     parser = argparse.ArgumentParser()
     add_plugin_args(parser)
-    args = parser.parse_args(["--encoder-right-context-reading", "literal",
-                              "--encoder-fixed-patterns-exclude-eos"])
+    args = parser.parse_args(["--encoder-right-context-reading", "literal", "--encoder-fixed-patterns-exclude-eos"])
     assert args.encoder_right_context_reading == "literal" and args.encoder_fixed_patterns_exclude_eos
     with pytest.raises(SystemExit):
         parser.parse_args(["--encoder-right-context-reading", "reversed"])
@@ -316,9 +335,15 @@ def test_encoder_right_context_reading_and_exclude_eos_flags():
     rc = SEVEN.index("right_context")
 
     def encoder_weights(**flags):
-        model, _ = build_model("fixed_pattern_transformer_wmt_en_de", dictionary=d,
-                               encoder_attention_heads=8, decoder_attention_heads=8,
-                               encoder_embed_dim=32, decoder_embed_dim=32, **flags)
+        model, _ = build_model(
+            "fixed_pattern_transformer_wmt_en_de",
+            dictionary=d,
+            encoder_attention_heads=8,
+            decoder_attention_heads=8,
+            encoder_embed_dim=32,
+            decoder_embed_dim=32,
+            **flags,
+        )
         seen = []
         with record_attention(model, lambda site, weights, **_: seen.append((site, weights))):
             model(src, torch.tensor([5]), prev)

@@ -33,8 +33,14 @@ def onehots(cols, n):
 
 def test_names():
     assert PATTERNS == (
-        "current", "previous", "next", "left_context", "right_context",
-        "end_of_sentence", "start_of_sentence", "last_token",
+        "current",
+        "previous",
+        "next",
+        "left_context",
+        "right_context",
+        "end_of_sentence",
+        "start_of_sentence",
+        "last_token",
     )
     assert SEVEN == PATTERNS[:7]
 
@@ -248,10 +254,10 @@ def sentence_block(w, start, length):
     """The (length, length) block of a sentence at ``start`` in a padded (L, L) weight
     matrix, after checking that its padding rows and columns are exactly zero."""
     real = torch.zeros(w.shape[-1], dtype=torch.bool)
-    real[start: start + length] = True
+    real[start : start + length] = True
     assert torch.equal(w[~real], torch.zeros_like(w[~real]))  # padding query rows
     assert torch.equal(w[:, ~real], torch.zeros_like(w[:, ~real]))  # padding key columns
-    return w[start: start + length, start: start + length]
+    return w[start : start + length, start : start + length]
 
 
 @pytest.mark.parametrize("left_pad", [True, False])
@@ -380,8 +386,10 @@ def test_n5_without_eos(name):
 
 
 def test_without_eos_literal_right_context():
-    check(pattern_matrix("right_context", 5, right_context="literal", exclude_eos=True),
-          T([[0, 0, 27 / 91, 64 / 91, 0], [0, 0, 0, 1, 0], [0, 0, 1, 0, 0], [0, 0, 0, 1, 0], E]))
+    check(
+        pattern_matrix("right_context", 5, right_context="literal", exclude_eos=True),
+        T([[0, 0, 27 / 91, 64 / 91, 0], [0, 0, 0, 1, 0], [0, 0, 1, 0, 0], [0, 0, 0, 1, 0], E]),
+    )
 
 
 def test_without_eos_single_position():
@@ -393,14 +401,23 @@ def test_without_eos_word_example():
     ids = word_ids_from_tokens(EXAMPLE)  # EOS (token 7) is word 6
     eos = [0, 0, 0, 0, 0, 0, 0, 1]
     # words 0..5 weights 1,8,27,64,125,216; fiction twice -> 566
-    check(word_pattern_matrix("end_of_sentence", ids, exclude_eos=True),
-          T([[1 / 566, 8 / 566, 27 / 566, 64 / 566, 125 / 566, 125 / 566, 216 / 566, 0]] * 7 + [eos]))
-    check(word_pattern_matrix("last_token", ids, exclude_eos=True),
-          T([[0, 0, 0, 0, 0, 0, 1, 0]] * 7 + [eos]))  # "." is the last word
-    check(word_pattern_matrix("next", ids, exclude_eos=True)[5:], T([
-        [0, 0, 0, 0, 0, 0, 1, 0],  # tion -> .
-        [0, 0, 0, 0, 0, 0, 1, 0],  # . : fallback to itself, not EOS
-        eos]))
+    check(
+        word_pattern_matrix("end_of_sentence", ids, exclude_eos=True),
+        T([[1 / 566, 8 / 566, 27 / 566, 64 / 566, 125 / 566, 125 / 566, 216 / 566, 0]] * 7 + [eos]),
+    )
+    check(
+        word_pattern_matrix("last_token", ids, exclude_eos=True), T([[0, 0, 0, 0, 0, 0, 1, 0]] * 7 + [eos])
+    )  # "." is the last word
+    check(
+        word_pattern_matrix("next", ids, exclude_eos=True)[5:],
+        T(
+            [
+                [0, 0, 0, 0, 0, 0, 1, 0],  # tion -> .
+                [0, 0, 0, 0, 0, 0, 1, 0],  # . : fallback to itself, not EOS
+                eos,
+            ]
+        ),
+    )
 
 
 @pytest.mark.parametrize("left_pad", [True, False])
@@ -418,10 +435,13 @@ def test_batch_without_eos(left_pad):
                 check(block, torch.eye(l))
 
 
-@pytest.mark.parametrize("style,scheme,pieces", [
-    ("bpe", "subword-nmt", ["a", "b@@", "c", "d@@", "e@@", "f", "g"]),
-    ("sentencepiece", "sentencepiece", ["\u2581a", "b", "\u2581c", "\u2581d", "e", "f", "\u2581g"]),
-])
+@pytest.mark.parametrize(
+    "style,scheme,pieces",
+    [
+        ("bpe", "subword-nmt", ["a", "b@@", "c", "d@@", "e@@", "f", "g"]),
+        ("sentencepiece", "sentencepiece", ["\u2581a", "b", "\u2581c", "\u2581d", "e", "f", "\u2581g"]),
+    ],
+)
 def test_batched_word_ids_follow_the_one_subword_grouping(style, scheme, pieces):
     """The encoder's vectorized word ids (word_start_table + source_word_ids) equal the
     project's one grouping, fairseq_sparse_attn.subwords.word_index, sentence by sentence
@@ -446,9 +466,9 @@ def test_batched_word_ids_follow_the_one_subword_grouping(style, scheme, pieces)
     src = torch.full((len(sentences), T), d.pad())
     for b, sent in enumerate(sentences):
         toks = [d.index(p) for p in sent] + [d.eos()]
-        src[b, T - len(toks):] = torch.tensor(toks)
+        src[b, T - len(toks) :] = torch.tensor(toks)
     got = source_word_ids(src, word_start_table(d, style), style, d.pad(), d.eos())
     for b, sent in enumerate(sentences):
         n = len(sent) + 1
         want = word_index(sent + ["</s>"], scheme, eos="</s>")
-        assert got[b, T - n:].tolist() == want, (sent, got[b].tolist(), want)
+        assert got[b, T - n :].tolist() == want, (sent, got[b].tolist(), want)

@@ -22,8 +22,19 @@ NAMES = sorted(EXPECTED["outputs"])
 
 
 def test_every_required_configuration_has_a_fixture():
-    required = {"rela_g", "rela_i", "sparsemax", "entmax15", "reluformer_softmax_ffn",
-                "fixed_7f1l_word", "fixed_8f", "lpea_rhe", "dea", "rel_pos_values", "localness"}
+    required = {
+        "rela_g",
+        "rela_i",
+        "sparsemax",
+        "entmax15",
+        "reluformer_softmax_ffn",
+        "fixed_7f1l_word",
+        "fixed_8f",
+        "lpea_rhe",
+        "dea",
+        "rel_pos_values",
+        "localness",
+    }
     assert required <= set(NAMES)
     for name in NAMES:
         size = (FIXTURES / f"{name}.pt").stat().st_size
@@ -32,13 +43,14 @@ def test_every_required_configuration_has_a_fixture():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_fixture_checkpoint_reproduces_its_outputs(name):
-    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin)
     from fairseq import checkpoint_utils
 
     import fairseq_sparse_attn  # noqa: F401  (registers the plugin)
+    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin)
 
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-        [str(FIXTURES / f"{name}.pt")], arg_overrides={"data": str(FIXTURES / "data-bin")})
+        [str(FIXTURES / f"{name}.pt")], arg_overrides={"data": str(FIXTURES / "data-bin")}
+    )
     model = models[0].eval()
     task_name = EXPECTED["configs"][name][2]
     net_input = EXPECTED["batches"][task_name]
@@ -52,13 +64,14 @@ def test_fixture_checkpoint_reproduces_its_outputs(name):
 
 
 def _load(name):
-    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin)
     from fairseq import checkpoint_utils
 
     import fairseq_sparse_attn  # noqa: F401  (registers the plugin)
+    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin)
 
     models, _, _ = checkpoint_utils.load_model_ensemble_and_task(
-        [str(FIXTURES / f"{name}.pt")], arg_overrides={"data": str(FIXTURES / "data-bin")})
+        [str(FIXTURES / f"{name}.pt")], arg_overrides={"data": str(FIXTURES / "data-bin")}
+    )
     return models[0].eval()
 
 

@@ -25,16 +25,21 @@ def test_device_shared_memory_from_properties():
     assert fr.device_shared_memory(properties=SimpleNamespace()) == 48 * 1024
 
 
-@pytest.mark.parametrize("smem,expected_bwd", [
-    # hand-computed: 2 bytes x (N1 + stages M1) x (128 + 256) + 16 M1
-    (H100, (64, 128, 128, 64, 2, 8)),   # 3 stages: 246,784 > 232,448; 2 stages: 197,632
-    (A100, (64, 64, 64, 64, 2, 4)),     # 197,632 > 166,912 until 64/64 with 2 stages: 148,480
-    (CONSUMER, (32, 64, 64, 32, 2, 4)),  # 148,480 > 101,376; 32/64 2 stages: 98,816
-])
+@pytest.mark.parametrize(
+    "smem,expected_bwd",
+    [
+        # hand-computed: 2 bytes x (N1 + stages M1) x (128 + 256) + 16 M1
+        (H100, (64, 128, 128, 64, 2, 8)),  # 3 stages: 246,784 > 232,448; 2 stages: 197,632
+        (A100, (64, 64, 64, 64, 2, 4)),  # 197,632 > 166,912 until 64/64 with 2 stages: 148,480
+        (CONSUMER, (32, 64, 64, 32, 2, 4)),  # 148,480 > 101,376; 32/64 2 stages: 98,816
+    ],
+)
 def test_head_dim_128_fp16_backward_choice(smem, expected_bwd):
     opts = fr.flex_kernel_options(128, 256, torch.float16, smem)
-    got = tuple(opts[k] for k in ("bwd_BLOCK_M1", "bwd_BLOCK_N1", "bwd_BLOCK_M2", "bwd_BLOCK_N2",
-                                  "bwd_num_stages", "bwd_num_warps"))
+    got = tuple(
+        opts[k]
+        for k in ("bwd_BLOCK_M1", "bwd_BLOCK_N1", "bwd_BLOCK_M2", "bwd_BLOCK_N2", "bwd_num_stages", "bwd_num_warps")
+    )
     assert got == expected_bwd
 
 
@@ -45,8 +50,7 @@ def test_every_choice_fits_and_is_the_largest_that_fits(head_dim, dtype, smem):
     v_dim = fr._padded_width(head_dim)
     opts = fr.flex_kernel_options(head_dim, v_dim, dtype, smem)
     e = torch.empty((), dtype=dtype).element_size()
-    m1, n1, m2, n2, s = (opts[f"bwd_{k}"] for k in ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2",
-                                                      "num_stages"))
+    m1, n1, m2, n2, s = (opts[f"bwd_{k}"] for k in ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2", "num_stages"))
     width = head_dim + v_dim
     used = max(e * (n1 + s * m1) * width + 16 * m1, e * (m2 + s * n2) * width + 16 * n2)
     assert used <= smem
@@ -65,9 +69,22 @@ def test_larger_devices_never_get_smaller_tiles():
     for head_dim in HEAD_DIMS:
         for dtype in DTYPES:
             v = fr._padded_width(head_dim)
-            ranks = [fr.BWD_CANDIDATES.index(tuple(fr.flex_kernel_options(head_dim, v, dtype, smem)[k] for k in (
-                "bwd_BLOCK_M1", "bwd_BLOCK_N1", "bwd_BLOCK_M2", "bwd_BLOCK_N2", "bwd_num_stages", "bwd_num_warps")))
-                for smem in (H100, A100, CONSUMER)]
+            ranks = [
+                fr.BWD_CANDIDATES.index(
+                    tuple(
+                        fr.flex_kernel_options(head_dim, v, dtype, smem)[k]
+                        for k in (
+                            "bwd_BLOCK_M1",
+                            "bwd_BLOCK_N1",
+                            "bwd_BLOCK_M2",
+                            "bwd_BLOCK_N2",
+                            "bwd_num_stages",
+                            "bwd_num_warps",
+                        )
+                    )
+                )
+                for smem in (H100, A100, CONSUMER)
+            ]
             assert ranks == sorted(ranks)
 
 
@@ -82,9 +99,22 @@ def test_auto_never_takes_flex_without_a_recorded_benchmark():
     from fairseq_sparse_attn.attention.heads import HeadPlan
 
     assert fr.FLEX_MEASURED_FASTER == {} and core.FLEX_AUTO_DEVICES == frozenset()
-    spec = core.AttendSpec(activation=build_activation("relu", 4), dropout=torch.nn.Dropout(0.1),
-                           heads=HeadPlan(4), flex_min_keys=16)
-    call = core.Call(activation="relu", activation_traits=spec.activation.traits, needs_weights=False, dropout=False, score_bias=False,
-                     bias_providers=False, given_heads=False, head_selection=False, grad=True,
-                     device="cuda", row_sums=False, keys=4096, dtype=torch.float16)
+    spec = core.AttendSpec(
+        activation=build_activation("relu", 4), dropout=torch.nn.Dropout(0.1), heads=HeadPlan(4), flex_min_keys=16
+    )
+    call = core.Call(
+        activation="relu",
+        activation_traits=spec.activation.traits,
+        needs_weights=False,
+        dropout=False,
+        score_bias=False,
+        bias_providers=False,
+        given_heads=False,
+        head_selection=False,
+        grad=True,
+        device="cuda",
+        row_sums=False,
+        keys=4096,
+        dtype=torch.float16,
+    )
     assert core._flex_enabled(spec, call) is False

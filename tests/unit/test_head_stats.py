@@ -34,8 +34,9 @@ CAUSAL = torch.triu(torch.ones(3, 3, dtype=torch.bool), 1).view(1, 1, 3, 3)
 
 def test_entropy_of_row_normalized_weights_excludes_null_padding_and_masked():
     # one sentence, 2 heads, 3 queries (the last is padding), causal mask
-    w = torch.tensor([[[[2.0, 0.0, 0.0], [1.0, 3.0, 0.0], [5.0, 5.0, 5.0]],
-                       [[0.0, 7.0, 7.0], [0.5, 0.5, 9.0], [1.0, 0.0, 0.0]]]])
+    w = torch.tensor(
+        [[[[2.0, 0.0, 0.0], [1.0, 3.0, 0.0], [5.0, 5.0, 5.0]], [[0.0, 7.0, 7.0], [0.5, 0.5, 9.0], [1.0, 0.0, 0.0]]]]
+    )
     pad = torch.tensor([[False, False, True]])
     # head 0: q0 -> (1) H=0 ; q1 -> (1/4, 3/4) ; q2 padding
     # head 1: q0 sees only k0 = 0 -> null, excluded ; q1 -> (1/2, 1/2), k2 masked
@@ -70,9 +71,17 @@ def test_bad_weights_are_refused():
 
 
 def test_top_p_share_by_hand():
-    w = torch.tensor([[[[0.5, 0.1, 0.3, 0.1, 0.0],
-                        [0.2, 0.6, 7.0, 7.0, 7.0],     # keys 2.. masked: n = 2
-                        [0.0, 0.0, 0.0, 0.0, 0.0]]]])  # null row: excluded
+    w = torch.tensor(
+        [
+            [
+                [
+                    [0.5, 0.1, 0.3, 0.1, 0.0],
+                    [0.2, 0.6, 7.0, 7.0, 7.0],  # keys 2.. masked: n = 2
+                    [0.0, 0.0, 0.0, 0.0, 0.0],
+                ]
+            ]
+        ]
+    )  # null row: excluded
     mask = torch.tensor([[False] * 5, [False, False, True, True, True], [False] * 5]).view(1, 1, 3, 5)
     # p = 0.2: row 0 k = ceil(1.0) = 1 -> 0.5 / 1.0 ; row 1 k = ceil(0.4) = 1 -> 0.6 / 0.8
     got = top_p_score_sum(w, 0.2, mask)
@@ -85,7 +94,7 @@ def test_top_p_share_by_hand():
 
 def test_top_count_is_an_exact_ceiling():
     n = torch.tensor([100, 1000, 3, 1])
-    assert top_count(0.07, n).tolist() == [7, 70, 1, 1]       # 0.07 * 100 = 7.000000000000001 in floats
+    assert top_count(0.07, n).tolist() == [7, 70, 1, 1]  # 0.07 * 100 = 7.000000000000001 in floats
     assert top_count(0.015, n).tolist() == [2, 15, 1, 1]
     with pytest.raises(ValueError, match="0.002"):
         top_count(1.5, n)
@@ -96,11 +105,13 @@ def test_top_count_is_an_exact_ceiling():
 
 def test_js_of_distributions_by_hand():
     # 1 sentence, 2 heads, 4 queries (last is padding), 2 keys
-    probs = torch.tensor([[[[1.0, 0.0], [0.5, 0.5], [0.9, 0.1], [0.3, 0.7]],
-                           [[0.0, 1.0], [0.5, 0.5], [0.5, 0.5], [0.3, 0.7]]]], dtype=torch.float64)
+    probs = torch.tensor(
+        [[[[1.0, 0.0], [0.5, 0.5], [0.9, 0.1], [0.3, 0.7]], [[0.0, 1.0], [0.5, 0.5], [0.5, 0.5], [0.3, 0.7]]]],
+        dtype=torch.float64,
+    )
     pad = torch.tensor([[False, False, False, True]])
-    q0 = H([0.5, 0.5]) - (0 + 0) / 2                                   # = log 2
-    q1 = H([0.5, 0.5]) - (H([0.5, 0.5]) + H([0.5, 0.5])) / 2           # = 0
+    q0 = H([0.5, 0.5]) - (0 + 0) / 2  # = log 2
+    q1 = H([0.5, 0.5]) - (H([0.5, 0.5]) + H([0.5, 0.5])) / 2  # = 0
     q2 = H([0.7, 0.3]) - (H([0.9, 0.1]) + H([0.5, 0.5])) / 2
     got = head_js_divergence(probs, query_padding=pad)
     assert got.rows == 3
@@ -116,7 +127,7 @@ def test_js_refuses_rows_that_are_not_distributions():
 
 def softmax_visible(alpha, tau, mode):
     """Softmax over the listed (visible) keys of alpha**tau ("power") or alpha/tau."""
-    scores = [a ** tau if mode == "power" else a / tau for a in alpha]
+    scores = [a**tau if mode == "power" else a / tau for a in alpha]
     e = [math.exp(s) for s in scores]
     return [x / sum(e) for x in e]
 
@@ -125,13 +136,14 @@ def softmax_visible(alpha, tau, mode):
 @pytest.mark.parametrize("tau", [1.0, 0.5, 0.25, 0.1])
 def test_relu_js_with_softmax_renormalization_and_null_slot(tau, mode):
     # 1 sentence, 2 heads, 3 queries, 3 keys; key 2 is masked for query 1
-    w = torch.tensor([[[[1.0, 0.0, 2.0], [1.0, 1.0, 5.0], [0.0, 0.0, 0.0]],
-                       [[0.0, 0.0, 0.0], [0.0, 3.0, 7.0], [0.0, 0.0, 0.0]]]])
+    w = torch.tensor(
+        [[[[1.0, 0.0, 2.0], [1.0, 1.0, 5.0], [0.0, 0.0, 0.0]], [[0.0, 0.0, 0.0], [0.0, 3.0, 7.0], [0.0, 0.0, 0.0]]]]
+    )
     mask = torch.tensor([[False] * 3, [False, False, True], [False] * 3]).view(1, 1, 3, 3)
     # slots: keys 0, 1, 2, then the null slot
-    p00 = softmax_visible([1.0, 0.0, 2.0], tau, mode) + [0.0]   # alpha = 0 still gets exp(0)
-    p10 = [0.0, 0.0, 0.0, 1.0]                                    # null row: one-hot on the null slot
-    p01 = softmax_visible([1.0, 1.0], tau, mode) + [0.0, 0.0]     # masked key 2 gets nothing
+    p00 = softmax_visible([1.0, 0.0, 2.0], tau, mode) + [0.0]  # alpha = 0 still gets exp(0)
+    p10 = [0.0, 0.0, 0.0, 1.0]  # null row: one-hot on the null slot
+    p01 = softmax_visible([1.0, 1.0], tau, mode) + [0.0, 0.0]  # masked key 2 gets nothing
     p11 = softmax_visible([0.0, 3.0], tau, mode) + [0.0, 0.0]
     expected = []
     for a, b in [(p00, p10), (p01, p11), ([0, 0, 0, 1.0], [0, 0, 0, 1.0])]:
@@ -150,16 +162,16 @@ def test_power_is_the_default_and_matches_hand_numbers():
     # alpha = (0, 1, 4), tau = 0.5: alpha**tau = (0, 1, 2) -> (1, e, e^2) / (1 + e + e^2);
     # the zero key keeps score 0 and still gets e^0 / Z
     w = torch.tensor([[[[0.0, 1.0, 4.0]]]])
-    z = 1 + math.e + math.e ** 2
-    want = [1 / z, math.e / z, math.e ** 2 / z, 0.0]
+    z = 1 + math.e + math.e**2
+    want = [1 / z, math.e / z, math.e**2 / z, 0.0]
     assert renormalize(w, 0.5).tolist()[0][0][0] == pytest.approx(want, abs=1e-15)
     # alpha = (4, 9), tau = 0.5: scores (2, 3)
     two = renormalize(torch.tensor([[[[4.0, 9.0]]]]), 0.5)[0, 0, 0, :2].tolist()
     assert two == pytest.approx([1 / (1 + math.e), math.e / (1 + math.e)], abs=1e-15)
     # the default of relu_head_js_divergence is the power reading too: 2 heads, 1 query
     w2 = torch.tensor([[[[0.0, 4.0]], [[9.0, 0.0]]]])
-    a = [1 / (1 + math.e ** 2), math.e ** 2 / (1 + math.e ** 2)]   # (0, 4) -> (0, 2)
-    b = [math.e ** 3 / (1 + math.e ** 3), 1 / (1 + math.e ** 3)]   # (9, 0) -> (3, 0)
+    a = [1 / (1 + math.e**2), math.e**2 / (1 + math.e**2)]  # (0, 4) -> (0, 2)
+    b = [math.e**3 / (1 + math.e**3), 1 / (1 + math.e**3)]  # (9, 0) -> (3, 0)
     js = H([(x + y) / 2 for x, y in zip(a, b)]) - (H(a) + H(b)) / 2
     assert relu_head_js_divergence(w2, 0.5).value == pytest.approx(js, abs=1e-12)
 
@@ -190,7 +202,8 @@ def test_renormalize_refuses_bad_arguments():
     with pytest.raises(ValueError, match=r"non-negative.*query 0, key 1\) is -0.5.*mode='divide'"):
         renormalize(signed, 0.5, mask)
     assert renormalize(signed, 0.5, mask, mode="divide")[0, 0, 0].tolist() == pytest.approx(
-        [math.exp(2) / (math.exp(2) + math.exp(-1)), math.exp(-1) / (math.exp(2) + math.exp(-1)), 0.0, 0.0])
+        [math.exp(2) / (math.exp(2) + math.exp(-1)), math.exp(-1) / (math.exp(2) + math.exp(-1)), 0.0, 0.0]
+    )
 
 
 # ------------------------------------------------------------------ recorded attention

@@ -14,9 +14,16 @@ from fairseq_sparse_attn.attention.intermediates import collect
 from helpers import attention_config, build_model, random_batch
 
 E, H = 16, 4
-VARIANTS = [("relu", "gated_rmsnorm"), ("relu", "rmsnorm_i"), ("relu", "none"),
-            ("relu_scaled", "none"), ("sparsemax", "none"), ("entmax15", "gated_rmsnorm"),
-            ("gelu", "layernorm"), ("leaky_relu", "gated_layernorm")]
+VARIANTS = [
+    ("relu", "gated_rmsnorm"),
+    ("relu", "rmsnorm_i"),
+    ("relu", "none"),
+    ("relu_scaled", "none"),
+    ("sparsemax", "none"),
+    ("entmax15", "gated_rmsnorm"),
+    ("gelu", "layernorm"),
+    ("leaky_relu", "gated_layernorm"),
+]
 
 
 @pytest.fixture
@@ -68,7 +75,7 @@ def test_incremental_self_attention_equals_the_general_path(act, norm, calls):
     state_f, state_g = {}, {}
     with torch.no_grad():
         for t in range(6):
-            x = xs[t:t + 1]
+            x = xs[t : t + 1]
             of, wf = fast(x, x, x, incremental_state=state_f, need_weights=t % 2 == 0)
             og, wg = general(x, x, x, incremental_state=state_g, need_weights=t % 2 == 0)
             assert_identical(of, og)
@@ -91,13 +98,15 @@ def test_cross_attention_with_beams_and_padding_equals_the_general_path(act, nor
     state_f, state_g = {}, {}
     with torch.no_grad():
         for t in range(4):
-            x = queries[t:t + 1]
+            x = queries[t : t + 1]
             # fairseq asks the alignment layer's cross-attention for per-head weights
             per_head = t % 2 == 1
-            of, wf = fast(x, enc, enc, key_padding_mask=pad, incremental_state=state_f, static_kv=True,
-                          need_head_weights=per_head)
-            og, wg = general(x, enc, enc, key_padding_mask=pad, incremental_state=state_g, static_kv=True,
-                             need_head_weights=per_head)
+            of, wf = fast(
+                x, enc, enc, key_padding_mask=pad, incremental_state=state_f, static_kv=True, need_head_weights=per_head
+            )
+            og, wg = general(
+                x, enc, enc, key_padding_mask=pad, incremental_state=state_g, static_kv=True, need_head_weights=per_head
+            )
             assert_identical(of, og)
             assert_identical(wf, wg)
             assert wf.shape == ((H, 4, 1, 5) if per_head else (4, 1, 5))
@@ -131,8 +140,10 @@ def test_whole_sequence_calls_equal_the_general_path(act, norm, calls):
     enc_pad = torch.zeros(3, 7, dtype=torch.bool)
     enc_pad[2, 5:] = True
     with torch.no_grad():
-        assert_identical(cross_f(x, enc, enc, key_padding_mask=enc_pad, need_weights=False)[0],
-                         cross_g(x, enc, enc, key_padding_mask=enc_pad, need_weights=False)[0])
+        assert_identical(
+            cross_f(x, enc, enc, key_padding_mask=enc_pad, need_weights=False)[0],
+            cross_g(x, enc, enc, key_padding_mask=enc_pad, need_weights=False)[0],
+        )
     assert calls.count(fast) == 3 and calls.count(cross_f) == 1
 
 
@@ -146,7 +157,7 @@ def test_low_precision_modules_equal_the_general_path(act, norm, calls):
     state_f, state_g = {}, {}
     with torch.no_grad():
         for t in range(4):
-            x = xs[t:t + 1]
+            x = xs[t : t + 1]
             of, wf = fast(x, x, x, incremental_state=state_f)
             og, wg = general(x, x, x, incremental_state=state_g)
             assert of.dtype == torch.bfloat16 and wf.dtype == torch.float32
@@ -192,12 +203,15 @@ def test_calls_that_need_the_general_path_do_not_take_it(calls):
     assert calls == [fast]
 
 
-@pytest.mark.parametrize("kw,reason", [
-    (dict(activation="softmax", output_norm="rmsnorm"), "softmax"),
-    (dict(masked_heads=(1,)), "masked"),
-    (dict(add_bias_kv=True), "bias_kv"),
-    (dict(add_zero_attn=True), "zero attention"),
-])
+@pytest.mark.parametrize(
+    "kw,reason",
+    [
+        (dict(activation="softmax", output_norm="rmsnorm"), "softmax"),
+        (dict(masked_heads=(1,)), "masked"),
+        (dict(add_bias_kv=True), "bias_kv"),
+        (dict(add_zero_attn=True), "zero attention"),
+    ],
+)
 def test_modules_that_need_the_general_path_have_no_plan(kw, reason):
     from fairseq_sparse_attn.attention.inference_call import static_reason
 
@@ -270,8 +284,9 @@ def test_projection_hooks_run_and_replaced_submodules_are_used(calls):
         assert_identical(out, general(x, x, x, need_weights=False)[0])
 
 
-@pytest.mark.parametrize("act,norm", [("relu", "gated_rmsnorm"), ("relu", "rmsnorm_i"),
-                                      ("relu_scaled", "none"), ("entmax15", "none")])
+@pytest.mark.parametrize(
+    "act,norm", [("relu", "gated_rmsnorm"), ("relu", "rmsnorm_i"), ("relu_scaled", "none"), ("entmax15", "none")]
+)
 def test_beam_search_of_a_whole_model_is_unchanged(act, norm, calls):
     """fairseq's SequenceGenerator (beam 3, a padded batch): the same hypotheses, scores
     and attention as with every attention call on the general path."""

@@ -30,14 +30,20 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_compat_switch_names_patches():
     behaviour = {n for n, m in compat.PATCHES.items() if m.BEHAVIOUR_CHANGE}
-    assert {"exact_resume", "crash_safe_checkpoints", "batching", "divergence_guard",
-            "cpu_distributed", "resume_config_check", "save_dir_lock",
-            "checkpoint_record"} == behaviour
+    assert {
+        "exact_resume",
+        "crash_safe_checkpoints",
+        "batching",
+        "divergence_guard",
+        "cpu_distributed",
+        "resume_config_check",
+        "save_dir_lock",
+        "checkpoint_record",
+    } == behaviour
     assert compat.patches_off({}) == set()
     assert compat.patches_off({"FSA_COMPAT_OFF": "behaviour"}) == behaviour
     assert compat.patches_off({"FSA_COMPAT_OFF": "all"}) == behaviour
-    assert compat.patches_off({"FSA_COMPAT_OFF": " exact_resume, quiet_logs"}) == {
-        "exact_resume", "quiet_logs"}
+    assert compat.patches_off({"FSA_COMPAT_OFF": " exact_resume, quiet_logs"}) == {"exact_resume", "quiet_logs"}
     with pytest.raises(ValueError, match="unknown patch 'exact'"):
         compat.patches_off({"FSA_COMPAT_OFF": "exact"})
     # this process installed all of them (no switch set in the test environment)
@@ -81,10 +87,9 @@ def test_fairseq_copy_and_save_go_through_a_temporary_file(tmp_path, monkeypatch
     """checkpoint_utils' copy and save write NAME.<pid>@<host>.tmp and rename it (stock
     fairseq copies in place): a file opened for writing under the final name would be
     visible half-done."""
+    import builtins
     import os
     import socket
-
-    import builtins
 
     from fairseq import checkpoint_utils
 
@@ -98,8 +103,9 @@ def test_fairseq_copy_and_save_go_through_a_temporary_file(tmp_path, monkeypatch
 
     monkeypatch.setattr(builtins, "open", spy_open)  # also what shutil.copyfile opens
     checkpoint_utils.torch_persistent_save({"x": torch.ones(3)}, str(tmp_path / "checkpoint_1_5.pt"))
-    checkpoint_utils.PathManager.copy(str(tmp_path / "checkpoint_1_5.pt"),
-                                      str(tmp_path / "checkpoint_last.pt"), overwrite=True)
+    checkpoint_utils.PathManager.copy(
+        str(tmp_path / "checkpoint_1_5.pt"), str(tmp_path / "checkpoint_last.pt"), overwrite=True
+    )
     writer = f"{os.getpid()}@{socket.gethostname()}"
     assert opened == [f"checkpoint_1_5.pt.{writer}.tmp", f"checkpoint_last.pt.{writer}.tmp"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_1_5.pt", "checkpoint_last.pt"]
@@ -128,15 +134,18 @@ def test_indexed_pair_accepts_fairseq_output(tmp_path):
     assert [ds[i].tolist() for i in range(3)] == SENTENCES
 
 
-@pytest.mark.parametrize("damage,message", [
-    ("truncate_bin", r"\.bin is truncated: 10 bytes, its index .* describes 20"),
-    ("extend_bin", r"\.bin is longer than its index: 22 bytes"),
-    ("truncate_idx", r"\.idx is damaged: it says 3 entries, which take 62 bytes, but the file has 61"),
-    ("negative_size", r"\.idx is damaged: entry 1 has length -1"),
-    ("pointer", r"\.idx is damaged: entry 2 starts at byte 7, expected 10"),
-    ("magic", r"\.idx is not a fairseq mmap index"),
-    ("vocab", r"\.bin holds token id 11 but its dictionary has 10 entries"),
-])
+@pytest.mark.parametrize(
+    "damage,message",
+    [
+        ("truncate_bin", r"\.bin is truncated: 10 bytes, its index .* describes 20"),
+        ("extend_bin", r"\.bin is longer than its index: 22 bytes"),
+        ("truncate_idx", r"\.idx is damaged: it says 3 entries, which take 62 bytes, but the file has 61"),
+        ("negative_size", r"\.idx is damaged: entry 1 has length -1"),
+        ("pointer", r"\.idx is damaged: entry 2 starts at byte 7, expected 10"),
+        ("magic", r"\.idx is not a fairseq mmap index"),
+        ("vocab", r"\.bin holds token id 11 but its dictionary has 10 entries"),
+    ],
+)
 def test_indexed_pair_damage(tmp_path, damage, message):
     prefix = tmp_path / "train.de-en.de"
     write_indexed(prefix, SENTENCES)
@@ -150,10 +159,10 @@ def test_indexed_pair_damage(tmp_path, damage, message):
     elif damage == "truncate_idx":
         idx.write_bytes(bytes(raw[:-1]))
     elif damage == "negative_size":
-        raw[header + 4: header + 8] = np.int32(-1).tobytes()
+        raw[header + 4 : header + 8] = np.int32(-1).tobytes()
         idx.write_bytes(bytes(raw))
     elif damage == "pointer":
-        raw[header + 4 * n + 16: header + 4 * n + 24] = np.int64(7).tobytes()
+        raw[header + 4 * n + 16 : header + 4 * n + 24] = np.int64(7).tobytes()
         idx.write_bytes(bytes(raw))
     elif damage == "magic":
         raw[:4] = b"JUNK"
@@ -166,10 +175,18 @@ def test_indexed_pair_damage(tmp_path, damage, message):
 
 
 def flags(**kw):
-    base = dict(encoder_attention_heads=4, attention_dropout=0.0, attn_key_block_size=0,
-                attn_activation="softmax", encoder_fixed_patterns="none",
-                encoder_masked_heads="", encoder_syntax_attention="none", rhe=False,
-                encoder_fixed_pattern_unit="token", encoder_subword_style="bpe")
+    base = dict(
+        encoder_attention_heads=4,
+        attention_dropout=0.0,
+        attn_key_block_size=0,
+        attn_activation="softmax",
+        encoder_fixed_patterns="none",
+        encoder_masked_heads="",
+        encoder_syntax_attention="none",
+        rhe=False,
+        encoder_fixed_pattern_unit="token",
+        encoder_subword_style="bpe",
+    )
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -191,8 +208,7 @@ def test_key_blocks_with_attention_dropout():
     validation.validate_model_args(flags(attn_key_block_size=16, attention_dropout=0.1))
     validation.validate_model_args(flags(attn_activation="relu", attn_key_block_size=16))
     with pytest.raises(UsageError, match="--attn-key-block-size 16 needs --attention-dropout 0"):
-        validation.validate_model_args(flags(attn_activation="relu", attn_key_block_size=16,
-                                             attention_dropout=0.1))
+        validation.validate_model_args(flags(attn_activation="relu", attn_key_block_size=16, attention_dropout=0.1))
 
 
 def task_with(syntax_inputs=None, symbols=()):
@@ -208,8 +224,11 @@ def test_syntax_inputs_for_the_encoder_biases():
     assert validation.syntax_inputs_needed(lpea_rhe) == ["dep", "rp"]
     assert validation.syntax_inputs_needed(flags(encoder_syntax_attention="dea")) == ["dep"]
     validation.validate_model_args(lpea_rhe, task_with("dep,rp"))
-    with pytest.raises(UsageError, match=r"needs src_dep, src_rp, but --syntax-inputs dep builds "
-                                         r"src_dep only: use --syntax-inputs dep,rp"):
+    with pytest.raises(
+        UsageError,
+        match=r"needs src_dep, src_rp, but --syntax-inputs dep builds "
+        r"src_dep only: use --syntax-inputs dep,rp",
+    ):
         validation.validate_model_args(lpea_rhe, task_with("dep"))
     with pytest.raises(UsageError, match="--task parse_annotated_translation"):
         validation.validate_model_args(lpea_rhe, task_with(None))
@@ -224,14 +243,12 @@ SPM = ["\u2581the", "\u2581ca", "t", "\u2581sat", "."]
 def test_subword_style_must_fit_the_dictionary():
     word = dict(encoder_fixed_pattern_unit="word")
     validation.validate_model_args(flags(**word), task_with(symbols=BPE))
-    validation.validate_model_args(flags(encoder_subword_style="sentencepiece", **word),
-                                   task_with(symbols=SPM))
-    with pytest.raises(UsageError, match="has no '\u2581' word-start pieces .*use "
-                                         "--encoder-subword-style bpe"):
-        validation.validate_model_args(flags(encoder_subword_style="sentencepiece", **word),
-                                       task_with(symbols=BPE))
-    with pytest.raises(UsageError, match="no '@@' pieces and 3 SentencePiece .*use "
-                                         "--encoder-subword-style sentencepiece"):
+    validation.validate_model_args(flags(encoder_subword_style="sentencepiece", **word), task_with(symbols=SPM))
+    with pytest.raises(UsageError, match="has no '\u2581' word-start pieces .*use --encoder-subword-style bpe"):
+        validation.validate_model_args(flags(encoder_subword_style="sentencepiece", **word), task_with(symbols=BPE))
+    with pytest.raises(
+        UsageError, match="no '@@' pieces and 3 SentencePiece .*use --encoder-subword-style sentencepiece"
+    ):
         validation.validate_model_args(flags(**word), task_with(symbols=SPM))
     # token-based patterns do not read word boundaries
     validation.validate_model_args(flags(encoder_subword_style="sentencepiece"), task_with(symbols=BPE))
@@ -244,10 +261,14 @@ def test_resume_config_differences():
     assert {"attn_activation", "attn_output_norm", "encoder_fixed_patterns"} <= set(names)
     assert "dropout" not in names and "attn_key_block_size" not in names
     saved = argparse.Namespace(attn_activation="relu", attn_output_norm="gated_rmsnorm")
-    given = argparse.Namespace(attn_activation="sparsemax", attn_output_norm="gated_rmsnorm",
-                               allow_attention_change=False)
-    with pytest.raises(UsageError, match=r"ckpt\.pt was trained with other attention options .*"
-                                         r"--attn-activation: checkpoint 'relu', given 'sparsemax'"):
+    given = argparse.Namespace(
+        attn_activation="sparsemax", attn_output_norm="gated_rmsnorm", allow_attention_change=False
+    )
+    with pytest.raises(
+        UsageError,
+        match=r"ckpt\.pt was trained with other attention options .*"
+        r"--attn-activation: checkpoint 'relu', given 'sparsemax'",
+    ):
         validation.check_resume_config("ckpt.pt", saved, given, SparseTransformerModel)
     given.allow_attention_change = True
     validation.check_resume_config("ckpt.pt", saved, given, SparseTransformerModel)
@@ -267,8 +288,7 @@ def test_quiet_logs_drop_only_the_noise(caplog):
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("default")
         quiet_logs.install()  # catch_warnings reset the filters: install them again
-        warnings.warn("hydra.experimental.compose() is no longer experimental. Use hydra.compose()",
-                      UserWarning)
+        warnings.warn("hydra.experimental.compose() is no longer experimental. Use hydra.compose()", UserWarning)
         warnings.warn("\nThe version_base parameter is not specified.", UserWarning)
         warnings.warn("something else", UserWarning)
     assert [str(w.message) for w in seen] == ["something else"]

@@ -16,8 +16,9 @@ def install(offline, dry_run=True):
     env = {**os.environ, "OFFLINE": str(offline), "PYTHON": sys.executable}
     if dry_run:
         env["FSA_INSTALL_DRY_RUN"] = "1"
-    return subprocess.run(["bash", str(REPO / "scripts" / "install.sh")], capture_output=True,
-                          text=True, env=env, timeout=120)
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / "install.sh")], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def wheelhouse(tmp_path, tag=TAG):
@@ -48,16 +49,27 @@ def test_offline_errors_are_one_line(tmp_path):
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == [
         f"make install: error: OFFLINE={tmp_path / 'missing'} is not a directory "
-        f"(make wheelhouse PYTHON_VERSION={sys.version_info[0]}.{sys.version_info[1]} writes one)"]
+        f"(make wheelhouse PYTHON_VERSION={sys.version_info[0]}.{sys.version_info[1]} writes one)"
+    ]
     p = install(wheelhouse(tmp_path, tag="cp39"))
     assert p.returncode == 2
     assert "no fairseq-fixed wheel for python" in p.stderr and len(p.stderr.strip().splitlines()) == 1
 
 
 def test_wheelhouse_needs_a_python_version():
-    p = subprocess.run(["bash", str(REPO / "scripts" / "wheelhouse.sh")], capture_output=True, text=True,
-                       env={k: v for k, v in os.environ.items() if k != "PYTHON_VERSION"}, timeout=60)
+    p = subprocess.run(
+        ["bash", str(REPO / "scripts" / "wheelhouse.sh")],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "PYTHON_VERSION"},
+        timeout=60,
+    )
     assert p.returncode != 0 and "PYTHON_VERSION" in p.stderr
-    p = subprocess.run(["bash", str(REPO / "scripts" / "wheelhouse.sh")], capture_output=True, text=True,
-                       env={**os.environ, "PYTHON_VERSION": "3.x"}, timeout=60)
+    p = subprocess.run(
+        ["bash", str(REPO / "scripts" / "wheelhouse.sh")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHON_VERSION": "3.x"},
+        timeout=60,
+    )
     assert p.returncode == 2 and "PYTHON_VERSION must look like 3.12" in p.stderr

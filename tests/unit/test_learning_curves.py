@@ -40,8 +40,13 @@ def test_write_curves_csv_json_png(tmp_path):
     with open(csv_path, encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert [(r["variant"], r["num_updates"], r["valid_loss"], r["valid_bleu"]) for r in rows] == [
-        ("softmax", "50", "8.659", ""), ("softmax", "100", "7.859", ""), ("softmax", "150", "7.1", "4.21"),
-        ("rela_g", "50", "9.5", ""), ("rela_g", "100", "7.859", ""), ("rela_g", "150", "7.1", "4.21")]
+        ("softmax", "50", "8.659", ""),
+        ("softmax", "100", "7.859", ""),
+        ("softmax", "150", "7.1", "4.21"),
+        ("rela_g", "50", "9.5", ""),
+        ("rela_g", "100", "7.859", ""),
+        ("rela_g", "150", "7.1", "4.21"),
+    ]
     data = json.loads(json_path.read_text())
     assert check_provenance(data)["seed"] == 4
     assert data["variants"]["rela_g"][0] == {"num_updates": 50, "loss": 9.5, "nll_loss": 7.951, "ppl": 247.45}
@@ -63,7 +68,10 @@ def test_bleu_column_only_when_some_validation_logged_it(tmp_path):
         rows = list(reader)
     assert reader.fieldnames == ["variant", "num_updates", "valid_loss", "valid_nll_loss", "valid_ppl"]
     assert [(r["num_updates"], r["valid_loss"], r["valid_ppl"]) for r in rows] == [
-        ("50", "8.659", "247.45"), ("100", "7.859", "126.28"), ("150", "7.1", "73.5")]
+        ("50", "8.659", "247.45"),
+        ("100", "7.859", "126.28"),
+        ("150", "7.1", "73.5"),
+    ]
     logged = tmp_path / "bleu.log"
     logged.write_text(LOG.replace("| num_updates 50", "| bleu 1.5 | num_updates 50"))
     csv_path, _, _ = lc.write_curves(lc.read_runs([f"rela_g={logged}"]), tmp_path / "bleu" / "curves")

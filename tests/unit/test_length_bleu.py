@@ -22,8 +22,13 @@ def write_log(path, pairs):
     lines = ["2026-11-22 | INFO | fairseq_cli.generate | something"]
     for i in reversed(range(len(pairs))):
         ref, hyp = pairs[i]
-        lines += [f"S-{i}\tsrc", f"T-{i}\t{ref}", f"H-{i}\t-0.5\t{hyp}@@ bpe", f"D-{i}\t-0.5\t{hyp}",
-                  f"P-{i}\t-0.1 -0.2"]
+        lines += [
+            f"S-{i}\tsrc",
+            f"T-{i}\t{ref}",
+            f"H-{i}\t-0.5\t{hyp}@@ bpe",
+            f"D-{i}\t-0.5\t{hyp}",
+            f"P-{i}\t-0.1 -0.2",
+        ]
     lines.append("Generate test with beam=2: BLEU4 = 1.0")
     path.write_text("\n".join(lines) + "\n")
 
@@ -36,12 +41,25 @@ def test_read_prefers_detokenized_lines(tmp_path):
 
 
 def test_bins_against_sacrebleu_per_bin(tmp_path):
-    pairs = [(words(5), words(5)), (words(9), words(7)), (words(10), words(10, "y")),
-             (words(19), words(19)), (words(25), words(20)), (words(55), words(50))]
+    pairs = [
+        (words(5), words(5)),
+        (words(9), words(7)),
+        (words(10), words(10, "y")),
+        (words(19), words(19)),
+        (words(25), words(20)),
+        (words(55), words(50)),
+    ]
     rows = bleu_by_length([r for r, _ in pairs], [h for _, h in pairs])
     by = {r["bin"]: r for r in rows}
     assert [r["bin"] for r in rows] == ["<10", "[10,20)", "[20,30)", "[30,40)", "[40,50)", ">=50", "all"]
-    assert [by[b]["sentences"] for b in ("<10", "[10,20)", "[20,30)", "[30,40)", "[40,50)", ">=50")] == [2, 2, 1, 0, 0, 1]
+    assert [by[b]["sentences"] for b in ("<10", "[10,20)", "[20,30)", "[30,40)", "[40,50)", ">=50")] == [
+        2,
+        2,
+        1,
+        0,
+        0,
+        1,
+    ]
     assert by["[30,40)"]["bleu"] is None
     expected_lt10 = sacrebleu.corpus_bleu([pairs[0][1], pairs[1][1]], [[pairs[0][0], pairs[1][0]]]).score
     assert by["<10"]["bleu"] == pytest.approx(expected_lt10)

@@ -12,8 +12,7 @@ from fairseq_sparse_attn.attention.intermediates import collect
 
 from helpers import attention_config, build_model, random_batch
 
-ACTIVATIONS = ["softmax", "relu", "gelu", "leaky_relu", "sparsemax", "entmax15", "entmax_bisect",
-               "relu_scaled"]
+ACTIVATIONS = ["softmax", "relu", "gelu", "leaky_relu", "sparsemax", "entmax15", "entmax_bisect", "relu_scaled"]
 NORM_FOR = {"relu": "gated_rmsnorm", "gelu": "gated_rmsnorm", "leaky_relu": "rmsnorm_i"}
 E, H = 16, 4
 
@@ -47,7 +46,7 @@ def test_relu_pipeline_against_plain_formula():
             assert torch.all(w[h, b, :, n:] == 0)
             heads.append(a @ v[:n, sl])
         z = torch.cat(heads, dim=-1)
-        normed = z / torch.sqrt((z ** 2).mean(-1, keepdim=True) + 1e-8) * m.output_norm.weight
+        normed = z / torch.sqrt((z**2).mean(-1, keepdim=True) + 1e-8) * m.output_norm.weight
         normed = normed * torch.sigmoid(z * m.output_norm.gate_weight)
         expected = normed @ m.out_proj.weight.T + m.out_proj.bias
         torch.testing.assert_close(out[:, b], expected, atol=1e-5, rtol=1e-5)
@@ -114,10 +113,9 @@ def test_incremental_self_and_cross_attention_equal_full(act):
 
     state = {}
     for t in range(T):
-        step = x[t:t + 1]
+        step = x[t : t + 1]
         o_self, _ = self_attn(step, step, step, incremental_state=state)
-        o_cross, _ = cross(step, enc, enc, key_padding_mask=enc_pad, incremental_state=state,
-                           static_kv=True)
+        o_cross, _ = cross(step, enc, enc, key_padding_mask=enc_pad, incremental_state=state, static_kv=True)
         torch.testing.assert_close(o_self[0], full_self[t], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(o_cross[0], full_cross[t], atol=1e-5, rtol=1e-5)
 
@@ -191,8 +189,7 @@ def test_stock_configuration_delegates_and_others_never_take_fused_path(monkeypa
 
     calls = []
     real = F.multi_head_attention_forward
-    monkeypatch.setattr(F, "multi_head_attention_forward",
-                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(F, "multi_head_attention_forward", lambda *a, **k: calls.append(1) or real(*a, **k))
     x = torch.randn(4, 2, E)
     stock = SparseMultiheadAttention(E, H, self_attention=True)
     stock(x, x, x)
@@ -219,7 +216,7 @@ def test_recorder_sees_weights_without_changing_outputs():
     with collect("weights") as records:
         after, _ = m(x, x, x)
     assert torch.equal(before, after)
-    (module, inter), = records
+    ((module, inter),) = records
     assert module is m
     seen = vars(inter)
     assert seen["weights"].shape == (2, H, 4, 4) and seen["values"].shape == (2 * H, 4, E // H)
@@ -245,8 +242,7 @@ def test_attn_init_statistics_against_the_xavier_formula():
     xavier_dd = math.sqrt(6 / (d + d))  # xavier_uniform bound of a (d, d) matrix, gain 1
     torch.manual_seed(0)
     cross_fairseq = mh.SparseMultiheadAttention(d, 8, kdim=d, vdim=d, encoder_decoder_attention=True)
-    cross_official = mh.SparseMultiheadAttention(d, 8, kdim=d, vdim=d, encoder_decoder_attention=True,
-                                                 config=official)
+    cross_official = mh.SparseMultiheadAttention(d, 8, kdim=d, vdim=d, encoder_decoder_attention=True, config=official)
     self_official = mh.SparseMultiheadAttention(d, 8, self_attention=True, config=official)
     for name in ("q_proj", "k_proj", "v_proj"):
         # fairseq: gain 1/sqrt(2) whenever key/value dims equal the model's, cross included

@@ -36,6 +36,7 @@ def capture_inputs_and_outputs(model):
     store, handles = {}, []
     for name, module in model.named_modules():
         if isinstance(module, SparseMultiheadAttention):
+
             def pre(mod, args, kwargs, name=name):
                 store.setdefault(name, {})["x"] = kwargs["key"].detach().clone()  # (src, bsz, embed)
 
@@ -113,11 +114,13 @@ def test_recorded_norms_match_a_plain_computation_and_padding_is_cropped(left_pa
             n_src, n_tgt = src_len[b], tgt_len[b]
             # padding columns/rows cropped, by hand: source left- or right-padded,
             # target right-padded
-            src_pos = (list(range(src.size(1) - n_src, src.size(1))) if left_pad_source
-                       else list(range(n_src)))
+            src_pos = list(range(src.size(1) - n_src, src.size(1))) if left_pad_source else list(range(n_src))
             tgt_pos = list(range(n_tgt))
-            qpos, kpos = {"encoder_self": (src_pos, src_pos), "decoder_self": (tgt_pos, tgt_pos),
-                          "cross": (tgt_pos, src_pos)}[site.kind]
+            qpos, kpos = {
+                "encoder_self": (src_pos, src_pos),
+                "decoder_self": (tgt_pos, tgt_pos),
+                "cross": (tgt_pos, src_pos),
+            }[site.kind]
             assert rec.weights.shape == (module.num_heads, len(qpos), len(kpos))
             assert rec.layer.shape == (len(qpos), len(kpos))
             tokens = {"encoder_self": src, "decoder_self": prev, "cross": src}[site.kind]
@@ -128,13 +131,12 @@ def test_recorded_norms_match_a_plain_computation_and_padding_is_cropped(left_pa
                 want = torch.linalg.norm(f[h][b, kpos], dim=-1)
                 torch.testing.assert_close(rec.transformed[h], want, atol=1e-5, rtol=1e-5)
                 # ‖α f‖ = α ‖f‖ per head
-                torch.testing.assert_close(rec.head[h], rec.weights[h] * want[None, :],
-                                           atol=1e-5, rtol=1e-5)
+                torch.testing.assert_close(rec.head[h], rec.weights[h] * want[None, :], atol=1e-5, rtol=1e-5)
             # ‖Σ_h α_h f_h(x_j)‖, summed plainly over heads
-            total = sum(rec.weights[h][:, :, None] * f[h][b, kpos][None, :, :]
-                        for h in range(module.num_heads))  # (tgt, src, embed)
-            torch.testing.assert_close(rec.layer, torch.linalg.norm(total, dim=-1),
-                                       atol=1e-5, rtol=1e-5)
+            total = sum(
+                rec.weights[h][:, :, None] * f[h][b, kpos][None, :, :] for h in range(module.num_heads)
+            )  # (tgt, src, embed)
+            torch.testing.assert_close(rec.layer, torch.linalg.norm(total, dim=-1), atol=1e-5, rtol=1e-5)
             checked += 1
     assert checked == len(attention_sites(model)) * src.size(0)
 
@@ -160,8 +162,7 @@ def test_recorded_softmax_weights_are_the_plain_softmax():
         for b, rec in enumerate(norms.records[(site.kind, site.layer)]):
             keep = (~pad[b]).nonzero().squeeze(1)
             for h in range(module.num_heads):
-                torch.testing.assert_close(rec.weights[h], alpha[h][b][keep][:, keep],
-                                           atol=1e-5, rtol=1e-5)
+                torch.testing.assert_close(rec.weights[h], alpha[h][b][keep][:, keep], atol=1e-5, rtol=1e-5)
             if site.kind == "decoder_self":
                 n = len(keep)
                 assert rec.visible.tolist() == torch.ones(n, n, dtype=torch.bool).tril().tolist()
@@ -288,8 +289,14 @@ def test_error_in_training_mode_with_attention_dropout():
 
 def test_norm_statistics_by_hand():
     # 1 sentence, 2 heads, 1 query, 2 keys, embed 2
-    f = torch.tensor([[[[3.0, 4.0], [0.0, 1.0]],      # head 0: f(x0) = (3, 4), f(x1) = (0, 1)
-                       [[-3.0, 0.0], [0.0, 2.0]]]])   # head 1: f(x0) = (-3, 0), f(x1) = (0, 2)
+    f = torch.tensor(
+        [
+            [
+                [[3.0, 4.0], [0.0, 1.0]],  # head 0: f(x0) = (3, 4), f(x1) = (0, 1)
+                [[-3.0, 0.0], [0.0, 2.0]],
+            ]
+        ]
+    )  # head 1: f(x0) = (-3, 0), f(x1) = (0, 2)
     alpha = torch.tensor([[[[0.5, 0.5]], [[1.0, 0.0]]]])
     stats = norm_statistics(alpha, f)
     assert stats.transformed.tolist() == [[[5.0, 1.0], [3.0, 2.0]]]
@@ -338,10 +345,15 @@ def test_spearman_agrees_with_scipy_on_tied_data():
 def sentence(weights, transformed, key_tokens, visible=None):
     heads, tgt, src = weights.shape
     return SentenceNorms(
-        sentence=0, batch=1, weights=weights, transformed=transformed,
-        head=weights * transformed[:, None, :], layer=torch.zeros(tgt, src),
+        sentence=0,
+        batch=1,
+        weights=weights,
+        transformed=transformed,
+        head=weights * transformed[:, None, :],
+        layer=torch.zeros(tgt, src),
         visible=torch.ones(tgt, src, dtype=torch.bool) if visible is None else visible,
-        key_tokens=torch.tensor(key_tokens))
+        key_tokens=torch.tensor(key_tokens),
+    )
 
 
 def test_category_spearman_pairs_and_key_means_by_hand():
@@ -361,7 +373,7 @@ def test_category_spearman_pairs_and_key_means_by_hand():
     # A: α ranks (4, 2, 1, 3), ‖f‖ ranks (3, 3, 3, 1): dx = (1.5, -.5, -1.5, .5),
     # dy = (.5, .5, .5, -1.5): Σdxdy = .75 - .25 - .75 - .75 = -1, Σdx² = 5, Σdy² = 3
     assert got["A"] == CategoryCorrelation(pytest.approx(-1 / math.sqrt(15)), 4)
-    assert math.isnan(got["B"].rho) and got["B"].count == 2   # ‖f‖ constant
+    assert math.isnan(got["B"].rho) and got["B"].count == 2  # ‖f‖ constant
     # unit="key": mean α over the queries that see the key: k0 (1+.4+.2)/3, k2 .5/1
     keys = category_values([rec], categorize, "key")
     assert keys["A"][0].tolist() == pytest.approx([1.6 / 3, 0.5])
@@ -376,7 +388,7 @@ def test_category_spearman_pairs_and_key_means_by_hand():
 
 def test_token_categories():
     assert token_category("</s>") == "eos"
-    assert [token_category(t) for t in [",", ".", "\"", "?!", "@-@", "„", "▁.", ".@@"]] == ["punctuation"] * 8
+    assert [token_category(t) for t in [",", ".", '"', "?!", "@-@", "„", "▁.", ".@@"]] == ["punctuation"] * 8
     assert [token_category(t) for t in ["the", "a@@", "▁Haus", "3.5", "<unk>", "@@"]] == ["other"] * 6
 
 
@@ -408,8 +420,8 @@ def test_cross_records_plug_into_norm_based_alignment():
     src, lengths, prev = random_batch(d)
     norms = run_with_recorder(model, d, src, lengths, prev, kinds=("cross",))
     for rec in norms.sentences("cross", 1):
-        source = [d[t] for t in rec.key_tokens[:-1]]    # the last key is the source </s>
-        target = [d[t] for t in rec.query_tokens[1:]]   # the first query is the decoder's </s>
+        source = [d[t] for t in rec.key_tokens[:-1]]  # the last key is the source </s>
+        target = [d[t] for t in rec.query_tokens[1:]]  # the first query is the decoder's </s>
         assert rec.key_tokens[-1] == d.eos() and rec.query_tokens[0] == d.eos()
         links = sentence_alignment(rec.layer, source, target, setting="awi", scheme="word")
         want = set()

@@ -28,10 +28,11 @@ D = E // H
 LENGTHS = (6, 4)
 
 
-def make(seed=0, rel_k=0, rel_values=False, biases=(), rhe=False, rhe_gate="dynamic",
-         prune_redundant_heads=False):
-    providers = tuple((name, RelativePositionConfig(rel_k, rel_values) if name == "rel_pos" else BiasProviderConfig())
-                      for name in biases)
+def make(seed=0, rel_k=0, rel_values=False, biases=(), rhe=False, rhe_gate="dynamic", prune_redundant_heads=False):
+    providers = tuple(
+        (name, RelativePositionConfig(rel_k, rel_values) if name == "rel_pos" else BiasProviderConfig())
+        for name in biases
+    )
     rhe_config = RHEConfig(rhe_gate, prune_redundant_heads) if rhe else None
     torch.manual_seed(seed)
     config = attention_config(kind="encoder_self", biases=providers, rhe=rhe_config)
@@ -58,8 +59,8 @@ def batch(seed=1):
     x = torch.zeros(T, len(xs), E)
     pad = torch.ones(len(xs), T, dtype=torch.bool)
     for b, xb in enumerate(xs):  # left padding, as fairseq's sources
-        x[T - len(xb):, b] = xb
-        pad[b, T - len(xb):] = False
+        x[T - len(xb) :, b] = xb
+        pad[b, T - len(xb) :] = False
     return xs, x, pad
 
 
@@ -86,8 +87,7 @@ def recorded(m, x, pad, source=None):
 def plain_f(m, x):
     """f^h(x_j) = (x_j W^V + b^V) W^{O,h}, (heads, n, E), from the parameters by hand."""
     v = x @ m.v_proj.weight.T + m.v_proj.bias
-    return torch.stack([v[:, h * D:(h + 1) * D] @ m.out_proj.weight[:, h * D:(h + 1) * D].T
-                        for h in range(H)])
+    return torch.stack([v[:, h * D : (h + 1) * D] @ m.out_proj.weight[:, h * D : (h + 1) * D].T for h in range(H)])
 
 
 def test_rel_pos_keys_only_decomposes_exactly():
@@ -103,7 +103,7 @@ def test_rel_pos_keys_only_decomposes_exactly():
             f = plain_f(m, xb)  # (H, n, E)
             alpha = recs[b].weights.double()  # (H, n, n), cropped to real tokens
             summands = torch.einsum("hij,hje->ije", alpha, f.double())  # Σ_h α^h_ij f^h(x_j)
-            expected = out[T - n:, b].double() - m.out_proj.bias.double()
+            expected = out[T - n :, b].double() - m.out_proj.bias.double()
             assert torch.allclose(summands.sum(1), expected, atol=1e-5)
             assert torch.allclose(recs[b].layer.double(), summands.norm(dim=-1), atol=1e-5)
 
@@ -127,14 +127,19 @@ def test_rel_pos_value_term_is_refused_and_is_what_breaks_the_sum():
         provider = m.biases["rel_pos"]
         for b, xb in enumerate(xs):
             n = len(xb)
-            alpha = w[:, b, T - n:, T - n:].double()
+            alpha = w[:, b, T - n :, T - n :].double()
             f = plain_f(m, xb).double()
             per_key = torch.einsum("hij,hje->ie", alpha, f)
-            a_v = torch.stack([torch.stack([provider.value_embed[max(-k, min(k, j - i)) + k]
-                                            for j in range(n)]) for i in range(n)]).double()  # (n, n, D)
-            extra = torch.stack([torch.einsum("ij,ijd->id", alpha[h], a_v)
-                                 @ m.out_proj.weight[:, h * D:(h + 1) * D].T.double() for h in range(H)]).sum(0)
-            expected = out[T - n:, b].double() - m.out_proj.bias.double()
+            a_v = torch.stack(
+                [torch.stack([provider.value_embed[max(-k, min(k, j - i)) + k] for j in range(n)]) for i in range(n)]
+            ).double()  # (n, n, D)
+            extra = torch.stack(
+                [
+                    torch.einsum("ij,ijd->id", alpha[h], a_v) @ m.out_proj.weight[:, h * D : (h + 1) * D].T.double()
+                    for h in range(H)
+                ]
+            ).sum(0)
+            expected = out[T - n :, b].double() - m.out_proj.bias.double()
             assert torch.allclose(per_key + extra, expected, atol=1e-5)
             assert (per_key - expected).norm() / expected.norm() > 0.01
 
@@ -160,7 +165,7 @@ def test_rhe_pruned_heads_are_left_out_of_the_layer_norm_per_sentence():
     found = None
     for seed in range(20):  # a model whose pruning differs between the two sentences
         m = make(seed=seed, rhe=True, rhe_gate=0.45, prune_redundant_heads=True)
-        plain = [plain_redundant(m, xb, dep[b, T - len(xb):, T - len(xb):], 0.45) for b, xb in enumerate(xs)]
+        plain = [plain_redundant(m, xb, dep[b, T - len(xb) :, T - len(xb) :], 0.45) for b, xb in enumerate(xs)]
         if any(any(r) and not all(r) for r in plain) and plain[0] != plain[1]:
             found = m, plain
             break
@@ -176,7 +181,7 @@ def test_rhe_pruned_heads_are_left_out_of_the_layer_norm_per_sentence():
             f = plain_f(m, xb).double()
             alpha = recs[b].weights.double()
             kept = torch.einsum("h,hij,hje->ije", keep, alpha, f)
-            expected = out[T - n:, b].double() - m.out_proj.bias.double()
+            expected = out[T - n :, b].double() - m.out_proj.bias.double()
             assert torch.allclose(kept.sum(1), expected, atol=1e-5)  # the module's output
             assert torch.allclose(recs[b].layer.double(), kept.norm(dim=-1), atol=1e-5)
             # per-head norms are still given for pruned heads (what they would contribute)
@@ -188,6 +193,7 @@ def test_rhe_pruned_heads_are_left_out_of_the_layer_norm_per_sentence():
     w = torch.rand(len(xs), H, T, T)
     with pytest.raises(ValueError, match="prunes redundant heads per sentence"):
         from fairseq_sparse_attn.analysis.recording import attention_sites
+
         site = attention_sites(model)[0]
         norms.collect(site, Intermediates(weights=w, values=torch.zeros(len(xs) * H, T, D)))
 

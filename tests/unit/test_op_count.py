@@ -50,10 +50,18 @@ class OpCounter(TorchDispatchMode):
 def train_step_ops(arch, overrides, dim=64):
     """Counter of op names of one forward + backward (the second step: caches warm)."""
     d = make_dictionary(100)
-    size = dict(encoder_embed_dim=dim, decoder_embed_dim=dim, encoder_ffn_embed_dim=2 * dim,
-                decoder_ffn_embed_dim=2 * dim, encoder_layers=None, decoder_layers=None,
-                encoder_attention_heads=None, decoder_attention_heads=None,
-                dropout=0.1, attention_dropout=0.1)
+    size = dict(
+        encoder_embed_dim=dim,
+        decoder_embed_dim=dim,
+        encoder_ffn_embed_dim=2 * dim,
+        decoder_ffn_embed_dim=2 * dim,
+        encoder_layers=None,
+        decoder_layers=None,
+        encoder_attention_heads=None,
+        decoder_attention_heads=None,
+        dropout=0.1,
+        attention_dropout=0.1,
+    )
     model, _ = build_model(arch, dictionary=d, **size, **overrides)
     model.train()
     assert len(model.encoder.layers) == 6 and model.encoder.layers[0].self_attn.num_heads == 8
@@ -85,8 +93,7 @@ def test_op_count_per_preset_within_bound_of_softmax(counts, capsys):
     lines = [f"{'preset':<20}{'ops':>7}{'x softmax':>11}  most added ops (vs softmax)"]
     for name, c in counts.items():
         n = sum(c.values())
-        diff = sorted(((k, c[k] - base[k]) for k in set(c) | set(base) if c[k] != base[k]),
-                      key=lambda kv: -kv[1])[:6]
+        diff = sorted(((k, c[k] - base[k]) for k in set(c) | set(base) if c[k] != base[k]), key=lambda kv: -kv[1])[:6]
         lines.append(f"{name:<20}{n:>7}{n / total:>11.3f}  " + ", ".join(f"{k} {v:+d}" for k, v in diff))
     with capsys.disabled():
         print("\n" + "\n".join(lines))

@@ -10,20 +10,42 @@ from fairseq_sparse_attn.options import PluginOptions, add_plugin_args, fill_def
 
 # flag -> the default a preset fills in (None: left unset, the reader's default applies)
 EXPECTED = {
-    "--attn-activation": "softmax", "--attn-output-norm": "none",
-    "--encoder-self-attn-activation": None, "--encoder-self-attn-output-norm": None,
-    "--decoder-self-attn-activation": None, "--decoder-self-attn-output-norm": None,
-    "--cross-attn-activation": None, "--cross-attn-output-norm": None,
-    "--entmax-alpha": 1.5, "--entmax-alpha-learned": False, "--entmax-bisect-iters": 50,
-    "--leaky-relu-slope": 0.01, "--attn-norm-eps": 1e-8, "--relu-scale-gamma": 1.0,
-    "--attn-key-block-size": None, "--attn-init": "fairseq", "--relu-no-length-scale": False,
-    "--attn-backend": None, "--attn-flex-min-keys": None, "--ffn-type": None,
-    "--encoder-fixed-patterns": "none", "--encoder-fixed-pattern-unit": "token",
-    "--encoder-right-context-reading": "mirrored", "--encoder-fixed-patterns-exclude-eos": False,
-    "--encoder-subword-style": "bpe", "--encoder-masked-heads": "",
-    "--encoder-syntax-attention": "none", "--lpea-max-distance": 6, "--encoder-rel-pos-k": 0,
-    "--encoder-rel-pos-values": False, "--encoder-localness": False, "--encoder-bias-layers": "0",
-    "--rhe": False, "--rhe-layers": None, "--rhe-gate": "dynamic", "--prune-redundant-heads": False,
+    "--attn-activation": "softmax",
+    "--attn-output-norm": "none",
+    "--encoder-self-attn-activation": None,
+    "--encoder-self-attn-output-norm": None,
+    "--decoder-self-attn-activation": None,
+    "--decoder-self-attn-output-norm": None,
+    "--cross-attn-activation": None,
+    "--cross-attn-output-norm": None,
+    "--entmax-alpha": 1.5,
+    "--entmax-alpha-learned": False,
+    "--entmax-bisect-iters": 50,
+    "--leaky-relu-slope": 0.01,
+    "--attn-norm-eps": 1e-8,
+    "--relu-scale-gamma": 1.0,
+    "--attn-key-block-size": None,
+    "--attn-init": "fairseq",
+    "--relu-no-length-scale": False,
+    "--attn-backend": None,
+    "--attn-flex-min-keys": None,
+    "--ffn-type": None,
+    "--encoder-fixed-patterns": "none",
+    "--encoder-fixed-pattern-unit": "token",
+    "--encoder-right-context-reading": "mirrored",
+    "--encoder-fixed-patterns-exclude-eos": False,
+    "--encoder-subword-style": "bpe",
+    "--encoder-masked-heads": "",
+    "--encoder-syntax-attention": "none",
+    "--lpea-max-distance": 6,
+    "--encoder-rel-pos-k": 0,
+    "--encoder-rel-pos-values": False,
+    "--encoder-localness": False,
+    "--encoder-bias-layers": "0",
+    "--rhe": False,
+    "--rhe-layers": None,
+    "--rhe-gate": "dynamic",
+    "--prune-redundant-heads": False,
     "--prune-skip-in-training": False,
     "--allow-attention-change": False,
 }
@@ -63,8 +85,12 @@ def test_choices_come_from_the_registries():
 
 
 def test_reading_and_per_kind_resolution():
-    ns = argparse.Namespace(attn_activation="relu", cross_attn_activation="softmax",
-                            decoder_self_attn_output_norm="rmsnorm", encoder_rel_pos_k=None)
+    ns = argparse.Namespace(
+        attn_activation="relu",
+        cross_attn_activation="softmax",
+        decoder_self_attn_output_norm="rmsnorm",
+        encoder_rel_pos_k=None,
+    )
     opts = plugin_options(ns)
     assert opts.attention_kind("encoder_self") == ("relu", "none")
     assert opts.attention_kind("cross") == ("softmax", "none")
@@ -111,18 +137,46 @@ def test_every_flag_reaches_its_component_config():
     from fairseq_sparse_attn.options import resolve
 
     ns = argparse.Namespace(
-        attn_activation="entmax_bisect", cross_attn_activation="leaky_relu", attn_output_norm="rmsnorm",
-        decoder_self_attn_output_norm="gated_rmsnorm", entmax_alpha=1.7, entmax_alpha_learned=True,
-        entmax_bisect_iters=9, leaky_relu_slope=0.2, relu_scale_gamma=3.0, relu_no_length_scale=True,
-        attn_norm_eps=1e-5, attn_backend="materialized", attn_key_block_size=64, attn_flex_min_keys=7,
-        attn_init="rela_official", encoder_fixed_patterns="current,next", encoder_fixed_pattern_unit="word",
-        encoder_right_context_reading="literal", encoder_fixed_patterns_exclude_eos=True,
-        encoder_masked_heads="3,1", encoder_syntax_attention="lpea", lpea_max_distance=4,
-        encoder_rel_pos_k=5, encoder_rel_pos_values=True, encoder_localness=True, encoder_bias_layers="1,2",
-        rhe=True, rhe_gate="0.25", prune_redundant_heads=True, encoder_layers=3)
+        attn_activation="entmax_bisect",
+        cross_attn_activation="leaky_relu",
+        attn_output_norm="rmsnorm",
+        decoder_self_attn_output_norm="gated_rmsnorm",
+        entmax_alpha=1.7,
+        entmax_alpha_learned=True,
+        entmax_bisect_iters=9,
+        leaky_relu_slope=0.2,
+        relu_scale_gamma=3.0,
+        relu_no_length_scale=True,
+        attn_norm_eps=1e-5,
+        attn_backend="materialized",
+        attn_key_block_size=64,
+        attn_flex_min_keys=7,
+        attn_init="rela_official",
+        encoder_fixed_patterns="current,next",
+        encoder_fixed_pattern_unit="word",
+        encoder_right_context_reading="literal",
+        encoder_fixed_patterns_exclude_eos=True,
+        encoder_masked_heads="3,1",
+        encoder_syntax_attention="lpea",
+        lpea_max_distance=4,
+        encoder_rel_pos_k=5,
+        encoder_rel_pos_values=True,
+        encoder_localness=True,
+        encoder_bias_layers="1,2",
+        rhe=True,
+        rhe_gate="0.25",
+        prune_redundant_heads=True,
+        encoder_layers=3,
+    )
     enc, dec, cross = (resolve(ns, "encoder_self", 1), resolve(ns, "decoder_self", 1), resolve(ns, "cross", 1))
-    common = dict(entmax_alpha=1.7, entmax_alpha_learned=True, entmax_bisect_iters=9, leaky_relu_slope=0.2,
-                  relu_scale_gamma=3.0, relu_no_length_scale=True)
+    common = dict(
+        entmax_alpha=1.7,
+        entmax_alpha_learned=True,
+        entmax_bisect_iters=9,
+        leaky_relu_slope=0.2,
+        relu_scale_gamma=3.0,
+        relu_no_length_scale=True,
+    )
     assert enc.activation == dec.activation == ActivationConfig("entmax_bisect", **common)
     assert cross.activation == ActivationConfig("leaky_relu", **common)
     assert enc.output_norm == cross.output_norm == OutputNormConfig("rmsnorm", 1e-5)
@@ -130,8 +184,11 @@ def test_every_flag_reaches_its_component_config():
     assert enc.backend == dec.backend == BackendConfig("materialized", 64, 7)
     assert enc.init == cross.init == "rela_official"
     assert enc.heads == HeadsConfig(("current", "next"), "word", "literal", True, (3, 1))
-    assert enc.biases.providers == (("lpea", LocalPhraseConfig(4)), ("rel_pos", RelativePositionConfig(5, True)),
-                                    ("localness", BiasProviderConfig()))
+    assert enc.biases.providers == (
+        ("lpea", LocalPhraseConfig(4)),
+        ("rel_pos", RelativePositionConfig(5, True)),
+        ("localness", BiasProviderConfig()),
+    )
     assert enc.biases.rhe == RHEConfig(0.25, True, False)
     assert (enc.kind, enc.layer_index) == ("encoder_self", 1)
     # heads and biases are encoder self-attention's; layer 0 is not in --encoder-bias-layers
@@ -143,9 +200,17 @@ def test_every_flag_reaches_its_component_config():
 def test_the_built_model_is_built_from_the_resolved_configs():
     from helpers import build_model
 
-    model, _ = build_model(attn_activation="entmax_bisect", entmax_bisect_iters=9, attn_output_norm="rmsnorm",
-                           attn_norm_eps=1e-5, cross_attn_activation="leaky_relu", leaky_relu_slope=0.2,
-                           attn_key_block_size=64, encoder_masked_heads="1", encoder_localness=True)
+    model, _ = build_model(
+        attn_activation="entmax_bisect",
+        entmax_bisect_iters=9,
+        attn_output_norm="rmsnorm",
+        attn_norm_eps=1e-5,
+        cross_attn_activation="leaky_relu",
+        leaky_relu_slope=0.2,
+        attn_key_block_size=64,
+        encoder_masked_heads="1",
+        encoder_localness=True,
+    )
     modules = model.attention_modules()
     assert len(modules) == 2 + 2 * 2  # 2 encoder layers, 2 decoder layers (self + cross)
     for m in modules:

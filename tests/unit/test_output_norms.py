@@ -35,7 +35,7 @@ def test_rela_i_gain_init_range():
     assert w.abs().max() > 0.95 * bound  # really spans the range
     assert abs(w.mean().item()) < 0.01
     # uniform: variance bound^2 / 3
-    assert abs(w.var().item() - bound ** 2 / 3) < 0.1 * bound ** 2 / 3
+    assert abs(w.var().item() - bound**2 / 3) < 0.1 * bound**2 / 3
 
 
 def test_rela_g_formula_and_gate_init():

@@ -10,8 +10,9 @@ from helpers import build_model, random_batch
 @pytest.mark.parametrize("backend", ["auto", "materialized"])
 def test_loads_stock_state_dict_and_gives_same_outputs(backend):
     stock, d = build_model(arch="transformer", seed=3)
-    ours, _ = build_model(arch="softmax_transformer_wmt_en_de", seed=4, dictionary=d,
-                          encoder_embed_dim=16, decoder_embed_dim=16)
+    ours, _ = build_model(
+        arch="softmax_transformer_wmt_en_de", seed=4, dictionary=d, encoder_embed_dim=16, decoder_embed_dim=16
+    )
     assert type(stock) is TransformerModel
     assert set(ours.state_dict()) == set(stock.state_dict())
     ours.load_state_dict(stock.state_dict(), strict=True)  # unchanged
@@ -33,9 +34,13 @@ def test_same_seed_same_initialisation_as_stock():
 
 
 def test_per_kind_configuration():
-    model, _ = build_model(attn_activation="relu", attn_output_norm="gated_rmsnorm",
-                           cross_attn_activation="entmax15", cross_attn_output_norm="none",
-                           encoder_self_attn_output_norm="rmsnorm_i")
+    model, _ = build_model(
+        attn_activation="relu",
+        attn_output_norm="gated_rmsnorm",
+        cross_attn_activation="entmax15",
+        cross_attn_output_norm="none",
+        encoder_self_attn_output_norm="rmsnorm_i",
+    )
     kinds = {}
     for m in model.attention_modules():
         kinds.setdefault(m.kind, set()).add((m.activation_name, m.output_norm_name))
@@ -51,8 +56,9 @@ def test_rela_preset_is_rela_g_and_sizes():
 
     args = model_args("rela_transformer_wmt_en_de", encoder_embed_dim=None)
     assert (args.attn_activation, args.attn_output_norm) == ("relu", "gated_rmsnorm")
-    args = model_args("rela_transformer_iwslt_de_en", encoder_embed_dim=None,
-                      encoder_ffn_embed_dim=None, encoder_attention_heads=None)
+    args = model_args(
+        "rela_transformer_iwslt_de_en", encoder_embed_dim=None, encoder_ffn_embed_dim=None, encoder_attention_heads=None
+    )
     assert (args.encoder_embed_dim, args.encoder_ffn_embed_dim, args.encoder_attention_heads) == (512, 1024, 4)
 
 

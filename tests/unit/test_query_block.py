@@ -31,7 +31,7 @@ def inputs(src, seed=0):
 
 def padding(src):
     pad = torch.zeros(B, 1, 1, src, dtype=torch.bool)
-    pad[1, ..., src - 2:] = True  # two padding keys
+    pad[1, ..., src - 2 :] = True  # two padding keys
     pad[2] = True  # every key is padding
     return pad
 
@@ -46,7 +46,7 @@ def layout(request, monkeypatch):
     time (what calls with >= PER_HEAD_MIN_QUERIES queries take)."""
     import fairseq_sparse_attn.attention.query_block_relu as qb
 
-    monkeypatch.setattr(qb, "PER_HEAD_MIN_QUERIES", 10 ** 9 if request.param == "batched" else 1)
+    monkeypatch.setattr(qb, "PER_HEAD_MIN_QUERIES", 10**9 if request.param == "batched" else 1)
     return request.param
 
 
@@ -58,16 +58,16 @@ def test_against_the_formula(gamma, block, layout):
     with torch.no_grad():
         for hidden in (None, padding(9), padding(9) | torch.ones(T, 9, dtype=torch.bool).triu(3).view(1, 1, T, 9)):
             out = query_block_relu_attention(q, k, v, hidden, scale, block=block)
-            torch.testing.assert_close(out.double(), plain_relu_attention(q, k, v, hidden, gamma),
-                                       atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(out.double(), plain_relu_attention(q, k, v, hidden, gamma), atol=1e-5, rtol=1e-5)
             if hidden is not None:
                 assert torch.all(out[2] == 0)  # fully padded sentence: exactly 0
             assert torch.all(out[1, 1, 2] == 0)  # null row: exactly 0
             # one query (a decoding step): the mask goes onto the scores
             one = hidden[:, :, 4:5] if hidden is not None and hidden.size(2) > 1 else hidden
             out = query_block_relu_attention(q[:, :, 4:5], k, v, one, scale, block=block)
-            torch.testing.assert_close(out.double(), plain_relu_attention(q[:, :, 4:5], k, v, one, gamma),
-                                       atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(
+                out.double(), plain_relu_attention(q[:, :, 4:5], k, v, one, gamma), atol=1e-5, rtol=1e-5
+            )
 
 
 def test_padding_is_bit_identical_to_the_materialized_path():
@@ -84,8 +84,9 @@ def test_padding_is_bit_identical_to_the_materialized_path():
         want, _ = materialized(q, k, v, inp, spec, describe_call(q, v, inp, spec))
         assert torch.equal(query_block_relu_attention(q, k, v, padding(9), block=T), want)
         for block in (1, 3):
-            torch.testing.assert_close(query_block_relu_attention(q, k, v, padding(9), block=block),
-                                       want, atol=1e-6, rtol=1e-6)
+            torch.testing.assert_close(
+                query_block_relu_attention(q, k, v, padding(9), block=block), want, atol=1e-6, rtol=1e-6
+            )
 
 
 def test_per_head_layout_with_per_head_masks_and_low_precision(layout):
@@ -95,8 +96,7 @@ def test_per_head_layout_with_per_head_masks_and_low_precision(layout):
     hidden = torch.rand(B, H, T, 9, generator=torch.Generator().manual_seed(3)) < 0.3
     with torch.no_grad():
         out = query_block_relu_attention(q, k, v, hidden, block=3)
-        torch.testing.assert_close(out.double(), plain_relu_attention_per_head(q, k, v, hidden),
-                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(out.double(), plain_relu_attention_per_head(q, k, v, hidden), atol=1e-5, rtol=1e-5)
         low = query_block_relu_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), hidden, block=3)
         assert low.dtype == torch.bfloat16
         torch.testing.assert_close(low.double(), out.double(), atol=0.05, rtol=0.05)
@@ -109,9 +109,9 @@ def plain_relu_attention_per_head(q, k, v, hidden):
 
 
 def test_block_rows_follow_the_byte_budget():
-    assert query_block_rows(2, 8, 2048, 2048, 4, budget=32 * 2 ** 20) == 256
-    assert query_block_rows(2, 8, 100, 2048, 4, budget=32 * 2 ** 20) == 100  # all queries
-    assert query_block_rows(64, 8, 2048, 100000, 4, budget=2 ** 20) == 1  # at least one
+    assert query_block_rows(2, 8, 2048, 2048, 4, budget=32 * 2**20) == 256
+    assert query_block_rows(2, 8, 100, 2048, 4, budget=32 * 2**20) == 100  # all queries
+    assert query_block_rows(64, 8, 2048, 100000, 4, budget=2**20) == 1  # at least one
 
 
 def test_errors():
@@ -129,8 +129,13 @@ def test_errors():
 
 
 def _spec(backend="auto", min_keys=0, activation="relu"):
-    return AttendSpec(activation=build_activation(activation, H), dropout=torch.nn.Dropout(0.0),
-                      heads=HeadPlan(H), backend=backend, flex_min_keys=min_keys)
+    return AttendSpec(
+        activation=build_activation(activation, H),
+        dropout=torch.nn.Dropout(0.0),
+        heads=HeadPlan(H),
+        backend=backend,
+        flex_min_keys=min_keys,
+    )
 
 
 def test_backend_choice():
@@ -176,8 +181,9 @@ def test_beam_groups_keep_one_key_copy():
         for hidden in (None, pad):
             inp = AttentionInputs(hidden=hidden, kv_groups=2)
             out, _ = query_block(q2, k, v, inp, sp, describe_call(q2, v, inp, sp))
-            want = plain_relu_attention(q2, k.repeat_interleave(2, dim=0), v.repeat_interleave(2, dim=0),
-                                        hidden, gamma=1.0)
+            want = plain_relu_attention(
+                q2, k.repeat_interleave(2, dim=0), v.repeat_interleave(2, dim=0), hidden, gamma=1.0
+            )
             torch.testing.assert_close(out.double(), want, atol=1e-5, rtol=1e-5)
 
 

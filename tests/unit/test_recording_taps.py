@@ -21,8 +21,9 @@ def test_taps_per_call_with_weights_values_and_rhe_decisions():
     assert not active_collectors()
     torch.testing.assert_close(during, before, atol=1e-5, rtol=1e-5)  # stock modules ran materialized
     sites = attention_sites(model)
-    assert [t.site for t in taps] == [s for s in sites if s.kind == "encoder_self"] + \
-        [s for s in sites if s.kind != "encoder_self"]  # encoder first, then decoder layer by layer
+    assert [t.site for t in taps] == [s for s in sites if s.kind == "encoder_self"] + [
+        s for s in sites if s.kind != "encoder_self"
+    ]  # encoder first, then decoder layer by layer
     for tap in taps:
         tgt = 7 if tap.site.kind == "encoder_self" else 5
         src_len = 5 if tap.site.kind == "decoder_self" else 7

@@ -20,17 +20,18 @@ E, H = 16, 4
 
 def test_scaled_relu_by_hand_with_padding_and_causal_mask():
     act = build_activation(ActivationConfig("relu_scaled", relu_scale_gamma=2.0), 1)
-    scores = torch.tensor([[[[1.0, -1.0, 3.0, 5.0],
-                             [2.0, 4.0, -2.0, 6.0],
-                             [0.5, 1.5, 2.5, 7.0]]]])
+    scores = torch.tensor([[[[1.0, -1.0, 3.0, 5.0], [2.0, 4.0, -2.0, 6.0], [0.5, 1.5, 2.5, 7.0]]]])
     causal = torch.triu(torch.ones(3, 4, dtype=torch.bool), 1).view(1, 1, 3, 4)
     pad = torch.tensor([False, False, False, True]).view(1, 1, 1, 4)
     w = act(scores, causal | pad)
     # row 0 sees key 0 (n=1); row 1 keys 0,1 (n=2); row 2 keys 0..2 (n=3, key 3 is padding)
-    expected = torch.tensor([[1.0 / (2 * math.sqrt(1 / 2)), 0, 0, 0],
-                             [2.0 / (2 * math.sqrt(2 / 2)), 4.0 / (2 * math.sqrt(2 / 2)), 0, 0],
-                             [0.5 / (2 * math.sqrt(3 / 2)), 1.5 / (2 * math.sqrt(3 / 2)),
-                              2.5 / (2 * math.sqrt(3 / 2)), 0]])
+    expected = torch.tensor(
+        [
+            [1.0 / (2 * math.sqrt(1 / 2)), 0, 0, 0],
+            [2.0 / (2 * math.sqrt(2 / 2)), 4.0 / (2 * math.sqrt(2 / 2)), 0, 0],
+            [0.5 / (2 * math.sqrt(3 / 2)), 1.5 / (2 * math.sqrt(3 / 2)), 2.5 / (2 * math.sqrt(3 / 2)), 0],
+        ]
+    )
     torch.testing.assert_close(w[0, 0], expected)
 
 
@@ -51,7 +52,7 @@ def test_incremental_n_equals_teacher_forced_n():
     state = {}
     for t in range(5):
         with collect("row_sums") as records:
-            out, _ = m(x[t:t + 1], x[t:t + 1], x[t:t + 1], incremental_state=state)
+            out, _ = m(x[t : t + 1], x[t : t + 1], x[t : t + 1], incremental_state=state)
         assert records[-1][1].row_sums[2].flatten().tolist() == [t + 1]
         torch.testing.assert_close(out[0], full[t], atol=1e-5, rtol=1e-5)
     assert teacher_n == [1, 2, 3, 4, 5]
@@ -139,12 +140,25 @@ def test_unknown_ffn_type():
 def test_reluformer_presets():
     from helpers import model_args
 
-    drop = dict(encoder_embed_dim=None, encoder_ffn_embed_dim=None, encoder_attention_heads=None,
-                encoder_layers=None, decoder_layers=None, decoder_attention_heads=None,
-                decoder_embed_dim=None, decoder_ffn_embed_dim=None)
+    drop = dict(
+        encoder_embed_dim=None,
+        encoder_ffn_embed_dim=None,
+        encoder_attention_heads=None,
+        encoder_layers=None,
+        decoder_layers=None,
+        decoder_attention_heads=None,
+        decoder_embed_dim=None,
+        decoder_ffn_embed_dim=None,
+    )
     a = model_args("reluformer_iwslt_de_en", **drop)
-    assert (a.attn_activation, a.encoder_layers, a.decoder_layers, a.encoder_attention_heads,
-            a.encoder_embed_dim, a.encoder_ffn_embed_dim) == ("relu_scaled", 6, 6, 4, 512, 1024)
+    assert (
+        a.attn_activation,
+        a.encoder_layers,
+        a.decoder_layers,
+        a.encoder_attention_heads,
+        a.encoder_embed_dim,
+        a.encoder_ffn_embed_dim,
+    ) == ("relu_scaled", 6, 6, 4, 512, 1024)
     b = model_args("reluformer_wmt_en_de", **drop)
     assert (b.attn_activation, b.encoder_attention_heads, b.encoder_ffn_embed_dim) == ("relu_scaled", 8, 2048)
 
@@ -168,6 +182,5 @@ def test_ffn_analysis_hooks_against_direct_computation():
     assert ratio == pytest.approx((direct.var() / entry["residual"].var()).item(), rel=1e-5)
     assert all(m.recorder is None for m in (l.activation_fn for l in model.encoder.layers))
     # hand-computed examples
-    assert anisotropy(torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])) == pytest.approx(
-        (0 + 2 * (1 / 2 ** 0.5)) / 3)
+    assert anisotropy(torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])) == pytest.approx((0 + 2 * (1 / 2**0.5)) / 3)
     assert top_p_mass(torch.tensor([[4.0, 3.0, 2.0, 1.0]]), 0.5) == pytest.approx(0.7)

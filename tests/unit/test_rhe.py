@@ -53,13 +53,13 @@ X = NO_PHRASE
 # D_ij = 0 (visible) for related pairs in either direction and i = j, -inf otherwise:
 DEA_VISIBLE = [
     # Bush held a  talk with Sharon </s>
-    [1,    1,   0, 0,   0,   0,     0],  # Bush
-    [1,    1,   0, 1,   1,   0,     0],  # held
-    [0,    0,   1, 1,   0,   0,     0],  # a
-    [0,    1,   1, 1,   0,   0,     0],  # talk
-    [0,    1,   0, 0,   1,   1,     0],  # with
-    [0,    0,   0, 0,   1,   1,     0],  # Sharon
-    [0,    0,   0, 0,   0,   0,     1],  # </s>
+    [1, 1, 0, 0, 0, 0, 0],  # Bush
+    [1, 1, 0, 1, 1, 0, 0],  # held
+    [0, 0, 1, 1, 0, 0, 0],  # a
+    [0, 1, 1, 1, 0, 0, 0],  # talk
+    [0, 1, 0, 0, 1, 1, 0],  # with
+    [0, 0, 0, 0, 1, 1, 0],  # Sharon
+    [0, 0, 0, 0, 0, 0, 1],  # </s>
 ]
 
 # Constituency tree (S (NP (NNP Bush)) (VP (VBD held) (NP (DT a) (NN talk))
@@ -75,13 +75,13 @@ DEA_VISIBLE = [
 # EOS: only itself (RP = 0).
 PAPER_RP = [
     # Bush held  a   talk with Sharon </s>
-    [0,    0,    1,  1,   1,   2,     X],  # Bush
-    [0,    0,    1,  1,   1,   2,     X],  # held
-    [-1,   -1,   0,  0,   X,   X,     X],  # a
-    [-1,   -1,   0,  0,   X,   X,     X],  # talk
-    [-1,   -1,   X,  X,   0,   1,     X],  # with
-    [-2,   -2,   X,  X,   -1,  0,     X],  # Sharon
-    [X,    X,    X,  X,   X,   X,     0],  # </s>
+    [0, 0, 1, 1, 1, 2, X],  # Bush
+    [0, 0, 1, 1, 1, 2, X],  # held
+    [-1, -1, 0, 0, X, X, X],  # a
+    [-1, -1, 0, 0, X, X, X],  # talk
+    [-1, -1, X, X, 0, 1, X],  # with
+    [-2, -2, X, X, -1, 0, X],  # Sharon
+    [X, X, X, X, X, X, 0],  # </s>
 ]
 
 # A second, shorter sentence: "Sharon held talks" + EOS,
@@ -97,7 +97,7 @@ def left_pad(mats, fill, dtype):
     out = torch.full((len(mats), T, T), fill, dtype=dtype)
     for b, m in enumerate(mats):
         n = len(m)
-        out[b, T - n:, T - n:] = torch.tensor(m, dtype=dtype)
+        out[b, T - n :, T - n :] = torch.tensor(m, dtype=dtype)
     return out
 
 
@@ -107,9 +107,20 @@ def example_annotations():
     return {"src_dep": dep, "src_rp": rp}
 
 
-def make(biases=(), activation="softmax", seed=0, k=6, rel_k=0, rel_values=False, rhe=False,
-         rhe_gate="dynamic", prune_redundant_heads=False, prune_skip_in_training=False,
-         layer_index=None, dropout=0.0):
+def make(
+    biases=(),
+    activation="softmax",
+    seed=0,
+    k=6,
+    rel_k=0,
+    rel_values=False,
+    rhe=False,
+    rhe_gate="dynamic",
+    prune_redundant_heads=False,
+    prune_skip_in_training=False,
+    layer_index=None,
+    dropout=0.0,
+):
     options = {"lpea": lambda: LocalPhraseConfig(k), "rel_pos": lambda: RelativePositionConfig(rel_k, rel_values)}
     providers = tuple((name, options[name]() if name in options else BiasProviderConfig()) for name in biases)
     rhe_config = RHEConfig(rhe_gate, prune_redundant_heads, prune_skip_in_training) if rhe else None
@@ -131,8 +142,8 @@ def run(m, xs, source=None):
     x = torch.zeros(T, len(xs), E)
     pad = torch.ones(len(xs), T, dtype=torch.bool)
     for b, xb in enumerate(xs):
-        x[T - len(xb):, b] = xb
-        pad[b, T - len(xb):] = False
+        x[T - len(xb) :, b] = xb
+        pad[b, T - len(xb) :] = False
     inputs = AttentionInputs(**source) if source is not None else None
     with collect("redundant") as records:
         out, w = m(x, x, x, key_padding_mask=pad, need_head_weights=True, attn_inputs=inputs)
@@ -282,13 +293,12 @@ def test_zero_bias_reduces_to_standard_attention_exactly():
     x = torch.zeros(T, 2, E)
     pad = torch.ones(2, T, dtype=torch.bool)
     for b, xb in enumerate(xs):
-        x[T - len(xb):, b] = xb
-        pad[b, T - len(xb):] = False
+        x[T - len(xb) :, b] = xb
+        pad[b, T - len(xb) :] = False
     stock_out, _ = stock(x, x, x, key_padding_mask=pad)
     torch.testing.assert_close(ref, stock_out, atol=1e-6, rtol=1e-6)
 
-    everything = {"src_dep": torch.ones(2, T, T, dtype=torch.bool),
-                  "src_rp": torch.zeros(2, T, T, dtype=torch.int16)}
+    everything = {"src_dep": torch.ones(2, T, T, dtype=torch.bool), "src_rp": torch.zeros(2, T, T, dtype=torch.int16)}
     lpea = make(("lpea",))
     lpea.load_state_dict(plain.state_dict(), strict=False)
     with torch.no_grad():
@@ -310,20 +320,21 @@ def test_zero_bias_reduces_to_standard_attention_exactly():
 
 def test_rhe_rule_on_a_hand_made_attention_matrix():
     # two sentences, two heads; sentence 1 is left-padded (its first position is padding)
-    dep = torch.tensor([[[1, 1, 0], [1, 1, 1], [0, 1, 1]],
-                        [[0, 0, 0], [0, 1, 1], [0, 1, 1]]], dtype=torch.bool)
+    dep = torch.tensor([[[1, 1, 0], [1, 1, 1], [0, 1, 1]], [[0, 0, 0], [0, 1, 1], [0, 1, 1]]], dtype=torch.bool)
     valid = torch.tensor([[1, 1, 1], [0, 1, 1]], dtype=torch.bool)
     third = 1 / 3
-    A = torch.tensor([
-        [  # sentence 0
-            [[1, 0, 0], [0, 1, 0], [0, 0, 1]],              # head 0: on itself
-            [[0, 0, 1], [third, third, third], [1, 0, 0]],  # head 1: on unrelated words
-        ],
-        [  # sentence 1 (row/column 0 = padding; the padding row is ignored)
-            [[0, .5, .5], [0, .2, .8], [0, .9, .1]],
-            [[0, .5, .5], [0, .9, .1], [0, .05, .95]],
-        ],
-    ])
+    A = torch.tensor(
+        [
+            [  # sentence 0
+                [[1, 0, 0], [0, 1, 0], [0, 0, 1]],  # head 0: on itself
+                [[0, 0, 1], [third, third, third], [1, 0, 0]],  # head 1: on unrelated words
+            ],
+            [  # sentence 1 (row/column 0 = padding; the padding row is ignored)
+                [[0, 0.5, 0.5], [0, 0.2, 0.8], [0, 0.9, 0.1]],
+                [[0, 0.5, 0.5], [0, 0.9, 0.1], [0, 0.05, 0.95]],
+            ],
+        ]
+    )
     # by hand:  Syn_attn                 h_conf                      sigmoid(h_conf)
     #  s0 h0:  (1 + 1 + 1)/3 = 1        (1 + 1 + 1)/3 = 1            0.7311  -> important
     #  s0 h1:  (0 + 1 + 0)/3 = 1/3      (1 + 1/3 + 1)/3 = 7/9        0.6852  -> redundant
@@ -371,7 +382,7 @@ def designed_heads(m, c=1.5):
 
 def designed_sentences():
     xs = sentences(scale=2.0, seed=3)
-    xs[1][:, 2 * D:3 * D] = 0
+    xs[1][:, 2 * D : 3 * D] = 0
     return xs
 
 
@@ -423,6 +434,7 @@ def check_against(m, xs, source, expected):
 def dea_enliven(visible):
     def enliven(h, x, qs, ks, vs):
         return softmax_rows(qs[h] @ ks[h].T / math.sqrt(D), visible[len(x)]), 0
+
     return enliven
 
 
@@ -479,8 +491,9 @@ def test_redundant_fraction_is_logged_per_layer():
         first = LAST_REDUNDANT[m].float()
         run(m, xs[:1], {k: v[:1] for k, v in source.items()})
         second = LAST_REDUNDANT[m].float()
-        log_redundant_fractions([(m, Intermediates(redundant=first.bool())),
-                                 (m, Intermediates(redundant=second.bool()))])
+        log_redundant_fractions(
+            [(m, Intermediates(redundant=first.bool())), (m, Intermediates(redundant=second.bool()))]
+        )
     meter = agg["rhe_redundant_l0"]
     assert meter.count == 3 * H  # (sentence, head) pairs of both batches
     assert math.isclose(float(meter.avg), float((first.sum() + second.sum()) / (3 * H)), rel_tol=1e-6)
@@ -534,7 +547,7 @@ def test_localness_against_gaussian_formula():
                 P = n * torch.sigmoid(loc.center @ hidden)  # predicted center, in [0, I]
                 sigma = n * torch.sigmoid(loc.window @ hidden) / 2  # sigma = D / 2
                 for j in range(n):
-                    G[i, j] = -(j - P) ** 2 / (2 * sigma ** 2)
+                    G[i, j] = -((j - P) ** 2) / (2 * sigma**2)
             A = torch.softmax(qs[h] @ ks[h].T / math.sqrt(D) + G, dim=-1)
             torch.testing.assert_close(w[h, b, s:, s:], A, atol=1e-5, rtol=1e-4)
             heads.append(A @ vs[h])
@@ -552,8 +565,9 @@ def test_rhe_on_top_of_rel_pos():
     def shaw(h, x, qs, ks, vs):
         n = len(x)
         idx = [[max(-k, min(k, j - i)) + k for j in range(n)] for i in range(n)]
-        e = torch.stack([torch.stack([qs[h][i] @ (ks[h][j] + aK[idx[i][j]]) for j in range(n)])
-                         for i in range(n)]) / math.sqrt(D)
+        e = torch.stack(
+            [torch.stack([qs[h][i] @ (ks[h][j] + aK[idx[i][j]]) for j in range(n)]) for i in range(n)]
+        ) / math.sqrt(D)
         alpha = torch.softmax(e, dim=-1)
         extra = torch.stack([sum(alpha[i, j] * aV[idx[i][j]] for j in range(n)) for i in range(n)])
         return alpha, extra
@@ -583,8 +597,9 @@ def test_bad_inputs_and_configurations():
     with pytest.raises(ValueError, match="self-attention"):
         SparseMultiheadAttention(E, H, encoder_decoder_attention=True, config=attention_config(biases=("dea",)))
     with pytest.raises(ValueError, match="fixed-pattern"):
-        SparseMultiheadAttention(E, H, self_attention=True,
-                                 config=attention_config(biases=("dea",), fixed_patterns=("current",)))
+        SparseMultiheadAttention(
+            E, H, self_attention=True, config=attention_config(biases=("dea",), fixed_patterns=("current",))
+        )
     with pytest.raises(ValueError, match="unknown attention bias"):
         make(("syntax",))
     with pytest.raises(ValueError, match="encoder-rel-pos-k"):
@@ -625,13 +640,15 @@ def test_layer_selection_and_flag_errors():
     o = opts(1, encoder_syntax_attention="lpea", rhe=True, rhe_layers="0,1", prune_redundant_heads=True)
     assert o.rhe is not None and o.names == () and o.rhe.prune
     assert parse_layer_list("all", 3, "--x") == {0, 1, 2} and parse_layer_list("none", 3, "--x") == set()
-    for kw, msg in ((dict(rhe_layers="0"), "needs --rhe"),
-                    (dict(prune_redundant_heads=True), "needs --rhe"),
-                    (dict(encoder_bias_layers="2"), "out of range"),
-                    (dict(encoder_bias_layers="first"), "layer indices"),
-                    (dict(encoder_rel_pos_values=True), "encoder-rel-pos-k"),
-                    (dict(rhe=True, rhe_gate="2"), "rhe-gate"),
-                    (dict(encoder_syntax_attention="srl"), "encoder-syntax-attention")):
+    for kw, msg in (
+        (dict(rhe_layers="0"), "needs --rhe"),
+        (dict(prune_redundant_heads=True), "needs --rhe"),
+        (dict(encoder_bias_layers="2"), "out of range"),
+        (dict(encoder_bias_layers="first"), "layer indices"),
+        (dict(encoder_rel_pos_values=True), "encoder-rel-pos-k"),
+        (dict(rhe=True, rhe_gate="2"), "rhe-gate"),
+        (dict(encoder_syntax_attention="srl"), "encoder-syntax-attention"),
+    ):
         with pytest.raises(ValueError, match=msg):
             opts(0, **kw)
 
@@ -647,13 +664,29 @@ def test_command_line_flags_and_presets():
     assert (a.encoder_syntax_attention, a.rhe, a.rhe_gate, a.lpea_max_distance) == ("lpea", True, "dynamic", 6)
     assert a.encoder_bias_layers == "0" and not a.prune_redundant_heads
     assert a.encoder_attention_heads == 8 and a.encoder_embed_dim == 512
-    a = parse("--arch", "rhe_transformer_iwslt_de_en", "--encoder-syntax-attention", "dea",
-              "--rhe-gate", "0.3", "--rhe-layers", "0,1")
+    a = parse(
+        "--arch",
+        "rhe_transformer_iwslt_de_en",
+        "--encoder-syntax-attention",
+        "dea",
+        "--rhe-gate",
+        "0.3",
+        "--rhe-layers",
+        "0,1",
+    )
     assert (a.encoder_syntax_attention, a.rhe_gate, a.rhe_layers, a.encoder_attention_heads) == ("dea", "0.3", "0,1", 4)
     a = parse("--arch", "sparse_transformer", "--encoder-syntax-attention", "dea", "--rhe")
     assert a.rhe is True
-    a = parse("--arch", "sparse_transformer", "--encoder-rel-pos-k", "16", "--encoder-rel-pos-values",
-              "--encoder-localness", "--encoder-bias-layers", "all")
+    a = parse(
+        "--arch",
+        "sparse_transformer",
+        "--encoder-rel-pos-k",
+        "16",
+        "--encoder-rel-pos-values",
+        "--encoder-localness",
+        "--encoder-bias-layers",
+        "all",
+    )
     assert (a.rhe, a.encoder_rel_pos_k, a.encoder_rel_pos_values, a.encoder_localness) == (False, 16, True, True)
     with pytest.raises(SystemExit):
         parse("--arch", "sparse_transformer", "--encoder-syntax-attention", "srl")
@@ -714,7 +747,7 @@ def test_model_training_forward_and_generation(syntax):
         hyp = hyps[b][0]
         tokens = hyp["tokens"]
         prev_b = torch.cat([tokens.new_tensor([d.eos()]), tokens[:-1]]).unsqueeze(0)
-        one = {k: v[b:b + 1] for k, v in net_input.items()}
+        one = {k: v[b : b + 1] for k, v in net_input.items()}
         logits, _ = model(prev_output_tokens=prev_b, **one)
         lprobs = model.get_normalized_probs((logits, None), log_probs=True)[0]
         teacher = lprobs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
@@ -730,7 +763,8 @@ def test_model_training_forward_and_generation(syntax):
         plain.load_state_dict(model.state_dict())
         full_input = dict(net_input, src_dep=full_dep)
         plain_hyps = SequenceGenerator([plain], d, beam_size=2, max_len_b=6).forward(
-            {"net_input": {"src_tokens": src, "src_lengths": lengths}})
+            {"net_input": {"src_tokens": src, "src_lengths": lengths}}
+        )
         dea_hyps = gen.forward({"net_input": full_input})
         for a, b in zip(plain_hyps, dea_hyps):
             assert a[0]["tokens"].tolist() == b[0]["tokens"].tolist()
@@ -752,8 +786,7 @@ def test_redundant_fraction_logged_by_the_model():
 
 
 # ----------------------------------------------------------------- Rule 2 readings (issue 16)
-PAPER_TREE = ("(S (NP (NNP Bush)) (VP (VBD held) (NP (DT a) (NN talk)) "
-              "(PP (IN with) (NP (NNP Sharon)))))")
+PAPER_TREE = "(S (NP (NNP Bush)) (VP (VBD held) (NP (DT a) (NN talk)) (PP (IN with) (NP (NNP Sharon)))))"
 # "the cat sat": Rule 1 gives the: NP -> {the, cat}; cat: {the, cat}; sat: VBD is unary
 # -> S -> {the, cat, sat}.  "the" is in LP(sat) with sat later than "the": the symmetric
 # closure adds sat to LP(the) and LP(cat); the literal Rule 2 ("x_i in LP(x_j), j < i =>
@@ -761,16 +794,16 @@ PAPER_TREE = ("(S (NP (NNP Bush)) (VP (VBD held) (NP (DT a) (NN talk)) "
 CAT_TREE = "(S (NP (DT the) (NN cat)) (VBD sat))"
 CAT_RP_SYMMETRIC = [
     # the cat sat </s>
-    [0,  0,  -1, X],
-    [0,  0,  -1, X],
-    [1,  1,  0,  X],
-    [X,  X,  X,  0],
+    [0, 0, -1, X],
+    [0, 0, -1, X],
+    [1, 1, 0, X],
+    [X, X, X, 0],
 ]
 CAT_RP_LITERAL = [
-    [0,  0,  X,  X],
-    [0,  0,  X,  X],
-    [1,  1,  0,  X],
-    [X,  X,  X,  0],
+    [0, 0, X, X],
+    [0, 0, X, X],
+    [1, 1, 0, X],
+    [X, X, X, 0],
 ]
 
 

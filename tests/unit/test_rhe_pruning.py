@@ -43,8 +43,8 @@ def padded(xs):
     x = torch.zeros(T, len(xs), E)
     pad = torch.ones(len(xs), T, dtype=torch.bool)
     for b, xb in enumerate(xs):
-        x[T - len(xb):, b] = xb
-        pad[b, T - len(xb):] = False
+        x[T - len(xb) :, b] = xb
+        pad[b, T - len(xb) :] = False
     return x, pad
 
 
@@ -53,8 +53,9 @@ def run_module(m, xs):
     collects the weights) and the (B, H) redundant decisions."""
     x, pad = padded(xs)
     with collect("redundant") as records:
-        out, _ = m(x, x, x, key_padding_mask=pad, need_weights=False,
-                   attn_inputs=AttentionInputs(**example_annotations()))
+        out, _ = m(
+            x, x, x, key_padding_mask=pad, need_weights=False, attn_inputs=AttentionInputs(**example_annotations())
+        )
     return out, records[-1][1].redundant
 
 
@@ -88,7 +89,7 @@ def plain_pruned(m, xs, gate, drop=None):
 def assert_matches(out, outs, xs):
     T = out.size(0)
     for b, x in enumerate(xs):
-        torch.testing.assert_close(out[T - len(x):, b], outs[b], atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(out[T - len(x) :, b], outs[b], atol=1e-6, rtol=1e-6)
 
 
 def count_calls(modules):
@@ -126,7 +127,7 @@ def test_pruned_pairs_values_are_not_read():
 
     def plant_nan(module, inputs, v):
         v = v.clone()
-        v[:, b, h * D:(h + 1) * D] = float("nan")
+        v[:, b, h * D : (h + 1) * D] = float("nan")
         return v
 
     m.v_proj.register_forward_hook(plant_nan)
@@ -145,8 +146,9 @@ def test_analysis_collecting_weights_gets_the_unskipped_computation():
     x, pad = padded(xs)
     with torch.no_grad():
         outs, _ = plain_pruned(m, xs, "dynamic")
-        out, w = m(x, x, x, key_padding_mask=pad, need_head_weights=True,
-                   attn_inputs=AttentionInputs(**example_annotations()))
+        out, w = m(
+            x, x, x, key_padding_mask=pad, need_head_weights=True, attn_inputs=AttentionInputs(**example_annotations())
+        )
     assert calls and w is not None
     assert_matches(out, outs, xs)
 
@@ -156,8 +158,9 @@ def test_pruning_in_training_with_dropout_and_gradients(skip):
     # prune_skip_in_training=False is the zero-the-output computation; both must equal the
     # plain formula with the same dropout draws (the skip draws them for every pair too)
     xs = designed_sentences()
-    m = designed_heads(make(rhe=True, prune_redundant_heads=True, prune_skip_in_training=skip,
-                            dropout=0.3, **ALL_BIASES)).train()
+    m = designed_heads(
+        make(rhe=True, prune_redundant_heads=True, prune_skip_in_training=skip, dropout=0.3, **ALL_BIASES)
+    ).train()
     calls = count_calls(m.biases.values())
     T = max(len(x) for x in xs)
     torch.manual_seed(5)
@@ -171,8 +174,8 @@ def test_pruning_in_training_with_dropout_and_gradients(skip):
 
     g = torch.Generator().manual_seed(7)
     r = torch.randn(out.shape, generator=g)
-    loss = sum((out[T - len(x):, b] * r[T - len(x):, b]).sum() for b, x in enumerate(xs))
-    plain_loss = sum((o * r[T - len(x):, b]).sum() for b, (o, x) in enumerate(zip(outs, xs)))
+    loss = sum((out[T - len(x) :, b] * r[T - len(x) :, b]).sum() for b, x in enumerate(xs))
+    plain_loss = sum((o * r[T - len(x) :, b]).sum() for b, (o, x) in enumerate(zip(outs, xs)))
     params = dict(m.named_parameters())
     grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
     plain = torch.autograd.grad(plain_loss, list(params.values()), allow_unused=True)
@@ -186,8 +189,11 @@ def test_kept_value_mix_against_plain_products():
     g = torch.Generator().manual_seed(0)
     probs = torch.rand(3, 4, 5, 6, generator=g)
     v = torch.randn(3, 4, 6, 2, generator=g)
-    for keep in (torch.rand(3, 4, generator=g) > 0.5, torch.ones(3, 4, dtype=torch.bool),
-                 torch.zeros(3, 4, dtype=torch.bool)):
+    for keep in (
+        torch.rand(3, 4, generator=g) > 0.5,
+        torch.ones(3, 4, dtype=torch.bool),
+        torch.zeros(3, 4, dtype=torch.bool),
+    ):
         out = _kept_value_mix(probs, v, 1, keep)
         for b in range(3):
             for h in range(4):
@@ -206,8 +212,7 @@ def test_kept_value_mix_against_plain_products():
 def test_skip_in_training_flag_needs_pruning():
     from types import SimpleNamespace
 
-    cfg = SimpleNamespace(encoder_layers=2, encoder_syntax_attention="dea", rhe=True,
-                          prune_skip_in_training=True)
+    cfg = SimpleNamespace(encoder_layers=2, encoder_syntax_attention="dea", rhe=True, prune_skip_in_training=True)
     with pytest.raises(ValueError, match="--prune-skip-in-training needs --prune-redundant-heads"):
         resolve(cfg, "encoder_self", 0)
     cfg.prune_redundant_heads = True

@@ -18,6 +18,7 @@ def busy(seconds):
         end = time.process_time() + seconds
         while time.process_time() < end:
             pass
+
     return job
 
 

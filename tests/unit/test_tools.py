@@ -60,14 +60,21 @@ def test_score_orders_by_id_and_reports_both_bleus(tmp_path):
     gen = tmp_path / "gen.txt"
     lines = []
     for i in (2, 0, 1):  # fairseq prints in batch order
-        lines += [f"S-{i}\tsrc", f"T-{i}\t{refs[i]}", f"H-{i}\t-0.5\t{hyps_tok[i]}", f"D-{i}\t-0.5\t{hyps[i]}",
-                  f"P-{i}\t-0.1 -0.2"]
+        lines += [
+            f"S-{i}\tsrc",
+            f"T-{i}\t{refs[i]}",
+            f"H-{i}\t-0.5\t{hyps_tok[i]}",
+            f"D-{i}\t-0.5\t{hyps[i]}",
+            f"P-{i}\t-0.1 -0.2",
+        ]
     gen.write_text("\n".join(lines) + "\n")
     (tmp_path / "ref").write_text("\n".join(refs) + "\n")
     (tmp_path / "tok").write_text("\n".join(tok_refs) + "\n")
     out = tmp_path / "bleu.json"
-    assert score.main([str(gen), "--ref", str(tmp_path / "ref"), "--tok-ref", str(tmp_path / "tok"),
-                       "--json", str(out)]) == 0
+    assert (
+        score.main([str(gen), "--ref", str(tmp_path / "ref"), "--tok-ref", str(tmp_path / "tok"), "--json", str(out)])
+        == 0
+    )
     r = json.loads(out.read_text())
     assert r["sacrebleu"] == round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
     assert r["tok_bleu"] == round(sacrebleu.corpus_bleu(hyps_tok, [tok_refs], tokenize="none").score, 2)

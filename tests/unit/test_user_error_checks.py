@@ -11,19 +11,23 @@ import pytest
 import torch
 
 from fairseq_sparse_attn.compat.checkpoint_overrides import check_overrides_apply
-from fairseq_sparse_attn.compat.data_checks import (DataError, check_dictionary_file,
-                                                    check_embedding_sizes, check_indexed_pair,
-                                                    check_split)
+from fairseq_sparse_attn.compat.data_checks import (
+    DataError,
+    check_dictionary_file,
+    check_embedding_sizes,
+    check_indexed_pair,
+    check_split,
+)
 from fairseq_sparse_attn.compat.no_crash_dump import is_usage_error_dump
 from fairseq_sparse_attn.errors import UsageError
-from fairseq_sparse_attn.interactive_input import (InputLine, make_batches_skipping_bad_lines,
-                                                   read_lines)
+from fairseq_sparse_attn.interactive_input import InputLine, make_batches_skipping_bad_lines, read_lines
 
 
 def write_index(prefix, sentences_ids):
     sizes = [len(s) for s in sentences_ids]
-    pointers = np.concatenate([[0], np.cumsum(sizes[:-1]) * 4]).astype(np.int64) if sizes else \
-        np.zeros(0, dtype=np.int64)
+    pointers = (
+        np.concatenate([[0], np.cumsum(sizes[:-1]) * 4]).astype(np.int64) if sizes else np.zeros(0, dtype=np.int64)
+    )
     with open(f"{prefix}.idx", "wb") as f:
         f.write(b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + bytes([4]))
         f.write(struct.pack("<Q", len(sizes)))
@@ -66,11 +70,14 @@ def test_dictionary_overwrite_flag_and_clean_dictionary_pass(tmp_path):
     assert len(Dictionary.load(str(path))) == 4 + 3  # fairseq accepts it (one entry a line)
 
 
-@pytest.mark.parametrize("content,fragment", [
-    ("a 5\n<pad> 3\n", ":2: duplicate symbol fairseq's special symbol '<pad>'"),
-    ("a 5\nb\n", ":2: expected '<symbol> <count>', got 'b'"),
-    ("a 5\nb x\n", ":2: expected '<symbol> <count>', got 'b x'"),
-])
+@pytest.mark.parametrize(
+    "content,fragment",
+    [
+        ("a 5\n<pad> 3\n", ":2: duplicate symbol fairseq's special symbol '<pad>'"),
+        ("a 5\nb\n", ":2: expected '<symbol> <count>', got 'b'"),
+        ("a 5\nb x\n", ":2: expected '<symbol> <count>', got 'b x'"),
+    ],
+)
 def test_dictionary_lines_fairseq_would_refuse(tmp_path, content, fragment):
     from fairseq.data import Dictionary
 
@@ -95,15 +102,17 @@ def make_split(d, name, src, tgt, vocab=("a", "b", "c", "d")):
 
 def test_sentence_counts_differ(tmp_path):
     make_split(tmp_path, "train", [[4, 2], [5, 2], [6, 2]], [[4, 2], [5, 2]])
-    with pytest.raises(DataError, match=r"train.de-en.de.idx has 3 sentences but \S*train.de-en"
-                                        r".en.idx has 2"):
+    with pytest.raises(
+        DataError,
+        match=r"train.de-en.de.idx has 3 sentences but \S*train.de-en"
+        r".en.idx has 2",
+    ):
         check_split(str(tmp_path), "train", "de", "en")
 
 
 def test_empty_split(tmp_path):
     make_split(tmp_path, "train", [], [])
-    with pytest.raises(DataError, match="train.de-en.de.idx holds no sentences: split 'train' is "
-                                        "empty"):
+    with pytest.raises(DataError, match="train.de-en.de.idx holds no sentences: split 'train' is empty"):
         check_split(str(tmp_path), "train", "de", "en")
 
 
@@ -117,13 +126,20 @@ def test_missing_split_and_other_data_paths(tmp_path):
     check_split(f"{a}:{b}", "train", "de", "en", epoch=1)  # epoch 1 reads a
 
 
-@pytest.mark.parametrize("sentences,message", [
-    ([[4, 5, 2], [4, 1, 5, 2]], "sentence 1 (line 2 of the text it was binarized from) holds the "
-                                "special symbol '<pad>' (id 1) at token 1"),
-    ([[4, 2, 5, 2]], "sentence 0 (line 1 of the text it was binarized from) holds the special "
-                     "symbol '</s>' (id 2) at token 1"),
-    ([[0, 4, 2], [4, 0, 2]], "'<s>' (id 0) at token 0, and 1 more special ids inside sentences"),
-])
+@pytest.mark.parametrize(
+    "sentences,message",
+    [
+        (
+            [[4, 5, 2], [4, 1, 5, 2]],
+            "sentence 1 (line 2 of the text it was binarized from) holds the special symbol '<pad>' (id 1) at token 1",
+        ),
+        (
+            [[4, 2, 5, 2]],
+            "sentence 0 (line 1 of the text it was binarized from) holds the special symbol '</s>' (id 2) at token 1",
+        ),
+        ([[0, 4, 2], [4, 0, 2]], "'<s>' (id 0) at token 0, and 1 more special ids inside sentences"),
+    ],
+)
 def test_special_ids_inside_sentences(tmp_path, sentences, message):
     write_index(tmp_path / "train.de-en.de", sentences)
     with pytest.raises(DataError, match=None) as e:
@@ -140,13 +156,14 @@ def test_end_of_sentence_at_the_end_and_unk_are_fine(tmp_path):
 
 
 def test_embedding_rows_against_dictionary_size():
-    state = {"encoder.embed_tokens.weight": torch.zeros(40, 4),
-             "decoder.embed_tokens.weight": torch.zeros(32, 4)}
+    state = {"encoder.embed_tokens.weight": torch.zeros(40, 4), "decoder.embed_tokens.weight": torch.zeros(32, 4)}
     check_embedding_sizes(state, {"source": 40, "target": 32}, {})
-    with pytest.raises(DataError, match="d/dict.en.txt has 40 entries .* the checkpoint's "
-                                        "decoder.embed_tokens.weight has 32 rows"):
-        check_embedding_sizes(state, {"source": 40, "target": 40},
-                              {"source": "d/dict.de.txt", "target": "d/dict.en.txt"})
+    with pytest.raises(
+        DataError, match="d/dict.en.txt has 40 entries .* the checkpoint's decoder.embed_tokens.weight has 32 rows"
+    ):
+        check_embedding_sizes(
+            state, {"source": 40, "target": 40}, {"source": "d/dict.de.txt", "target": "d/dict.en.txt"}
+        )
 
 
 def state_of(arch):
@@ -156,12 +173,14 @@ def state_of(arch):
 def test_plugin_overrides_refused_for_a_stock_model():
     import fairseq_sparse_attn  # noqa: F401  (registers the plugin's architectures)
 
-    with pytest.raises(UsageError, match="--mask-encoder-heads 0,1: m.pt has no plugin attention "
-                                         r"\(it was trained with --arch transformer"):
+    with pytest.raises(
+        UsageError,
+        match="--mask-encoder-heads 0,1: m.pt has no plugin attention "
+        r"\(it was trained with --arch transformer",
+    ):
         check_overrides_apply("m.pt", state_of("transformer"), {"encoder_masked_heads": "0,1"})
     # plugin models, fairseq options, default values: nothing to refuse
-    check_overrides_apply("m.pt", state_of("rela_transformer_wmt_en_de"),
-                          {"encoder_masked_heads": "0,1"})
+    check_overrides_apply("m.pt", state_of("rela_transformer_wmt_en_de"), {"encoder_masked_heads": "0,1"})
     check_overrides_apply("m.pt", state_of("transformer"), {"beam": 4, "encoder_masked_heads": ""})
 
 
@@ -178,8 +197,7 @@ def test_input_split_on_newline_only():
     lines = list(read_lines(io.BytesIO(b"a b\rc\r\nd\n\xffe\nlast")))
     assert [str(x) for x in lines] == ["a b\rc", "d", "", "last"]
     assert [x.number for x in lines] == [1, 2, 3, 4]
-    assert [x.problem for x in lines] == [None, None, "not valid UTF-8 (invalid start byte at "
-                                                      "byte 0)", None]
+    assert [x.problem for x in lines] == [None, None, "not valid UTF-8 (invalid start byte at byte 0)", None]
 
 
 class _Task:
@@ -200,16 +218,21 @@ def test_bad_lines_left_out_and_ids_kept(capsys):
         seen.append(list(lines))
         yield Batch(torch.tensor([1, 0]), None, None, None)
 
-    lines = [InputLine.make("a b", 11), InputLine.make("", 12, "not valid UTF-8 (x)"),
-             InputLine.make("a b c d e", 13), InputLine.make("c", 14)]
-    batches = list(make_batches_skipping_bad_lines(original)(lines, None, _Task(), (5, 5),
-                                                             lambda x: x))
+    lines = [
+        InputLine.make("a b", 11),
+        InputLine.make("", 12, "not valid UTF-8 (x)"),
+        InputLine.make("a b c d e", 13),
+        InputLine.make("c", 14),
+    ]
+    batches = list(make_batches_skipping_bad_lines(original)(lines, None, _Task(), (5, 5), lambda x: x))
     assert seen == [["a b", "c"]]
     assert batches[0].ids.tolist() == [3, 0]  # places in the original buffer
     err = capsys.readouterr().err.splitlines()
-    assert err == ["fsa-interactive: error: input line 12: not valid UTF-8 (x); skipped",
-                   "fsa-interactive: error: input line 13: 6 tokens (with the end of sentence), "
-                   "more than the model's 5 source positions; skipped"]
+    assert err == [
+        "fsa-interactive: error: input line 12: not valid UTF-8 (x); skipped",
+        "fsa-interactive: error: input line 13: 6 tokens (with the end of sentence), "
+        "more than the model's 5 source positions; skipped",
+    ]
 
 
 # --- raw text the plugin reads itself -------------------------------------------------
@@ -233,8 +256,7 @@ def test_data_prep_refuses_special_symbols_before_binarizing(tmp_path):
 
 
 def test_document_corpus_lines_end_at_newline_only(tmp_path):
-    from fairseq_sparse_attn.data.documents import (DocumentFormatError,
-                                                    documents_from_marked_files, read_lines)
+    from fairseq_sparse_attn.data.documents import DocumentFormatError, documents_from_marked_files, read_lines
 
     src, tgt = tmp_path / "train.de", tmp_path / "train.en"
     src.write_bytes(b"<d>\r\na\rb\r\nc\n")
@@ -249,4 +271,3 @@ def test_document_corpus_lines_end_at_newline_only(tmp_path):
     tgt.write_bytes(b"<d>\nx\n\xff\n")
     with pytest.raises(DocumentFormatError, match=f"{tgt}:3: not valid UTF-8"):
         read_lines(tgt)
-

@@ -5,8 +5,7 @@ import importlib
 from types import ModuleType
 from typing import Dict
 
-MODULES = ("stats", "norms", "align", "hallucination", "filter", "heatmap", "curves", "aer_table",
-           "explore")
+MODULES = ("stats", "norms", "align", "hallucination", "filter", "heatmap", "curves", "aer_table", "explore")
 
 
 def load() -> Dict[str, ModuleType]:

@@ -31,23 +31,33 @@ from .base import UsageError
 NAME = "aer-table"
 HELP = "Kobayashi et al. Table 3 rows (layer mean, best layer, layer/head with the highest ‖αf‖) over runs"
 SETTINGS = ("awo", "awi")
-ROWS = (("weights", "layer mean"), ("weights", "best layer"),
-        ("norms", "layer mean"), ("norms", "best layer"),
-        ("norms", "layer with the highest average ‖αf(x)‖"),
-        ("norms", "head with the highest average ‖αf(x)‖"))
+ROWS = (
+    ("weights", "layer mean"),
+    ("weights", "best layer"),
+    ("norms", "layer mean"),
+    ("norms", "best layer"),
+    ("norms", "layer with the highest average ‖αf(x)‖"),
+    ("norms", "head with the highest average ‖αf(x)‖"),
+)
 
 
 def add_arguments(p) -> None:
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR",
-                   help="directories with align.json (--gold, --method weights norms) and norms.json "
-                        "(--kinds cross) of one checkpoint each (one per seed)")
+    p.add_argument(
+        "runs",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="directories with align.json (--gold, --method weights norms) and norms.json "
+        "(--kinds cross) of one checkpoint each (one per seed)",
+    )
     p.add_argument("--output-dir", required=True, metavar="DIR")
 
 
 def _load(path: Path, command: str) -> Dict:
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found (the run directory needs align.json and norms.json: "
-                                f"fsa-analyze align --gold ... and fsa-analyze norms --kinds cross)")
+        raise FileNotFoundError(
+            f"{path} not found (the run directory needs align.json and norms.json: "
+            f"fsa-analyze align --gold ... and fsa-analyze norms --kinds cross)"
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
@@ -80,8 +90,10 @@ def run_rows(align: Dict, norms: Dict, where: str) -> List[Dict]:
     if align.get("gold") is None:
         raise UsageError(f"{where}: align.json was made without --gold (no AER)")
     if align["model"]["checkpoint"] != norms["model"]["checkpoint"]:
-        raise UsageError(f"{where}: align.json ({align['model']['checkpoint']}) and norms.json "
-                         f"({norms['model']['checkpoint']}) are not of the same checkpoint")
+        raise UsageError(
+            f"{where}: align.json ({align['model']['checkpoint']}) and norms.json "
+            f"({norms['model']['checkpoint']}) are not of the same checkpoint"
+        )
     top_layer, top_head = highest_norm_choices(norms, where)
     results = {(r["method"], r["setting"]): r for r in align["results"]}
     out = []
@@ -89,8 +101,10 @@ def run_rows(align: Dict, norms: Dict, where: str) -> List[Dict]:
         for method, row in ROWS:
             entry = results.get((method, setting))
             if entry is None:
-                raise UsageError(f"{where}: align.json has no {method}/{setting} result (run align "
-                                 f"with --method weights norms --setting awo awi)")
+                raise UsageError(
+                    f"{where}: align.json has no {method}/{setting} result (run align "
+                    f"with --method weights norms --setting awo awi)"
+                )
             aer = {(r["layer"], r["head"]): r["aer"] for r in entry["rows"]}
             layer = head = None
             if row == "layer mean":
@@ -101,8 +115,7 @@ def run_rows(align: Dict, norms: Dict, where: str) -> List[Dict]:
                 layer, value = top_layer, aer[(top_layer, None)]
             else:
                 (layer, head), value = top_head, aer[top_head]
-            out.append({"setting": setting, "method": method, "row": row, "layer": layer,
-                        "head": head, "aer": value})
+            out.append({"setting": setting, "method": method, "row": row, "layer": layer, "head": head, "aer": value})
     return out
 
 
@@ -125,14 +138,23 @@ def run(args) -> Dict:
         runs.append((str(p), run_rows(align, norms, str(p))))
     table = []
     for k, first in enumerate(runs[0][1]):
-        per_run = [{"run": name, "layer": rows[k]["layer"], "head": rows[k]["head"], "aer": rows[k]["aer"]}
-                   for name, rows in runs]
+        per_run = [
+            {"run": name, "layer": rows[k]["layer"], "head": rows[k]["head"], "aer": rows[k]["aer"]}
+            for name, rows in runs
+        ]
         mean, sd = summarize([r["aer"] for r in per_run])
-        table.append({"setting": first["setting"], "method": first["method"], "row": first["row"],
-                      "aer": mean, "sd": sd, "runs": per_run})
+        table.append(
+            {
+                "setting": first["setting"],
+                "method": first["method"],
+                "row": first["row"],
+                "aer": mean,
+                "sd": sd,
+                "runs": per_run,
+            }
+        )
     out = Output(args.output_dir, argv=getattr(args, "argv", None))
-    report = {"command": NAME, "schema_version": SCHEMA_VERSION, "runs": [name for name, _ in runs],
-              "rows": table}
+    report = {"command": NAME, "schema_version": SCHEMA_VERSION, "runs": [name for name, _ in runs], "rows": table}
     out.json("aer_table.json", report)
 
     def choice(r):
@@ -140,7 +162,20 @@ def run(args) -> Dict:
             return "-"
         return f"L{r['layer']}" + ("" if r["head"] is None else f"H{r['head']}")
 
-    out.tsv("aer_table.tsv", ("setting", "method", "row", "aer", "sd", "runs", "choices"),
-            [(e["setting"], e["method"], e["row"], e["aer"], e["sd"], len(e["runs"]),
-              " ".join(choice(r) for r in e["runs"])) for e in table])
+    out.tsv(
+        "aer_table.tsv",
+        ("setting", "method", "row", "aer", "sd", "runs", "choices"),
+        [
+            (
+                e["setting"],
+                e["method"],
+                e["row"],
+                e["aer"],
+                e["sd"],
+                len(e["runs"]),
+                " ".join(choice(r) for r in e["runs"]),
+            )
+            for e in table
+        ],
+    )
     return report

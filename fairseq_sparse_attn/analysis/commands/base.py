@@ -73,26 +73,38 @@ class Context:
         if args.target_bpe_codes is not None and args.bpe_codes is None:
             raise UsageError("--target-bpe-codes goes with --bpe-codes (the source side's codes)")
         if args.raw_source is None and (args.tokenizer != "none" or args.bpe_codes is not None):
-            raise UsageError("--tokenizer / --bpe-codes apply to raw text "
-                             "(--raw-source/--raw-target); a data-bin split is already encoded")
+            raise UsageError(
+                "--tokenizer / --bpe-codes apply to raw text "
+                "(--raw-source/--raw-target); a data-bin split is already encoded"
+            )
         self.device = device(args.device)
-        self.loaded = load_checkpoint(args.path, args.data, args.source_lang, args.target_lang,
-                                      parse_overrides(args.model_overrides), self.device)
+        self.loaded = load_checkpoint(
+            args.path, args.data, args.source_lang, args.target_lang, parse_overrides(args.model_overrides), self.device
+        )
         task = self.loaded.task
         limit = args.max_sentences if limit is None else limit
         self.binarized = args.raw_source is None  # pieces from a data-bin split
         if not self.binarized:
-            self.examples = examples_from_raw(task, args.raw_source, args.raw_target,
-                                              args.tokenizer, args.bpe_codes, limit,
-                                              args.source_lang, args.target_lang,
-                                              target_bpe_codes=args.target_bpe_codes)
+            self.examples = examples_from_raw(
+                task,
+                args.raw_source,
+                args.raw_target,
+                args.tokenizer,
+                args.bpe_codes,
+                limit,
+                args.source_lang,
+                args.target_lang,
+                target_bpe_codes=args.target_bpe_codes,
+            )
             self.total = len(read_text_lines(args.raw_source))
             self.where = f"{args.raw_source} / {args.raw_target}"
-            self.data = {"data_bin": os.path.abspath(args.data),
-                         "raw_source": os.path.abspath(args.raw_source),
-                         "raw_target": os.path.abspath(args.raw_target),
-                         "tokenizer": args.tokenizer,
-                         "bpe_codes": None if args.bpe_codes is None else os.path.abspath(args.bpe_codes)}
+            self.data = {
+                "data_bin": os.path.abspath(args.data),
+                "raw_source": os.path.abspath(args.raw_source),
+                "raw_target": os.path.abspath(args.raw_target),
+                "tokenizer": args.tokenizer,
+                "bpe_codes": None if args.bpe_codes is None else os.path.abspath(args.bpe_codes),
+            }
             if args.target_bpe_codes is not None:  # per-language BPE
                 self.data["target_bpe_codes"] = os.path.abspath(args.target_bpe_codes)
         else:
@@ -115,23 +127,36 @@ class Context:
         return model_title(self.args.path, self.loaded.arch)
 
     def header(self, command: str) -> Dict:
-        return {"command": command, "schema_version": SCHEMA_VERSION,
-                "model": self.loaded.describe(),
-                "data": {**self.data, "sentences": len(self.examples),
-                         "sentences_in_data": self.total}}
+        return {
+            "command": command,
+            "schema_version": SCHEMA_VERSION,
+            "model": self.loaded.describe(),
+            "data": {**self.data, "sentences": len(self.examples), "sentences_in_data": self.total},
+        }
 
     def run(self, collectors, examples=None, ffn=None, description=None) -> int:
         from ..collect import run_passes
 
         src, tgt = self.loaded.source_dictionary, self.loaded.target_dictionary
-        return run_passes(self.model, self.examples if examples is None else examples, collectors,
-                          src.pad(), tgt.pad(), tgt.eos(), self.args.batch_size,
-                          self.args.max_tokens, self.device, not self.args.no_progress, ffn,
-                          description or self.args.command)
+        return run_passes(
+            self.model,
+            self.examples if examples is None else examples,
+            collectors,
+            src.pad(),
+            tgt.pad(),
+            tgt.eos(),
+            self.args.batch_size,
+            self.args.max_tokens,
+            self.device,
+            not self.args.no_progress,
+            ffn,
+            description or self.args.command,
+        )
 
 
-def add_model_args(p: argparse.ArgumentParser, output_dir: bool = True,
-                   max_sentences: bool = True, data_option: bool = False) -> None:
+def add_model_args(
+    p: argparse.ArgumentParser, output_dir: bool = True, max_sentences: bool = True, data_option: bool = False
+) -> None:
     """The flags of a subcommand that runs a model; ``output_dir`` / ``max_sentences``:
     whether it takes ``--output-dir`` / ``--max-sentences`` (``explore`` writes one file,
     ``--out``, and limits with ``--n``); ``data_option``: DATA may also be given as
@@ -144,34 +169,62 @@ def add_model_args(p: argparse.ArgumentParser, output_dir: bool = True,
         p.add_argument("--data", dest="data_option", metavar="DATA", help="the same as DATA")
     else:
         p.add_argument("data", metavar="DATA", help=data_help)
-    p.add_argument("--path", required=True, metavar="CHECKPOINT",
-                   help="checkpoint trained with the plugin, or a stock fairseq transformer")
+    p.add_argument(
+        "--path",
+        required=True,
+        metavar="CHECKPOINT",
+        help="checkpoint trained with the plugin, or a stock fairseq transformer",
+    )
     if output_dir:
         p.add_argument("--output-dir", required=True, metavar="DIR", help="where results are written")
     p.add_argument("--split", default="test", help="split of DATA to analyse (default: test)")
-    p.add_argument("--raw-source", metavar="FILE", help="raw source text, one sentence per line "
-                   "(instead of --split; with --raw-target)")
+    p.add_argument(
+        "--raw-source",
+        metavar="FILE",
+        help="raw source text, one sentence per line (instead of --split; with --raw-target)",
+    )
     p.add_argument("--raw-target", metavar="FILE", help="raw target text, line-aligned with --raw-source")
-    p.add_argument("--tokenizer", choices=("moses", "none"), default="none",
-                   help="raw text: tokenize before BPE (default none: already tokenized)")
+    p.add_argument(
+        "--tokenizer",
+        choices=("moses", "none"),
+        default="none",
+        help="raw text: tokenize before BPE (default none: already tokenized)",
+    )
     p.add_argument("--bpe-codes", metavar="FILE", help="raw text: subword-nmt codes (default: already segmented)")
-    p.add_argument("--target-bpe-codes", metavar="FILE",
-                   help="raw text: subword-nmt codes of the target side when they differ from "
-                        "--bpe-codes (per-language BPE, e.g. Europarl De-En; default: --bpe-codes)")
+    p.add_argument(
+        "--target-bpe-codes",
+        metavar="FILE",
+        help="raw text: subword-nmt codes of the target side when they differ from "
+        "--bpe-codes (per-language BPE, e.g. Europarl De-En; default: --bpe-codes)",
+    )
     p.add_argument("-s", "--source-lang", default=None)
     p.add_argument("-t", "--target-lang", default=None)
-    p.add_argument("--subword-scheme", choices=SUBWORD_SCHEMES, default="subword-nmt",
-                   help="how pieces form words ('@@' continuation, '▁' word start, or none); "
-                        "alignments and the text of filter's output (default subword-nmt)")
+    p.add_argument(
+        "--subword-scheme",
+        choices=SUBWORD_SCHEMES,
+        default="subword-nmt",
+        help="how pieces form words ('@@' continuation, '▁' word start, or none); "
+        "alignments and the text of filter's output (default subword-nmt)",
+    )
     p.add_argument("--batch-size", type=positive_int, default=32, help="max pairs per batch (default 32)")
     p.add_argument("--max-tokens", type=positive_int, default=None, help="max padded tokens per batch")
     if max_sentences:
-        p.add_argument("--max-sentences", type=positive_int, default=None, metavar="N",
-                       help="analyse only the first N sentence pairs (a quick look)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                   help="default: cuda when available, else cpu")
-    p.add_argument("--model-overrides", default=None, metavar="DICT",
-                   help="Python dict literal of model arguments to override, as fairseq-generate's")
+        p.add_argument(
+            "--max-sentences",
+            type=positive_int,
+            default=None,
+            metavar="N",
+            help="analyse only the first N sentence pairs (a quick look)",
+        )
+    p.add_argument(
+        "--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: cuda when available, else cpu"
+    )
+    p.add_argument(
+        "--model-overrides",
+        default=None,
+        metavar="DICT",
+        help="Python dict literal of model arguments to override, as fairseq-generate's",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 

@@ -13,14 +13,18 @@ HELP = "per-layer curves of several checkpoints on the same axes"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("inputs", nargs="+", metavar="[LABEL=]RESULT",
-                   help="stats.json / align.json of fsa-analyze, or an --output-dir holding them")
+    p.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="[LABEL=]RESULT",
+        help="stats.json / align.json of fsa-analyze, or an --output-dir holding them",
+    )
     p.add_argument("--output-dir", required=True, metavar="DIR")
     p.add_argument("--kind", choices=KINDS, default="cross")
-    p.add_argument("--metrics", nargs="+", choices=CURVE_METRICS, default=None,
-                   help="default: every one the inputs have")
-    p.add_argument("--tau", type=float, default=1.0,
-                   help="temperature of the JS of ReLU-type attention (default 1)")
+    p.add_argument(
+        "--metrics", nargs="+", choices=CURVE_METRICS, default=None, help="default: every one the inputs have"
+    )
+    p.add_argument("--tau", type=float, default=1.0, help="temperature of the JS of ReLU-type attention (default 1)")
     p.add_argument("--align-method", choices=("weights", "norms"), default="weights")
     p.add_argument("--align-setting", choices=("awo", "awi"), default="awi")
 
@@ -49,8 +53,9 @@ def _read_result(spec: str) -> Tuple[str, Dict[str, Dict]]:
             raise UsageError(f"{f}, line {e.lineno}, column {e.colno}: malformed JSON ({e.msg})") from None
         command = data.get("command") if isinstance(data, dict) else None
         if command not in ("stats", "align"):
-            raise UsageError(f"{f}: not a result of 'fsa-analyze stats' or 'fsa-analyze align' "
-                             f"(its \"command\" is {command!r})")
+            raise UsageError(
+                f"{f}: not a result of 'fsa-analyze stats' or 'fsa-analyze align' (its \"command\" is {command!r})"
+            )
         results[command] = data
     if not results:
         raise FileNotFoundError(f"{p}: no stats.json or align.json in this directory")
@@ -71,8 +76,9 @@ def run(args) -> Dict:
             continue
         clash = sorted(set(merged) & set(results))
         if clash:
-            raise UsageError(f"label {label!r} is given two {clash[0]} results; name the inputs "
-                             f"LABEL=PATH with different labels")
+            raise UsageError(
+                f"label {label!r} is given two {clash[0]} results; name the inputs LABEL=PATH with different labels"
+            )
         merged.update(results)
     tau = format(float(args.tau), "g")
     wanted = args.metrics or list(CURVE_METRICS)
@@ -85,8 +91,7 @@ def run(args) -> Dict:
                     series.setdefault(metric, {}).setdefault(label, []).append((e["layer"], e[metric]))
                 temps = e.get("js_temperatures")
                 if temps is not None and tau not in temps:
-                    raise UsageError(f"--tau {args.tau}: {label}'s stats were computed at "
-                                     f"temperatures {sorted(temps)}")
+                    raise UsageError(f"--tau {args.tau}: {label}'s stats were computed at temperatures {sorted(temps)}")
                 value = e["js"] if temps is None else temps[tau]
                 series.setdefault("js", {}).setdefault(label, []).append((e["layer"], value))
         align = results.get("align")
@@ -98,27 +103,41 @@ def run(args) -> Dict:
                         series.setdefault("aer", {})[label] = points
     missing = [m for m in (args.metrics or []) if m not in series]
     if missing:
-        raise UsageError(f"no input has {', '.join(missing)} for {args.kind} attention"
-                         + (" (AER needs an align.json made with --gold, and --kind cross)"
-                            if "aer" in missing else ""))
+        raise UsageError(
+            f"no input has {', '.join(missing)} for {args.kind} attention"
+            + (" (AER needs an align.json made with --gold, and --kind cross)" if "aer" in missing else "")
+        )
     series = {m: series[m] for m in wanted if m in series}
     if not series:
         raise UsageError(f"nothing to plot: the inputs have no {args.kind} per-layer statistics")
     out = Output(args.output_dir, argv=getattr(args, "argv", None))
-    names = {"sparsity": "sparsity rate", "null_rate": "null rate", "entropy": "entropy H(ŝ)",
-             "js": f"JS divergence (ReLU: τ={tau})", "aer": f"AER ({args.align_method}, {args.align_setting})"}
-    layer_curves(series, out / "curves.png", title=f"{args.kind} attention",
-                 ylabels={m: names[m] for m in series})
-    report = {"command": NAME, "schema_version": SCHEMA_VERSION, "kind": args.kind, "tau": tau,
-              "align_method": args.align_method, "align_setting": args.align_setting,
-              "inputs": {label: {c: r.get("model", {}).get("checkpoint") for c, r in res.items()}
-                         for label, res in inputs},
-              "series": {m: {label: [{"layer": layer, "value": v} for layer, v in pts]
-                             for label, pts in d.items()} for m, d in series.items()},
-              "image": "curves.png"}
+    names = {
+        "sparsity": "sparsity rate",
+        "null_rate": "null rate",
+        "entropy": "entropy H(ŝ)",
+        "js": f"JS divergence (ReLU: τ={tau})",
+        "aer": f"AER ({args.align_method}, {args.align_setting})",
+    }
+    layer_curves(series, out / "curves.png", title=f"{args.kind} attention", ylabels={m: names[m] for m in series})
+    report = {
+        "command": NAME,
+        "schema_version": SCHEMA_VERSION,
+        "kind": args.kind,
+        "tau": tau,
+        "align_method": args.align_method,
+        "align_setting": args.align_setting,
+        "inputs": {label: {c: r.get("model", {}).get("checkpoint") for c, r in res.items()} for label, res in inputs},
+        "series": {
+            m: {label: [{"layer": layer, "value": v} for layer, v in pts] for label, pts in d.items()}
+            for m, d in series.items()
+        },
+        "image": "curves.png",
+    }
     out.wrote(out / "curves.png")
     out.json("curves.json", report)
-    out.tsv("curves.tsv", ("statistic", "label", "layer", "value"),
-            [(m, label, layer, v) for m, d in series.items() for label, pts in d.items()
-             for layer, v in pts])
+    out.tsv(
+        "curves.tsv",
+        ("statistic", "label", "layer", "value"),
+        [(m, label, layer, v) for m, d in series.items() for label, pts in d.items() for layer, v in pts],
+    )
     return report

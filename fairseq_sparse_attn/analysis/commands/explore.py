@@ -13,10 +13,16 @@ HELP = "interactive HTML explorer of every head (weights and norms), one file"
 
 def add_arguments(p) -> None:
     add_model_args(p, output_dir=False, max_sentences=False, data_option=True)
-    p.add_argument("--n", type=positive_int, default=20, metavar="N",
-                   help="the first N sentence pairs (default 20; the file grows with N)")
-    p.add_argument("--out", default="explore.html", metavar="FILE",
-                   help="the HTML file to write (default explore.html)")
+    p.add_argument(
+        "--n",
+        type=positive_int,
+        default=20,
+        metavar="N",
+        help="the first N sentence pairs (default 20; the file grows with N)",
+    )
+    p.add_argument(
+        "--out", default="explore.html", metavar="FILE", help="the HTML file to write (default explore.html)"
+    )
 
 
 def run(args) -> Dict:

@@ -25,25 +25,34 @@ def run(args) -> Dict:
     ctx.run([collector])
     ranking = rank_by_score(collector.rates(), descending=not args.ascending)
     by_index = {ex.index: ex for ex in ctx.examples}
-    text = {i: (join_words(by_index[i].source_pieces, args.subword_scheme),
-                join_words(by_index[i].target_pieces, args.subword_scheme)) for i, _ in ranking}
+    text = {
+        i: (
+            join_words(by_index[i].source_pieces, args.subword_scheme),
+            join_words(by_index[i].target_pieces, args.subword_scheme),
+        )
+        for i, _ in ranking
+    }
     rows = [(rank, i, score, text[i][0], text[i][1]) for rank, (i, score) in enumerate(ranking, start=1)]
     ctx.out.tsv("filter.tsv", ("rank", "index", "null_rate", "source", "target"), rows)
     k = min(args.k, len(ranking))
     src_lang = ctx.loaded.task.cfg.source_lang or "src"
     tgt_lang = ctx.loaded.task.cfg.target_lang or "tgt"
     files = {}
-    for name, part in (("top", ranking[:k]), ("bottom", ranking[len(ranking) - k:])):
+    for name, part in (("top", ranking[:k]), ("bottom", ranking[len(ranking) - k :])):
         for side, lang in ((0, src_lang), (1, tgt_lang)):
             path = ctx.out / f"{name}.{lang}"
             with open(path, "w", encoding="utf-8") as f:
                 f.writelines(text[i][side] + "\n" for i, _ in part)
             ctx.out.wrote(path)
             files[f"{name}.{'source' if side == 0 else 'target'}"] = path.name
-    report = {**ctx.header(NAME), "order": "ascending" if args.ascending else "descending",
-              "score": "mean cross-attention null rate over layers, heads and target positions",
-              "k": k, "files": files,
-              "ranking": [{"rank": r, "index": i, "null_rate": s} for r, (i, s) in enumerate(ranking, start=1)]}
+    report = {
+        **ctx.header(NAME),
+        "order": "ascending" if args.ascending else "descending",
+        "score": "mean cross-attention null rate over layers, heads and target positions",
+        "k": k,
+        "files": files,
+        "ranking": [{"rank": r, "index": i, "null_rate": s} for r, (i, s) in enumerate(ranking, start=1)],
+    }
     ctx.out.json("filter.json", report)
     return report
 

@@ -12,10 +12,17 @@ HELP = "norm-based analysis (Kobayashi et al. 2020)"
 def add_arguments(p) -> None:
     add_model_args(p)
     p.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
-    p.add_argument("--spearman-unit", choices=("pair", "key"), default="pair",
-                   help="one value per (query, key, head) pair (default) or per (key, head)")
-    p.add_argument("--allow-output-norm", action="store_true",
-                   help="allow modules with an output norm (ReLA): norms of the pre-norm vectors")
+    p.add_argument(
+        "--spearman-unit",
+        choices=("pair", "key"),
+        default="pair",
+        help="one value per (query, key, head) pair (default) or per (key, head)",
+    )
+    p.add_argument(
+        "--allow-output-norm",
+        action="store_true",
+        help="allow modules with an output norm (ReLA): norms of the pre-norm vectors",
+    )
     add_plots_flag(p)
 
 
@@ -41,13 +48,24 @@ def run(args) -> Dict:
     exact = require_decomposable(ctx.model, args.kinds, args.allow_output_norm, args.path)
     src = dictionary_categorizer(ctx.loaded.source_dictionary)
     tgt = dictionary_categorizer(ctx.loaded.target_dictionary)
-    summary = NormSummary(ctx.model, {"encoder_self": src, "cross": src, "decoder_self": tgt},
-                          args.kinds, args.allow_output_norm, args.spearman_unit)
+    summary = NormSummary(
+        ctx.model,
+        {"encoder_self": src, "cross": src, "decoder_self": tgt},
+        args.kinds,
+        args.allow_output_norm,
+        args.spearman_unit,
+    )
     ctx.run([summary])
     res = summary.results()
-    report = {**ctx.header(NAME), "kinds": list(args.kinds), "spearman_unit": args.spearman_unit,
-              "allow_output_norm": args.allow_output_norm, "exact_decomposition": exact,
-              "layers": res["layers"], "spearman": res["spearman"]}
+    report = {
+        **ctx.header(NAME),
+        "kinds": list(args.kinds),
+        "spearman_unit": args.spearman_unit,
+        "allow_output_norm": args.allow_output_norm,
+        "exact_decomposition": exact,
+        "layers": res["layers"],
+        "spearman": res["spearman"],
+    }
     ctx.out.json("norms.json", report)
     rows = []
     for kind, layers in res["layers"].items():
@@ -63,19 +81,29 @@ def run(args) -> Dict:
         for e in layers:
             for label, c in e["spearman"].items():
                 rows.append((kind, e["layer"], label, c["rho"], c["count"], c["mean_alpha"], c["mean_f_norm"]))
-    ctx.out.tsv("norms_spearman.tsv",
-                ("kind", "layer", "category", "rho", "count", "mean_alpha", "mean_f_norm"), rows)
+    ctx.out.tsv("norms_spearman.tsv", ("kind", "layer", "category", "rho", "count", "mean_alpha", "mean_f_norm"), rows)
     if not args.no_plots:
+
         def head_mean(values):
             return sum(values) / len(values)
 
-        series = {name: {kind: [(e["layer"], head_mean(e[name])) for e in layers]
-                         for kind, layers in res["layers"].items()}
-                  for name in ("alpha", "f_norm", "alpha_f_norm")}
-        series["layer_norm"] = {kind: [(e["layer"], e["layer_norm"]) for e in layers]
-                                for kind, layers in res["layers"].items()}
-        layer_curves(series, ctx.out / "norms.png", title=ctx.title,
-                     ylabels={"alpha": "mean α", "f_norm": "mean ‖f(x)‖",
-                              "alpha_f_norm": "mean ‖αf(x)‖", "layer_norm": "mean ‖Σ αf(x)‖"})
+        series = {
+            name: {kind: [(e["layer"], head_mean(e[name])) for e in layers] for kind, layers in res["layers"].items()}
+            for name in ("alpha", "f_norm", "alpha_f_norm")
+        }
+        series["layer_norm"] = {
+            kind: [(e["layer"], e["layer_norm"]) for e in layers] for kind, layers in res["layers"].items()
+        }
+        layer_curves(
+            series,
+            ctx.out / "norms.png",
+            title=ctx.title,
+            ylabels={
+                "alpha": "mean α",
+                "f_norm": "mean ‖f(x)‖",
+                "alpha_f_norm": "mean ‖αf(x)‖",
+                "layer_norm": "mean ‖Σ αf(x)‖",
+            },
+        )
         ctx.out.wrote(ctx.out / "norms.png")
     return report

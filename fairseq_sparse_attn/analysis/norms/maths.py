@@ -40,8 +40,10 @@ def check_decomposable(module, allow_output_norm: bool = False) -> None:
     """
     for attr in ("out_proj", "num_heads", "head_dim", "embed_dim"):
         if not hasattr(module, attr):
-            raise ValueError(f"norm analysis needs a multi-head attention module with "
-                             f"{attr!r} (fairseq MultiheadAttention); got {type(module).__name__}")
+            raise ValueError(
+                f"norm analysis needs a multi-head attention module with "
+                f"{attr!r} (fairseq MultiheadAttention); got {type(module).__name__}"
+            )
     extra = value_term_providers(module)
     if extra:
         raise ValueError(
@@ -49,7 +51,8 @@ def check_decomposable(module, allow_output_norm: bool = False) -> None:
             f"{', '.join(extra)} (--encoder-rel-pos-values: z_i = Σ_j α_ij (v_j + a^V_(j-i))) to "
             f"its heads, so the vector each key contributes depends on the query and the "
             f"output is not Σ_h α_h f_h(x_j) with a per-key f (Kobayashi et al. Eq. 10): the "
-            f"norm-based analysis is not defined for it (weight-based analyses are)")
+            f"norm-based analysis is not defined for it (weight-based analyses are)"
+        )
     norm = getattr(module, "output_norm_name", "none")
     if norm != "none" and not allow_output_norm:
         raise ValueError(
@@ -57,7 +60,8 @@ def check_decomposable(module, allow_output_norm: bool = False) -> None:
             f"{norm!r} to the concatenated heads before out_proj, so its output is not "
             f"Σ_h α_h f_h(x) (Kobayashi et al. Eq. 10) and the norms would not be those of "
             f"its summands; pass allow_output_norm=True (--allow-output-norm) to get the norms "
-            f"of the pre-norm vectors anyway")
+            f"of the pre-norm vectors anyway"
+        )
 
 
 def model_decomposition(model, kinds: Iterable[str] = KINDS, allow_output_norm: bool = False) -> bool:
@@ -79,8 +83,7 @@ def head_output_blocks(module) -> torch.Tensor:
     weight = module.out_proj.weight  # (embed_out, embed_in = heads * head_dim)
     heads, d = module.num_heads, module.head_dim
     if weight.shape[1] != heads * d:
-        raise ValueError(f"out_proj takes {weight.shape[1]} inputs, expected heads x head_dim "
-                         f"= {heads} x {d}")
+        raise ValueError(f"out_proj takes {weight.shape[1]} inputs, expected heads x head_dim = {heads} x {d}")
     return weight.detach().view(weight.shape[0], heads, d).permute(1, 2, 0)
 
 
@@ -95,8 +98,10 @@ def value_transforms(module, values: torch.Tensor, allow_output_norm: bool = Fal
     check_decomposable(module, allow_output_norm)
     heads, d = module.num_heads, module.head_dim
     if values.dim() != 3 or values.shape[0] % heads or values.shape[2] != d:
-        raise ValueError(f"values must be (bsz*heads, src, head_dim) with heads={heads}, "
-                         f"head_dim={d}; got shape {tuple(values.shape)}")
+        raise ValueError(
+            f"values must be (bsz*heads, src, head_dim) with heads={heads}, "
+            f"head_dim={d}; got shape {tuple(values.shape)}"
+        )
     v = values.detach().view(values.shape[0] // heads, heads, values.shape[1], d)
     dtype = torch.promote_types(v.dtype, torch.float32)
     blocks = head_output_blocks(module).to(dtype)
@@ -114,9 +119,9 @@ class NormStatistics:
     layer: torch.Tensor
 
 
-def norm_statistics(weights: torch.Tensor, f: torch.Tensor,
-                    masked_heads: Sequence[int] = (),
-                    head_keep: Optional[torch.Tensor] = None) -> NormStatistics:
+def norm_statistics(
+    weights: torch.Tensor, f: torch.Tensor, masked_heads: Sequence[int] = (), head_keep: Optional[torch.Tensor] = None
+) -> NormStatistics:
     """The three norms of the norm-based analysis for one attention module and batch.
 
     ``weights`` ``(bsz, heads, tgt, src)`` (α, invisible keys 0); ``f`` ``(bsz', heads,
@@ -132,13 +137,17 @@ def norm_statistics(weights: torch.Tensor, f: torch.Tensor,
     clamped to 0).
     """
     if weights.dim() != 4 or f.dim() != 4:
-        raise ValueError(f"weights must be (bsz, heads, tgt, src) and f (bsz, heads, src, "
-                         f"embed); got {tuple(weights.shape)} and {tuple(f.shape)}")
+        raise ValueError(
+            f"weights must be (bsz, heads, tgt, src) and f (bsz, heads, src, "
+            f"embed); got {tuple(weights.shape)} and {tuple(f.shape)}"
+        )
     bsz, heads, tgt, src = weights.shape
     fb, fh, fs, _ = f.shape
     if fh != heads or fs != src or bsz % fb:
-        raise ValueError(f"f {tuple(f.shape)} does not match weights {tuple(weights.shape)}: "
-                         f"need the same heads and src, and a batch dividing {bsz}")
+        raise ValueError(
+            f"f {tuple(f.shape)} does not match weights {tuple(weights.shape)}: "
+            f"need the same heads and src, and a batch dividing {bsz}"
+        )
     if torch.isnan(weights).any():
         raise ValueError("attention weights contain NaN")
     f = f.double()
@@ -155,11 +164,9 @@ def norm_statistics(weights: torch.Tensor, f: torch.Tensor,
     a = alpha * keep.view(1, heads, 1, 1)
     if head_keep is not None:
         if tuple(head_keep.shape) != (bsz, heads):
-            raise ValueError(f"head_keep must be (bsz, heads) = ({bsz}, {heads}), got "
-                             f"{tuple(head_keep.shape)}")
+            raise ValueError(f"head_keep must be (bsz, heads) = ({bsz}, {heads}), got {tuple(head_keep.shape)}")
         a = a * head_keep.to(device=a.device, dtype=a.dtype).view(bsz, heads, 1, 1)
     gram = torch.einsum("bhse,bgse->bshg", f, f)  # (bsz, src, heads, heads)
     ag = torch.einsum("bhts,bshg->bgts", a, gram)
     layer = (ag * a).sum(dim=1).clamp(min=0).sqrt()
     return NormStatistics(transformed, head, layer)
-

@@ -86,8 +86,7 @@ class NormRecorder(Collector):
         """Forget the kept sentences (a consumer that has read a batch's records)."""
         self.records = {}
 
-    def sentences(self, kind: Optional[str] = None,
-                  layer: Optional[int] = None) -> Iterator[SentenceNorms]:
+    def sentences(self, kind: Optional[str] = None, layer: Optional[int] = None) -> Iterator[SentenceNorms]:
         """All kept sentences, optionally of one kind and/or layer (e.g. to pool layers)."""
         for (k, l), recs in sorted(self.records.items()):
             if (kind is None or k == kind) and (layer is None or l == layer):
@@ -96,8 +95,11 @@ class NormRecorder(Collector):
     @staticmethod
     def _sides(kind: str) -> Tuple[str, str]:
         """(query side, key side)"""
-        return {"encoder_self": ("source", "source"), "decoder_self": ("target", "target"),
-                "cross": ("target", "source")}[kind]
+        return {
+            "encoder_self": ("source", "source"),
+            "decoder_self": ("target", "target"),
+            "cross": ("target", "source"),
+        }[kind]
 
     def _valid(self, side: str, bsz: int, length: int, kind: str) -> torch.Tensor:
         pad = self._padding[side]
@@ -108,21 +110,26 @@ class NormRecorder(Collector):
                 f"{kind} attention has bsz={bsz} and {side} length {length}, but set_batch was "
                 f"given {side} padding of shape {tuple(pad.shape)}; call set_batch with this "
                 f"batch's masks before each forward (teacher-forced passes only, not "
-                f"incremental decoding)")
+                f"incremental decoding)"
+            )
         return ~pad
 
     def collect(self, site: AttentionSite, inter: Intermediates) -> None:
         if site.kind not in self.kinds:
             return
         if self._padding is None:
-            raise ValueError("NormRecorder needs the batch's padding: call "
-                             "set_batch(Batch(source_padding, target_padding)) before each forward")
+            raise ValueError(
+                "NormRecorder needs the batch's padding: call "
+                "set_batch(Batch(source_padding, target_padding)) before each forward"
+            )
         weights, values, mask = inter.weights, inter.values, inter.mask
         module = self._modules[site.name]
         if module.training and module.dropout_module.p > 0:
-            raise ValueError(f"{site.name} is in training mode with attention dropout "
-                             f"{module.dropout_module.p}: the recorded weights are not the ones "
-                             f"used; call model.eval() before recording norms")
+            raise ValueError(
+                f"{site.name} is in training mode with attention dropout "
+                f"{module.dropout_module.p}: the recorded weights are not the ones "
+                f"used; call model.eval() before recording norms"
+            )
         f = value_transforms(module, values, self.allow_output_norm)
         bsz, heads, tgt, src = weights.shape
         pruned = None
@@ -133,22 +140,26 @@ class NormRecorder(Collector):
                     f"{site.name} prunes redundant heads per sentence (RHE) but the recorded "
                     f"call returned no (bsz, heads) = ({bsz}, {heads}) decision "
                     f"(redundant is {None if pruned is None else tuple(pruned.shape)}); "
-                    f"the layer norm cannot leave the pruned heads out")
+                    f"the layer norm cannot leave the pruned heads out"
+                )
             pruned = pruned.detach().bool()
-        stats = norm_statistics(weights, f, getattr(module, "masked_heads", ()),
-                                None if pruned is None else ~pruned)
+        stats = norm_statistics(weights, f, getattr(module, "masked_heads", ()), None if pruned is None else ~pruned)
         qside, kside = self._sides(site.kind)
         qvalid = self._valid(qside, bsz, tgt, site.kind)
         kvalid = self._valid(kside, bsz, src, site.kind)
-        hidden = (torch.zeros(bsz, 1, tgt, src, dtype=torch.bool) if mask is None
-                  else mask.bool().cpu().expand(bsz, 1, tgt, src))
+        hidden = (
+            torch.zeros(bsz, 1, tgt, src, dtype=torch.bool)
+            if mask is None
+            else mask.bool().cpu().expand(bsz, 1, tgt, src)
+        )
         pad_keys_seen = ~kvalid & ~hidden[:, 0].all(dim=1)  # (bsz, src)
         if pad_keys_seen.any():
             b, s = (int(i) for i in pad_keys_seen.nonzero()[0])
             raise ValueError(
                 f"set_batch says key {s} of sentence {b} is padding, but the {site.kind} "
                 f"attention at layer {site.layer} lets queries see it: the padding masks do "
-                f"not belong to this batch")
+                f"not belong to this batch"
+            )
         weights, hidden = weights.cpu(), hidden[:, 0]
         transformed, head, layer = (t.cpu() for t in (stats.transformed, stats.head, stats.layer))
         out = self.records.setdefault((site.kind, site.layer), [])
@@ -156,23 +167,31 @@ class NormRecorder(Collector):
             q = qvalid[b].nonzero().squeeze(1)
             k = kvalid[b].nonzero().squeeze(1)
             qt, kt = self._tokens[qside], self._tokens[kside]
-            out.append(SentenceNorms(
-                sentence=b, batch=self._batches,
-                weights=weights[b][:, q][:, :, k].float(),
-                transformed=transformed[b][:, k].float(),
-                head=head[b][:, q][:, :, k].float(),
-                layer=layer[b][q][:, k].float(),
-                visible=~hidden[b][q][:, k],
-                query_tokens=None if qt is None else qt[b, q],
-                key_tokens=None if kt is None else kt[b, k],
-                pruned=None if pruned is None else pruned[b].cpu(),
-            ))
+            out.append(
+                SentenceNorms(
+                    sentence=b,
+                    batch=self._batches,
+                    weights=weights[b][:, q][:, :, k].float(),
+                    transformed=transformed[b][:, k].float(),
+                    head=head[b][:, q][:, :, k].float(),
+                    layer=layer[b][q][:, k].float(),
+                    visible=~hidden[b][q][:, k],
+                    query_tokens=None if qt is None else qt[b, q],
+                    key_tokens=None if kt is None else kt[b, k],
+                    pruned=None if pruned is None else pruned[b].cpu(),
+                )
+            )
 
 
 @torch.no_grad()
-def collect_norms(model, batches, pad_idx: int, kinds: Iterable[str] = KINDS,
-                  allow_output_norm: bool = False,
-                  max_sentences: Optional[int] = None) -> NormRecorder:
+def collect_norms(
+    model,
+    batches,
+    pad_idx: int,
+    kinds: Iterable[str] = KINDS,
+    allow_output_norm: bool = False,
+    max_sentences: Optional[int] = None,
+) -> NormRecorder:
     """Teacher-forced passes over fairseq ``batches`` (samples with ``net_input``) in eval
     mode; padding from ``pad_idx``; tokens kept for :func:`.statistics.category_spearman`."""
     norms = NormRecorder(model, kinds, allow_output_norm)

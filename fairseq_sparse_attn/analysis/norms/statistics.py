@@ -85,8 +85,9 @@ def dictionary_categorizer(dictionary, categorize: Callable[[str], Hashable] = t
     return lambda token: categorize(dictionary[int(token)])
 
 
-def category_values(sentences: Iterable[SentenceNorms], categorize: Callable[[int], Hashable],
-                    unit: str = "pair") -> Dict[Hashable, Tuple[torch.Tensor, torch.Tensor]]:
+def category_values(
+    sentences: Iterable[SentenceNorms], categorize: Callable[[int], Hashable], unit: str = "pair"
+) -> Dict[Hashable, Tuple[torch.Tensor, torch.Tensor]]:
     """The (α, ‖f(x)‖) values :func:`category_spearman` correlates, per key category.
 
     * ``unit="pair"``: one value per head h, real query i and key j *visible* to i:
@@ -102,8 +103,10 @@ def category_values(sentences: Iterable[SentenceNorms], categorize: Callable[[in
     norms: Dict[Hashable, List[torch.Tensor]] = {}
     for n, rec in enumerate(sentences):
         if rec.key_tokens is None:
-            raise ValueError(f"sentence {n} has no key tokens: give set_batch the tokens "
-                             f"(source_tokens, target_tokens) to categorize keys")
+            raise ValueError(
+                f"sentence {n} has no key tokens: give set_batch the tokens "
+                f"(source_tokens, target_tokens) to categorize keys"
+            )
         labels = [categorize(int(t)) for t in rec.key_tokens]
         visible = rec.visible.unsqueeze(0).expand_as(rec.weights)
         for label in set(labels):
@@ -123,8 +126,9 @@ def category_values(sentences: Iterable[SentenceNorms], categorize: Callable[[in
     return {label: (torch.cat(alphas[label]), torch.cat(norms[label])) for label in alphas}
 
 
-def category_spearman(sentences: Iterable[SentenceNorms], categorize: Callable[[int], Hashable],
-                      unit: str = "pair") -> Dict[Hashable, CategoryCorrelation]:
+def category_spearman(
+    sentences: Iterable[SentenceNorms], categorize: Callable[[int], Hashable], unit: str = "pair"
+) -> Dict[Hashable, CategoryCorrelation]:
     """Kobayashi et al. §4.2 / Table 2: per category of the key token, Spearman's ρ
     between the attention weight α and ‖f(x)‖, pooled over everything passed in
     (sentences, and the heads and layers they come from: chain the records of several
@@ -137,8 +141,10 @@ def category_spearman(sentences: Iterable[SentenceNorms], categorize: Callable[[
     first averages α over the queries, as App. D.2's text describes.  See
     :func:`category_values`.
     """
-    return {label: CategoryCorrelation(spearman(a, f), int(a.numel()))
-            for label, (a, f) in category_values(sentences, categorize, unit).items()}
+    return {
+        label: CategoryCorrelation(spearman(a, f), int(a.numel()))
+        for label, (a, f) in category_values(sentences, categorize, unit).items()
+    }
 
 
 class NormSummary(NormRecorder):
@@ -148,8 +154,7 @@ class NormSummary(NormRecorder):
     and heads of a kind and per layer (``unit`` as :func:`category_spearman`).  A
     :class:`NormRecorder` that pools each batch's sentences at :meth:`end_batch`."""
 
-    def __init__(self, model, categorize, kinds=KINDS, allow_output_norm: bool = False,
-                 unit: str = "pair"):
+    def __init__(self, model, categorize, kinds=KINDS, allow_output_norm: bool = False, unit: str = "pair"):
         """``categorize``: key token id -> label, or ``{kind: that function}`` (the keys of
         decoder self-attention are target tokens, the others source tokens)."""
         super().__init__(model, kinds, allow_output_norm)
@@ -163,8 +168,9 @@ class NormSummary(NormRecorder):
         for key, recs in self.records.items():
             heads = recs[0].weights.shape[0]
             self.heads[key] = heads
-            s = self.sums.setdefault(key, {n: torch.zeros(heads, dtype=torch.float64) for n in
-                                           ("f", "keys", "alpha", "alpha_f", "pairs")})
+            s = self.sums.setdefault(
+                key, {n: torch.zeros(heads, dtype=torch.float64) for n in ("f", "keys", "alpha", "alpha_f", "pairs")}
+            )
             s.setdefault("layer", torch.zeros((), dtype=torch.float64))
             for rec in recs:
                 vis = rec.visible.unsqueeze(0).double()  # (1, tgt, src)
@@ -184,9 +190,12 @@ class NormSummary(NormRecorder):
         for label in sorted(chunks, key=str):
             a = torch.cat([c[0] for c in chunks[label]])
             f = torch.cat([c[1] for c in chunks[label]])
-            out[str(label)] = {"rho": spearman(a, f), "count": int(a.numel()),
-                               "mean_alpha": float(a.mean()) if a.numel() else None,
-                               "mean_f_norm": float(f.mean()) if f.numel() else None}
+            out[str(label)] = {
+                "rho": spearman(a, f),
+                "count": int(a.numel()),
+                "mean_alpha": float(a.mean()) if a.numel() else None,
+                "mean_f_norm": float(f.mean()) if f.numel() else None,
+            }
         return out
 
     def results(self) -> Dict:
@@ -197,7 +206,8 @@ class NormSummary(NormRecorder):
             s = self.sums[key]
             pairs = s["pairs"].clamp(min=1)
             entry = {
-                "layer": layer, "heads": self.heads[key],
+                "layer": layer,
+                "heads": self.heads[key],
                 "f_norm": (s["f"] / s["keys"].clamp(min=1)).tolist(),
                 "alpha": (s["alpha"] / pairs).tolist(),
                 "alpha_f_norm": (s["alpha_f"] / pairs).tolist(),
@@ -207,5 +217,4 @@ class NormSummary(NormRecorder):
             layers.setdefault(kind, []).append(entry)
             for label, chunks in self.values.get(key, {}).items():
                 pooled.setdefault(kind, {}).setdefault(label, []).extend(chunks)
-        return {"layers": layers,
-                "spearman": {kind: self._correlations(chunks) for kind, chunks in pooled.items()}}
+        return {"layers": layers, "spearman": {kind: self._correlations(chunks) for kind, chunks in pooled.items()}}

@@ -32,8 +32,8 @@ class GaussianLocalness(BiasProvider):
         self.center = nn.Parameter(torch.empty(head_dim))
         self.window = nn.Parameter(torch.empty(head_dim))
         nn.init.xavier_uniform_(self.proj.weight)
-        nn.init.normal_(self.center, std=head_dim ** -0.5)
-        nn.init.normal_(self.window, std=head_dim ** -0.5)
+        nn.init.normal_(self.center, std=head_dim**-0.5)
+        nn.init.normal_(self.window, std=head_dim**-0.5)
 
     def center_and_sigma(self, q, valid):
         """P_i and σ_i, each (bsz, heads, T), from the scaled query q."""
@@ -47,5 +47,5 @@ class GaussianLocalness(BiasProvider):
         center, sigma = self.center_and_sigma(q, ctx.valid)
         position = (ctx.valid.long().cumsum(dim=1) - 1).float()  # j within the sentence
         distance = position.view(position.size(0), 1, 1, -1) - center.unsqueeze(-1)
-        variance = (sigma ** 2).clamp(min=LOCALNESS_MIN_VARIANCE).unsqueeze(-1)
-        return -distance ** 2 / (2 * variance), None
+        variance = (sigma**2).clamp(min=LOCALNESS_MIN_VARIANCE).unsqueeze(-1)
+        return -(distance**2) / (2 * variance), None

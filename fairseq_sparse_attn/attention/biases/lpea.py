@@ -37,7 +37,7 @@ class LocalPhraseBias(BiasProvider):
         nn.init.xavier_uniform_(self.rel_embed)
         nn.init.xavier_uniform_(self.proj.weight)
         nn.init.zeros_(self.proj.bias)
-        nn.init.normal_(self.out, std=head_dim ** -0.5)
+        nn.init.normal_(self.out, std=head_dim**-0.5)
 
     def forward(self, q, ctx):
         rp = ctx.src_rp.long()

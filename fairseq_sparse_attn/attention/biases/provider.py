@@ -24,33 +24,36 @@ def register_bias(name: str) -> Callable[[T], T]:
     return BIAS_REGISTRY.register(name)
 
 
-def build_bias(name: str, num_heads: int, head_dim: int,
-               config: BiasProviderConfig = BiasProviderConfig()) -> nn.Module:
+def build_bias(
+    name: str, num_heads: int, head_dim: int, config: BiasProviderConfig = BiasProviderConfig()
+) -> nn.Module:
     return BIAS_REGISTRY.get_or_raise(name)(num_heads=num_heads, head_dim=head_dim, config=config)
 
 
-def check_source_annotations(valid: Tensor, src_dep: Optional[Tensor] = None,
-                             src_rp: Optional[Tensor] = None):
+def check_source_annotations(valid: Tensor, src_dep: Optional[Tensor] = None, src_rp: Optional[Tensor] = None):
     """Check the syntax annotations of a batch against its real tokens ``valid`` (bsz, T):
     shapes (bsz, T, T), dtypes, and that every real token is related to itself (DEA/RHE:
     dep_ii; LPEA: RP_ii in the local phrase), so no attention row can lose all its keys."""
     bsz, length = valid.shape
     for name, value in (("src_dep", src_dep), ("src_rp", src_rp)):
         if value is not None and tuple(value.shape) != (bsz, length, length):
-            raise ValueError(f"{name} has shape {tuple(value.shape)}, expected (bsz, T, T) = "
-                             f"({bsz}, {length}, {length}), padded like src_tokens")
+            raise ValueError(
+                f"{name} has shape {tuple(value.shape)}, expected (bsz, T, T) = "
+                f"({bsz}, {length}, {length}), padded like src_tokens"
+            )
     if src_dep is not None:
         if src_dep.dtype != torch.bool:
             raise ValueError(f"src_dep must be a bool tensor, got {src_dep.dtype}")
         if not bool((src_dep.diagonal(dim1=1, dim2=2) | ~valid).all()):
-            raise ValueError("src_dep must relate every real token (EOS included) to itself "
-                             "(dep[b, i, i] = True)")
+            raise ValueError("src_dep must relate every real token (EOS included) to itself (dep[b, i, i] = True)")
     if src_rp is not None:
         if src_rp.dtype.is_floating_point or src_rp.dtype == torch.bool:
             raise ValueError(f"src_rp must be an integer tensor, got {src_rp.dtype}")
         if not bool(((src_rp.diagonal(dim1=1, dim2=2) != NO_PHRASE) | ~valid).all()):
-            raise ValueError("src_rp must put every real token (EOS included) in its own local "
-                             f"phrase (rp[b, i, i] != NO_PHRASE = {NO_PHRASE})")
+            raise ValueError(
+                "src_rp must put every real token (EOS included) in its own local "
+                f"phrase (rp[b, i, i] != NO_PHRASE = {NO_PHRASE})"
+            )
 
 
 @dataclass
@@ -77,10 +80,13 @@ class BiasContext:
                     f"this attention needs {name} for each batch (syntax-enhanced attention / "
                     "RHE): train and generate with --task parse_annotated_translation, whose "
                     f"collater puts {name} in net_input; the plugin's encoder hands it to the "
-                    "attention modules")
+                    "attention modules"
+                )
             if tuple(value.shape) != (bsz, length, length):
-                raise ValueError(f"{name} has shape {tuple(value.shape)}, expected "
-                                 f"(bsz, T, T) = ({bsz}, {length}, {length}), padded like src_tokens")
+                raise ValueError(
+                    f"{name} has shape {tuple(value.shape)}, expected "
+                    f"(bsz, T, T) = ({bsz}, {length}, {length}), padded like src_tokens"
+                )
         return ctx
 
     def real_query_rows(self, hide: Tensor) -> Tensor:
