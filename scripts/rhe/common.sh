@@ -16,7 +16,7 @@ MAX_UPDATE="${MAX_UPDATE:-100000}"
 rhe_check() {
   [[ -f "$FSA_REPO/data_prep/parse_source.py" ]] || fsa_die "data_prep/parse_source.py not found: the RHE scripts \
 need the syntax branch (source parsing, --task parse_annotated_translation, --arch rhe_transformer_wmt_en_de)"
-  fsa_require "import fairseq_sparse_attn
+  fsa_require "import fairseq_sparse_attn.plugin
 from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.tasks import TASK_REGISTRY
 assert 'rhe_transformer_wmt_en_de' in ARCH_MODEL_REGISTRY and 'parse_annotated_translation' in TASK_REGISTRY" \

@@ -329,9 +329,9 @@ def test_model_and_data_dictionary_sizes_differ(tiny, rela_checkpoint, tmp_path)
     one_line_error(
         proc,
         "fsa-generate: error: ",
-        f"{data / 'dict.de.txt'} has {size} entries",
-        "encoder.embed_tokens.weight has",
-        "binarized with other dictionaries",
+        f"{data / 'dict.de.txt'} is not the source dictionary",
+        f"it has {size} entries, the checkpoint's had",
+        "Use the data-bin the model was trained on",
     )
     assert "H-" not in text(proc)[0]
 
