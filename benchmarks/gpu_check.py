@@ -40,7 +40,6 @@ sys.path.insert(0, str(REPO / "tests"))
 from fairseq import utils  # noqa: E402
 from fairseq.data import Dictionary  # noqa: E402
 
-import fairseq_sparse_attn  # noqa: E402,F401
 import fairseq_sparse_attn.plugin  # noqa: E402,F401
 from fairseq_sparse_attn.attention import SparseMultiheadAttention  # noqa: E402
 from fairseq_sparse_attn.attention.config import (  # noqa: E402

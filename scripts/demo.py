@@ -487,7 +487,6 @@ def quiet_fairseq():
 def load(checkpoint, data_bin):
     from fairseq import checkpoint_utils
 
-    import fairseq_sparse_attn  # noqa: F401
     import fairseq_sparse_attn.plugin  # noqa: F401
 
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(

@@ -65,7 +65,6 @@ def supported_architectures() -> Tuple[List[str], List[str]]:
     from fairseq.models import ARCH_MODEL_REGISTRY
     from fairseq.models.transformer import TransformerModel
 
-    import fairseq_sparse_attn  # noqa: F401  (registers the plugin)
     import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin)
 
     from ..models.sparse_transformer import SparseTransformerModel
@@ -150,7 +149,6 @@ def load_checkpoint(
     """
     from fairseq import tasks
 
-    import fairseq_sparse_attn  # noqa: F401  (registers the plugin; torch>=2.6 loading fix)
     import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin; torch>=2.6 loading fix)
 
     overrides = {**(model_overrides or {}), "data": data}

@@ -31,7 +31,6 @@ def test_config_loads_and_names_exist(path):
     from fairseq.optim.lr_scheduler import LR_SCHEDULER_REGISTRY
     from fairseq.tasks import TASK_DATACLASS_REGISTRY, TASK_REGISTRY
 
-    import fairseq_sparse_attn  # noqa: F401  (registers the plugin)
     import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin)
 
     cfg = OmegaConf.load(path)

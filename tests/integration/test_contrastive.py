@@ -373,7 +373,6 @@ def checkpoint(tmp_path_factory):
     from fairseq import checkpoint_utils, options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-    import fairseq_sparse_attn  # noqa: F401
     import fairseq_sparse_attn.plugin  # noqa: F401
 
     root = tmp_path_factory.mktemp("contrastive_cli")

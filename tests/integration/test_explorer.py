@@ -77,7 +77,7 @@ def pages(tmp_path_factory):
 def load_model(name):
     from fairseq import checkpoint_utils
 
-    import fairseq_sparse_attn  # noqa: F401  (registers the plugin)
+    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin)
 
     models, _, task = checkpoint_utils.load_model_ensemble_and_task(
         [str(FIXTURES / f"{name}.pt")], arg_overrides={"data": str(DATA)}
@@ -376,8 +376,10 @@ def test_bertviz_inputs_through_the_hub_interface():
     """docs/analysis.md's notebook example, on a fixture checkpoint."""
     from fairseq.models.transformer import TransformerModel
 
+    import fairseq_sparse_attn
+
     hub = TransformerModel.from_pretrained(
-        str(FIXTURES), "rela_g.pt", data_name_or_path=str(DATA), user_dir=str(REPO / "fairseq_sparse_attn")
+        str(FIXTURES), "rela_g.pt", data_name_or_path=str(DATA), user_dir=fairseq_sparse_attn.user_dir()
     )
     inputs = bertviz_inputs(hub.models[0], hub.src_dict, hub.tgt_dict, SOURCE[1], TARGET[1])
     direct, _ = recorded("rela_g", 1)

@@ -29,7 +29,7 @@ def demo_module():
 def load(name):
     from fairseq import checkpoint_utils
 
-    import fairseq_sparse_attn  # noqa: F401
+    import fairseq_sparse_attn.plugin  # noqa: F401
 
     models, _, task = checkpoint_utils.load_model_ensemble_and_task(
         [str(FIXTURES / f"{name}.pt")], arg_overrides={"data": str(DATA)}

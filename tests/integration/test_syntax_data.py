@@ -798,7 +798,6 @@ def write_side(d: Path, split, dep_lines=DEP_LINES, tree_lines=TREE_LINES):
 def make_task(databin, *extra):
     from fairseq import options, tasks
 
-    import fairseq_sparse_attn  # noqa: F401  (registers the task)
     import fairseq_sparse_attn.plugin  # noqa: F401  (registers the task)
 
     parser = options.get_training_parser()

@@ -128,7 +128,7 @@ def parsed(cmd):
     """fairseq-train's own reading of a command line."""
     from fairseq import options
 
-    import fairseq_sparse_attn  # noqa: F401
+    import fairseq_sparse_attn.plugin  # noqa: F401
 
     parser = options.get_training_parser()
     return options.parse_args_and_arch(parser, input_args=[str(c) for c in cmd[3:]])

@@ -45,7 +45,6 @@ def test_every_required_configuration_has_a_fixture():
 def test_fixture_checkpoint_reproduces_its_outputs(name):
     from fairseq import checkpoint_utils
 
-    import fairseq_sparse_attn  # noqa: F401  (registers the plugin)
     import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin)
 
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
@@ -66,7 +65,6 @@ def test_fixture_checkpoint_reproduces_its_outputs(name):
 def _load(name):
     from fairseq import checkpoint_utils
 
-    import fairseq_sparse_attn  # noqa: F401  (registers the plugin)
     import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin)
 
     models, _, _ = checkpoint_utils.load_model_ensemble_and_task(

@@ -171,7 +171,7 @@ def state_of(arch):
 
 
 def test_plugin_overrides_refused_for_a_stock_model():
-    import fairseq_sparse_attn  # noqa: F401  (registers the plugin's architectures)
+    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin's architectures)
 
     with pytest.raises(
         UsageError,
