@@ -37,7 +37,8 @@ fsa_die() { echo "[$(basename "$0" .sh)] error: $*" >&2; exit 1; }
 # fsa_watched KIND LABEL OUT ERR CMD...: runs CMD in the foreground with stdout in OUT and
 # stderr in ERR (the same file when OUT == ERR) while fairseq_sparse_attn/tools/progress.py
 # prints a status line on stderr every $FSA_STATUS_INTERVAL s (default 20): updates
-# (KIND train) or sentences (KIND generate) done of the total, rate, time left.  Returns
+# (KIND train) or sentences (KIND generate) done of the total, rate, time left; on a
+# terminal, fairseq's tqdm progress bar with the same figures instead.  Returns
 # CMD's exit status.  The watcher also ends by itself when this shell ends (Ctrl-C).
 fsa_watched() {
   local kind=$1 label=$2 out=$3 err=$4; shift 4

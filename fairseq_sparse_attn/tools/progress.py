@@ -89,6 +89,13 @@ def status_line(label, kind, done, total, elapsed, what="", stale=0.0):
     return head + f"{count}, {rate:.2f} {units}/s{left}, {duration(elapsed)} elapsed"
 
 
+def _is_terminal(stream):
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 class Watcher:
     """Prints a status line of ``kind`` read from ``logs`` every ``interval`` seconds
     until :meth:`stop` (use as a context manager around the run)."""
@@ -132,8 +139,32 @@ class Watcher:
         )
 
     def _loop(self):
+        stream = self.stream or sys.stderr
+        if _is_terminal(stream):
+            return self._bar_loop(stream)
         while not self._stop.wait(self.interval):
-            print(self.line(), file=self.stream or sys.stderr, flush=True)
+            print(self.line(), file=stream, flush=True)
+
+    def _bar_loop(self, stream):
+        """On a terminal: the progress bar fairseq draws with ``--log-format tqdm`` (tqdm:
+        count of total, rate, time left), refreshed every second from the log, instead of a
+        status line every ``interval`` seconds."""
+        from tqdm import tqdm
+
+        unit = "update" if self.kind == "train" else "sentence"
+        desc = f"{self.label} {'training' if self.kind == 'train' else 'translating'}"
+        bar = tqdm(total=self.total, desc=desc, unit=unit, file=stream, dynamic_ncols=True, mininterval=0)
+        try:
+            while not self._stop.wait(min(self.interval, 1.0)):
+                done, total = COUNTERS[self.kind](self.read())
+                total = self.total or total
+                if total and bar.total != total:
+                    bar.total = total
+                if done > bar.n:
+                    bar.update(done - bar.n)
+                bar.refresh()
+        finally:
+            bar.close()
 
     def start(self):
         self.start_time = self.clock()

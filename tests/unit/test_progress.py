@@ -75,3 +75,29 @@ def test_watcher_prints_at_every_interval(tmp_path):
     assert w.line() == "[m] training: update 40/250 (16%), 0.50 updates/s, about 7m00s left, 1m20s elapsed"
     now[0] = 190.0  # 10 s on, no new line: the same rate, 10 s less left
     assert w.line() == "[m] training: update 40/250 (16%), 0.50 updates/s, about 6m50s left, 1m30s elapsed"
+
+
+def test_watcher_on_a_terminal_draws_the_tqdm_bar(tmp_path):
+    """On a TTY the watcher draws tqdm's bar (what fairseq-train --log-format tqdm shows):
+    the count of the total read from the log, not status lines."""
+    log = tmp_path / "train.log"
+    log.write_text(TRAIN_LOG)
+    drawn = threading.Event()
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+        def write(self, s):
+            if "40/250" in s:
+                drawn.set()
+            return super().write(s)
+
+    term = Terminal()
+    w = Watcher(log, "train", "m", interval=0.05, stream=term)
+    w.start()
+    assert drawn.wait(5)
+    w.stop()
+    text = term.getvalue()
+    assert "m training" in text and "40/250" in text and "update" in text
+    assert "[m] training: update" not in text  # no status lines on a terminal
