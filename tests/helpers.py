@@ -128,3 +128,39 @@ def attention_config(
         biases=BiasesConfig(providers, rhe),
         init=init,
     )
+
+
+# fsa-train flags of a tiny model (1+1 layers, d 32) trained for 2 updates: the user-error
+# and trust tests only need a run that starts, saves and ends
+TINY_TRAIN_ARGS = [
+    "--encoder-layers",
+    "1",
+    "--decoder-layers",
+    "1",
+    "--encoder-embed-dim",
+    "32",
+    "--decoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--decoder-ffn-embed-dim",
+    "64",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+    "--share-all-embeddings",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "1e-3",
+    "--max-tokens",
+    "1000",
+    "--num-workers",
+    "0",
+    "--log-format",
+    "simple",
+    "--no-epoch-checkpoints",
+    "--max-update",
+    "2",
+]

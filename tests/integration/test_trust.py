@@ -21,42 +21,13 @@ import torch
 
 from fairseq_sparse_attn.writers import writer_of
 
+from helpers import TINY_TRAIN_ARGS  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "checkpoints"
 HOST = socket.gethostname()
 LOCK = ".fsa-train.lock"
-TINY = [
-    "--encoder-layers",
-    "1",
-    "--decoder-layers",
-    "1",
-    "--encoder-embed-dim",
-    "32",
-    "--decoder-embed-dim",
-    "32",
-    "--encoder-ffn-embed-dim",
-    "64",
-    "--decoder-ffn-embed-dim",
-    "64",
-    "--encoder-attention-heads",
-    "2",
-    "--decoder-attention-heads",
-    "2",
-    "--share-all-embeddings",
-    "--optimizer",
-    "adam",
-    "--lr",
-    "1e-3",
-    "--max-tokens",
-    "1000",
-    "--num-workers",
-    "0",
-    "--log-format",
-    "simple",
-    "--no-epoch-checkpoints",
-    "--max-update",
-    "2",
-]
+TINY = list(TINY_TRAIN_ARGS)
 
 
 def env():
