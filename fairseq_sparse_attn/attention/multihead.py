@@ -21,10 +21,13 @@ patterns (Raganato et al. 2020) and only the remaining heads have query/key proj
 ``masked_heads`` zeroes chosen heads; ``config.biases`` (:mod:`.biases`) add to the scores
 of every head, or with RHE (:mod:`.rhe`) only of the heads found redundant per sentence.
 
-A call without gradients, dropout or analysis on a module with a plain
-pipeline (learned heads, no biases, not softmax) skips the call description and backend
-choice: :func:`~.inference_call.inference_call` does the same operations directly (decoding
-one sentence at a time is mostly such calls on tiny tensors).
+The projections and fairseq's incremental cache belong to the module's
+:class:`~.call_plan.CallPlan` (built once, kept with the spec): every non-stock call is
+``plan.project(...)`` and then either :func:`~.core.attend` or, for a call without
+gradients, dropout or analysis on a module with a plain pipeline (learned heads, no biases,
+not softmax), the plan's inference call, which does the same operations without describing
+the call or choosing a backend (decoding one sentence at a time is mostly such calls on tiny
+tensors).
 
 With the softmax activation, no output norm and learned heads only the module
 *is* stock fairseq: it delegates to :class:`fairseq.modules.MultiheadAttention`
@@ -43,10 +46,10 @@ from torch import Tensor
 from . import mask_cache
 from .activations import build_activation
 from .biases import BiasProvider, build_bias
+from .call_plan import CallPlan, build_plan, hiding_mask_only
 from .config import AttentionConfig, BiasesConfig
 from .core import AttendSpec, AttentionInputs, _scores, attend, backend_names, is_stock
 from .heads import FixedPatternHeads, HeadPlan, MaskedHeads, RedundantHeads
-from .inference_call import InferencePlan, build_plan, hiding_mask_only, inference_call, serves
 from .intermediates import deliver, wanted
 from .output_norms import build_output_norm
 from .rhe import RHE_NEEDS, RedundantHeadIdentifier
@@ -155,8 +158,8 @@ class SparseMultiheadAttention(MultiheadAttention):
         if init == "rela_official":
             self.apply_rela_official_init()
 
-    #: attributes that :meth:`spec` and :attr:`is_stock` read: setting one drops the cached
-    #: spec (a bias provider added to ``biases`` in place is not seen: rebuild the module)
+    #: attributes that :meth:`spec`, :attr:`is_stock` and the call plan read: setting one
+    #: drops the cached spec and plan (a bias provider added to ``biases`` in place is not seen: rebuild the module)
     SPEC_ATTRIBUTES = frozenset(
         {
             "activation",
@@ -176,6 +179,7 @@ class SparseMultiheadAttention(MultiheadAttention):
             "output_norm",
             "bias_k",
             "add_zero_attn",
+            "_incremental_state_id",  # the plan's cache key
         }
     )
 
@@ -184,8 +188,8 @@ class SparseMultiheadAttention(MultiheadAttention):
         if name in SparseMultiheadAttention.SPEC_ATTRIBUTES:
             self.__dict__["_spec_cache"] = None
 
-    def _spec_and_stock(self) -> Tuple[AttendSpec, bool, Optional[InferencePlan]]:
-        """(spec, is_stock, the inference call's plan or None), built once and kept until an
+    def _spec_and_stock(self) -> Tuple[AttendSpec, bool, CallPlan]:
+        """(spec, is_stock, the call plan), built once and kept until an
         attribute they read is set (a decoding step calls every attention module per
         token; rebuilding them each call was a visible share of a batch-1 step)."""
         cached = self.__dict__.get("_spec_cache")
@@ -296,91 +300,6 @@ class SparseMultiheadAttention(MultiheadAttention):
             if proj is not None and proj.bias is not None:
                 torch.nn.init.zeros_(proj.bias)
 
-    # ------------------------------------------------------------------ projections
-    def _project(
-        self,
-        query: Tensor,
-        key: Optional[Tensor],
-        value: Optional[Tensor],
-        key_padding_mask: Optional[Tensor],
-        incremental_state,
-        static_kv: bool,
-        attn_mask: Optional[Tensor],
-    ):
-        """q, k, v in (batch*heads, len, head_dim) + updated masks; maintains the cache
-        exactly as stock fairseq (``prev_key``, ``prev_value``, ``prev_key_padding_mask``)."""
-        tgt_len, bsz, _ = query.size()
-        if incremental_state is not None:
-            saved_state = self._get_input_buffer(incremental_state)
-            if saved_state is not None and "prev_key" in saved_state and static_kv:
-                # static (encoder) keys/values are cached: do not recompute
-                key = value = None
-        else:
-            saved_state = None
-
-        q = self.q_proj(query) if self.q_proj is not None else None
-        if self.self_attention:
-            k = self.k_proj(query) if self.k_proj is not None else None
-            v = self.v_proj(query)
-        elif key is None:
-            k = v = None
-        else:
-            beam_size = getattr(self, "beam_size", 1)
-            if self.encoder_decoder_attention and beam_size > 1 and bsz == key.size(1):
-                # key is [T, bsz*beam, C]: keep one copy per sentence (stock optimisation)
-                key = key.view(key.size(0), -1, beam_size, key.size(2))[:, :, 0, :]
-                value = key
-                if key_padding_mask is not None:
-                    key_padding_mask = key_padding_mask.view(-1, beam_size, key_padding_mask.size(1))[:, 0, :]
-            k = self.k_proj(key)  # type: ignore[misc]  # only fixed-pattern self-attention has none
-            v = self.v_proj(key if self.encoder_decoder_attention else value)
-        if q is not None:
-            q = q * self.scaling
-
-        if self.bias_k is not None:
-            k, v, attn_mask, key_padding_mask = self._add_bias(k, v, attn_mask, key_padding_mask, bsz)
-
-        qk_heads = self.num_learned_heads  # = num_heads unless some heads are fixed
-        if q is not None:
-            q = q.contiguous().view(tgt_len, bsz * qk_heads, self.head_dim).transpose(0, 1)
-        kv_bsz = bsz
-        if v is not None:
-            kv_bsz = v.size(1)
-        if k is not None:
-            k = k.contiguous().view(-1, kv_bsz * qk_heads, self.head_dim).transpose(0, 1)
-        if v is not None:
-            v = v.contiguous().view(-1, kv_bsz * self.num_heads, self.head_dim).transpose(0, 1)
-
-        if saved_state is not None:
-            if "prev_key" in saved_state:
-                prev_key = saved_state["prev_key"]
-                kv_bsz = prev_key.size(0)
-                prev_key = prev_key.view(kv_bsz * qk_heads, -1, self.head_dim)
-                k = prev_key if static_kv else torch.cat([prev_key, k], dim=1)  # type: ignore[list-item]
-            if "prev_value" in saved_state:
-                prev_value = saved_state["prev_value"].view(kv_bsz * self.num_heads, -1, self.head_dim)
-                v = prev_value if static_kv else torch.cat([prev_value, v], dim=1)
-            key_padding_mask = MultiheadAttention._append_prev_key_padding_mask(
-                key_padding_mask=key_padding_mask,
-                prev_key_padding_mask=saved_state.get("prev_key_padding_mask"),
-                batch_size=kv_bsz,
-                src_len=v.size(1),
-                static_kv=static_kv,
-            )
-            if k is not None:
-                saved_state["prev_key"] = k.view(kv_bsz, qk_heads, -1, self.head_dim)
-            saved_state["prev_value"] = v.view(kv_bsz, self.num_heads, -1, self.head_dim)
-            saved_state["prev_key_padding_mask"] = key_padding_mask
-            self._set_input_buffer(incremental_state, saved_state)
-
-        if key_padding_mask is not None and key_padding_mask.dim() == 0:
-            key_padding_mask = None
-        if self.add_zero_attn:
-            k, v, key_padding_mask, attn_mask = self._append_zero_attn(
-                k=k, v=v, key_padding_mask=key_padding_mask, attn_mask=attn_mask
-            )
-        return q, k, v, key_padding_mask, attn_mask, kv_bsz
-
     # ------------------------------------------------------------------ masks
     def _cached(self, slot: str, tensor: Tensor, extra, compute):
         """``compute(tensor)``, remembered for that tensor (unmodified) in ``slot``.
@@ -449,12 +368,11 @@ class SparseMultiheadAttention(MultiheadAttention):
         weights, word ids, syntax annotations), from the plugin's encoder layer."""
         collect = wanted()
         _, stock, plan = self._spec_and_stock()
-        if plan is not None and serves(plan, before_softmax, collect) and hiding_mask_only(self, attn_mask):
+        if plan.serves_inline(before_softmax, collect) and hiding_mask_only(self, attn_mask):
             # inference without analysis: the materialized backend's operations without the
-            # per-call bookkeeping (attention/inference_call.py)
-            return inference_call(
+            # per-call bookkeeping (attention/call_plan.py)
+            return plan.inline_call(
                 self,
-                plan,
                 query,
                 key,
                 key_padding_mask,
@@ -494,8 +412,8 @@ class SparseMultiheadAttention(MultiheadAttention):
                 "attention biases and RHE are for encoder self-attention: no "
                 "incremental decoding, no before_softmax scores"
             )
-        q, k, v, key_padding_mask, attn_mask, kv_bsz = self._project(
-            query, key, value, key_padding_mask, incremental_state, static_kv, attn_mask
+        q, k, v, key_padding_mask, attn_mask, kv_bsz = plan.project(
+            self, query, key, value, key_padding_mask, incremental_state, static_kv, attn_mask
         )
         src_len = v.size(1)
         heads, d = self.num_heads, self.head_dim

@@ -1,13 +1,13 @@
-"""The inference call (attention/inference_call.py): the same numbers as the general
-path, bit for bit, in every kind of call it takes; the calls it must leave to the general
-path; its cached plan following the module; whole-model beam search unchanged."""
+"""The call plan (attention/call_plan.py): its inference call gives the same numbers as
+the general path, bit for bit, in every kind of call it takes; the calls it must leave to
+the general path; the plan following the module; whole-model beam search unchanged; the
+plan's projections and cache against stock fairseq's own code."""
 
 import pytest
 import torch
 from fairseq import utils
 
-import fairseq_sparse_attn.attention.inference_call as inference_call_module
-import fairseq_sparse_attn.attention.multihead as multihead
+import fairseq_sparse_attn.attention.call_plan as call_plan_module
 from fairseq_sparse_attn.attention import SparseMultiheadAttention
 from fairseq_sparse_attn.attention.intermediates import collect
 
@@ -30,13 +30,13 @@ VARIANTS = [
 def calls(monkeypatch):
     """Counts the calls that took the inference call."""
     seen = []
-    real = multihead.inference_call
+    real = call_plan_module.CallPlan.inline_call
 
-    def spy(*args, **kwargs):
-        seen.append(args[0])
-        return real(*args, **kwargs)
+    def spy(plan, module, *args, **kwargs):
+        seen.append(module)
+        return real(plan, module, *args, **kwargs)
 
-    monkeypatch.setattr(multihead, "inference_call", spy)
+    monkeypatch.setattr(call_plan_module.CallPlan, "inline_call", spy)
     return seen
 
 
@@ -213,25 +213,25 @@ def test_calls_that_need_the_general_path_do_not_take_it(calls):
     ],
 )
 def test_modules_that_need_the_general_path_have_no_plan(kw, reason):
-    from fairseq_sparse_attn.attention.inference_call import static_reason
+    from fairseq_sparse_attn.attention.call_plan import inline_reason
 
     config = dict(activation="relu", output_norm="gated_rmsnorm")
     config.update((k, kw.pop(k)) for k in list(kw) if k in ("activation", "output_norm", "masked_heads"))
     m = SparseMultiheadAttention(E, H, self_attention=True, config=attention_config(**config), **kw)
-    assert reason in static_reason(m)
-    assert m._spec_and_stock()[2] is None
+    assert reason in inline_reason(m)
+    assert m._spec_and_stock()[2].inline is False
 
 
 def test_forced_backend_and_key_blocks_have_no_plan():
     m = SparseMultiheadAttention(E, H, self_attention=True, config=attention_config("relu", "gated_rmsnorm"))
-    assert m._spec_and_stock()[2] is not None
+    assert m._spec_and_stock()[2].inline is True
     m.backend = "materialized"
-    assert m._spec_and_stock()[2] is None
+    assert m._spec_and_stock()[2].inline is False
     m.backend = "auto"
     m.key_block_size = 4
-    assert m._spec_and_stock()[2] is None
+    assert m._spec_and_stock()[2].inline is False
     m.key_block_size = 0
-    assert m._spec_and_stock()[2] is not None
+    assert m._spec_and_stock()[2].inline is True
 
 
 def test_long_calls_go_to_the_backend_auto_chooses(monkeypatch, calls):
@@ -239,14 +239,14 @@ def test_long_calls_go_to_the_backend_auto_chooses(monkeypatch, calls):
     query_block on CPU, as in the general path; with weights asked for, the materialized
     operations run."""
     chosen = []
-    real = inference_call_module.attend
+    real = call_plan_module.attend
 
     def spy(q, k, v, inputs, spec):
         out, inter = real(q, k, v, inputs, spec)
         chosen.append(inter.backend)
         return out, inter
 
-    monkeypatch.setattr(inference_call_module, "attend", spy)
+    monkeypatch.setattr(call_plan_module, "attend", spy)
     fast, general = pair("relu_scaled", "gated_rmsnorm", encoder_decoder_attention=True)
     fast.flex_min_keys = general.flex_min_keys = 6
     x, enc = torch.randn(3, 2, E), torch.randn(8, 2, E)

@@ -1,0 +1,349 @@
+"""The call plan: one per attention module, built once, the only code that projects q, k, v
+and reads or writes fairseq's incremental cache.
+
+Every call of :class:`~.multihead.SparseMultiheadAttention` that does not delegate to stock
+fairseq goes through :meth:`CallPlan.project`:
+
+    q, k, v   = projections (q scaled), in (batch * heads, len, head_dim)
+    cache     = fairseq's ``prev_key``, ``prev_value``, ``prev_key_padding_mask``, read and
+                written exactly as stock fairseq (incremental calls only: a whole-sequence
+                call never caches)
+
+and is then handed to one of two places:
+
+* :func:`~.core.attend` (the general path: gradients, dropout, analysis collectors, every
+  head policy, bias provider and backend);
+* :meth:`CallPlan.inline_call`, the *inference call*: a call without gradients, applied
+  dropout or analysis on a module with a plain pipeline (:func:`inline_reason` is None) does
+  the materialized backend's operations directly, without describing the call or choosing a
+  backend.  Decoding one sentence at a time is mostly such calls on tiny tensors (batch 1,
+  beam 4: a (1, 4, 256) query), where a call costs its Python bookkeeping and its number of
+  operations, not arithmetic (docs/performance.md, "The inference call")::
+
+      scores  = q kᵀ                        (:func:`.core._scores`, inline for one group)
+      weights = activation(scores, hidden)  (ReLU-like: zero the hidden scores, f in place)
+      heads   = weights · v                 (:func:`.core._value_mix`, inline for one group)
+      out     = out_proj(output_norm(heads))
+
+  the operations of ``materialized`` in the same order on the same tensors: outputs, cache
+  and returned weights equal the general path's bit for bit
+  (``tests/unit/test_call_plan.py``).  A long call (at least ``--attn-flex-min-keys`` keys)
+  of a streamed activation still goes to :func:`~.core.attend`, which picks ``query_block``
+  (CPU) or ``flex`` (CUDA) as in the general path.
+
+The plan holds the submodules and sizes a call reads (a submodule read through
+``nn.Module.__getattr__`` costs ~0.7 µs; a call reads a dozen), and is dropped and rebuilt
+when the module sets an attribute it was built from (``SPEC_ATTRIBUTES``).  Beam reordering
+of the cache is fairseq's own ``reorder_incremental_state`` on the same format.
+"""
+
+from typing import Callable, NamedTuple, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.nn.modules import module as _module
+
+from .activations import AttentionActivation
+from .core import AttentionInputs, Dropout, _scores, _value_mix, applies_dropout, attend, streamed
+
+
+class Projected(NamedTuple):
+    """What :meth:`CallPlan.project` returns: q (None without learned heads), k (None
+    without learned heads), v in (batch * heads, len, head_dim), the padding and attention
+    masks after the cache, bias_kv and zero attention, and the key batch size (``kv_bsz <
+    bsz`` when cross-attention keeps one key copy per beam group)."""
+
+    q: Optional[Tensor]
+    k: Optional[Tensor]
+    v: Tensor
+    key_padding_mask: Optional[Tensor]
+    attn_mask: Optional[Tensor]
+    kv_bsz: int
+
+
+def inline_reason(module) -> Optional[str]:
+    """Why ``module`` (a :class:`~.multihead.SparseMultiheadAttention`) never takes the
+    inference call, or None when it may.  Depends only on attributes that drop the
+    module's cached plan when set (``SPEC_ATTRIBUTES``) or that are fixed at build time."""
+    if module.backend != "auto":
+        return f"backend forced to {module.backend!r}"
+    if module.activation.softmax:
+        return "softmax (served by sdpa or stock fairseq)"
+    if not module.heads.all_learned or module.heads.masked is not None or module.heads.rhe is not None:
+        return "fixed-pattern, masked or RHE heads"
+    if len(module.biases) or module.rhe is not None:
+        return "attention bias providers"
+    if module.bias_k is not None or module.add_zero_attn:
+        return "bias_kv / zero attention"
+    if module.key_block_size > 0:
+        return "the key-block path (--attn-key-block-size)"
+    if module.q_proj is None or module.k_proj is None:
+        return "no query/key projections"
+    if not (module.self_attention or module.encoder_decoder_attention):
+        return "attention with separate key and value inputs"
+    return None
+
+
+def _linear(proj, x: Tensor) -> Tensor:
+    """``proj(x)``; a plain ``nn.Linear`` without hooks is applied directly (a module call
+    costs a few µs of Python, a visible share of a decoding step)."""
+    if (
+        type(proj) is torch.nn.Linear
+        and not proj._forward_hooks
+        and not proj._forward_pre_hooks
+        and not _module._global_forward_hooks
+        and not _module._global_forward_pre_hooks
+    ):
+        params = proj._parameters
+        return F.linear(x, params["weight"], params["bias"])  # type: ignore[arg-type]  # a Linear's weight
+    return proj(x)
+
+
+def _heads_first(x: Tensor, batch_heads: int, d: int) -> Tensor:
+    """(len, batch, heads * d) -> (batch * heads, len, d); one position: a view."""
+    if x.size(0) == 1:
+        return x.view(batch_heads, 1, d)
+    return x.view(-1, batch_heads, d).transpose(0, 1)
+
+
+class CallPlan(NamedTuple):
+    """What a call reads from its module, looked up once (see the module docstring)."""
+
+    q_proj: Optional[torch.nn.Module]  # None: no learned heads (all heads fixed patterns)
+    k_proj: Optional[torch.nn.Module]
+    v_proj: torch.nn.Module
+    out_proj: torch.nn.Module
+    bias_k: Optional[Tensor]  # fairseq's add_bias_kv parameters (bias_v with bias_k)
+    add_zero_attn: bool
+    activation: AttentionActivation
+    output_norm: torch.nn.Module
+    dropout: Dropout
+    state_key: str  # fairseq's incremental-state key of the module's cache
+    heads: int
+    qk_heads: int  # heads with query/key projections (= heads unless some are fixed)
+    head_dim: int
+    embed_dim: int
+    scaling: float
+    self_attention: bool
+    encoder_decoder_attention: bool
+    inline: bool  # inline_reason(module) is None: calls that need nothing else go inline
+    rectify_: Optional[Callable[[Tensor], Tensor]]  # f in place on the fresh scores, or None
+    streamed_min_keys: int  # inline calls over at least this many keys go to attend() (0 = never)
+
+    # ------------------------------------------------------------------ projections + cache
+    def project(
+        self,
+        module,
+        query: Tensor,
+        key: Optional[Tensor],
+        value: Optional[Tensor],
+        key_padding_mask: Optional[Tensor],
+        incremental_state,
+        static_kv: bool,
+        attn_mask: Optional[Tensor],
+    ) -> Projected:
+        """q, k, v of a call and its masks; with ``incremental_state``, fairseq's cache of
+        the module read and updated exactly as stock fairseq (``prev_key``, ``prev_value``
+        as (kv_bsz, heads, len, d), ``prev_key_padding_mask``; static keys and values are
+        projected once and then read from the cache)."""
+        tgt_len, bsz, _ = query.shape
+        heads, qk_heads, d = self.heads, self.qk_heads, self.head_dim
+        saved = None
+        if incremental_state is not None:
+            saved = incremental_state.get(self.state_key)
+            if saved is None:
+                saved = incremental_state[self.state_key] = {}
+            elif static_kv and "prev_key" in saved:
+                key = value = None  # the encoder's keys and values are cached
+
+        q = None
+        if self.q_proj is not None:
+            q = _linear(self.q_proj, query)
+            # in place without autograd; with it, in place on the projection's output (a
+            # view of a 2-d product) would cost a copy-slices pass in backward
+            q = q * self.scaling if q.requires_grad else q.mul_(self.scaling)
+            q = _heads_first(q, bsz * qk_heads, d)
+        k: Optional[Tensor] = None
+        v: Optional[Tensor] = None
+        kv_bsz = bsz
+        if self.self_attention:
+            key = value = query
+        elif self.encoder_decoder_attention and key is not None:
+            beam = module.beam_size
+            if beam > 1 and bsz == key.size(1):
+                # key is [T, bsz*beam, C]: one copy per sentence (stock fairseq's optimisation)
+                key = key.view(key.size(0), -1, beam, key.size(2))[:, :, 0, :]
+                if key_padding_mask is not None:
+                    key_padding_mask = key_padding_mask.view(-1, beam, key_padding_mask.size(1))[:, 0, :]
+            value = key
+        if key is not None:
+            kv_bsz = key.size(1)
+            k = _linear(self.k_proj, key) if self.k_proj is not None else None
+            v = _linear(self.v_proj, value)
+            if self.bias_k is not None:
+                k, v, key_padding_mask, attn_mask = module._add_bias(
+                    k, v, key_padding_mask=key_padding_mask, attn_mask=attn_mask, bsz=bsz
+                )
+            if k is not None:
+                k = _heads_first(k, kv_bsz * qk_heads, d)
+            v = _heads_first(v, kv_bsz * heads, d)
+
+        if saved is not None:
+            prev_key = saved.get("prev_key")
+            if prev_key is not None:
+                kv_bsz = prev_key.size(0)
+                prev_key = prev_key.view(kv_bsz * qk_heads, -1, d)
+                prev_value = saved["prev_value"].view(kv_bsz * heads, -1, d)
+                if static_kv:
+                    k, v = prev_key, prev_value
+                else:
+                    k = torch.cat([prev_key, k], dim=1)  # type: ignore[list-item]  # projected above
+                    v = torch.cat([prev_value, v], dim=1)  # type: ignore[list-item]
+            assert v is not None  # (no key input: the cache holds them)
+            prev_pad = saved.get("prev_key_padding_mask")
+            if prev_pad is not None or key_padding_mask is not None:
+                key_padding_mask = module._append_prev_key_padding_mask(
+                    key_padding_mask=key_padding_mask,
+                    prev_key_padding_mask=prev_pad,
+                    batch_size=kv_bsz,
+                    src_len=v.size(1),
+                    static_kv=static_kv,
+                )
+            if k is not None:
+                saved["prev_key"] = k.view(kv_bsz, qk_heads, -1, d)
+            saved["prev_value"] = v.view(kv_bsz, heads, -1, d)
+            saved["prev_key_padding_mask"] = key_padding_mask
+        if key_padding_mask is not None and key_padding_mask.dim() == 0:
+            key_padding_mask = None
+        assert v is not None
+        if self.add_zero_attn:
+            k, v, key_padding_mask, attn_mask = module._append_zero_attn(
+                k=k, v=v, key_padding_mask=key_padding_mask, attn_mask=attn_mask
+            )
+        return Projected(q, k, v, key_padding_mask, attn_mask, kv_bsz)
+
+    # ------------------------------------------------------------------ the inference call
+    def serves_inline(self, before_softmax: bool, collect) -> bool:
+        """The per-call conditions of the inference call (cheap: checked at every call)."""
+        return (
+            self.inline
+            and not collect
+            and not before_softmax
+            and not torch.is_grad_enabled()
+            and not applies_dropout(self.dropout)
+        )
+
+    def inline_call(
+        self,
+        module,
+        query: Tensor,
+        key: Optional[Tensor],
+        key_padding_mask: Optional[Tensor],
+        incremental_state,
+        need_weights: bool,
+        static_kv: bool,
+        attn_mask: Optional[Tensor],
+        need_head_weights: bool = False,
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        """``module.forward`` for a call that :meth:`serves_inline`: returns ``(out,
+        weights)``, the weights (float32) averaged over the heads (bsz, tgt, src) when
+        ``need_weights``, per head (heads, bsz, tgt, src) when ``need_head_weights``
+        (fairseq asks for them from the alignment layer's cross-attention at every decoding
+        step), else None."""
+        need_weights = need_weights or need_head_weights
+        tgt_len, bsz, embed_dim = query.shape
+        if embed_dim != self.embed_dim:
+            raise ValueError(f"query dim {embed_dim} != {self.embed_dim}")
+        heads, d = self.heads, self.head_dim
+        q, k, v, key_padding_mask, attn_mask, kv_bsz = self.project(
+            module, query, key, key, key_padding_mask, incremental_state, static_kv, attn_mask
+        )
+        assert q is not None and k is not None  # inline modules have learned heads only
+        src_len = v.size(1)
+        hidden = None
+        if attn_mask is not None or key_padding_mask is not None:
+            hidden = module._visibility_mask(attn_mask, key_padding_mask, bsz, tgt_len, src_len)[1]
+        groups = bsz // kv_bsz
+        weights = None
+        if self.streamed_min_keys and src_len >= self.streamed_min_keys and not need_weights:
+            # a long call: the backend auto chooses (query_block on CPU, flex on CUDA)
+            inputs = AttentionInputs(hidden=hidden, key_padding=key_padding_mask, kv_groups=groups)
+            out, _ = attend(
+                q.view(bsz, heads, tgt_len, d),
+                k.view(kv_bsz, heads, src_len, d),
+                v.view(kv_bsz, heads, src_len, d),
+                inputs,
+                module.spec(),
+            )
+            out = out.view(bsz * heads, tgt_len, d)
+        else:
+            # the materialized backend's operations (core._scores, activation, core._value_mix)
+            if groups == 1:
+                scores = torch.bmm(q, k.transpose(1, 2)).view(bsz, heads, tgt_len, src_len).float()
+            else:
+                scores = _scores(q.view(bsz, heads, tgt_len, d), k.view(kv_bsz, heads, src_len, d), groups)
+            if self.rectify_ is not None:  # Rectified.forward, in place on the fresh scores
+                if hidden is not None:
+                    scores.masked_fill_(hidden, 0.0)
+                weights = self.rectify_(scores)
+            else:
+                weights = self.activation(scores, hidden)
+            probs = weights.type_as(v)
+            if groups == 1:
+                out = torch.bmm(probs.view(bsz * heads, tgt_len, src_len), v)
+            else:
+                out = _value_mix(probs, v.view(kv_bsz, heads, src_len, d), groups).view(bsz * heads, tgt_len, d)
+        # (bsz * heads, tgt, d) -> (tgt, bsz, embed); one query: a view
+        if tgt_len == 1:
+            attn = out.view(1, bsz, self.embed_dim)
+        else:
+            attn = out.transpose(0, 1).reshape(tgt_len, bsz, self.embed_dim)
+        attn = _linear(self.out_proj, self.output_norm(attn))
+        if need_weights and weights is not None:
+            weights = weights.transpose(1, 0)
+            return attn, (weights if need_head_weights else weights.mean(dim=0))
+        return attn, None
+
+
+def build_plan(module) -> CallPlan:
+    """The plan of ``module`` (a :class:`~.multihead.SparseMultiheadAttention`)."""
+    m = module
+    act = m.activation
+    inline = inline_reason(m) is None
+    # long calls of these activations: ``auto`` hands them to query_block (CPU) or flex (CUDA)
+    streamed_min_keys = m.flex_min_keys if streamed(act) else 0
+    # a rectified activation with exact zeros and no row factor: f(0) = 0, so the hidden
+    # scores are zeroed and f applied in place, the activation's own forward without a copy
+    inplace = act.rectified and act.exact_zeros and not act.row_scaled
+    return CallPlan(
+        q_proj=m.q_proj,
+        k_proj=m.k_proj,
+        v_proj=m.v_proj,
+        out_proj=m.out_proj,
+        bias_k=m.bias_k,
+        add_zero_attn=bool(m.add_zero_attn),
+        activation=act,
+        output_norm=m.output_norm,
+        dropout=m.dropout_module,
+        state_key=m._get_full_incremental_state_key("attn_state"),
+        heads=m.num_heads,
+        qk_heads=m.num_learned_heads,
+        head_dim=m.head_dim,
+        embed_dim=m.embed_dim,
+        scaling=m.scaling,
+        self_attention=m.self_attention,
+        encoder_decoder_attention=m.encoder_decoder_attention,
+        inline=inline,
+        rectify_=act.fn_ if inline and inplace else None,
+        streamed_min_keys=max(int(streamed_min_keys), 0),
+    )
+
+
+def hiding_mask_only(module, attn_mask: Optional[Tensor]) -> bool:
+    """True when ``attn_mask`` only hides keys (None, boolean, or fairseq's -inf / -1e8
+    float masks): the call needs no additive score bias."""
+    if attn_mask is None or attn_mask.dtype == torch.bool:
+        return True
+    bias, _ = module._cached("attn_mask", attn_mask, None, module._split_attn_mask)
+    return bias is None
