@@ -20,11 +20,24 @@ and per-round paired ratios t_softmax / t_variant summarized as the median with 
     python benchmarks/bench_attention.py                # CPU-sized defaults (minutes)
     python benchmarks/bench_attention.py --quick        # a smoke run (seconds; not for claims)
     python benchmarks/bench_attention.py --device cuda --preset base
+    python benchmarks/bench_attention.py --claims --before HEAD~1   # a change, before/after
+
+``--before REV`` adds, for every variant but softmax, ``VARIANT@REV``: the same model whose
+attention modules run the attention code of git revision REV (that revision's package
+imported under another name; the layers around attention are today's code), timed in the same
+interleaved rounds, so a change to the attention code is measured before and after in one
+run.  Both must decode the same hypotheses (checked before timing).
 """
 
 import argparse
+import importlib
+import importlib.util
+import io
 import platform
+import subprocess
 import sys
+import tarfile
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -116,6 +129,44 @@ def build(variant, preset, dictionary, device, seed=0):
     return model.to(device)
 
 
+def attention_class_at(rev):
+    """``SparseMultiheadAttention`` of git revision ``rev``: that revision's
+    ``fairseq_sparse_attn`` package imported under another name (importing the package
+    registers and patches nothing; ``fairseq_sparse_attn.plugin`` is not imported)."""
+    sha = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", rev], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", sha, "fairseq_sparse_attn"], capture_output=True, check=True
+    ).stdout
+    root = Path(tempfile.mkdtemp(prefix=f"fairseq_sparse_attn_{sha}_"))
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(root, filter="data")
+    name = f"fairseq_sparse_attn_at_{sha}"
+    folder = root / "fairseq_sparse_attn"
+    spec = importlib.util.spec_from_file_location(name, folder / "__init__.py", submodule_search_locations=[str(folder)])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[name] = package
+    spec.loader.exec_module(package)
+    return sha, importlib.import_module(f"{name}.attention.multihead").SparseMultiheadAttention
+
+
+def run_attention_as(model, cls):
+    """Every attention module of ``model`` now runs ``cls``'s code (same parameters and
+    attributes; the cached spec and plan are dropped)."""
+    from fairseq_sparse_attn.attention import SparseMultiheadAttention
+
+    n = 0
+    for module in model.modules():
+        if isinstance(module, SparseMultiheadAttention):
+            module.__class__ = cls
+            module.__dict__["_spec_cache"] = None
+            n += 1
+    if not n:
+        raise RuntimeError("no attention module to swap")
+    return model
+
+
 def make_batch(dictionary, bsz, src_len, tgt_len, device, seed):
     g = torch.Generator().manual_seed(seed)
     lo, hi = dictionary.nspecial, len(dictionary)
@@ -190,6 +241,32 @@ def entmax_check_jobs(device, bsz=64, heads=4, tgt=24, src=24, seed=3):
     return jobs, pairs
 
 
+def before_after_identical(builds, preset, dictionary, device, batch, steps):
+    """Both codes decode the same tokens and scores (beam 4) from the same parameters."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    sample = {"net_input": {"src_tokens": batch["src_tokens"], "src_lengths": batch["src_lengths"]}}
+    for name, (base, cls) in builds.items():
+        if cls is None:
+            continue
+        hyps = []
+        for swap in (None, cls):
+            model = build(base, preset, dictionary, device).eval()
+            if swap is not None:
+                run_attention_as(model, swap)
+            gen = SequenceGenerator([model], dictionary, beam_size=4, max_len_a=0, max_len_b=steps)
+            with torch.no_grad():
+                hyps.append([(h["tokens"].tolist(), float(h["score"])) for h in gen.generate([model], sample)[0]])
+        if hyps[0] != hyps[1]:
+            return False
+    return True
+
+
+def paired_speed(times_new, times_old):
+    """Per-round t_old / t_new (> 1: the new code is faster)."""
+    return summarize_ratios([o / n for n, o in zip(times_new, times_old)])
+
+
 def fmt_ratio(s):
     return f"{s['median']:.3f} [{s['ci95_low']:.3f}, {s['ci95_high']:.3f}]"
 
@@ -257,6 +334,13 @@ def main():
         help="smoke run: 3 rounds, 1 warm-up, one repetition per timing, 2 sentences "
         "for batch 1, batch 64 decoding skipped (the figures are not for claims)",
     )
+    p.add_argument(
+        "--before",
+        default=None,
+        metavar="REV",
+        help="also time every variant with the attention code of git revision REV (VARIANT@REV), "
+        "in the same rounds: a change measured before and after in one run",
+    )
     p.add_argument("--json", default=None, help="write the results here (with provenance)")
     args = p.parse_args()
     on_cpu = args.device == "cpu"
@@ -311,12 +395,22 @@ def main():
         make_batch(dictionary, 1, args.src_len, args.tgt_len, device, 10 + i) for i in range(args.decode_sentences)
     ]
 
+    builds = {v: (v, None) for v in variants}
+    if args.before:
+        sha, before_cls = attention_class_at(args.before)
+        for v in list(variants):
+            if v != "softmax":
+                builds[f"{v}@{sha}"] = (v, before_cls)
+                variants.append(f"{v}@{sha}")
     model_measures = [m for m in measures if m != "entmax_check"]
     jobs = {m: {} for m in model_measures}
     for v in variants:
         if not model_measures:
             break
-        model = build(v, preset, dictionary, device)
+        base, attention_cls = builds[v]
+        model = build(base, preset, dictionary, device)
+        if attention_cls is not None:
+            model = run_attention_as(model, attention_cls)
         opt = torch.optim.Adam(model.parameters(), lr=1e-4)
         dec1 = [decode_fn(model, dictionary, b, args.decode_steps, 4) for b in singles]
         made = {
@@ -356,6 +450,11 @@ def main():
         "clock": args.clock,
         "measures": {},
     }
+    if args.before:
+        same = before_after_identical(builds, preset, dictionary, device, singles[0], args.decode_steps)
+        result["before_after_identical_hypotheses"] = same
+        if not same:
+            sys.exit(f"--before {args.before}: the two codes decode different hypotheses; not a speed comparison")
     for m in model_measures:
         print(f"{m}:", file=sys.stderr, flush=True)
         rounds = args.rounds_b64 if m == "decode_b64" else args.rounds
@@ -402,16 +501,25 @@ def main():
         f"{torch.get_num_threads()} thread(s)"
     )
     if model_measures:
-        print("variant".ljust(12) + "".join(c.rjust(26) for c in model_measures))
+        print("variant".ljust(16) + "".join(c.rjust(26) for c in model_measures))
         for v in variants:
             print(
-                v.ljust(12)
+                v.ljust(16)
                 + "".join(fmt_ratio(result["measures"][c][v]["speed_vs_softmax"]).rjust(26) for c in model_measures)
             )
         print(
             "softmax absolute: "
             + ", ".join(f"{c} {result['measures'][c]['softmax']['throughput']:.1f} {unit[c]}" for c in model_measures)
         )
+    if args.before and model_measures:
+        print(f"\nthis tree against {args.before} ({sha}), same rounds: speed now / speed before (>1 = faster now)")
+        result["now_vs_before"] = {}
+        for v, (base, cls) in builds.items():
+            if cls is None:
+                continue
+            row = {c: paired_speed(result["measures"][c][base]["times_s"], result["measures"][c][v]["times_s"]) for c in model_measures}
+            result["now_vs_before"][base] = row
+            print(base.ljust(16) + "".join(fmt_ratio(row[c]).rjust(26) for c in model_measures))
     if entmax:
         print(
             "\nentmax check (fwd+bwd of the activation on masked scores (64, 4, 24, 24)): "
