@@ -144,7 +144,9 @@ def attention_class_at(rev):
         tar.extractall(root, filter="data")
     name = f"fairseq_sparse_attn_at_{sha}"
     folder = root / "fairseq_sparse_attn"
-    spec = importlib.util.spec_from_file_location(name, folder / "__init__.py", submodule_search_locations=[str(folder)])
+    spec = importlib.util.spec_from_file_location(
+        name, folder / "__init__.py", submodule_search_locations=[str(folder)]
+    )
     package = importlib.util.module_from_spec(spec)
     sys.modules[name] = package
     spec.loader.exec_module(package)
@@ -246,7 +248,7 @@ def before_after_identical(builds, preset, dictionary, device, batch, steps):
     from fairseq.sequence_generator import SequenceGenerator
 
     sample = {"net_input": {"src_tokens": batch["src_tokens"], "src_lengths": batch["src_lengths"]}}
-    for name, (base, cls) in builds.items():
+    for base, cls in builds.values():
         if cls is None:
             continue
         hyps = []
@@ -517,7 +519,10 @@ def main():
         for v, (base, cls) in builds.items():
             if cls is None:
                 continue
-            row = {c: paired_speed(result["measures"][c][base]["times_s"], result["measures"][c][v]["times_s"]) for c in model_measures}
+            row = {
+                c: paired_speed(result["measures"][c][base]["times_s"], result["measures"][c][v]["times_s"])
+                for c in model_measures
+            }
             result["now_vs_before"][base] = row
             print(base.ljust(16) + "".join(fmt_ratio(row[c]).rjust(26) for c in model_measures))
     if entmax:

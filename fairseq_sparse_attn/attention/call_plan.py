@@ -180,7 +180,7 @@ class CallPlan(NamedTuple):
         if key is not None:
             kv_bsz = key.size(1)
             k = _linear(self.k_proj, key) if self.k_proj is not None else None
-            v = _linear(self.v_proj, value)
+            v = _linear(self.v_proj, value)  # type: ignore[arg-type]  # key given: value too
             if self.bias_k is not None:
                 k, v, key_padding_mask, attn_mask = module._add_bias(
                     k, v, key_padding_mask=key_padding_mask, attn_mask=attn_mask, bsz=bsz

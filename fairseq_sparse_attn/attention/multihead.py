@@ -429,7 +429,7 @@ class SparseMultiheadAttention(MultiheadAttention):
                 scores = scores + bias
             if mask is not None:
                 scores = scores.masked_fill(mask, float("-inf"))
-            return scores.view(bsz * heads, tgt_len, src_len).type_as(q), v
+            return scores.view(bsz * heads, tgt_len, src_len).type_as(q), v  # type: ignore[arg-type]
 
         # a forced fused kernel (flex) returns no weights unless an analysis collector asks
         # for them (then the forced backend's error says why): fairseq's own requests (the

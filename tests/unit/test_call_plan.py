@@ -313,3 +313,129 @@ def test_beam_search_of_a_whole_model_is_unchanged(act, norm, calls):
             assert torch.equal(hf["tokens"], hg["tokens"])
             assert torch.equal(hf["positional_scores"], hg["positional_scores"])
             assert_identical(hf["attention"], hg["attention"])
+
+
+# --- the plan's projections and cache against stock fairseq's own code -----------------------
+
+
+def stock_and_plugin(**kw):
+    """Stock fairseq ``MultiheadAttention`` and the plugin's module with the same parameters,
+    softmax forced through the plugin's pipeline (``materialized``): every call of the
+    plugin's module goes through ``CallPlan.project``."""
+    from fairseq.modules import MultiheadAttention
+
+    torch.manual_seed(0)
+    stock = MultiheadAttention(E, H, **kw).eval()
+    plugin = SparseMultiheadAttention(E, H, config=attention_config("softmax"), **kw).eval()
+    plugin.load_state_dict(stock.state_dict())
+    plugin.backend = "materialized"  # (a stock module with backend auto delegates to fairseq)
+    return stock, plugin
+
+
+@pytest.fixture
+def projected(monkeypatch):
+    """Counts the calls projected by a call plan."""
+    seen = []
+    real = call_plan_module.CallPlan.project
+
+    def spy(plan, module, *args, **kwargs):
+        seen.append(module)
+        return real(plan, module, *args, **kwargs)
+
+    monkeypatch.setattr(call_plan_module.CallPlan, "project", spy)
+    return seen
+
+
+def assert_cache_equals_stock(stock, plugin, state_s, state_p):
+    cs, cp = stock._get_input_buffer(state_s), plugin._get_input_buffer(state_p)
+    assert sorted(cs) == sorted(cp) == ["prev_key", "prev_key_padding_mask", "prev_value"]
+    for name in cs:
+        assert_identical(cp[name], cs[name])  # the projections themselves: bit for bit
+
+
+# (stock fairseq's own incremental path fails an assertion with add_bias_kv: whole sequences only)
+@pytest.mark.parametrize("extra", [{}, {"add_zero_attn": True}])
+def test_incremental_self_attention_cache_equals_stock_fairseq(extra, projected):
+    stock, plugin = stock_and_plugin(self_attention=True, **extra)
+    xs = torch.randn(5, 4, E)
+    state_s, state_p = {}, {}
+    with torch.no_grad():
+        for t in range(5):
+            x = xs[t : t + 1]
+            out_s, w_s = stock(x, x, x, incremental_state=state_s)
+            out_p, w_p = plugin(x, x, x, incremental_state=state_p)
+            torch.testing.assert_close(out_p, out_s, rtol=0, atol=1e-6)
+            torch.testing.assert_close(w_p, w_s, rtol=0, atol=1e-6)
+            assert_cache_equals_stock(stock, plugin, state_s, state_p)
+            if t == 2:  # beam reordering (fairseq's own, on the plan's cache)
+                order = torch.tensor([3, 3, 0, 1])
+                stock.reorder_incremental_state(state_s, order)
+                plugin.reorder_incremental_state(state_p, order)
+    assert projected == [plugin] * 5
+
+
+def test_incremental_cross_attention_with_beams_cache_equals_stock_fairseq(projected):
+    stock, plugin = stock_and_plugin(kdim=E, vdim=E, encoder_decoder_attention=True)
+    for m in (stock, plugin):
+        m.set_beam_size(3)
+    enc = torch.randn(6, 2, E).repeat_interleave(3, dim=1)  # (src, bsz * beam, E)
+    pad = torch.zeros(6, 6, dtype=torch.bool)
+    pad[3:, :2] = True
+    state_s, state_p = {}, {}
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(1, 6, E)
+            out_s, _ = stock(x, enc, enc, key_padding_mask=pad, incremental_state=state_s, static_kv=True)
+            out_p, _ = plugin(x, enc, enc, key_padding_mask=pad, incremental_state=state_p, static_kv=True)
+            torch.testing.assert_close(out_p, out_s, rtol=0, atol=1e-6)
+            assert_cache_equals_stock(stock, plugin, state_s, state_p)
+            assert state_p[plugin._get_full_incremental_state_key("attn_state")]["prev_key"].size(0) == 2
+            order = torch.tensor([2, 0, 1, 5, 5, 3])
+            stock.reorder_incremental_state(state_s, order)
+            plugin.reorder_incremental_state(state_p, order)
+    assert projected == [plugin] * 3
+
+
+@pytest.mark.parametrize("extra", [{}, {"add_bias_kv": True}, {"add_zero_attn": True}])
+def test_whole_sequence_projections_equal_stock_fairseq(extra, projected):
+    """Training-time calls (gradients on): outputs and gradients of stock fairseq."""
+    stock, plugin = stock_and_plugin(self_attention=True, **extra)
+    x = torch.randn(5, 3, E, requires_grad=True)
+    pad = torch.zeros(3, 5, dtype=torch.bool)
+    pad[1, 3:] = True
+    out_s, _ = stock(x, x, x, key_padding_mask=pad)
+    out_p, _ = plugin(x, x, x, key_padding_mask=pad)
+    torch.testing.assert_close(out_p, out_s, rtol=0, atol=1e-6)
+    (g_s,) = torch.autograd.grad(out_s.square().sum(), x)
+    (g_p,) = torch.autograd.grad(out_p.square().sum(), x)
+    torch.testing.assert_close(g_p, g_s, rtol=0, atol=1e-5)
+    assert projected == [plugin]
+
+
+def test_the_plan_follows_the_cache_key():
+    """A new incremental-state id (fairseq's init_incremental_state) moves the plan's cache
+    key with it: reordering and the plan read the same slot."""
+    m = SparseMultiheadAttention(E, H, self_attention=True, config=attention_config("relu", "gated_rmsnorm"))
+    before = m._spec_and_stock()[2].state_key
+    m.init_incremental_state()
+    after = m._spec_and_stock()[2].state_key
+    assert after != before and after == m._get_full_incremental_state_key("attn_state")
+
+
+def test_projection_and_cache_code_exists_once():
+    """Issue 26.3: no projection or cache code twice.  In the attention package only
+    call_plan.py applies the q/k/v projections or writes fairseq's cache entries."""
+    import pathlib
+    import re
+
+    import fairseq_sparse_attn.attention as attention
+
+    root = pathlib.Path(attention.__file__).parent
+    patterns = [r"\b[qkv]_proj\(", r"_linear\(plan\.[qkv]_proj", r"\[\"prev_(key|value|key_padding_mask)\"\]\s*="]
+    owners = {
+        path.relative_to(root).as_posix()
+        for path in root.rglob("*.py")
+        for pat in patterns
+        if re.search(pat, path.read_text())
+    }
+    assert owners == {"call_plan.py"}, owners
