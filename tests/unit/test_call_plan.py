@@ -26,18 +26,23 @@ VARIANTS = [
 ]
 
 
-@pytest.fixture
-def calls(monkeypatch):
-    """Counts the calls that took the inference call."""
+def spy_on(monkeypatch, method):
+    """The modules whose calls went through ``CallPlan.<method>``, in order."""
     seen = []
-    real = call_plan_module.CallPlan.inline_call
+    real = getattr(call_plan_module.CallPlan, method)
 
     def spy(plan, module, *args, **kwargs):
         seen.append(module)
         return real(plan, module, *args, **kwargs)
 
-    monkeypatch.setattr(call_plan_module.CallPlan, "inline_call", spy)
+    monkeypatch.setattr(call_plan_module.CallPlan, method, spy)
     return seen
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """The calls that took the inference call."""
+    return spy_on(monkeypatch, "inline_call")
 
 
 def pair(act, norm, **kw):
@@ -334,16 +339,8 @@ def stock_and_plugin(**kw):
 
 @pytest.fixture
 def projected(monkeypatch):
-    """Counts the calls projected by a call plan."""
-    seen = []
-    real = call_plan_module.CallPlan.project
-
-    def spy(plan, module, *args, **kwargs):
-        seen.append(module)
-        return real(plan, module, *args, **kwargs)
-
-    monkeypatch.setattr(call_plan_module.CallPlan, "project", spy)
-    return seen
+    """The calls projected by a call plan."""
+    return spy_on(monkeypatch, "project")
 
 
 def assert_cache_equals_stock(stock, plugin, state_s, state_p):
