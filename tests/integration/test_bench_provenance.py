@@ -97,6 +97,31 @@ def test_bench_attention_adds_softmax_as_the_baseline(tmp_path):
     assert set(data["measures"]["train_step"]) == {"softmax", "rela_g"}
 
 
+def test_bench_attention_before_and_after_in_one_run(tmp_path):
+    """--before REV: the attention code of REV timed in the same rounds as this tree's, after a
+    check that both decode the same hypotheses; now/before is the per-round paired ratio."""
+    import pytest
+
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        pytest.skip("not a git checkout")
+    sha = head.stdout.strip()
+    out = tmp_path / "bench.json"
+    run(
+        "bench_attention.py",
+        *("--variants", "rela_g", "--before", "HEAD", "--rounds", "2", "--warmup", "0", "--min-time", "0"),
+        *("--measures", "decode_b1", "--src-len", "6", "--tgt-len", "6", "--decode-steps", "2"),
+        *("--decode-sentences", "1", "--threads", "1", "--json", out),
+    )
+    data = json.loads(out.read_text())
+    check_provenance(data)
+    assert data["before_after_identical_hypotheses"] is True
+    measure = data["measures"]["decode_b1"]
+    assert set(measure) == {"softmax", "rela_g", f"rela_g@{sha}"}
+    ratios = [b / n for n, b in zip(measure["rela_g"]["times_s"], measure[f"rela_g@{sha}"]["times_s"])]
+    assert abs(data["now_vs_before"]["rela_g"]["decode_b1"]["median"] - sum(ratios) / len(ratios)) < 1e-9
+
+
 def test_bench_long_sequences_json(tmp_path):
     out = tmp_path / "long.json"
     run(
