@@ -293,7 +293,8 @@ class CallPlan(NamedTuple):
             if groups == 1:
                 out = torch.bmm(probs.view(bsz * heads, tgt_len, src_len), v)
             else:
-                out = _value_mix(probs, v.view(kv_bsz, heads, src_len, d), groups).view(bsz * heads, tgt_len, d)
+                # (reshape: with one sentence, kv_bsz = 1, the einsum's output is not viewable)
+                out = _value_mix(probs, v.view(kv_bsz, heads, src_len, d), groups).reshape(bsz * heads, tgt_len, d)
         # (bsz * heads, tgt, d) -> (tgt, bsz, embed); one query: a view
         if tgt_len == 1:
             attn = out.view(1, bsz, self.embed_dim)

@@ -124,6 +124,27 @@ def test_cross_attention_with_beams_and_padding_equals_the_general_path(act, nor
     assert calls.count(fast) == 4
 
 
+@pytest.mark.parametrize("act,norm", [("relu", "gated_rmsnorm"), ("sparsemax", "none")])
+def test_one_sentence_with_beams_equals_the_general_path(act, norm, calls):
+    """Batch 1 with beam 4 (kv_bsz = 1: one encoder copy for four hypotheses), the shape
+    of interactive translation; it used to fail a view in the inference call."""
+    fast, general = pair(act, norm, kdim=E, vdim=E, encoder_decoder_attention=True)
+    for m in (fast, general):
+        m.set_beam_size(4)
+    enc = torch.randn(7, 1, E).repeat_interleave(4, dim=1)
+    state_f, state_g = {}, {}
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(1, 4, E)
+            of, wf = fast(x, enc, enc, incremental_state=state_f, static_kv=True)
+            og, wg = general(x, enc, enc, incremental_state=state_g, static_kv=True)
+            assert_identical(of, og)
+            assert_identical(wf, wg)
+            assert_same_cache(fast, general, state_f, state_g)
+    assert fast._get_input_buffer(state_f)["prev_key"].size(0) == 1
+    assert calls.count(fast) == 3
+
+
 @pytest.mark.parametrize("act,norm", VARIANTS)
 def test_whole_sequence_calls_equal_the_general_path(act, norm, calls):
     """No cache: encoder self-attention with padding, teacher forcing with fairseq's causal
