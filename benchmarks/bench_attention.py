@@ -22,9 +22,11 @@ and per-round paired ratios t_softmax / t_variant summarized as the median with 
     python benchmarks/bench_attention.py --device cuda --preset base
     python benchmarks/bench_attention.py --claims --before HEAD~1   # a change, before/after
 
-``--before REV`` adds, for every variant but softmax, ``VARIANT@REV``: the same model whose
-attention modules run the attention code of git revision REV (that revision's package
-imported under another name; the layers around attention are today's code), timed in the same
+``--before REV`` adds, for every variant but softmax, ``VARIANT@REV``: the same model object
+(same parameters in the same memory; two model copies of identical code measured up to 5%
+apart, an artefact of where their tensors lie) whose attention modules run the attention
+code of git revision REV (that revision's package imported under another name; the layers
+around attention are today's code; each job sets its code's class first), timed in the same
 interleaved rounds, so a change to the attention code is measured before and after in one
 run.  Both must decode the same hypotheses (checked before timing).
 """
@@ -156,17 +158,28 @@ def attention_class_at(rev):
 def run_attention_as(model, cls):
     """Every attention module of ``model`` now runs ``cls``'s code (same parameters and
     attributes; the cached spec and plan are dropped)."""
-    from fairseq_sparse_attn.attention import SparseMultiheadAttention
-
     n = 0
     for module in model.modules():
-        if isinstance(module, SparseMultiheadAttention):
+        if type(module).__name__ == "SparseMultiheadAttention":  # today's class or REV's
             module.__class__ = cls
             module.__dict__["_spec_cache"] = None
             n += 1
     if not n:
         raise RuntimeError("no attention module to swap")
     return model
+
+
+def with_attention_class(model, cls, job):
+    """``job`` run with the attention modules of ``model`` set to ``cls`` (None: today's)."""
+    from fairseq_sparse_attn.attention import SparseMultiheadAttention
+
+    cls = cls or SparseMultiheadAttention
+
+    def run():
+        run_attention_as(model, cls)
+        return job()
+
+    return run
 
 
 def make_batch(dictionary, bsz, src_len, tgt_len, device, seed):
@@ -406,14 +419,18 @@ def main():
                 variants.append(f"{v}@{sha}")
     model_measures = [m for m in measures if m != "entmax_check"]
     jobs = {m: {} for m in model_measures}
+    shared = {}  # with --before: base variant -> (model, optimizer) that both codes run
     for v in variants:
         if not model_measures:
             break
         base, attention_cls = builds[v]
-        model = build(base, preset, dictionary, device)
-        if attention_cls is not None:
-            model = run_attention_as(model, attention_cls)
-        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+        twin = args.before is not None and base != "softmax"
+        if twin and base in shared:
+            model, opt = shared[base]
+        else:
+            model = build(base, preset, dictionary, device)
+            opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+            shared[base] = (model, opt)
         dec1 = [decode_fn(model, dictionary, b, args.decode_steps, 4) for b in singles]
         made = {
             "train_step": lambda m=model, o=opt: train_step_fn(m, train_batch, o),
@@ -421,7 +438,13 @@ def main():
             "decode_b64": lambda m=model: decode_fn(m, dictionary, batch64, args.decode_steps, 4),
         }
         for m in model_measures:
-            jobs[m][v] = made[m]()
+            job = made[m]()
+            if twin:
+                # the same model (same parameters in the same memory) for both codes: each job
+                # first sets its code's class on the attention modules (~1 ms against a job's
+                # >= 100 ms, paid by both), so the pair differs in the code only
+                job = with_attention_class(model, attention_cls, job)
+            jobs[m][v] = job
     work = {
         "train_step": train_bsz * (args.src_len + args.tgt_len),
         "decode_b1": args.decode_sentences,

@@ -15,6 +15,10 @@ figures hold on a shared machine.  Per-call microseconds and the ratio against s
 softmax (> 1 = slower here, unlike bench_attention's speed ratios).
 
     python benchmarks/decode_step_costs.py --rounds 15 [--json costs.json]
+    python benchmarks/decode_step_costs.py --rounds 15 --before REV   # a change, per call
+
+``--before REV`` adds ``softmax_pipeline``, ``rela_g`` and ``rela_i`` with the attention code
+of git revision REV (``bench_attention.attention_class_at``) to the same rounds.
 """
 
 import argparse
@@ -34,15 +38,18 @@ import torch  # noqa: E402
 VARIANTS = ("softmax", "softmax_pipeline", "rela_g_no_norm", "rela_g", "rela_i")
 
 
-def attention_module(variant, kind, dictionary):
-    from bench_attention import build
+def attention_module(variant, kind, dictionary, before=None):
+    from bench_attention import build, run_attention_as
 
+    variant, _, rev = variant.partition("@")
     model = build(
         {"softmax_pipeline": "softmax", "rela_g_no_norm": "rela_g"}.get(variant, variant),
         "small",
         dictionary,
         torch.device("cpu"),
     ).eval()
+    if rev:
+        run_attention_as(model, before)
     layer = model.decoder.layers[1]
     module = layer.self_attn if kind == "self" else layer.encoder_attn
     if variant == "softmax_pipeline":
@@ -78,6 +85,7 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=20, help="decoding steps per job (calls per timing unit)")
     p.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
     p.add_argument("--min-time", type=float, default=0.2, help="seconds one timing of softmax lasts at least")
+    p.add_argument("--before", default=None, metavar="REV", help="also time the attention code of git revision REV")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
 
@@ -92,11 +100,18 @@ def main(argv=None):
         "unit": "microseconds per attention call",
         "kinds": {},
     }
+    variants, before = list(VARIANTS), None
+    if args.before:
+        from bench_attention import attention_class_at
+
+        sha, before = attention_class_at(args.before)
+        variants += [f"{v}@{sha}" for v in ("softmax_pipeline", "rela_g", "rela_i")]
+        result["before"] = {"rev": args.before, "sha": sha}
     for kind in ("self", "cross"):
-        jobs = {v: step_job(attention_module(v, kind, dictionary), kind, args.steps) for v in VARIANTS}
+        jobs = {v: step_job(attention_module(v, kind, dictionary, before), kind, args.steps) for v in variants}
         run = interleaved_rounds(jobs, "softmax", args.rounds, warmup=2, min_time=args.min_time, clock=args.clock)
-        per_call = {v: statistics.median(run["times"][v]) / args.steps * 1e6 for v in VARIANTS}
-        cost = {v: summarize_ratios([1 / s for s in run["speed"][v]]) for v in VARIANTS}
+        per_call = {v: statistics.median(run["times"][v]) / args.steps * 1e6 for v in variants}
+        cost = {v: summarize_ratios([1 / s for s in run["speed"][v]]) for v in variants}
         result["kinds"][kind] = {
             "per_call_us": per_call,
             "cost_vs_stock_softmax": cost,
@@ -107,9 +122,9 @@ def main(argv=None):
             f"\n{kind}-attention, one incremental call (beam 4, 24 keys), {args.clock} clock, "
             f"median of {args.rounds} paired rounds"
         )
-        for v in VARIANTS:
+        for v in variants:
             c = cost[v]
-            print(f"  {v:18s} {per_call[v]:7.1f} us   x{c['median']:.3f} [{c['ci95_low']:.3f}, {c['ci95_high']:.3f}]")
+            print(f"  {v:26s} {per_call[v]:7.1f} us   x{c['median']:.3f} [{c['ci95_low']:.3f}, {c['ci95_high']:.3f}]")
     if args.json:
         from fairseq_sparse_attn.provenance import write_json
 

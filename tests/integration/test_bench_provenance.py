@@ -226,14 +226,21 @@ def test_decode_step_costs_json(tmp_path):
     """Per-call costs: the ratio of each round is t_variant / t_softmax of the times written
     beside it, and the per-call microseconds are the median time over the steps."""
     out = tmp_path / "costs.json"
-    run("decode_step_costs.py", "--rounds", "3", "--steps", "2", "--min-time", "0", "--json", out)
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    before = ["--before", "HEAD"] if head.returncode == 0 else []  # (a git checkout: the old code too)
+    run("decode_step_costs.py", "--rounds", "3", "--steps", "2", "--min-time", "0", *before, "--json", out)
     data = json.loads(out.read_text())
     check_provenance(data)
     assert data["clock"] == "cpu" and data["threads"] == 1
+    expected = {"softmax", "softmax_pipeline", "rela_g_no_norm", "rela_g", "rela_i"}
+    if before:
+        sha = head.stdout.strip()
+        assert data["before"]["sha"] == sha
+        expected |= {f"{v}@{sha}" for v in ("softmax_pipeline", "rela_g", "rela_i")}
     for kind in ("self", "cross"):
         k = data["kinds"][kind]
         times = k["times_s"]
-        assert set(times) == {"softmax", "softmax_pipeline", "rela_g_no_norm", "rela_g", "rela_i"}
+        assert set(times) == expected
         for variant, t in times.items():
             ratios = sorted(v / s for v, s in zip(t, times["softmax"]))
             assert abs(k["cost_vs_stock_softmax"][variant]["median"] - ratios[1]) < 1e-9
