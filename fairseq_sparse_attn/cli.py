@@ -96,8 +96,9 @@ def _pop_option(argv, name):
     return out, value
 
 
-def with_head_masking(argv):
-    """Turn ``--mask-encoder-heads H`` into fairseq's ``--model-overrides``."""
+def with_head_masking(argv, command="fsa-generate"):
+    """Turn ``--mask-encoder-heads H`` into fairseq's ``--model-overrides``; a bad value is
+    one line, ``<command>: error: ...``, before anything is loaded."""
     from fairseq_sparse_attn.attention.fixed_patterns import parse_head_list
 
     argv, heads = _pop_option(argv, "--mask-encoder-heads")
@@ -106,11 +107,14 @@ def with_head_masking(argv):
     try:
         parse_head_list(heads)
     except ValueError as e:
-        raise SystemExit(f"--mask-encoder-heads: {e}") from None
+        raise SystemExit(f"{command}: error: --mask-encoder-heads {heads}: {e}") from None
     argv, overrides = _pop_option(argv, "--model-overrides")
-    merged = ast.literal_eval(overrides) if overrides else {}
+    try:
+        merged = ast.literal_eval(overrides) if overrides else {}
+    except (ValueError, SyntaxError):
+        merged = None
     if not isinstance(merged, dict):
-        raise SystemExit(f"--model-overrides must be a Python dict literal, got {overrides!r}")
+        raise SystemExit(f"{command}: error: --model-overrides must be a Python dict literal, got {overrides!r}")
     merged["encoder_masked_heads"] = heads
     return argv + ["--model-overrides", repr(merged)]
 
@@ -205,7 +209,7 @@ def _run(module_name, mask_heads=False, log_stream=None):
         print_help(command, module_name, argv)
         return
     if mask_heads:
-        argv = with_head_masking(argv)
+        argv = with_head_masking(argv, command)
     sys.argv = [sys.argv[0]] + _with_user_dir(argv)
     errors = _user_errors()
     try:

@@ -115,5 +115,9 @@ def test_mask_encoder_heads_becomes_model_overrides():
     argv = with_head_masking(["d", "--model-overrides", "{'beam': 2}", "--mask-encoder-heads=3"])
     assert ast.literal_eval(argv[argv.index("--model-overrides") + 1]) == {"beam": 2, "encoder_masked_heads": "3"}
     assert with_head_masking(["d", "--beam", "4"]) == ["d", "--beam", "4"]
-    with pytest.raises(SystemExit, match="head indices"):
-        with_head_masking(["d", "--mask-encoder-heads", "first"])
+    with pytest.raises(SystemExit, match=r"^fsa-validate: error: --mask-encoder-heads first: .*head indices"):
+        with_head_masking(["d", "--mask-encoder-heads", "first"], "fsa-validate")
+    with pytest.raises(SystemExit, match=r"^fsa-generate: error: --model-overrides must be a Python dict"):
+        with_head_masking(["d", "--model-overrides", "[1]", "--mask-encoder-heads", "0"])
+    with pytest.raises(SystemExit, match=r"^fsa-generate: error: --model-overrides must be a Python dict"):
+        with_head_masking(["d", "--model-overrides", "{'beam': ", "--mask-encoder-heads", "0"])
