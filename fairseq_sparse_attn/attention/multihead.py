@@ -159,7 +159,8 @@ class SparseMultiheadAttention(MultiheadAttention):
             self.apply_rela_official_init()
 
     #: attributes that :meth:`spec`, :attr:`is_stock` and the call plan read: setting one
-    #: drops the cached spec and plan (a bias provider added to ``biases`` in place is not seen: rebuild the module)
+    #: drops the cached spec and plan (a bias provider added to ``biases`` in place is not
+    #: seen: rebuild the module)
     SPEC_ATTRIBUTES = frozenset(
         {
             "activation",
