@@ -130,25 +130,19 @@ def attention_config(
     )
 
 
+def model_size_flags(layers, dim, ffn, heads):
+    """fairseq-train flags of a model size: encoder and decoder alike."""
+    flags = []
+    for side in ("encoder", "decoder"):
+        flags += [f"--{side}-layers", str(layers), f"--{side}-embed-dim", str(dim)]
+        flags += [f"--{side}-ffn-embed-dim", str(ffn), f"--{side}-attention-heads", str(heads)]
+    return flags
+
+
 # fsa-train flags of a tiny model (1+1 layers, d 32) trained for 2 updates: the user-error
 # and trust tests only need a run that starts, saves and ends
 TINY_TRAIN_ARGS = [
-    "--encoder-layers",
-    "1",
-    "--decoder-layers",
-    "1",
-    "--encoder-embed-dim",
-    "32",
-    "--decoder-embed-dim",
-    "32",
-    "--encoder-ffn-embed-dim",
-    "64",
-    "--decoder-ffn-embed-dim",
-    "64",
-    "--encoder-attention-heads",
-    "2",
-    "--decoder-attention-heads",
-    "2",
+    *model_size_flags(layers=1, dim=32, ffn=64, heads=2),
     "--share-all-embeddings",
     "--optimizer",
     "adam",

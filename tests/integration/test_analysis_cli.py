@@ -16,26 +16,13 @@ import torch
 
 from fairseq_sparse_attn.analysis import cli
 
+from helpers import model_size_flags
+
 REPO = Path(__file__).resolve().parents[2]
 USER_DIR = str(REPO / "fairseq_sparse_attn")
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
 TINY = [
-    "--encoder-layers",
-    "2",
-    "--decoder-layers",
-    "2",
-    "--encoder-embed-dim",
-    "64",
-    "--decoder-embed-dim",
-    "64",
-    "--encoder-ffn-embed-dim",
-    "128",
-    "--decoder-ffn-embed-dim",
-    "128",
-    "--encoder-attention-heads",
-    "4",
-    "--decoder-attention-heads",
-    "4",
+    *model_size_flags(layers=2, dim=64, ffn=128, heads=4),
     "--share-all-embeddings",
 ]
 HEADS, LAYERS = 4, 2

@@ -10,7 +10,7 @@ import torch
 
 from fairseq_sparse_attn.analysis import contrastive as C
 
-from helpers import build_model
+from helpers import build_model, model_size_flags
 
 
 def write(path, text):
@@ -396,22 +396,7 @@ def checkpoint(tmp_path_factory):
             "de",
             "--arch",
             "softmax_transformer_wmt_en_de",
-            "--encoder-layers",
-            "1",
-            "--decoder-layers",
-            "1",
-            "--encoder-embed-dim",
-            "16",
-            "--decoder-embed-dim",
-            "16",
-            "--encoder-ffn-embed-dim",
-            "32",
-            "--decoder-ffn-embed-dim",
-            "32",
-            "--encoder-attention-heads",
-            "2",
-            "--decoder-attention-heads",
-            "2",
+            *model_size_flags(layers=1, dim=16, ffn=32, heads=2),
             "--optimizer",
             "adam",
             "--lr",

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import model_size_flags
+
 REPO = Path(__file__).resolve().parents[2]
 USER_DIR = str(REPO / "fairseq_sparse_attn")
 PROBE = str(REPO / "tests" / "fsa_train_probe.py")
@@ -25,22 +27,7 @@ PROBE = str(REPO / "tests" / "fsa_train_probe.py")
 TINY = [
     "--arch",
     "softmax_transformer_wmt_en_de",
-    "--encoder-layers",
-    "2",
-    "--decoder-layers",
-    "2",
-    "--encoder-embed-dim",
-    "64",
-    "--decoder-embed-dim",
-    "64",
-    "--encoder-ffn-embed-dim",
-    "256",
-    "--decoder-ffn-embed-dim",
-    "256",
-    "--encoder-attention-heads",
-    "4",
-    "--decoder-attention-heads",
-    "4",
+    *model_size_flags(layers=2, dim=64, ffn=256, heads=4),
     "--share-all-embeddings",
     "--optimizer",
     "adam",

@@ -20,6 +20,7 @@ from fairseq_sparse_attn.data.documents import (
 )
 
 from conftest import shared_data_dir
+from helpers import model_size_flags
 
 REPO = Path(__file__).resolve().parents[2]
 USER_DIR = str(REPO / "fairseq_sparse_attn")
@@ -169,22 +170,7 @@ def test_tiny_document_level_run(doc_data, model, tmp_path):
             *arch,
             "--label-smoothing",
             "0.1",
-            "--encoder-layers",
-            "2",
-            "--decoder-layers",
-            "2",
-            "--encoder-embed-dim",
-            "64",
-            "--decoder-embed-dim",
-            "64",
-            "--encoder-ffn-embed-dim",
-            "256",
-            "--decoder-ffn-embed-dim",
-            "256",
-            "--encoder-attention-heads",
-            "4",
-            "--decoder-attention-heads",
-            "4",
+            *model_size_flags(layers=2, dim=64, ffn=256, heads=4),
             "--share-all-embeddings",
             "--optimizer",
             "adam",

@@ -20,27 +20,14 @@ import torch
 from fairseq_sparse_attn.compat.crash_safe_checkpoints import checkpoint_problem
 from fairseq_sparse_attn.writers import writer_of
 
+from helpers import model_size_flags
+
 REPO = Path(__file__).resolve().parents[2]
 PROBE = str(REPO / "tests" / "fsa_train_probe.py")
 TINY = [
     "--arch",
     "softmax_transformer_wmt_en_de",
-    "--encoder-layers",
-    "1",
-    "--decoder-layers",
-    "1",
-    "--encoder-embed-dim",
-    "32",
-    "--decoder-embed-dim",
-    "32",
-    "--encoder-ffn-embed-dim",
-    "64",
-    "--decoder-ffn-embed-dim",
-    "64",
-    "--encoder-attention-heads",
-    "2",
-    "--decoder-attention-heads",
-    "2",
+    *model_size_flags(layers=1, dim=32, ffn=64, heads=2),
     "--share-all-embeddings",
     "--optimizer",
     "adam",

@@ -16,25 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from helpers import model_size_flags
+
 REPO = Path(__file__).resolve().parents[2]
 WORDS = [f"w{i}" for i in range(24)]
 TINY = [
-    "--encoder-layers",
-    "1",
-    "--decoder-layers",
-    "1",
-    "--encoder-embed-dim",
-    "16",
-    "--decoder-embed-dim",
-    "16",
-    "--encoder-ffn-embed-dim",
-    "32",
-    "--decoder-ffn-embed-dim",
-    "32",
-    "--encoder-attention-heads",
-    "2",
-    "--decoder-attention-heads",
-    "2",
+    *model_size_flags(layers=1, dim=16, ffn=32, heads=2),
     "--share-all-embeddings",
     "--max-source-positions",
     "32",
