@@ -12,7 +12,8 @@ checkpoint_loading       no         fairseq's checkpoint loader reads with
 data_checks              no         data-bin / side-file problems as one-line errors
                                     before any work starts
 divergence_guard         yes        NaN/inf stops training; no checkpoint of that model
-batching                 yes        ``batch_by_size`` keeps every sentence
+batching                 yes        ``batch_by_size`` keeps every sentence (not in
+                                    training unless ``FSA_COMPLETE_TRAIN_BATCHES=1``)
 cpu_distributed          yes        torchrun / srun on CPU (gloo), see docs/distributed.md
 exact_resume             yes        a restart builds the epoch's batches as the
                                     uninterrupted run did (exact resume after epoch 1)

@@ -3,16 +3,55 @@
 ``len(indices) % required_batch_size_multiple`` examples when only ``max_sentences`` is
 given: ``fairseq-generate --batch-size 32`` on a 447-document test set translated 440
 (its default ``--required-batch-size-multiple`` is 8).  The wrapper puts every
-dropped index back, in extra batches that respect ``max_sentences``/``max_tokens``.
+dropped index back, in extra batches that respect ``max_sentences``/``max_tokens``
+(each sentence's length read from ``num_tokens_vec`` at its position in ``indices``, as
+fairseq passes it, or from ``num_tokens_fn``).
+
+Where it applies: wherever a lost sentence is a wrong result, i.e. every batching except
+fairseq's training batches (generate, validate, the validation of a training run,
+scoring, the analysis tools).  The training batches (``Trainer.get_train_iterator``, also
+when fairseq rebuilds them every epoch) are left exactly as fairseq makes them, so a stock
+model trains as it does without the plugin; ``FSA_COMPLETE_TRAIN_BATCHES=1`` completes
+them too (every training example in every epoch).
 """
 
+import contextlib
 import functools
+import os
+import threading
 
 BEHAVIOUR_CHANGE = True
 
+COMPLETE_TRAIN = "FSA_COMPLETE_TRAIN_BATCHES"
+
+_state = threading.local()
+
+
+def complete_train_batches(env=None) -> bool:
+    """Whether ``$FSA_COMPLETE_TRAIN_BATCHES`` asks to complete the training batches too."""
+    return (os.environ if env is None else env).get(COMPLETE_TRAIN, "") not in ("", "0")
+
+
+@contextlib.contextmanager
+def stock_batches():
+    """Inside it, ``batch_by_size`` returns fairseq's batches unchanged (this thread)."""
+    before = getattr(_state, "stock", False)
+    _state.stock = True
+    try:
+        yield
+    finally:
+        _state.stock = before
+
+
+def _stock_now() -> bool:
+    return getattr(_state, "stock", False)
+
 
 def _complete_batches(batches, indices, num_tokens_fn, max_tokens, max_sentences, num_tokens_vec):
-    """Append the indices ``batches`` lost, as extra batches within the same limits."""
+    """Append the indices ``batches`` lost, as extra batches within the same limits.
+
+    ``num_tokens_vec`` (when given) is aligned with ``indices``: ``num_tokens_vec[k]`` is
+    the length of example ``indices[k]``, as fairseq passes it."""
     import numpy as np
 
     covered = sum(len(b) for b in batches)
@@ -21,21 +60,22 @@ def _complete_batches(batches, indices, num_tokens_fn, max_tokens, max_sentences
     seen = set()
     for b in batches:
         seen.update(int(i) for i in b)
-    missing = [int(i) for i in indices if int(i) not in seen]
+    missing = [(k, int(i)) for k, i in enumerate(indices) if int(i) not in seen]
     max_sentences = max_sentences if max_sentences and max_sentences > 0 else len(missing)
     max_tokens = max_tokens if max_tokens and max_tokens > 0 else None
 
-    def tokens(i):
-        return int(num_tokens_vec[i]) if num_tokens_vec is not None else int(num_tokens_fn(i))
+    def tokens(k, i):
+        return int(num_tokens_vec[k]) if num_tokens_vec is not None else int(num_tokens_fn(i))
 
     extra, current, longest = [], [], 0
-    for i in missing:
-        longest_if_added = max(longest, tokens(i))
+    for k, i in missing:
+        n = tokens(k, i)
+        longest_if_added = max(longest, n)
         too_many = len(current) >= max_sentences
         too_long = max_tokens is not None and current and longest_if_added * (len(current) + 1) > max_tokens
         if current and (too_many or too_long):
             extra.append(current)
-            current, longest_if_added = [], tokens(i)
+            current, longest_if_added = [], n
         current.append(i)
         longest = longest_if_added
     if current:
@@ -44,7 +84,21 @@ def _complete_batches(batches, indices, num_tokens_fn, max_tokens, max_sentences
     return list(batches) + [np.array(b, dtype=dtype) for b in extra]
 
 
+def _stock_sampler(sampler):
+    """fairseq's per-epoch ``make_batches`` (``--update-epoch-batch-itr``), run with stock
+    batching."""
+
+    @functools.wraps(sampler)
+    def make_batches(*args, **kwargs):
+        with stock_batches():
+            return sampler(*args, **kwargs)
+
+    make_batches._fsa_stock = True
+    return make_batches
+
+
 def install_batching_fix():
+    from fairseq import trainer
     from fairseq.data import data_utils
 
     original = data_utils.batch_by_size
@@ -70,12 +124,27 @@ def install_batching_fix():
             required_batch_size_multiple=required_batch_size_multiple,
             fixed_shapes=fixed_shapes,
         )
-        if fixed_shapes is not None:
+        if fixed_shapes is not None or _stock_now():
             return batches
         return _complete_batches(batches, indices, num_tokens_fn, max_tokens, max_sentences, num_tokens_vec)
 
     batch_by_size._fsa_complete = True
     data_utils.batch_by_size = batch_by_size
+
+    get_train_iterator = trainer.Trainer.get_train_iterator
+
+    @functools.wraps(get_train_iterator)
+    def get_train_iterator_stock(self, *args, **kwargs):
+        if complete_train_batches():
+            return get_train_iterator(self, *args, **kwargs)
+        with stock_batches():
+            itr = get_train_iterator(self, *args, **kwargs)
+        sampler = getattr(itr, "batch_sampler", None)
+        if callable(sampler) and not getattr(sampler, "_fsa_stock", False):
+            itr.batch_sampler = _stock_sampler(sampler)
+        return itr
+
+    trainer.Trainer.get_train_iterator = get_train_iterator_stock
 
 
 install = install_batching_fix

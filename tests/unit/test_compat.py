@@ -30,6 +30,70 @@ def test_batch_by_size_keeps_every_index(n, max_tokens):
         assert all(len(b) * sizes[b].max() <= max_tokens for b in batches)
 
 
+def test_extra_batches_sized_from_true_lengths():
+    """fairseq passes ``num_tokens_vec`` aligned with ``indices`` (filtered, size-sorted
+    ids): the extra batches take each sentence's length at its position, so they stay
+    within --max-tokens computed from the true lengths (and no id indexes past the
+    vector, the IndexError of a filtered training)."""
+    rng = np.random.RandomState(1)
+    lengths = rng.randint(2, 200, 600)  # by dataset id
+    kept = np.sort(rng.choice(600, 447, replace=False))  # ids left after size filtering
+    indices = kept[np.argsort(lengths[kept], kind="mergesort")]
+    vec = lengths[indices]  # aligned with positions, as fairseq passes it
+    batches = data_utils.batch_by_size(
+        indices,
+        num_tokens_fn=lambda i: lengths[i],
+        num_tokens_vec=vec,
+        max_tokens=1000,
+        max_sentences=32,
+        required_batch_size_multiple=8,
+    )
+    assert sorted(int(i) for b in batches for i in b) == sorted(int(i) for i in indices)
+    for b in batches:
+        assert len(b) <= 32 and len(b) * lengths[b].max() <= 1000
+    # the extra batches alone, built from the sentences fairseq left out
+    from fairseq_sparse_attn.compat.batching import stock_batches
+
+    with stock_batches():
+        stock = data_utils.batch_by_size(
+            indices,
+            num_tokens_fn=lambda i: lengths[i],
+            num_tokens_vec=vec,
+            max_tokens=1000,
+            max_sentences=32,
+            required_batch_size_multiple=8,
+        )
+    assert len(batches) > len(stock)  # some were left out, so extra batches were built
+    assert all((a == b).all() for a, b in zip(stock, batches))  # fairseq's batches kept as they are
+
+
+def test_training_batches_are_stock_unless_asked(monkeypatch):
+    """Inside Trainer.get_train_iterator batch_by_size returns fairseq's own batches;
+    FSA_COMPLETE_TRAIN_BATCHES=1 completes them too."""
+    from fairseq import trainer
+
+    from fairseq_sparse_attn.compat import batching
+
+    sizes = np.random.RandomState(0).randint(5, 50, 203)
+    seen = []
+
+    def fake_get_train_iterator(self, epoch):
+        seen.append(data_utils.batch_by_size(np.arange(203), lambda i: sizes[i], sizes, None, 8, 8))
+        return None
+
+    monkeypatch.setattr(trainer.Trainer, "get_train_iterator", fake_get_train_iterator)
+    monkeypatch.delattr(data_utils.batch_by_size, "_fsa_complete")
+    monkeypatch.setattr(data_utils, "batch_by_size", data_utils.batch_by_size.__wrapped__)
+    batching.install_batching_fix()
+    monkeypatch.delenv(batching.COMPLETE_TRAIN, raising=False)
+    trainer.Trainer.get_train_iterator(None, 1)
+    monkeypatch.setenv(batching.COMPLETE_TRAIN, "1")
+    trainer.Trainer.get_train_iterator(None, 1)
+    assert sum(len(b) for b in seen[0]) == 200  # fairseq's batching: 203 % 8 left out
+    assert sum(len(b) for b in seen[1]) == 203
+    assert sum(len(b) for b in data_utils.batch_by_size(np.arange(203), lambda i: sizes[i], sizes, None, 8, 8)) == 203
+
+
 def test_checkpoint_loader_trusts_fairseq_checkpoints_only(tmp_path):
     """A checkpoint holding an argparse Namespace (as fairseq's do) loads through fairseq's
     loader, while torch.load elsewhere in the process keeps the weights_only default."""
