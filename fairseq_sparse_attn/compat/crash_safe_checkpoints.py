@@ -255,6 +255,14 @@ def install():
 
     @functools.wraps(original_load)
     def load_checkpoint(cfg, trainer, **passthrough_args):
+        pretrained = getattr(cfg, "finetune_from_model", None)
+        resets = ("reset_optimizer", "reset_lr_scheduler", "reset_meters", "reset_dataloader")
+        if (
+            not isinstance(cfg.save_dir, str)  # nothing on disk to check (fairseq's own tests)
+            or (pretrained is not None and any(getattr(cfg, r, False) for r in resets))
+            or (pretrained and cfg.restore_file != "checkpoint_last.pt")
+        ):  # fairseq's own checks and messages ("can not be set together")
+            return original_load(cfg, trainer, **passthrough_args)
         suffix = trainer.checkpoint_suffix or ""
         if _is_local(cfg.save_dir) and os.path.isdir(cfg.save_dir):
             remove_stale_tmp(cfg.save_dir)
@@ -269,7 +277,6 @@ def install():
                 f"--restore-file {path} does not exist (a relative path is "
                 "taken from the current directory, not --save-dir)"
             )
-        pretrained = getattr(cfg, "finetune_from_model", None)
         if (
             pretrained
             and cfg.restore_file == "checkpoint_last.pt"

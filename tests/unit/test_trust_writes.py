@@ -468,3 +468,29 @@ def test_restore_file_and_pretrained_model_that_do_not_exist(tmp_path):
     )
     with pytest.raises(safe.CheckpointError, match=f"--finetune-from-model {tmp_path}/pretrained.pt does not exist"):
         checkpoint_utils.load_checkpoint(cfg, trainer)
+
+
+@pytest.mark.parametrize("save_dir", [None, "tmp"])
+@pytest.mark.parametrize("reset", ["reset_optimizer", "reset_lr_scheduler", "reset_meters", "reset_dataloader"])
+def test_finetune_with_a_reset_flag_gets_fairseqs_own_error(tmp_path, save_dir, reset):
+    """--finetune-from-model with a reset flag: fairseq's own "can not be set together"
+    ValueError, whether or not the model exists and also without a save dir (fairseq's
+    test_train::TestLoadCheckpoint passes save_dir=None; the wrapper once raised
+    TypeError there)."""
+    from types import SimpleNamespace
+
+    from fairseq import checkpoint_utils
+
+    cfg = SimpleNamespace(
+        save_dir=str(tmp_path) if save_dir else None,
+        restore_file="checkpoint_last.pt",
+        finetune_from_model=str(tmp_path / "missing.pt"),
+        reset_optimizer=False,
+        reset_lr_scheduler=False,
+        reset_meters=False,
+        reset_dataloader=False,
+        optimizer_overrides="{}",
+    )
+    setattr(cfg, reset, True)
+    with pytest.raises(ValueError, match="--finetune-from-model can not be set together with either --reset-optimizer"):
+        checkpoint_utils.load_checkpoint(cfg, SimpleNamespace(checkpoint_suffix=""))
