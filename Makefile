@@ -1,11 +1,12 @@
 # fairseq_sparse_attn — see README.md
 PYTHON ?= python3
 MULTI30K_DIR ?= $(wildcard ../shared/data/multi30k)
+FAIRSEQ_TESTS_DIR ?= ../shared/peer/fairseq-v0.12.3
 DEMO_DIR ?= demo_out
 DEMO_RECIPE ?= auto
 export MULTI30K_DIR
 
-.PHONY: install test test-fast lint format demo demo-sweep bench bench-gpu wheelhouse clean check-readme publish-demo
+.PHONY: install test test-fast test-fairseq lint format demo demo-sweep bench bench-gpu wheelhouse clean check-readme publish-demo
 
 OFFLINE ?=
 install:            ## torch (kept if present), fairseq, deps, the plugin with extras; OFFLINE=wheelhouse/: from wheels, no network
@@ -22,6 +23,9 @@ test:               ## the whole test suite: tests/unit + tests/integration (sma
 
 test-fast:          ## tests/unit only: no training, no subprocess (minutes)
 	$(PYTHON) -m pytest -q tests/unit
+
+test-fairseq:       ## fairseq 0.12.3's own tests (FAIRSEQ_TESTS_DIR, from a temporary copy) stock and with the plugin; fails on an unlisted difference (docs/install.md)
+	OMP_NUM_THREADS=1 $(PYTHON) scripts/ci/test_fairseq.py --fairseq $(FAIRSEQ_TESTS_DIR) --out test-fairseq-out
 
 lint:               ## ruff check + ruff format --check (whole tree) + mypy (attention/, options.py); config in pyproject.toml
 	$(PYTHON) -m ruff check .
@@ -54,4 +58,4 @@ bench-gpu:          ## GPU only: attention, long sequences, fairseq-train update
 	$(PYTHON) benchmarks/bench_gpu.py --out $(BENCH_GPU_DIR) $(BENCH_GPU_ARGS)
 
 clean:
-	rm -rf $(DEMO_DIR) bench_attention.json $(BENCH_GPU_DIR) .pytest_cache
+	rm -rf $(DEMO_DIR) test-fairseq-out bench_attention.json $(BENCH_GPU_DIR) .pytest_cache
