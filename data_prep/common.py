@@ -41,6 +41,8 @@ from multiprocessing import Pool
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from fairseq_sparse_attn.text_lines import split_lines
+
 CHUNK_LINES = 500
 DOWNLOAD_TIMEOUT_S = 60
 # extra URL prefixes tried before the official URLs (institutional mirrors; the tests'
@@ -68,8 +70,10 @@ def open_text(path: Path, encoding: str = "utf-8"):
 
 
 def read_lines(path: Path, encoding: str = "utf-8") -> List[str]:
-    """All lines of ``path`` (gzipped or plain) without line ends; a decoding error names
-    the file and the line."""
+    """All lines of ``path`` (gzipped or plain) without line ends, split as every reader
+    of the plugin splits them (fairseq_sparse_attn/text_lines.py: on "\n", one "\r" before
+    it dropped, one trailing blank line tolerated); a decoding error names the file and the
+    line."""
     lines: List[str] = []
     compressed = str(path).endswith(".gz")
     opener = gzip.open if compressed else open
@@ -77,7 +81,9 @@ def read_lines(path: Path, encoding: str = "utf-8") -> List[str]:
         with opener(path, "rb") as f:
             for n, raw in enumerate(f, 1):
                 try:
-                    lines.append(raw.decode(encoding).rstrip("\r\n"))
+                    line = raw.decode(encoding)
+                    line = line[:-1] if line.endswith("\n") else line
+                    lines.append(line[:-1] if line.endswith("\r") else line)
                 except UnicodeDecodeError as e:
                     raise PrepError(f"{path}, line {n}: not valid {encoding} ({e.reason} at byte {e.start})") from None
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
@@ -86,6 +92,8 @@ def read_lines(path: Path, encoding: str = "utf-8") -> List[str]:
             f"{path} is truncated or not a gzip file (read {len(lines)} lines, then: "
             f"{e or type(e).__name__}); download or copy it again"
         ) from None
+    if lines and lines[-1] == "":
+        lines.pop()  # one trailing blank line
     return lines
 
 
@@ -104,8 +112,9 @@ def write_lines(path: Path, lines: Iterable[str]) -> None:
 
 
 def count_lines(path: Path) -> int:
-    with open_text(path) as f:
-        return sum(1 for _ in f)
+    """The number of lines :func:`read_lines` gives (the same count score and the readers
+    of the plugin get)."""
+    return len(read_lines(path))
 
 
 # --------------------------------------------------------------------------- downloads
@@ -383,10 +392,7 @@ def parse_text(
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         raise PrepError(f"{origin}, line {line}: not valid {encoding} ({e.reason})") from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    lines = [line.rstrip("\r") for line in lines]
+    lines = split_lines(text)  # the one line convention (fairseq_sparse_attn/text_lines.py)
     if fmt == "plain":
         return lines
     if fmt in ("sgm", "iwslt_xml"):

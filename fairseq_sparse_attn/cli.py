@@ -134,6 +134,7 @@ def _required_flags(command, argv):
     """Flags fairseq needs but reports badly when missing (a bare RuntimeError)."""
     if _flag_given(argv, "-h", "--help"):
         return
+    _check_user_dir(command, argv)
     if command == "fsa-train" and not _flag_given(argv, "--arch", "-a"):
         raise SystemExit(
             "fsa-train: error: --arch is required, e.g. --arch "
@@ -149,6 +150,23 @@ def _required_flags(command, argv):
         raise SystemExit(
             "fsa-validate: error: --task is required (fairseq-validate has no "
             "default): " + (f"the checkpoint was trained with --task {task}" if task else "e.g. --task translation")
+        )
+
+
+def _check_user_dir(command, argv):
+    """A ``--user-dir`` that fairseq cannot find (it also looks beside its own package)
+    ends in fairseq's FileNotFoundError traceback: one line instead."""
+    user_dir = _option_value(argv, "--user-dir")
+    if user_dir is None:
+        return
+    import importlib.util
+
+    fairseq_dir = os.path.dirname(os.path.dirname(importlib.util.find_spec("fairseq").origin))
+    tried = (user_dir, os.path.join(fairseq_dir, "fairseq", user_dir), os.path.join(fairseq_dir, user_dir))
+    if not any(os.path.exists(p) for p in tried) and not os.path.isfile(os.path.dirname(os.path.abspath(user_dir))):
+        raise SystemExit(
+            f"{command}: error: --user-dir {user_dir} does not exist; the fsa-* commands add "
+            "the installed plugin themselves (leave --user-dir out)"
         )
 
 

@@ -270,7 +270,9 @@ def read_alignments(
     to the possible set (P ⊇ S).  Errors name the file, the line and the bad token.
     """
     path = Path(path)
-    lines = path.read_text(encoding="utf-8").splitlines()
+    from ..text_lines import read_lines
+
+    lines = read_lines(path, blank_tail=True)  # a blank line: a sentence without links
     if lengths is not None and len(lines) != len(lengths):
         raise ValueError(f"{path}: {len(lines)} lines, expected {len(lengths)} (one per sentence)")
     return [

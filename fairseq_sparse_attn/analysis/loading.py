@@ -253,9 +253,11 @@ def open_text(path):
 
 
 def read_lines(path) -> List[str]:
-    """The lines of a text file (``.gz`` allowed), without their line ends."""
-    with open_text(path) as f:
-        return [line.rstrip("\r\n") for line in f]
+    """The lines of a text file (``.gz`` allowed), without their line ends
+    (:mod:`fairseq_sparse_attn.text_lines`)."""
+    from ..text_lines import read_lines as read
+
+    return read(path)
 
 
 def read_text_lines(path: str) -> List[str]:

@@ -30,6 +30,7 @@ from ..syntax.structure import (
     local_phrases,
     phrase_rp_matrix,
 )
+from ..text_lines import TextFileError
 
 FEATURES = ("dep", "rp")
 
@@ -60,8 +61,14 @@ class LineIndexedFile:
         ends = nl
         if size > 0 and last != b"\n":
             ends = np.concatenate([nl, np.array([size], dtype=np.int64)])
+        starts = np.concatenate([np.zeros(1, dtype=np.int64), nl + 1])[: len(ends)]
+        if len(ends) and ends[-1] - starts[-1] <= 1:  # one trailing blank line ("" or "\r")
+            with open(self.path, "rb") as f:
+                f.seek(int(starts[-1]))
+                if f.read(int(ends[-1] - starts[-1])) in (b"", b"\r"):
+                    ends, starts = ends[:-1], starts[:-1]
         self.ends = ends
-        self.starts = np.concatenate([np.zeros(1, dtype=np.int64), nl + 1])[: len(ends)]
+        self.starts = starts
         self._map = None
 
     def __len__(self) -> int:
@@ -77,7 +84,11 @@ class LineIndexedFile:
             with open(self.path, "rb") as f:
                 self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         raw = self._map[int(self.starts[i]) : int(self.ends[i])]
-        return raw.decode("utf-8").rstrip("\r")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise TextFileError(f"{self.path}, line {i + 1}: not valid UTF-8 ({e.reason})") from None
+        return text[:-1] if text.endswith("\r") else text
 
 
 class SentenceParse:

@@ -154,9 +154,10 @@ def parse_ptb(text: str, path=None, line_no: int = 1) -> Tree:
 
 def read_ptb(path) -> Iterator[Tuple[int, Tree]]:
     """Yield ``(line_no, tree)`` for a file with one bracketed tree per line."""
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            yield line_no, parse_ptb(line, path, line_no)
+    from ..text_lines import read_lines
+
+    for line_no, line in enumerate(read_lines(path), 1):
+        yield line_no, parse_ptb(line, path, line_no)
 
 
 # --------------------------------------------------------------------------- CoNLL-U
@@ -218,45 +219,45 @@ def read_conllu(path) -> Iterator[Tuple[int, List[str], List[int], List[str]]]:
             raise ParseFormatError(str(e)) from None
         return first, list(words), heads_from_conll(heads), list(rels)
 
-    with open(path, encoding="utf-8") as f:
-        line_no = 0
-        for line_no, line in enumerate(f, 1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                if words:
-                    yield finish()
-                    words, heads, rels = [], [], []
-                continue
-            if line.startswith("#"):
-                continue
-            cols = line.split("\t")
-            if len(cols) != 10:
-                raise ParseFormatError(
-                    f"{path}:{line_no}: expected 10 tab-separated CoNLL-U columns "
-                    f"(ID FORM LEMMA UPOS XPOS FEATS HEAD DEPREL DEPS MISC), "
-                    f"found {len(cols)}"
-                )
-            tid = cols[0]
-            if "-" in tid or "." in tid:
-                continue
-            if not tid.isdigit():
-                raise ParseFormatError(f"{path}:{line_no}: ID {tid!r} is not an integer")
-            if int(tid) != len(words) + 1:
-                raise ParseFormatError(
-                    f"{path}:{line_no}: ID {tid} out of sequence, expected "
-                    f"{len(words) + 1} (a blank line must end each sentence)"
-                )
-            if not cols[6].isdigit():
-                raise ParseFormatError(
-                    f"{path}:{line_no}: HEAD {cols[6]!r} is not an integer; dependency heads are required"
-                )
-            if not words:
-                first = line_no
-            words.append(cols[1])
-            heads.append(int(cols[6]))
-            rels.append(cols[7])
-        if words:
-            yield finish()
+    from ..text_lines import read_lines
+
+    line_no = 0
+    for line_no, line in enumerate(read_lines(path), 1):
+        if not line.strip():
+            if words:
+                yield finish()
+                words, heads, rels = [], [], []
+            continue
+        if line.startswith("#"):
+            continue
+        cols = line.split("\t")
+        if len(cols) != 10:
+            raise ParseFormatError(
+                f"{path}:{line_no}: expected 10 tab-separated CoNLL-U columns "
+                f"(ID FORM LEMMA UPOS XPOS FEATS HEAD DEPREL DEPS MISC), "
+                f"found {len(cols)}"
+            )
+        tid = cols[0]
+        if "-" in tid or "." in tid:
+            continue
+        if not tid.isdigit():
+            raise ParseFormatError(f"{path}:{line_no}: ID {tid!r} is not an integer")
+        if int(tid) != len(words) + 1:
+            raise ParseFormatError(
+                f"{path}:{line_no}: ID {tid} out of sequence, expected "
+                f"{len(words) + 1} (a blank line must end each sentence)"
+            )
+        if not cols[6].isdigit():
+            raise ParseFormatError(
+                f"{path}:{line_no}: HEAD {cols[6]!r} is not an integer; dependency heads are required"
+            )
+        if not words:
+            first = line_no
+        words.append(cols[1])
+        heads.append(int(cols[6]))
+        rels.append(cols[7])
+    if words:
+        yield finish()
 
 
 # --------------------------------------------------------------------------- side files

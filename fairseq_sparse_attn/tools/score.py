@@ -65,8 +65,9 @@ def _ordered(table, n, path, ref):
 
 
 def _read(path):
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
+    from ..text_lines import read_lines
+
+    return read_lines(path)
 
 
 def score(gen, ref=None, tok_ref=None, lowercase=False, t_lines=False, baseline=None, n_resamples=N_RESAMPLES):

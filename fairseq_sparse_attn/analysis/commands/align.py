@@ -90,8 +90,9 @@ def read_gold(
 
     if not os.path.isfile(path):
         raise FileNotFoundError(f"gold alignment file not found: {path}")
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().splitlines()
+    from ...text_lines import read_lines
+
+    lines = read_lines(path, blank_tail=True)  # a blank line: a sentence without links
     if len(lines) != total:
         raise UsageError(f"{path}: {len(lines)} lines, expected {total} (one line per sentence pair of {where})")
     skip = set(unchecked)
