@@ -45,7 +45,7 @@ from .call_plan import CallPlan, build_plan
 from .config import AttentionConfig, BiasesConfig
 from .core import AttendSpec, AttentionInputs, backend_names
 from .heads import FixedPatternHeads, HeadPlan, MaskedHeads, RedundantHeads
-from .intermediates import deliver, wanted
+from .intermediates import attention_wanted, deliver
 from .output_norms import build_output_norm
 from .rhe import RHE_NEEDS, RedundantHeadIdentifier
 
@@ -362,7 +362,7 @@ class SparseMultiheadAttention(MultiheadAttention):
         """fairseq's ``MultiheadAttention.forward`` plus ``attn_inputs``: the per-batch
         inputs of :func:`~.core.attend` that fairseq does not pass (fixed-pattern
         weights, word ids, syntax annotations), from the plugin's encoder layer."""
-        collect = wanted()
+        collect = attention_wanted()
         plan = self.plan()
         if plan.delegates_to_stock(collect, need_head_weights):
             return super().forward(
