@@ -195,7 +195,7 @@ def _checkpoint_task(path):
         return None
 
 
-def _run(module_name, mask_heads=False, log_stream=None):
+def _run(module_name, mask_heads=False, log_stream=None, checks_input=False):
     import importlib
 
     command = os.path.basename(sys.argv[0]) or "fsa"
@@ -210,6 +210,12 @@ def _run(module_name, mask_heads=False, log_stream=None):
         return
     if mask_heads:
         argv = with_head_masking(argv, command)
+    if checks_input:  # no silent <unk> (unk_check.py)
+        from fairseq_sparse_attn import unk_check
+        from fairseq_sparse_attn.compat.checkpoint_record import LOADED_RECORDS
+
+        bpe, codes = _option_value(argv, "--bpe"), _option_value(argv, "--bpe-codes")
+        unk_check.install(command, bpe, codes, LOADED_RECORDS)
     sys.argv = [sys.argv[0]] + _with_user_dir(argv)
     errors = _user_errors()
     try:
@@ -310,14 +316,14 @@ def train():
 
 
 def generate():
-    _run("fairseq_cli.generate", mask_heads=True, log_stream=sys.stderr)
+    _run("fairseq_cli.generate", mask_heads=True, log_stream=sys.stderr, checks_input=True)
 
 
 def interactive():
     from fairseq_sparse_attn import interactive_input
 
     interactive_input.install()  # input split on \n only; a bad line is reported and skipped
-    _run("fairseq_cli.interactive", log_stream=sys.stderr)
+    _run("fairseq_cli.interactive", log_stream=sys.stderr, checks_input=True)
 
 
 def validate():
