@@ -479,8 +479,13 @@ def quiet_fairseq():
     import logging
     import warnings
 
+    # importing fairseq's models runs logging.basicConfig(level=DEBUG) (wav2vec2_classification):
+    # import them first, then one WARNING handler for the whole process (matplotlib included)
+    import fairseq.models  # noqa: F401
+
+    logging.basicConfig(level=logging.WARNING, force=True)
     logging.getLogger("fairseq").setLevel(logging.WARNING)
-    logging.getLogger().setLevel(logging.WARNING)
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore")
 
 
