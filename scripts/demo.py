@@ -95,7 +95,7 @@ RECIPES = {
         lr_rela_g=DEMO_LR["rela_g"],
         lr_rela_i=DEMO_LR["rela_i"],
         validate_interval=50,
-        log_interval=25,
+        log_interval=1,  # a count from the first update (the status line reads fairseq's log lines)
         seeds="1",
         lenpen=None,
     ),
@@ -116,7 +116,7 @@ RECIPES = {
         lr_rela_g=7e-4,
         lr_rela_i=7e-4,
         validate_interval=250,
-        log_interval=50,
+        log_interval=10,  # every update would sync the GPU once more per update
         seeds="1,2",
         lenpen=0.6,
     ),
