@@ -102,3 +102,46 @@ def test_generate_warns_on_a_data_bin_of_unknown_words(small_data, model, tmp_pa
     warned = warnings_of(proc, "fsa-generate")
     assert len(warned) == 1, proc.stderr
     assert "words map to <unk>" in warned[0] and "later sentences are not checked" in warned[0]
+
+
+DEMO_STEPS = """
+import importlib.util, sys
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("demo", sys.argv[1])
+demo = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(demo)
+demo.quiet_fairseq()
+fixtures, out = Path(sys.argv[2]), Path(sys.argv[3])
+panels = []
+for name in ("softmax", "rela_g"):
+    model, task = demo.load(fixtures / f"{name}.pt", fixtures / "data-bin")
+    demo.attention_statistics(model, task)
+    panels.append((name, *demo.cross_attention_of(model, task, 1)))
+demo.heatmap(panels, out / "cross_attention_heatmap.png")
+from fairseq_sparse_attn.tools.learning_curves import write_curves
+write_curves({"softmax": [{"num_updates": 1, "loss": 3.0}, {"num_updates": 2, "loss": 2.0}]}, out / "curves", seed=1, title="t")
+print("done")
+"""
+
+
+def test_demo_steps_after_training_print_no_debug_lines(tmp_path):
+    """The demo's in-process steps (loading both models, statistics, heatmap, curves) on the
+    fixture checkpoints: nothing on stderr (the demo ended with 7 stray DEBUG lines: the
+    compat patch list and matplotlib's start-up)."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            DEMO_STEPS,
+            REPO / "scripts" / "demo.py",
+            REPO / "tests" / "fixtures" / "checkpoints",
+            tmp_path,
+        ],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr[-3000:]
+    assert "DEBUG" not in proc.stderr, proc.stderr
+    assert (tmp_path / "cross_attention_heatmap.png").exists()
