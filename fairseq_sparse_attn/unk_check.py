@@ -9,7 +9,7 @@ stderr (``fsa-interactive: warning: ...``), the run goes on:
 - **the codes**: checkpoints record the BPE codes they were trained with (path and sha256,
   ``fsa_record["bpe"]``, :func:`codes_record`: the ``--bpe-codes`` given to ``fsa-train``,
   else ``bpe/codes`` beside the data-bin, where ``data_prep/`` writes them).  Before the
-  first input, ``fsa-interactive`` without ``--bpe`` on such a model, or either command with
+  first translation, ``fsa-interactive`` without ``--bpe`` on such a model, or either command with
   ``--bpe-codes`` of another content than the recorded one, is told so, naming the codes;
 - **the input**: an input (``fsa-interactive``: each line; ``fsa-generate``: the first
   sentence of the run, later ones are not reported) with more than a third of its words
@@ -101,7 +101,7 @@ class InputCheck:
         )
 
     def start(self):
-        """Before the first input: the codes given against the recorded ones."""
+        """Before the first translation: the codes given against the recorded ones."""
         if self.started:
             return
         self.started = True

@@ -57,7 +57,7 @@ def test_checkpoint_records_the_bpe_codes(small_data, model):
 
 
 def test_interactive_without_bpe_warns_before_and_per_input(small_data, model, tmp_path):
-    """Without --bpe: one line before the first input naming the codes, and one per input
+    """Without --bpe: one line before the first translation naming the codes, and one per input
     line with more than a third of its words <unk> (not for one that fits)."""
     codes = str((small_data / "bpe" / "codes").resolve())
     known = " ".join((small_data / "data-bin" / "dict.de.txt").read_text().split()[0:8:2][:3])
