@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -116,14 +117,27 @@ def wait_for(predicate, what, timeout_s=JOB_TIMEOUT_S):
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
+def run_group(cmd, env, timeout=JOB_TIMEOUT_S):
+    """Run a launcher in its own session; on a timeout its whole process group is killed
+    (torchrun's workers too, which a kill of the agent alone would leave running)."""
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+        raise AssertionError(f"timed out after {timeout}s: {' '.join(cmd[:8])} ...\n{(out + err)[-3000:]}") from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def torchrun(data, probe_dir, save_dir, *launcher_args, env_extra=None, timeout=JOB_TIMEOUT_S):
-    return subprocess.run(
+    return run_group(
         [sys.executable, "-m", "torch.distributed.run", *launcher_args, PROBE, str(data / "data-bin"), *TINY]
         + ["--save-dir", str(save_dir)],
-        env=clean_env(probe_dir, **(env_extra or {})),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+        clean_env(probe_dir, **(env_extra or {})),
+        timeout,
     )
 
 
@@ -375,6 +389,7 @@ def test_torchrun_two_agents_form_one_world_and_train_like_two_processes(small_d
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            start_new_session=True,
         )
         for node in (0, 1)
     ]
@@ -385,7 +400,7 @@ def test_torchrun_two_agents_form_one_world_and_train_like_two_processes(small_d
     finally:
         for agent in agents:
             if agent.poll() is None:
-                agent.kill()
+                os.killpg(agent.pid, signal.SIGKILL)  # the agent and its worker
                 agent.wait(30)
     assert [a.returncode for a in agents] == [0, 0], "\n".join(log[-3000:] for log in logs)
     log = "\n".join(logs)
