@@ -77,7 +77,7 @@ def attention_sites(model) -> List[AttentionSite]:
         if isinstance(module, SparseMultiheadAttention):
             match = _LAYER.search(name + ".")
             layer = int(match.group(1)) if match else 0
-            sites.append(AttentionSite(module.kind, layer, name, module.num_heads))
+            sites.append(AttentionSite(module.config.kind, layer, name, module.num_heads))
     return sites
 
 
