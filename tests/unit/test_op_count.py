@@ -47,7 +47,7 @@ class OpCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def train_step_ops(arch, overrides, dim=64):
+def train_step_ops(arch, overrides, dim=64, attention_dropout=0.1):
     """Counter of op names of one forward + backward (the second step: caches warm)."""
     d = make_dictionary(100)
     size = dict(
@@ -60,7 +60,7 @@ def train_step_ops(arch, overrides, dim=64):
         encoder_attention_heads=None,
         decoder_attention_heads=None,
         dropout=0.1,
-        attention_dropout=0.1,
+        attention_dropout=attention_dropout,
     )
     model, _ = build_model(arch, dictionary=d, **size, **overrides)
     model.train()
