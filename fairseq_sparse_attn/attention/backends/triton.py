@@ -26,6 +26,7 @@ import functools
 import json
 import math
 import re
+import weakref
 from pathlib import Path
 from typing import Dict, FrozenSet, Optional, Tuple
 
@@ -60,13 +61,27 @@ def _row_coef_of(row_scale_probe: Tuple[float, ...]) -> Optional[float]:
     return coef
 
 
+#: activation module -> (row scaled, c) or the ValueError: probed once per module (its
+#: row factor is fixed configuration), not at every call (the probe reads 64 numbers back)
+_ROW_COEF: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def row_coef(activation) -> Tuple[bool, float]:
     """(row scaled, c) for the kernels; ValueError when the activation's factor does not fit."""
     if not getattr(activation, "row_scaled", False):
         return False, 1.0
-    probe = activation.row_scale(torch.arange(64, dtype=torch.float64)).flatten()
-    coef = _row_coef_of(tuple(float(x) for x in probe))
-    return (False, 1.0) if coef is None else (True, coef)
+    known = _ROW_COEF.get(activation)
+    if known is None:
+        probe = activation.row_scale(torch.arange(64, dtype=torch.float64)).flatten()
+        try:
+            coef = _row_coef_of(tuple(float(x) for x in probe))
+            known = (False, 1.0) if coef is None else (True, coef)
+        except ValueError as e:
+            known = e
+        _ROW_COEF[activation] = known
+    if isinstance(known, ValueError):
+        raise known
+    return known
 
 
 # --------------------------------------------------------------------------- auto
