@@ -204,13 +204,15 @@ class CallPlan(NamedTuple):
                 scores = scores.masked_fill(mask, float("-inf"))
             return scores.view(bsz * heads, tgt_len, src_len).type_as(q), v, None  # type: ignore[arg-type]
 
-        # a forced fused kernel (flex) returns no weights unless an analysis collector asks
+        # a forced fused kernel (flex, triton) returns no weights unless an analysis collector asks
         # for them (then the forced backend's error says why): fairseq's own requests (the
         # alignment layer's need_head_weights, need_weights by default) get None.  With
         # --attn-key-block-size, head-averaged weights are returned only when the call ran
         # materialized (the key-block path returns none)
         backend = self.config.backend
-        if backend.name != "flex" and (need_head_weights or (need_weights and not backend.key_block_size)):
+        if backend.name not in ("flex", "triton") and (
+            need_head_weights or (need_weights and not backend.key_block_size)
+        ):
             collect = collect | {"weights"}
         if attn_inputs is None:  # the usual call (decoder, cross-attention): no copy of defaults
             inputs = AttentionInputs(

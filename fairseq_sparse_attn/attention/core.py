@@ -36,6 +36,11 @@ name            priority  serves
 ``key_block``   30        relu / relu_scaled streamed over blocks of keys
                           (:mod:`.chunked_relu`), only with ``--attn-key-block-size``;
                           no weights, no dropout (an error in training), no biases
+``triton``      35        relu / relu_scaled through the fused Triton kernels
+                          (:mod:`fairseq_sparse_attn.kernels.relu_attention`): in auto only
+                          for training calls on CUDA devices whose family has a recorded
+                          ``make bench-gpu`` result showing it faster (none yet); padding
+                          and causal masks; no weights, dropout, biases, row sums
 ``flex``        40        relu / relu_scaled through the fused FlexAttention kernel
                           (:mod:`.flex_relu`): in auto only on devices where a recorded
                           benchmark measured it faster (none yet: only when forced),
@@ -181,6 +186,7 @@ class Call(NamedTuple):
     keys: int = 0  # number of key positions (src)
     dtype: Optional[torch.dtype] = None  # of the values
     query_mask: bool = False  # the hidden mask differs between queries (causal)
+    head_dim: int = 0  # of the values
 
 
 def applies_dropout(dropout: Dropout) -> bool:
@@ -206,6 +212,7 @@ def describe_call(q, v, inputs: AttentionInputs, spec: AttendSpec) -> Call:
         keys=v.size(2),
         dtype=v.dtype,
         query_mask=inputs.hidden is not None and inputs.hidden.dim() == 4 and inputs.hidden.size(2) > 1,
+        head_dim=v.size(-1),
     )
 
 

@@ -18,7 +18,9 @@ future mask, fairseq's -1e8 conversion of boolean masks, or a user's additive bi
 * :func:`additive_mask`: one float mask (bias, -inf where hidden) for fused kernels that
   take one (``sdpa``);
 * :func:`per_key_group`: the mask of one key copy when beam search keeps one copy per
-  sentence (``query_block``).
+  sentence (``query_block``);
+* :func:`padding_and_causal`: a hidden mask as (key padding, causal) for kernels that take
+  those two (``triton``), or None when it is anything else.
 
 The plan (:mod:`.call_plan`) and the backends (:mod:`.backends`) take their masks from
 here and build none of their own (``tests/unit/test_masks.py`` holds that).
@@ -222,3 +224,37 @@ def per_key_group(hidden: Optional[Tensor], bsz: int, groups: int) -> Optional[T
     if hidden is not None and hidden.size(0) == bsz:
         return hidden[::groups]
     return hidden
+
+
+def _padding_and_causal(hidden: Tensor, groups: int, kv_bsz: int) -> Optional[Tuple[Optional[Tensor], bool]]:
+    if hidden.dim() != 4 or hidden.size(1) != 1:
+        return None
+    rows, _, tgt, src = hidden.shape
+    last = hidden[:, 0, -1, :]  # the last query sees every key but padding, causal or not
+    if groups > 1 and rows == kv_bsz * groups:
+        pad = last[::groups]
+        rebuilt = pad.repeat_interleave(groups, dim=0)
+    elif rows in (kv_bsz, 1):
+        pad = last.expand(kv_bsz, src)
+        rebuilt = last
+    else:
+        return None
+    rebuilt = rebuilt.view(rows, 1, 1, src)
+    kept = pad if bool(pad.any()) else None
+    if torch.equal(hidden, rebuilt.expand_as(hidden)):
+        return kept, False
+    causal = torch.ones(tgt, src, dtype=torch.bool, device=hidden.device).triu(src - tgt + 1)
+    if torch.equal(hidden, rebuilt | causal):
+        return kept, True
+    return None
+
+
+def padding_and_causal(hidden: Optional[Tensor], groups: int, kv_bsz: int) -> Optional[Tuple[Optional[Tensor], bool]]:
+    """``hidden`` as (key padding (kv_bsz, src) bool or None, causal) when it is exactly
+    padding | causal (key j hidden from query i when j > i + src - tgt), None when it is
+    anything else (a pattern, a user's mask): for fused kernels that take those two
+    (``triton``).  Checked by value once per mask tensor (on a GPU one host sync per batch
+    and mask), so it holds for any mask a caller builds."""
+    if hidden is None:
+        return None, False
+    return cached("padding_and_causal", (hidden,), (groups, kv_bsz), lambda h: _padding_and_causal(h, groups, kv_bsz))
