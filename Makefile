@@ -5,7 +5,7 @@ DEMO_DIR ?= demo_out
 DEMO_RECIPE ?= auto
 export MULTI30K_DIR
 
-.PHONY: install test test-fast lint format demo demo-sweep bench bench-gpu wheelhouse clean check-readme publish-demo
+.PHONY: install test test-fast lint format demo demo-sweep bench bench-gpu wheelhouse clean check-readme check-kernels publish-demo
 
 OFFLINE ?=
 install:            ## torch (kept if present), fairseq, deps, the plugin with extras; OFFLINE=wheelhouse/: from wheels, no network
@@ -23,7 +23,7 @@ test:               ## the whole test suite: tests/unit + tests/integration (sma
 test-fast:          ## tests/unit only: no training, no subprocess (minutes)
 	$(PYTHON) -m pytest -q tests/unit
 
-lint:               ## ruff check + ruff format --check (whole tree) + mypy (attention/, options.py); config in pyproject.toml
+lint:               ## ruff check + ruff format --check (whole tree) + mypy (attention/, kernels/, options.py); config in pyproject.toml
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
 	$(PYTHON) -m mypy
@@ -37,6 +37,10 @@ demo:               ## softmax vs ReLA-g on Multi30k, the recipe that fits the m
 
 check-readme:       ## the README's demo tables agree with docs/results/demo-{cpu,cuda}.json (no training; CI)
 	$(PYTHON) scripts/check_readme.py --check
+
+AOT_JOBS ?= 1
+check-kernels:      ## every Triton kernel configuration compiled for sm_80 and sm_90 without a GPU: shared memory fits, no spills, docs/performance.md's table matches (CI; AOT_JOBS=N processes)
+	env -u TRITON_INTERPRET $(PYTHON) -m fairseq_sparse_attn.kernels.aot --jobs $(AOT_JOBS)
 
 publish-demo:       ## $(DEMO_DIR)/results.json -> docs/results/demo-<recipe>.json, then the README's table from it
 	$(PYTHON) scripts/check_readme.py --publish $(DEMO_DIR)/results.json

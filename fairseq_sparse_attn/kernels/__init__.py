@@ -15,5 +15,7 @@ torch pins) when it is itself imported.  On a CPU the kernels run through Triton
 interpreter (see :mod:`.relu_attention`).
 
 Modules: :mod:`.relu_attention` (ReLA ``relu`` / ReLUFormer ``relu_scaled`` attention,
-forward and backward).
+forward and backward); :mod:`.output_norm` (RMSNorm-i and the gated RMSNorm over the
+concatenated heads, forward and backward); :mod:`.aot` (the ahead-of-time compile check of
+every ``launch_configs()``, ``make check-kernels``).
 """
