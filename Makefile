@@ -6,7 +6,7 @@ DEMO_DIR ?= demo_out
 DEMO_RECIPE ?= auto
 export MULTI30K_DIR
 
-.PHONY: install test test-fast test-fairseq lint format demo demo-sweep bench bench-gpu wheelhouse clean check-readme publish-demo
+.PHONY: install test test-fast test-fairseq lint format demo demo-sweep bench bench-gpu wheelhouse clean check-readme check-kernels publish-demo
 
 OFFLINE ?=
 install:            ## torch (kept if present), fairseq, deps, the plugin with extras; OFFLINE=wheelhouse/: from wheels, no network
@@ -27,7 +27,7 @@ test-fast:          ## tests/unit only: no training, no subprocess (minutes)
 test-fairseq:       ## fairseq 0.12.3's own tests (FAIRSEQ_TESTS_DIR, from a temporary copy) stock and with the plugin; fails on an unlisted difference (docs/install.md)
 	OMP_NUM_THREADS=1 $(PYTHON) scripts/ci/test_fairseq.py --fairseq $(FAIRSEQ_TESTS_DIR) --out test-fairseq-out
 
-lint:               ## ruff check + ruff format --check (whole tree) + mypy (attention/, options.py); config in pyproject.toml
+lint:               ## ruff check + ruff format --check (whole tree) + mypy (attention/, kernels/, options.py); config in pyproject.toml
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
 	$(PYTHON) -m mypy
@@ -41,6 +41,10 @@ demo:               ## softmax vs ReLA-g on Multi30k, the recipe that fits the m
 
 check-readme:       ## the README's demo tables agree with docs/results/demo-{cpu,cuda}.json (no training; CI)
 	$(PYTHON) scripts/check_readme.py --check
+
+AOT_JOBS ?= 1
+check-kernels:      ## every Triton kernel configuration compiled for sm_80 and sm_90 without a GPU: shared memory fits, no spills, docs/performance.md's table matches (CI; AOT_JOBS=N processes)
+	env -u TRITON_INTERPRET $(PYTHON) -m fairseq_sparse_attn.kernels.aot --jobs $(AOT_JOBS)
 
 publish-demo:       ## $(DEMO_DIR)/results.json -> docs/results/demo-<recipe>.json, then the README's table from it
 	$(PYTHON) scripts/check_readme.py --publish $(DEMO_DIR)/results.json

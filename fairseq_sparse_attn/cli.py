@@ -11,14 +11,16 @@ the model as ``--model-overrides "{'encoder_masked_heads': '0,7'}"`` (merged wit
 
 The commands log like fairseq's own (``2026-01-01 12:00:00 | INFO | name | message``;
 ``LOGLEVEL`` sets the level); the plugin's own start-up lines (the compat patch list,
-fairseq's "--user-dir ... has already been imported") are DEBUG unless ``-v`` /
-``--verbose`` (or ``FSA_VERBOSE=1``).  ``--help`` lists the plugin's flags in a "sparse
+fairseq's "--user-dir ... has already been imported") are DEBUG, and fairseq's dump of
+the whole configuration is not shown, unless ``-v`` / ``--verbose`` (or ``FSA_VERBOSE=1``).
+A bad flag is one line (argparse's error without its usage block).  ``--help`` lists the plugin's flags in a "sparse
 attention" group (:func:`print_help`).  They report bad input (:class:`fairseq_sparse_attn.errors.
 UsageError`, a checkpoint that does not load, a diverged run, a CPU world that cannot be
 formed) as one line, ``fsa-train: error: ...``, exit status 1; ``FSA_TRACEBACK=1`` shows
 the traceback instead.
 """
 
+import argparse
 import ast
 import logging
 import os
@@ -45,6 +47,24 @@ class _UserDirNotice(logging.Filter):
         return True
 
 
+class _ConfigDump(logging.Filter):
+    """fairseq_cli's train / generate / interactive / validate log their whole configuration
+    (``logger.info(cfg)``, about 6,000 characters on one line) before any work: shown only
+    when verbose (``-v``); every checkpoint keeps it (``cfg``)."""
+
+    def filter(self, record):
+        if isinstance(record.msg, str):
+            return True
+        if isinstance(record.msg, (dict, argparse.Namespace)) or type(record.msg).__name__ == "DictConfig":
+            from fairseq_sparse_attn.compat import verbose
+
+            return verbose()
+        return True
+
+
+CONFIG_LOGGERS = ("fairseq_cli.train", "fairseq_cli.generate", "fairseq_cli.interactive", "fairseq_cli.validate")
+
+
 def configure_logging(stream=None):
     """fairseq_cli's logging set-up.  It replaces the one made on import by one of
     fairseq's modules (wav2vec2_classification: ``logging.basicConfig(level=DEBUG)``, no
@@ -59,6 +79,21 @@ def configure_logging(stream=None):
     notices = logging.getLogger("fairseq.utils")
     if not any(isinstance(f, _UserDirNotice) for f in notices.filters):
         notices.addFilter(_UserDirNotice())
+    for name in CONFIG_LOGGERS:
+        cli_logger = logging.getLogger(name)
+        if not any(isinstance(f, _ConfigDump) for f in cli_logger.filters):
+            cli_logger.addFilter(_ConfigDump())
+
+
+def one_line_usage_errors(command):
+    """argparse reports a bad flag (an invalid choice, a missing value) with the whole usage
+    block first, 183 lines for fsa-train: here it is the error line alone, and where the
+    flags are listed."""
+
+    def error(self, message):
+        self.exit(2, f"{command}: error: {message} (`{command} --help` lists the flags)\n")
+
+    argparse.ArgumentParser.error = error  # type: ignore[method-assign]
 
 
 def _pop_verbose(argv):
@@ -96,6 +131,18 @@ def _pop_option(argv, name):
     return out, value
 
 
+def _model_overrides(command, argv):
+    """The dict of ``--model-overrides`` (fairseq ends in a traceback on anything else)."""
+    _, overrides = _pop_option(argv, "--model-overrides")
+    try:
+        merged = ast.literal_eval(overrides) if overrides else {}
+    except (ValueError, SyntaxError):
+        merged = None
+    if not isinstance(merged, dict):
+        raise SystemExit(f"{command}: error: --model-overrides must be a Python dict literal, got {overrides!r}")
+    return merged
+
+
 def with_head_masking(argv, command="fsa-generate"):
     """Turn ``--mask-encoder-heads H`` into fairseq's ``--model-overrides``; a bad value is
     one line, ``<command>: error: ...``, before anything is loaded."""
@@ -108,13 +155,8 @@ def with_head_masking(argv, command="fsa-generate"):
         parse_head_list(heads)
     except ValueError as e:
         raise SystemExit(f"{command}: error: --mask-encoder-heads {heads}: {e}") from None
-    argv, overrides = _pop_option(argv, "--model-overrides")
-    try:
-        merged = ast.literal_eval(overrides) if overrides else {}
-    except (ValueError, SyntaxError):
-        merged = None
-    if not isinstance(merged, dict):
-        raise SystemExit(f"{command}: error: --model-overrides must be a Python dict literal, got {overrides!r}")
+    merged = _model_overrides(command, argv)
+    argv, _ = _pop_option(argv, "--model-overrides")
     merged["encoder_masked_heads"] = heads
     return argv + ["--model-overrides", repr(merged)]
 
@@ -141,8 +183,17 @@ def _required_flags(command, argv):
             "rela_transformer_wmt_en_de (the presets are listed in the README, "
             "or `fsa-train --help` after --arch)"
         )
+    if command in ("fsa-train", "fsa-validate") and not _flag_given(
+        argv, "--max-tokens", "--batch-size", "--max-sentences"
+    ):
+        raise SystemExit(
+            f"{command}: error: --max-tokens N or --batch-size N is required (the size of a "
+            "batch, in tokens or in sentences; e.g. --max-tokens 4096)"
+        )
     if command in ("fsa-generate", "fsa-interactive"):
         _check_tokenizer_languages(command, argv)
+    if command in ("fsa-generate", "fsa-interactive", "fsa-validate"):
+        _model_overrides(command, argv)
     if command in ("fsa-generate", "fsa-validate") and not _flag_given(argv, "--path"):
         raise SystemExit(f"{command}: error: --path CHECKPOINT is required")
     if command == "fsa-validate" and not _flag_given(argv, "--task"):
@@ -213,12 +264,13 @@ def _checkpoint_task(path):
         return None
 
 
-def _run(module_name, mask_heads=False, log_stream=None):
+def _run(module_name, mask_heads=False, log_stream=None, checks_input=False):
     import importlib
 
     command = os.path.basename(sys.argv[0]) or "fsa"
     configure_logging(log_stream)
     argv = _pop_verbose(sys.argv[1:])
+    one_line_usage_errors(command)
     _required_flags(command, argv)
     import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin; fairseq then finds it imported)
 
@@ -228,6 +280,12 @@ def _run(module_name, mask_heads=False, log_stream=None):
         return
     if mask_heads:
         argv = with_head_masking(argv, command)
+    if checks_input:  # no silent <unk> (unk_check.py)
+        from fairseq_sparse_attn import unk_check
+        from fairseq_sparse_attn.compat.checkpoint_record import LOADED_RECORDS
+
+        bpe, codes = _option_value(argv, "--bpe"), _option_value(argv, "--bpe-codes")
+        unk_check.install(command, bpe, codes, LOADED_RECORDS)
     sys.argv = [sys.argv[0]] + _with_user_dir(argv)
     errors = _user_errors()
     try:
@@ -308,8 +366,6 @@ def print_help(command, module_name, argv):
 
 
 def print_user_dir():
-    import argparse
-
     from fairseq_sparse_attn import user_dir
 
     parser = argparse.ArgumentParser(
@@ -328,14 +384,14 @@ def train():
 
 
 def generate():
-    _run("fairseq_cli.generate", mask_heads=True, log_stream=sys.stderr)
+    _run("fairseq_cli.generate", mask_heads=True, log_stream=sys.stderr, checks_input=True)
 
 
 def interactive():
     from fairseq_sparse_attn import interactive_input
 
     interactive_input.install()  # input split on \n only; a bad line is reported and skipped
-    _run("fairseq_cli.interactive", log_stream=sys.stderr)
+    _run("fairseq_cli.interactive", log_stream=sys.stderr, checks_input=True)
 
 
 def validate():

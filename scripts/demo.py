@@ -95,7 +95,7 @@ RECIPES = {
         lr_rela_g=DEMO_LR["rela_g"],
         lr_rela_i=DEMO_LR["rela_i"],
         validate_interval=50,
-        log_interval=25,
+        log_interval=1,  # a count from the first update (the status line reads fairseq's log lines)
         seeds="1",
         lenpen=None,
     ),
@@ -116,7 +116,7 @@ RECIPES = {
         lr_rela_g=7e-4,
         lr_rela_i=7e-4,
         validate_interval=250,
-        log_interval=50,
+        log_interval=10,  # every update would sync the GPU once more per update
         seeds="1,2",
         lenpen=0.6,
     ),
@@ -372,21 +372,43 @@ def train(name, lr, args, data_bin, out, tag, seed):
     ckpt = save_dir / "checkpoint_last.pt"
     if not ckpt.exists():
         sys.exit(f"{name}: training ended without {ckpt}")
-    share_identical_checkpoints(save_dir)
+    if share_identical_checkpoints(save_dir) == "slimmed":
+        log(
+            f"{save_dir.name}/checkpoint_best.pt is an earlier update than checkpoint_last.pt (which the demo "
+            "evaluates): kept without its optimizer state"
+        )
     return ckpt, mean_wps(text), out / f"train_{tag}.log"
 
 
 def share_identical_checkpoints(save_dir):
-    """checkpoint_best.pt is usually byte-identical to checkpoint_last.pt at the demo's
-    budget (validation loss still falling at the last validation): then both names become
-    hard links to one file instead of two copies (~100 MB each)."""
+    """One copy of the model where two would do.  When the last validation was the best,
+    checkpoint_best.pt is byte-identical to checkpoint_last.pt: both names become hard links
+    to one file (~100 MB each).  When an earlier validation was better (at this budget often
+    the end-of-epoch validation a few updates before the last: ReLA-g's loss at update 250
+    was above its loss at update 247), checkpoint_best.pt is another model; the demo
+    evaluates checkpoint_last.pt (both models at the same budget), so checkpoint_best.pt
+    keeps only what translating needs: its optimizer state (two thirds of the file, for
+    Adam) is dropped.  Returns "linked", "slimmed" or None."""
     import filecmp
 
+    import torch
+
     best, last = save_dir / "checkpoint_best.pt", save_dir / "checkpoint_last.pt"
-    if best.exists() and last.exists() and not os.path.samefile(best, last) and filecmp.cmp(best, last, shallow=False):
+    if not (best.exists() and last.exists()) or os.path.samefile(best, last):
+        return None
+    if filecmp.cmp(best, last, shallow=False):
         tmp = save_dir / "checkpoint_best.pt.link"
         os.link(last, tmp)
         os.replace(tmp, best)
+        return "linked"
+    state = torch.load(best, map_location="cpu", weights_only=False)
+    if not isinstance(state, dict) or not state.get("last_optimizer_state"):
+        return None
+    state["last_optimizer_state"] = None
+    tmp = save_dir / "checkpoint_best.pt.slim"
+    torch.save(state, tmp)
+    os.replace(tmp, best)
+    return "slimmed"
 
 
 def generate_command(checkpoint, args, data_bin, subset):
@@ -479,8 +501,13 @@ def quiet_fairseq():
     import logging
     import warnings
 
+    # importing fairseq's models runs logging.basicConfig(level=DEBUG) (wav2vec2_classification):
+    # import them first, then one WARNING handler for the whole process (matplotlib included)
+    import fairseq.models  # noqa: F401
+
+    logging.basicConfig(level=logging.WARNING, force=True)
     logging.getLogger("fairseq").setLevel(logging.WARNING)
-    logging.getLogger().setLevel(logging.WARNING)
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore")
 
 
@@ -529,10 +556,12 @@ def cross_attention_of(model, task, index):
 
 def heatmap(panels, path):
     """Cross-attention of one test sentence, one row per model and one column per head of
-    its last decoder layer; one colour scale (with its colour bar) for every panel, so the
-    models and heads compare; source tokens on the x axis, the target tokens each row
-    predicts on the y axis; layers and heads numbered from 0, as ``fsa-analyze --layer``
-    (docs/analysis.md).  Returns the matplotlib figure after saving it."""
+    its last decoder layer; one colour scale per row (per model, with its colour bar): a
+    softmax row is a distribution (at most 1) while ReLA's weights are not bounded by 1, so
+    one scale for all would leave softmax's panels almost black.  Source tokens on the x
+    axis, the target tokens each row predicts on the y axis; layers and heads numbered from
+    0, as ``fsa-analyze --layer`` (docs/analysis.md).  Returns the matplotlib figure after
+    saving it."""
     import logging
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -541,12 +570,12 @@ def heatmap(panels, path):
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
     path = Path(path)
     heads = max(w.size(0) for _, w, _, _, _ in panels)
-    vmax = max(float(w.max()) for _, w, _, _, _ in panels) or 1.0
-    fig = Figure(figsize=(3.4 * heads + 1.2, 3.6 * len(panels) + 0.6), constrained_layout=True)
+    fig = Figure(figsize=(3.4 * heads + 1.6, 3.6 * len(panels) + 0.8), constrained_layout=True)
     FigureCanvasAgg(fig)
     axes = fig.subplots(len(panels), heads, squeeze=False)
-    image = None
     for row, (name, w, src, tgt, layer) in enumerate(panels):
+        vmax = float(w.max()) or 1.0
+        image = None
         for h in range(heads):
             ax = axes[row][h]
             if h >= w.size(0):
@@ -562,11 +591,12 @@ def heatmap(panels, path):
             ax.set_yticklabels(tgt, fontsize=6)
             ax.set_xlabel("source token", fontsize=7)
             ax.set_ylabel("target token predicted", fontsize=7)
-    bar = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8)
-    bar.set_label("attention weight α (one scale for every panel)", fontsize=8)
+        bar = fig.colorbar(image, ax=axes[row].tolist(), shrink=0.8)
+        bar.set_label(f"{name}: attention weight α (0 to {vmax:.2g}, this row's scale)", fontsize=8)
     fig.suptitle(
         f"{' vs '.join(name for name, *_ in panels)}: cross-attention of one test sentence, "
-        f"last decoder layer (layers and heads from 0); run {path.parent.resolve().name}",
+        f"last decoder layer (layers and heads from 0); one colour scale per model (row), "
+        f"from 0 to that model's largest weight; run {path.parent.resolve().name}",
         fontsize=10,
     )
     fig.savefig(str(path), dpi=110)
@@ -838,8 +868,6 @@ def print_table(results, names, args):
         ),
         ("learning rate", lambda r: f"{r['lr']:g}"),
         ("final validation loss", lambda r: "-" if r["final_valid_loss"] is None else f"{r['final_valid_loss']:.3f}"),
-        ("train words/s", lambda r: _num(r["train_words_per_s"], ".0f")),
-        (f"decode sentences/s (beam {args.beam})", lambda r: _num(r["decode_sentences_per_s"], ".1f")),
         ("repetition rate", lambda r: f"{r['repetition_rate']:.3f}"),
         ("length ratio", lambda r: f"{r['length_ratio']:.3f}"),
     ]
@@ -944,11 +972,6 @@ def reading(base, name, report, args, curves=None):
     )
     budget = f"{args.max_update} updates of {batch}{epochs}"
     seed_words = "one seed" if len(seeds) == 1 else f"{len(seeds)} seeds, each pair compared on the same seed"
-    speed = (
-        f"{r['train_words_per_s'] / b['train_words_per_s']:.2f}x"
-        if r["train_words_per_s"] and b["train_words_per_s"]
-        else "not measured"
-    )
     if r["lr"] == b["lr"]:
         rates = f"the same learning rate ({r['lr']:g}; how it was chosen and what is not measured: docs/demo.md)"
     else:
@@ -964,8 +987,8 @@ def reading(base, name, report, args, curves=None):
         f"paired resamples of {report['test_sentences']} test sentences); they say nothing about other seeds, "
         f"longer training, larger data or larger models - the ReLA paper's parity is for converged base "
         f"models.  {curve_reading(base, name, curve_curves)}"
-        f"  Train speed {name}/{base}: {speed} in this run "
-        f"(one run; benchmarks/bench_attention.py measures speed with spread)."
+        f"  Speed is not compared here: one unpaired run measures the machine's load as much as the "
+        f"models (other jobs on the cores); `make bench` measures it, paired and interleaved, with its spread."
     )
 
 

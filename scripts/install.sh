@@ -65,6 +65,9 @@ else
   $PIP "torch==$TORCH_VERSION"
 fi
 
+# 1b. Triton at the version the installed torch pins (scripts/install_triton.sh)
+PYTHON="$PY" bash scripts/install_triton.sh
+
 # 2. build requirements of fairseq's C/Cython extensions
 have_all Cython numpy setuptools wheel || $PIP cython numpy setuptools wheel
 

@@ -19,6 +19,11 @@ Interruptions at a known point (for tests/integration/test_resume.py):
 
 - ``FSA_PROBE_SIGNAL=INT@17`` (or ``KILL@17``): the process sends itself that signal right
   after update 17 was recorded;
+- ``FSA_PROBE_SIGNAL_RANK=1``: only that rank sends itself ``FSA_PROBE_SIGNAL``, and
+  only in the first run of a torchrun group (``TORCHELASTIC_RESTART_COUNT`` 0);
+- ``FSA_PROBE_WAIT_AT=6``: after update 6, each rank writes ``DIR/waiting.rankR`` (its pid)
+  and waits, at most 120 s, until it has received SIGUSR1 or SIGTERM (the preemption
+  patch's flag), so that a test signals or kills a job at a known update;
 - ``FSA_PROBE_KILL_IN_COPY=25``: SIGKILL halfway through writing ``checkpoint_last*``
   while the checkpoint of update 25 is saved (fairseq copies the new checkpoint to
   ``checkpoint_last.pt``; the plugin copies it to a temporary file first).
@@ -30,6 +35,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,6 +54,15 @@ def _per_rank_save_dir(argv, rank):
         elif arg.startswith("--save-dir="):
             out[i] = os.path.join(arg, f"rank{rank}")
     return out
+
+
+def _wait_for_a_signal(path, timeout_s=120.0):
+    from fairseq_sparse_attn.compat import preemption
+
+    path.write_text(str(os.getpid()))
+    deadline = time.monotonic() + timeout_s
+    while not preemption._STATE.signum and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def main():
@@ -99,12 +114,17 @@ def main():
             records.flush()
             if signal_at is not None and self.get_num_updates() == signal_at[1]:
                 os.kill(os.getpid(), signal_at[0])
+            if self.get_num_updates() == wait_at:
+                _wait_for_a_signal(probe / f"waiting.rank{rank}")
         return original_reduce(self, logging_outputs, sample_size, grad_norm)
 
     signal_at = None
-    if os.environ.get("FSA_PROBE_SIGNAL"):
+    signal_rank = os.environ.get("FSA_PROBE_SIGNAL_RANK")
+    first_run = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+    if os.environ.get("FSA_PROBE_SIGNAL") and (signal_rank is None or (int(signal_rank) == rank and first_run)):
         name, update = os.environ["FSA_PROBE_SIGNAL"].split("@")
         signal_at = (getattr(signal, "SIG" + name), int(update))
+    wait_at = int(os.environ.get("FSA_PROBE_WAIT_AT", 0)) or None
     kill_in_copy = int(os.environ.get("FSA_PROBE_KILL_IN_COPY", 0))
     original_copyfile = shutil.copyfile
 

@@ -146,8 +146,8 @@ class AttentionStatistics(Collector):
         module = self._modules[site.name]
         normalizing = bool(getattr(module.activation, "normalizing", True))
         self.info[key] = {
-            "activation": module.activation_name,
-            "output_norm": module.output_norm_name,
+            "activation": module.config.activation.name,
+            "output_norm": module.config.output_norm.name,
             "heads": site.num_heads,
             "normalizing": normalizing,
         }

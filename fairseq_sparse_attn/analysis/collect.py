@@ -2,27 +2,21 @@
 (:class:`.recording.Collector`): the driver of ``fsa-analyze`` (:mod:`.commands`).
 
     stats = AttentionStatistics(model)                    # .attention_stats
-    run_passes(model, examples, [stats], source_pad, target_pad, eos, ffn=FFNStatistics(model))
+    run_passes(model, examples, [stats, FFNStatistics(model)], source_pad, target_pad, eos)
 
 Per batch, every collector gets :meth:`~.recording.Collector.set_batch` (a
 :class:`.recording.Batch`: padding masks, tokens, example positions), then one
-``collect(site, intermediates)`` per attention call, then
-:meth:`~.recording.Collector.end_batch`.  The collectors belong to their analyses:
-:mod:`.attention_stats` (stats, hallucination, filter), :mod:`.norms` (norms, heatmap),
-:mod:`.alignment` (align), :mod:`.explorer` (explore); the FFN statistics
-(:class:`.ffn_stats.FFNStatistics`) are framed by the same batches.
+``collect(site, intermediates)`` per call it wants (attention calls; FFN calls for
+``"ffn"``), then :meth:`~.recording.Collector.end_batch`.  The collectors belong to their
+analyses: :mod:`.attention_stats` (stats, hallucination, filter), :mod:`.norms` (norms,
+heatmap), :mod:`.alignment` (align), :mod:`.explorer` (explore), :mod:`.ffn_stats` (stats).
 """
 
-from contextlib import ExitStack
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 
-from .ffn_stats import record_ffn
 from .recording import Batch, Collector, collecting
-
-if TYPE_CHECKING:
-    from .ffn_stats import FFNStatistics
 
 
 @torch.no_grad()
@@ -37,7 +31,6 @@ def run_passes(
     max_tokens: Optional[int] = None,
     device="cpu",
     progress: bool = False,
-    ffn: Optional["FFNStatistics"] = None,
     description: str = "analysis",
 ) -> int:
     """One teacher-forced forward per batch with every collector attached; returns the
@@ -51,19 +44,16 @@ def run_passes(
     n_batches = len(make_batches(examples, batch_size, max_tokens))
 
     seen = 0
-    with ExitStack() as stack:
-        stack.enter_context(collecting(model, *collectors))
-        if ffn is not None:
-            stack.enter_context(record_ffn(model, ffn))
+    with collecting(model, *collectors):
         batches = iterate_batches(examples, source_pad, eos, batch_size, max_tokens, device)
         for sample in tqdm(batches, total=n_batches, desc=description, unit="batch", disable=not progress):
             net = sample["net_input"]
             src, prev = net["src_tokens"], net["prev_output_tokens"]
             batch = Batch(src.eq(source_pad), prev.eq(target_pad), src, prev, sample["id"].tolist())
-            for c in list(collectors) + ([ffn] if ffn is not None else []):
+            for c in collectors:
                 c.set_batch(batch)
             model(**net)
-            for c in list(collectors) + ([ffn] if ffn is not None else []):
+            for c in collectors:
                 c.end_batch()
             seen += src.size(0)
     return seen

@@ -62,14 +62,14 @@ def norm_support(model) -> Dict[str, Tuple[bool, bool, str]]:
     the pre-norm vectors)."""
     out = {}
     for kind in KINDS:
-        modules = [m for m in model.attention_modules() if m.kind == kind]
+        modules = [m for m in model.attention_modules() if m.config.kind == kind]
         try:
             for m in modules:
                 check_decomposable(m, allow_output_norm=True)
         except ValueError as e:
             out[kind] = (False, False, f"‖αf(x)‖ is not defined here: {e}")
             continue
-        norms = sorted({getattr(m, "output_norm_name", "none") for m in modules} - {"none"})
+        norms = sorted({m.config.output_norm.name for m in modules} - {"none"})
         if norms:
             out[kind] = (
                 True,
@@ -91,8 +91,8 @@ def module_info(model) -> Dict[str, Dict]:
         m = modules[site.name]
         e = out.setdefault(site.kind, {"layers": 0, "heads": site.num_heads, "activation": set(), "output_norm": set()})
         e["layers"] = max(e["layers"], site.layer + 1)
-        e["activation"].add(str(getattr(m, "activation_name", "softmax")))
-        e["output_norm"].add(str(getattr(m, "output_norm_name", "none")))
+        e["activation"].add(m.config.activation.name)
+        e["output_norm"].add(m.config.output_norm.name)
     return {
         k: {**e, "activation": ", ".join(sorted(e["activation"])), "output_norm": ", ".join(sorted(e["output_norm"]))}
         for k, e in out.items()

@@ -1,65 +1,28 @@
 """What ReLUFormer's FFN analysis reads (Sec. 3, Table 1, Eq. 4, Figure 2).
 
-* ``record_ffn(model, callback)``: for every encoder/decoder layer and forward, calls
-  ``callback(name, residual=..., ffn_output=..., rows=...)`` with the FFN block's
-  residual stream (its input before any pre-norm), the FFN output fc2(act(fc1(x))) before
-  dropout and the residual add (including the LayerNorm of ``softmax_layernorm``), and the
-  activation rows (memory scores after the activation).  Nothing is recorded outside the
-  ``with`` block.
+* ``collect("ffn")`` (the one collector protocol,
+  :mod:`fairseq_sparse_attn.attention.intermediates`): every FFN call of a plugin layer
+  hands ``(layer, FFNIntermediates)``: the FFN block's residual stream (its input before
+  any pre-norm), the FFN output fc2(act(fc1(x))) before dropout and the residual add
+  (including the LayerNorm of ``softmax_layernorm``), and the activation rows (memory
+  scores after the activation).  Nothing is recorded outside the scope.
 * ``variance_ratio``: Var(FFN output) / Var(residual) (Table 1).
 * ``anisotropy``: mean pairwise cosine similarity of a set of vectors (Eq. 4), e.g. the
   FFN keys ``fc1.weight`` (one row per memory slot) or values ``fc2.weight.T``.
 * ``top_p_mass``: mean share of a row's total score held by its top p% entries (Figure 2).
 * :class:`FFNStatistics`: the ``fsa-analyze stats`` collector of all of it over a corpus
-  (a ``record_ffn`` callback framed by the batches of :func:`.collect.run_passes`).
+  (a :class:`.recording.Collector` that wants ``"ffn"``, fed by :func:`.collect.run_passes`
+  like the attention collectors).
 """
 
-from contextlib import contextmanager
 from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from ..models.ffn import FFNActivation
+from ..attention.intermediates import FFNIntermediates
 from .head_stats import RowAverage, top_count
-from .recording import Batch
+from .recording import Batch, Collector, FFNSite, ffn_sites
 from .results import number_key
-
-
-def _ffn_layers(model):
-    for name, module in model.named_modules():
-        if isinstance(getattr(module, "activation_fn", None), FFNActivation) and hasattr(module, "fc2"):
-            yield name, module
-
-
-@contextmanager
-def record_ffn(model, callback):
-    handles, layers = [], list(_ffn_layers(model))
-    if not layers:
-        raise ValueError("no plugin FFN layers found (is this a sparse_transformer model?)")
-    state = {}
-    try:
-        for name, layer in layers:
-            residual_source = layer.final_layer_norm if layer.normalize_before else layer.fc1
-
-            def keep_residual(mod, inputs, _name=name):
-                state[_name] = {"residual": inputs[0].detach()}
-
-            def keep_rows(mod, rows, _name=name):
-                state[_name]["rows"] = rows
-
-            def emit(mod, inputs, output, _name=name):
-                entry = state.pop(_name)
-                callback(_name, residual=entry["residual"], ffn_output=output.detach(), rows=entry.get("rows"))
-
-            handles.append(residual_source.register_forward_pre_hook(keep_residual))
-            handles.append(layer.fc2.register_forward_hook(emit))
-            layer.activation_fn.recorder = keep_rows
-        yield [name for name, _ in layers]
-    finally:
-        for h in handles:
-            h.remove()
-        for _, layer in layers:
-            layer.activation_fn.recorder = None
 
 
 def variance_ratio(ffn_output: torch.Tensor, residual: torch.Tensor) -> float:
@@ -88,19 +51,26 @@ def top_p_mass(rows: torch.Tensor, p: float) -> float:
     return (top[keep] / total[keep]).mean().item()
 
 
-class FFNStatistics:
+class FFNStatistics(Collector):
     """ReLUFormer's FFN analysis per layer: anisotropy (Eq. 4, mean pairwise cosine) of the
     keys ``fc1.weight`` rows and of the values ``fc2.weight`` columns; Var(FFN output) /
     Var(residual) (Table 1), pooled over the real (non-padding) positions of the corpus;
-    top-p% mass of the activation rows (Figure 2) over real positions.  A
-    :func:`record_ffn` callback framed by :meth:`set_batch` / :meth:`end_batch` like the
-    attention collectors (:class:`.recording.Collector`)."""
+    top-p% mass of the activation rows (Figure 2) over real positions.  A collector of the
+    FFN calls (``wants = {"ffn"}``), framed by :meth:`set_batch` / :meth:`end_batch` like the
+    attention collectors."""
+
+    wants = frozenset(("ffn",))
 
     def __init__(self, model, top_p: Sequence[float] = (0.01, 0.05, 0.1)):
         self.top_p = tuple(top_p)
         self.layers: Dict[str, Dict] = {}
-        for name, layer in _ffn_layers(model):
-            self.layers[name] = {
+        modules = dict(model.named_modules())
+        sites = ffn_sites(model)
+        if not sites:
+            raise ValueError("no plugin FFN layers found (is this a sparse_transformer model?)")
+        for site in sites:
+            layer = modules[site.name]
+            self.layers[site.name] = {
                 "ffn_type": layer.activation_fn.ffn_type,
                 "anisotropy_keys": anisotropy(layer.fc1.weight.detach()),
                 "anisotropy_values": anisotropy(layer.fc2.weight.detach().t()),
@@ -126,7 +96,8 @@ class FFNStatistics:
             )
         return (~pad).t()  # (T, B), the layers' time-first layout
 
-    def __call__(self, name: str, residual, ffn_output, rows=None) -> None:
+    def collect(self, site: FFNSite, inter: FFNIntermediates) -> None:
+        name, residual, ffn_output, rows = site.name, inter.residual, inter.ffn_output, inter.rows
         valid = self._valid(name, residual.shape[0])
         moments = self._moments.setdefault(name, {"ffn_output": [0, 0.0, 0.0], "residual": [0, 0.0, 0.0]})
         for what, x in (("ffn_output", ffn_output), ("residual", residual)):

@@ -38,12 +38,12 @@ Tensors are detached.
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, FrozenSet, List, Optional, Union
 
 from torch import Tensor
 
 from ..attention import SparseMultiheadAttention
-from ..attention.intermediates import Intermediates, collecting_into
+from ..attention.intermediates import FFNIntermediates, Intermediates, collecting_into
 
 _LAYER = re.compile(r"layers\.(\d+)\.")
 
@@ -77,7 +77,7 @@ def attention_sites(model) -> List[AttentionSite]:
         if isinstance(module, SparseMultiheadAttention):
             match = _LAYER.search(name + ".")
             layer = int(match.group(1)) if match else 0
-            sites.append(AttentionSite(module.kind, layer, name, module.num_heads))
+            sites.append(AttentionSite(module.config.kind, layer, name, module.num_heads))
     return sites
 
 
@@ -98,17 +98,37 @@ class Batch:
         return self.target_padding if kind == "decoder_self" else self.source_padding
 
 
+@dataclass(frozen=True)
+class FFNSite:
+    side: str  # encoder | decoder
+    layer: int  # 0-based layer index
+    name: str  # module path of the layer in the model
+
+
+def ffn_sites(model) -> List[FFNSite]:
+    """The layers of ``model`` whose FFN calls are delivered to ``collect("ffn")`` (the
+    plugin's layers, :func:`fairseq_sparse_attn.models.ffn.deliver_ffn_calls`)."""
+    sites = []
+    for name, module in model.named_modules():
+        if getattr(getattr(module, "activation_fn", None), "ffn_type", None) is not None and hasattr(module, "fc2"):
+            sites.append(FFNSite(name.split(".")[0], int(name.rsplit(".", 1)[-1]), name))
+    return sites
+
+
 class Collector:
-    """What an analysis keeps of the attention calls: :meth:`collect` gets every call as
-    ``(site, intermediates)``; :meth:`set_batch` / :meth:`end_batch` frame each forward
-    of a teacher-forced pass."""
+    """What an analysis keeps of the model's calls: :meth:`collect` gets every call it
+    ``wants`` as ``(site, intermediates)`` (attention calls: ``"weights"``, ``"redundant"``
+    with an :class:`AttentionSite`; FFN calls: ``"ffn"`` with an :class:`FFNSite` and an
+    :class:`~fairseq_sparse_attn.attention.intermediates.FFNIntermediates`);
+    :meth:`set_batch` / :meth:`end_batch` frame each forward of a teacher-forced pass."""
 
     batch: Optional[Batch] = None
+    wants: FrozenSet[str] = frozenset(("weights", "redundant"))
 
     def set_batch(self, batch: Batch) -> None:
         self.batch = batch
 
-    def collect(self, site: AttentionSite, inter: Intermediates) -> None:
+    def collect(self, site, inter) -> None:
         raise NotImplementedError
 
     def end_batch(self) -> None:
@@ -117,22 +137,30 @@ class Collector:
 
 class _Feed:
     """The sink of the one intermediates scope :func:`collecting` opens: turns each
-    (module, Intermediates) of the model into (site, detached Intermediates) for the
-    collectors; calls of other modules, or without weights, are passed over."""
+    (module, intermediates) of the model into (site, detached intermediates) for the
+    collectors that want it; calls of other modules, or without weights, are passed over."""
 
-    wants = frozenset(("weights", "redundant"))
-
-    def __init__(self, sites_by_module: Dict[int, AttentionSite], collectors):
+    def __init__(self, sites_by_module: Dict[int, Union[AttentionSite, FFNSite]], collectors):
         self.sites_by_module = sites_by_module
         self.collectors = collectors
+        wants = [getattr(c, "wants", Collector.wants) for c in collectors]
+        self.wants = frozenset().union(*wants) if wants else frozenset()
+        self.ffn = [c for c, w in zip(collectors, wants) if "ffn" in w]
+        self.attention = [c for c, w in zip(collectors, wants) if w - {"ffn"}]
 
     def append(self, record) -> None:
         module, inter = record
         site = self.sites_by_module.get(id(module))
-        if site is None or inter.weights is None:
+        if site is None:
+            return
+        if isinstance(inter, FFNIntermediates):
+            for collector in self.ffn:
+                collector.collect(site, inter)
+            return
+        if inter.weights is None:
             return
         inter = inter.detached()
-        for collector in self.collectors:
+        for collector in self.attention:
             collector.collect(site, inter)
 
 
@@ -147,7 +175,10 @@ def collecting(model, *collectors: Collector):
             "the model has no fairseq_sparse_attn attention modules to record "
             f"({type(model).__name__}); load it with the plugin's sparse_transformer"
         )
-    with collecting_into(_Feed({id(modules[s.name]): s for s in sites}, collectors)):
+    by_module: Dict[int, Union[AttentionSite, FFNSite]] = {id(modules[s.name]): s for s in sites}
+    if any("ffn" in getattr(c, "wants", ()) for c in collectors):
+        by_module.update((id(modules[s.name]), s) for s in ffn_sites(model))
+    with collecting_into(_Feed(by_module, collectors)):
         yield
 
 

@@ -2,7 +2,7 @@
 providers, head policies (:class:`~.heads.HeadPlan`), and the fairseq module that is a façade over them (see
 docs/architecture.md)."""
 
-from . import scaled_relu  # noqa: F401  (registers relu_scaled)
+from . import backends, scaled_relu  # noqa: F401  (register the backends, relu_scaled)
 from .activations import ACTIVATION_REGISTRY, activation_names, build_activation, register_activation
 from .biases import BIAS_REGISTRY, bias_names, build_bias, register_bias
 from .config import AttentionConfig

@@ -49,6 +49,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .config import ActivationConfig
+from .masks import hides_a_whole_row, visible_key_counts
 from .registry import Registry
 
 ACTIVATION_REGISTRY = Registry("attention activation")
@@ -58,13 +59,6 @@ activation_names = ACTIVATION_REGISTRY.names
 # Finite stand-in for -inf for the sort/bisection based mappings.  Far below any real
 # attention score, small enough that squaring it (entmax15) stays finite in float32.
 ENTMAX_MASK_VALUE = -1e6
-
-
-def visible_key_counts(scores: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
-    """n_i for every query row, shape broadcastable to ``scores`` with a last dim of 1."""
-    if mask is None:
-        return scores.new_full((1, 1, 1, 1), float(scores.size(-1)))
-    return (~mask).sum(dim=-1, keepdim=True).to(scores.dtype)
 
 
 def build_activation(config: Union[ActivationConfig, str], num_heads: int) -> "AttentionActivation":
@@ -217,16 +211,9 @@ class _EntmaxFamily(AttentionActivation):
             # spread uniformly over them and is zeroed.  On CPU the small mask is checked
             # first, so the full-size fill runs only when such a row exists; on a GPU that
             # check would stop the stream (a host sync per call) and the fill is cheap
-            if mask.device.type != "cpu" or _hides_a_whole_row(mask):
+            if mask.device.type != "cpu" or hides_a_whole_row(mask):
                 weights = weights.masked_fill(mask, 0.0)
         return weights
-
-
-def _hides_a_whole_row(mask: torch.Tensor) -> bool:
-    """Some row of ``mask`` hides every key (computed once per mask for all modules)."""
-    from .mask_cache import cached
-
-    return cached("hides_a_whole_row", (mask,), None, lambda m: bool(m.all(dim=-1).any()))
 
 
 @register_activation("sparsemax")

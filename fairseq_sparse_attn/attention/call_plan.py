@@ -1,8 +1,12 @@
-"""The call plan: one per attention module, built once, the only code that projects q, k, v
-and reads or writes fairseq's incremental cache.
+"""The call plan: one per attention module, built once from the module's
+:class:`~.config.AttentionConfig` and its parameters, and self-contained: it is the only code
+that projects q, k, v, reads or writes fairseq's incremental cache, appends ``bias_kv`` and
+zero attention, takes the call's masks (from :mod:`.masks`) and writes the output ending
+(output norm, ``out_proj``, the returned head weights).  It never calls back into the module.
 
-Every call of :class:`~.multihead.SparseMultiheadAttention` that does not delegate to stock
-fairseq goes through :meth:`CallPlan.project`:
+:class:`~.multihead.SparseMultiheadAttention`'s ``forward`` is "stock fairseq, else the
+plan" (:meth:`CallPlan.delegates_to_stock`, :meth:`CallPlan.forward`).  Every call the plan
+serves goes through :meth:`CallPlan.project`:
 
     q, k, v   = projections (q scaled), in (batch * heads, len, head_dim)
     cache     = fairseq's ``prev_key``, ``prev_value``, ``prev_key_padding_mask``, read and
@@ -23,7 +27,7 @@ and is then handed to one of two places:
       scores  = q kᵀ                        (:func:`.core._scores`, inline for one group)
       weights = activation(scores, hidden)  (ReLU-like: zero the hidden scores, f in place)
       heads   = weights · v                 (:func:`.core._value_mix`, inline for one group)
-      out     = out_proj(output_norm(heads))
+      out     = out_proj(output_norm(heads))  (:meth:`CallPlan.end`, shared with attend())
 
   the operations of ``materialized`` in the same order on the same tensors: outputs, cache
   and returned weights equal the general path's bit for bit
@@ -33,10 +37,12 @@ and is then handed to one of two places:
 
 The plan holds the submodules and sizes a call reads (a submodule read through
 ``nn.Module.__getattr__`` costs ~0.7 µs; a call reads a dozen), and is dropped and rebuilt
-when the module sets an attribute it was built from (``SPEC_ATTRIBUTES``).  Beam reordering
+when the module sets an attribute it was built from (``SPEC_ATTRIBUTES``, the config among
+them).  Beam reordering
 of the cache is fairseq's own ``reorder_incremental_state`` on the same format.
 """
 
+import dataclasses
 from typing import Callable, NamedTuple, Optional, Tuple
 
 import torch
@@ -44,8 +50,12 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.modules import module as _module
 
+from . import masks
 from .activations import AttentionActivation
-from .core import AttentionInputs, Dropout, _scores, _value_mix, applies_dropout, attend, streamed
+from .backends.materialized import _scores, _value_mix
+from .config import AttentionConfig
+from .core import AttendSpec, AttentionInputs, Dropout, applies_dropout, attend, is_stock, streamed
+from .intermediates import Intermediates
 
 #: What :meth:`CallPlan.project` returns: q (None without learned heads), k (None without
 #: learned heads), v in (batch * heads, len, head_dim), the padding and attention masks after
@@ -56,10 +66,12 @@ Projected = Tuple[Optional[Tensor], Optional[Tensor], Tensor, Optional[Tensor], 
 
 def inline_reason(module) -> Optional[str]:
     """Why ``module`` (a :class:`~.multihead.SparseMultiheadAttention`) never takes the
-    inference call, or None when it may.  Depends only on attributes that drop the
-    module's cached plan when set (``SPEC_ATTRIBUTES``) or that are fixed at build time."""
-    if module.backend != "auto":
-        return f"backend forced to {module.backend!r}"
+    inference call, or None when it may.  Depends only on its config and on attributes that
+    drop the module's cached plan when set (``SPEC_ATTRIBUTES``) or that are fixed at build
+    time."""
+    config: AttentionConfig = module.config
+    if config.backend.name != "auto":
+        return f"backend forced to {config.backend.name!r}"
     if module.activation.softmax:
         return "softmax (served by sdpa or stock fairseq)"
     if not module.heads.all_learned or module.heads.masked is not None or module.heads.rhe is not None:
@@ -68,7 +80,7 @@ def inline_reason(module) -> Optional[str]:
         return "attention bias providers"
     if module.bias_k is not None or module.add_zero_attn:
         return "bias_kv / zero attention"
-    if module.key_block_size > 0:
+    if config.backend.key_block_size > 0:
         return "the key-block path (--attn-key-block-size)"
     if module.q_proj is None or module.k_proj is None:
         return "no query/key projections"
@@ -100,18 +112,24 @@ def _heads_first(x: Tensor, batch_heads: int, d: int) -> Tensor:
 
 
 class CallPlan(NamedTuple):
-    """What a call reads from its module, looked up once (see the module docstring)."""
+    """What a call reads, looked up once from the config and the module's parameters (see
+    the module docstring); a named tuple: fields read at every call cost a tuple index."""
 
+    config: AttentionConfig
+    spec: AttendSpec  # what attend() needs (activation, dropout, heads, biases, backend)
+    stock: bool  # the module is exactly fairseq's MultiheadAttention (core.is_stock)
     q_proj: Optional[torch.nn.Module]  # None: no learned heads (all heads fixed patterns)
     k_proj: Optional[torch.nn.Module]
     v_proj: torch.nn.Module
     out_proj: torch.nn.Module
-    bias_k: Optional[Tensor]  # fairseq's add_bias_kv parameters (bias_v with bias_k)
+    bias_k: Optional[Tensor]  # fairseq's add_bias_kv parameters
+    bias_v: Optional[Tensor]
     add_zero_attn: bool
     activation: AttentionActivation
     output_norm: torch.nn.Module
     dropout: Dropout
     state_key: str  # fairseq's incremental-state key of the module's cache
+    beam_size: int  # fairseq's set_beam_size (cross-attention keeps one key copy per sentence)
     heads: int
     qk_heads: int  # heads with query/key projections (= heads unless some are fixed)
     head_dim: int
@@ -123,10 +141,114 @@ class CallPlan(NamedTuple):
     rectify_: Optional[Callable[[Tensor], Tensor]]  # f in place on the fresh scores, or None
     streamed_min_keys: int  # inline calls over at least this many keys go to attend() (0 = never)
 
+    # ------------------------------------------------------------------ stock fairseq or the plan
+    def delegates_to_stock(self, collect, need_head_weights: bool) -> bool:
+        """The call goes to stock fairseq's ``MultiheadAttention.forward`` (its fused fast
+        path): a stock module (:func:`~.core.is_stock`), backend auto, and neither an analysis
+        collecting weights nor per-head weights asked for (the fused path averages them)."""
+        return self.stock and self.config.backend.name == "auto" and "weights" not in collect and not need_head_weights
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Optional[Tensor],
+        value: Optional[Tensor],
+        key_padding_mask: Optional[Tensor],
+        incremental_state,
+        need_weights: bool,
+        static_kv: bool,
+        attn_mask: Optional[Tensor],
+        before_softmax: bool,
+        need_head_weights: bool,
+        attn_inputs: Optional[AttentionInputs],
+        collect,
+    ) -> Tuple[Tensor, Optional[Tensor], Optional[Intermediates]]:
+        """A call of the module that does not go to stock fairseq: ``(out, weights,
+        intermediates for the open collectors or None)``; see the module docstring."""
+        if self.serves_inline(before_softmax, collect) and masks.hiding_mask_only(attn_mask):
+            # inference without analysis: the materialized backend's operations without the
+            # per-call bookkeeping
+            out, weights = self.inline_call(
+                query, key, key_padding_mask, incremental_state, need_weights, static_kv, attn_mask, need_head_weights
+            )
+            return out, weights, None
+        if need_head_weights:
+            need_weights = True
+        tgt_len, bsz, embed_dim = query.size()
+        assert embed_dim == self.embed_dim, f"query dim {embed_dim} != {self.embed_dim}"
+        if self.qk_heads != self.heads and (incremental_state is not None or before_softmax):
+            raise ValueError(
+                "fixed attention patterns are for encoder self-attention: no "
+                "incremental decoding, no before_softmax scores"
+            )
+        if self.spec.biased and (incremental_state is not None or before_softmax):
+            raise ValueError(
+                "attention biases and RHE are for encoder self-attention: no "
+                "incremental decoding, no before_softmax scores"
+            )
+        q, k, v, key_padding_mask, attn_mask, kv_bsz = self.project(
+            query, key, value, key_padding_mask, incremental_state, static_kv, attn_mask
+        )
+        src_len = v.size(1)
+        heads, d, qk_heads = self.heads, self.head_dim, self.qk_heads
+        bias, mask = masks.visibility_mask(attn_mask, key_padding_mask, bsz, tgt_len, src_len)
+        q4 = q.view(bsz, qk_heads, tgt_len, d) if q is not None else None
+        k4 = k.view(kv_bsz, qk_heads, src_len, d) if k is not None else None
+        v4 = v.view(kv_bsz, heads, src_len, d)
+
+        if before_softmax:
+            scores = _scores(q4, k4, bsz // kv_bsz)  # type: ignore[arg-type]  # no fixed heads here
+            if bias is not None:
+                scores = scores + bias
+            if mask is not None:
+                scores = scores.masked_fill(mask, float("-inf"))
+            return scores.view(bsz * heads, tgt_len, src_len).type_as(q), v, None  # type: ignore[arg-type]
+
+        # a forced fused kernel (flex, triton) returns no weights unless an analysis collector asks
+        # for them (then the forced backend's error says why): fairseq's own requests (the
+        # alignment layer's need_head_weights, need_weights by default) get None.  With
+        # --attn-key-block-size, head-averaged weights are returned only when the call ran
+        # materialized (the key-block path returns none)
+        backend = self.config.backend
+        if backend.name not in ("flex", "triton") and (
+            need_head_weights or (need_weights and not backend.key_block_size)
+        ):
+            collect = collect | {"weights"}
+        if attn_inputs is None:  # the usual call (decoder, cross-attention): no copy of defaults
+            inputs = AttentionInputs(
+                hidden=mask, score_bias=bias, key_padding=key_padding_mask, kv_groups=bsz // kv_bsz, collect=collect
+            )
+        else:
+            inputs = dataclasses.replace(
+                attn_inputs,
+                hidden=mask,
+                score_bias=bias,
+                key_padding=key_padding_mask,
+                kv_groups=bsz // kv_bsz,
+                collect=collect,
+            )
+        out, inter = attend(q4, k4, v4, inputs, self.spec)
+        # (bsz, H, tgt, d) -> (tgt, bsz, H*d); one query (a decoding step): a view, no copy
+        attn = out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, self.embed_dim)
+        out, weights = self.end(attn, inter.weights, need_weights, need_head_weights)
+        return out, weights, inter
+
+    def end(
+        self, attn: Tensor, weights: Optional[Tensor], need_weights: bool, need_head_weights: bool
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        """The output ending of every call the plan serves: ``out_proj(output_norm(heads))``
+        for the concatenated heads ``attn`` (tgt, bsz, embed), and the weights (bsz, heads,
+        tgt, src) returned as fairseq returns them: per head (heads, bsz, tgt, src) when
+        ``need_head_weights``, averaged over the heads when ``need_weights``, else None."""
+        out = _linear(self.out_proj, self.output_norm(attn))
+        if need_weights and weights is not None:
+            weights = weights.transpose(1, 0)
+            return out, (weights if need_head_weights else weights.mean(dim=0))
+        return out, None
+
     # ------------------------------------------------------------------ projections + cache
     def project(
         self,
-        module,
         query: Tensor,
         key: Optional[Tensor],
         value: Optional[Tensor],
@@ -162,7 +284,7 @@ class CallPlan(NamedTuple):
         if self.self_attention:
             key = value = query
         elif self.encoder_decoder_attention and key is not None:
-            beam = module.beam_size
+            beam = self.beam_size
             if beam > 1 and bsz == key.size(1):
                 # key is [T, bsz*beam, C]: one copy per sentence (stock fairseq's optimisation)
                 key = key.view(key.size(0), -1, beam, key.size(2))[:, :, 0, :]
@@ -174,9 +296,11 @@ class CallPlan(NamedTuple):
             k = _linear(self.k_proj, key) if self.k_proj is not None else None
             v = _linear(self.v_proj, value)  # type: ignore[arg-type]  # key given: value too
             if self.bias_k is not None:
-                k, v, key_padding_mask, attn_mask = module._add_bias(
-                    k, v, key_padding_mask=key_padding_mask, attn_mask=attn_mask, bsz=bsz
-                )
+                # fairseq's _add_bias: one learned key and value appended (bsz copies, as stock)
+                assert k is not None and self.bias_v is not None  # add_bias_kv: learned heads
+                k = torch.cat([k, self.bias_k.repeat(1, bsz, 1)])
+                v = torch.cat([v, self.bias_v.repeat(1, bsz, 1)])
+                key_padding_mask, attn_mask = masks.with_one_more_key(key_padding_mask, attn_mask)
             if k is not None:
                 k = _heads_first(k, kv_bsz * qk_heads, d)
             v = _heads_first(v, kv_bsz * heads, d)
@@ -195,13 +319,7 @@ class CallPlan(NamedTuple):
             assert v is not None  # (no key input: the cache holds them)
             prev_pad = saved.get("prev_key_padding_mask")
             if prev_pad is not None or key_padding_mask is not None:
-                key_padding_mask = module._append_prev_key_padding_mask(
-                    key_padding_mask=key_padding_mask,
-                    prev_key_padding_mask=prev_pad,
-                    batch_size=kv_bsz,
-                    src_len=v.size(1),
-                    static_kv=static_kv,
-                )
+                key_padding_mask = masks.cached_key_padding(key_padding_mask, prev_pad, kv_bsz, v.size(1), static_kv)
             if k is not None:
                 saved["prev_key"] = k.view(kv_bsz, qk_heads, -1, d)
             saved["prev_value"] = v.view(kv_bsz, heads, -1, d)
@@ -210,9 +328,12 @@ class CallPlan(NamedTuple):
             key_padding_mask = None
         assert v is not None
         if self.add_zero_attn:
-            k, v, key_padding_mask, attn_mask = module._append_zero_attn(
-                k=k, v=v, key_padding_mask=key_padding_mask, attn_mask=attn_mask
-            )
+            # fairseq's _append_zero_attn: one zero key and value appended
+            assert k is not None
+            shape = k.size()[:-2] + torch.Size([1]) + k.size()[-1:]
+            k = torch.cat([k, torch.zeros(shape, dtype=k.dtype, device=k.device)], dim=-2)
+            v = torch.cat([v, torch.zeros(shape, dtype=v.dtype, device=v.device)], dim=-2)
+            key_padding_mask, attn_mask = masks.with_one_more_key(key_padding_mask, attn_mask)
         return q, k, v, key_padding_mask, attn_mask, kv_bsz  # (a plain tuple: ~0.3 µs less per call)
 
     # ------------------------------------------------------------------ the inference call
@@ -228,7 +349,6 @@ class CallPlan(NamedTuple):
 
     def inline_call(
         self,
-        module,
         query: Tensor,
         key: Optional[Tensor],
         key_padding_mask: Optional[Tensor],
@@ -238,7 +358,7 @@ class CallPlan(NamedTuple):
         attn_mask: Optional[Tensor],
         need_head_weights: bool = False,
     ) -> Tuple[Tensor, Optional[Tensor]]:
-        """``module.forward`` for a call that :meth:`serves_inline`: returns ``(out,
+        """The module's ``forward`` for a call that :meth:`serves_inline`: returns ``(out,
         weights)``, the weights (float32) averaged over the heads (bsz, tgt, src) when
         ``need_weights``, per head (heads, bsz, tgt, src) when ``need_head_weights``
         (fairseq asks for them from the alignment layer's cross-attention at every decoding
@@ -249,13 +369,13 @@ class CallPlan(NamedTuple):
             raise ValueError(f"query dim {embed_dim} != {self.embed_dim}")
         heads, d = self.heads, self.head_dim
         q, k, v, key_padding_mask, attn_mask, kv_bsz = self.project(
-            module, query, key, key, key_padding_mask, incremental_state, static_kv, attn_mask
+            query, key, key, key_padding_mask, incremental_state, static_kv, attn_mask
         )
         assert q is not None and k is not None  # inline modules have learned heads only
         src_len = v.size(1)
         hidden = None
         if attn_mask is not None or key_padding_mask is not None:
-            hidden = module._visibility_mask(attn_mask, key_padding_mask, bsz, tgt_len, src_len)[1]
+            hidden = masks.visibility_mask(attn_mask, key_padding_mask, bsz, tgt_len, src_len)[1]
         groups = bsz // kv_bsz
         weights = None
         if self.streamed_min_keys and src_len >= self.streamed_min_keys and not need_weights:
@@ -266,11 +386,11 @@ class CallPlan(NamedTuple):
                 k.view(kv_bsz, heads, src_len, d),
                 v.view(kv_bsz, heads, src_len, d),
                 inputs,
-                module.spec(),
+                self.spec,
             )
             out = out.view(bsz * heads, tgt_len, d)
         else:
-            # the materialized backend's operations (core._scores, activation, core._value_mix)
+            # the materialized backend's operations (_scores, activation, _value_mix)
             if groups == 1:
                 scores = torch.bmm(q, k.transpose(1, 2)).view(bsz, heads, tgt_len, src_len).float()
             else:
@@ -292,34 +412,47 @@ class CallPlan(NamedTuple):
             attn = out.view(1, bsz, self.embed_dim)
         else:
             attn = out.transpose(0, 1).reshape(tgt_len, bsz, self.embed_dim)
-        attn = _linear(self.out_proj, self.output_norm(attn))
-        if need_weights and weights is not None:
-            weights = weights.transpose(1, 0)
-            return attn, (weights if need_head_weights else weights.mean(dim=0))
-        return attn, None
+        return self.end(attn, weights, need_weights, need_head_weights)
 
 
-def build_plan(module) -> CallPlan:
-    """The plan of ``module`` (a :class:`~.multihead.SparseMultiheadAttention`)."""
+def build_plan(config: AttentionConfig, module) -> CallPlan:
+    """The plan of an attention module: every setting from ``config``; the parameters and
+    submodules (projections, activation, output norm, bias providers, dropout) and fairseq's
+    sizes from ``module`` (a :class:`~.multihead.SparseMultiheadAttention`)."""
     m = module
     act = m.activation
     inline = inline_reason(m) is None
+    backend = config.backend
+    spec = AttendSpec(
+        activation=act,
+        dropout=m.dropout_module,
+        heads=m.heads,
+        biases=tuple(m.biases.values()),
+        backend=backend.name,
+        key_block_size=backend.key_block_size,
+        flex_min_keys=backend.flex_min_keys,
+    )
     # long calls of these activations: ``auto`` hands them to query_block (CPU) or flex (CUDA)
-    streamed_min_keys = m.flex_min_keys if streamed(act) else 0
+    streamed_min_keys = backend.flex_min_keys if streamed(act) else 0
     # a rectified activation with exact zeros and no row factor: f(0) = 0, so the hidden
     # scores are zeroed and f applied in place, the activation's own forward without a copy
     inplace = act.rectified and act.exact_zeros and not act.row_scaled
     return CallPlan(
+        config=config,
+        spec=spec,
+        stock=is_stock(config.activation.name, config.output_norm.name, m.heads, m.biases),
         q_proj=m.q_proj,
         k_proj=m.k_proj,
         v_proj=m.v_proj,
         out_proj=m.out_proj,
         bias_k=m.bias_k,
+        bias_v=m.bias_v,
         add_zero_attn=bool(m.add_zero_attn),
         activation=act,
         output_norm=m.output_norm,
         dropout=m.dropout_module,
         state_key=m._get_full_incremental_state_key("attn_state"),
+        beam_size=m.beam_size,
         heads=m.num_heads,
         qk_heads=m.num_learned_heads,
         head_dim=m.head_dim,
@@ -331,12 +464,3 @@ def build_plan(module) -> CallPlan:
         rectify_=act.fn_ if inline and inplace else None,
         streamed_min_keys=max(int(streamed_min_keys), 0),
     )
-
-
-def hiding_mask_only(module, attn_mask: Optional[Tensor]) -> bool:
-    """True when ``attn_mask`` only hides keys (None, boolean, or fairseq's -inf / -1e8
-    float masks): the call needs no additive score bias."""
-    if attn_mask is None or attn_mask.dtype == torch.bool:
-        return True
-    bias, _ = module._cached("attn_mask", attn_mask, None, module._split_attn_mask)
-    return bias is None

@@ -132,3 +132,11 @@ class AttentionConfig:
     backend: BackendConfig = field(default_factory=BackendConfig)
     #: q/k/v initialisation: "fairseq" or "rela_official" (``--attn-init``)
     init: str = "fairseq"
+
+
+def config_of(module) -> AttentionConfig:
+    """The configuration of an attention module: its ``config`` (a
+    :class:`~.multihead.SparseMultiheadAttention`), or the stock one (softmax, no output
+    norm) for fairseq's own ``MultiheadAttention``."""
+    config = getattr(module, "config", None)
+    return config if isinstance(config, AttentionConfig) else AttentionConfig()

@@ -21,9 +21,12 @@
 Backends serve the call (:data:`BACKENDS`, :func:`register_backend`): each declares in a
 :class:`Capabilities` what it can serve; ``spec.backend = "auto"`` takes the first one in
 priority order that serves the call, a named backend that cannot serve it raises a
-ValueError saying why.  Backends name the activation *traits* they need
+ValueError saying why.  Either error lists every backend with all its reasons
+(:func:`dispatch_reasons`); :func:`explain` gives the same for any call ("why not the fast
+path?").  Backends name the activation *traits* they need
 (:mod:`.activations`), never activation names (relu / relu_scaled below: the registered
-activations with those traits).  Registered here:
+activations with those traits).  Registered in :mod:`.backends`, one file each, taking
+their masks from :mod:`.masks`:
 
 ==============  ========  ==========================================================
 name            priority  serves
@@ -33,6 +36,11 @@ name            priority  serves
 ``key_block``   30        relu / relu_scaled streamed over blocks of keys
                           (:mod:`.chunked_relu`), only with ``--attn-key-block-size``;
                           no weights, no dropout (an error in training), no biases
+``triton``      35        relu / relu_scaled through the fused Triton kernels
+                          (:mod:`fairseq_sparse_attn.kernels.relu_attention`): in auto only
+                          for training calls on CUDA devices whose family has a recorded
+                          ``make bench-gpu`` result showing it faster (none yet); padding
+                          and causal masks; no weights, dropout, biases, row sums
 ``flex``        40        relu / relu_scaled through the fused FlexAttention kernel
                           (:mod:`.flex_relu`): in auto only on devices where a recorded
                           benchmark measured it faster (none yet: only when forced),
@@ -53,15 +61,14 @@ kernel (e.g. FlexAttention for the ReLU family) registers itself with
 """
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, FrozenSet, Mapping, NamedTuple, Optional, Protocol, Sequence, Tuple, cast
+from typing import Callable, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Protocol, Sequence, Tuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import UsageError
-from .activations import AttentionActivation, Rectified
-from .heads import HeadPlan, real_keys
+from .activations import AttentionActivation
+from .heads import HeadPlan
 from .intermediates import Intermediates
 
 
@@ -179,6 +186,7 @@ class Call(NamedTuple):
     keys: int = 0  # number of key positions (src)
     dtype: Optional[torch.dtype] = None  # of the values
     query_mask: bool = False  # the hidden mask differs between queries (causal)
+    head_dim: int = 0  # of the values
 
 
 def applies_dropout(dropout: Dropout) -> bool:
@@ -204,13 +212,15 @@ def describe_call(q, v, inputs: AttentionInputs, spec: AttendSpec) -> Call:
         keys=v.size(2),
         dtype=v.dtype,
         query_mask=inputs.hidden is not None and inputs.hidden.dim() == 4 and inputs.hidden.size(2) > 1,
+        head_dim=v.size(-1),
     )
 
 
-def cannot_serve(caps: Capabilities, call: Call) -> Optional[str]:
-    """None when ``caps`` covers ``call``, else the first reason it does not."""
+def refusals(caps: Capabilities, call: Call) -> List[str]:
+    """Every reason ``caps`` does not cover ``call`` (empty when it does)."""
+    reasons = []
     if not caps.activation_traits <= call.activation_traits:
-        return (
+        reasons.append(
             f"activation {call.activation} (serves activations that are {' and '.join(sorted(caps.activation_traits))})"
         )
     checks = (
@@ -223,12 +233,17 @@ def cannot_serve(caps: Capabilities, call: Call) -> Optional[str]:
         (call.grad, caps.grad, "gradients"),
         (call.row_sums, caps.row_sums, "ReLUFormer row sums"),
     )
-    for needed, served, what in checks:
-        if needed and not served:
-            return what
+    reasons += [what for needed, served, what in checks if needed and not served]
     if caps.devices is not None and call.device not in caps.devices:
-        return f"device {call.device}"
-    return None
+        reasons.append(f"device {call.device}")
+    return reasons
+
+
+def cannot_serve(caps: Capabilities, call: Call) -> Optional[str]:
+    """None when ``caps`` covers ``call``, else the first reason it does not (every reason:
+    :func:`refusals`)."""
+    reasons = refusals(caps, call)
+    return reasons[0] if reasons else None
 
 
 @dataclass(frozen=True)
@@ -239,9 +254,42 @@ class Backend:
     priority: int = 50
     #: in "auto", the backend is only tried when this says the module asked for it
     enabled: Callable[[AttendSpec, Call], bool] = lambda spec, call: True
+    #: when ``enabled`` is true, in words (for the reasons auto did not take the backend)
+    auto_when: str = ""
+    #: reasons beyond the capabilities that the call cannot run here (a kernel that needs a
+    #: platform, a dtype, ...): the reason or None
+    unavailable: Optional[Callable[[Call], Optional[str]]] = None
 
     def cannot_serve(self, call: Call) -> Optional[str]:
-        return cannot_serve(self.capabilities, call)
+        reasons = self.refusals(call)
+        return reasons[0] if reasons else None
+
+    def refusals(self, call: Call) -> List[str]:
+        """Every reason the backend cannot serve ``call`` (empty when it can)."""
+        reasons = refusals(self.capabilities, call)
+        if not reasons and self.unavailable is not None:
+            reason = self.unavailable(call)
+            if reason is not None:
+                reasons.append(reason)
+        return reasons
+
+    def auto_refusals(self, spec: AttendSpec, call: Call) -> List[str]:
+        """Every reason ``auto`` does not take the backend for ``call`` (empty when it would
+        if no backend before it in priority did)."""
+        reasons = refusals(self.capabilities, call)
+        try:
+            enabled = self.enabled(spec, call)
+        except ValueError as e:  # a module setting that contradicts the call (an error in use)
+            enabled, why = False, str(e)
+        else:
+            why = f"auto takes it {self.auto_when}" if self.auto_when else "not enabled for this module"
+        if not enabled:
+            reasons.append(why)
+        elif not reasons and self.unavailable is not None:
+            reason = self.unavailable(call)
+            if reason is not None:
+                reasons.append(reason)
+        return reasons
 
 
 BACKENDS: Dict[str, Backend] = {}
@@ -265,22 +313,50 @@ def backend_names():
     return ["auto"] + sorted(BACKENDS)
 
 
+def dispatch_reasons(spec: AttendSpec, call: Call) -> Dict[str, List[str]]:
+    """``{backend: every reason it does not serve call}`` for every registered backend, in
+    priority order (an empty list: it serves the call); the reasons of ``auto`` (a backend
+    the module did not enable counts) unless ``spec`` names a backend."""
+    auto = spec.backend == "auto"
+    return {b.name: (b.auto_refusals(spec, call) if auto else b.refusals(call)) for b in _by_priority()}
+
+
+def describe_reasons(reasons: Dict[str, List[str]]) -> str:
+    """One line: ``name: reason, reason | name: serves it | ...``."""
+    return " | ".join(f"{name}: {', '.join(why) if why else 'serves it'}" for name, why in reasons.items())
+
+
+def explain(q: Optional[Tensor], v: Tensor, inputs: AttentionInputs, spec: AttendSpec) -> str:
+    """Why this call runs where it runs: the backend :func:`attend` chooses (or the error)
+    and every reason of every backend that would not serve it ("why not the fast path?")."""
+    call = describe_call(q, v, inputs, spec)
+    try:
+        chosen = f"runs on {choose_backend(spec, call).name}"
+    except ValueError as e:
+        chosen = f"cannot run: {e}"
+    return f"{chosen}; backends: {describe_reasons(dispatch_reasons(spec, call))}"
+
+
 def choose_backend(spec: AttendSpec, call: Call) -> Backend:
     if spec.backend != "auto":
         backend = BACKENDS.get(spec.backend)
         if backend is None:
             raise ValueError(f"unknown attention backend {spec.backend!r}; valid values: {', '.join(backend_names())}")
-        reason = backend.cannot_serve(call)
-        if reason is not None:
+        reasons = backend.refusals(call)
+        if reasons:
             raise UsageError(
                 f"attention backend {backend.name!r} (--attn-backend) cannot serve "
-                f"this configuration: {reason}; use --attn-backend auto"
+                f"this configuration: {', '.join(reasons)}; use --attn-backend auto "
+                f"(every backend: {describe_reasons(dispatch_reasons(spec, call))})"
             )
         return backend
     for backend in _by_priority():
         if backend.enabled(spec, call) and backend.cannot_serve(call) is None:
             return backend
-    raise ValueError(f"no attention backend serves this configuration ({call})")
+    raise ValueError(
+        f"no attention backend serves this configuration ({call}); every backend: "
+        f"{describe_reasons(dispatch_reasons(spec, call))}"
+    )
 
 
 def attend(
@@ -292,291 +368,6 @@ def attend(
     return backend.run(q, k, v, inputs, spec, call)
 
 
-# --------------------------------------------------------------------------- materialized
-def _scores(q: Tensor, k: Tensor, groups: int) -> Tensor:
-    """(bsz, H, tgt, src) float32 scores q kᵀ."""
-    bsz, heads, tgt, d = q.shape
-    kv_bsz, _, src, _ = k.shape
-    if groups > 1:  # one key copy per beam group
-        scores = torch.einsum("bxhtd,bhsd->bxhts", q.view(kv_bsz, groups, heads, tgt, d), k)
-    else:
-        scores = torch.bmm(q.reshape(bsz * heads, tgt, d), k.reshape(kv_bsz * heads, src, d).transpose(1, 2))
-    return scores.reshape(bsz, heads, tgt, src).float()
-
-
-def _value_mix(probs: Tensor, v: Tensor, groups: int) -> Tensor:
-    """(bsz, H, tgt, d) = probs · v per head."""
-    bsz, heads, tgt, src = probs.shape
-    kv_bsz, _, _, d = v.shape
-    if groups > 1:
-        out = torch.einsum("bxhts,bhsd->bxhtd", probs.view(kv_bsz, groups, heads, tgt, src), v)
-        return out.reshape(bsz, heads, tgt, d)
-    return torch.bmm(probs.view(bsz * heads, tgt, src), v.reshape(kv_bsz * heads, src, d)).view(bsz, heads, tgt, d)
-
-
-def _kept_value_mix(probs: Tensor, v: Tensor, groups: int, keep: Tensor) -> Tensor:
-    """(bsz, H, tgt, d): probs · v for the (sentence, head) pairs where ``keep`` (bsz, H)
-    is True, exact zeros elsewhere; the other pairs are not computed."""
-    bsz, heads, tgt, _ = probs.shape
-    if bool(keep.all()):
-        return _value_mix(probs, v, groups)
-    out = probs.new_zeros(bsz, heads, tgt, v.size(-1))
-    if not bool(keep.any()):
-        return out
-    b, h = keep.nonzero(as_tuple=True)
-    return out.index_put((b, h), torch.bmm(probs[b, h], v[b // groups, h]))
-
-
-def _biased(q, scores, inputs, spec, valid):
-    """Weights with the bias providers and RHE (encoder self-attention): (weights,
-    redundant or None, keep or None, value_term or None, skipped).  ``skipped``: RHE
-    pruning skips the pruned heads (:meth:`~.heads.RedundantHeads.skips_pruned`): no
-    enhanced weights, no value term, and ``keep`` says which (sentence, head) pairs the
-    caller must compute at all."""
-    from .biases import BiasContext
-
-    heads = spec.heads
-    rhe = heads.rhe
-    skip = rhe is not None and rhe.skips_pruned(spec.dropout.training, "weights" in inputs.collect)
-    # with pruning, only the pruned (redundant) heads would use the biased attention
-    providers = () if skip else spec.biases
-    needs = {n for p in providers for n in p.needs} | ({"src_dep"} if rhe is not None else set())
-    ctx = BiasContext.build(valid, {"src_dep": inputs.src_dep, "src_rp": inputs.src_rp}, sorted(needs))
-    mask = inputs.hidden
-    if skip:
-        standard = spec.activation(scores, mask)
-        redundant = rhe.identify(standard, inputs, valid)
-        return standard, redundant, ~redundant, None, True
-    enhanced = None
-    if spec.biases:
-        biased, hidden = scores, mask
-        for provider in spec.biases:
-            bias, hide = provider(q, ctx)
-            if bias is not None:
-                biased = biased + bias
-            if hide is not None:
-                hidden = hide if hidden is None else hidden | hide
-        enhanced = spec.activation(biased, hidden)
-    redundant = keep = None
-    if rhe is None:
-        weights = enhanced
-    else:
-        standard = spec.activation(scores, mask)
-        weights, redundant, keep = rhe.replace(standard, enhanced, inputs, valid)
-    value_term = None
-    with_values = [p for p in spec.biases if p.has_value_term]
-    if with_values:
-
-        def value_term(probs):
-            extra = sum(p.value_term(probs, ctx) for p in with_values)
-            if redundant is None:
-                return extra
-            return extra * redundant.view(*redundant.shape, 1, 1).to(extra.dtype)
-
-    return weights, redundant, keep, value_term, False
-
-
-def _row_sums(weights, scores_like, mask):
-    from .scaled_relu import row_sums, visible_key_counts
-
-    wsum, wlogw = row_sums(weights)
-    return wsum, wlogw, visible_key_counts(scores_like, mask)
-
-
-def _dropout(spec: AttendSpec, call: Call, weights: Tensor) -> Tensor:
-    """``spec.dropout(weights)``, skipping the module call where it is the identity
-    (:func:`applies_dropout`)."""
-    return spec.dropout(weights) if call.dropout else weights
-
-
-def materialized(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
-    """Scores and weights as full (bsz, H, tgt, src) tensors: every feature."""
-    heads = spec.heads
-    groups = inputs.kv_groups
-    kv_bsz, num_heads, src_len, _ = v.shape
-    bsz = kv_bsz * groups
-    mask = inputs.hidden
-    fixed = learned = scores = redundant = keep = value_term = None
-    skipped = False  # RHE pruning: only the kept (sentence, head) pairs are mixed with v
-    if heads.fixed is not None:
-        fixed = heads.fixed.weights(inputs, bsz, src_len, v.device)
-    if heads.num_learned:
-        scores = _scores(q, k, groups)
-        if inputs.score_bias is not None:
-            scores = scores + inputs.score_bias
-        if spec.biased:
-            valid = real_keys(inputs.key_padding, bsz, src_len, v.device)
-            learned, redundant, keep, value_term, skipped = _biased(q, scores, inputs, spec, valid)
-        else:
-            learned = spec.activation(scores, mask)  # float32 (bsz, H_learned, tgt, src)
-
-    if fixed is None:
-        weights = learned
-        probs = _dropout(spec, call, learned.type_as(v))  # type: ignore[union-attr]  # no fixed head: all learned
-    else:
-        # attention dropout regularizes learned attention only; fixed heads stay exact
-        weights = fixed if learned is None else torch.cat([fixed, learned], dim=1)
-        probs = fixed.type_as(v)
-        if learned is not None:
-            probs = torch.cat([probs, _dropout(spec, call, learned.type_as(v))], dim=1)
-    if skipped:
-        # dropout above ran on every pair (the same random draws as without skipping)
-        if heads.masked is not None:
-            keep = keep & heads.masked.keep(torch.bool, keep.device).view(1, num_heads)  # type: ignore[operator, union-attr]
-        out = _kept_value_mix(probs, v, groups, keep)  # type: ignore[arg-type]  # skipped: _biased set keep
-    else:
-        if heads.masked is not None:
-            probs = probs * heads.masked.keep(probs.dtype, probs.device)
-        if keep is not None:
-            probs = probs * keep.view(bsz, num_heads, 1, 1).to(probs.dtype)
-        out = _value_mix(probs, v, groups)
-    if value_term is not None:
-        out = out + value_term(probs).to(out.dtype)
-
-    inter = Intermediates(backend="materialized", redundant=redundant)
-    if "weights" in inputs.collect:
-        inter.weights = weights
-        inter.values = v.reshape(kv_bsz * num_heads, src_len, v.size(-1))
-        inter.mask = mask
-    if call.row_sums and learned is not None:
-        inter.row_sums = _row_sums(learned, scores, mask)
-    return out, inter
-
-
-register_backend(
-    Backend(
-        "materialized",
-        materialized,
-        Capabilities(
-            returns_weights=True,
-            dropout=True,
-            score_bias=True,
-            bias_providers=True,
-            given_heads=True,
-            head_selection=True,
-            row_sums=True,
-        ),
-        priority=100,
-    )
-)
-
-
-# --------------------------------------------------------------------------- key blocks
-def key_block(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
-    """ReLU-family weights streamed over blocks of keys (:mod:`.chunked_relu`): the
-    (tgt × src) weights are never held; the row sums come from the same pass."""
-    from .chunked_relu import chunked_relu_attention
-    from .scaled_relu import visible_key_counts
-
-    groups = inputs.kv_groups
-    if groups > 1:
-        k = k.repeat_interleave(groups, dim=0)
-        v = v.repeat_interleave(groups, dim=0)
-    mask = inputs.hidden
-    n = visible_key_counts(q.new_empty(1, 1, 1, k.size(2)), mask).float()
-    # (served for activations with supports_chunking: rectified, with a row factor)
-    scale = cast(Rectified, spec.activation).row_scale(n)
-    out, wsum, wlogw = chunked_relu_attention(
-        q.float(), k.float(), v.float(), mask, scale, block=spec.key_block_size, with_sums=call.row_sums
-    )
-    inter = Intermediates(backend="key_block")
-    if call.row_sums:
-        inter.row_sums = (wsum, wlogw, n)
-    return out.type_as(q), inter
-
-
-def _key_block_enabled(spec: AttendSpec, call: Call) -> bool:
-    if spec.key_block_size <= 0 or not getattr(spec.activation, "supports_chunking", False):
-        return False
-    if call.dropout:
-        raise ValueError(
-            "--attn-key-block-size needs --attention-dropout 0 (the key-block path cannot replay a dropout mask)"
-        )
-    return True
-
-
-register_backend(
-    Backend(
-        "key_block",
-        key_block,
-        Capabilities(activation_traits=frozenset({"supports_chunking"}), row_sums=True),
-        priority=30,
-        enabled=_key_block_enabled,
-    )
-)
-
-
-# --------------------------------------------------------------------------- fused softmax
-def sdpa(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
-    """Softmax through ``torch.nn.functional.scaled_dot_product_attention`` (fused
-    kernels on GPU); q is already scaled, so the kernel's own scale is 1."""
-    groups = inputs.kv_groups
-    if groups > 1:
-        k = k.repeat_interleave(groups, dim=0)
-        v = v.repeat_interleave(groups, dim=0)
-    mask = None
-    if inputs.hidden is not None or inputs.score_bias is not None:
-        mask = torch.zeros((), dtype=torch.float32, device=q.device)
-        if inputs.score_bias is not None:
-            mask = mask + inputs.score_bias
-        if inputs.hidden is not None:
-            mask = torch.where(inputs.hidden, torch.tensor(float("-inf"), device=q.device), mask)
-        mask = mask.to(q.dtype)
-    p = spec.dropout.p if call.dropout else 0.0
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=1.0)
-    return out, Intermediates(backend="sdpa")
-
-
-register_backend(
-    Backend(
-        "sdpa", sdpa, Capabilities(activation_traits=frozenset({"softmax"}), dropout=True, score_bias=True), priority=20
-    )
-)
-
-
-# --------------------------------------------------------------------------- fused ReLU
-def flex(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
-    """relu / relu_scaled through the fused FlexAttention kernel (:mod:`.flex_relu`):
-    no (tgt × src) weights held; CUDA training and inference, CPU compiled inference."""
-    from .flex_relu import flex_relu_attention, flex_relu_unavailable
-
-    reason = flex_relu_unavailable(call.device, call.grad, q.dtype, call.query_mask)
-    if reason is not None:
-        raise UsageError(
-            f"attention backend 'flex' (--attn-backend) cannot serve this "
-            f"configuration: {reason}; use --attn-backend auto"
-        )
-    groups = inputs.kv_groups
-    if groups > 1:
-        k = k.repeat_interleave(groups, dim=0)
-        v = v.repeat_interleave(groups, dim=0)
-    act = cast(Rectified, spec.activation)  # (served for rectified activations only)
-    out = flex_relu_attention(q, k, v, inputs.hidden, act.row_scale if act.row_scaled else None, score_fn=act.fn)
-    return out, Intermediates(backend="flex")
-
-
-#: devices on which "auto" tries the fused kernel for long calls: those where a recorded
-#: benchmark measured it faster (:data:`.flex_relu.FLEX_MEASURED_FASTER`; none yet, so
-#: auto never takes it).  On CPU the compiled kernel (forward only) measured slower than
-#: the ``query_block`` path at L = 2048 (docs/performance.md); on CUDA nothing is measured.
-#: --attn-backend flex forces it anywhere it can run.
-def _flex_auto_devices():
-    from .flex_relu import FLEX_MEASURED_FASTER
-
-    return frozenset(FLEX_MEASURED_FASTER)
-
-
-FLEX_AUTO_DEVICES = _flex_auto_devices()
-
-
-def _flex_enabled(spec: AttendSpec, call: Call) -> bool:
-    if spec.flex_min_keys <= 0 or call.keys < spec.flex_min_keys or call.device not in FLEX_AUTO_DEVICES:
-        return False
-    from .flex_relu import flex_relu_unavailable
-
-    return flex_relu_unavailable(call.device, call.grad, call.dtype or torch.float32, call.query_mask) is None
-
-
 #: what the streamed backends (flex, query_block) need of an activation: element-wise with
 #: f(s) = 0 for s <= 0, so hidden keys may be zeroed before f, or through their values
 STREAMED_TRAITS = frozenset({"rectified", "exact_zeros"})
@@ -585,62 +376,3 @@ STREAMED_TRAITS = frozenset({"rectified", "exact_zeros"})
 def streamed(activation) -> bool:
     """``activation``'s long calls may go to the streamed backends."""
     return STREAMED_TRAITS <= getattr(activation, "traits", frozenset())
-
-
-register_backend(
-    Backend(
-        "flex",
-        flex,
-        Capabilities(activation_traits=STREAMED_TRAITS, devices=frozenset({"cpu", "cuda"})),
-        priority=40,
-        enabled=_flex_enabled,
-    )
-)
-
-
-# --------------------------------------------------------------------------- query blocks
-def query_block(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
-    """relu / relu_scaled without gradients, block by block over the queries
-    (:mod:`.query_block_relu`): one reused score buffer instead of the (tgt × src) weights,
-    no pass over the scores for padding masks."""
-    from .query_block_relu import query_block_relu_attention
-
-    groups = inputs.kv_groups
-    hidden = inputs.hidden
-    act = cast(Rectified, spec.activation)  # (served for rectified activations only)
-    row_scale = act.row_scale if act.row_scaled else None
-    if groups == 1:
-        return (
-            query_block_relu_attention(q, k, v, hidden, row_scale, fn_=act.fn_),
-            Intermediates(backend="query_block"),
-        )
-    bsz, heads, tgt, d = q.shape
-    kv_bsz = k.size(0)
-    if hidden is not None and hidden.size(2) > 1:  # per-query mask: one key copy per query group
-        out = query_block_relu_attention(
-            q, k.repeat_interleave(groups, dim=0), v.repeat_interleave(groups, dim=0), hidden, row_scale, fn_=act.fn_
-        )
-        return out, Intermediates(backend="query_block")
-    # beam search keeps one key copy per sentence: the beams' queries become more queries
-    # of that sentence (no copy of the keys and values at every decoding step)
-    if hidden is not None and hidden.size(0) == bsz:
-        hidden = hidden[::groups]  # the same keys for every beam of a sentence
-    q = q.view(kv_bsz, groups, heads, tgt, d).transpose(1, 2).reshape(kv_bsz, heads, groups * tgt, d)
-    out = query_block_relu_attention(q, k, v, hidden, row_scale, fn_=act.fn_)
-    out = out.view(kv_bsz, heads, groups, tgt, -1).transpose(1, 2).reshape(bsz, heads, tgt, -1)
-    return out, Intermediates(backend="query_block")
-
-
-def _query_block_enabled(spec: AttendSpec, call: Call) -> bool:
-    return spec.flex_min_keys > 0 and call.keys >= spec.flex_min_keys
-
-
-register_backend(
-    Backend(
-        "query_block",
-        query_block,
-        Capabilities(activation_traits=STREAMED_TRAITS, grad=False),
-        priority=45,
-        enabled=_query_block_enabled,
-    )
-)

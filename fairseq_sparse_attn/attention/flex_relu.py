@@ -317,7 +317,7 @@ def flex_relu_attention(
     dv = v.size(-1)
     out = o[..., :dv].float() / o[..., dv : dv + 1].float()
     if row_scale is not None:
-        from .scaled_relu import visible_key_counts
+        from .masks import visible_key_counts
 
         out = out * row_scale(visible_key_counts(torch.empty(1, 1, 1, src, device=q.device), hidden))
     return out.to(q.dtype)

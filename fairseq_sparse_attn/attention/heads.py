@@ -28,14 +28,8 @@ import torch
 from torch import Tensor
 
 from .fixed_patterns import PATTERN_UNITS, check_pattern_names, check_right_context_reading, pattern_weights
+from .masks import real_keys
 from .rhe import RedundantHeadIdentifier
-
-
-def real_keys(key_padding: Optional[Tensor], bsz: int, src_len: int, device) -> Tensor:
-    """(bsz, src_len) bool, True = real key position (not padding)."""
-    if key_padding is None:
-        return torch.ones(bsz, src_len, dtype=torch.bool, device=device)
-    return ~key_padding.to(torch.bool)
 
 
 @dataclass(frozen=True)

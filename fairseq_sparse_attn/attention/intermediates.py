@@ -29,6 +29,9 @@ What can be asked for (``WANTS``):
   Σ_j s_ij and Σ_j s_ij log s_ij per (bsz, heads, tgt) row, differentiable, and the
   visible-key counts n.
 * ``redundant``: (bsz, heads) bool decisions of redundant head identification (RHE).
+* ``ffn``: the FFN blocks of the plugin's layers hand an :class:`FFNIntermediates` (their
+  residual stream, output and activation rows; ReLUFormer's FFN analysis) to the same
+  scopes, as ``(layer, FFNIntermediates)`` (:func:`fairseq_sparse_attn.models.ffn.deliver_ffn_calls`).
 """
 
 import contextvars
@@ -38,7 +41,7 @@ from typing import FrozenSet, Iterator, List, Optional, Tuple
 
 from torch import Tensor
 
-WANTS = ("weights", "row_sums", "redundant")
+WANTS = ("weights", "row_sums", "redundant", "ffn")
 
 
 @dataclass
@@ -74,6 +77,29 @@ class Intermediates:
         kept = {f.name: getattr(self, f.name) for f in fields(self)}
         kept["row_sums"] = (tensors[0], tensors[1], self.row_sums[2])
         return Intermediates(**kept)
+
+
+@dataclass
+class FFNIntermediates:
+    """What one FFN block computed (``collect("ffn")``), detached: the residual stream
+    (the block input before any pre-norm), the FFN output fc2(act(fc1(x))) before dropout
+    and the residual add (with the LayerNorm of ``softmax_layernorm``), and the activation
+    rows (memory scores after the activation), all time-first (T, B, ...)."""
+
+    residual: Tensor
+    ffn_output: Tensor
+    rows: Optional[Tensor] = None
+    #: delivered only to the scopes that ask for it (:func:`deliver`)
+    want = "ffn"
+
+    def differentiable(self) -> List[Tensor]:
+        return []
+
+    def with_differentiable(self, tensors: List[Tensor]) -> "FFNIntermediates":
+        return self
+
+    def detached(self) -> "FFNIntermediates":
+        return self  # (recorded detached)
 
 
 class Records(list):
@@ -139,7 +165,23 @@ def wanted() -> FrozenSet[str]:
     return frozenset().union(*(c.wants for c in active))
 
 
-def deliver(module, intermediates: Intermediates) -> None:
-    """Hand one call's intermediates to the sink of every open scope."""
+#: what attention calls deliver (the rest, "ffn", is the FFN blocks')
+ATTENTION_WANTS = frozenset(WANTS) - {"ffn"}
+
+
+def attention_wanted() -> FrozenSet[str]:
+    """What the open scopes ask of attention calls (:func:`wanted` without ``"ffn"``)."""
+    wants = wanted()
+    return wants - {"ffn"} if "ffn" in wants else wants
+
+
+def deliver(module, intermediates) -> None:
+    """Hand one call's intermediates to the sink of every open scope that asks for them:
+    an :class:`FFNIntermediates` to the scopes that want ``"ffn"``, an attention call's
+    :class:`Intermediates` to the others (every scope that wants something else, or
+    nothing in particular)."""
+    want = getattr(intermediates, "want", None)
     for sink in _ACTIVE.get():
-        sink.append((module, intermediates))
+        wants = sink.wants
+        if (want in wants) if want is not None else (not wants or not wants <= {"ffn"}):
+            sink.append((module, intermediates))

@@ -31,7 +31,7 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-from .scaled_relu import visible_key_counts
+from .masks import visible_key_counts
 
 #: bytes of the score buffer one block may use (float32: 16 MiB = 4M scores; at L = 2048,
 #: batch 2, 8 heads: blocks of 128 queries, 1.47x stock SDPA's memory against 1.97x with

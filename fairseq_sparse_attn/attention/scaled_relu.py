@@ -23,8 +23,9 @@ from typing import Optional
 
 import torch
 
-from .activations import ReLU, register_activation, visible_key_counts
+from .activations import ReLU, register_activation
 from .config import ActivationConfig
+from .masks import visible_key_counts
 
 __all__ = ["ScaledReLU", "row_sums", "visible_key_counts"]
 

@@ -28,6 +28,9 @@ resume_config_check      yes        refuses to resume a checkpoint whose attenti
 checkpoint_record        yes        checkpoints record their dictionaries (sha256) and
                                     attention options; a load for a data-bin with
                                     other dictionaries is refused in one line
+preemption               yes        SIGUSR1 / SIGTERM: every rank stops after the same
+                                    update, checkpoint_last.pt is saved, SIGUSR1
+                                    requeues a SLURM job (docs/distributed.md)
 clean_exit               no         fairseq's batch-prefetch threads are stopped at
                                     exit (no SIGABRT after a run cut by
                                     ``--max-update`` / ``--max-valid-steps``)
@@ -62,6 +65,7 @@ from . import (  # noqa: F401  (the patch modules)
     exact_resume,
     no_crash_dump,
     pin_memory,
+    preemption,
     quiet_logs,
     resume_config_check,
     save_dir_lock,
@@ -95,6 +99,7 @@ PATCHES = {
     "crash_safe_checkpoints": crash_safe_checkpoints,
     "resume_config_check": resume_config_check,
     "checkpoint_record": checkpoint_record,
+    "preemption": preemption,
     "clean_exit": clean_exit,
     "no_crash_dump": no_crash_dump,
     "checkpoint_overrides": checkpoint_overrides,

@@ -7,7 +7,8 @@ they just mean other words.  Every checkpoint the trainer saves now carries
     state["fsa_record"] = {"version": 1,
                            "dictionaries": {"source": {"lang", "size", "sha256"},
                                             "target": {...}},
-                           "attention": {plugin option: value}}
+                           "attention": {plugin option: value},
+                           "bpe": {"path", "sha256"}}  # when known (unk_check.codes_record)
 
 (``sha256`` of the dictionary's symbols in id order: what the ids mean; counts do not
 matter; ``attention``: the plugin's model options, a stock fairseq model's as the softmax
@@ -76,8 +77,16 @@ def attention_record(model_cfg):
     return plugin_model_options(model_cfg)
 
 
-def build_record(task, model_cfg):
+def build_record(task, model_cfg, bpe_cfg=None):
     record = {"version": VERSION, "dictionaries": dictionaries_record(task)}
+    try:  # the BPE codes: checked by fsa-interactive / fsa-generate (unk_check.py)
+        from ..unk_check import codes_record
+
+        codes = codes_record(getattr(bpe_cfg, "bpe_codes", None), getattr(getattr(task, "cfg", None), "data", None))
+        if codes:
+            record["bpe"] = codes
+    except Exception as e:
+        logger.debug(f"no BPE codes recorded: {e}")
     try:
         record["attention"] = attention_record(model_cfg)
     except Exception as e:  # a record without attention options is still useful
@@ -122,6 +131,8 @@ def check_dictionaries(path, state, task):
         )
 
 
+LOADED_RECORDS = {}  # path -> fsa_record of every checkpoint read in this process (unk_check)
+
 _TASK = contextvars.ContextVar("fsa_checkpoint_task", default=None)
 _READ = contextvars.ContextVar("fsa_checkpoints_read", default=None)
 
@@ -139,7 +150,7 @@ def install():
     def state_dict(self):
         state = original_state_dict(self)
         if self.task is not None:
-            state[RECORD_KEY] = build_record(self.task, self.cfg.model)
+            state[RECORD_KEY] = build_record(self.task, self.cfg.model, getattr(self.cfg, "bpe", None))
         return state
 
     state_dict._fsa_record = True
@@ -181,6 +192,8 @@ def install():
     @functools.wraps(original_to_cpu)
     def load_checkpoint_to_cpu(path, *args, **kwargs):
         state = original_to_cpu(path, *args, **kwargs)
+        if isinstance(state, dict):
+            LOADED_RECORDS[path] = state.get(RECORD_KEY)
         task = _TASK.get()
         if task is not None:
             check_dictionaries(path, state, task)

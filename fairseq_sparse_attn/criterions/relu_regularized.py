@@ -156,7 +156,7 @@ class ReLURegularizedCriterion(LabelSmoothedCrossEntropyCriterion):
         collectors = []
         for module, inter in records:
             if inter.row_sums is not None:
-                terms = RowTerms(module.kind, self.c, self.floor, query_padding)
+                terms = RowTerms(module.config.kind, self.c, self.floor, query_padding)
                 terms.add_sums(*inter.row_sums)
                 collectors.append(terms)
         losses = [col.loss for col in collectors if col.loss is not None]

@@ -21,7 +21,7 @@ import functools
 import torch
 from fairseq.modules.checkpoint_activations import _checkpointed_forward
 
-from ..attention.intermediates import active_collectors, isolated, wanted
+from ..attention.intermediates import active_collectors, deliver, isolated, wanted
 
 
 def checkpoint_layer(layer: torch.nn.Module, offload_to_cpu: bool = False) -> torch.nn.Module:
@@ -56,6 +56,5 @@ def _forward(original, offload_to_cpu, *args, **kwargs):
         count = len(inter.differentiable())
         rebuilt = inter.with_differentiable(extra[:count])
         extra = extra[count:]
-        for collector in active_collectors():
-            collector.append((module, rebuilt))
+        deliver(module, rebuilt)
     return outs if first["tuple"] else outs[0]

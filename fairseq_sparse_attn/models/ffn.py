@@ -9,16 +9,22 @@ The fc1/fc2 biases of fairseq's FFN are kept in all variants (the paper's Eq. 2 
 with a bias, K^T x + b is still a score per memory slot).  The softmax is computed in
 float32 over the FFN's hidden dimension (the memory slots).
 
-Analysis hooks: ``FFNActivation.recorder`` (called with the activation rows, i.e. the
-memory scores after the activation) and the weights ``fc1.weight`` (keys, one row per
-slot) and ``fc2.weight`` (values, one column per slot); the FFN output is ``fc2``'s output
-(a forward hook) and the residual is the block input.
+Analysis: inside a ``collect("ffn")`` scope (:mod:`fairseq_sparse_attn.attention.intermediates`,
+the one collector protocol of every analysis) each FFN block of a plugin layer hands
+``(layer, FFNIntermediates)``: its residual stream, output and activation rows
+(:func:`deliver_ffn_calls`); outside any scope nothing is kept.  The keys and values are the
+weights ``fc1.weight`` (one row per slot) and ``fc2.weight`` (one column per slot).
 """
+
+import functools
+from typing import Dict
 
 import torch
 import torch.nn as nn
 from fairseq import utils
 from fairseq.modules import LayerNorm
+
+from ..attention.intermediates import FFNIntermediates, deliver, wanted
 
 FFN_TYPES = ("standard", "softmax", "softmax_layernorm")
 
@@ -30,16 +36,11 @@ class FFNActivation(nn.Module):
             raise ValueError(f"unknown --ffn-type {ffn_type!r}; valid values: {', '.join(FFN_TYPES)}")
         self.ffn_type = ffn_type
         self.fn = None if ffn_type != "standard" else utils.get_activation_fn(activation_fn)
-        self.recorder = None
 
     def forward(self, x):
         if self.fn is None:
-            out = torch.softmax(x.float(), dim=-1).type_as(x)
-        else:
-            out = self.fn(x)
-        if self.recorder is not None:
-            self.recorder(self, rows=out.detach())
-        return out
+            return torch.softmax(x.float(), dim=-1).type_as(x)
+        return self.fn(x)
 
     def extra_repr(self):
         return self.ffn_type
@@ -54,3 +55,39 @@ class LinearLayerNorm(nn.Linear):
 
     def forward(self, x):
         return self.output_layer_norm(super().forward(x))
+
+
+# --------------------------------------------------------------------------- collect("ffn")
+#: the parts of the FFN call running now in a layer, by id(layer): only inside a
+#: collect("ffn") scope, from the block's first hook to its last (fc2)
+_CALLS: Dict[int, dict] = {}
+
+
+def deliver_ffn_calls(layer) -> None:
+    """Make ``layer`` (a plugin encoder or decoder layer, built with an
+    :class:`FFNActivation`) hand each FFN call to the open ``collect("ffn")`` scopes as
+    ``(layer, FFNIntermediates)``.  Three hooks that do nothing outside such a scope: the
+    residual stream at the block input (``final_layer_norm``'s input with pre-norm, else
+    ``fc1``'s), the activation rows, and ``fc2``'s output, where the record is delivered."""
+    source = layer.final_layer_norm if layer.normalize_before else layer.fc1
+    # (partials of module functions: a deepcopy of the layer hooks the copy)
+    source.register_forward_pre_hook(functools.partial(_keep_residual, layer))
+    layer.activation_fn.register_forward_hook(functools.partial(_keep_rows, layer))
+    layer.fc2.register_forward_hook(functools.partial(_deliver, layer))
+
+
+def _keep_residual(layer, module, inputs) -> None:
+    if "ffn" in wanted():
+        _CALLS[id(layer)] = {"residual": inputs[0].detach()}
+
+
+def _keep_rows(layer, module, inputs, rows) -> None:
+    call = _CALLS.get(id(layer))
+    if call is not None:
+        call["rows"] = rows.detach()
+
+
+def _deliver(layer, module, inputs, output) -> None:
+    call = _CALLS.pop(id(layer), None)
+    if call is not None:
+        deliver(layer, FFNIntermediates(call["residual"], output.detach(), call.get("rows")))

@@ -29,7 +29,7 @@ from ..attention.rhe import log_redundant_fractions
 from ..options import add_plugin_args, plugin_options, resolve
 from ..validation import validate_model_args
 from .checkpointing import checkpoint_layer
-from .ffn import FFNActivation, LinearLayerNorm
+from .ffn import FFNActivation, LinearLayerNorm, deliver_ffn_calls
 
 
 def build_attention(kind, embed_dim, num_heads, cfg, layer, layer_index=None, **kwargs):
@@ -90,6 +90,7 @@ class _FFNVariant:
         self._ffn_type = ffn_type(cfg)  # read by build_fc2 during the base __init__
         super().__init__(cfg, *args, **kwargs)
         self.activation_fn = FFNActivation(self._ffn_type, cfg.activation_fn)
+        deliver_ffn_calls(self)  # its FFN calls to collect("ffn") scopes (analysis)
 
     def build_fc2(self, input_dim, output_dim, q_noise, qn_block_size):
         if self._ffn_type == "softmax_layernorm":

@@ -5,7 +5,7 @@ fairseq-generate output to log files.  While such a run works, a :class:`Watcher
 its log every few seconds and prints one status line at least every ``interval`` seconds
 (default 20 s, so always within 30 s):
 
-    [softmax seed 1] training: update 130/250 (52%), 0.58 updates/s, about 3m27s left, 3m45s elapsed
+    [softmax seed 1] training: update 130/250 (52%), 0.58 updates/s over the last 1m40s, about 3m27s left (3m05s-3m58s at the fastest and slowest recent rate), 3m45s elapsed
     [softmax seed 1] translating test: sentence 320/1000 (32%), 45.1 sentences/s, about 15s left, 7s elapsed
 
 What is counted (read from the log as fairseq writes it):
@@ -18,9 +18,14 @@ What is counted (read from the log as fairseq writes it):
   file at once); the total is the given one, else ``loaded N examples`` of the first
   (source) side fairseq logs.
 
-The rate is the count over the time from the watcher's start to when that count was first
-seen (it includes start-up, so early estimates of the time left are pessimistic); the time
-left is (total - done) / rate, less the time since the count was seen.
+The rate follows the recent pace: the counts gained over the last few intervals between
+new counts (:func:`recent_rate`), and the time left, (total - done) / rate less the time
+since the count was seen, comes with its range at the slowest and fastest of those
+intervals: ``about 3m27s left (2m50s-4m10s at the fastest and slowest recent rate)``.  At
+the first count there is no interval yet: the rate is the count over the time since the
+watcher started, start-up included, and the line says the estimate is rough.  Run
+fairseq-train with ``--log-interval 1`` (``make demo`` does, on CPU) for a count from the
+first update.
 
 This module uses only the standard library and runs as a file, so shell scripts can
 start it without importing fairseq::
@@ -72,21 +77,57 @@ def duration(seconds):
     return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
 
 
-def status_line(label, kind, done, total, elapsed, what="", stale=0.0):
+RECENT_INTERVALS = 6  # the recent rate: over the last this many intervals between new counts
+
+
+def recent_rate(points):
+    """(rate, slowest, fastest, seconds) from ``points``, [(time a count was first seen,
+    count)] in order: the rate over the last :data:`RECENT_INTERVALS` intervals between new
+    counts, and the slowest and fastest rate of one of those intervals; None with fewer than
+    two points (the time before the first count is start-up, not training, so it is not an
+    interval)."""
+    window = points[-(RECENT_INTERVALS + 1) :]
+    if len(window) < 2:
+        return None
+    rates = [(d1 - d0) / (t1 - t0) for (t0, d0), (t1, d1) in zip(window, window[1:]) if t1 > t0]
+    span = window[-1][0] - window[0][0]
+    if not rates or span <= 0:
+        return None
+    return (window[-1][1] - window[0][1]) / span, min(rates), max(rates), span
+
+
+def status_line(label, kind, done, total, elapsed, what="", stale=0.0, recent=None):
     """One status line: count (of total), rate, time left, time elapsed.  ``stale``: seconds
-    since the count last changed (fairseq logs every --log-interval updates): the rate is
-    taken when the count was reached, and the time left counts from then."""
+    since the count last changed (fairseq logs every --log-interval updates): the time left
+    counts from when the count was reached.  ``recent``: :func:`recent_rate`'s (rate,
+    slowest, fastest, seconds); the time left follows that rate and gives the range of the
+    slowest and fastest recent interval.  Without it (the first count) the rate is the count
+    over the whole time, start-up included, and the time left says it is rough."""
     verb, unit, units = UNITS[kind]
     head = f"[{label}] {verb}{' ' + what if what else ''}: "
     if done <= 0:
         return head + f"starting, {duration(elapsed)} elapsed"
-    reached = elapsed - stale
-    rate = done / reached if reached > 0 else 0.0
     count = f"{unit} {done}" + (f"/{total} ({100 * done / total:.0f}%)" if total else "")
-    left = ""
-    if total and rate > 0:
-        left = f", about {duration(max(total - done, 0) / rate - stale)} left"
-    return head + f"{count}, {rate:.2f} {units}/s{left}, {duration(elapsed)} elapsed"
+    remaining = max(total - done, 0) if total else None
+    if recent is None:
+        reached = elapsed - stale
+        rate = done / reached if reached > 0 else 0.0
+        speed = f"{rate:.2f} {units}/s"
+        left = (
+            f", about {duration(remaining / rate - stale)} left (rough: start-up included)"
+            if remaining is not None and rate > 0
+            else ""
+        )
+    else:
+        rate, slow, fast, span = recent
+        speed = f"{rate:.2f} {units}/s over the last {duration(span)}"
+        left = ""
+        if remaining is not None and rate > 0:
+            left = f", about {duration(remaining / rate - stale)} left"
+            if slow > 0 and fast > 0:
+                low, high = (duration(remaining / r - stale) for r in (fast, slow))
+                left += f" ({low}-{high} at the fastest and slowest recent rate)" if low != high else ""
+    return head + f"{count}, {speed}{left}, {duration(elapsed)} elapsed"
 
 
 def _is_terminal(stream):
@@ -111,6 +152,7 @@ class Watcher:
         self.clock = clock
         self._stop = threading.Event()
         self._last = (0, None)  # (count, when it was first seen)
+        self._points = []  # [(when, count)] of every new count seen (recent_rate)
         self._thread = None
         self.start_time = None
 
@@ -128,6 +170,8 @@ class Watcher:
         now = self.clock()
         if done != self._last[0] or self._last[1] is None:
             self._last = (done, now)
+            if done > 0:
+                self._points.append((now, done))
         return status_line(
             self.label,
             self.kind,
@@ -136,6 +180,7 @@ class Watcher:
             now - self.start_time,
             self.what,
             stale=now - self._last[1],
+            recent=recent_rate(self._points),
         )
 
     def _loop(self):

@@ -114,8 +114,8 @@ def test_models_on_the_flex_backend_equal_materialized(name, monkeypatch):
     self-attention and cross-attention with left-padded sources, incremental decoder
     self-attention; causal teacher forcing stays materialized on CPU) gives the materialized
     model's outputs, in teacher forcing and in incremental decoding."""
-    from fairseq_sparse_attn.attention import core
     from fairseq_sparse_attn.attention import flex_relu as fr
+    from fairseq_sparse_attn.attention.backends import flex as flex_backend
 
     from helpers import random_batch
 
@@ -123,7 +123,7 @@ def test_models_on_the_flex_backend_equal_materialized(name, monkeypatch):
     kernel = fr.flex_relu_attention
     monkeypatch.setattr(fr, "flex_relu_attention", lambda *a, **kw: calls.append(1) or kernel(*a, **kw))
     # auto tries flex on CUDA only (query_block serves CPU inference): allow it on CPU here
-    monkeypatch.setattr(core, "FLEX_AUTO_DEVICES", frozenset({"cpu", "cuda"}))
+    monkeypatch.setattr(flex_backend, "FLEX_AUTO_DEVICES", frozenset({"cpu", "cuda"}))
     flex_model, d = _backend_model(name, "auto")
     for m in flex_model.attention_modules():
         m.flex_min_keys = 1
@@ -154,8 +154,8 @@ def test_flex_backend_choice_and_errors(monkeypatch):
     """auto picks flex only from --attn-flex-min-keys keys on, only on the devices of
     FLEX_AUTO_DEVICES (CUDA; CPU inference goes to query_block) and only where it can run;
     forced where it cannot (CPU with gradients) is an error naming the reason."""
-    from fairseq_sparse_attn.attention import core
     from fairseq_sparse_attn.attention.activations import build_activation
+    from fairseq_sparse_attn.attention.backends import flex as flex_backend
     from fairseq_sparse_attn.attention.core import AttendSpec, AttentionInputs, attend
     from fairseq_sparse_attn.attention.heads import HeadPlan
 
@@ -175,7 +175,7 @@ def test_flex_backend_choice_and_errors(monkeypatch):
         assert attend(q, k, v, AttentionInputs(), spec(min_keys=5))[1].backend == "query_block"
         forced, _ = attend(q, k, v, AttentionInputs(), spec("flex"))
         torch.testing.assert_close(forced.double(), plain_relu_attention(q, k, v, None), atol=2e-5, rtol=2e-5)
-    monkeypatch.setattr(core, "FLEX_AUTO_DEVICES", frozenset({"cpu", "cuda"}))
+    monkeypatch.setattr(flex_backend, "FLEX_AUTO_DEVICES", frozenset({"cpu", "cuda"}))
     with torch.no_grad():
         out, inter = attend(q, k, v, AttentionInputs(), spec(min_keys=5))
         assert inter.backend == "flex"

@@ -2,7 +2,8 @@
 ``fsa-analyze heatmap`` on a fixture checkpoint.  Layers and heads are numbered the same
 way (from 0) in both: the demo's "layer L, head h" panel is the matrix that
 ``fsa-analyze heatmap --layer L`` reports as head h, and the one the explorer embeds;
-every heatmap has a colour bar, one scale where panels are compared, tokens on both axes
+every heatmap has a colour bar, one scale per model in the demo's (softmax's weights stay
+below 1, ReLA's do not), one scale where panels of one model are compared, tokens on both axes
 and a title that names the model and the run."""
 
 import importlib.util
@@ -63,12 +64,18 @@ def test_demo_heatmap_is_readable(demo_figure):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     axes = images(fig)
     assert len(axes) == 2 * 4
-    # one scale for every panel, 0 .. the largest weight of both models
-    top = max(float(w.max()), float(w2.max()))
-    for ax in axes:
-        assert ax.images[0].get_clim() == (0.0, pytest.approx(top))
+    # one scale per model (row): 0 .. that model's largest weight, so softmax's row (at most 1)
+    # is not dimmed by ReLA-g's larger weights (issue 34); its colour bar and the title say so
+    assert float(w2.max()) <= 1.0 + 1e-6
+    for ax in axes[:4]:
+        assert ax.images[0].get_clim() == (0.0, pytest.approx(float(w.max())))
+    for ax in axes[4:]:
+        assert ax.images[0].get_clim() == (0.0, pytest.approx(float(w2.max())))
     bars = colorbars(fig)
-    assert len(bars) == 1 and "attention weight" in bars[0].get_ylabel()
+    assert len(bars) == 2
+    assert bars[0].get_ylabel().startswith("rela_g: attention weight") and "this row's scale" in bars[0].get_ylabel()
+    assert bars[1].get_ylabel().startswith("softmax: attention weight")
+    assert "one colour scale per model (row)" in fig._suptitle.get_text()
     for ax in axes:
         assert [t.get_text() for t in ax.get_xticklabels()] == src
         assert [t.get_text() for t in ax.get_yticklabels()] == tgt

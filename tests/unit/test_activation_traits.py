@@ -183,7 +183,9 @@ def test_inference_call_follows_the_formula(toy, monkeypatch):
     name, formula = toy
     taken = []
     real = CallPlan.inline_call
-    monkeypatch.setattr(CallPlan, "inline_call", lambda plan, m, *a, **kw: taken.append(m) or real(plan, m, *a, **kw))
+    monkeypatch.setattr(
+        CallPlan, "inline_call", lambda plan, *a, **kw: taken.append(plan.state_key) or real(plan, *a, **kw)
+    )
     E = H * D
     torch.manual_seed(0)
     self_attn = SparseMultiheadAttention(E, H, self_attention=True, config=attention_config(name)).eval()
@@ -216,4 +218,6 @@ def test_inference_call_follows_the_formula(toy, monkeypatch):
             )
         out, _ = cross(xs, enc, enc, key_padding_mask=pad)
         torch.testing.assert_close(out.double(), plain(cross, xs, enc, pad.view(B, 1, 1, S)), atol=1e-5, rtol=1e-5)
-    assert taken.count(self_attn) == xs.size(0) and taken.count(cross) == 1
+    key = "attn_state"
+    assert taken.count(self_attn._get_full_incremental_state_key(key)) == xs.size(0)
+    assert taken.count(cross._get_full_incremental_state_key(key)) == 1

@@ -18,7 +18,7 @@ from fairseq_sparse_attn.analysis.alignment import WeightsRecorder
 from fairseq_sparse_attn.analysis.attention_stats import AttentionStatistics, NullRatePerSentence
 from fairseq_sparse_attn.analysis.collect import run_passes
 from fairseq_sparse_attn.analysis.commands.filter import rank_by_score
-from fairseq_sparse_attn.analysis.ffn_stats import FFNStatistics, anisotropy, record_ffn, top_p_mass, variance_ratio
+from fairseq_sparse_attn.analysis.ffn_stats import FFNStatistics, anisotropy, top_p_mass, variance_ratio
 from fairseq_sparse_attn.analysis.loading import (
     Example,
     collate,
@@ -30,7 +30,7 @@ from fairseq_sparse_attn.analysis.loading import (
 )
 from fairseq_sparse_attn.analysis.recording import AttentionSite, Batch, record_attention
 from fairseq_sparse_attn.analysis.results import number_key
-from fairseq_sparse_attn.attention.intermediates import Intermediates
+from fairseq_sparse_attn.attention.intermediates import Intermediates, collect
 
 from helpers import build_model, model_args, random_batch
 
@@ -363,19 +363,18 @@ def test_ffn_statistics_pool_real_positions_only():
     model, d = build_model(seed=5)
     examples = make_examples(d, n=5, seed=1)
     ffn = FFNStatistics(model, (0.25,))
-    run_passes(model, examples, [], d.pad(), d.pad(), d.eos(), batch_size=4, ffn=ffn)
+    run_passes(model, examples, [ffn], d.pad(), d.pad(), d.eos(), batch_size=4)
     # reference: every sentence alone (no padding), vectors concatenated
     kept = {}
-
-    def keep(name, residual, ffn_output, rows=None):
-        entry = kept.setdefault(name, {"res": [], "out": [], "rows": []})
-        entry["res"].append(residual[:, 0])
-        entry["out"].append(ffn_output[:, 0])
-        entry["rows"].append(rows[:, 0])
-
-    with torch.no_grad(), record_ffn(model, keep):
+    names = {id(m): n for n, m in model.named_modules()}
+    with torch.no_grad(), collect("ffn") as records:
         for ex in examples:
             model(**collate(examples, [ex.index], d.pad(), d.eos())["net_input"])
+    for layer, inter in records:
+        entry = kept.setdefault(names[id(layer)], {"res": [], "out": [], "rows": []})
+        entry["res"].append(inter.residual[:, 0])
+        entry["out"].append(inter.ffn_output[:, 0])
+        entry["rows"].append(inter.rows[:, 0])
     results = {r["name"]: r for r in ffn.results()}
     assert sorted(results) == sorted(kept) and len(results) == 4
     layers = dict(model.named_modules())

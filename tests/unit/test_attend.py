@@ -8,6 +8,8 @@ import torch
 import torch.nn as nn
 
 from fairseq_sparse_attn.attention import SparseMultiheadAttention, build_activation, core
+from fairseq_sparse_attn.attention.backends import sdpa as sdpa_backend
+from fairseq_sparse_attn.attention.backends.materialized import materialized
 from fairseq_sparse_attn.attention.core import (
     AttendSpec,
     AttentionInputs,
@@ -195,12 +197,57 @@ def test_forced_backend_that_cannot_serve_is_a_clear_error():
     assert inter.backend == "sdpa"
 
 
+def test_a_refusal_lists_every_backend_with_all_its_reasons(monkeypatch):
+    """Issue 33.7: a named backend that cannot serve a call names all its reasons, and the
+    message lists every registered backend with all of its own (xformers' dispatcher)."""
+    q, k, v = inputs_qkv()
+    weights = AttentionInputs(collect=frozenset({"weights"}), score_bias=torch.zeros(1, 1, T, S))
+    with pytest.raises(ValueError) as err:
+        attend(q, k, v, weights, spec("relu", "sdpa"))
+    message = str(err.value)
+    assert "\n" not in message  # one line
+    head, _, listing = message.partition("(every backend: ")
+    # sdpa's own reasons, all of them: the activation and the returned weights
+    assert "activation relu" in head and "returning attention weights" in head
+    assert listing.endswith(")")
+    entries = dict(e.split(": ", 1) for e in listing[:-1].split(" | "))
+    assert sorted(entries) == sorted(core.BACKENDS)
+    assert entries["materialized"] == "serves it"
+    sdpa_reasons = entries["sdpa"].split(", ")
+    assert any(r.startswith("activation relu") for r in sdpa_reasons)
+    assert "returning attention weights (analysis)" in sdpa_reasons and len(sdpa_reasons) == 2
+    kb = entries["key_block"].split(", ")
+    assert "returning attention weights (analysis)" in kb and "an additive attention-mask bias" in kb
+    qb = entries["query_block"].split(", ")
+    assert {"returning attention weights (analysis)", "an additive attention-mask bias"} <= set(qb)
+
+    # auto with no backend left: every backend, with every reason, auto's included
+    monkeypatch.setattr(core, "BACKENDS", {n: b for n, b in core.BACKENDS.items() if n != "materialized"})
+    with pytest.raises(ValueError, match="no attention backend serves") as err:
+        attend(q, k, v, AttentionInputs(collect=frozenset({"weights"})), spec("relu"))
+    entries = dict(e.split(": ", 1) for e in str(err.value).partition("every backend: ")[2].split(" | "))
+    assert sorted(entries) == sorted(core.BACKENDS)
+    assert "returning attention weights (analysis)" in entries["key_block"]
+    assert "auto takes it with --attn-key-block-size > 0" in entries["key_block"]
+    assert "auto takes it for calls with at least --attn-flex-min-keys keys" in entries["query_block"]
+
+
+def test_explain_says_why_a_call_runs_where_it_runs():
+    q, k, v = inputs_qkv()
+    text = core.explain(q, v, AttentionInputs(collect=frozenset({"weights"})), spec("softmax"))
+    assert text.startswith("runs on materialized; backends: ")
+    assert "sdpa: returning attention weights (analysis)" in text
+    text = core.explain(q, v, AttentionInputs(), spec("softmax"))
+    assert text.startswith("runs on sdpa; backends: sdpa: serves it")
+    assert "cannot run: attention backend 'sdpa'" in core.explain(q, v, AttentionInputs(), spec("relu", "sdpa"))
+
+
 def test_a_registered_backend_is_chosen_by_what_it_serves():
     calls = []
 
     def run(q, k, v, inputs, spec, call):
         calls.append(call)
-        return core.materialized(q, k, v, inputs, spec, call)[0], core.Intermediates(backend="test")
+        return materialized(q, k, v, inputs, spec, call)[0], core.Intermediates(backend="test")
 
     register_backend(
         Backend("test_relu", run, Capabilities(activation_traits=frozenset({"rectified", "exact_zeros"})), priority=1)
@@ -225,7 +272,7 @@ def test_module_softmax_with_norm_takes_sdpa_and_stock_takes_fairseq(monkeypatch
     sdpa_calls, mha_calls = [], []
     real_sdpa, real_mha = F.scaled_dot_product_attention, F.multi_head_attention_forward
     monkeypatch.setattr(
-        core.F, "scaled_dot_product_attention", lambda *a, **kw: sdpa_calls.append(1) or real_sdpa(*a, **kw)
+        sdpa_backend.F, "scaled_dot_product_attention", lambda *a, **kw: sdpa_calls.append(1) or real_sdpa(*a, **kw)
     )
     monkeypatch.setattr(F, "multi_head_attention_forward", lambda *a, **kw: mha_calls.append(1) or real_mha(*a, **kw))
     x = torch.randn(4, 2, 16)

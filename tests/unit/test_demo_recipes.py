@@ -89,7 +89,7 @@ def test_cpu_recipe_is_the_small_recipe_unchanged(tmp_path):
         "--log-format",
         "simple",
         "--log-interval",
-        "25",
+        "1",
         "--validate-interval-updates",
         "50",
     ]

@@ -96,9 +96,10 @@ def test_nothing_fits_is_one_clear_error():
 def test_auto_never_takes_flex_without_a_recorded_benchmark():
     from fairseq_sparse_attn.attention import core
     from fairseq_sparse_attn.attention.activations import build_activation
+    from fairseq_sparse_attn.attention.backends import flex
     from fairseq_sparse_attn.attention.heads import HeadPlan
 
-    assert fr.FLEX_MEASURED_FASTER == {} and core.FLEX_AUTO_DEVICES == frozenset()
+    assert fr.FLEX_MEASURED_FASTER == {} and flex.FLEX_AUTO_DEVICES == frozenset()
     spec = core.AttendSpec(
         activation=build_activation("relu", 4), dropout=torch.nn.Dropout(0.1), heads=HeadPlan(4), flex_min_keys=16
     )
@@ -117,4 +118,4 @@ def test_auto_never_takes_flex_without_a_recorded_benchmark():
         keys=4096,
         dtype=torch.float16,
     )
-    assert core._flex_enabled(spec, call) is False
+    assert flex._flex_enabled(spec, call) is False

@@ -39,6 +39,7 @@ def test_compat_switch_names_patches():
         "resume_config_check",
         "save_dir_lock",
         "checkpoint_record",
+        "preemption",
     } == behaviour
     assert compat.patches_off({}) == set()
     assert compat.patches_off({"FSA_COMPAT_OFF": "behaviour"}) == behaviour

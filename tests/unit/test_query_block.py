@@ -75,7 +75,8 @@ def test_padding_is_bit_identical_to_the_materialized_path():
     all queries gives the materialized output bit for bit; smaller blocks change only the
     matrix-multiply kernel's summation order (a block of one query is a matrix-vector
     product)."""
-    from fairseq_sparse_attn.attention.core import describe_call, materialized
+    from fairseq_sparse_attn.attention.backends.materialized import materialized
+    from fairseq_sparse_attn.attention.core import describe_call
 
     q, k, v = inputs(9, seed=1)
     spec = AttendSpec(activation=build_activation("relu", H), dropout=torch.nn.Dropout(0.0), heads=HeadPlan(H))
@@ -171,7 +172,8 @@ MODELS = {
 def test_beam_groups_keep_one_key_copy():
     """kv_groups = 2 (beam search cross-attention): the beams' queries become queries of the
     sentence's one key copy; the same as every beam with its own copy, padding included."""
-    from fairseq_sparse_attn.attention.core import describe_call, query_block
+    from fairseq_sparse_attn.attention.backends.query_block import query_block
+    from fairseq_sparse_attn.attention.core import describe_call
 
     q, k, v = inputs(9, seed=5)
     q2 = torch.cat([q, q.flip(2)], dim=0).view(2, B, H, T, D).transpose(0, 1).reshape(2 * B, H, T, D)

@@ -121,13 +121,14 @@ def test_ffn_key_value_memory_against_formula(ffn):
 
 
 def test_ffn_activation_rows_are_recordable():
+    from fairseq_sparse_attn.attention.intermediates import collect
+
     model, d = build_model(ffn_type="softmax")
-    rows = []
-    for layer in model.encoder.layers:
-        layer.activation_fn.recorder = lambda mod, **kw: rows.append(kw["rows"])
     src, lengths, prev = random_batch(d)
-    with torch.no_grad():
+    with torch.no_grad(), collect("ffn") as records:
         model(src, lengths, prev)
+    encoder = list(model.encoder.layers)
+    rows = [inter.rows for layer, inter in records if any(layer is e for e in encoder)]
     assert len(rows) == 2
     torch.testing.assert_close(rows[0].sum(-1), torch.ones(rows[0].shape[:-1]))
 
@@ -164,14 +165,24 @@ def test_reluformer_presets():
 
 
 def test_ffn_analysis_hooks_against_direct_computation():
-    from fairseq_sparse_attn.analysis.ffn_stats import anisotropy, record_ffn, top_p_mass, variance_ratio
+    """collect("ffn"): one record per FFN call of each layer, against the block computed
+    directly; outside a scope that asks for "ffn" nothing is recorded."""
+    from fairseq_sparse_attn.analysis.ffn_stats import anisotropy, top_p_mass, variance_ratio
+    from fairseq_sparse_attn.attention.intermediates import FFNIntermediates, collect
+    from fairseq_sparse_attn.models import ffn as ffn_module
 
     model, d = build_model(ffn_type="softmax_layernorm")
     src, lengths, prev = random_batch(d)
-    seen = {}
-    with torch.no_grad(), record_ffn(model, lambda name, **kw: seen.setdefault(name, kw)) as names:
+    names = {id(m): n for n, m in model.named_modules()}
+    with torch.no_grad(), collect("ffn") as records:
         model(src, lengths, prev)
-    assert len(names) == 4 and set(seen) == set(names)
+    seen = {names[id(layer)]: vars(inter) for layer, inter in records}
+    assert len(records) == 4 and sorted(seen) == [
+        "decoder.layers.0",
+        "decoder.layers.1",
+        "encoder.layers.0",
+        "encoder.layers.1",
+    ]
     layer = model.encoder.layers[0]
     entry = seen["encoder.layers.0"]
     with torch.no_grad():  # post-norm layer: the FFN input is the residual stream
@@ -180,7 +191,10 @@ def test_ffn_analysis_hooks_against_direct_computation():
     torch.testing.assert_close(entry["rows"].sum(-1), torch.ones(entry["rows"].shape[:-1]))
     ratio = variance_ratio(entry["ffn_output"], entry["residual"])
     assert ratio == pytest.approx((direct.var() / entry["residual"].var()).item(), rel=1e-5)
-    assert all(m.recorder is None for m in (l.activation_fn for l in model.encoder.layers))
+    with torch.no_grad(), collect("row_sums") as other:
+        model(src, lengths, prev)
+    assert other and not any(isinstance(inter, FFNIntermediates) for _, inter in other)
+    assert ffn_module._CALLS == {}
     # hand-computed examples
     assert anisotropy(torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])) == pytest.approx((0 + 2 * (1 / 2**0.5)) / 3)
     assert top_p_mass(torch.tensor([[4.0, 3.0, 2.0, 1.0]]), 0.5) == pytest.approx(0.7)

@@ -14,7 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fairseq_sparse_attn.attention.core import AttentionInputs, _kept_value_mix
+from fairseq_sparse_attn.attention.backends.materialized import _kept_value_mix
+from fairseq_sparse_attn.attention.core import AttentionInputs
 from fairseq_sparse_attn.attention.intermediates import collect
 from fairseq_sparse_attn.options import resolve
 

@@ -134,7 +134,7 @@ class Context:
             "data": {**self.data, "sentences": len(self.examples), "sentences_in_data": self.total},
         }
 
-    def run(self, collectors, examples=None, ffn=None, description=None) -> int:
+    def run(self, collectors, examples=None, description=None) -> int:
         from ..collect import run_passes
 
         src, tgt = self.loaded.source_dictionary, self.loaded.target_dictionary
@@ -149,7 +149,6 @@ class Context:
             self.args.max_tokens,
             self.device,
             not self.args.no_progress,
-            ffn,
             description or self.args.command,
         )
 

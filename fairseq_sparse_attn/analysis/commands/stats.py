@@ -72,7 +72,7 @@ def run(args) -> Dict:
     ctx = Context(args)
     stats = AttentionStatistics(ctx.model, args.top_p, args.temperatures, args.js_mode)
     ffn = None if args.no_ffn else FFNStatistics(ctx.model, args.top_p)
-    ctx.run([stats], ffn=ffn)
+    ctx.run([stats] if ffn is None else [stats, ffn])
     attention = stats.layers()
     report = {
         **ctx.header(NAME),

@@ -8,6 +8,7 @@ from typing import Iterable, List, Optional, Sequence
 
 import torch
 
+from ...attention.config import config_of
 from ...options import ATTENTION_KINDS as KINDS
 
 
@@ -47,16 +48,16 @@ def check_decomposable(module, allow_output_norm: bool = False) -> None:
     extra = value_term_providers(module)
     if extra:
         raise ValueError(
-            f"attention module ({getattr(module, 'kind', None)}) adds the value term of "
+            f"attention module ({config_of(module).kind}) adds the value term of "
             f"{', '.join(extra)} (--encoder-rel-pos-values: z_i = Σ_j α_ij (v_j + a^V_(j-i))) to "
             f"its heads, so the vector each key contributes depends on the query and the "
             f"output is not Σ_h α_h f_h(x_j) with a per-key f (Kobayashi et al. Eq. 10): the "
             f"norm-based analysis is not defined for it (weight-based analyses are)"
         )
-    norm = getattr(module, "output_norm_name", "none")
+    norm = config_of(module).output_norm.name
     if norm != "none" and not allow_output_norm:
         raise ValueError(
-            f"attention module ({getattr(module, 'kind', None)}) applies the output norm "
+            f"attention module ({config_of(module).kind}) applies the output norm "
             f"{norm!r} to the concatenated heads before out_proj, so its output is not "
             f"Σ_h α_h f_h(x) (Kobayashi et al. Eq. 10) and the norms would not be those of "
             f"its summands; pass allow_output_norm=True (--allow-output-norm) to get the norms "
@@ -71,9 +72,9 @@ def model_decomposition(model, kinds: Iterable[str] = KINDS, allow_output_norm: 
     exact = True
     kinds = tuple(kinds)
     for module in model.attention_modules():
-        if module.kind in kinds:
+        if module.config.kind in kinds:
             check_decomposable(module, allow_output_norm)
-            exact = exact and getattr(module, "output_norm_name", "none") == "none"
+            exact = exact and module.config.output_norm.name == "none"
     return exact
 
 

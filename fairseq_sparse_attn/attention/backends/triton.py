@@ -1,0 +1,191 @@
+"""``triton``: relu / relu_scaled through the fused Triton kernels
+(:mod:`fairseq_sparse_attn.kernels.relu_attention`): forward and backward without the
+(tgt × src) weights, three kernels per call (one custom op each).
+
+Serves activations that are rectified, have exact zeros and ReLU's backward
+(``supports_chunking``: ``relu``, ``relu_scaled``), with a row factor of the kernel's form
+``c / √max(n, 1)`` (ReLUFormer's 1/(γ√(n/2)); probed once per activation through its
+``row_scale``); head dims 32, 64, 128, 256 in fp32 / fp16 / bf16; masks that are key padding
+and/or causal (:func:`..masks.padding_and_causal`), beam-search key groups.  Not served, so
+they go to the other backends with the reason: returned weights (analysis, ``need_weights``),
+attention dropout in training, additive biases, bias providers, fixed-pattern heads, masked
+heads / RHE, ReLUFormer row sums (its regularized loss).
+
+Devices: CUDA runs the compiled kernels.  On CPU the same kernels run through Triton's
+interpreter (slow: for tests), only when the backend is named (``--attn-backend triton``).
+
+``auto`` (:func:`_auto_enabled`) takes it only on a CUDA device whose family has a recorded
+``make bench-gpu`` result in ``docs/results/`` that shows it faster
+(:func:`measured_faster_families`); none exists yet, so auto never takes it.  Incremental
+decoding steps (no gradients) are served only when named, as no measurement shows the
+kernels faster there (a decoding step of a module with a plain pipeline does not reach
+:func:`~..core.attend` at all: the call plan's inference call).
+"""
+
+import functools
+import json
+import math
+import re
+import weakref
+from pathlib import Path
+from typing import Dict, FrozenSet, Optional, Tuple
+
+import torch
+
+from ...errors import UsageError
+from .. import masks
+from ..core import AttendSpec, AttentionInputs, Backend, Call, Capabilities, register_backend
+from ..intermediates import Intermediates
+
+#: what the kernels compute of an activation: f = ReLU (``supports_chunking``: ReLU's
+#: backward), hidden keys zeroed (rectified, exact zeros)
+TRITON_TRAITS = frozenset({"rectified", "exact_zeros", "supports_chunking"})
+HEAD_DIMS = (32, 64, 128, 256)
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
+
+
+# --------------------------------------------------------------------------- the row factor
+@functools.lru_cache(maxsize=None)
+def _row_coef_of(row_scale_probe: Tuple[float, ...]) -> Optional[float]:
+    """For ``row_scale(n)`` at n = 0..len-1: None (factor 1), or c with
+    ``row_scale(n) = c / √max(n, 1)``; raises ValueError when neither fits."""
+    values = torch.tensor(row_scale_probe, dtype=torch.float64)
+    if torch.all(values == 1):
+        return None
+    n = torch.arange(len(values), dtype=torch.float64).clamp(min=1)
+    coef = float(values[2] * math.sqrt(2))
+    if not coef > 0 or not torch.allclose(values, coef / n.sqrt(), rtol=1e-5, atol=0):
+        raise ValueError("its row factor is not of the kernels' form c / sqrt(n)")
+    return coef
+
+
+#: activation module -> (row scaled, c) or the ValueError: probed once per module (its
+#: row factor is fixed configuration), not at every call (the probe reads 64 numbers back)
+_ROW_COEF: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def row_coef(activation) -> Tuple[bool, float]:
+    """(row scaled, c) for the kernels; ValueError when the activation's factor does not fit."""
+    if not getattr(activation, "row_scaled", False):
+        return False, 1.0
+    known = _ROW_COEF.get(activation)
+    if known is None:
+        probe = activation.row_scale(torch.arange(64, dtype=torch.float64)).flatten()
+        try:
+            coef = _row_coef_of(tuple(float(x) for x in probe))
+            known = (False, 1.0) if coef is None else (True, coef)
+        except ValueError as e:
+            known = e
+        _ROW_COEF[activation] = known
+    if isinstance(known, ValueError):
+        raise known
+    return known
+
+
+# --------------------------------------------------------------------------- auto
+def device_family(name: str) -> str:
+    """The family of a CUDA device name: "NVIDIA H100 80GB HBM3" -> "H100"."""
+    for token in re.split(r"[\s,-]+", name):
+        if re.fullmatch(r"[A-Z]*\d{2,}[A-Z]*", token) and not token.endswith("GB"):
+            return token
+    return name
+
+
+def faster_in(result: dict) -> bool:
+    """A ``make bench-gpu`` result shows the triton backend faster: its train part has the
+    ``rela_g_triton`` preset, and for every dtype measured its median updates/s ratio to
+    softmax is above the eager ``rela_g``'s of the same rounds."""
+    train = result.get("parts", {}).get("train") or {}
+    verdicts = []
+    for per_dtype in train.values():
+        ratios = per_dtype.get("ratios") or {}
+        fused, eager = ratios.get("rela_g_triton"), ratios.get("rela_g")
+        if fused and eager:
+            verdicts.append(fused["median"] > eager["median"])
+    return bool(verdicts) and all(verdicts)
+
+
+def measured_faster_families(results: Path = RESULTS) -> Dict[str, str]:
+    """{device family: result file} for every recorded ``make bench-gpu`` result
+    (``docs/results/bench-gpu*.json``) that shows the triton backend faster."""
+    found: Dict[str, str] = {}
+    for path in sorted(results.glob("bench-gpu*.json")) if results.is_dir() else ():
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        device = (data.get("provenance") or {}).get("device", "")
+        if device and device != "cpu" and faster_in(data):
+            for name in device.split(", "):
+                found[device_family(name)] = path.name
+    return found
+
+
+@functools.lru_cache(maxsize=None)
+def _faster_families() -> FrozenSet[str]:
+    return frozenset(measured_faster_families())
+
+
+@functools.lru_cache(maxsize=None)
+def _family_of_device(index: int) -> str:
+    return device_family(torch.cuda.get_device_name(index))
+
+
+def _auto_enabled(spec: AttendSpec, call: Call) -> bool:
+    if call.device != "cuda" or not call.grad or not torch.cuda.is_available():
+        return False
+    return _family_of_device(torch.cuda.current_device()) in _faster_families()
+
+
+# --------------------------------------------------------------------------- the backend
+def _unavailable(call: Call) -> Optional[str]:
+    if call.head_dim not in HEAD_DIMS:
+        return f"head dim {call.head_dim} (the kernels serve {', '.join(map(str, HEAD_DIMS))})"
+    if call.dtype not in DTYPES:
+        return f"dtype {call.dtype} (the kernels serve float32, float16, bfloat16)"
+    if call.device == "cpu":
+        return None  # Triton's interpreter (named backend only: auto never takes it on CPU)
+    if not torch.cuda.is_available():
+        return "CUDA is not available"
+    return None
+
+
+def triton_attention(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
+    """The kernels on q (bsz, H, tgt, d) (already scaled), k, v (kv_bsz, H, src, d)."""
+    from ...kernels.relu_attention import relu_attention
+
+    structure = masks.padding_and_causal(inputs.hidden, inputs.kv_groups, k.size(0))
+    try:
+        if structure is None:
+            raise ValueError("a mask other than key padding and causal")
+        scaled, coef = row_coef(spec.activation)
+    except ValueError as e:
+        if spec.backend == "auto":  # (not taken by auto today: no measurement)
+            from .materialized import materialized
+
+            return materialized(q, k, v, inputs, spec, call)
+        raise UsageError(
+            f"attention backend 'triton' (--attn-backend) cannot serve this configuration: {e}; use --attn-backend auto"
+        ) from None
+    key_padding, causal = structure
+    gamma = math.sqrt(2.0) / coef if scaled else None
+    out = relu_attention(q, k, v, key_padding, causal, inputs.kv_groups, 1.0, gamma)
+    return out, Intermediates(backend="triton")
+
+
+register_backend(
+    Backend(
+        "triton",
+        triton_attention,
+        Capabilities(activation_traits=TRITON_TRAITS, devices=frozenset({"cpu", "cuda"})),
+        priority=35,
+        enabled=_auto_enabled,
+        auto_when=(
+            "for training calls on CUDA devices whose family has a make bench-gpu result in docs/results/ "
+            "showing it faster (none yet)"
+        ),
+        unavailable=_unavailable,
+    )
+)

@@ -1,0 +1,240 @@
+"""Preemption-safe training: SIGUSR1 or SIGTERM end training at an update boundary with a
+checkpoint, and under SLURM a SIGUSR1 requeues the job (docs/distributed.md, "Faults").
+
+Stock fairseq dies of either signal at once: whatever was trained since the last
+checkpoint is lost.  A cluster sends one before it ends a job: SLURM sends SIGTERM at the
+time limit, on ``scancel`` and on preemption (then SIGKILL after ``KillWait``), and a
+warning signal before the limit when asked (``sbatch --signal=B:USR1@120``, as
+``scripts/slurm/train.sbatch`` does; the script forwards it to its tasks).
+
+While fairseq's training loop runs (from the first epoch it starts), the two signals only
+set a flag.  At every update boundary (``fairseq_cli.train.validate_and_save``) the ranks
+agree on it (one all-reduce of one number, MAX; nothing with a single process), so all of
+them stop after the same update.  Then, skipping validation:
+
+1. ``checkpoint_utils.save_checkpoint`` saves ``checkpoint_last.pt`` (written through a
+   temporary file and renamed by the crash_safe_checkpoints patch);
+2. the master rank releases the save-dir lock, the ranks wait for each other (the
+   checkpoint is on disk before any rank exits);
+3. on SIGUSR1 inside a SLURM batch job that may be requeued (not ``--no-requeue``), the
+   master rank runs ``scontrol requeue $SLURM_JOB_ID``: SLURM ends this run and starts the
+   job again, which resumes from that checkpoint exactly (exact_resume);
+4. every rank exits with status 128 + the signal (138 for SIGUSR1, 143 for SIGTERM), the
+   status a killed process would have had, so that no script takes it for a finished run.
+
+Log lines (master rank)::
+
+    preemption | SIGUSR1 received: training stops after the current update and saves checkpoint_last.pt
+    preemption | SIGUSR1: stopping after update 17 (epoch 2), the same update on all 2 ranks; saving checkpoints
+    preemption | SIGUSR1: saved checkpoints/checkpoint_last.pt (epoch 2 @ 17 updates)
+    preemption | SIGUSR1: requeued SLURM job 42; it resumes from checkpoints/checkpoint_last.pt when SLURM starts it again
+    preemption | SIGUSR1: exiting with status 138
+
+Without a signal nothing changes but one all-reduce of one number per update in a
+multi-process run.  ``FSA_COMPAT_OFF=preemption`` restores fairseq's behaviour.
+"""
+
+import functools
+import logging
+import math
+import os
+import signal
+import subprocess
+import sys
+
+BEHAVIOUR_CHANGE = True
+SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+REQUEUE_SIGNAL = signal.SIGUSR1
+SCONTROL_TIMEOUT_S = 60
+
+logger = logging.getLogger("fairseq_sparse_attn.preemption")
+
+
+class _State:
+    signum = 0  # the first signal received, 0 for none
+    previous = None  # {signum: handler} while ours are installed
+
+
+_STATE = _State()
+
+
+def _name(signum):
+    return signal.Signals(signum).name
+
+
+def _on_signal(signum, frame):
+    if not _STATE.signum:
+        _STATE.signum = signum
+        logger.info(f"{_name(signum)} received: training stops after the current update and saves checkpoint_last.pt")
+
+
+def install_handlers():
+    """Our handler for SIGUSR1 and SIGTERM (main thread only); the previous ones kept."""
+    if _STATE.previous is not None:
+        return True
+    try:
+        previous = {s: signal.getsignal(s) for s in SIGNALS}
+        for s in SIGNALS:
+            signal.signal(s, _on_signal)
+    except ValueError:  # not the main thread: fairseq's behaviour
+        return False
+    _STATE.previous = previous
+    return True
+
+
+def restore_handlers():
+    if _STATE.previous is None:
+        return
+    for s, handler in _STATE.previous.items():
+        signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+    _STATE.previous = None
+
+
+def agreed_signal(trainer):
+    """The signal every rank stops for (the largest one any rank received), 0 for none."""
+    world = trainer.data_parallel_world_size
+    if world <= 1 or getattr(trainer, "tpu", False):
+        return _STATE.signum
+    import torch
+    from fairseq.distributed import utils as distributed_utils
+
+    flag = torch.tensor([float(_STATE.signum)], device=trainer.device)
+    distributed_utils.all_reduce(flag, group=trainer.data_parallel_process_group, op="max")
+    return int(flag.item())
+
+
+def _barrier(trainer):
+    if trainer.data_parallel_world_size > 1 and not getattr(trainer, "tpu", False):
+        import torch
+        from fairseq.distributed import utils as distributed_utils
+
+        distributed_utils.all_reduce(
+            torch.zeros(1, device=trainer.device), group=trainer.data_parallel_process_group, op="sum"
+        )
+
+
+def slurm_requeue(env=None, run=subprocess.run):
+    """Requeue this SLURM job (``scontrol requeue``); returns the line to log."""
+    env = os.environ if env is None else env
+    job = env.get("SLURM_JOB_ID")
+    if not job:
+        return "not a SLURM job, not requeued: start the same command again to resume"
+    try:
+        shown = run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, timeout=SCONTROL_TIMEOUT_S)
+        if shown.returncode == 0 and " Requeue=0 " in f" {shown.stdout} ":
+            return (
+                f"SLURM job {job} may not be requeued (--no-requeue), not requeued: "
+                "submit it again with the same SAVE_DIR to resume"
+            )
+        done = run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=SCONTROL_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"scontrol requeue {job} failed ({e}): submit the job again with the same SAVE_DIR to resume"
+    if done.returncode != 0:
+        why = " ".join((done.stderr or done.stdout).split())[:300]
+        return f"scontrol requeue {job} failed ({why}): submit the job again with the same SAVE_DIR to resume"
+    return None
+
+
+def stop(cfg, trainer, epoch_itr, signum):
+    """Save, agree, requeue (SIGUSR1 under SLURM), exit with 128 + signum."""
+    from fairseq import checkpoint_utils
+    from fairseq.distributed import utils as distributed_utils
+
+    name = _name(signum)
+    updates = trainer.get_num_updates()
+    world = trainer.data_parallel_world_size
+    ranks = f"the same update on all {world} ranks" if world > 1 else "one process"
+    logger.info(f"{name}: stopping after update {updates} (epoch {epoch_itr.epoch}), {ranks}; saving checkpoints")
+    checkpoint_utils.save_checkpoint(cfg.checkpoint, trainer, epoch_itr, None)
+    master = distributed_utils.is_master(cfg.distributed_training)
+    last = os.path.join(cfg.checkpoint.save_dir, f"checkpoint_last{trainer.checkpoint_suffix or ''}.pt")
+    if master:
+        if cfg.checkpoint.no_save or cfg.checkpoint.no_last_checkpoints:
+            logger.warning(f"{name}: --no-save / --no-last-checkpoints: no checkpoint_last.pt to resume from")
+        else:
+            logger.info(f"{name}: saved {last} (epoch {epoch_itr.epoch} @ {updates} updates)")
+        from . import save_dir_lock
+
+        save_dir_lock.release_all()  # a requeued job may start on another node
+    _barrier(trainer)  # no rank leaves before the checkpoint is on disk
+    restore_handlers()
+    if signum == REQUEUE_SIGNAL and master:
+        problem = slurm_requeue()
+        if problem is None:
+            logger.info(
+                f"{name}: requeued SLURM job {os.environ['SLURM_JOB_ID']}; it resumes from {last} "
+                "when SLURM starts it again"
+            )
+        else:
+            logger.warning(f"{name}: {problem}")
+    logger.info(f"{name}: exiting with status {128 + signum}")
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.exit(128 + signum)
+
+
+def _patch_training_loop(module_globals):
+    """Wrap ``train`` (one epoch) and ``validate_and_save`` (after every update) of the
+    module whose ``main`` is running (fairseq_cli.train, also when run as __main__)."""
+    original_train = module_globals["train"]
+    if getattr(original_train, "_fsa_preemption", False):
+        return
+    original_validate_and_save = module_globals["validate_and_save"]
+
+    @functools.wraps(original_train)
+    def train(cfg, trainer, task, epoch_itr, *args, **kwargs):
+        install_handlers()
+        try:
+            valid_losses, should_stop = original_train(cfg, trainer, task, epoch_itr, *args, **kwargs)
+        except BaseException:
+            restore_handlers()
+            raise
+        max_epoch = cfg.optimization.max_epoch or math.inf
+        if should_stop or epoch_itr.next_epoch_idx > max_epoch:  # fairseq's loop ends
+            if _STATE.signum:
+                logger.info(f"{_name(_STATE.signum)} received after the last update: training has ended")
+            restore_handlers()
+        return valid_losses, should_stop
+
+    @functools.wraps(original_validate_and_save)
+    def validate_and_save(cfg, trainer, task, epoch_itr, valid_subsets, end_of_epoch):
+        signum = agreed_signal(trainer)
+        if signum:
+            stop(cfg, trainer, epoch_itr, signum)
+        return original_validate_and_save(cfg, trainer, task, epoch_itr, valid_subsets, end_of_epoch)
+
+    train._fsa_preemption = True
+    module_globals["train"] = train
+    module_globals["validate_and_save"] = validate_and_save
+
+
+def _training_main_globals(frame, depth=40):
+    """The globals of the ``main`` frame of fairseq_cli.train up the stack, or None."""
+    for _ in range(depth):
+        if frame is None:
+            return None
+        g = frame.f_globals
+        if frame.f_code.co_name == "main" and callable(g.get("validate_and_save")) and callable(g.get("train")):
+            return g
+        frame = frame.f_back
+    return None
+
+
+def install():
+    from fairseq import checkpoint_utils
+
+    original = checkpoint_utils.load_checkpoint
+    if getattr(original, "_fsa_preemption", False):
+        return
+
+    @functools.wraps(original)
+    def load_checkpoint(*args, **kwargs):
+        """fairseq_cli.train's main calls this once, before its training loop."""
+        result = original(*args, **kwargs)
+        found = _training_main_globals(sys._getframe(1))
+        if found is not None:
+            _patch_training_loop(found)
+        return result
+
+    load_checkpoint._fsa_preemption = True
+    checkpoint_utils.load_checkpoint = load_checkpoint

@@ -1,0 +1,388 @@
+"""Fused RMSNorm of the concatenated heads (ReLA-i) and its gated form (ReLA-g), in Triton.
+
+The formulas are those of ``attention/output_norms.py`` (``rms_normalize``):
+
+    r = 1 / sqrt(mean(z^2) + eps)                  (eps inside the root: z = 0 gives 0)
+    out = z r g [* sigmoid(w z)]                   (g: ``weight``, w: ``gate_weight``)
+
+computed in float32 whatever the input dtype (float16 / bfloat16 / float32 inputs; weights
+float32 or the input's dtype), returned in the input's dtype; the backward is the module's
+hand-written one, including its fp16/bf16 gradient bound: for half inputs the
+normalization's part of dz is scaled by ``min(1, RMS(z) / floor)`` (``floor`` =
+``HALF_BACKWARD_RMS_FLOOR`` of ``attention/output_norms.py``), the gate's part and the
+parameter gradients are exact.
+
+Each direction is one Triton kernel and one torch custom op:
+
+* ``torch.ops.fsa.rms_norm_fwd(z, weight, gate_weight, eps) -> (out, rstd)``: one program
+  per row; ``rstd`` (float32, one per row) is kept for the backward.
+* ``torch.ops.fsa.rms_norm_bwd(grad_out, z, weight, gate_weight, rstd, half_floor)
+  -> (grad_z, grad_weight, grad_gate_weight)``: a fixed number of programs, each looping
+  over rows ``pid, pid + P, ...``; dz per row, the parameter gradients accumulated in
+  float32 registers per program, written as P partial rows that the op sums (in program
+  order: deterministic) and casts to the parameters' dtype inside the op (``grad_gate_weight`` is
+  empty without a gate).
+
+so autograd, ``torch.compile`` (``register_fake``) and a dispatch-level op counter see one
+op per direction.  On CUDA tensors the kernels are compiled by Triton; on CPU tensors they
+run in Triton's interpreter (slow: for tests and the op count, never for training).  The
+interpreter is used explicitly, whatever ``TRITON_INTERPRET`` says, so nothing here reads
+or sets that variable.
+
+``launch_configs()`` lists every configuration the launcher can pick (input dtype x weight
+dtype x gate x block width); the launcher picks only among them, and
+``fairseq_sparse_attn.kernels.aot`` compiles each for sm_80 and sm_90 (docs/performance.md,
+"Fused output norms").
+"""
+
+import functools
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+#: the input dtypes served, and each one's Triton pointer type
+_DTYPES: Dict[torch.dtype, str] = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+_HALF = (torch.float16, torch.bfloat16)
+#: the block widths (the row width padded to a power of two, at least 64): rows of 1 to 2048
+#: features (every model dim of the presets: 512 base / iwslt, 1024 big)
+BLOCK_WIDTHS = (64, 128, 256, 512, 1024, 2048)
+MAX_WIDTH = BLOCK_WIDTHS[-1]
+#: programs of the backward per streaming multiprocessor (CUDA); on the CPU interpreter, 4
+#: programs in all (so that tests run programs that loop over several rows)
+BWD_PROGRAMS_PER_SM = 4
+BWD_PROGRAMS_INTERPRETER = 4
+
+
+@triton.jit
+def rms_norm_fwd_kernel(
+    Z,
+    W,
+    GW,
+    OUT,
+    RSTD,
+    n_cols,
+    stride_z,
+    stride_out,
+    eps,
+    HAS_GATE: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_D)
+    mask = cols < n_cols
+    z = tl.load(Z + row * stride_z + cols, mask=mask, other=0.0).to(tl.float32)
+    r = 1.0 / tl.sqrt(tl.sum(z * z, axis=0) / n_cols + eps)
+    out = z * r * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    if HAS_GATE:
+        gw = tl.load(GW + cols, mask=mask, other=0.0).to(tl.float32)
+        out = out * tl.sigmoid(z * gw)
+    tl.store(OUT + row * stride_out + cols, out.to(OUT.dtype.element_ty), mask=mask)
+    tl.store(RSTD + row, r)
+
+
+@triton.jit
+def rms_norm_bwd_kernel(
+    DOUT,
+    Z,
+    W,
+    GW,
+    RSTD,
+    DZ,
+    DW_PART,
+    DGW_PART,
+    n_rows,
+    n_cols,
+    stride_dout,
+    stride_z,
+    stride_dz,
+    half_floor,
+    HAS_GATE: tl.constexpr,
+    HALF_BOUND: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_D)
+    mask = cols < n_cols
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    gw = tl.zeros([BLOCK_D], dtype=tl.float32)
+    if HAS_GATE:
+        gw = tl.load(GW + cols, mask=mask, other=0.0).to(tl.float32)
+    dw = tl.zeros([BLOCK_D], dtype=tl.float32)
+    dgw = tl.zeros([BLOCK_D], dtype=tl.float32)
+    # rows pid, pid + P, ...: a while loop (Triton 3.6's interpreter cannot take a range()
+    # over runtime scalars)
+    row = pid
+    while row < n_rows:
+        row64 = tl.cast(row, tl.int64)
+        z = tl.load(Z + row64 * stride_z + cols, mask=mask, other=0.0).to(tl.float32)
+        o = tl.load(DOUT + row64 * stride_dout + cols, mask=mask, other=0.0).to(tl.float32)
+        r = tl.load(RSTD + row)
+        y = z * r * w  # z r g
+        gy = o
+        if HAS_GATE:
+            s = tl.sigmoid(z * gw)
+            gy = o * s
+        t = gy * y
+        proj = tl.sum(t, axis=0) / n_cols
+        u = gy * r
+        dw += u * z
+        dz = u * w - z * (r * r * proj)
+        if HALF_BOUND:
+            dz = dz * tl.minimum(1.0 / (r * half_floor), 1.0)
+        if HAS_GATE:
+            ga = t * (1.0 - s)  # gradient of the gate's pre-activation w z
+            dgw += ga * z
+            dz += ga * gw
+        tl.store(DZ + row64 * stride_dz + cols, dz.to(DZ.dtype.element_ty), mask=mask)
+        row += n_programs
+    tl.store(DW_PART + pid * n_cols + cols, dw, mask=mask)
+    if HAS_GATE:
+        tl.store(DGW_PART + pid * n_cols + cols, dgw, mask=mask)
+
+
+def _warps(block: int) -> int:
+    """8 to 16 features per thread and vector (fewer below 256).  The backward with 8 warps
+    at width 1024 made ptxas spill on sm_90 (48 registers, 12 bytes; the ahead-of-time
+    check caught it): 4 warps there use 80 registers and no spill."""
+    return min(8, max(1, block // 256))
+
+
+def _weight_dtypes(dtype: torch.dtype) -> Tuple[torch.dtype, ...]:
+    """float32 weights (fp32 models, autocast), or the input's dtype (``--fp16`` / ``--bf16``
+    models, whose parameters are half)."""
+    return (torch.float32,) if dtype == torch.float32 else (torch.float32, dtype)
+
+
+def _config_name(direction: str, dtype: torch.dtype, wdtype: torch.dtype, gated: bool, block: int) -> str:
+    return f"rms_norm_{direction}_{_DTYPES[dtype]}_w{_DTYPES[wdtype]}_{'gated' if gated else 'plain'}_d{block}"
+
+
+def launch_configs() -> List[dict]:
+    """Every configuration the launcher can pick, in the format of
+    ``fairseq_sparse_attn.kernels.aot``."""
+    configs = []
+    for dtype, ty in _DTYPES.items():
+        for wdtype in _weight_dtypes(dtype):
+            wty = _DTYPES[wdtype]
+            for gated in (False, True):
+                for block in BLOCK_WIDTHS:
+                    fwd_sig = {"Z": f"*{ty}", "W": f"*{wty}", "GW": f"*{wty}", "OUT": f"*{ty}", "RSTD": "*fp32"}
+                    fwd_sig.update(n_cols="i32", stride_z="i32", stride_out="i32", eps="fp32")
+                    fwd_sig.update(HAS_GATE="constexpr", BLOCK_D="constexpr")
+                    configs.append(
+                        {
+                            "name": _config_name("fwd", dtype, wdtype, gated, block),
+                            "kernel": rms_norm_fwd_kernel,
+                            "signature": fwd_sig,
+                            "constexprs": {"HAS_GATE": gated, "BLOCK_D": block},
+                            "num_warps": _warps(block),
+                            "num_stages": 1,
+                        }
+                    )
+                    bwd_sig = {"DOUT": f"*{ty}", "Z": f"*{ty}", "W": f"*{wty}", "GW": f"*{wty}", "RSTD": "*fp32"}
+                    bwd_sig.update(DZ=f"*{ty}", DW_PART="*fp32", DGW_PART="*fp32")
+                    bwd_sig.update(n_rows="i32", n_cols="i32", stride_dout="i32", stride_z="i32", stride_dz="i32")
+                    bwd_sig.update(half_floor="fp32", HAS_GATE="constexpr", HALF_BOUND="constexpr", BLOCK_D="constexpr")
+                    configs.append(
+                        {
+                            "name": _config_name("bwd", dtype, wdtype, gated, block),
+                            "kernel": rms_norm_bwd_kernel,
+                            "signature": bwd_sig,
+                            "constexprs": {"HAS_GATE": gated, "HALF_BOUND": dtype in _HALF, "BLOCK_D": block},
+                            "num_warps": _warps(block),
+                            "num_stages": 1,
+                        }
+                    )
+    return configs
+
+
+@functools.lru_cache(maxsize=None)
+def _configs_by_name() -> Dict[str, dict]:
+    return {c["name"]: c for c in launch_configs()}
+
+
+def pick_config(direction: str, dtype: torch.dtype, wdtype: torch.dtype, gated: bool, n_cols: int) -> dict:
+    """The configuration of ``launch_configs()`` that serves these inputs; ValueError (one
+    line) for inputs no configuration serves."""
+    if dtype not in _DTYPES:
+        raise ValueError(f"fused RMSNorm: input dtype {dtype} not served (float32, float16, bfloat16)")
+    if wdtype not in _weight_dtypes(dtype):
+        raise ValueError(f"fused RMSNorm: {wdtype} weights with {dtype} inputs not served (float32 or {dtype})")
+    if not 1 <= n_cols <= MAX_WIDTH:
+        raise ValueError(f"fused RMSNorm: width {n_cols} not served (1 to {MAX_WIDTH} features)")
+    block = max(BLOCK_WIDTHS[0], triton.next_power_of_2(n_cols))
+    return _configs_by_name()[_config_name(direction, dtype, wdtype, gated, block)]
+
+
+def interpreted() -> bool:
+    """Whether this process runs Triton kernels in the interpreter: decided once, by
+    ``TRITON_INTERPRET=1`` in the environment when triton was imported (``@triton.jit`` and
+    triton.language's own functions are built for one mode at import)."""
+    from triton.runtime.jit import JITFunction
+
+    return not isinstance(tl.sum, JITFunction)
+
+
+def _launch(config: dict, grid: Tuple[int, ...], device: torch.device, *args) -> None:
+    kernel = config["kernel"]
+    if device.type == "cuda":
+        kernel[grid](*args, **config["constexprs"], num_warps=config["num_warps"], num_stages=config["num_stages"])
+    elif device.type == "cpu" and interpreted():
+        kernel[grid](*args, **config["constexprs"])
+    else:
+        raise RuntimeError(
+            f"fused RMSNorm: {device.type} tensors need CUDA, or CPU tensors with TRITON_INTERPRET=1 set before triton is imported"
+        )
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _bwd_programs(n_rows: int, device: torch.device) -> int:
+    if device.type == "cuda":
+        most = BWD_PROGRAMS_PER_SM * _sm_count(
+            device.index if device.index is not None else torch.cuda.current_device()
+        )
+    else:
+        most = BWD_PROGRAMS_INTERPRETER
+    return max(1, min(n_rows, most))
+
+
+def _rows(t: Tensor) -> Tensor:
+    """t as (rows, width) with unit column stride (a copy only when needed)."""
+    t2 = t.reshape(-1, t.shape[-1])
+    return t2 if t2.stride(-1) == 1 else t2.contiguous()
+
+
+def _check(z: Tensor, weight: Tensor, gate_weight: Optional[Tensor]) -> None:
+    width = z.shape[-1]
+    for name, p in (("weight", weight), ("gate_weight", gate_weight)):
+        if p is not None and (p.dim() != 1 or p.shape[0] != width or p.device != z.device):
+            raise ValueError(
+                f"fused RMSNorm: {name} of shape {tuple(p.shape)} on {p.device} for input width {width} on {z.device}"
+            )
+    if gate_weight is not None and gate_weight.dtype != weight.dtype:
+        raise ValueError(f"fused RMSNorm: gate_weight dtype {gate_weight.dtype} differs from weight's {weight.dtype}")
+
+
+def _params(weight: Tensor, gate_weight: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    """(weight, the gate's pointer argument) with unit stride; without a gate the kernel
+    gets ``weight`` there (unread)."""
+    weight = weight.contiguous()
+    return weight, (gate_weight.contiguous() if gate_weight is not None else weight)
+
+
+@torch.library.custom_op("fsa::rms_norm_fwd", mutates_args=())
+def rms_norm_fwd(
+    z: Tensor, weight: Tensor, gate_weight: Optional[Tensor], eps: float, half_floor: float
+) -> Tuple[Tensor, Tensor]:
+    """(z r g [* sigmoid(w z)] in z's dtype, r = 1 / RMS(z) in float32, shape z.shape[:-1]).
+    ``half_floor`` is the backward's (kept for it by autograd; the forward does not use it)."""
+    _check(z, weight, gate_weight)
+    gated = gate_weight is not None
+    config = pick_config("fwd", z.dtype, weight.dtype, gated, z.shape[-1])
+    z2 = _rows(z)
+    out = torch.empty(z.shape, dtype=z.dtype, device=z.device)
+    rstd = torch.empty(z.shape[:-1], dtype=torch.float32, device=z.device)
+    n_rows, n_cols = z2.shape
+    if n_rows:
+        out2 = out.view(-1, n_cols)
+        weight, gw = _params(weight, gate_weight)
+        _launch(config, (n_rows,), z.device, z2, weight, gw, out2, rstd, n_cols, z2.stride(0), out2.stride(0), eps)
+    return out, rstd
+
+
+@rms_norm_fwd.register_fake
+def _(z, weight, gate_weight, eps, half_floor):
+    return z.new_empty(z.shape), z.new_empty(z.shape[:-1], dtype=torch.float32)
+
+
+@torch.library.custom_op("fsa::rms_norm_bwd", mutates_args=())
+def rms_norm_bwd(
+    grad_out: Tensor, z: Tensor, weight: Tensor, gate_weight: Optional[Tensor], rstd: Tensor, half_floor: float
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """(grad_z, grad_weight, grad_gate_weight) of ``rms_norm_fwd``; grad_gate_weight is
+    empty without a gate.  ``half_floor`` bounds the normalization's part of grad_z of
+    fp16/bf16 inputs (float32 inputs: exact gradient, ``half_floor`` unused)."""
+    gated = gate_weight is not None
+    config = pick_config("bwd", z.dtype, weight.dtype, gated, z.shape[-1])
+    z2, o2 = _rows(z), _rows(grad_out.to(z.dtype) if grad_out.dtype != z.dtype else grad_out)
+    n_rows, n_cols = z2.shape
+    rstd1 = rstd.reshape(-1)
+    grad_z = torch.empty(z.shape, dtype=z.dtype, device=z.device)
+    programs = _bwd_programs(n_rows, z.device)
+    dw_part = torch.empty((programs, n_cols), dtype=torch.float32, device=z.device)
+    dgw_part = torch.empty((programs, n_cols), dtype=torch.float32, device=z.device) if gated else dw_part
+    if n_rows:
+        gz2 = grad_z.view(-1, n_cols)
+        weight, gw = _params(weight, gate_weight)
+        args = (o2, z2, weight, gw, rstd1, gz2, dw_part, dgw_part, n_rows, n_cols, o2.stride(0), z2.stride(0))
+        _launch(config, (programs,), z.device, *args, gz2.stride(0), half_floor)
+    else:
+        dw_part.zero_()
+        dgw_part.zero_()
+    grad_w = dw_part.sum(0).to(weight.dtype)
+    grad_gw = dgw_part.sum(0).to(weight.dtype) if gated else z.new_empty(0)
+    return grad_z, grad_w, grad_gw
+
+
+@rms_norm_bwd.register_fake
+def _(grad_out, z, weight, gate_weight, rstd, half_floor):
+    grad_gw = gate_weight.new_empty(gate_weight.shape) if gate_weight is not None else z.new_empty(0)
+    return z.new_empty(z.shape), weight.new_empty(weight.shape), grad_gw
+
+
+def _setup_context(ctx, inputs, output):
+    z, weight, gate_weight, eps, half_floor = inputs
+    ctx.mark_non_differentiable(output[1])
+    ctx.set_materialize_grads(False)  # no zeros for rstd's (absent) gradient
+    ctx.save_for_backward(z, weight, gate_weight, output[1])
+    ctx.half_floor = half_floor
+
+
+def _backward(ctx, grad_out, grad_rstd):
+    z, weight, gate_weight, rstd = ctx.saved_tensors
+    grad_z, grad_w, grad_gw = torch.ops.fsa.rms_norm_bwd(grad_out, z, weight, gate_weight, rstd, ctx.half_floor)
+    return grad_z, grad_w, (grad_gw if gate_weight is not None else None), None, None
+
+
+rms_norm_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _default_half_floor() -> float:
+    # read at the call, as the module's backward does (imported here: attention/ imports
+    # this module, not the other way round at import time)
+    from ..attention.output_norms import HALF_BACKWARD_RMS_FLOOR
+
+    return float(HALF_BACKWARD_RMS_FLOOR)
+
+
+def fused_rms_normalize(
+    z: Tensor,
+    eps: float,
+    weight: Tensor,
+    gate_weight: Optional[Tensor] = None,
+    half_backward_rms_floor: Optional[float] = None,
+) -> Tensor:
+    """z / sqrt(mean(z^2) + eps) * weight [* sigmoid(gate_weight * z)] over the last
+    dimension: ``attention.output_norms.rms_normalize`` (float32/float16/bfloat16 inputs) in
+    one fused kernel per direction.  ``half_backward_rms_floor`` defaults to
+    ``HALF_BACKWARD_RMS_FLOOR`` as it is at the call."""
+    floor = _default_half_floor() if half_backward_rms_floor is None else float(half_backward_rms_floor)
+    return torch.ops.fsa.rms_norm_fwd(z, weight, gate_weight, float(eps), floor)[0]
+
+
+def fused_rmsnorm(z: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """RMSNorm(z) = z / RMS(z) * weight (``rmsnorm``, ReLA-i's ``rmsnorm_i``)."""
+    return fused_rms_normalize(z, eps, weight)
+
+
+def fused_gated_rmsnorm(z: Tensor, weight: Tensor, gate_weight: Tensor, eps: float) -> Tensor:
+    """sigmoid(gate_weight * z) * RMSNorm(z) (ReLA-g's ``gated_rmsnorm``)."""
+    return fused_rms_normalize(z, eps, weight, gate_weight)

@@ -1,0 +1,724 @@
+"""Fused ReLU attention in Triton: ReLA's ``relu`` and ReLUFormer's ``relu_scaled``,
+forward and backward, without materializing the (tgt x src) weights.
+
+    s_ij   = scale * q_i . k_j                                  (fp32 accumulation)
+    w_ij   = c_i * max(s_ij, 0)   for a visible key j, else 0
+    out_i  = sum_j w_ij v_j
+    c_i    = 1                                    (relu, ReLA Eq. 3)
+    c_i    = row_coef / sqrt(max(n_i, 1))         (relu_scaled, ReLUFormer Eq. 6 with
+                                                   row_coef = sqrt(2) / gamma, i.e.
+                                                   c_i = 1 / (gamma sqrt(n_i / 2)))
+
+n_i is the number of keys query i may see (not padding, and, with ``causal``, j <= i + S - T:
+teacher forcing when T = S, the last T queries of a longer key sequence otherwise).  A row
+with no visible key or no positive score gives exactly 0 (nothing is divided by a sum, so
+no NaN can arise).  ReLU attention needs no row maximum and no row sum, so the forward is
+one pass over the keys, accumulating in fp32, and the only per-row state kept for the
+backward is c_i (``relu_scaled`` only).
+
+Backward (``c_i`` does not depend on q or k):
+
+    dV_j  = sum_i w_ij dO_i
+    dS_ij = c_i (dO_i . v_j) [s_ij > 0, j visible]
+    dQ_i  = scale sum_j dS_ij k_j          (dQ pass: one program per query block)
+    dK_j  = scale sum_i dS_ij q_i          (dK/dV pass: one program per key block, looping
+                                            over every query of every beam group)
+
+Two passes and no atomics: each output element is written by one program.
+
+Masks: key padding ``(B_kv, S)`` bool (True = padding), ``causal``, and ``kv_groups``: the
+queries' batch is ``B = B_kv * kv_groups`` (beam search keeps one copy of the encoder keys
+per sentence, query batch entry b reads key copy b // kv_groups, as
+``attention.core._scores``).  Cross-attention is T != S.
+
+Dtypes: fp32 (IEEE dots: ``input_precision="ieee"``), fp16 and bf16, fp32 accumulation;
+the weights are rounded to the value dtype before the value mix, as FlashAttention does.
+Head dims 32, 64, 128, 256 (:data:`HEAD_DIMS`).
+
+Custom ops (``torch.library``), one per kernel: ``fsa::relu_attention_fwd``,
+``fsa::relu_attention_bwd_dkdv``, ``fsa::relu_attention_bwd_dq``; :func:`relu_attention`
+is the differentiable entry (autograd through ``register_autograd``; ``register_fake``
+for ``torch.compile``).
+
+Devices: CUDA tensors run the compiled kernels; CPU tensors run the *same kernel source*
+through Triton's interpreter (slow, for tests and CI: ``TRITON_INTERPRET`` is not needed,
+the interpreted form is built explicitly, so the choice does not depend on the order in
+which modules were imported).  Interpreter limits: bf16 ``tl.dot`` is wrong there, so an
+interpreted bf16 launch upcasts the (bf16-rounded) dot operands to fp32 (constexpr
+``UPCAST``, the only difference to the GPU configuration; the products of two bf16 numbers
+are exact in fp32, so this is what the tensor cores compute); races never show (programs
+run one after another).
+
+Launch configurations: :func:`launch_configs` lists every (kernel, head dim, dtype)
+configuration; :func:`_config` picks among them and nothing else, so compiling the list
+ahead of time covers every launch.  Masks and the row scale are run-time arguments (not
+constexprs), so there are 3 kernels x 4 head dims x 3 dtypes = 36 configurations.
+"""
+
+import contextlib
+import functools
+import math
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+from triton.runtime.interpreter import InterpretedFunction
+from triton.runtime.jit import JITFunction
+
+__all__ = ["HEAD_DIMS", "DTYPES", "launch_configs", "relu_attention", "unsupported"]
+
+HEAD_DIMS = (32, 64, 128, 256)
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_TRITON_DTYPE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+_INT32_MAX = 2**31 - 1
+
+
+# --------------------------------------------------------------------------- kernels
+@triton.jit
+def _rounded(x, DT: tl.constexpr, UPCAST: tl.constexpr):
+    """fp32 ``x`` rounded to ``DT``, the dtype of a dot operand or of a stored result.  With
+    ``UPCAST`` (an interpreted bf16 launch) the result stays fp32, rounded to bf16's 8
+    significant bits to nearest even by hand: the interpreter's fp32 -> bf16 cast truncates,
+    the GPU's rounds to nearest even."""
+    if UPCAST:
+        bits = x.to(tl.int32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
+        y = bits.to(tl.float32, bitcast=True)
+    else:
+        y = x.to(DT)
+    return y
+
+
+def _relu_attention_fwd(
+    Q, K, V, PAD, O, RS,
+    stride_qb, stride_qh, stride_qt,
+    stride_kb, stride_kh, stride_ks,
+    stride_vb, stride_vh, stride_vs,
+    stride_ob, stride_oh, stride_ot,
+    stride_pb,
+    H, G, T, S,
+    scale, row_coef,
+    has_pad, causal, row_scaled,
+    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    """One program per (query block, batch * head): out = c * sum_j relu(s_ij) v_j."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // H).to(tl.int64)
+    h = (pid_bh % H).to(tl.int64)
+    kb = b // G
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, D)
+    row_ok = offs_m < T
+    q = tl.load(
+        Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qt + offs_d[None, :],
+        mask=row_ok[:, None],
+        other=0.0,
+    )
+    if UPCAST:
+        q = q.to(tl.float32)
+    k_base = K + kb * stride_kb + h * stride_kh
+    v_base = V + kb * stride_vb + h * stride_vh
+    acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
+    count = tl.zeros([BLOCK_M], dtype=tl.float32)
+    shift = S - T  # query i sees keys j <= i + shift when causal
+    hi = S
+    if causal != 0:
+        hi = tl.minimum(S, (pid_m + 1) * BLOCK_M + shift)
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        key_ok = offs_n < S
+        kt = tl.load(k_base + offs_n[None, :] * stride_ks + offs_d[:, None], mask=key_ok[None, :], other=0.0)
+        v = tl.load(v_base + offs_n[:, None] * stride_vs + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+        if UPCAST:
+            kt = kt.to(tl.float32)
+            v = v.to(tl.float32)
+        s = tl.dot(q, kt, input_precision=PRECISION) * scale
+        if has_pad != 0:
+            pad = tl.load(PAD + kb * stride_pb + offs_n, mask=key_ok, other=1)
+            key_ok = key_ok & (pad == 0)
+        visible = key_ok[None, :] & row_ok[:, None]
+        if causal != 0:
+            visible = visible & (offs_n[None, :] <= offs_m[:, None] + shift)
+        count += tl.sum(visible.to(tl.float32), axis=1)
+        p = _rounded(tl.where(visible & (s > 0.0), s, 0.0), V.dtype.element_ty, UPCAST)
+        acc = tl.dot(p, v, acc, input_precision=PRECISION)
+    if row_scaled != 0:
+        c = row_coef / tl.sqrt(tl.maximum(count, 1.0))
+        acc = acc * c[:, None]
+        tl.store(RS + pid_bh.to(tl.int64) * T + offs_m, c, mask=row_ok)
+    tl.store(
+        O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_ot + offs_d[None, :],
+        _rounded(acc, O.dtype.element_ty, UPCAST),
+        mask=row_ok[:, None],
+    )
+
+
+def _relu_attention_bwd_dkdv(
+    Q, K, V, PAD, DO, RS, DK, DV,
+    stride_qb, stride_qh, stride_qt,
+    stride_kb, stride_kh, stride_ks,
+    stride_vb, stride_vh, stride_vs,
+    stride_dob, stride_doh, stride_dot,
+    stride_dkb, stride_dkh, stride_dks,
+    stride_dvb, stride_dvh, stride_dvs,
+    stride_pb,
+    H, G, T, S,
+    scale,
+    has_pad, causal, row_scaled,
+    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    """One program per (key block, key batch * head), looping over the queries of every
+    beam group: dV_j = sum_i w_ij dO_i, dK_j = scale sum_i dS_ij q_i (transposed tiles)."""
+    pid_n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    kb = (pid_bh // H).to(tl.int64)
+    h = (pid_bh % H).to(tl.int64)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    key_ok = offs_n < S
+    k = tl.load(
+        K + kb * stride_kb + h * stride_kh + offs_n[:, None] * stride_ks + offs_d[None, :],
+        mask=key_ok[:, None],
+        other=0.0,
+    )
+    v = tl.load(
+        V + kb * stride_vb + h * stride_vh + offs_n[:, None] * stride_vs + offs_d[None, :],
+        mask=key_ok[:, None],
+        other=0.0,
+    )
+    if UPCAST:
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    if has_pad != 0:
+        pad = tl.load(PAD + kb * stride_pb + offs_n, mask=key_ok, other=1)
+        key_ok = key_ok & (pad == 0)
+    dk = tl.zeros([BLOCK_N, D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, D], dtype=tl.float32)
+    shift = S - T
+    lo = pid_n * 0
+    if causal != 0:  # the first query that sees this block's first key, rounded down
+        lo = tl.maximum(pid_n * BLOCK_N - shift, 0) // BLOCK_M * BLOCK_M
+    for g in range(0, G):
+        b = kb * G + g
+        q_base = Q + b * stride_qb + h * stride_qh
+        do_base = DO + b * stride_dob + h * stride_doh
+        for start_m in range(lo, T, BLOCK_M):
+            offs_m = start_m + tl.arange(0, BLOCK_M)
+            row_ok = offs_m < T
+            q = tl.load(q_base + offs_m[:, None] * stride_qt + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+            do = tl.load(do_base + offs_m[:, None] * stride_dot + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+            if UPCAST:
+                q = q.to(tl.float32)
+                do = do.to(tl.float32)
+            st = tl.dot(k, tl.trans(q), input_precision=PRECISION) * scale  # (keys, queries)
+            visible = key_ok[:, None] & row_ok[None, :]
+            if causal != 0:
+                visible = visible & (offs_n[:, None] <= offs_m[None, :] + shift)
+            positive = visible & (st > 0.0)
+            dpt = tl.dot(v, tl.trans(do), input_precision=PRECISION)  # dO_i . v_j
+            if row_scaled != 0:
+                c = tl.load(RS + (b * H + h) * T + offs_m, mask=row_ok, other=0.0)
+                wt = tl.where(positive, st, 0.0) * c[None, :]
+                dst = tl.where(positive, dpt * c[None, :], 0.0) * scale
+            else:
+                wt = tl.where(positive, st, 0.0)
+                dst = tl.where(positive, dpt, 0.0) * scale
+            wt = _rounded(wt, DO.dtype.element_ty, UPCAST)
+            dst = _rounded(dst, Q.dtype.element_ty, UPCAST)
+            dv = tl.dot(wt, do, dv, input_precision=PRECISION)
+            dk = tl.dot(dst, q, dk, input_precision=PRECISION)
+    key_in = offs_n < S
+    tl.store(
+        DK + kb * stride_dkb + h * stride_dkh + offs_n[:, None] * stride_dks + offs_d[None, :],
+        _rounded(dk, DK.dtype.element_ty, UPCAST),
+        mask=key_in[:, None],
+    )
+    tl.store(
+        DV + kb * stride_dvb + h * stride_dvh + offs_n[:, None] * stride_dvs + offs_d[None, :],
+        _rounded(dv, DV.dtype.element_ty, UPCAST),
+        mask=key_in[:, None],
+    )
+
+
+def _relu_attention_bwd_dq(
+    Q, K, V, PAD, DO, RS, DQ,
+    stride_qb, stride_qh, stride_qt,
+    stride_kb, stride_kh, stride_ks,
+    stride_vb, stride_vh, stride_vs,
+    stride_dob, stride_doh, stride_dot,
+    stride_dqb, stride_dqh, stride_dqt,
+    stride_pb,
+    H, G, T, S,
+    scale,
+    has_pad, causal, row_scaled,
+    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    """One program per (query block, batch * head): dQ_i = scale sum_j dS_ij k_j."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // H).to(tl.int64)
+    h = (pid_bh % H).to(tl.int64)
+    kb = b // G
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, D)
+    row_ok = offs_m < T
+    q = tl.load(
+        Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qt + offs_d[None, :],
+        mask=row_ok[:, None],
+        other=0.0,
+    )
+    do = tl.load(
+        DO + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_dot + offs_d[None, :],
+        mask=row_ok[:, None],
+        other=0.0,
+    )
+    if UPCAST:
+        q = q.to(tl.float32)
+        do = do.to(tl.float32)
+    c = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
+    if row_scaled != 0:
+        c = tl.load(RS + pid_bh.to(tl.int64) * T + offs_m, mask=row_ok, other=0.0)
+    k_base = K + kb * stride_kb + h * stride_kh
+    v_base = V + kb * stride_vb + h * stride_vh
+    dq = tl.zeros([BLOCK_M, D], dtype=tl.float32)
+    shift = S - T
+    hi = S
+    if causal != 0:
+        hi = tl.minimum(S, (pid_m + 1) * BLOCK_M + shift)
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        key_ok = offs_n < S
+        k = tl.load(k_base + offs_n[:, None] * stride_ks + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+        v = tl.load(v_base + offs_n[:, None] * stride_vs + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+        if UPCAST:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+        if has_pad != 0:
+            pad = tl.load(PAD + kb * stride_pb + offs_n, mask=key_ok, other=1)
+            key_ok = key_ok & (pad == 0)
+        visible = key_ok[None, :] & row_ok[:, None]
+        if causal != 0:
+            visible = visible & (offs_n[None, :] <= offs_m[:, None] + shift)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        ds = _rounded(tl.where(visible & (s > 0.0), dp * c[:, None], 0.0) * scale, Q.dtype.element_ty, UPCAST)
+        dq = tl.dot(ds, k, dq, input_precision=PRECISION)
+    tl.store(
+        DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqt + offs_d[None, :],
+        _rounded(dq, DQ.dtype.element_ty, UPCAST),
+        mask=row_ok[:, None],
+    )
+
+
+#: sizes and flags vary from call to call: one binary for every value (Triton would
+#: otherwise compile a separate one where a value happens to be 1)
+_NOT_SPECIALIZED = ("H", "G", "T", "S", "has_pad", "causal", "row_scaled")
+
+#: kernel name -> (compiled form for CUDA tensors, interpreted form for CPU tensors)
+_KERNELS = {
+    fn.__name__.lstrip("_"): (
+        JITFunction(fn, do_not_specialize=_NOT_SPECIALIZED),
+        InterpretedFunction(fn, do_not_specialize=_NOT_SPECIALIZED),
+    )
+    for fn in (_relu_attention_fwd, _relu_attention_bwd_dkdv, _relu_attention_bwd_dq)
+}
+
+# --------------------------------------------------------------------------- configurations
+#: (kernel, half = fp16/bf16 or fp32, head dim) -> (BLOCK_M, BLOCK_N, num_warps, num_stages).
+#: BLOCK_M: queries per tile, BLOCK_N: keys per tile.  Sized for sentence-length calls
+#: (tens of tokens: small tiles waste less on padding rows) and for the shared memory of
+#: sm_80 (164 KiB) and sm_90 (227 KiB); the fp32 tiles are half as large.
+_TILES: Dict[Tuple[str, bool, int], Tuple[int, int, int, int]] = {}
+for _d, _half, _fwd, _dkdv, _dq in (
+    (32, True, (64, 32, 4, 3), (64, 64, 4, 2), (64, 64, 4, 2)),
+    (64, True, (64, 32, 4, 3), (32, 64, 4, 2), (64, 64, 4, 2)),
+    (128, True, (64, 64, 8, 2), (32, 64, 8, 2), (64, 64, 8, 2)),
+    (256, True, (64, 32, 8, 2), (32, 32, 8, 1), (32, 32, 8, 1)),
+    (32, False, (64, 32, 4, 2), (32, 32, 4, 2), (32, 32, 4, 2)),
+    (64, False, (64, 32, 4, 2), (32, 32, 4, 2), (32, 32, 4, 2)),
+    (128, False, (32, 32, 4, 2), (32, 32, 4, 1), (32, 32, 8, 1)),
+    (256, False, (32, 32, 8, 1), (16, 16, 8, 1), (16, 16, 8, 1)),
+):
+    _TILES[("relu_attention_fwd", _half, _d)] = _fwd
+    _TILES[("relu_attention_bwd_dkdv", _half, _d)] = _dkdv
+    _TILES[("relu_attention_bwd_dq", _half, _d)] = _dq
+
+_I32 = "i32"
+_STRIDES = {
+    "relu_attention_fwd": ("q", "k", "v", "o", "p"),
+    "relu_attention_bwd_dkdv": ("q", "k", "v", "do", "dk", "dv", "p"),
+    "relu_attention_bwd_dq": ("q", "k", "v", "do", "dq", "p"),
+}
+
+
+_CONSTEXPRS = ("D", "BLOCK_M", "BLOCK_N", "UPCAST", "PRECISION")
+_FLOATS = ("scale", "row_coef")
+_DATA = ("Q", "K", "V", "O", "DO", "DK", "DV", "DQ")  # tensors in the inputs' dtype
+
+
+def _signature(kernel: str, dtype: torch.dtype) -> Dict[str, str]:
+    """Argument name -> Triton type of ``kernel`` launched on ``dtype`` tensors (the
+    kernel's own parameter names, in order)."""
+    fn = _KERNELS[kernel][0]
+    sig: Dict[str, str] = {}
+    for name in fn.arg_names:
+        if name in _CONSTEXPRS:
+            sig[name] = "constexpr"
+        elif name in _FLOATS:
+            sig[name] = "fp32"
+        elif name == "PAD":  # key padding, viewed as int8
+            sig[name] = "*i8"
+        elif name == "RS":  # the row factor c
+            sig[name] = "*fp32"
+        elif name in _DATA:
+            sig[name] = "*" + _TRITON_DTYPE[dtype]
+        else:  # strides, sizes (H, G, T, S), flags
+            sig[name] = _I32
+    return sig
+
+
+def _make_config(kernel: str, dtype: torch.dtype, head_dim: int) -> dict:
+    block_m, block_n, warps, stages = _TILES[(kernel, dtype != torch.float32, head_dim)]
+    return {
+        "name": f"{kernel}_d{head_dim}_{_TRITON_DTYPE[dtype]}",
+        "kernel": _KERNELS[kernel][0],
+        "signature": _signature(kernel, dtype),
+        "constexprs": {
+            "D": head_dim,
+            "BLOCK_M": block_m,
+            "BLOCK_N": block_n,
+            "UPCAST": False,
+            "PRECISION": "ieee",
+        },
+        "num_warps": warps,
+        "num_stages": stages,
+    }
+
+
+@functools.lru_cache(maxsize=None)
+def _all_configs() -> Tuple[dict, ...]:
+    return tuple(_make_config(kernel, dtype, d) for kernel in _KERNELS for d in HEAD_DIMS for dtype in DTYPES)
+
+
+def launch_configs() -> List[dict]:
+    """Every configuration the launcher can pick (see the module docstring)."""
+    return [dict(c) for c in _all_configs()]
+
+
+def _config(kernel: str, dtype: torch.dtype, head_dim: int) -> dict:
+    """The configuration a launch takes: an entry of :func:`launch_configs`."""
+    name = f"{kernel}_d{head_dim}_{_TRITON_DTYPE[dtype]}"
+    for c in _all_configs():
+        if c["name"] == name:
+            return c
+    raise AssertionError(f"no launch configuration {name}")  # unsupported() is checked first
+
+
+#: every launch made, as (config name, kernel, constexprs, num_warps, num_stages, argument
+#: types) when a test sets it to a list (checks that launches use launch_configs() only)
+LAUNCH_LOG: Optional[list] = None
+
+
+def _arg_type(x) -> str:
+    if isinstance(x, Tensor):
+        return "*" + ({torch.int8: "i8"}.get(x.dtype) or _TRITON_DTYPE[x.dtype])
+    if isinstance(x, float):
+        return "fp32"
+    return _I32
+
+
+def _launch(kernel: str, dtype: torch.dtype, head_dim: int, grid, args: tuple) -> None:
+    cfg = _config(kernel, dtype, head_dim)
+    interpreted = args[0].device.type == "cpu"
+    fn = _KERNELS[kernel][1 if interpreted else 0]
+    constexprs = dict(cfg["constexprs"])
+    if interpreted and dtype == torch.bfloat16:
+        constexprs["UPCAST"] = True  # the interpreter's bf16 tl.dot is wrong (module docstring)
+    if LAUNCH_LOG is not None:
+        LAUNCH_LOG.append(
+            (
+                cfg["name"],
+                fn,
+                dict(cfg["constexprs"]),
+                cfg["num_warps"],
+                cfg["num_stages"],
+                [_arg_type(a) for a in args],
+            )
+        )
+    with _interpreting_nested_jit() if interpreted else contextlib.nullcontext():
+        fn[grid](*args, **constexprs, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+
+
+@contextlib.contextmanager
+def _interpreting_nested_jit():
+    """While an interpreted kernel runs, the ``@triton.jit`` functions it calls (Triton's own
+    ``tl.zeros``, ``tl.sum``, ...: compiled-form objects unless ``TRITON_INTERPRET=1`` was
+    set when ``triton.language`` was imported) run through the interpreter too.  Triton
+    reads ``TRITON_INTERPRET`` once, when a function is decorated, for the whole process;
+    this makes the interpreted launch independent of it (and leaves the compiled forms,
+    which the ahead-of-time compile check needs, untouched)."""
+    original = JITFunction.__call__
+
+    def call(self, *args, **kwargs):
+        interpreted = _NESTED.get(id(self))
+        if interpreted is None:
+            interpreted = _NESTED[id(self)] = InterpretedFunction(self.fn)
+        return interpreted(*args, **kwargs)
+
+    JITFunction.__call__ = call
+    try:
+        yield
+    finally:
+        JITFunction.__call__ = original
+
+
+_NESTED: Dict[int, InterpretedFunction] = {}  # id(JITFunction) (hashing one parses its source)
+
+
+# --------------------------------------------------------------------------- checks
+def unsupported(q: Tensor, k: Tensor, v: Tensor) -> Optional[str]:
+    """None when the kernels serve these shapes and dtypes, else the reason in words."""
+    d = q.size(-1)
+    if d not in HEAD_DIMS or k.size(-1) != d or v.size(-1) != d:
+        return f"head dims q {d}, k {k.size(-1)}, v {v.size(-1)} (serves equal head dims of {HEAD_DIMS})"
+    if q.dtype not in DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+        return f"dtypes {q.dtype}, {k.dtype}, {v.dtype} (serves one of float32, float16, bfloat16)"
+    if q.device.type not in ("cuda", "cpu"):
+        return f"device {q.device.type}"
+    return None
+
+
+def _check(q: Tensor, k: Tensor, v: Tensor, key_padding: Optional[Tensor], kv_groups: int) -> None:
+    reason = unsupported(q, k, v)
+    if reason is not None:
+        raise ValueError(f"relu_attention: {reason}")
+    if q.dim() != 4 or k.dim() != 4 or v.shape != k.shape:
+        raise ValueError(
+            f"relu_attention: q, k, v must be (B, H, T, d), (B_kv, H, S, d) x2, got {q.shape}, {k.shape}, {v.shape}"
+        )
+    if kv_groups < 1 or q.size(0) != k.size(0) * kv_groups or q.size(1) != k.size(1):
+        raise ValueError(
+            f"relu_attention: q batch {q.size(0)} must be key batch {k.size(0)} x kv_groups {kv_groups}, heads equal"
+        )
+    if key_padding is not None and (key_padding.dtype != torch.bool or key_padding.shape != (k.size(0), k.size(2))):
+        raise ValueError(
+            f"relu_attention: key_padding must be bool (B_kv, S) = {(k.size(0), k.size(2))}, got {key_padding.dtype} {tuple(key_padding.shape)}"
+        )
+    for t in (q, k, v):
+        if t.stride(-1) != 1 or max(t.stride()) > _INT32_MAX:
+            raise ValueError("relu_attention: tensors need a unit last stride and 32-bit strides")
+
+
+def _heads_like(q: Tensor) -> Tensor:
+    """An empty (B, H, T, d) output laid out as (T, B, H, d): fairseq's (T, B, H * d)
+    is then a view, not a copy."""
+    bsz, heads, tgt, d = q.shape
+    return q.new_empty(tgt, bsz, heads, d).permute(1, 2, 0, 3)
+
+
+def _pad_arg(key_padding: Optional[Tensor], like: Tensor) -> Tuple[Tensor, int, int]:
+    if key_padding is None:
+        return like.new_zeros(1, dtype=torch.int8), 0, 0
+    pad = key_padding.contiguous().view(torch.int8)
+    return pad, pad.stride(0), 1
+
+
+# --------------------------------------------------------------------------- custom ops
+@torch.library.custom_op("fsa::relu_attention_fwd", mutates_args=())
+def relu_attention_fwd(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding: Optional[Tensor],
+    causal: bool,
+    kv_groups: int,
+    scale: float,
+    row_scaled: bool,
+    row_coef: float,
+) -> Tuple[Tensor, Tensor]:
+    """(out (B, H, T, d), c (B, H, T) fp32 or an empty tensor when not ``row_scaled``)."""
+    _check(q, k, v, key_padding, kv_groups)
+    bsz, heads, tgt, d = q.shape
+    src = k.size(2)
+    out = _heads_like(q)
+    rs = q.new_empty((bsz, heads, tgt) if row_scaled else (0,), dtype=torch.float32)
+    pad, stride_p, has_pad = _pad_arg(key_padding, q)
+    block_m = _config("relu_attention_fwd", q.dtype, d)["constexprs"]["BLOCK_M"]
+    grid = (triton.cdiv(tgt, block_m), bsz * heads)
+    _launch(
+        "relu_attention_fwd",
+        q.dtype,
+        d,
+        grid,
+        (
+            q, k, v, pad, out, rs if row_scaled else q.new_empty(1, dtype=torch.float32),
+            q.stride(0), q.stride(1), q.stride(2),
+            k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2),
+            out.stride(0), out.stride(1), out.stride(2),
+            stride_p,
+            heads, kv_groups, tgt, src,
+            float(scale), float(row_coef),
+            has_pad, int(causal), int(row_scaled),
+        ),
+    )  # fmt: skip
+    return out, rs
+
+
+@relu_attention_fwd.register_fake
+def _(q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef):
+    bsz, heads, tgt, _ = q.shape
+    return _heads_like(q), q.new_empty((bsz, heads, tgt) if row_scaled else (0,), dtype=torch.float32)
+
+
+@torch.library.custom_op("fsa::relu_attention_bwd_dkdv", mutates_args=())
+def relu_attention_bwd_dkdv(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding: Optional[Tensor],
+    row_scale: Tensor,
+    causal: bool,
+    kv_groups: int,
+    scale: float,
+    row_scaled: bool,
+) -> Tuple[Tensor, Tensor]:
+    """(dk, dv), each (B_kv, H, S, d) in the dtype of k."""
+    bsz, heads, tgt, d = q.shape
+    kv_bsz, _, src, _ = k.shape
+    dout = dout if dout.stride(-1) == 1 else dout.contiguous()
+    dk = torch.empty_like(k, memory_format=torch.contiguous_format)
+    dv = torch.empty_like(v, memory_format=torch.contiguous_format)
+    pad, stride_p, has_pad = _pad_arg(key_padding, q)
+    block_n = _config("relu_attention_bwd_dkdv", q.dtype, d)["constexprs"]["BLOCK_N"]
+    grid = (triton.cdiv(src, block_n), kv_bsz * heads)
+    _launch(
+        "relu_attention_bwd_dkdv",
+        q.dtype,
+        d,
+        grid,
+        (
+            q, k, v, pad, dout, row_scale if row_scaled else q.new_empty(1, dtype=torch.float32), dk, dv,
+            q.stride(0), q.stride(1), q.stride(2),
+            k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2),
+            dout.stride(0), dout.stride(1), dout.stride(2),
+            dk.stride(0), dk.stride(1), dk.stride(2),
+            dv.stride(0), dv.stride(1), dv.stride(2),
+            stride_p,
+            heads, kv_groups, tgt, src,
+            float(scale),
+            has_pad, int(causal), int(row_scaled),
+        ),
+    )  # fmt: skip
+    return dk, dv
+
+
+@relu_attention_bwd_dkdv.register_fake
+def _(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled):
+    return (
+        torch.empty_like(k, memory_format=torch.contiguous_format),
+        torch.empty_like(v, memory_format=torch.contiguous_format),
+    )
+
+
+@torch.library.custom_op("fsa::relu_attention_bwd_dq", mutates_args=())
+def relu_attention_bwd_dq(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding: Optional[Tensor],
+    row_scale: Tensor,
+    causal: bool,
+    kv_groups: int,
+    scale: float,
+    row_scaled: bool,
+) -> Tensor:
+    """dq, (B, H, T, d) in the dtype of q."""
+    bsz, heads, tgt, d = q.shape
+    src = k.size(2)
+    dout = dout if dout.stride(-1) == 1 else dout.contiguous()
+    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+    pad, stride_p, has_pad = _pad_arg(key_padding, q)
+    block_m = _config("relu_attention_bwd_dq", q.dtype, d)["constexprs"]["BLOCK_M"]
+    grid = (triton.cdiv(tgt, block_m), bsz * heads)
+    _launch(
+        "relu_attention_bwd_dq",
+        q.dtype,
+        d,
+        grid,
+        (
+            q, k, v, pad, dout, row_scale if row_scaled else q.new_empty(1, dtype=torch.float32), dq,
+            q.stride(0), q.stride(1), q.stride(2),
+            k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2),
+            dout.stride(0), dout.stride(1), dout.stride(2),
+            dq.stride(0), dq.stride(1), dq.stride(2),
+            stride_p,
+            heads, kv_groups, tgt, src,
+            float(scale),
+            has_pad, int(causal), int(row_scaled),
+        ),
+    )  # fmt: skip
+    return dq
+
+
+@relu_attention_bwd_dq.register_fake
+def _(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled):
+    return torch.empty_like(q, memory_format=torch.contiguous_format)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, key_padding, causal, kv_groups, scale, row_scaled, _ = inputs
+    # c (output 1) carries no gradient: marked so, it needs no zero gradient in the
+    # backward and may be kept on ctx without a reference cycle
+    ctx.mark_non_differentiable(output[1])
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(q, k, v, key_padding)
+    ctx.row_scale = output[1]
+    ctx.args = (causal, kv_groups, scale, row_scaled)
+
+
+def _backward(ctx, dout, _drs):
+    q, k, v, key_padding = ctx.saved_tensors
+    row_scale = ctx.row_scale
+    need_q, need_k, need_v = ctx.needs_input_grad[:3]
+    dq = dk = dv = None
+    if need_k or need_v:
+        dk, dv = relu_attention_bwd_dkdv(dout, q, k, v, key_padding, row_scale, *ctx.args)
+    if need_q:
+        dq = relu_attention_bwd_dq(dout, q, k, v, key_padding, row_scale, *ctx.args)
+    return dq, dk, dv, None, None, None, None, None, None
+
+
+relu_attention_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+def relu_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding: Optional[Tensor] = None,
+    causal: bool = False,
+    kv_groups: int = 1,
+    scale: float = 1.0,
+    gamma: Optional[float] = None,
+) -> Tensor:
+    """Differentiable fused ReLU attention (module docstring): ``gamma=None`` gives ReLA's
+    ``relu``, a float gives ReLUFormer's ``relu_scaled`` with that gamma.
+
+    q (B, H, T, d), k and v (B_kv, H, S, d) with B = B_kv * kv_groups, key_padding
+    (B_kv, S) bool (True = padding) or None; returns (B, H, T, d) in q's dtype."""
+    row_scaled = gamma is not None
+    if gamma is not None and not gamma > 0:
+        raise ValueError(f"relu_attention: gamma must be > 0, got {gamma}")
+    row_coef = math.sqrt(2.0) / gamma if gamma is not None else 1.0
+    return relu_attention_fwd(q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef)[0]

@@ -1,0 +1,79 @@
+"""``make install`` installs the Triton version the installed torch pins, on CPU machines too
+(issue 31.4; scripts/install_triton.sh, scripts/triton_pin.py): from torch's metadata where
+it declares one (CUDA wheels), else from torch's minor version (CPU wheels declare none);
+idempotent; an unknown torch is one clear line.  Dry runs (FSA_INSTALL_DRY_RUN) print the
+pip command instead of running it, as in test_install_offline.py."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "install_triton.sh"
+
+
+def _pin_module():
+    spec = importlib.util.spec_from_file_location("triton_pin", REPO / "scripts" / "triton_pin.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_pin_from_torch_metadata_else_from_the_minor_version():
+    pinned = _pin_module().pinned_triton
+    # a CUDA wheel declares it, with a marker that holds on Linux x86-64 (these machines)
+    linux = 'triton==3.6.0; platform_system == "Linux" and platform_machine == "x86_64"'
+    assert pinned("2.11.0+cu128", ["filelock", linux]) == "3.6.0"
+    # a marker that does not hold here is not used: the minor version decides
+    assert pinned("2.13.0", ['triton==9.9.9; platform_system == "Windows"']) == "3.7.1"
+    # CPU wheels declare none
+    assert pinned("2.13.0+cpu", ["filelock", "sympy>=1.13.3"]) == "3.7.1"
+    assert pinned("2.11.0+cpu", []) == "3.6.0"
+    assert pinned("1.13.1", []) is None
+
+
+def run(*args, **env):
+    return subprocess.run(
+        [*args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={**os.environ, "PYTHON": sys.executable, **env},
+    )
+
+
+def test_unknown_torch_is_one_clear_line():
+    p = run(sys.executable, "scripts/triton_pin.py", "1.13.1", "filelock")
+    assert p.returncode == 3 and p.stdout == ""
+    assert p.stderr.strip().splitlines() == [
+        "make install: no Triton version known for torch 1.13.1 (its metadata pins none; "
+        "known: 2.11 -> 3.6.0, 2.13 -> 3.7.1); set TRITON_VERSION=X.Y.Z"
+    ]
+
+
+def test_install_step_installs_the_pin_once():
+    """A version other than the installed one is installed (dry run: printed); the
+    installed pin is kept (nothing run)."""
+    p = run("bash", str(SCRIPT), FSA_INSTALL_DRY_RUN="1", TRITON_VERSION="0.0.1")
+    assert p.returncode == 0, p.stderr
+    assert (
+        p.stdout.splitlines()[-1]
+        == f"[dry-run] {sys.executable} -m pip install --disable-pip-version-check triton==0.0.1"
+    )
+    try:
+        import importlib.metadata as md
+
+        installed = md.version("triton")
+    except Exception:  # triton not installed: nothing more to check here
+        return
+    p = run("bash", str(SCRIPT), FSA_INSTALL_DRY_RUN="1", TRITON_VERSION=installed)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == f"[install] keeping installed triton=={installed} (the version torch pins)"
+    assert "[dry-run]" not in p.stdout
+
+
+def test_make_install_runs_the_triton_step():
+    assert 'PYTHON="$PY" bash scripts/install_triton.sh' in (REPO / "scripts" / "install.sh").read_text()

@@ -1,0 +1,114 @@
+"""compat/preemption.py without training: the signal flag, the handlers it installs and
+gives back, the SLURM requeue decision (scontrol stood in for), finding fairseq's training
+loop.  The real runs (a SLURM job preempted and requeued, scancel, torchrun restarts) are
+in tests/integration/test_cluster.py."""
+
+import os
+import signal
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from fairseq_sparse_attn.compat import patches_off, preemption
+
+
+@pytest.fixture
+def fresh_state(monkeypatch):
+    monkeypatch.setattr(preemption, "_STATE", preemption._State())
+    yield preemption._STATE
+    preemption.restore_handlers()
+
+
+def test_a_signal_only_sets_the_flag_and_the_handlers_are_given_back(fresh_state):
+    before = {s: signal.getsignal(s) for s in preemption.SIGNALS}
+    assert preemption.install_handlers()
+    os.kill(os.getpid(), signal.SIGUSR1)  # would end the process without the handler
+    os.kill(os.getpid(), signal.SIGTERM)  # a second signal keeps the first
+    assert fresh_state.signum == signal.SIGUSR1
+    trainer = SimpleNamespace(data_parallel_world_size=1)
+    assert preemption.agreed_signal(trainer) == signal.SIGUSR1
+    preemption.restore_handlers()
+    assert {s: signal.getsignal(s) for s in preemption.SIGNALS} == before
+
+
+def test_no_signal_no_stop(fresh_state):
+    assert preemption.agreed_signal(SimpleNamespace(data_parallel_world_size=1)) == 0
+
+
+class FakeScontrol:
+    def __init__(self, show="JobId=42 Requeue=1 Restarts=0", requeue_rc=0, requeue_err=""):
+        self.show, self.requeue_rc, self.requeue_err, self.calls = show, requeue_rc, requeue_err, []
+
+    def __call__(self, cmd, **kwargs):
+        self.calls.append(cmd)
+        if cmd[1] == "show":
+            return subprocess.CompletedProcess(cmd, 0, self.show + "\n", "")
+        return subprocess.CompletedProcess(cmd, self.requeue_rc, "", self.requeue_err)
+
+
+def test_requeue_asks_scontrol_for_this_job():
+    run = FakeScontrol()
+    assert preemption.slurm_requeue({"SLURM_JOB_ID": "42"}, run=run) is None
+    assert run.calls[-1] == ["scontrol", "requeue", "42"]
+
+
+def test_no_requeue_outside_slurm_or_with_no_requeue():
+    run = FakeScontrol(show="JobId=42 Requeue=0 Restarts=0")
+    assert "not a SLURM job" in preemption.slurm_requeue({}, run=run)
+    assert run.calls == []
+    line = preemption.slurm_requeue({"SLURM_JOB_ID": "42"}, run=run)
+    assert "--no-requeue" in line and "same SAVE_DIR" in line
+    assert ["scontrol", "requeue", "42"] not in run.calls
+
+
+def test_a_failed_requeue_is_one_line_with_scontrol_s_reason():
+    run = FakeScontrol(requeue_rc=1, requeue_err="scontrol: error: Only batch jobs are accepted or processed\n")
+    line = preemption.slurm_requeue({"SLURM_JOB_ID": "7"}, run=run)
+    assert line.startswith("scontrol requeue 7 failed (scontrol: error: Only batch jobs")
+    assert "\n" not in line
+
+
+MAIN = "def main():\n    return probe()\n"
+
+
+def test_the_training_loop_is_found_from_inside_a_main_frame():
+    """load_checkpoint is called from fairseq_cli.train's main (or __main__'s, with
+    python -m): the frame named main whose globals hold train and validate_and_save."""
+
+    def probe():
+        return preemption._training_main_globals(sys._getframe(1))
+
+    training = {"validate_and_save": print, "train": print, "probe": probe}
+    exec(MAIN, training)
+    assert training["main"]() is training
+    other = {"probe": probe}
+    exec(MAIN, other)
+    assert other["main"]() is None
+
+
+def test_validate_and_save_stops_only_when_a_signal_came(fresh_state, monkeypatch):
+    calls = []
+    module = {
+        "train": lambda cfg, trainer, task, epoch_itr: calls.append("train") or ([None], False),
+        "validate_and_save": lambda *args: calls.append("validate_and_save") or ([None], False),
+    }
+    preemption._patch_training_loop(module)
+    preemption._patch_training_loop(module)  # once
+    monkeypatch.setattr(preemption, "stop", lambda cfg, trainer, epoch_itr, signum: calls.append(("stop", signum)))
+    trainer = SimpleNamespace(data_parallel_world_size=1)
+    cfg = SimpleNamespace(optimization=SimpleNamespace(max_epoch=0))
+    epoch_itr = SimpleNamespace(next_epoch_idx=2)
+    module["train"](cfg, trainer, None, epoch_itr)
+    assert signal.getsignal(signal.SIGUSR1) is preemption._on_signal  # installed while training
+    module["validate_and_save"](cfg, trainer, None, epoch_itr, ["valid"], False)
+    assert calls == ["train", "validate_and_save"]
+    os.kill(os.getpid(), signal.SIGTERM)
+    module["validate_and_save"](cfg, trainer, None, epoch_itr, ["valid"], False)
+    assert calls[2] == ("stop", signal.SIGTERM)
+
+
+def test_the_patch_can_be_turned_off():
+    assert "preemption" in patches_off({"FSA_COMPAT_OFF": "preemption"})
+    assert "preemption" in patches_off({"FSA_COMPAT_OFF": "behaviour"})

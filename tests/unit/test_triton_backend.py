@@ -1,0 +1,190 @@
+"""The ``triton`` attention backend (attention/backends/triton.py, issue 31 items 1 and 7)
+through :class:`SparseMultiheadAttention` against the materialized path, on CPU (the kernels
+run through Triton's interpreter): outputs and the gradients of every parameter, for encoder
+self-attention with padding, causal decoder self-attention with padding, cross-attention
+and beam search's key groups; what it refuses (with the reasons); ``auto`` follows the
+recorded GPU results only."""
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="triton is not installed (make install installs the version torch pins)")
+
+from fairseq_sparse_attn.attention import SparseMultiheadAttention, masks  # noqa: E402
+from fairseq_sparse_attn.attention.activations import build_activation  # noqa: E402
+from fairseq_sparse_attn.attention.backends import triton as tb  # noqa: E402
+from fairseq_sparse_attn.attention.config import ActivationConfig, BackendConfig  # noqa: E402
+from fairseq_sparse_attn.attention.core import AttendSpec, AttentionInputs, attend, explain  # noqa: E402
+from fairseq_sparse_attn.attention.heads import HeadPlan  # noqa: E402
+from fairseq_sparse_attn.errors import UsageError  # noqa: E402
+
+from helpers import attention_config  # noqa: E402
+
+E, H = 64, 2  # head dim 32
+
+
+def pair(activation, **kind):
+    """(materialized module, triton module) with the same parameters."""
+    torch.manual_seed(0)
+    ref = SparseMultiheadAttention(E, H, config=_config(activation, "materialized"), **kind)
+    fused = SparseMultiheadAttention(E, H, config=_config(activation, "triton"), **kind)
+    fused.load_state_dict(ref.state_dict())
+    return ref, fused
+
+
+def _config(activation, backend):
+    return dataclasses.replace(attention_config(activation), backend=BackendConfig(name=backend))
+
+
+def grads(module):
+    return {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
+
+
+def run_both(ref, fused, query, key, **kw):
+    outs = []
+    for m in (ref, fused):
+        m.zero_grad()
+        out, _ = m(query, key, key, **kw)
+        out.backward(torch.ones_like(out) * 0.1 + out.detach())
+        outs.append((out.detach(), grads(m)))
+    (a, ga), (b, gb) = outs
+    assert rel(b, a) <= 1e-5
+    assert ga.keys() == gb.keys() and ga
+    for n in ga:
+        assert rel(gb[n], ga[n]) <= 1e-5, n
+
+
+def rel(x, ref):
+    """||x - ref|| / ||ref|| (the issue's fp32 bound: 1e-5)."""
+    return ((x.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+def padding(bsz, src, lengths):
+    return torch.arange(src)[None, :] >= torch.tensor(lengths)[:, None]
+
+
+@pytest.mark.parametrize("activation", ["relu", ActivationConfig(name="relu_scaled", relu_scale_gamma=0.8)])
+def test_encoder_self_attention_with_padding(activation):
+    ref, fused = pair(activation, self_attention=True)
+    x = torch.randn(11, 3, E)
+    run_both(ref, fused, x, x, key_padding_mask=padding(3, 11, [11, 6, 9]), need_weights=False)
+
+
+@pytest.mark.parametrize("activation", ["relu", "relu_scaled"])
+def test_causal_decoder_self_attention_with_padding(activation):
+    ref, fused = pair(activation, self_attention=True)
+    x = torch.randn(9, 2, E)
+    future = torch.triu(torch.full((9, 9), float("-inf")), 1)
+    run_both(ref, fused, x, x, key_padding_mask=padding(2, 9, [9, 5]), attn_mask=future, need_weights=False)
+
+
+def test_cross_attention():
+    ref, fused = pair("relu_scaled", encoder_decoder_attention=True)
+    x, enc = torch.randn(5, 2, E), torch.randn(12, 2, E)
+    run_both(ref, fused, x, enc, key_padding_mask=padding(2, 12, [12, 7]), need_weights=False, static_kv=True)
+
+
+def test_attend_with_key_groups_and_a_row_without_keys():
+    """attend() directly: beam search's key groups (one key copy per sentence), a sentence
+    whose keys are all padding (0, not NaN), against the materialized backend."""
+    torch.manual_seed(1)
+    kv_bsz, groups, tgt, src, d = 2, 3, 4, 6, 32
+    q = torch.randn(kv_bsz * groups, H, tgt, d, requires_grad=True)
+    k = torch.randn(kv_bsz, H, src, d, requires_grad=True)
+    v = torch.randn(kv_bsz, H, src, d, requires_grad=True)
+    pad = padding(kv_bsz, src, [0, 4])
+    hidden = pad.repeat_interleave(groups, dim=0).view(kv_bsz * groups, 1, 1, src)
+    inputs = AttentionInputs(hidden=hidden, key_padding=pad.repeat_interleave(groups, 0), kv_groups=groups)
+    results = []
+    for backend in ("materialized", "triton"):
+        spec = AttendSpec(build_activation("relu_scaled", H), torch.nn.Dropout(0.0), HeadPlan(H), backend=backend)
+        out, inter = attend(q, k, v, inputs, spec)
+        assert inter.backend == backend
+        g = torch.autograd.grad(out.square().sum(), (q, k, v))
+        results.append((out, g))
+    (a, ga), (b, gb) = results
+    assert torch.equal(b[:groups], torch.zeros_like(b[:groups]))
+    assert rel(b, a) <= 1e-5
+    for x, y in zip(ga, gb):
+        assert torch.isfinite(y).all() and rel(y, x) <= 1e-5
+
+
+def test_what_it_refuses_goes_elsewhere_with_the_reason():
+    spec = AttendSpec(build_activation("relu", H), torch.nn.Dropout(0.1), HeadPlan(H), backend="auto")
+    q = torch.randn(1, H, 3, 32, requires_grad=True)
+    why = explain(q, q, AttentionInputs(), spec)
+    assert "triton: attention dropout in training" in why
+    for activation, reason in (("gelu", "activation gelu"), ("entmax15", "activation entmax15")):
+        spec = AttendSpec(build_activation(activation, H), torch.nn.Dropout(0.0), HeadPlan(H), backend="triton")
+        with pytest.raises(UsageError, match=reason):
+            attend(q, q, q, AttentionInputs(), spec)
+    spec = AttendSpec(build_activation("relu", H), torch.nn.Dropout(0.0), HeadPlan(H), backend="triton")
+    with pytest.raises(UsageError, match="returning attention weights"):
+        attend(q, q, q, AttentionInputs(collect=frozenset({"weights"})), spec)
+    q48 = torch.randn(1, H, 3, 48)
+    with pytest.raises(UsageError, match="head dim 48"):
+        attend(q48, q48, q48, AttentionInputs(), spec)
+    pattern = torch.rand(1, 1, 3, 3) > 0.5
+    pattern[..., 0] = False
+    with pytest.raises(UsageError, match="a mask other than key padding and causal"):
+        attend(q, q, q, AttentionInputs(hidden=pattern), spec)
+
+
+def test_masks_padding_and_causal():
+    pad = padding(2, 5, [5, 3])
+    assert masks.padding_and_causal(None, 1, 2) == (None, False)
+    got, causal = masks.padding_and_causal(pad.view(2, 1, 1, 5), 1, 2)
+    assert torch.equal(got, pad) and not causal
+    future = torch.ones(5, 5, dtype=torch.bool).triu(1)
+    got, causal = masks.padding_and_causal(pad.view(2, 1, 1, 5) | future, 1, 2)
+    assert torch.equal(got, pad) and causal
+    assert masks.padding_and_causal(future.view(1, 1, 5, 5), 1, 2) == (None, True)
+    beams = pad.repeat_interleave(3, 0).view(6, 1, 1, 5)
+    got, causal = masks.padding_and_causal(beams, 3, 2)
+    assert torch.equal(got, pad) and not causal
+    assert masks.padding_and_causal(future.T.contiguous().view(1, 1, 5, 5), 1, 2) is None
+
+
+def test_row_factor_of_the_kernels_form_only():
+    scaled = build_activation(ActivationConfig(name="relu_scaled", relu_scale_gamma=2.0), H)
+    assert tb.row_coef(scaled) == pytest.approx((True, 2**0.5 / 2.0))
+    ablation = build_activation(ActivationConfig(name="relu_scaled", relu_no_length_scale=True), H)
+    assert tb.row_coef(ablation) == (False, 1.0)
+    assert tb.row_coef(build_activation("relu", H)) == (False, 1.0)
+
+    class PerKey:
+        row_scaled = True
+
+        def row_scale(self, n):
+            return 1.0 / n.clamp(min=1)
+
+    with pytest.raises(ValueError, match="not of the kernels' form"):
+        tb.row_coef(PerKey())
+
+
+def bench_result(tmp_path, device, rela_g, rela_g_triton, name="bench-gpu-h100.json"):
+    ratio = lambda m: {"median": m, "ci95_low": m, "ci95_high": m, "min": m, "max": m, "rounds": 3}
+    data = {
+        "parts": {
+            "train": {"fp16": {"runs": {}, "ratios": {"rela_g": ratio(rela_g), "rela_g_triton": ratio(rela_g_triton)}}}
+        },
+        "provenance": {"device": device},
+    }
+    (tmp_path / name).write_text(json.dumps(data))
+
+
+def test_auto_takes_it_only_where_a_recorded_gpu_result_shows_it_faster(tmp_path):
+    assert tb.measured_faster_families() == {}  # nothing recorded in docs/results/: auto never takes it
+    assert tb.device_family("NVIDIA H100 80GB HBM3") == "H100"
+    assert tb.device_family("NVIDIA A100-SXM4-80GB") == "A100"
+    bench_result(tmp_path, "NVIDIA H100 80GB HBM3", 0.9, 1.05)
+    bench_result(tmp_path, "NVIDIA A100-SXM4-80GB", 0.9, 0.85, name="bench-gpu-a100.json")
+    bench_result(tmp_path, "cpu", 0.5, 2.0, name="bench-gpu-cpu.json")
+    assert tb.measured_faster_families(tmp_path) == {"H100": "bench-gpu-h100.json"}
+    # on CPU auto never takes it, even when named nowhere
+    spec = AttendSpec(build_activation("relu", H), torch.nn.Dropout(0.0), HeadPlan(H), backend="auto")
+    q = torch.randn(1, H, 3, 32, requires_grad=True)
+    assert "triton: auto takes it for training calls on CUDA devices" in explain(q, q, AttentionInputs(), spec)

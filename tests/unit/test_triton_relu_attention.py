@@ -1,0 +1,274 @@
+"""The fused ReLU-attention Triton kernels (fairseq_sparse_attn/kernels/relu_attention.py,
+issue 31 items 1, 3, 4) run through Triton's interpreter on CPU tensors, against the plain
+formula computed in float64 with autograd (written out here, independent of the kernels
+and of the attention core): the output and dq, dk, dv.
+
+Tolerances (relative Frobenius error ||x - ref|| / ||ref||): fp32 (IEEE dots) 1e-5,
+fp16 and bf16 1e-2 (bf16: the interpreted launch computes the dots on the bf16-rounded
+operands upcast to fp32, module docstring); the reference takes the same rounded inputs.
+Measured here: fp32 1e-7 to 3e-7, fp16 3e-4, bf16 2.5e-3, at every head dim.
+
+The interpreter runs the kernels' programs one after another in numpy: shapes are small,
+but span more than one tile of queries and keys (the tiles are 16 to 64 wide), with
+ragged key padding.  ``TRITON_INTERPRET`` is not needed (the kernel module builds the
+interpreted form itself), so nothing here leaks into other tests.
+"""
+
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="triton is not installed (make install installs the version torch pins)")
+
+from fairseq_sparse_attn.kernels import relu_attention as ra  # noqa: E402
+
+TOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
+
+
+def reference(q, k, v, key_padding=None, causal=False, kv_groups=1, scale=1.0, gamma=None):
+    """The plain formula in float64: w_ij = c_i relu(scale q_i.k_j) on visible keys."""
+    q, k, v = q.double(), k.double(), v.double()
+    if kv_groups > 1:
+        k = k.repeat_interleave(kv_groups, dim=0)
+        v = v.repeat_interleave(kv_groups, dim=0)
+    bsz, _, tgt, _ = q.shape
+    src = k.size(2)
+    hidden = torch.zeros(bsz, 1, tgt, src, dtype=torch.bool)
+    if key_padding is not None:
+        hidden |= key_padding.repeat_interleave(kv_groups, dim=0)[:, None, None, :]
+    if causal:
+        i = torch.arange(tgt)[:, None]
+        j = torch.arange(src)[None, :]
+        hidden |= (j > i + (src - tgt))[None, None]
+    w = torch.relu(q @ k.transpose(-1, -2) * scale).masked_fill(hidden, 0.0)
+    if gamma is not None:
+        n = (~hidden).sum(-1, keepdim=True).double()
+        w = w / (gamma * torch.sqrt(n.clamp(min=1) / 2))
+    return w @ v
+
+
+def rel(x, ref):
+    return ((x.double() - ref).norm() / ref.norm().clamp(min=1e-30)).item()
+
+
+def padding(kv_bsz, src, lengths):
+    """(kv_bsz, src) bool, True past each length (right padding; fairseq's encoder pads left,
+    the kernels do not care where)."""
+    return torch.arange(src)[None, :] >= torch.tensor(lengths)[:, None]
+
+
+def run(dtype, d, tgt, src, heads=2, kv_bsz=2, key_padding=None, causal=False, kv_groups=1, gamma=None, seed=0):
+    """Output and gradients of the kernels and of the reference; returns the four errors."""
+    g = torch.Generator().manual_seed(seed)
+    bsz = kv_bsz * kv_groups
+    q = torch.randn(bsz, heads, tgt, d, generator=g).to(dtype).requires_grad_()
+    k = torch.randn(kv_bsz, heads, src, d, generator=g).to(dtype).requires_grad_()
+    v = torch.randn(kv_bsz, heads, src, d, generator=g).to(dtype).requires_grad_()
+    upstream = torch.randn(bsz, heads, tgt, d, generator=g).to(dtype)
+    scale = 1 / math.sqrt(d)
+    out = ra.relu_attention(q, k, v, key_padding, causal, kv_groups, scale, gamma)
+    assert out.dtype == dtype and out.shape == (bsz, heads, tgt, d)
+    out.backward(upstream)
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    ref = reference(q64, k64, v64, key_padding, causal, kv_groups, scale, gamma)
+    ref.backward(upstream.double())
+    for t in (out, q.grad, k.grad, v.grad):
+        assert torch.isfinite(t).all()
+    return {
+        "out": rel(out, ref),
+        "dq": rel(q.grad, q64.grad),
+        "dk": rel(k.grad, k64.grad),
+        "dv": rel(v.grad, v64.grad),
+    }, (out, q.grad, k.grad, v.grad)
+
+
+def assert_close(errors, dtype):
+    assert max(errors.values()) <= TOL[dtype], errors
+
+
+# --------------------------------------------------------------------------- accuracy
+@pytest.mark.parametrize("d", ra.HEAD_DIMS)
+def test_fp32_each_head_dim_ragged_cross_attention_relu_scaled(d):
+    """Cross-attention (T != S), ragged key padding, ReLUFormer's row factor, fp32."""
+    errors, _ = run(torch.float32, d, tgt=19, src=37, key_padding=padding(2, 37, [37, 21]), gamma=0.7)
+    assert_close(errors, torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("d", [32, 256])
+def test_half_dtypes(dtype, d):
+    """fp16 / bf16 at the smallest and largest head dim, causal self-attention with ragged
+    padding (the tiles of the 16-bit configurations are the largest: 70 tokens span two)."""
+    pad = padding(2, 70, [70, 45])
+    errors, _ = run(dtype, d, tgt=70, src=70, key_padding=pad, causal=True)
+    assert_close(errors, dtype)
+    if dtype == torch.bfloat16:  # rounded to nearest, as on a GPU (a truncating cast: 6e-3)
+        assert max(errors.values()) < 4e-3, errors
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_dtypes_cross_attention_with_kv_groups(dtype):
+    errors, _ = run(dtype, 64, tgt=9, src=70, key_padding=padding(2, 70, [33, 70]), kv_groups=3, gamma=1.0)
+    assert_close(errors, dtype)
+
+
+@pytest.mark.parametrize("gamma", [None, 1.3])
+def test_causal_self_attention_with_padding(gamma):
+    errors, _ = run(torch.float32, 64, tgt=45, src=45, key_padding=padding(2, 45, [45, 30]), causal=True, gamma=gamma)
+    assert_close(errors, torch.float32)
+
+
+def test_causal_with_more_keys_than_queries():
+    """Causal with S > T: the last T queries of a longer sequence (query i sees j <= i + S - T)."""
+    errors, _ = run(torch.float32, 32, tgt=7, src=40, causal=True, gamma=1.0)
+    assert_close(errors, torch.float32)
+
+
+def test_kv_groups_beam_search_layout():
+    """Query batch entry b reads key copy b // kv_groups (core._scores), fp32, relu."""
+    errors, _ = run(torch.float32, 128, tgt=5, src=33, kv_bsz=2, kv_groups=4, key_padding=padding(2, 33, [12, 33]))
+    assert_close(errors, torch.float32)
+
+
+def test_no_mask_single_query_and_single_key():
+    for tgt, src in ((1, 9), (9, 1), (1, 1)):
+        errors, _ = run(torch.float32, 32, tgt=tgt, src=src, heads=1, kv_bsz=1, gamma=2.0)
+        assert_close(errors, torch.float32)
+
+
+# --------------------------------------------------------------------------- empty rows
+@pytest.mark.parametrize("gamma", [None, 1.0])
+def test_rows_without_visible_keys_or_positive_scores_are_exactly_zero(gamma):
+    """A sentence whose keys are all padding, causal rows that see no key (T > S), and rows
+    whose every score is negative: exactly 0 out, finite gradients (0 for those rows)."""
+    d, tgt, src = 32, 6, 5
+    q = torch.randn(3, 1, tgt, d)
+    k = torch.randn(3, 1, src, d).abs() + 0.1
+    q[2, 0, :3] = -q[2, 0, :3].abs() - 0.1  # negative against positive keys: no positive score
+    v = torch.randn(3, 1, src, d)
+    pad = torch.zeros(3, src, dtype=torch.bool)
+    pad[0] = True  # sentence 0: every key is padding
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    out = ra.relu_attention(q, k, v, pad, causal=True, gamma=gamma)  # T > S: row i sees j <= i - 1
+    out.backward(torch.randn_like(out))
+    assert torch.equal(out[0], torch.zeros_like(out[0]))
+    assert torch.equal(out[1:, :, 0], torch.zeros_like(out[1:, :, 0]))  # query 0 sees no key
+    assert torch.equal(out[2, 0, :3], torch.zeros(3, d))
+    assert out[1, 0, 1:].abs().sum() > 0
+    for g in (q.grad, k.grad, v.grad):
+        assert torch.isfinite(g).all()
+    assert torch.equal(q.grad[0], torch.zeros_like(q.grad[0])) and torch.equal(q.grad[2, 0, :3], torch.zeros(3, d))
+    assert torch.equal(k.grad[0], torch.zeros_like(k.grad[0])) and torch.equal(v.grad[0], torch.zeros_like(v.grad[0]))
+
+
+# --------------------------------------------------------------------------- registration
+class OpCounter(torch.utils._python_dispatch.TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_one_dispatched_op_per_kernel():
+    """Forward: one op; backward: one per pass (dK/dV, dQ); nothing else of ours is dispatched
+    (the row factor needs no zero gradient, the head output needs no copy to fairseq's layout)."""
+    x = torch.randn(2, 2, 7, 32)
+    q, k, v = (x.clone().requires_grad_() for _ in range(3))
+    w = torch.randn(2, 2, 7, 32, requires_grad=True)
+    with OpCounter() as fwd:
+        out = ra.relu_attention(q * w, k, v, gamma=1.0)
+    with OpCounter() as bwd:
+        out.backward(torch.ones_like(out))
+    assert fwd.ops == ["aten.mul.Tensor", "fsa.relu_attention_fwd.default"]
+    ours = [op for op in bwd.ops if op.startswith("fsa.")]
+    assert sorted(ours) == ["fsa.relu_attention_bwd_dkdv.default", "fsa.relu_attention_bwd_dq.default"]
+    assert "aten.zeros.default" not in bwd.ops
+    # (T, B, H, d) memory: fairseq's (T, B, H * d) is a view
+    assert out.permute(2, 0, 1, 3).is_contiguous()
+
+
+def test_custom_ops_pass_opcheck():
+    """torch.library.opcheck: schema, fake (meta) kernels, autograd registration."""
+    q = torch.randn(2, 1, 5, 32, requires_grad=True)
+    k = torch.randn(1, 1, 6, 32, requires_grad=True)
+    v = torch.randn(1, 1, 6, 32, requires_grad=True)
+    pad = padding(1, 6, [4])
+    torch.library.opcheck(
+        ra.relu_attention_fwd,
+        (q, k, v, pad, False, 2, 0.5, True, 1.4),
+        test_utils=("test_schema", "test_autograd_registration", "test_faketensor"),
+    )
+
+
+def test_traced_by_torch_compile_without_graph_breaks():
+    """torch.compile (aot_eager: fake-tensor tracing of forward and backward, no C++
+    compiler needed) sees the custom ops and matches the eager result."""
+    q, k, v = (torch.randn(1, 2, 6, 32, requires_grad=True) for _ in range(3))
+
+    def f(q, k, v):
+        return ra.relu_attention(q * 2, k, v, causal=True, gamma=1.0).sum()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
+    loss = compiled(q, k, v)
+    loss.backward()
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    f(q, k, v).backward()
+    assert torch.allclose(loss, f(q, k, v))
+    for a, t in zip(grads, (q, k, v)):
+        assert torch.allclose(a, t.grad)
+
+
+# --------------------------------------------------------------------------- configurations
+def test_launch_configs_cover_every_head_dim_and_dtype_once():
+    configs = ra.launch_configs()
+    names = [c["name"] for c in configs]
+    assert len(names) == len(set(names)) == 3 * len(ra.HEAD_DIMS) * len(ra.DTYPES)
+    for c in configs:
+        assert set(c) == {"name", "kernel", "signature", "constexprs", "num_warps", "num_stages"}
+        fn = c["kernel"]
+        assert isinstance(fn, ra.JITFunction)  # the compiled form, whatever TRITON_INTERPRET says
+        assert list(c["signature"]) == fn.arg_names
+        assert {a for a, t in c["signature"].items() if t == "constexpr"} == set(c["constexprs"])
+        assert c["constexprs"]["UPCAST"] is False and c["constexprs"]["PRECISION"] == "ieee"
+        assert all(t in ("*fp32", "*fp16", "*bf16", "*i8", "i32", "fp32", "constexpr") for t in c["signature"].values())
+
+
+def test_every_launch_uses_a_listed_configuration(monkeypatch):
+    """The launcher picks among launch_configs() only: every launch of a forward + backward
+    (each dtype, a small and a large head dim) is a listed (kernel, constexprs, warps,
+    stages) with the listed argument types; the interpreter changes only UPCAST (bf16)."""
+    log = []
+    monkeypatch.setattr(ra, "LAUNCH_LOG", log)
+    for dtype in ra.DTYPES:
+        for d in (32, 128):
+            q, k, v = (torch.randn(1, 1, 3, d).to(dtype).requires_grad_() for _ in range(3))
+            ra.relu_attention(q, k, v, padding(1, 3, [2]), gamma=1.0).sum().backward()
+    assert len(log) == 3 * 2 * 3
+    listed = {c["name"]: c for c in ra.launch_configs()}
+    for name, fn, constexprs, warps, stages, arg_types in log:
+        c = listed[name]
+        assert fn.fn is c["kernel"].fn
+        assert (constexprs, warps, stages) == (c["constexprs"], c["num_warps"], c["num_stages"])
+        assert arg_types == [t for t in c["signature"].values() if t != "constexpr"]
+
+
+def test_bad_input_is_one_clear_error():
+    q = torch.randn(1, 1, 4, 48)
+    with pytest.raises(ValueError, match="head dims q 48"):
+        ra.relu_attention(q, q, q)
+    q = torch.randn(2, 1, 4, 32)
+    k = torch.randn(1, 1, 4, 32)
+    with pytest.raises(ValueError, match="kv_groups 1"):
+        ra.relu_attention(q, k, k)
+    with pytest.raises(ValueError, match="key_padding must be bool"):
+        ra.relu_attention(q, k, k, torch.zeros(2, 4, dtype=torch.bool), kv_groups=2)
+    with pytest.raises(ValueError, match="gamma must be > 0"):
+        ra.relu_attention(q, k, k, kv_groups=2, gamma=0.0)
+    assert ra.unsupported(q.double(), k.double(), k.double()) is not None

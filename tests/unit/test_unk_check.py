@@ -1,0 +1,79 @@
+"""No silent <unk> (issue 34): words mapped to <unk>, the one-third rule, the codes
+record and the warnings' wording, on hand-built inputs.  The real commands:
+tests/integration/test_new_user.py."""
+
+import hashlib
+import io
+
+from fairseq_sparse_attn.unk_check import InputCheck, codes_record, too_many_unknown, unknown_words
+
+VOCAB = {"ein", "hund", "l@@", "äuft", "."}
+
+
+def is_unk(piece):
+    return piece not in VOCAB
+
+
+def test_words_are_grouped_from_their_pieces():
+    # "l@@ äuft" is one word of two known pieces; "x@@ äuft": one word, unknown through its first piece
+    assert unknown_words("ein hund l@@ äuft .".split(), is_unk) == ([], 4)
+    assert unknown_words("ein x@@ äuft wiese .".split(), is_unk) == (["xäuft", "wiese"], 4)
+    assert unknown_words([], is_unk) == ([], 0)
+
+
+def test_more_than_a_third():
+    assert not too_many_unknown(["a"], 3)  # exactly a third
+    assert too_many_unknown(["a", "b"], 5)
+    assert not too_many_unknown(["a"], 4)
+    assert not too_many_unknown([], 0)
+
+
+def test_codes_record_from_the_flag_or_beside_the_data_bin(tmp_path):
+    (tmp_path / "bpe").mkdir()
+    codes = tmp_path / "bpe" / "codes"
+    codes.write_text("#version: 0.2\ne n\n")
+    (tmp_path / "data-bin").mkdir()
+    want = {"path": str(codes), "sha256": hashlib.sha256(codes.read_bytes()).hexdigest()}
+    assert codes_record(None, str(tmp_path / "data-bin")) == want
+    assert codes_record(str(codes), None) == want
+    assert codes_record(None, str(tmp_path / "elsewhere" / "data-bin")) is None
+
+
+def check(bpe=None, codes=None, record=None):
+    out = io.StringIO()
+    records = {"m.pt": {"bpe": record}} if record else {"m.pt": None}
+    return InputCheck("fsa-interactive", bpe=bpe, bpe_codes=codes, records=records, stream=out), out
+
+
+def test_warnings_name_the_likely_cause(tmp_path):
+    codes = tmp_path / "codes"
+    codes.write_text("#version: 0.2\ne n\n")
+    record = {"path": str(codes), "sha256": hashlib.sha256(codes.read_bytes()).hexdigest()}
+
+    c, out = check(record=record)  # trained on BPE, no --bpe
+    c.start()
+    assert "m.pt was trained on BPE input" in out.getvalue() and f"--bpe-codes {codes}" in out.getvalue()
+    assert c.check("input line 1", "ein wiese baum".split(), is_unk)
+    last = out.getvalue().splitlines()[-1]
+    assert last.startswith("fsa-interactive: warning: input line 1: 2 of its 3 words map to <unk> (wiese, baum)")
+    assert "no --bpe/--bpe-codes given" in last
+    assert not c.check("input line 2", "ein hund wiese".split(), is_unk)
+    assert len(out.getvalue().splitlines()) == 2
+
+    other = tmp_path / "other"
+    other.write_text("#version: 0.2\nx y\n")
+    c, out = check(bpe="subword_nmt", codes=str(other), record=record)
+    c.start()
+    assert f"--bpe-codes {other} is not the codes file m.pt was trained with ({codes}" in out.getvalue()
+
+    c, out = check(bpe="subword_nmt", codes=str(codes), record=record)  # the right codes: nothing before
+    c.start()
+    assert out.getvalue() == ""
+    c.check("input line 1", "wiese baum".split(), is_unk)
+    assert "another language" in out.getvalue()
+
+    c, out = check()  # an older checkpoint, no record: only the per-input line
+    c.start()
+    assert out.getvalue() == ""
+    c.check("input line 1", "wiese baum".split(), is_unk)
+    assert "a model trained on BPE input needs its codes file" in out.getvalue()
