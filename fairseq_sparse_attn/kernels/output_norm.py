@@ -25,9 +25,9 @@ Each direction is one Triton kernel and one torch custom op:
 
 so autograd, ``torch.compile`` (``register_fake``) and a dispatch-level op counter see one
 op per direction.  On CUDA tensors the kernels are compiled by Triton; on CPU tensors they
-run in Triton's interpreter (slow: for tests and the op count, never for training).  The
-interpreter is used explicitly, whatever ``TRITON_INTERPRET`` says, so nothing here reads
-or sets that variable.
+run in Triton's interpreter (slow: for tests, never for training), explicitly, whatever
+``TRITON_INTERPRET`` says (:mod:`.launch`, the launch of every kernel of this package).
+The kernels have no ``tl.dot``, so bf16 is exact in the interpreter (no upcast).
 
 ``launch_configs()`` lists every configuration the launcher can pick (input dtype x weight
 dtype x gate x block width); the launcher picks only among them, and
@@ -42,6 +42,8 @@ import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+
+from .launch import kernel_forms, launch
 
 #: the input dtypes served, and each one's Triton pointer type
 _DTYPES: Dict[torch.dtype, str] = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -144,6 +146,13 @@ def rms_norm_bwd_kernel(
         tl.store(DGW_PART + pid * n_cols + cols, dgw, mask=mask)
 
 
+#: the compiled form (CUDA, and what launch_configs() lists, whatever ``TRITON_INTERPRET``
+#: made of the decorated functions) and the interpreted form (CPU) of each kernel
+_FWD = kernel_forms(rms_norm_fwd_kernel)
+_BWD = kernel_forms(rms_norm_bwd_kernel)
+_FORMS = {id(forms.compiled): forms for forms in (_FWD, _BWD)}  # (hashing a JITFunction parses its source)
+
+
 def _warps(block: int) -> int:
     """8 to 16 features per thread and vector (fewer below 256).  The backward with 8 warps
     at width 1024 made ptxas spill on sm_90 (48 registers, 12 bytes; the ahead-of-time
@@ -176,7 +185,7 @@ def launch_configs() -> List[dict]:
                     configs.append(
                         {
                             "name": _config_name("fwd", dtype, wdtype, gated, block),
-                            "kernel": rms_norm_fwd_kernel,
+                            "kernel": _FWD.compiled,
                             "signature": fwd_sig,
                             "constexprs": {"HAS_GATE": gated, "BLOCK_D": block},
                             "num_warps": _warps(block),
@@ -190,7 +199,7 @@ def launch_configs() -> List[dict]:
                     configs.append(
                         {
                             "name": _config_name("bwd", dtype, wdtype, gated, block),
-                            "kernel": rms_norm_bwd_kernel,
+                            "kernel": _BWD.compiled,
                             "signature": bwd_sig,
                             "constexprs": {"HAS_GATE": gated, "HALF_BOUND": dtype in _HALF, "BLOCK_D": block},
                             "num_warps": _warps(block),
@@ -218,25 +227,9 @@ def pick_config(direction: str, dtype: torch.dtype, wdtype: torch.dtype, gated: 
     return _configs_by_name()[_config_name(direction, dtype, wdtype, gated, block)]
 
 
-def interpreted() -> bool:
-    """Whether this process runs Triton kernels in the interpreter: decided once, by
-    ``TRITON_INTERPRET=1`` in the environment when triton was imported (``@triton.jit`` and
-    triton.language's own functions are built for one mode at import)."""
-    from triton.runtime.jit import JITFunction
-
-    return not isinstance(tl.sum, JITFunction)
-
-
 def _launch(config: dict, grid: Tuple[int, ...], device: torch.device, *args) -> None:
-    kernel = config["kernel"]
-    if device.type == "cuda":
-        kernel[grid](*args, **config["constexprs"], num_warps=config["num_warps"], num_stages=config["num_stages"])
-    elif device.type == "cpu" and interpreted():
-        kernel[grid](*args, **config["constexprs"])
-    else:
-        raise RuntimeError(
-            f"fused RMSNorm: {device.type} tensors need CUDA, or CPU tensors with TRITON_INTERPRET=1 set before triton is imported"
-        )
+    forms = _FORMS[id(config["kernel"])]
+    launch(forms, grid, device, args, config["constexprs"], config["num_warps"], config["num_stages"])
 
 
 @functools.lru_cache(maxsize=None)
