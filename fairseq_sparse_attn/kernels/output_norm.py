@@ -8,8 +8,8 @@ The formulas are those of ``attention/output_norms.py`` (``rms_normalize``):
 computed in float32 whatever the input dtype (float16 / bfloat16 / float32 inputs; weights
 float32 or the input's dtype), returned in the input's dtype; the backward is the module's
 hand-written one, including its fp16/bf16 gradient bound: for half inputs the
-normalization's part of dz is scaled by ``min(1, RMS(z) / floor)`` (``floor`` =
-``HALF_BACKWARD_RMS_FLOOR`` of ``attention/output_norms.py``), the gate's part and the
+normalization's part of dz is scaled by ``min(1, RMS(z) / floor)`` (``floor``: the
+caller's, ``HALF_BACKWARD_RMS_FLOOR`` of ``attention/output_norms.py`` as it is at the call), the gate's part and the
 parameter gradients are exact.
 
 Each direction is one Triton kernel and one torch custom op:
@@ -348,34 +348,29 @@ def _backward(ctx, grad_out, grad_rstd):
 rms_norm_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
-def _default_half_floor() -> float:
-    # read at the call, as the module's backward does (imported here: attention/ imports
-    # this module, not the other way round at import time)
-    from ..attention.output_norms import HALF_BACKWARD_RMS_FLOOR
-
-    return float(HALF_BACKWARD_RMS_FLOOR)
-
-
 def fused_rms_normalize(
     z: Tensor,
     eps: float,
     weight: Tensor,
-    gate_weight: Optional[Tensor] = None,
-    half_backward_rms_floor: Optional[float] = None,
+    gate_weight: Optional[Tensor],
+    half_backward_rms_floor: float,
 ) -> Tensor:
     """z / sqrt(mean(z^2) + eps) * weight [* sigmoid(gate_weight * z)] over the last
     dimension: ``attention.output_norms.rms_normalize`` (float32/float16/bfloat16 inputs) in
-    one fused kernel per direction.  ``half_backward_rms_floor`` defaults to
-    ``HALF_BACKWARD_RMS_FLOOR`` as it is at the call."""
-    floor = _default_half_floor() if half_backward_rms_floor is None else float(half_backward_rms_floor)
-    return torch.ops.fsa.rms_norm_fwd(z, weight, gate_weight, float(eps), floor)[0]
+    one fused kernel per direction.  ``half_backward_rms_floor``: the floor of the fp16/bf16
+    gradient bound, the caller's (``attention/output_norms.py`` passes its
+    ``HALF_BACKWARD_RMS_FLOOR`` as it is at the call; the kernels import nothing of
+    ``attention/``)."""
+    return torch.ops.fsa.rms_norm_fwd(z, weight, gate_weight, float(eps), float(half_backward_rms_floor))[0]
 
 
-def fused_rmsnorm(z: Tensor, weight: Tensor, eps: float) -> Tensor:
+def fused_rmsnorm(z: Tensor, weight: Tensor, eps: float, half_backward_rms_floor: float) -> Tensor:
     """RMSNorm(z) = z / RMS(z) * weight (``rmsnorm``, ReLA-i's ``rmsnorm_i``)."""
-    return fused_rms_normalize(z, eps, weight)
+    return fused_rms_normalize(z, eps, weight, None, half_backward_rms_floor)
 
 
-def fused_gated_rmsnorm(z: Tensor, weight: Tensor, gate_weight: Tensor, eps: float) -> Tensor:
+def fused_gated_rmsnorm(
+    z: Tensor, weight: Tensor, gate_weight: Tensor, eps: float, half_backward_rms_floor: float
+) -> Tensor:
     """sigmoid(gate_weight * z) * RMSNorm(z) (ReLA-g's ``gated_rmsnorm``)."""
-    return fused_rms_normalize(z, eps, weight, gate_weight)
+    return fused_rms_normalize(z, eps, weight, gate_weight, half_backward_rms_floor)
