@@ -158,3 +158,15 @@ TINY_TRAIN_ARGS = [
     "--max-update",
     "2",
 ]
+
+
+class OpLog(torch.utils._python_dispatch.TorchDispatchMode):
+    """The ops dispatched below autograd, by name (``aten.mul``, ``fsa.rms_norm_fwd``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))

@@ -118,7 +118,9 @@ class SparseMultiheadAttention(MultiheadAttention):
         masked = MaskedHeads(head_cfg.masked_heads, num_heads) if head_cfg.masked_heads else None
         self._build_biases(config.biases, config.layer_index)
         self.activation = build_activation(config.activation, max(self.num_learned_heads, 1))
-        self.output_norm = build_output_norm(config.output_norm, embed_dim, self.head_dim)
+        # the fused norm kernel: the user chose the fused path (decided here, once)
+        fused_norm = config.backend.name == "triton"
+        self.output_norm = build_output_norm(config.output_norm, embed_dim, self.head_dim, fused=fused_norm)
         rhe = config.biases.rhe
         self.heads = HeadPlan(
             num_heads,

@@ -17,10 +17,19 @@ no initialiser in the official code, so it takes that code base's default "unifo
 scaling" initializer, which for a vector of size d is U(-sqrt(3/d), sqrt(3/d)); we use
 the same.  The statistics are computed in float32 whatever the input dtype (fp16/bf16
 safe: eps = 1e-8 underflows in fp16) and the result is cast back.
+
+Fused: with ``--attn-backend triton`` (the attention module's backend, read once when the
+module is built: ``build_output_norm(..., fused=True)``), ``rmsnorm``, ``rmsnorm_i`` and
+``gated_rmsnorm`` run as one Triton kernel per direction
+(:func:`fairseq_sparse_attn.kernels.output_norm.fused_rms_normalize`: the same formulas
+and the same fp16/bf16 gradient bound) for float32 / float16 / bfloat16 inputs with
+float32 or same-dtype parameters; other inputs (float64: gradcheck) take the path below.
+The widths the kernel serves (1 to 2048 features) are checked at build: a wider norm is
+not fused.
 """
 
 import math
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import torch
 import torch.nn as nn
@@ -36,11 +45,18 @@ output_norm_names = OUTPUT_NORM_REGISTRY.names
 RMSNORM_EPS = 1e-8
 
 
-def build_output_norm(config: Union[OutputNormConfig, str], embed_dim: int, head_dim: int) -> nn.Module:
-    """The output norm ``config`` describes (a name alone: eps = RMSNORM_EPS)."""
+def build_output_norm(
+    config: Union[OutputNormConfig, str], embed_dim: int, head_dim: int, fused: bool = False
+) -> nn.Module:
+    """The output norm ``config`` describes (a name alone: eps = RMSNORM_EPS); ``fused``
+    (the attention module's backend is ``triton``): the RMS norms run as the fused Triton
+    kernel where it serves the width (module docstring; the other norms ignore it)."""
     if isinstance(config, str):
         config = OutputNormConfig(name=config)
-    return OUTPUT_NORM_REGISTRY.get_or_raise(config.name)(embed_dim=embed_dim, head_dim=head_dim, eps=float(config.eps))
+    norm = OUTPUT_NORM_REGISTRY.get_or_raise(config.name)(embed_dim=embed_dim, head_dim=head_dim, eps=float(config.eps))
+    if fused and isinstance(norm, _FusableRMSNorm):
+        norm.use_fused_kernel()
+    return norm
 
 
 def uniform_unit_scaling_(tensor: torch.Tensor, fan: int) -> torch.Tensor:
@@ -197,6 +213,36 @@ def rms_normalize(
     return _as(out, z.dtype)
 
 
+_FUSED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+class _FusableRMSNorm(nn.Module):
+    """An RMS norm that can run as the fused Triton kernel (:func:`build_output_norm`)."""
+
+    eps: float
+    weight: nn.Parameter
+    #: ``fused_rms_normalize`` once :meth:`use_fused_kernel` chose it, else None
+    _fused: Optional[Callable[..., torch.Tensor]] = None
+
+    def use_fused_kernel(self) -> None:
+        """Run as the fused kernel from now on, where it serves the width (else unchanged)."""
+        from ..kernels import output_norm
+
+        if 1 <= self.weight.numel() <= output_norm.MAX_WIDTH:
+            self._fused = output_norm.fused_rms_normalize
+
+    @property
+    def fused(self) -> bool:
+        return self._fused is not None
+
+    def _normalize(self, z, gate_weight=None):
+        fused = self._fused
+        w = self.weight
+        if fused is not None and z.dtype in _FUSED_DTYPES and (w.dtype == torch.float32 or w.dtype == z.dtype):
+            return fused(z, self.eps, w, gate_weight, HALF_BACKWARD_RMS_FLOOR)  # the floor as it is now
+        return rms_normalize(z, self.eps, w, gate_weight)
+
+
 @register_output_norm("none")
 class NoOutputNorm(nn.Identity):
     def __init__(self, embed_dim, head_dim, eps):
@@ -204,7 +250,7 @@ class NoOutputNorm(nn.Identity):
 
 
 @register_output_norm("rmsnorm")
-class RMSNorm(nn.Module):
+class RMSNorm(_FusableRMSNorm):
     """RMSNorm(z) = z / RMS(z) * g (ReLA Eq. 4), gain initialised to 1."""
 
     def __init__(self, embed_dim, head_dim, eps):
@@ -218,10 +264,10 @@ class RMSNorm(nn.Module):
         nn.init.ones_(self.weight)
 
     def forward(self, z):
-        return rms_normalize(z, self.eps, self.weight)
+        return self._normalize(z)
 
     def extra_repr(self):
-        return f"{self.weight.numel()}, eps={self.eps}"
+        return f"{self.weight.numel()}, eps={self.eps}" + (", fused" if self.fused else "")
 
 
 @register_output_norm("rmsnorm_i")
@@ -250,17 +296,17 @@ class _Gated(nn.Module):
 
 
 @register_output_norm("gated_rmsnorm")
-class GatedRMSNorm(_Gated):
+class GatedRMSNorm(_Gated, _FusableRMSNorm):
     def __init__(self, embed_dim, head_dim, eps):
         super().__init__(embed_dim, head_dim, eps)
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(embed_dim))
 
     def forward(self, z):
-        return rms_normalize(z, self.eps, self.weight, self.gate_weight)
+        return self._normalize(z, self.gate_weight)
 
     def extra_repr(self):
-        return f"{self.weight.numel()}, eps={self.eps}"
+        return f"{self.weight.numel()}, eps={self.eps}" + (", fused" if self.fused else "")
 
 
 @register_output_norm("layernorm")

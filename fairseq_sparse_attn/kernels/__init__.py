@@ -11,11 +11,12 @@ kernel a GPU run can launch.
 
 Importing this package imports nothing else: each kernel module imports ``triton`` (an
 install requirement on every machine: ``make install`` installs the version the installed
-torch pins) when it is itself imported.  On a CPU the kernels run through Triton's
-interpreter (see :mod:`.relu_attention`).
+torch pins) when it is itself imported.  Every kernel is launched through :mod:`.launch`:
+compiled on CUDA tensors, through Triton's interpreter on CPU tensors.
 
 Modules: :mod:`.relu_attention` (ReLA ``relu`` / ReLUFormer ``relu_scaled`` attention,
 forward and backward); :mod:`.output_norm` (RMSNorm-i and the gated RMSNorm over the
-concatenated heads, forward and backward); :mod:`.aot` (the ahead-of-time compile check of
-every ``launch_configs()``, ``make check-kernels``).
+concatenated heads, forward and backward); :mod:`.launch` (the launch of every kernel:
+compiled or interpreted); :mod:`.aot` (the ahead-of-time compile check of every
+``launch_configs()``, ``make check-kernels``).
 """

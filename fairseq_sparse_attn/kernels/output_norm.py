@@ -8,8 +8,8 @@ The formulas are those of ``attention/output_norms.py`` (``rms_normalize``):
 computed in float32 whatever the input dtype (float16 / bfloat16 / float32 inputs; weights
 float32 or the input's dtype), returned in the input's dtype; the backward is the module's
 hand-written one, including its fp16/bf16 gradient bound: for half inputs the
-normalization's part of dz is scaled by ``min(1, RMS(z) / floor)`` (``floor`` =
-``HALF_BACKWARD_RMS_FLOOR`` of ``attention/output_norms.py``), the gate's part and the
+normalization's part of dz is scaled by ``min(1, RMS(z) / floor)`` (``floor``: the
+caller's, ``HALF_BACKWARD_RMS_FLOOR`` of ``attention/output_norms.py`` as it is at the call), the gate's part and the
 parameter gradients are exact.
 
 Each direction is one Triton kernel and one torch custom op:
@@ -25,9 +25,9 @@ Each direction is one Triton kernel and one torch custom op:
 
 so autograd, ``torch.compile`` (``register_fake``) and a dispatch-level op counter see one
 op per direction.  On CUDA tensors the kernels are compiled by Triton; on CPU tensors they
-run in Triton's interpreter (slow: for tests and the op count, never for training).  The
-interpreter is used explicitly, whatever ``TRITON_INTERPRET`` says, so nothing here reads
-or sets that variable.
+run in Triton's interpreter (slow: for tests, never for training), explicitly, whatever
+``TRITON_INTERPRET`` says (:mod:`.launch`, the launch of every kernel of this package).
+The kernels have no ``tl.dot``, so bf16 is exact in the interpreter (no upcast).
 
 ``launch_configs()`` lists every configuration the launcher can pick (input dtype x weight
 dtype x gate x block width); the launcher picks only among them, and
@@ -42,6 +42,8 @@ import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+
+from .launch import kernel_forms, launch
 
 #: the input dtypes served, and each one's Triton pointer type
 _DTYPES: Dict[torch.dtype, str] = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -144,6 +146,13 @@ def rms_norm_bwd_kernel(
         tl.store(DGW_PART + pid * n_cols + cols, dgw, mask=mask)
 
 
+#: the compiled form (CUDA, and what launch_configs() lists, whatever ``TRITON_INTERPRET``
+#: made of the decorated functions) and the interpreted form (CPU) of each kernel
+_FWD = kernel_forms(rms_norm_fwd_kernel)
+_BWD = kernel_forms(rms_norm_bwd_kernel)
+_FORMS = {id(forms.compiled): forms for forms in (_FWD, _BWD)}  # (hashing a JITFunction parses its source)
+
+
 def _warps(block: int) -> int:
     """8 to 16 features per thread and vector (fewer below 256).  The backward with 8 warps
     at width 1024 made ptxas spill on sm_90 (48 registers, 12 bytes; the ahead-of-time
@@ -176,7 +185,7 @@ def launch_configs() -> List[dict]:
                     configs.append(
                         {
                             "name": _config_name("fwd", dtype, wdtype, gated, block),
-                            "kernel": rms_norm_fwd_kernel,
+                            "kernel": _FWD.compiled,
                             "signature": fwd_sig,
                             "constexprs": {"HAS_GATE": gated, "BLOCK_D": block},
                             "num_warps": _warps(block),
@@ -190,7 +199,7 @@ def launch_configs() -> List[dict]:
                     configs.append(
                         {
                             "name": _config_name("bwd", dtype, wdtype, gated, block),
-                            "kernel": rms_norm_bwd_kernel,
+                            "kernel": _BWD.compiled,
                             "signature": bwd_sig,
                             "constexprs": {"HAS_GATE": gated, "HALF_BOUND": dtype in _HALF, "BLOCK_D": block},
                             "num_warps": _warps(block),
@@ -218,25 +227,9 @@ def pick_config(direction: str, dtype: torch.dtype, wdtype: torch.dtype, gated: 
     return _configs_by_name()[_config_name(direction, dtype, wdtype, gated, block)]
 
 
-def interpreted() -> bool:
-    """Whether this process runs Triton kernels in the interpreter: decided once, by
-    ``TRITON_INTERPRET=1`` in the environment when triton was imported (``@triton.jit`` and
-    triton.language's own functions are built for one mode at import)."""
-    from triton.runtime.jit import JITFunction
-
-    return not isinstance(tl.sum, JITFunction)
-
-
 def _launch(config: dict, grid: Tuple[int, ...], device: torch.device, *args) -> None:
-    kernel = config["kernel"]
-    if device.type == "cuda":
-        kernel[grid](*args, **config["constexprs"], num_warps=config["num_warps"], num_stages=config["num_stages"])
-    elif device.type == "cpu" and interpreted():
-        kernel[grid](*args, **config["constexprs"])
-    else:
-        raise RuntimeError(
-            f"fused RMSNorm: {device.type} tensors need CUDA, or CPU tensors with TRITON_INTERPRET=1 set before triton is imported"
-        )
+    forms = _FORMS[id(config["kernel"])]
+    launch(forms, grid, device, args, config["constexprs"], config["num_warps"], config["num_stages"])
 
 
 @functools.lru_cache(maxsize=None)
@@ -355,34 +348,29 @@ def _backward(ctx, grad_out, grad_rstd):
 rms_norm_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
-def _default_half_floor() -> float:
-    # read at the call, as the module's backward does (imported here: attention/ imports
-    # this module, not the other way round at import time)
-    from ..attention.output_norms import HALF_BACKWARD_RMS_FLOOR
-
-    return float(HALF_BACKWARD_RMS_FLOOR)
-
-
 def fused_rms_normalize(
     z: Tensor,
     eps: float,
     weight: Tensor,
-    gate_weight: Optional[Tensor] = None,
-    half_backward_rms_floor: Optional[float] = None,
+    gate_weight: Optional[Tensor],
+    half_backward_rms_floor: float,
 ) -> Tensor:
     """z / sqrt(mean(z^2) + eps) * weight [* sigmoid(gate_weight * z)] over the last
     dimension: ``attention.output_norms.rms_normalize`` (float32/float16/bfloat16 inputs) in
-    one fused kernel per direction.  ``half_backward_rms_floor`` defaults to
-    ``HALF_BACKWARD_RMS_FLOOR`` as it is at the call."""
-    floor = _default_half_floor() if half_backward_rms_floor is None else float(half_backward_rms_floor)
-    return torch.ops.fsa.rms_norm_fwd(z, weight, gate_weight, float(eps), floor)[0]
+    one fused kernel per direction.  ``half_backward_rms_floor``: the floor of the fp16/bf16
+    gradient bound, the caller's (``attention/output_norms.py`` passes its
+    ``HALF_BACKWARD_RMS_FLOOR`` as it is at the call; the kernels import nothing of
+    ``attention/``)."""
+    return torch.ops.fsa.rms_norm_fwd(z, weight, gate_weight, float(eps), float(half_backward_rms_floor))[0]
 
 
-def fused_rmsnorm(z: Tensor, weight: Tensor, eps: float) -> Tensor:
+def fused_rmsnorm(z: Tensor, weight: Tensor, eps: float, half_backward_rms_floor: float) -> Tensor:
     """RMSNorm(z) = z / RMS(z) * weight (``rmsnorm``, ReLA-i's ``rmsnorm_i``)."""
-    return fused_rms_normalize(z, eps, weight)
+    return fused_rms_normalize(z, eps, weight, None, half_backward_rms_floor)
 
 
-def fused_gated_rmsnorm(z: Tensor, weight: Tensor, gate_weight: Tensor, eps: float) -> Tensor:
+def fused_gated_rmsnorm(
+    z: Tensor, weight: Tensor, gate_weight: Tensor, eps: float, half_backward_rms_floor: float
+) -> Tensor:
     """sigmoid(gate_weight * z) * RMSNorm(z) (ReLA-g's ``gated_rmsnorm``)."""
-    return fused_rms_normalize(z, eps, weight, gate_weight)
+    return fused_rms_normalize(z, eps, weight, gate_weight, half_backward_rms_floor)

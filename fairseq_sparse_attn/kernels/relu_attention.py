@@ -40,10 +40,10 @@ Custom ops (``torch.library``), one per kernel: ``fsa::relu_attention_fwd``,
 is the differentiable entry (autograd through ``register_autograd``; ``register_fake``
 for ``torch.compile``).
 
-Devices: CUDA tensors run the compiled kernels; CPU tensors run the *same kernel source*
-through Triton's interpreter (slow, for tests and CI: ``TRITON_INTERPRET`` is not needed,
-the interpreted form is built explicitly, so the choice does not depend on the order in
-which modules were imported).  Interpreter limits: bf16 ``tl.dot`` is wrong there, so an
+Devices (:mod:`.launch`, shared with :mod:`.output_norm`): CUDA tensors run the compiled
+kernels; CPU tensors run the *same kernel source* through Triton's interpreter (slow, for
+tests and CI: ``TRITON_INTERPRET`` is not needed, the interpreted form is built
+explicitly, so the choice does not depend on the order in which modules were imported).  Interpreter limits: bf16 ``tl.dot`` is wrong there, so an
 interpreted bf16 launch upcasts the (bf16-rounded) dot operands to fp32 (constexpr
 ``UPCAST``, the only difference to the GPU configuration; the products of two bf16 numbers
 are exact in fp32, so this is what the tensor cores compute); races never show (programs
@@ -55,7 +55,6 @@ ahead of time covers every launch.  Masks and the row scale are run-time argumen
 constexprs), so there are 3 kernels x 4 head dims x 3 dtypes = 36 configurations.
 """
 
-import contextlib
 import functools
 import math
 from typing import Dict, List, Optional, Tuple
@@ -64,8 +63,8 @@ import torch
 import triton
 import triton.language as tl
 from torch import Tensor
-from triton.runtime.interpreter import InterpretedFunction
-from triton.runtime.jit import JITFunction
+
+from .launch import interpreted, kernel_forms, launch
 
 __all__ = ["HEAD_DIMS", "DTYPES", "launch_configs", "relu_attention", "unsupported"]
 
@@ -322,10 +321,7 @@ _NOT_SPECIALIZED = ("H", "G", "T", "S", "has_pad", "causal", "row_scaled")
 
 #: kernel name -> (compiled form for CUDA tensors, interpreted form for CPU tensors)
 _KERNELS = {
-    fn.__name__.lstrip("_"): (
-        JITFunction(fn, do_not_specialize=_NOT_SPECIALIZED),
-        InterpretedFunction(fn, do_not_specialize=_NOT_SPECIALIZED),
-    )
+    fn.__name__.lstrip("_"): kernel_forms(fn, do_not_specialize=_NOT_SPECIALIZED)
     for fn in (_relu_attention_fwd, _relu_attention_bwd_dkdv, _relu_attention_bwd_dq)
 }
 
@@ -435,50 +431,23 @@ def _arg_type(x) -> str:
 
 def _launch(kernel: str, dtype: torch.dtype, head_dim: int, grid, args: tuple) -> None:
     cfg = _config(kernel, dtype, head_dim)
-    interpreted = args[0].device.type == "cpu"
-    fn = _KERNELS[kernel][1 if interpreted else 0]
+    forms = _KERNELS[kernel]
+    on_cpu = interpreted(args[0].device)
     constexprs = dict(cfg["constexprs"])
-    if interpreted and dtype == torch.bfloat16:
+    if on_cpu and dtype == torch.bfloat16:
         constexprs["UPCAST"] = True  # the interpreter's bf16 tl.dot is wrong (module docstring)
     if LAUNCH_LOG is not None:
         LAUNCH_LOG.append(
             (
                 cfg["name"],
-                fn,
+                forms.interpreted if on_cpu else forms.compiled,
                 dict(cfg["constexprs"]),
                 cfg["num_warps"],
                 cfg["num_stages"],
                 [_arg_type(a) for a in args],
             )
         )
-    with _interpreting_nested_jit() if interpreted else contextlib.nullcontext():
-        fn[grid](*args, **constexprs, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
-
-
-@contextlib.contextmanager
-def _interpreting_nested_jit():
-    """While an interpreted kernel runs, the ``@triton.jit`` functions it calls (Triton's own
-    ``tl.zeros``, ``tl.sum``, ...: compiled-form objects unless ``TRITON_INTERPRET=1`` was
-    set when ``triton.language`` was imported) run through the interpreter too.  Triton
-    reads ``TRITON_INTERPRET`` once, when a function is decorated, for the whole process;
-    this makes the interpreted launch independent of it (and leaves the compiled forms,
-    which the ahead-of-time compile check needs, untouched)."""
-    original = JITFunction.__call__
-
-    def call(self, *args, **kwargs):
-        interpreted = _NESTED.get(id(self))
-        if interpreted is None:
-            interpreted = _NESTED[id(self)] = InterpretedFunction(self.fn)
-        return interpreted(*args, **kwargs)
-
-    JITFunction.__call__ = call
-    try:
-        yield
-    finally:
-        JITFunction.__call__ = original
-
-
-_NESTED: Dict[int, InterpretedFunction] = {}  # id(JITFunction) (hashing one parses its source)
+    launch(forms, grid, args[0].device, args, constexprs, cfg["num_warps"], cfg["num_stages"])
 
 
 # --------------------------------------------------------------------------- checks

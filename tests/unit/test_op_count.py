@@ -128,31 +128,23 @@ def test_rela_g_norm_ops_are_fewer_than_an_autograd_composite():
 TRITON_TARGET = 1.03
 
 
-@pytest.mark.parametrize(
-    "preset",
-    [
-        "rela_i",
-        "reluformer",
-        pytest.param(
-            "rela_g",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="1.053x: the gated RMSNorm is not one kernel yet (issue 31.2, the fused output norms)",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("preset", ["rela_g", "rela_i", "reluformer"])
 def test_relu_family_on_triton_within_3_percent_of_stock_at_dropout_0(preset, monkeypatch):
     """Head dim 32 (d = 256, 8 heads: the kernels' smallest); each kernel is one custom op
-    (test_triton_relu_attention.py runs them through the interpreter and counts one op per
-    kernel).  The launch inside the op is stubbed here: it sits below the dispatcher, so it
-    dispatches nothing and cannot change the count, and the interpreter would take minutes."""
+    (test_triton_relu_attention.py and test_triton_output_norm.py run them through the
+    interpreter and count one op per kernel), the RMS output norms included (fused on this
+    backend).  The launches inside the ops are stubbed here: they sit below the dispatcher,
+    so they dispatch nothing and cannot change the count, and the interpreter would take
+    minutes."""
     pytest.importorskip("triton")
-    from fairseq_sparse_attn.kernels import relu_attention
+    from fairseq_sparse_attn.kernels import output_norm, relu_attention
 
-    monkeypatch.setattr(relu_attention, "_launch", lambda *args, **kwargs: None)
+    for kernels in (relu_attention, output_norm):
+        monkeypatch.setattr(kernels, "_launch", lambda *args, **kwargs: None)
     stock = sum(train_step_ops(*STOCK, attention_dropout=0.0).values())
     arch, over = PRESETS[preset]
     ops = train_step_ops(arch, {**over, "attn_backend": "triton"}, dim=256, attention_dropout=0.0)
     assert ops["relu_attention_fwd"] == 18 and ops["relu_attention_bwd_dq"] == 18  # 6 + 6 + 6 attention calls
+    normed = 18 if preset in ("rela_g", "rela_i") else 0  # every attention call of a normed preset
+    assert ops["rms_norm_fwd"] == normed and ops["rms_norm_bwd"] == normed
     assert sum(ops.values()) <= TRITON_TARGET * stock, (sum(ops.values()), stock)

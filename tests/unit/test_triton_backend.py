@@ -1,9 +1,10 @@
-"""The ``triton`` attention backend (attention/backends/triton.py, issue 31 items 1 and 7)
+"""The ``triton`` attention backend (attention/backends/triton.py, issue 31 items 1, 2 and 7)
 through :class:`SparseMultiheadAttention` against the materialized path, on CPU (the kernels
 run through Triton's interpreter): outputs and the gradients of every parameter, for encoder
 self-attention with padding, causal decoder self-attention with padding, cross-attention
-and beam search's key groups; what it refuses (with the reasons); ``auto`` follows the
-recorded GPU results only."""
+and beam search's key groups; the RMS output norms through the fused norm kernel on this
+backend only (the eager path elsewhere, unchanged); what it refuses (with the reasons);
+``auto`` follows the recorded GPU results only."""
 
 import dataclasses
 import json
@@ -21,22 +22,22 @@ from fairseq_sparse_attn.attention.core import AttendSpec, AttentionInputs, atte
 from fairseq_sparse_attn.attention.heads import HeadPlan  # noqa: E402
 from fairseq_sparse_attn.errors import UsageError  # noqa: E402
 
-from helpers import attention_config  # noqa: E402
+from helpers import OpLog, attention_config  # noqa: E402
 
 E, H = 64, 2  # head dim 32
 
 
-def pair(activation, **kind):
+def pair(activation, output_norm="none", **kind):
     """(materialized module, triton module) with the same parameters."""
     torch.manual_seed(0)
-    ref = SparseMultiheadAttention(E, H, config=_config(activation, "materialized"), **kind)
-    fused = SparseMultiheadAttention(E, H, config=_config(activation, "triton"), **kind)
+    ref = SparseMultiheadAttention(E, H, config=_config(activation, "materialized", output_norm), **kind)
+    fused = SparseMultiheadAttention(E, H, config=_config(activation, "triton", output_norm), **kind)
     fused.load_state_dict(ref.state_dict())
     return ref, fused
 
 
-def _config(activation, backend):
-    return dataclasses.replace(attention_config(activation), backend=BackendConfig(name=backend))
+def _config(activation, backend, output_norm="none"):
+    return dataclasses.replace(attention_config(activation, output_norm), backend=BackendConfig(name=backend))
 
 
 def grads(module):
@@ -85,6 +86,103 @@ def test_cross_attention():
     ref, fused = pair("relu_scaled", encoder_decoder_attention=True)
     x, enc = torch.randn(5, 2, E), torch.randn(12, 2, E)
     run_both(ref, fused, x, enc, key_padding_mask=padding(2, 12, [12, 7]), need_weights=False, static_kv=True)
+
+
+RMS_NORMS = ["rmsnorm", "rmsnorm_i", "gated_rmsnorm"]
+
+
+@pytest.mark.parametrize("norm", RMS_NORMS)
+def test_rms_output_norms_run_fused_on_triton_and_match_the_eager_path(norm):
+    """Output and every gradient (q/k/v/out projections, the norm's gain and gate weight)
+    of the fused norm kernel + attention kernels against the materialized backend with the
+    eager norm (fp32, 1e-5), on encoder self-attention with padding; the forward and the
+    backward each dispatch the norm as one op (fsa::rms_norm_fwd / fsa::rms_norm_bwd)."""
+    ref, fused = pair("relu", norm, self_attention=True)
+    assert fused.output_norm.fused and not ref.output_norm.fused
+    x = torch.randn(7, 3, E)
+    kw = dict(key_padding_mask=padding(3, 7, [7, 4, 6]), need_weights=False)
+    with torch.no_grad():
+        fused.output_norm.weight.uniform_(-1.5, 1.5)  # a gain that is not 1 (rmsnorm's init)
+        ref.output_norm.weight.copy_(fused.output_norm.weight)
+    run_both(ref, fused, x, x, **kw)
+    names = {n for n, _ in fused.named_parameters()}
+    assert "output_norm.weight" in names and ("output_norm.gate_weight" in names) == (norm == "gated_rmsnorm")
+    with OpLog() as log:
+        out, _ = fused(x, x, x, **kw)
+        out.sum().backward()
+    assert log.ops.count("fsa.rms_norm_fwd") == 1 and log.ops.count("fsa.rms_norm_bwd") == 1
+    with OpLog() as log:
+        out, _ = ref(x, x, x, **kw)
+        out.sum().backward()
+    assert not any(op.startswith("fsa.") for op in log.ops)
+
+
+@pytest.mark.parametrize("backend", ["auto", "materialized", "sdpa", "key_block", "query_block", "flex"])
+def test_output_norms_on_other_backends_are_the_eager_path_bit_for_bit(backend):
+    """A module on any other backend keeps the eager norm: no fused op, the same numbers as
+    ``rms_normalize`` bit for bit."""
+    from fairseq_sparse_attn.attention.output_norms import rms_normalize
+
+    for norm in RMS_NORMS:
+        torch.manual_seed(0)
+        m = SparseMultiheadAttention(E, H, self_attention=True, config=_config("relu", backend, norm))
+        assert not m.output_norm.fused
+        z = torch.randn(5, 2, E, requires_grad=True)
+        with OpLog() as log:
+            out = m.output_norm(z)
+        assert not any(op.startswith("fsa.") for op in log.ops)
+        gate = getattr(m.output_norm, "gate_weight", None)
+        assert torch.equal(out, rms_normalize(z, m.output_norm.eps, m.output_norm.weight, gate))
+
+
+def test_fused_norm_serves_float32_half_and_bfloat16_only_and_its_widths():
+    """On triton: float64 inputs (gradcheck) and fp32 inputs with half parameters take the
+    eager path; a norm wider than the kernel serves (2048 features) is not fused."""
+    from fairseq_sparse_attn.attention.output_norms import build_output_norm
+    from fairseq_sparse_attn.kernels.output_norm import MAX_WIDTH
+
+    norm = build_output_norm("gated_rmsnorm", E, 32, fused=True)
+    assert norm.fused and "fused" in repr(norm)
+    for z, fused_op in (
+        (torch.randn(2, E), True),
+        (torch.randn(2, E).half(), True),
+        (torch.randn(2, E).bfloat16(), True),
+        (torch.randn(2, E).double(), False),
+    ):
+        with OpLog() as log:
+            out = norm(z)
+        assert out.dtype == z.dtype and ("fsa.rms_norm_fwd" in log.ops) == fused_op, z.dtype
+    norm.half()
+    with OpLog() as log:
+        norm(torch.randn(2, E))
+    assert "fsa.rms_norm_fwd" not in log.ops
+    assert not build_output_norm("rmsnorm", MAX_WIDTH + 1, 64, fused=True).fused
+    assert build_output_norm("rmsnorm", MAX_WIDTH, 64, fused=True).fused
+    for name in ("none", "layernorm", "gated_layernorm"):
+        assert not hasattr(build_output_norm(name, E, 32, fused=True), "fused")
+
+
+@pytest.mark.parametrize("floor", [None, 1e-4])
+def test_fused_norm_takes_the_half_gradient_floor_as_it_is_at_the_call(floor, monkeypatch):
+    """fp16 rows of RMS ~1e-3 (under the default floor 1e-2, over 1e-4): the fused norm's
+    dz equals the eager norm's, with the module constant read at each call."""
+    from fairseq_sparse_attn.attention import output_norms
+
+    if floor is not None:
+        monkeypatch.setattr(output_norms, "HALF_BACKWARD_RMS_FLOOR", floor)
+    torch.manual_seed(2)
+    eager = output_norms.build_output_norm("gated_rmsnorm", E, 32)
+    fused = output_norms.build_output_norm("gated_rmsnorm", E, 32, fused=True)
+    fused.load_state_dict(eager.state_dict())
+    z = (torch.randn(3, E) * 1e-3).half()
+    upstream = torch.randn(3, E).half()
+    dz = [torch.autograd.grad(m(z.requires_grad_()), z, upstream)[0] for m in (eager, fused)]
+    assert rel(dz[1], dz[0]) <= 1e-2
+    unbounded = torch.autograd.grad(
+        output_norms.rms_normalize(z.float(), eager.eps, eager.weight, eager.gate_weight), z, upstream.float()
+    )[0]
+    ratio = dz[1].float().norm() / unbounded.float().norm()
+    assert (ratio < 0.5) == (floor is None)
 
 
 def test_attend_with_key_groups_and_a_row_without_keys():
