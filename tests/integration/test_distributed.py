@@ -140,7 +140,8 @@ def two_processes(data, tmp_path_factory):
             "0",
             "--max-epoch",
             "1",
-            env_extra={"FSA_PROBE_SAVE_DIR_PER_RANK": "1"},
+            # FSA_VERBOSE: fairseq's configuration dump (hidden by default) shows the world
+            env_extra={"FSA_PROBE_SAVE_DIR_PER_RANK": "1", "FSA_VERBOSE": "1"},
         )
     )
     return out, log

@@ -153,7 +153,7 @@ def test_train_without_arch(small_data, tmp_path):
 
 
 def test_validate_without_task(small_data, rela_run):
-    proc = fsa("validate", small_data / "data-bin", "--path", rela_run / "checkpoint_last.pt")
+    proc = fsa("validate", small_data / "data-bin", "--path", rela_run / "checkpoint_last.pt", "--batch-size", "8")
     one_line_error(
         proc, "fsa-validate: error: --task is required", "the checkpoint was trained with --task translation"
     )
