@@ -63,7 +63,9 @@ class Decision:
 def read_plain(source_path, correct_path, incorrect_path, group_path=None) -> List[ContrastiveItem]:
     """Line-aligned source / correct / incorrect (/ group) files, one item per line."""
     paths = [p for p in (source_path, correct_path, incorrect_path, group_path) if p is not None]
-    columns = [read_lines(p) for p in paths]
+    # a blank group label is a record (an item in no group), so a group file keeps its
+    # trailing blank line
+    columns = [read_lines(p, blank_tail=(p is group_path)) for p in paths]
     for path, lines in zip(paths[1:], columns[1:]):
         if len(lines) != len(columns[0]):
             raise ValueError(

@@ -252,12 +252,13 @@ def open_text(path):
     return open(path, encoding="utf-8")
 
 
-def read_lines(path) -> List[str]:
+def read_lines(path, blank_tail: bool = False) -> List[str]:
     """The lines of a text file (``.gz`` allowed), without their line ends
-    (:mod:`fairseq_sparse_attn.text_lines`)."""
+    (:mod:`fairseq_sparse_attn.text_lines`; ``blank_tail``: a trailing blank line is a
+    record)."""
     from ..text_lines import read_lines as read
 
-    return read(path)
+    return read(path, blank_tail=blank_tail)
 
 
 def read_text_lines(path: str) -> List[str]:
