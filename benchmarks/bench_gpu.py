@@ -47,6 +47,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 PRESETS = {
     "softmax": ["--arch", "transformer_iwslt_de_en"],
     "rela_g": ["--arch", "rela_transformer_iwslt_de_en"],
+    "rela_g_triton": ["--arch", "rela_transformer_iwslt_de_en", "--attn-backend", "triton"],
     "rela_i": ["--arch", "rela_transformer_iwslt_de_en", "--attn-output-norm", "rmsnorm_i"],
     "reluformer": ["--arch", "reluformer_iwslt_de_en"],
     "entmax15": ["--arch", "entmax15_transformer_iwslt_de_en"],
@@ -54,7 +55,9 @@ PRESETS = {
     "fixed_pattern": ["--arch", "fixed_pattern_transformer_iwslt_de_en"],
 }
 DTYPE_FLAGS = {"fp16": ["--fp16"], "bf16": ["--bf16"], "fp32": []}
-PARTS = ("attention", "long", "train")
+PARTS = ("kernels", "attention", "long", "train", "loss_scale")
+#: the loss-scale part: fp16 runs over --loss-scale-updates updates, side by side
+LOSS_SCALE_PRESETS = ("softmax", "rela_g", "rela_g_triton")
 
 _UPS = re.compile(r"train_inner \| (\{.*\})")
 
@@ -143,7 +146,7 @@ def synthetic_corpus(out: Path, pairs: int, seed: int = 0) -> Path:
     return dest
 
 
-def train_command(data: Path, preset: str, dtype: str, args) -> list:
+def train_command(data: Path, preset: str, dtype: str, args, langs=("src", "tgt"), max_update=None) -> list:
     return [
         sys.executable,
         "-m",
@@ -154,9 +157,9 @@ def train_command(data: Path, preset: str, dtype: str, args) -> list:
         "--task",
         "translation",
         "-s",
-        "src",
+        langs[0],
         "-t",
-        "tgt",
+        langs[1],
         *PRESETS[preset],
         *DTYPE_FLAGS[dtype],
         "--share-all-embeddings",
@@ -177,7 +180,7 @@ def train_command(data: Path, preset: str, dtype: str, args) -> list:
         "--max-tokens",
         str(args.max_tokens),
         "--max-update",
-        str(args.max_update),
+        str(max_update or args.max_update),
         "--log-format",
         "json",
         "--log-interval",
@@ -215,7 +218,7 @@ def run_part(name, cmd, budget, results):
         results[name]["stderr_tail"] = p.stderr[-2000:]
 
 
-def train_part(args, budget, data):
+def train_part(args, budget, data, progress=None):
     """{dtype: {"runs": {preset: [ups or None per round]}, "ratios": {...}}}."""
     from timing import summarize_ratios
 
@@ -238,6 +241,9 @@ def train_part(args, budget, data):
                     print(f"[bench-gpu] {dtype} {preset}: {type(e).__name__}: {e}", flush=True)
                     ups = None
                 runs[preset].append(ups)
+                if progress is not None:  # every run as it ends (a cut-off call keeps them)
+                    with open(progress, "a") as f:
+                        f.write(json.dumps({"dtype": dtype, "round": r + 1, "preset": preset, "ups": ups}) + "\n")
                 print(
                     f"[bench-gpu] {dtype} round {r + 1} {preset}: {'-' if ups is None else f'{ups:.2f}'} updates/s",
                     flush=True,
@@ -248,6 +254,68 @@ def train_part(args, budget, data):
             ratios[preset] = summarize_ratios(pairs) if pairs else None
         out[dtype] = {"runs": runs, "ratios": ratios}
     return out
+
+
+_OVERFLOW = "gradient overflow detected"
+
+
+def parse_loss_scale(log: str):
+    """fairseq's ``loss_scale`` of every ``train_inner`` record, [(update, scale), ...], and
+    the number of overflow notes (each one an update skipped and the scale halved)."""
+    scales = []
+    for line in log.splitlines():
+        m = _UPS.search(line)
+        if m:
+            rec = json.loads(m.group(1))
+            if "loss_scale" in rec:
+                scales.append((int(rec["num_updates"]), float(rec["loss_scale"])))
+    return scales, sum(_OVERFLOW in line for line in log.splitlines())
+
+
+def data_languages(data: Path):
+    """(source, target) of a binarized corpus: the languages of its train.S-T.S.bin."""
+    for f in sorted(data.glob("train.*-*.*.bin")):
+        pair = f.name.split(".")[1]
+        return tuple(pair.split("-"))
+    raise FileNotFoundError(f"{data}: no train.S-T.S.bin (a fairseq-preprocess output folder)")
+
+
+def loss_scale_part(args, budget, data, out: Path):
+    """fp16 ``fairseq-train`` of :data:`LOSS_SCALE_PRESETS` side by side (not a timing: they
+    share the GPU) over ``--loss-scale-updates`` updates at fairseq's default loss-scale
+    settings: per preset the loss scale of every log record, its minimum, median and last
+    value, and the overflows; the median scale against softmax's."""
+    langs = data_languages(data)
+    procs, logs = {}, {}
+    for preset in LOSS_SCALE_PRESETS:
+        cmd = train_command(data, preset, "fp16", args, langs=langs, max_update=args.loss_scale_updates)
+        cmd[cmd.index("--log-interval") + 1] = "50"
+        logs[preset] = out / f"loss_scale_{preset}.log"
+        procs[preset] = subprocess.Popen(cmd, stdout=open(logs[preset], "w"), stderr=subprocess.STDOUT)
+    result = {"data": str(data), "updates": args.loss_scale_updates, "presets": {}}
+    for preset, proc in procs.items():
+        try:
+            code = proc.wait(timeout=max(1, budget.left()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            code = "timed out at --budget"
+        scales, overflows = parse_loss_scale(logs[preset].read_text())
+        values = [v for _, v in scales]
+        result["presets"][preset] = {
+            "returncode": code,
+            "scales": scales,
+            "overflows": overflows,
+            "last_update": scales[-1][0] if scales else 0,
+            "min": min(values) if values else None,
+            "median": statistics.median(values) if values else None,
+            "last": values[-1] if values else None,
+        }
+        print(f"[bench-gpu] loss scale {preset}: {result['presets'][preset]}", flush=True)
+    base = result["presets"]["softmax"]["median"]
+    for r in result["presets"].values():
+        r["median_vs_softmax"] = r["median"] / base if base and r["median"] else None
+    return result
 
 
 def table(result, device, date, commit):
@@ -282,6 +350,12 @@ def main(argv=None):
     p.add_argument("--max-tokens", type=int, default=4096)
     p.add_argument("--pairs", type=int, default=6000, help="sentence pairs of the synthetic corpus")
     p.add_argument("--long-lengths", default="1024,4096")
+    p.add_argument("--loss-scale-updates", type=int, default=1000)
+    p.add_argument(
+        "--loss-scale-data",
+        default="",
+        help="a binarized corpus for the loss-scale part (real text: numerics depend on it); default: the synthetic one",
+    )
     p.add_argument(
         "--budget",
         type=float,
@@ -304,6 +378,11 @@ def main(argv=None):
         return error(f"--rounds must be >= 3 (a spread needs rounds), got {args.rounds}")
     if args.max_update < 2 * args.log_interval:
         return error("--max-update must be at least twice --log-interval (the first interval is warm-up)")
+    if args.loss_scale_data:
+        try:
+            data_languages(Path(args.loss_scale_data))
+        except FileNotFoundError as e:
+            return error(f"--loss-scale-data {e}")
     reason = cuda_unavailable()
     if reason:
         return error(reason)
@@ -319,6 +398,13 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     results = {"settings": {k: v for k, v in vars(args).items()}, "parts": {}}
     py = sys.executable
+    if "kernels" in parts:
+        run_part(
+            "kernels",
+            [py, str(REPO / "benchmarks/gpu_kernels.py"), "--out", str(out / "kernels.json")],
+            budget,
+            results["parts"],
+        )
     if "attention" in parts:
         run_part(
             "attention",
@@ -363,11 +449,16 @@ def main(argv=None):
             budget,
             results["parts"],
         )
-    if "train" in parts:
+    if "train" in parts or "loss_scale" in parts:
         tmp = Path(tempfile.mkdtemp(prefix="bench_gpu_"))
         try:
             data = synthetic_corpus(tmp, args.pairs)
-            results["parts"]["train"] = train_part(args, budget, data)
+            if "loss_scale" in parts:
+                ls_data = Path(args.loss_scale_data) if args.loss_scale_data else data
+                results["parts"]["loss_scale"] = loss_scale_part(args, budget, ls_data, out)
+                write_json(out / "bench_gpu.json", results, argv=sys.argv)
+            if "train" in parts:
+                results["parts"]["train"] = train_part(args, budget, data, out / "train_runs.jsonl")
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     device = torch.cuda.get_device_name(0)

@@ -64,3 +64,29 @@ def test_gpu_check_refuses_cleanly_without_cuda():
     p = _run("gpu_check.py", "--time-budget", "5")
     assert p.returncode == 2
     assert p.stderr.strip().splitlines()[-1].startswith("gpu_check: error: no CUDA device")
+
+
+def test_loss_scale_records_and_overflow_notes():
+    # the note fairseq's trainer logs on an fp16 overflow (read from its source, so that a
+    # fairseq that words it differently fails here rather than counting 0 overflows)
+    import fairseq.trainer
+
+    assert "gradient overflow detected" in Path(fairseq.trainer.__file__).read_text()
+    log = (
+        LOG.replace('"gnorm"', '"loss_scale": "128", "gnorm"', 1)
+        + "2026-11-25 13:32:38 | INFO | fairseq.trainer | NOTE: gradient overflow detected, ignoring gradient, "
+        "setting loss scale to: 64.0\n"
+        + LOG.splitlines()[1].replace('"num_updates": "4"', '"num_updates": "6", "loss_scale": "64"')
+        + "\n"
+    )
+    scales, overflows = bench_gpu.parse_loss_scale(log)
+    assert scales == [(2, 128.0), (6, 64.0)]
+    assert overflows == 1
+
+
+def test_data_languages_names_the_folder(tmp_path):
+    (tmp_path / "train.en-de.en.bin").write_bytes(b"")
+    assert bench_gpu.data_languages(tmp_path) == ("en", "de")
+    with pytest.raises(FileNotFoundError, match=str(tmp_path / "empty")):
+        (tmp_path / "empty").mkdir()
+        bench_gpu.data_languages(tmp_path / "empty")

@@ -1,0 +1,306 @@
+#!/usr/bin/env python
+"""``make bench-gpu`` part ``kernels``: the Triton kernels on a CUDA device (issue 31, item 8).
+
+1. **Correctness.** ``kernels.relu_attention`` (``relu`` and ``relu_scaled``) at head dims
+   32, 64, 128 and 256 in float32, float16 and bfloat16, and the fused output norms
+   (RMSNorm-i, gated RMSNorm) in the three dtypes, against the plain formulas computed in
+   float64 on the same device from the same (dtype-rounded) inputs: the output and every
+   gradient, as ``||x - ref|| / ||ref||``.  Fresh random inputs per check (never zeros); the
+   attention cases hold ragged key padding, cross-attention (T != S), causal
+   self-attention, a sentence whose keys are all padding (its rows must be exactly 0) and
+   rows with no positive score.  Tolerances: float32 1e-5 (IEEE dots), float16 and
+   bfloat16 1e-2.
+2. **Timing.** Forward + backward of one attention call, ReLU attention (Triton) against
+   SDPA's flash kernel (softmax), head dim 64, 8 heads, 16,384 tokens per call
+   (batch = 16,384 / length) at lengths 32, 128, 1,024 and 4,096, non-causal and causal,
+   in float16 and bfloat16: ``triton.testing.do_bench`` medians (CUDA events, warm-up
+   first); flash is timed twice (before and after Triton) so that its own spread is
+   reported next to the ratio.
+
+    python benchmarks/gpu_kernels.py --out bench_gpu_out/kernels.json
+    python benchmarks/gpu_kernels.py --smoke --device cpu     # tiny, through the interpreter
+
+Writes JSON (every figure, the device, torch and Triton versions) and prints a table.
+"""
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+HEAD_DIMS = (32, 64, 128, 256)
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+TOLERANCE = {"fp32": 1e-5, "fp16": 1e-2, "bf16": 1e-2}
+LENGTHS = (32, 128, 1024, 4096)
+
+
+def rel_err(x, ref):
+    x = x.double()
+    den = ref.norm().item()
+    num = (x - ref).norm().item()
+    if not math.isfinite(num):
+        return float("inf")
+    return num / den if den > 0 else num
+
+
+def plain_relu_attention(q, k, v, pad, causal, scale, gamma):
+    """The formula in float64 (kernels/relu_attention.py docstring): materialized weights."""
+    s = scale * torch.einsum("bhtd,bhsd->bhts", q, k)
+    T, S = q.size(2), k.size(2)
+    visible = torch.ones(q.size(0), 1, T, S, dtype=torch.bool, device=q.device)
+    if pad is not None:
+        visible = visible & ~pad[:, None, None, :]
+    if causal:
+        i = torch.arange(T, device=q.device)[:, None]
+        j = torch.arange(S, device=q.device)[None, :]
+        visible = visible & (j <= i + S - T)
+    w = torch.relu(s) * visible
+    if gamma is not None:
+        n = visible.sum(-1, keepdim=True).clamp(min=1).double()
+        w = w / (gamma * torch.sqrt(n / 2))
+    return torch.einsum("bhts,bhsd->bhtd", w, v)
+
+
+ATTENTION_CASES = {
+    # name: (B, H, T, S, causal, gamma, padded)
+    "cross_padded": (3, 2, 37, 53, False, None, True),
+    "causal_self_scaled": (2, 2, 48, 48, True, 1.5, True),
+    "self_unpadded": (2, 2, 40, 40, False, None, False),
+}
+
+
+def check_attention(device, d, dtype_name, case, seed):
+    from fairseq_sparse_attn.kernels.relu_attention import relu_attention
+
+    B, H, T, S, causal, gamma, padded = ATTENTION_CASES[case]
+    dtype = DTYPES[dtype_name]
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    q, k, v, dout = (
+        torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
+        for shape in ((B, H, T, d), (B, H, S, d), (B, H, S, d), (B, H, T, d))
+    )
+    pad = None
+    if padded:
+        lengths = torch.randint(1, S + 1, (B,), generator=g)
+        lengths[0] = S
+        pad = torch.arange(S)[None, :] >= lengths[:, None]
+        if B > 2:
+            pad[-1] = True  # a sentence whose keys are all padding: its rows must be 0
+        pad = pad.to(device)
+    q[0, 0, 0] = 0  # a row with no positive score (every score is 0): its output must be 0
+    scale = d**-0.5
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    out = relu_attention(*leaves, key_padding=pad, causal=causal, scale=scale, gamma=gamma)
+    out.backward(dout)
+    refs = [t.double().clone().requires_grad_(True) for t in (q, k, v)]
+    ref = plain_relu_attention(*refs, pad, causal, scale, gamma)
+    ref.backward(dout.double())
+    errs = {"out": rel_err(out, ref)}
+    for name, a, r in zip(("dq", "dk", "dv"), leaves, refs):
+        errs[name] = rel_err(a.grad, r.grad)
+    finite = all(torch.isfinite(t).all().item() for t in (out, *(a.grad for a in leaves)))
+    zero_rows_ok = bool((out[0, 0, 0] == 0).all().item())
+    if pad is not None and bool(pad[-1].all()):
+        zero_rows_ok = zero_rows_ok and bool((out[-1] == 0).all().item())
+    tol = TOLERANCE[dtype_name]
+    ok = finite and zero_rows_ok and all(e <= tol for e in errs.values())
+    return {"errors": errs, "finite": finite, "empty_rows_zero": zero_rows_ok, "tolerance": tol, "ok": ok}
+
+
+def plain_rms_norm(z, weight, gate_weight, eps):
+    r = torch.rsqrt(z.pow(2).mean(-1, keepdim=True) + eps)
+    out = z * r * weight
+    if gate_weight is not None:
+        out = out * torch.sigmoid(gate_weight * z)
+    return out
+
+
+def check_norm(device, dtype_name, gated, seed, rows=300, width=512):
+    from fairseq_sparse_attn.attention.output_norms import HALF_BACKWARD_RMS_FLOOR
+    from fairseq_sparse_attn.kernels.output_norm import fused_rms_normalize
+
+    dtype = DTYPES[dtype_name]
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    z = torch.randn(rows, width, generator=g).to(device=device, dtype=dtype)
+    dout = torch.randn(rows, width, generator=g).to(device=device, dtype=dtype)
+    w = (1 + 0.1 * torch.randn(width, generator=g)).to(device)
+    gw = (0.5 * torch.randn(width, generator=g)).to(device) if gated else None
+    eps = 1e-6
+    leaves = [t.clone().requires_grad_(True) for t in (z, w) + ((gw,) if gated else ())]
+    out = fused_rms_normalize(leaves[0], eps, leaves[1], leaves[2] if gated else None, HALF_BACKWARD_RMS_FLOOR)
+    out.backward(dout)
+    refs = [t.double().clone().requires_grad_(True) for t in (z, w) + ((gw,) if gated else ())]
+    ref = plain_rms_norm(refs[0], refs[1], refs[2] if gated else None, eps)
+    ref.backward(dout.double())
+    errs = {"out": rel_err(out, ref)}
+    for name, a, r in zip(("dz", "dweight", "dgate"), leaves, refs):
+        errs[name] = rel_err(a.grad, r.grad)
+    tol = TOLERANCE[dtype_name]
+    finite = bool(torch.isfinite(out).all().item())
+    return {"errors": errs, "finite": finite, "tolerance": tol, "ok": finite and all(e <= tol for e in errs.values())}
+
+
+def correctness(device, head_dims, dtype_names, seed=0, rows=None, save=lambda: None):
+    """Every check's row appended to ``rows`` (and ``save()`` called) as it ends."""
+    rows = [] if rows is None else rows
+    for d in head_dims:
+        for dt in dtype_names:
+            for case in ATTENTION_CASES:
+                seed += 1
+                t0 = time.time()
+                try:
+                    r = check_attention(device, d, dt, case, seed)
+                except Exception as e:  # recorded, never hidden
+                    r = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+                r.update(kernel="relu_attention", head_dim=d, dtype=dt, case=case, seconds=round(time.time() - t0, 2))
+                rows.append(r)
+                save()
+                print(f"[kernels] check relu_attention d{d} {dt} {case}: {fmt_check(r)}", flush=True)
+    for dt in dtype_names:
+        for gated in (False, True):
+            seed += 1
+            try:
+                r = check_norm(device, dt, gated, seed)
+            except Exception as e:
+                r = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+            r.update(kernel="gated_rmsnorm" if gated else "rmsnorm", dtype=dt)
+            rows.append(r)
+            save()
+            print(f"[kernels] check {r['kernel']} {dt}: {fmt_check(r)}", flush=True)
+    return rows
+
+
+def fmt_check(r):
+    if "error" in r:
+        return "ERROR " + r["error"][:300]
+    worst = max(r["errors"].values())
+    return f"{'ok' if r['ok'] else 'FAIL'} (max rel err {worst:.2e}, tol {r['tolerance']:.0e})"
+
+
+def time_case(device, dtype_name, length, tokens, heads, d, causal):
+    """Forward+backward and forward-only medians of ReLU attention (Triton) and SDPA flash
+    on one shape; flash and Triton alternate twice (each one's spread next to the ratio)."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from triton.testing import do_bench
+
+    from fairseq_sparse_attn.kernels.relu_attention import relu_attention
+
+    dtype = DTYPES[dtype_name]
+    B = max(1, tokens // length)
+    q, k, v, dout = (torch.randn(B, heads, length, d, device=device, dtype=dtype) for _ in range(4))
+    q, k, v = (t.requires_grad_(True) for t in (q, k, v))
+    scale = d**-0.5
+
+    def flash():
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+    def relu():
+        return relu_attention(q, k, v, causal=causal, scale=scale)
+
+    def bench(fn, backward=True):
+        def step():
+            if backward:
+                fn().backward(dout)
+            else:
+                with torch.no_grad():
+                    fn()
+
+        return do_bench(step, warmup=25, rep=100, grad_to_none=[q, k, v], return_mode="median")
+
+    r = {"dtype": dtype_name, "length": length, "batch": B, "heads": heads, "head_dim": d, "causal": causal}
+    try:
+        r["flash_ms"], r["relu_triton_ms"] = [], []
+        for _ in range(2):
+            r["flash_ms"].append(bench(flash))
+            r["relu_triton_ms"].append(bench(relu))
+        r["flash_fwd_ms"] = bench(flash, backward=False)
+        r["relu_triton_fwd_ms"] = bench(relu, backward=False)
+        r["speedup_vs_flash"] = statistics_ratio(r["flash_ms"], r["relu_triton_ms"])
+        r["fwd_speedup_vs_flash"] = r["flash_fwd_ms"] / r["relu_triton_fwd_ms"]
+    except Exception as e:  # recorded, never hidden
+        r["error"] = f"{type(e).__name__}: {e}"[:500]
+    return r
+
+
+def timing(device, dtype_names, lengths, tokens, heads, d, rows=None, save=lambda: None):
+    rows = [] if rows is None else rows
+    for dt in dtype_names:
+        for length in lengths:
+            for causal in (False, True):
+                r = time_case(device, dt, length, tokens, heads, d, causal)
+                rows.append(r)
+                save()
+                print(f"[kernels] time {fmt_time(r)}", flush=True)
+    return rows
+
+
+def statistics_ratio(flash, relu):
+    """flash / relu time: the ratio of the medians' means, with the range over pairings."""
+    pairs = [a / b for a in flash for b in relu]
+    return {"mean": sum(flash) / len(flash) / (sum(relu) / len(relu)), "min": min(pairs), "max": max(pairs)}
+
+
+def fmt_time(r):
+    head = f"{r['dtype']} L={r['length']} B={r['batch']} {'causal' if r['causal'] else 'full'}"
+    if "error" in r:
+        return f"{head}: ERROR {r['error'][:300]}"
+    s = r["speedup_vs_flash"]
+    return (
+        f"{head}: flash {'/'.join(f'{x:.3f}' for x in r['flash_ms'])} ms, relu-triton "
+        f"{'/'.join(f'{x:.3f}' for x in r['relu_triton_ms'])} ms fwd+bwd -> "
+        f"{s['mean']:.2f}x [{s['min']:.2f}-{s['max']:.2f}]; fwd only {r['fwd_speedup_vs_flash']:.2f}x"
+    )
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", default="bench_gpu_out/kernels.json")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--parts", default="correctness,timing")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes (a CPU check of this script)")
+    args = p.parse_args(argv)
+    parts = args.parts.split(",")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("gpu_kernels: error: no CUDA device (use --device cpu --smoke for a CPU check)", file=sys.stderr)
+        return 2
+    import triton
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result = {
+        "device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu (Triton interpreter)",
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+    def save():
+        out.write_text(json.dumps(result, indent=1) + "\n")
+
+    if "correctness" in parts:
+        dims = (32,) if args.smoke else HEAD_DIMS
+        result["correctness"] = []
+        correctness(args.device, dims, list(DTYPES), rows=result["correctness"], save=save)
+        result["correctness_ok"] = all(r["ok"] for r in result["correctness"])
+        save()
+    if "timing" in parts:
+        result["timing"] = []
+        if args.smoke:
+            timing(args.device, ["fp32"], (16,), 32, 2, 32, rows=result["timing"], save=save)
+        else:
+            timing(args.device, ["fp16", "bf16"], LENGTHS, 16384, 8, 64, rows=result["timing"], save=save)
+    print(f"[kernels] wrote {out}; correctness {'ok' if result.get('correctness_ok', True) else 'FAILED'}")
+    return 0 if result.get("correctness_ok", True) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
