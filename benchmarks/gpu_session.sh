@@ -40,8 +40,8 @@ EOF
 cat "$OUT/versions.txt"
 
 say "2. loss-scale runs in the background (fp16, 1000 updates, Multi30k)"
-timeout 230 $PY benchmarks/bench_gpu.py --parts loss_scale --loss-scale-data gpu_data/multi30k/data-bin \
-  --budget 220 --out "$OUT/loss_scale" > "$OUT/loss_scale.log" 2>&1 &
+timeout 190 $PY benchmarks/bench_gpu.py --parts loss_scale --loss-scale-data gpu_data/multi30k/data-bin \
+  --budget 175 --out "$OUT/loss_scale" > "$OUT/loss_scale.log" 2>&1 &
 LS=$!
 
 say "3. kernel correctness (CUDA, head dims 32-256, fp32/fp16/bf16)"

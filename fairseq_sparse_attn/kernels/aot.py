@@ -122,6 +122,19 @@ def _ptxas_flags() -> List[str]:
     return ["--regAllocOptLevel=2"] if "regAllocOptLevel" in inspect.getsource(CUDABackend.make_cubin) else []
 
 
+def _aligned_at_launch(name: str, arg_type: str) -> bool:
+    """Whether a real launch passes this argument as a multiple of 16, which Triton's
+    launcher specializes on (``tt.divisibility = 16``), so that the ahead-of-time compile
+    builds the binary a launch builds: tensor pointers (PyTorch's allocations are aligned)
+    and the strides of head-dim rows (multiples of the head dim, 32 to 256) or model-dim
+    rows, and the row width; not the key-padding mask's row stride (the key length).
+    (Without the strides, Triton 3.6.0's pipeliner compiled kernels here that crashed when
+    a launch on an H100 compiled them: docs/performance.md "GPU".)"""
+    if arg_type.startswith("*"):
+        return True
+    return arg_type == "i32" and (name.startswith("stride") or name == "n_cols") and name != "stride_pb"
+
+
 def _cache_key(config: dict, capability: int) -> str:
     import triton
 
@@ -131,6 +144,7 @@ def _cache_key(config: dict, capability: int) -> str:
         triton.__version__,
         str(capability),
         config["name"],
+        "aligned-strides",
         source,
         json.dumps(config["signature"], sort_keys=True),
         json.dumps({k: repr(v) for k, v in config["constexprs"].items()}, sort_keys=True),
@@ -173,7 +187,7 @@ def compile_config(config: dict, capability: int, use_cache: bool = True) -> Dic
     signature = config["signature"]
     # triton 3.6 / 3.7: constexprs and attrs keyed by the argument's path (index,)
     constexprs = {(args.index(k),): v for k, v in config["constexprs"].items()}
-    aligned = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(args) if signature[a].startswith("*")}
+    aligned = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(args) if _aligned_at_launch(a, signature[a])}
     source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=aligned)
     options = {"num_warps": config["num_warps"], "num_stages": config["num_stages"]}
     compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32), options=options)

@@ -130,12 +130,15 @@ def _relu_attention_fwd(
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         key_ok = offs_n < S
-        kt = tl.load(k_base + offs_n[None, :] * stride_ks + offs_d[:, None], mask=key_ok[None, :], other=0.0)
+        # k as a (keys, D) tile, transposed in the dot (as the dQ pass does): a (D, keys)
+        # load read through swapped strides gave wrong fp32 results at D >= 128 on an H100
+        # (Triton 3.6.0; docs/performance.md "GPU")
+        k = tl.load(k_base + offs_n[:, None] * stride_ks + offs_d[None, :], mask=key_ok[:, None], other=0.0)
         v = tl.load(v_base + offs_n[:, None] * stride_vs + offs_d[None, :], mask=key_ok[:, None], other=0.0)
         if UPCAST:
-            kt = kt.to(tl.float32)
+            k = k.to(tl.float32)
             v = v.to(tl.float32)
-        s = tl.dot(q, kt, input_precision=PRECISION) * scale
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
         if has_pad != 0:
             pad = tl.load(PAD + kb * stride_pb + offs_n, mask=key_ok, other=1)
             key_ok = key_ok & (pad == 0)
@@ -332,14 +335,14 @@ _KERNELS = {
 #: sm_80 (164 KiB) and sm_90 (227 KiB); the fp32 tiles are half as large.
 _TILES: Dict[Tuple[str, bool, int], Tuple[int, int, int, int]] = {}
 for _d, _half, _fwd, _dkdv, _dq in (
-    (32, True, (64, 32, 4, 3), (64, 64, 4, 2), (64, 64, 4, 2)),
-    (64, True, (64, 32, 4, 3), (32, 64, 4, 2), (64, 64, 4, 2)),
-    (128, True, (64, 64, 8, 2), (32, 64, 8, 2), (64, 64, 8, 2)),
+    (32, True, (64, 32, 4, 3), (64, 64, 4, 1), (64, 64, 4, 2)),
+    (64, True, (64, 32, 4, 3), (32, 64, 4, 1), (64, 64, 4, 2)),
+    (128, True, (64, 64, 8, 2), (32, 64, 8, 1), (64, 64, 8, 2)),
     (256, True, (64, 32, 8, 2), (32, 32, 8, 1), (32, 32, 8, 1)),
     (32, False, (64, 32, 4, 2), (32, 32, 4, 2), (32, 32, 4, 2)),
-    (64, False, (64, 32, 4, 2), (32, 32, 4, 2), (32, 32, 4, 2)),
-    (128, False, (32, 32, 4, 2), (32, 32, 4, 1), (32, 32, 8, 1)),
-    (256, False, (32, 32, 8, 1), (16, 16, 8, 1), (16, 16, 8, 1)),
+    (64, False, (64, 32, 8, 2), (32, 32, 4, 2), (32, 32, 8, 2)),
+    (128, False, (32, 32, 4, 2), (32, 32, 8, 1), (32, 32, 8, 1)),
+    (256, False, (16, 32, 8, 1), (16, 16, 8, 1), (16, 16, 8, 1)),
 ):
     _TILES[("relu_attention_fwd", _half, _d)] = _fwd
     _TILES[("relu_attention_bwd_dkdv", _half, _d)] = _dkdv
