@@ -65,11 +65,10 @@ import triton.language as tl
 from torch import Tensor
 
 from .launch import interpreted, kernel_forms, launch
+from .served import DTYPES, HEAD_DIMS, unserved
 
 __all__ = ["HEAD_DIMS", "DTYPES", "launch_configs", "relu_attention", "unsupported"]
 
-HEAD_DIMS = (32, 64, 128, 256)
-DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _TRITON_DTYPE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 _INT32_MAX = 2**31 - 1
 
@@ -455,15 +454,14 @@ def _launch(kernel: str, dtype: torch.dtype, head_dim: int, grid, args: tuple) -
 
 # --------------------------------------------------------------------------- checks
 def unsupported(q: Tensor, k: Tensor, v: Tensor) -> Optional[str]:
-    """None when the kernels serve these shapes and dtypes, else the reason in words."""
+    """None when the kernels serve these shapes and dtypes (:func:`.served.unserved`), else
+    the reason in words."""
     d = q.size(-1)
-    if d not in HEAD_DIMS or k.size(-1) != d or v.size(-1) != d:
+    if k.size(-1) != d or v.size(-1) != d:
         return f"head dims q {d}, k {k.size(-1)}, v {v.size(-1)} (serves equal head dims of {HEAD_DIMS})"
-    if q.dtype not in DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
-        return f"dtypes {q.dtype}, {k.dtype}, {v.dtype} (serves one of float32, float16, bfloat16)"
-    if q.device.type not in ("cuda", "cpu"):
-        return f"device {q.device.type}"
-    return None
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        return f"dtypes {q.dtype}, {k.dtype}, {v.dtype} (serves one dtype for q, k and v)"
+    return unserved(q.device.type, q.dtype, d)
 
 
 def _check(q: Tensor, k: Tensor, v: Tensor, key_padding: Optional[Tensor], kv_groups: int) -> None:

@@ -286,3 +286,24 @@ def test_auto_takes_it_only_where_a_recorded_gpu_result_shows_it_faster(tmp_path
     spec = AttendSpec(build_activation("relu", H), torch.nn.Dropout(0.0), HeadPlan(H), backend="auto")
     q = torch.randn(1, H, 3, 32, requires_grad=True)
     assert "triton: auto takes it for training calls on CUDA devices" in explain(q, q, AttentionInputs(), spec)
+
+
+def test_float32_on_cuda_is_not_served_until_a_gpu_run_shows_it_right():
+    """An H100 run (2026-11-26) found float32 forwards wrong at head dims 64 and 128: CUDA
+    float32 calls go to the other backends with that reason; half dtypes and every CPU
+    (interpreter) dtype stay served."""
+    from fairseq_sparse_attn.attention.backends import triton as backend
+    from fairseq_sparse_attn.attention.core import Call
+    from fairseq_sparse_attn.kernels.served import unserved
+
+    def call(device, dtype, head_dim=64):
+        return Call("relu", frozenset(), False, False, False, False, False, False, True, device, False,
+                    keys=10, dtype=dtype, head_dim=head_dim)  # fmt: skip
+
+    reason = backend._unavailable(call("cuda", torch.float32))
+    assert reason is not None and "float32 on CUDA" in reason and "H100" in reason
+    for dtype in (torch.float16, torch.bfloat16):
+        assert unserved("cuda", dtype, 64) is None
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        assert backend._unavailable(call("cpu", dtype)) is None
+    assert "head dim 48" in backend._unavailable(call("cuda", torch.float16, head_dim=48))

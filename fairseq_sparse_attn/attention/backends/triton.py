@@ -5,7 +5,7 @@
 Serves activations that are rectified, have exact zeros and ReLU's backward
 (``supports_chunking``: ``relu``, ``relu_scaled``), with a row factor of the kernel's form
 ``c / √max(n, 1)`` (ReLUFormer's 1/(γ√(n/2)); probed once per activation through its
-``row_scale``); head dims 32, 64, 128, 256 in fp32 / fp16 / bf16; masks that are key padding
+``row_scale``); head dims 32, 64, 128, 256 in fp32 / fp16 / bf16 (fp32 on CPU only: :mod:`...kernels.served`); masks that are key padding
 and/or causal (:func:`..masks.padding_and_causal`), beam-search key groups.  Not served, so
 they go to the other backends with the reason: returned weights (analysis, ``need_weights``),
 attention dropout in training, additive biases, bias providers, fixed-pattern heads, masked
@@ -33,6 +33,7 @@ from typing import Dict, FrozenSet, Optional, Tuple
 import torch
 
 from ...errors import UsageError
+from ...kernels.served import unserved
 from .. import masks
 from ..core import AttendSpec, AttentionInputs, Backend, Call, Capabilities, register_backend
 from ..intermediates import Intermediates
@@ -40,8 +41,6 @@ from ..intermediates import Intermediates
 #: what the kernels compute of an activation: f = ReLU (``supports_chunking``: ReLU's
 #: backward), hidden keys zeroed (rectified, exact zeros)
 TRITON_TRAITS = frozenset({"rectified", "exact_zeros", "supports_chunking"})
-HEAD_DIMS = (32, 64, 128, 256)
-DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 
@@ -141,12 +140,9 @@ def _auto_enabled(spec: AttendSpec, call: Call) -> bool:
 
 # --------------------------------------------------------------------------- the backend
 def _unavailable(call: Call) -> Optional[str]:
-    if call.head_dim not in HEAD_DIMS:
-        return f"head dim {call.head_dim} (the kernels serve {', '.join(map(str, HEAD_DIMS))})"
-    if call.dtype not in DTYPES:
-        return f"dtype {call.dtype} (the kernels serve float32, float16, bfloat16)"
-    if call.device == "cpu":
-        return None  # Triton's interpreter (named backend only: auto never takes it on CPU)
+    reason = unserved(call.device, call.dtype, call.head_dim)
+    if reason is not None or call.device == "cpu":
+        return reason  # CPU: Triton's interpreter (named backend only: auto never takes it on CPU)
     if not torch.cuda.is_available():
         return "CUDA is not available"
     return None
