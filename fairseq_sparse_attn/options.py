@@ -37,6 +37,9 @@ from .attention.config import (
     RHEConfig,
 )
 
+#: the ``--ffn-type`` variants (implemented in models/ffn.py, which reads them from here)
+FFN_TYPES = ("standard", "softmax", "softmax_layernorm")
+
 _KIND_WHAT = {
     "encoder_self": "encoder self-attention",
     "decoder_self": "decoder self-attention",
@@ -126,12 +129,6 @@ def _backends():
     from .attention.core import backend_names
 
     return backend_names()
-
-
-def _ffn_types():
-    from .models.ffn import FFN_TYPES
-
-    return FFN_TYPES
 
 
 def _help_values():
@@ -258,7 +255,7 @@ class PluginOptions:
         "standard",
         "feed-forward variant: standard (fairseq, --activation-fn), softmax "
         "(key-value memory), softmax_layernorm (default standard)",
-        choices=_ffn_types,
+        choices=FFN_TYPES,
         metavar="TYPE",
         preset=False,
     )

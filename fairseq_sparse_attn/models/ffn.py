@@ -25,8 +25,7 @@ from fairseq import utils
 from fairseq.modules import LayerNorm
 
 from ..attention.intermediates import FFNIntermediates, deliver, wanted
-
-FFN_TYPES = ("standard", "softmax", "softmax_layernorm")
+from ..options import FFN_TYPES
 
 
 class FFNActivation(nn.Module):
