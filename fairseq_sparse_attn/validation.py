@@ -2,9 +2,9 @@
 (without this the same mistakes surfaced as tracebacks at the first forward, after the data
 had loaded, and fairseq's trainer wrote ``crash.pt`` for them: it dumps the state for any
 exception inside a training step).  Numeric ranges come from the options' own declaration
-(``valid=`` in :mod:`fairseq_sparse_attn.options`, fairseq's transformer sizes and dropouts
-from :data:`TRANSFORMER_RANGES`); the other checks resolve the flags with the functions the
-model build uses (the parts of :func:`fairseq_sparse_attn.options.resolve`) and build from
+(``valid=`` in :mod:`fairseq_sparse_attn.options.schema`, fairseq's transformer sizes and
+dropouts in its :data:`TRANSFORMER_RANGES`); the other checks resolve the flags with the functions the
+model build uses (the parts of :func:`fairseq_sparse_attn.options.resolve.resolve`) and build from
 the resulting configs or call the parse functions the attention code itself uses, so the
 accepted values cannot drift apart.  Each error is
 one :class:`UsageError` line naming the flag and what was expected.
@@ -14,16 +14,14 @@ and ``checkpoint_utils`` loading with overrides), before any module is built.
 """
 
 from .errors import UsageError
-from .options import (
-    ATTENTION_KINDS,
+from .options.resolve import (
     BIAS_PROVIDER_CONFIGS,
-    OPTION_FIELDS,
-    Range,
     activation_config,
     backend_config,
     encoder_biases_config,
     plugin_options,
 )
+from .options.schema import ATTENTION_KINDS, CONFIGURATION_OPTIONS, RANGES
 
 
 def _get(args, name, default=None):
@@ -39,33 +37,11 @@ def _out_of_range(name, value, valid, why=""):
     return UsageError(f"{_flag(name)} {value}: must be {valid}{why}")
 
 
-#: fairseq transformer options whose bad values only failed inside the first forward
-#: (dropouts: torch's "dropout probability has to be between 0 and 1") or as a
-#: ZeroDivisionError / AssertionError while the model was built (sizes)
-TRANSFORMER_RANGES = {
-    "dropout": Range(0, 1),
-    "attention_dropout": Range(0, 1),
-    "activation_dropout": Range(0, 1),
-    "relu_dropout": Range(0, 1),
-    "encoder_attention_heads": Range(1),
-    "decoder_attention_heads": Range(1),
-    "encoder_embed_dim": Range(1),
-    "decoder_embed_dim": Range(1),
-    "encoder_ffn_embed_dim": Range(1),
-    "decoder_ffn_embed_dim": Range(1),
-    "encoder_layers": Range(0),
-    "decoder_layers": Range(0),
-    "max_source_positions": Range(1),
-    "max_target_positions": Range(1),
-}
-
-
 def check_option_ranges(args):
-    """Every numeric option with a declared range (plugin options and
-    :data:`TRANSFORMER_RANGES`), then embed dims divisible by their heads."""
-    ranges = {name: f.metadata["valid"] for name, f in OPTION_FIELDS.items() if f.metadata["valid"] is not None}
-    ranges.update(TRANSFORMER_RANGES)
-    for name, valid in ranges.items():
+    """Every numeric option with a declared range (:data:`.options.schema.RANGES`: the
+    plugin's options and fairseq's transformer sizes and dropouts), then embed dims
+    divisible by their heads."""
+    for name, valid in RANGES.items():
         value = getattr(args, name, None)
         if value is None or isinstance(value, bool):
             continue
@@ -138,7 +114,7 @@ def check_encoder_biases(args):
 
 
 def check_fixed_patterns(args):
-    from .attention.fixed_patterns import parse_pattern_list
+    from .options.cli import parse_pattern_list
 
     value = plugin_options(args).encoder_fixed_patterns
     try:
@@ -154,7 +130,7 @@ def check_fixed_patterns(args):
 
 
 def check_masked_heads(args):
-    from .attention.fixed_patterns import parse_head_list
+    from .options.cli import parse_head_list
 
     value = plugin_options(args).encoder_masked_heads
     try:
@@ -293,19 +269,13 @@ def validate_model_args(args, task=None):
 # --- resuming a checkpoint with other attention flags --------------------------------
 
 ALLOW_FLAG = "--allow-attention-change"
-#: plugin options that do not change what the model computes
-NOT_CONFIGURATION = {
-    "attn_key_block_size",
-    "attn_flex_min_keys",
-    "entmax_bisect_iters",
-    "allow_attention_change",
-    "prune_skip_in_training",
-}
 
 
 def plugin_option_names(model_class):
     """The model options the plugin adds to fairseq's transformer (attention, FFN, fixed
-    patterns, biases), from the model's own ``add_args``."""
+    patterns, biases), from the model's own ``add_args``, less the options the schema
+    declares no part of the configuration (``configuration=False``: key-block size,
+    bisection iterations, ...)."""
     import argparse
 
     from fairseq.models.transformer import TransformerModel
@@ -315,7 +285,10 @@ def plugin_option_names(model_class):
         cls.add_args(parser)
         return {a.dest for a in parser._actions}
 
-    return sorted(dests(model_class) - dests(TransformerModel) - NOT_CONFIGURATION)
+    from .options.schema import OPTION_FIELDS
+
+    added = dests(model_class) - dests(TransformerModel)
+    return sorted(n for n in added if n not in OPTION_FIELDS or n in CONFIGURATION_OPTIONS)
 
 
 def attention_config_differences(saved, given, names):

@@ -25,7 +25,7 @@ from fairseq import utils
 from fairseq.modules import LayerNorm
 
 from ..attention.intermediates import FFNIntermediates, deliver, wanted
-from ..options import FFN_TYPES
+from ..options.schema import FFN_TYPES
 
 
 class FFNActivation(nn.Module):

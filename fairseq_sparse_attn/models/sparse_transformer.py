@@ -26,7 +26,8 @@ from ..attention.core import AttentionInputs
 from ..attention.fixed_patterns import last_positions, pattern_weights, source_word_ids, word_start_table
 from ..attention.intermediates import collect
 from ..attention.rhe import log_redundant_fractions
-from ..options import add_plugin_args, plugin_options, resolve
+from ..options.cli import add_plugin_args
+from ..options.resolve import plugin_options, resolve
 from ..validation import validate_model_args
 from .checkpointing import checkpoint_layer
 from .ffn import FFNActivation, LinearLayerNorm, deliver_ffn_calls

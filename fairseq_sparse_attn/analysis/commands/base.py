@@ -11,7 +11,7 @@ import argparse
 import os
 from typing import Dict, List, Optional
 
-from ...options import ATTENTION_KINDS as KINDS  # noqa: F401  (re-exported)
+from ...attention.config import ATTENTION_KINDS as KINDS  # noqa: F401  (re-exported)
 from ..results import SCHEMA_VERSION, Output, check_output_dir
 
 
