@@ -18,7 +18,7 @@ from typing import Callable, Optional, Sequence, Union
 
 from ..attention.config import ATTENTION_KINDS
 
-#: the ``--ffn-type`` variants (implemented in models/ffn.py, which reads them from here)
+#: the ``--ffn-type`` variants (implemented in models/ffn.py; checked by resolve.resolve_model)
 FFN_TYPES = ("standard", "softmax", "softmax_layernorm")
 
 _KIND_WHAT = {

@@ -21,6 +21,7 @@ from fairseq_sparse_attn.compat import quiet_logs
 from fairseq_sparse_attn.compat.crash_safe_checkpoints import atomic_copy, checkpoint_problem
 from fairseq_sparse_attn.compat.data_checks import DataError, check_indexed_pair
 from fairseq_sparse_attn.errors import UsageError
+from fairseq_sparse_attn.options.resolve import resolve_model
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -222,8 +223,8 @@ def task_with(syntax_inputs=None, symbols=()):
 
 def test_syntax_inputs_for_the_encoder_biases():
     lpea_rhe = flags(encoder_syntax_attention="lpea", rhe=True)
-    assert validation.syntax_inputs_needed(lpea_rhe) == ["dep", "rp"]
-    assert validation.syntax_inputs_needed(flags(encoder_syntax_attention="dea")) == ["dep"]
+    assert validation.syntax_inputs_needed(resolve_model(lpea_rhe)) == ["dep", "rp"]
+    assert validation.syntax_inputs_needed(resolve_model(flags(encoder_syntax_attention="dea"))) == ["dep"]
     validation.validate_model_args(lpea_rhe, task_with("dep,rp"))
     with pytest.raises(
         UsageError,
