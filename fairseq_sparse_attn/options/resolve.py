@@ -50,7 +50,8 @@ def plugin_options(cfg=None) -> PluginOptions:
     return PluginOptions(**values)
 
 
-SYNTAX_ATTENTIONS = ("none", "dea", "lpea")
+#: the choices of --encoder-syntax-attention, as the schema declares them
+SYNTAX_ATTENTIONS = tuple(OPTION_FIELDS["encoder_syntax_attention"].metadata["choices"])
 
 
 def _relative_position(opts: PluginOptions) -> Optional[RelativePositionConfig]:

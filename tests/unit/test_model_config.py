@@ -96,3 +96,13 @@ def test_the_model_config_equals_resolving_each_module_alone(flags):
 def test_resolve_model_raises_the_one_line_errors(flags, message):
     with pytest.raises(UsageError, match=message):
         resolve_model(model_args(**flags))
+
+
+def test_encoder_layers_to_keep_gives_one_config_per_kept_layer():
+    """fairseq builds as many encoder layers as ``--encoder-layers-to-keep`` names."""
+    assert len(resolve_model(model_args(encoder_layers=3, encoder_layers_to_keep="0,2")).encoder_self) == 2
+    model, _ = build_model(
+        encoder_layers=3, encoder_layers_to_keep="0,2", encoder_localness=True, encoder_bias_layers="1"
+    )
+    assert len(model.encoder.layers) == len(model.model_config.encoder_self) == 2
+    assert model.encoder.layers[1].self_attn.config.biases.providers
