@@ -180,3 +180,25 @@ def test_the_attention_core_does_not_read_the_options(graph):
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module or "." for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert imported <= {"dataclasses", "typing"}
+
+
+def test_error_types_live_in_errors_py():
+    """Every exception class of the package is defined in errors.py (issue 33: a task raising
+    DataNotFoundError imported compat for it, and that import closed the knot)."""
+
+    def is_error(base: ast.expr) -> bool:
+        name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else ""
+        return name.endswith(("Error", "Exception", "Mismatch", "InUse"))
+
+    elsewhere = sorted(
+        f"{path.relative_to(REPO)}: {node.name}"
+        for module, path in module_files(REPO, PACKAGE).items()
+        if module != f"{PACKAGE}.errors"
+        for node in ast.parse(path.read_text()).body  # module level (a function's own control flow aside)
+        if isinstance(node, ast.ClassDef) and any(is_error(b) for b in node.bases)
+    )
+    assert elsewhere == []
+    errors = ast.parse((REPO / PACKAGE / "errors.py").read_text())
+    assert {"UsageError", "DataNotFoundError", "CheckpointError"} <= {
+        n.name for n in errors.body if isinstance(n, ast.ClassDef)
+    }
