@@ -262,6 +262,16 @@ def test_resume_config_differences():
     names = validation.plugin_option_names(SparseTransformerModel)
     assert {"attn_activation", "attn_output_norm", "encoder_fixed_patterns"} <= set(names)
     assert "dropout" not in names and "attn_key_block_size" not in names
+    # every plugin option but those the schema declares outside the configuration (how, not what)
+    from fairseq_sparse_attn.options.schema import OPTION_FIELDS
+
+    assert set(OPTION_FIELDS) - set(names) == {
+        "attn_key_block_size",
+        "attn_flex_min_keys",
+        "entmax_bisect_iters",
+        "allow_attention_change",
+        "prune_skip_in_training",
+    }
     saved = argparse.Namespace(attn_activation="relu", attn_output_norm="gated_rmsnorm")
     given = argparse.Namespace(
         attn_activation="sparsemax", attn_output_norm="gated_rmsnorm", allow_attention_change=False
