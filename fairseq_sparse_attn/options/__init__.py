@@ -6,7 +6,9 @@
 * :mod:`.cli`: the argparse flags, the ``--help`` group and the list-valued flag parsers.
 
 The names below are re-exported for code outside the package; the package's own modules
-import from the module that defines a name.  Nothing under ``options/`` imports the models.
+import from the module that defines a name.  ``resolve`` is the module here (its functions:
+``options.resolve.resolve``, ``options.resolve.resolve_model``).  Nothing under ``options/``
+imports the models.
 """
 
 from .cli import (  # noqa: F401
@@ -26,7 +28,6 @@ from .resolve import (  # noqa: F401
     encoder_heads_config,
     output_norm_config,
     plugin_options,
-    resolve,
 )
 from .schema import (  # noqa: F401
     ATTENTION_KINDS,

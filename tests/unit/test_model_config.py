@@ -15,7 +15,6 @@ from fairseq_sparse_attn.options.resolve import ModelConfig, resolve, resolve_mo
 
 from helpers import build_model, model_args
 
-# the module (the package's name ``resolve`` is its function)
 resolution = importlib.import_module("fairseq_sparse_attn.options.resolve")
 
 #: flags that touch every part of the configuration: per-kind activations and norms, masked
