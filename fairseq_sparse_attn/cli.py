@@ -146,7 +146,7 @@ def _model_overrides(command, argv):
 def with_head_masking(argv, command="fsa-generate"):
     """Turn ``--mask-encoder-heads H`` into fairseq's ``--model-overrides``; a bad value is
     one line, ``<command>: error: ...``, before anything is loaded."""
-    from fairseq_sparse_attn.attention.fixed_patterns import parse_head_list
+    from fairseq_sparse_attn.options.cli import parse_head_list
 
     argv, heads = _pop_option(argv, "--mask-encoder-heads")
     if heads is None:
@@ -334,7 +334,7 @@ def print_help(command, module_name, argv):
     defaults (the preset's, with ``--arch``), and the wrapper's own flags."""
     from fairseq import options
 
-    from fairseq_sparse_attn.options import add_help_group
+    from fairseq_sparse_attn.options.cli import add_help_group
 
     parser = getattr(options, PARSERS[module_name])()
     parser.prog = command

@@ -1,11 +1,66 @@
-"""The plugin's error for bad input a user can fix.
+"""The plugin's error types, in one module that imports nothing of the package (so any
+module may raise them without an import of the module that detects the problem: a task
+raises :class:`DataNotFoundError` without importing :mod:`.compat`).
 
-Raised with a one-line message that names the file / line / flag and what was expected;
-the ``fsa-*`` commands print it as ``fsa-train: error: <message>`` (exit status 1) instead
-of a traceback (``FSA_TRACEBACK=1`` shows the traceback).  Under ``fairseq-train
---user-dir`` it is the last line of fairseq's traceback.
+:class:`UsageError` and its subclasses are bad input a user can fix, raised with a
+one-line message that names the file / line / flag and what was expected; the ``fsa-*``
+commands print it as ``fsa-train: error: <message>`` (exit status 1) instead of a
+traceback (``FSA_TRACEBACK=1`` shows the traceback).  Under ``fairseq-train --user-dir``
+it is the last line of fairseq's traceback.  docs/errors.md lists them with their tests.
+The modules that raise them re-export their names (``compat.data_checks.DataError``).
 """
 
 
 class UsageError(ValueError):
     """Bad input (data, checkpoint, flags) with a one-line explanation."""
+
+
+# ---------------------------------------------------------------- data
+class DataError(UsageError):
+    """Binarized data that fairseq would misread; the message names the file."""
+
+
+class DataNotFoundError(DataError, FileNotFoundError):
+    """A data directory or file that is not there."""
+
+
+class TextFileError(UsageError):
+    """A text file that is not UTF-8."""
+
+
+class DocumentFormatError(UsageError):
+    """A document-marked corpus that does not line up; the message names file and line."""
+
+
+class ParseFormatError(ValueError):
+    """Malformed parse input; the message names the file, the line and what was expected."""
+
+
+class AlignmentError(ValueError):
+    """BPE pieces that do not spell the parse's words."""
+
+
+class ParsingError(RuntimeError):
+    """A user-facing problem (missing model, missing package); the message says what to do."""
+
+
+# ---------------------------------------------------------------- checkpoints, save dirs
+class CheckpointError(UsageError):
+    """A checkpoint that cannot be read; the message names the file."""
+
+
+class DictionaryMismatch(UsageError):
+    """The data-bin's dictionary is not the one the checkpoint was trained with."""
+
+
+class SaveDirInUse(UsageError):
+    """Another training holds the save dir."""
+
+
+# ---------------------------------------------------------------- training runs
+class DistributedSetupError(RuntimeError):
+    """A multi-process CPU run whose world cannot be formed as configured."""
+
+
+class TrainingDivergedError(FloatingPointError):
+    """Raised when training produces NaN/inf; nothing is saved from that state."""

@@ -4,9 +4,9 @@ architectures, tasks and criterion with fairseq.
 
 It runs when fairseq loads ``--user-dir "$(fsa-user-dir)"`` (the package
 ``fairseq_sparse_attn_plugin``, which imports this module), or ``--user-dir`` naming the
-``fairseq_sparse_attn`` folder (fairseq then imports ``fairseq_sparse_attn.models``, which
-imports this module), in every ``fsa-*`` command, and wherever code needs the plugin
-registered (the analysis tools, tests).  A plain ``import fairseq_sparse_attn`` or
+``fairseq_sparse_attn`` folder (fairseq then imports every module of ``models/``, among
+them ``models/folder_entry.py``, which imports this module), in every ``fsa-*`` command,
+and wherever code needs the plugin registered (the analysis tools, tests).  A plain ``import fairseq_sparse_attn`` or
 ``import fairseq_sparse_attn.attention.core`` does not: the core needs torch only.
 Importing it twice does nothing more (Python's module cache; ``compat.install`` is
 idempotent).
@@ -27,11 +27,7 @@ try:
 
     compat.install()  # before the others import fairseq: quiet_logs filters its import noise
 
-    from . import attention, criterions, tasks  # noqa: F401  (registration)
-
-    # the model, then its presets: the modules, not the package ``models`` (whose
-    # ``__init__`` imports this module for ``--user-dir`` naming the package folder)
-    from .models import architectures, sparse_transformer  # noqa: F401
+    from . import attention, criterions, models, tasks  # noqa: F401  (registration)
 finally:
     if _placeholder is not None:
         logging.root.removeHandler(_placeholder)

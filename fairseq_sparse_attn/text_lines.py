@@ -15,11 +15,7 @@ Bytes that are not UTF-8 are one line naming the file and the line
 
 from typing import List
 
-from .errors import UsageError
-
-
-class TextFileError(UsageError):
-    """A text file that is not UTF-8."""
+from .errors import TextFileError
 
 
 def split_lines(text: str, blank_tail: bool = False) -> List[str]:

@@ -1,85 +1,26 @@
-"""Model flags checked when the model is built, before any batch is read or trained on
-(without this the same mistakes surfaced as tracebacks at the first forward, after the data
-had loaded, and fairseq's trainer wrote ``crash.pt`` for them: it dumps the state for any
-exception inside a training step).  Numeric ranges come from the options' own declaration
-(``valid=`` in :mod:`fairseq_sparse_attn.options`, fairseq's transformer sizes and dropouts
-from :data:`TRANSFORMER_RANGES`); the other checks resolve the flags with the functions the
-model build uses (the parts of :func:`fairseq_sparse_attn.options.resolve`) and build from
-the resulting configs or call the parse functions the attention code itself uses, so the
-accepted values cannot drift apart.  Each error is
-one :class:`UsageError` line naming the flag and what was expected.
+"""The checks of a model's flags against its task, and of a resume against the checkpoint.
+
+:func:`validate_model_args` is the model's configuration, resolved once
+(:func:`fairseq_sparse_attn.options.resolve.resolve_model`: every check of the flags alone,
+each bound the one declared with the option), plus the checks that need the task's data:
+shared embeddings need one dictionary, syntax-based attention needs the parse side data,
+word patterns need the dictionary's subword style.  Without these the same mistakes
+surfaced as tracebacks at the first forward, after the data had loaded, and fairseq's
+trainer wrote ``crash.pt`` for them.  Each error is one :class:`UsageError` line naming the
+flag and what was expected.
 
 Called once, from ``SparseTransformerModel.build_model`` (training, generation, validation,
 and ``checkpoint_utils`` loading with overrides), before any module is built.
 """
 
 from .errors import UsageError
-from .options import (
-    ATTENTION_KINDS,
-    BIAS_PROVIDER_CONFIGS,
-    OPTION_FIELDS,
-    Range,
-    activation_config,
-    backend_config,
-    encoder_biases_config,
-    plugin_options,
-)
+from .options.resolve import ModelConfig, resolve_model
+from .options.schema import CONFIGURATION_OPTIONS
 
 
 def _get(args, name, default=None):
     value = getattr(args, name, default)
     return default if value is None else value
-
-
-def _flag(name):
-    return "--" + name.replace("_", "-")
-
-
-def _out_of_range(name, value, valid, why=""):
-    return UsageError(f"{_flag(name)} {value}: must be {valid}{why}")
-
-
-#: fairseq transformer options whose bad values only failed inside the first forward
-#: (dropouts: torch's "dropout probability has to be between 0 and 1") or as a
-#: ZeroDivisionError / AssertionError while the model was built (sizes)
-TRANSFORMER_RANGES = {
-    "dropout": Range(0, 1),
-    "attention_dropout": Range(0, 1),
-    "activation_dropout": Range(0, 1),
-    "relu_dropout": Range(0, 1),
-    "encoder_attention_heads": Range(1),
-    "decoder_attention_heads": Range(1),
-    "encoder_embed_dim": Range(1),
-    "decoder_embed_dim": Range(1),
-    "encoder_ffn_embed_dim": Range(1),
-    "decoder_ffn_embed_dim": Range(1),
-    "encoder_layers": Range(0),
-    "decoder_layers": Range(0),
-    "max_source_positions": Range(1),
-    "max_target_positions": Range(1),
-}
-
-
-def check_option_ranges(args):
-    """Every numeric option with a declared range (plugin options and
-    :data:`TRANSFORMER_RANGES`), then embed dims divisible by their heads."""
-    ranges = {name: f.metadata["valid"] for name, f in OPTION_FIELDS.items() if f.metadata["valid"] is not None}
-    ranges.update(TRANSFORMER_RANGES)
-    for name, valid in ranges.items():
-        value = getattr(args, name, None)
-        if value is None or isinstance(value, bool):
-            continue
-        if not isinstance(value, (int, float)) or value != value or value not in valid:
-            raise _out_of_range(name, value, valid)
-    for side in ("encoder", "decoder"):
-        dim = getattr(args, f"{side}_embed_dim", None)
-        heads = getattr(args, f"{side}_attention_heads", None)
-        if dim and heads and dim % heads:
-            raise UsageError(
-                f"--{side}-embed-dim {dim} is not divisible by --{side}-attention-"
-                f"heads {heads}: each head gets embed_dim / heads dimensions (e.g. "
-                f"--{side}-attention-heads {_divisor_near(dim, heads)})"
-            )
 
 
 def check_shared_embeddings(args, task):
@@ -105,110 +46,15 @@ def check_shared_embeddings(args, task):
         )
 
 
-def _divisor_near(dim, heads):
-    return min((h for h in range(1, dim + 1) if dim % h == 0), key=lambda h: (abs(h - heads), h))
-
-
-def check_activations(args):
-    """The activation of every attention kind, built from the config the attention layers
-    are built from (conditional ranges: a learned entmax alpha must lie in (1, 2))."""
-    from .attention.activations import build_activation
-
-    options = plugin_options(args)
-    for kind in ATTENTION_KINDS:
-        side = "decoder" if kind == "decoder_self" else "encoder"
-        heads = _get(args, f"{side}_attention_heads", 1)
-        try:
-            build_activation(activation_config(options, kind), heads)
-        except ValueError as e:
-            raise UsageError(str(e)) from None
-
-
-def check_encoder_biases(args):
-    """Syntax attention, Rel_Pos, Localness, RHE flags, resolved as the encoder resolves them
-    for its first layer (provider options, layer lists, RHE gate, flags that need each
-    other)."""
-    layers = _get(args, "encoder_layers", 0)
-    if layers < 1:
-        return
-    try:
-        encoder_biases_config(plugin_options(args), layers, 0)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-
-
-def check_fixed_patterns(args):
-    from .attention.fixed_patterns import parse_pattern_list
-
-    value = plugin_options(args).encoder_fixed_patterns
-    try:
-        names = parse_pattern_list(value)
-    except (ValueError, TypeError) as e:
-        raise UsageError(f"--encoder-fixed-patterns {value}: {e}") from None
-    heads = _get(args, "encoder_attention_heads", 0)
-    if heads and len(names) > heads:
-        raise UsageError(
-            f"--encoder-fixed-patterns {value}: {len(names)} fixed patterns do not "
-            f"fit in --encoder-attention-heads {heads}"
-        )
-
-
-def check_masked_heads(args):
-    from .attention.fixed_patterns import parse_head_list
-
-    value = plugin_options(args).encoder_masked_heads
-    try:
-        heads = parse_head_list(value)
-    except ValueError as e:
-        raise UsageError(f"--mask-encoder-heads / encoder_masked_heads: {e}") from None
-    n = _get(args, "encoder_attention_heads", 0)
-    bad = [h for h in heads if not 0 <= h < n]
-    if n and bad:
-        raise UsageError(
-            f"--mask-encoder-heads {value}: head {bad[0]} is out of range, the "
-            f"encoder has {n} heads per layer (0..{n - 1})"
-        )
-
-
-def chunked_kinds(args):
-    """The attention kinds whose activation runs in the key-block path when
-    --attn-key-block-size is set."""
-    from .attention.activations import ACTIVATION_REGISTRY
-
-    options = plugin_options(args)
-    return [
-        k
-        for k in ATTENTION_KINDS
-        if ACTIVATION_REGISTRY.get_or_raise(activation_config(options, k).name).supports_chunking
-    ]
-
-
-def check_key_blocks(args):
-    """The key-block path cannot replay a dropout mask (attention/multihead.py)."""
-    block = backend_config(plugin_options(args)).key_block_size
-    dropout = _get(args, "attention_dropout", 0.0)
-    if block and dropout > 0 and chunked_kinds(args):
-        raise UsageError(
-            f"--attn-key-block-size {block} needs --attention-dropout 0 (got "
-            f"{dropout}): the key-block path cannot replay a dropout mask"
-        )
-
-
-def syntax_inputs_needed(args):
+def syntax_inputs_needed(config: ModelConfig):
     """The per-batch syntax tensors the encoder biases need, as the selected providers
     declare them (``BiasProvider.needs``: src_dep for DEA, src_rp for LPEA) and RHE
     (src_dep), without the ``src_`` prefix: e.g. ``["dep", "rp"]``."""
     from .attention.biases import BIAS_REGISTRY
     from .attention.rhe import RHE_NEEDS
 
-    options = plugin_options(args)
-    needs = {
-        need
-        for name, resolve_provider in BIAS_PROVIDER_CONFIGS.items()
-        if resolve_provider(options) is not None
-        for need in BIAS_REGISTRY.get_or_raise(name).needs
-    }
-    if options.rhe:
+    needs = {need for name in config.bias_providers for need in BIAS_REGISTRY.get_or_raise(name).needs}
+    if config.rhe:
         needs.update(RHE_NEEDS)
     return [need[len("src_") :] for need in sorted(needs)]
 
@@ -219,17 +65,16 @@ def _fairseq_task_cfg(task):
     return getattr(task, "cfg", None) if task is not None else None
 
 
-def check_syntax_inputs(args, task):
-    need = syntax_inputs_needed(args)
+def check_syntax_inputs(config: ModelConfig, task):
+    need = syntax_inputs_needed(config)
     cfg = _fairseq_task_cfg(task)
     if not need or cfg is None:
         return
-    options = plugin_options(args)
     what = ", ".join(f"src_{n}" for n in need)
     why = []
-    if options.encoder_syntax_attention != "none":
-        why.append(f"--encoder-syntax-attention {options.encoder_syntax_attention}")
-    if options.rhe:
+    if config.syntax_attention != "none":
+        why.append(f"--encoder-syntax-attention {config.syntax_attention}")
+    if config.rhe:
         why.append("--rhe")
     why = " and ".join(why)
     inputs = getattr(cfg, "syntax_inputs", None)
@@ -251,16 +96,15 @@ def check_syntax_inputs(args, task):
         )
 
 
-def check_subword_style(args, task):
+def check_subword_style(config: ModelConfig, task):
     """Word-based fixed patterns read word boundaries from the source dictionary's subword
     markers: a style the dictionary does not use would give wrong words silently."""
-    options = plugin_options(args)
-    if options.encoder_fixed_pattern_unit != "word" or _fairseq_task_cfg(task) is None:
+    if config.encoder_heads.fixed_pattern_unit != "word" or _fairseq_task_cfg(task) is None:
         return
     dictionary = getattr(task, "source_dictionary", None)
     if dictionary is None:
         return
-    style = options.encoder_subword_style
+    style = config.subword_style
     symbols = [s for s in dictionary.symbols[dictionary.nspecial :] if not s.startswith("madeupword")]
     spm = sum(s.startswith("\u2581") for s in symbols)
     bpe = sum(s.endswith("@@") for s in symbols)
@@ -277,35 +121,26 @@ def check_subword_style(args, task):
         )
 
 
-def validate_model_args(args, task=None):
-    """All checks; raises UsageError (one line) for the first problem."""
-    check_option_ranges(args)
+def validate_model_args(args, task=None) -> ModelConfig:
+    """The model's configuration (:func:`~fairseq_sparse_attn.options.resolve.resolve_model`),
+    then the task's data checks; raises UsageError (one line) for the first problem."""
+    config = resolve_model(args)
     check_shared_embeddings(args, task)
-    check_activations(args)
-    check_encoder_biases(args)
-    check_fixed_patterns(args)
-    check_masked_heads(args)
-    check_key_blocks(args)
-    check_syntax_inputs(args, task)
-    check_subword_style(args, task)
+    check_syntax_inputs(config, task)
+    check_subword_style(config, task)
+    return config
 
 
 # --- resuming a checkpoint with other attention flags --------------------------------
 
 ALLOW_FLAG = "--allow-attention-change"
-#: plugin options that do not change what the model computes
-NOT_CONFIGURATION = {
-    "attn_key_block_size",
-    "attn_flex_min_keys",
-    "entmax_bisect_iters",
-    "allow_attention_change",
-    "prune_skip_in_training",
-}
 
 
 def plugin_option_names(model_class):
     """The model options the plugin adds to fairseq's transformer (attention, FFN, fixed
-    patterns, biases), from the model's own ``add_args``."""
+    patterns, biases), from the model's own ``add_args``, less the options the schema
+    declares no part of the configuration (``configuration=False``: key-block size,
+    bisection iterations, ...)."""
     import argparse
 
     from fairseq.models.transformer import TransformerModel
@@ -315,7 +150,10 @@ def plugin_option_names(model_class):
         cls.add_args(parser)
         return {a.dest for a in parser._actions}
 
-    return sorted(dests(model_class) - dests(TransformerModel) - NOT_CONFIGURATION)
+    from .options.schema import OPTION_FIELDS
+
+    added = dests(model_class) - dests(TransformerModel)
+    return sorted(n for n in added if n not in OPTION_FIELDS or n in CONFIGURATION_OPTIONS)
 
 
 def attention_config_differences(saved, given, names):

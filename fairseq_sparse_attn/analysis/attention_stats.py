@@ -18,8 +18,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
+from ..attention.config import ATTENTION_KINDS as KINDS
 from ..attention.intermediates import Intermediates
-from ..options import ATTENTION_KINDS as KINDS
 from .head_stats import (
     RELA_TEMPERATURES,
     RowAverage,

@@ -28,8 +28,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from ..attention.config import ATTENTION_KINDS as KINDS
 from ..attention.intermediates import Intermediates
-from ..options import ATTENTION_KINDS as KINDS
 from ..subwords import uncertain_boundaries, word_index, words
 from .norms import NormRecorder, check_decomposable
 from .recording import AttentionSite, Batch, Collector

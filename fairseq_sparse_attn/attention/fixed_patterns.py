@@ -70,7 +70,7 @@ dictionary (subword-nmt ``@@`` or SentencePiece ``▁`` markers), so the word-ba
 variant needs no extra input.
 """
 
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
 
 import torch
 
@@ -144,36 +144,6 @@ def _unnormalized(
     if name == "end_of_sentence":
         return grow_to_end
     return grow_to_start  # start_of_sentence
-
-
-def parse_pattern_list(value) -> Tuple[str, ...]:
-    """Pattern names from a flag value: ``""``/``"none"`` (no fixed heads), ``"7F"``,
-    ``"8F"``, or comma-separated names (``"current,previous,next"``)."""
-    if value is None:
-        return ()
-    if not isinstance(value, str):
-        return tuple(check_pattern_names(value))
-    value = value.strip()
-    if value.lower() in ("", "none"):
-        return ()
-    if value.upper() in PATTERN_SETS:
-        return PATTERN_SETS[value.upper()]
-    return tuple(check_pattern_names([v.strip() for v in value.split(",") if v.strip()]))
-
-
-def parse_head_list(value) -> Tuple[int, ...]:
-    """Head indices from a flag value: ``""``/``"none"`` or comma-separated integers."""
-    if value is None:
-        return ()
-    if not isinstance(value, str):
-        return tuple(int(v) for v in value)
-    value = value.strip()
-    if value.lower() in ("", "none"):
-        return ()
-    try:
-        return tuple(int(v) for v in value.split(",") if v.strip())
-    except ValueError:
-        raise ValueError(f"expected comma-separated head indices such as '0,7', got {value!r}") from None
 
 
 def last_positions(valid: torch.Tensor) -> torch.Tensor:

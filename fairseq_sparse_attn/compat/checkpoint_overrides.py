@@ -49,7 +49,7 @@ def check_overrides_apply(path, state, arg_overrides):
     """UsageError when ``arg_overrides`` set a plugin option (to something other than its
     default) and the checkpoint's model is not a plugin model."""
     from ..errors import UsageError
-    from ..options import OPTION_FIELDS
+    from ..options.schema import OPTION_FIELDS
 
     if not arg_overrides:
         return

@@ -27,17 +27,13 @@ import hashlib
 import logging
 import os
 
-from ..errors import UsageError
+from ..errors import DictionaryMismatch
 
 BEHAVIOUR_CHANGE = True
 RECORD_KEY = "fsa_record"
 VERSION = 1
 
 logger = logging.getLogger(__name__)
-
-
-class DictionaryMismatch(UsageError):
-    """The data-bin's dictionary is not the one the checkpoint was trained with."""
 
 
 def dictionary_digest(dictionary):

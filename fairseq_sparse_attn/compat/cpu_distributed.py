@@ -44,13 +44,11 @@ import warnings
 
 import torch
 
+from ..errors import DistributedSetupError
+
 logger = logging.getLogger(__name__)
 
 BEHAVIOUR_CHANGE = True
-
-
-class DistributedSetupError(RuntimeError):
-    """A multi-process CPU run whose world cannot be formed as configured."""
 
 
 def _env_int(name, env):

@@ -37,16 +37,12 @@ import os
 import shutil
 import zipfile
 
-from ..errors import UsageError
+from ..errors import CheckpointError
 from ..writers import temporary_name, writer_gone, writer_of
 
 BEHAVIOUR_CHANGE = True
 
 logger = logging.getLogger(__name__)
-
-
-class CheckpointError(UsageError):
-    """A checkpoint that cannot be read; the message names the file."""
 
 
 def checkpoint_problem(path):

@@ -26,7 +26,7 @@ import glob
 import os
 import struct
 
-from ..errors import UsageError
+from ..errors import DataError, DataNotFoundError
 
 BEHAVIOUR_CHANGE = False
 
@@ -44,14 +44,6 @@ CODE_TO_DTYPE = {
     10: "uint64",
 }
 HEADER = 9 + 8 + 1 + 8
-
-
-class DataError(UsageError):
-    """Binarized data that fairseq would misread; the message names the file."""
-
-
-class DataNotFoundError(DataError, FileNotFoundError):
-    """A data directory or file that is not there."""
 
 
 def check_data_dirs(data: str):

@@ -9,11 +9,9 @@ import math
 
 import torch
 
+from ..errors import TrainingDivergedError
+
 BEHAVIOUR_CHANGE = True
-
-
-class TrainingDivergedError(FloatingPointError):
-    """Raised when training produces NaN/inf; nothing is saved from that state."""
 
 
 def _all_finite(model) -> bool:

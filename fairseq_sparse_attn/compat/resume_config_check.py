@@ -64,7 +64,7 @@ def stock_softmax_args():
     import argparse
 
     from ..models.architectures import ATTENTION_PRESETS
-    from ..options import fill_defaults
+    from ..options.schema import fill_defaults
 
     args = argparse.Namespace()
     fill_defaults(args, **ATTENTION_PRESETS["softmax"])

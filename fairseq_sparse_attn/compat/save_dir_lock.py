@@ -28,17 +28,13 @@ import signal
 import sys
 import time
 
-from ..errors import UsageError
+from ..errors import SaveDirInUse, UsageError
 from ..writers import process_running, this_host
 
 BEHAVIOUR_CHANGE = True
 LOCK_NAME = ".fsa-train.lock"
 
 logger = logging.getLogger(__name__)
-
-
-class SaveDirInUse(UsageError):
-    """Another training holds the save dir."""
 
 
 def lock_path(save_dir):

@@ -40,9 +40,9 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 )
 from fairseq.logging import metrics
 
+from ..attention.config import ATTENTION_KINDS
 from ..attention.intermediates import collect
 from ..attention.scaled_relu import row_sums  # noqa: F401  (re-exported: used to live here)
-from ..options import ATTENTION_KINDS
 
 
 @dataclass

@@ -22,13 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from ..errors import UsageError
+from ..errors import DocumentFormatError
 
 DOC_MARK = "<d>"
-
-
-class DocumentFormatError(UsageError):
-    """A document-marked corpus that does not line up; the message names file and line."""
 
 
 def read_lines(path) -> List[str]:

@@ -10,7 +10,7 @@ from fairseq.models.transformer.transformer_legacy import (
     transformer_iwslt_de_en,
 )
 
-from ..options import fill_defaults
+from ..options.schema import fill_defaults
 
 MODEL = "sparse_transformer"
 

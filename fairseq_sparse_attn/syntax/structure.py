@@ -48,6 +48,7 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
+from ..errors import AlignmentError
 from .readers import Tree, check_heads, first_difference, leaf_matches, parse_ptb
 
 RULE2_READINGS = ("symmetric", "literal")
@@ -55,10 +56,6 @@ RULE2_READINGS = ("symmetric", "literal")
 
 NO_PHRASE = -32768
 """``src_rp`` value where j is not in the local phrase of i, at EOS and at padding."""
-
-
-class AlignmentError(ValueError):
-    """BPE pieces that do not spell the parse's words."""
 
 
 # --------------------------------------------------------------------------- local phrases

@@ -30,9 +30,8 @@ from fairseq.data import ConcatDataset, data_utils, indexed_dataset
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
-from ..compat.data_checks import DataNotFoundError
 from ..data.parse_annotated_dataset import FEATURES, ParseAnnotatedDataset, ParseSideData
-from ..errors import UsageError
+from ..errors import DataNotFoundError, UsageError
 from ..syntax.structure import RULE2_READINGS, check_rule2
 
 logger = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ def encoder_heads(checkpoint):
     """[(index, label)] of the encoder self-attention heads of a plugin checkpoint."""
     import torch
 
-    from fairseq_sparse_attn.attention.fixed_patterns import parse_pattern_list
+    from fairseq_sparse_attn.options.cli import parse_pattern_list
 
     state = torch.load(checkpoint, map_location="cpu", weights_only=False)
     cfg = state.get("cfg") or {}

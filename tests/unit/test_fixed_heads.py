@@ -13,12 +13,11 @@ from fairseq_sparse_attn.attention import SparseMultiheadAttention
 from fairseq_sparse_attn.attention.fixed_patterns import (
     PATTERNS,
     SEVEN,
-    parse_head_list,
-    parse_pattern_list,
     pattern_matrix,
     source_word_ids,
     word_start_table,
 )
+from fairseq_sparse_attn.options.cli import parse_head_list, parse_pattern_list
 
 from helpers import attention_config, build_model, random_batch
 from test_fixed_patterns import EXAMPLE, WORD_EXPECTED

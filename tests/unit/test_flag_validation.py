@@ -8,8 +8,8 @@ tests/integration/test_user_errors.py."""
 import pytest
 
 from fairseq_sparse_attn.errors import UsageError
-from fairseq_sparse_attn.options import OPTION_FIELDS, Range
-from fairseq_sparse_attn.validation import TRANSFORMER_RANGES, validate_model_args
+from fairseq_sparse_attn.options.schema import OPTION_FIELDS, TRANSFORMER_RANGES, Range
+from fairseq_sparse_attn.validation import validate_model_args
 
 from helpers import build_model, model_args, random_batch
 
@@ -98,7 +98,7 @@ def test_build_model_refuses_before_building(case):
 
 
 def test_every_declared_range_has_a_case():
-    """A range added to an option (options.py ``valid=``) gets a case here."""
+    """A range added to an option (options/schema.py ``valid=``) gets a case here."""
     ranged = {name for name, f in OPTION_FIELDS.items() if f.metadata["valid"] is not None}
     named = {"-".join(msg.split()[0].lstrip("-").split("-")).replace("-", "_") for _, msg in INVALID.values()}
     assert ranged - named == set()

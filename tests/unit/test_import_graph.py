@@ -1,12 +1,15 @@
 """The package's import graph, read from the source with ``ast`` (every ``import`` statement,
-at module level and inside functions): no cycle among fairseq_sparse_attn's modules, and
-the attention core never reads the options (issue 26: the namespace is resolved once, by
-``options.resolve``, into the configs of ``attention/config.py``).
+at module level and inside functions): no two of fairseq_sparse_attn's modules import each
+other through any path, and the attention core never reads the options (issue 26: the
+namespace is resolved once, by ``options.resolve``, into the configs of
+``attention/config.py``).
 
 An edge is what an import statement names: ``import a.b`` and ``from a import b`` (``b`` a
 module) -> ``a.b``; ``from a.b import name`` -> ``a.b``.  The packages Python runs on the way
-(``a/__init__``) are not edges: a package importing its own modules is how packages are
-built, and every module of it would otherwise be in a cycle with its ``__init__``.
+count too (issue 33): importing ``a.b.c`` from outside ``a.b`` runs ``a/__init__`` and
+``a/b/__init__`` first, so the importer has an edge to each of them.  A module inside a
+package has no such edge to its own enclosing packages (their ``__init__`` has started
+before the module runs): a package importing its own modules is how packages are built.
 """
 
 import ast
@@ -28,6 +31,12 @@ def module_files(root: Path, package: str) -> Dict[str, Path]:
             parts = parts[:-1]
         out[".".join(parts)] = path
     return out
+
+
+def enclosing(module: str) -> List[str]:
+    """The packages enclosing ``module``, outermost first: ``a.b.c`` -> ``[a, a.b]``."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
 def import_graph(root: Path, package: str) -> Dict[str, Set[str]]:
@@ -60,6 +69,10 @@ def import_graph(root: Path, package: str) -> Dict[str, Set[str]]:
                     full = f"{base}.{alias.name}"
                     targets.add(full if full in files else known(base))
         targets.discard(None)
+        # the package __init__s the import runs: the target's enclosing packages that do not
+        # enclose the importer (those have started already)
+        own = set(enclosing(module)) | ({module} if is_package else set())
+        targets |= {p for t in list(targets) for p in enclosing(t) if p in files and p not in own}
         targets.discard(module)
         graph[module] = targets
     return graph
@@ -115,15 +128,46 @@ def test_the_reader_finds_cycles_through_function_level_and_relative_imports(tmp
     (pkg / "alone.py").write_text("import toy.top\nfrom . import sub\n")
     g = import_graph(tmp_path, "toy")
     assert g["toy.sub"] == {"toy.sub.leaf"}
-    assert g["toy.sub.leaf"] == {"toy.top"}  # inside a function
-    assert g["toy.top"] == {"toy.sub.leaf"}  # `from package import module`
+    assert g["toy.sub.leaf"] == {"toy.top"}  # inside a function; toy/__init__ has run already
+    assert g["toy.top"] == {"toy.sub.leaf", "toy.sub"}  # `from package import module` runs sub/__init__
     assert g["toy.alone"] == {"toy.top", "toy.sub"}
-    assert cycles(g) == [["toy.sub.leaf", "toy.top"]]
+    assert cycles(g) == [["toy.sub", "toy.sub.leaf", "toy.top"]]
+
+
+def test_the_reader_counts_the_imports_a_package_init_runs(tmp_path):
+    # issue 33: models/__init__ imported the plugin, and the plugin imported models' modules
+    pkg = tmp_path / "toy"
+    (pkg / "models").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "models" / "__init__.py").write_text("from .. import plugin\n")
+    (pkg / "models" / "model.py").write_text("from ..errors import E\n")
+    (pkg / "models" / "uses_sibling.py").write_text("from toy.models import model\n")
+    (pkg / "errors.py").write_text("class E(Exception):\n    pass\n")
+    (pkg / "plugin.py").write_text("from .models import model\n")
+    g = import_graph(tmp_path, "toy")
+    assert g["toy.plugin"] == {"toy.models.model", "toy.models"}
+    assert g["toy.models.uses_sibling"] == {"toy.models.model"}  # its own package: no edge
+    assert cycles(g) == [["toy.models", "toy.plugin"]]
+    (pkg / "models" / "__init__.py").write_text("")
+    (pkg / "models" / "entry.py").write_text("from .. import plugin\n")  # the way out
+    assert cycles(import_graph(tmp_path, "toy")) == []
 
 
 def test_no_import_cycle_in_the_package(graph):
     assert len(graph) > 50 and "fairseq_sparse_attn.attention.core" in graph
+    assert f"{PACKAGE}.models" in graph[f"{PACKAGE}.plugin"]  # package __init__s are counted
     assert cycles(graph) == []
+
+
+def test_options_and_errors_import_no_part_of_the_model(graph):
+    """The options (the flag schema and its resolution) import neither the models nor the
+    plugin's fairseq side; errors.py imports nothing of the package (any module may raise)."""
+    fairseq_side = ("models", "plugin", "compat", "tasks", "criterions", "validation")
+    options = {m: t for m, t in graph.items() if m == f"{PACKAGE}.options" or m.startswith(f"{PACKAGE}.options.")}
+    assert options
+    for module, targets in options.items():
+        assert not {t for t in targets for part in fairseq_side if t.startswith(f"{PACKAGE}.{part}")}, module
+    assert graph[f"{PACKAGE}.errors"] == set()
 
 
 def test_the_attention_core_does_not_read_the_options(graph):
@@ -136,3 +180,25 @@ def test_the_attention_core_does_not_read_the_options(graph):
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module or "." for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert imported <= {"dataclasses", "typing"}
+
+
+def test_error_types_live_in_errors_py():
+    """Every exception class of the package is defined in errors.py (issue 33: a task raising
+    DataNotFoundError imported compat for it, and that import closed the knot)."""
+
+    def is_error(base: ast.expr) -> bool:
+        name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else ""
+        return name.endswith(("Error", "Exception", "Mismatch", "InUse"))
+
+    elsewhere = sorted(
+        f"{path.relative_to(REPO)}: {node.name}"
+        for module, path in module_files(REPO, PACKAGE).items()
+        if module != f"{PACKAGE}.errors"
+        for node in ast.parse(path.read_text()).body  # module level (a function's own control flow aside)
+        if isinstance(node, ast.ClassDef) and any(is_error(b) for b in node.bases)
+    )
+    assert elsewhere == []
+    errors = ast.parse((REPO / PACKAGE / "errors.py").read_text())
+    assert {"UsageError", "DataNotFoundError", "CheckpointError"} <= {
+        n.name for n in errors.body if isinstance(n, ast.ClassDef)
+    }

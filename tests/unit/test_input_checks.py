@@ -21,6 +21,7 @@ from fairseq_sparse_attn.compat import quiet_logs
 from fairseq_sparse_attn.compat.crash_safe_checkpoints import atomic_copy, checkpoint_problem
 from fairseq_sparse_attn.compat.data_checks import DataError, check_indexed_pair
 from fairseq_sparse_attn.errors import UsageError
+from fairseq_sparse_attn.options.resolve import resolve_model
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -222,8 +223,8 @@ def task_with(syntax_inputs=None, symbols=()):
 
 def test_syntax_inputs_for_the_encoder_biases():
     lpea_rhe = flags(encoder_syntax_attention="lpea", rhe=True)
-    assert validation.syntax_inputs_needed(lpea_rhe) == ["dep", "rp"]
-    assert validation.syntax_inputs_needed(flags(encoder_syntax_attention="dea")) == ["dep"]
+    assert validation.syntax_inputs_needed(resolve_model(lpea_rhe)) == ["dep", "rp"]
+    assert validation.syntax_inputs_needed(resolve_model(flags(encoder_syntax_attention="dea"))) == ["dep"]
     validation.validate_model_args(lpea_rhe, task_with("dep,rp"))
     with pytest.raises(
         UsageError,
@@ -261,6 +262,16 @@ def test_resume_config_differences():
     names = validation.plugin_option_names(SparseTransformerModel)
     assert {"attn_activation", "attn_output_norm", "encoder_fixed_patterns"} <= set(names)
     assert "dropout" not in names and "attn_key_block_size" not in names
+    # every plugin option but those the schema declares outside the configuration (how, not what)
+    from fairseq_sparse_attn.options.schema import OPTION_FIELDS
+
+    assert set(OPTION_FIELDS) - set(names) == {
+        "attn_key_block_size",
+        "attn_flex_min_keys",
+        "entmax_bisect_iters",
+        "allow_attention_change",
+        "prune_skip_in_training",
+    }
     saved = argparse.Namespace(attn_activation="relu", attn_output_norm="gated_rmsnorm")
     given = argparse.Namespace(
         attn_activation="sparsemax", attn_output_norm="gated_rmsnorm", allow_attention_change=False

@@ -116,7 +116,7 @@ def test_config_defaults_are_the_option_defaults():
     """A module built in Python with the configs' defaults computes what the flags' defaults
     compute: resolving an empty namespace gives the dataclass defaults, for every kind."""
     from fairseq_sparse_attn.attention.config import ATTENTION_KINDS, AttentionConfig
-    from fairseq_sparse_attn.options import resolve
+    from fairseq_sparse_attn.options.resolve import resolve
 
     for kind in ATTENTION_KINDS:
         assert resolve(None, kind) == AttentionConfig(kind=kind)
@@ -134,7 +134,7 @@ def test_every_flag_reaches_its_component_config():
         RelativePositionConfig,
         RHEConfig,
     )
-    from fairseq_sparse_attn.options import resolve
+    from fairseq_sparse_attn.options.resolve import resolve
 
     ns = argparse.Namespace(
         attn_activation="entmax_bisect",

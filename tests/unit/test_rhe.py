@@ -36,7 +36,8 @@ from fairseq_sparse_attn.attention.rhe import (
     redundant_heads,
     syntactic_attention,
 )
-from fairseq_sparse_attn.options import parse_layer_list, resolve
+from fairseq_sparse_attn.options.cli import parse_layer_list
+from fairseq_sparse_attn.options.resolve import resolve
 
 from helpers import attention_config, build_model, model_args, random_batch
 

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from fairseq_sparse_attn.attention.backends.materialized import _kept_value_mix
 from fairseq_sparse_attn.attention.core import AttentionInputs
 from fairseq_sparse_attn.attention.intermediates import collect
-from fairseq_sparse_attn.options import resolve
+from fairseq_sparse_attn.options.resolve import resolve
 
 from test_rhe import (
     DEA_VISIBLE,

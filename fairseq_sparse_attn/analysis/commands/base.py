@@ -11,12 +11,9 @@ import argparse
 import os
 from typing import Dict, List, Optional
 
-from ...options import ATTENTION_KINDS as KINDS  # noqa: F401  (re-exported)
+from ...attention.config import ATTENTION_KINDS as KINDS  # noqa: F401  (re-exported)
+from ...errors import UsageError  # bad input, reported as ``fsa-analyze <cmd>: error: ...`` (exit 2)
 from ..results import SCHEMA_VERSION, Output, check_output_dir
-
-
-class UsageError(ValueError):
-    """Bad command-line input (reported as ``fsa-analyze <cmd>: error: ...``, exit 2)."""
 
 
 def float_list(text: str) -> List[float]:

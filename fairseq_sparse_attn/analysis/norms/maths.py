@@ -8,8 +8,8 @@ from typing import Iterable, List, Optional, Sequence
 
 import torch
 
+from ...attention.config import ATTENTION_KINDS as KINDS
 from ...attention.config import config_of
-from ...options import ATTENTION_KINDS as KINDS
 
 
 def value_term_providers(module) -> List[str]:

@@ -7,8 +7,8 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 
+from ...attention.config import ATTENTION_KINDS as KINDS
 from ...attention.intermediates import Intermediates
-from ...options import ATTENTION_KINDS as KINDS
 from ..recording import AttentionSite, Batch, Collector, collecting
 from .maths import norm_statistics, pruned_per_sentence, value_transforms
 

@@ -11,7 +11,7 @@ from typing import Callable, Dict, Hashable, Iterable, List, Tuple
 
 import torch
 
-from ...options import ATTENTION_KINDS as KINDS
+from ...attention.config import ATTENTION_KINDS as KINDS
 from ...subwords import strip_markers
 from .recording import NormRecorder, SentenceNorms
 

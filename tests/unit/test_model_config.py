@@ -1,0 +1,107 @@
+"""The model's configuration is resolved once (issue 33 item 3): ``resolve_model`` reads the
+flags once, at model build, and every part of the model takes its config from the resulting
+``ModelConfig`` (attention modules, FFN variant, the encoder's subword style); the result
+equals resolving each module on its own from the same flags (the configs the model was built
+from before)."""
+
+import importlib
+
+import pytest
+
+import fairseq_sparse_attn.plugin  # noqa: F401  (registers the model)
+from fairseq_sparse_attn.attention import SparseMultiheadAttention
+from fairseq_sparse_attn.errors import UsageError
+from fairseq_sparse_attn.options.resolve import ModelConfig, resolve, resolve_model
+
+from helpers import build_model, model_args
+
+resolution = importlib.import_module("fairseq_sparse_attn.options.resolve")
+
+#: flags that touch every part of the configuration: per-kind activations and norms, masked
+#: heads, bias providers in one layer, the FFN variant; fixed patterns (which take no bias
+#: in their layer) in the second set
+RICH = dict(
+    attn_activation="relu",
+    attn_output_norm="rmsnorm",
+    cross_attn_activation="softmax",
+    decoder_self_attn_output_norm="gated_rmsnorm",
+    encoder_masked_heads="3",
+    encoder_rel_pos_k=2,
+    encoder_localness=True,
+    encoder_bias_layers="1",
+    ffn_type="softmax_layernorm",
+)
+FIXED = dict(
+    attn_activation="relu_scaled",
+    encoder_fixed_patterns="current,previous",
+    encoder_fixed_pattern_unit="word",
+    ffn_type="softmax_layernorm",
+)
+
+
+def test_the_flags_are_read_once_per_model(monkeypatch):
+    reads = []
+    original = resolution.plugin_options
+
+    def counting(cfg=None):
+        reads.append(cfg)
+        return original(cfg)
+
+    monkeypatch.setattr(resolution, "plugin_options", counting)
+    model, _ = build_model(**RICH)
+    assert len(model.attention_modules()) == 2 + 2 * 2  # two encoder and two decoder layers
+    assert len(reads) == 1  # resolve_model, once: not per check, not per module
+
+
+def test_every_part_takes_its_config_from_the_model_config():
+    model, _ = build_model(encoder_subword_style="sentencepiece", **RICH)
+    config = model.model_config
+    assert isinstance(config, ModelConfig)
+    assert len(config.encoder_self) == 2
+    for i, layer in enumerate(model.encoder.layers):
+        assert layer.self_attn.config is config.encoder_self[i]
+        assert layer.activation_fn.ffn_type == "softmax_layernorm"
+    for layer in model.decoder.layers:
+        assert layer.self_attn.config is config.decoder_self
+        assert layer.encoder_attn.config is config.cross
+        assert layer.activation_fn.ffn_type == "softmax_layernorm"
+    assert model.encoder.subword_style == "sentencepiece"
+    assert config.encoder_self[1].biases.providers and not config.encoder_self[0].biases.providers
+
+
+@pytest.mark.parametrize("flags", [RICH, FIXED], ids=["biases", "fixed_patterns"])
+def test_the_model_config_equals_resolving_each_module_alone(flags):
+    """Bit for bit what the model was built from before: ``resolve(cfg, kind, layer)`` per
+    module (kept for modules built in Python)."""
+    args = model_args(**flags)
+    config = resolve_model(args)
+    modules = [m for m in build_model(**flags)[0].modules() if isinstance(m, SparseMultiheadAttention)]
+    assert len(modules) == 6
+    for module in modules:
+        alone = resolve(args, module.config.kind, module.config.layer_index)
+        assert module.config == alone
+        assert config.attention(module.config.kind, module.config.layer_index) == alone
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (dict(ffn_type="gelu_memory"), "unknown --ffn-type 'gelu_memory'"),
+        (dict(encoder_fixed_patterns="7F"), "7 fixed patterns do not fit in --encoder-attention-heads 4"),
+        (dict(encoder_bias_layers="5", encoder_localness=True), "--encoder-bias-layers: layer 5 out of range"),
+        (dict(encoder_rel_pos_k=-1), "--encoder-rel-pos-k -1: must be >= 0"),
+    ],
+)
+def test_resolve_model_raises_the_one_line_errors(flags, message):
+    with pytest.raises(UsageError, match=message):
+        resolve_model(model_args(**flags))
+
+
+def test_encoder_layers_to_keep_gives_one_config_per_kept_layer():
+    """fairseq builds as many encoder layers as ``--encoder-layers-to-keep`` names."""
+    assert len(resolve_model(model_args(encoder_layers=3, encoder_layers_to_keep="0,2")).encoder_self) == 2
+    model, _ = build_model(
+        encoder_layers=3, encoder_layers_to_keep="0,2", encoder_localness=True, encoder_bias_layers="1"
+    )
+    assert len(model.encoder.layers) == len(model.model_config.encoder_self) == 2
+    assert model.encoder.layers[1].self_attn.config.biases.providers
