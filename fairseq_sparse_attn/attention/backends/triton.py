@@ -140,6 +140,8 @@ def _auto_enabled(spec: AttendSpec, call: Call) -> bool:
 
 # --------------------------------------------------------------------------- the backend
 def _unavailable(call: Call) -> Optional[str]:
+    if call.dtype is None:
+        return "no values dtype"
     reason = unserved(call.device, call.dtype, call.head_dim)
     if reason is not None or call.device == "cpu":
         return reason  # CPU: Triton's interpreter (named backend only: auto never takes it on CPU)
