@@ -1,65 +1,84 @@
 #!/usr/bin/env bash
-# One lent GPU session of issue 31 item 8, in one call of at most ~9.5 minutes: every step
-# has its own time limit and writes under $OUT as it goes (a cut-off call keeps the steps
-# that ended).  Run from the repository root on the GPU machine:
+# One call on a lent GPU for issue 31's figures (docs/performance.md "GPU"): every step has
+# its own time limit and writes as it goes, so a cut-off call keeps the steps that ended.
+# Run from the repository root on the GPU machine:
 #
-#   OUT=/some/dir bash benchmarks/gpu_session.sh [TOTAL_SECONDS]
+#   OUT=/some/dir bash benchmarks/gpu_session.sh STEP[,STEP...] [TOTAL_SECONDS]
 #
-# It needs, carried with the checkout (ignored paths): gpu_wheels/ (the 8 wheels the GPU
-# image lacks, cp312: docs/performance.md "GPU session") and gpu_data/multi30k/data-bin
+# Steps (in the order given):
+#   kernels     CUDA correctness of the Triton kernels, then their time against SDPA flash
+#               (~90 s with compiles), while the fp16 loss-scale runs (softmax, ReLA-g eager,
+#               ReLA-g triton; 1,000 updates on Multi30k) share the GPU: ~180 s
+#   train-fp16  fairseq-train updates/s, softmax, rela_g, rela_g_triton, rela_i,
+#               reluformer, three alternating rounds: ~8 min on an H100
+#   train-bf16  the same for softmax, rela_g, rela_g_triton in bf16: ~5 min
+#
+# A call returns at most 8 files from $OUT (seen 2026-11-26: files in subfolders and past
+# the count came back as "left out"), so this writes exactly: session.log, kernels.json,
+# loss_scale.json, train-fp16.json, train-bf16.json (the bench_gpu.json of each step) and
+# logs.tar.gz (every log).
+#
+# It needs, carried with the checkout (ignored paths): gpu_wheels/ (the cp312 wheels the
+# GPU image lacks: docs/performance.md "GPU session") and gpu_data/multi30k/data-bin
 # (Multi30k binarized by data_prep/prepare_multi30k.py, for the loss-scale runs).
-#
-# Steps: 1. install the wheels into /tmp/site; 2. the fp16 loss-scale runs (softmax,
-# ReLA-g eager, ReLA-g triton; 1,000 updates on Multi30k) in the background while
-# 3. the kernels' CUDA correctness runs; 4. kernel timing against SDPA flash (after the
-# loss-scale runs end: nothing else on the GPU); 5. fairseq-train updates/s, fp16 then
-# bf16, alternating rounds, until the time is spent.
 set -u
+STEPS=${1:?usage: gpu_session.sh kernels,train-fp16,train-bf16 [TOTAL_SECONDS]}
+TOTAL=${2:-560}
 OUT=${OUT:-gpu_session_out}
-TOTAL=${1:-560}
+WORK=$(mktemp -d /tmp/gpu_session.XXXX)
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/session.log") 2>&1
 T0=$(date +%s)
 left() { echo $(( TOTAL - ($(date +%s) - T0) )); }
 say() { echo "[gpu-session +$(( $(date +%s) - T0 ))s] $*"; }
+keep() { [[ -f "$WORK/$1/bench_gpu.json" ]] && cp "$WORK/$1/bench_gpu.json" "$OUT/$2"; \
+         tar -czf "$OUT/logs.tar.gz" -C "$WORK" . 2>/dev/null; }
 PY=${PYTHON:-python3}
 
-say "1. environment and wheels"
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv > "$OUT/nvidia-smi.csv" 2>&1
-timeout 60 $PY -m pip install -q --no-index --no-deps --target /tmp/site gpu_wheels/*.whl > "$OUT/pip.log" 2>&1 \
-  || { say "pip install failed:"; tail -20 "$OUT/pip.log"; }
+say "environment and wheels"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+timeout 60 $PY -m pip install -q --no-index --no-deps --target /tmp/site gpu_wheels/*.whl > "$WORK/pip.log" 2>&1 \
+  || { say "pip install failed:"; tail -20 "$WORK/pip.log"; }
 export PYTHONPATH=/tmp/site:$PWD
 export TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1
-$PY - > "$OUT/versions.txt" 2>&1 <<'EOF'
-import sys, torch, triton, fairseq, numpy
-print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__,
-      "fairseq", fairseq.__version__, "numpy", numpy.__version__, "device", torch.cuda.get_device_name(0))
-import fairseq_sparse_attn.kernels.relu_attention, fairseq_sparse_attn.kernels.output_norm
-print("plugin kernels import ok")
-EOF
-cat "$OUT/versions.txt"
+$PY -c "import sys, torch, triton, fairseq, numpy; print('python', sys.version.split()[0], 'torch', torch.__version__, \
+'triton', triton.__version__, 'fairseq', fairseq.__version__, 'numpy', numpy.__version__, torch.cuda.get_device_name(0))" 2>&1 | tail -1
 
-say "2. loss-scale runs in the background (fp16, 1000 updates, Multi30k)"
-timeout 190 $PY benchmarks/bench_gpu.py --parts loss_scale --loss-scale-data gpu_data/multi30k/data-bin \
-  --budget 175 --out "$OUT/loss_scale" > "$OUT/loss_scale.log" 2>&1 &
-LS=$!
-
-say "3. kernel correctness (CUDA, head dims 32-256, fp32/fp16/bf16)"
-timeout 200 $PY benchmarks/gpu_kernels.py --parts correctness --out "$OUT/kernels_correctness.json" 2>&1 \
-  | grep -v " ok (" ; say "correctness: $(grep -c '"ok": true' "$OUT/kernels_correctness.json" 2>/dev/null) ok, $(grep -c '"ok": false' "$OUT/kernels_correctness.json" 2>/dev/null) failed"
-
-say "waiting for the loss-scale runs"
-wait $LS; tail -4 "$OUT/loss_scale.log"
-
-say "4. kernel timing against SDPA flash (head dim 64)"
-timeout 120 $PY benchmarks/gpu_kernels.py --parts timing --out "$OUT/kernels_timing.json"
-
-say "5. fairseq-train updates/s, fp16 ($(left)s left)"
-B=$(( $(left) * 62 / 100 )); (( B > 20 )) && timeout $(( B + 40 )) $PY benchmarks/bench_gpu.py --parts train --dtypes fp16 \
-  --presets softmax,rela_g,rela_g_triton,rela_i,reluformer --max-update 30 --budget $B --out "$OUT/train_fp16" \
-  > "$OUT/train_fp16.log" 2>&1; tail -12 "$OUT/train_fp16.log"
-say "5b. bf16 ($(left)s left)"
-B=$(( $(left) - 25 )); (( B > 20 )) && timeout $(( B + 20 )) $PY benchmarks/bench_gpu.py --parts train --dtypes bf16 \
-  --presets softmax,rela_g,rela_g_triton --max-update 30 --budget $B --out "$OUT/train_bf16" \
-  > "$OUT/train_bf16.log" 2>&1; tail -10 "$OUT/train_bf16.log"
+for step in ${STEPS//,/ }; do
+  case $step in
+    kernels)
+      say "kernels: fp16 loss-scale runs in the background, CUDA correctness and timing ($(left)s left)"
+      timeout 200 $PY benchmarks/bench_gpu.py --parts loss_scale --loss-scale-data gpu_data/multi30k/data-bin \
+        --budget 185 --out "$WORK/loss_scale" > "$WORK/loss_scale.log" 2>&1 &
+      LS=$!
+      timeout 150 $PY benchmarks/gpu_kernels.py --parts correctness --out "$WORK/kernels_correctness.json" \
+        > "$WORK/kernels_correctness.log" 2>&1
+      grep -v " ok (" "$WORK/kernels_correctness.log" | grep "^\[kernels\]"
+      wait $LS; grep "loss scale" "$WORK/loss_scale.log" | cut -c1-300; keep loss_scale loss_scale.json
+      timeout 120 $PY benchmarks/gpu_kernels.py --parts timing --out "$WORK/kernels_timing.json" \
+        > "$WORK/kernels_timing.log" 2>&1; grep "^\[kernels\] time" "$WORK/kernels_timing.log"
+      $PY - "$WORK" "$OUT/kernels.json" <<'PYEOF'
+import json, sys, pathlib
+work, out = pathlib.Path(sys.argv[1]), sys.argv[2]
+merged = {}
+for name in ("kernels_correctness.json", "kernels_timing.json"):
+    p = work / name
+    if p.exists():
+        merged.update(json.loads(p.read_text()))
+json.dump(merged, open(out, "w"), indent=1)
+PYEOF
+      keep none none ;;
+    train-fp16|train-bf16)
+      dtype=${step#train-}
+      presets=softmax,rela_g,rela_g_triton,rela_i,reluformer
+      [[ $dtype == bf16 ]] && presets=softmax,rela_g,rela_g_triton
+      B=$(( $(left) - 20 ))
+      say "$step: $presets, budget ${B}s"
+      (( B > 60 )) && timeout $(( B + 15 )) $PY benchmarks/bench_gpu.py --parts train --dtypes "$dtype" \
+        --presets "$presets" --budget "$B" --out "$WORK/$step" > "$WORK/$step.log" 2>&1
+      grep "updates/s\|failed\|Error" "$WORK/$step.log" | cut -c1-200 | tail -20
+      keep "$step" "$step.json" ;;
+    *) say "unknown step $step (kernels, train-fp16, train-bf16)" ;;
+  esac
+done
 say "done"
