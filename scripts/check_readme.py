@@ -9,6 +9,7 @@ block        JSON                             written by
 ===========  ===============================  ==========================================
 demo-cpu     docs/results/demo-cpu.json       ``make demo`` (cpu recipe), then ``make publish-demo``
 demo-cuda    docs/results/demo-cuda.json      ``make demo`` on a CUDA machine, then ``make publish-demo``
+bench-gpu    docs/results/bench-gpu.json      ``make bench-gpu`` (``benchmarks/gpu_session.sh``), copied
 ===========  ===============================  ==========================================
 
 ``--write`` renders every block from its JSON (a missing JSON renders as "not measured"
@@ -32,11 +33,12 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-BLOCKS = ("demo-cpu", "demo-cuda")
+BLOCKS = ("demo-cpu", "demo-cuda", "bench-gpu")
 COMMANDS = {
     "demo-cpu": "`make demo DEMO_RECIPE=cpu && make publish-demo` (about 15 minutes on 2 CPU cores)",
     "demo-cuda": "`make demo && make publish-demo` on a machine where torch sees a CUDA GPU (about 10 minutes "
     "on one H100)",
+    "bench-gpu": '`make bench-gpu` on a CUDA machine (docs/performance.md "GPU")',
 }
 KINDS = ("encoder_self", "decoder_self", "cross")
 NUMBER = r"(-?\d+(?:\.\d+)?)"
@@ -159,6 +161,76 @@ def render(block, data, json_name):
     return lines
 
 
+def _times(value, name):
+    return ["–"] if value is None else [Figure(value, ".2f", name), "×"]
+
+
+def render_gpu(data, json_name):
+    """The README's GPU lines from a ``make bench-gpu`` result: kernel correctness, kernel
+    time against SDPA flash, the fp16 loss scale, fairseq-train updates/s."""
+    if data is None:
+        return [[f"Not measured yet: `{json_name}` does not exist.  Measure it with {COMMANDS['bench-gpu']}."]]
+    prov = data.get("provenance") or {}
+    versions = prov.get("versions") or {}
+    parts = data.get("parts") or {}
+    lines = [
+        [
+            f"GPU: {prov.get('device', '?')}, torch {versions.get('torch', '?')}, Triton {versions.get('triton', '?')}; "
+            f"{short_date(prov.get('date'))}; commit `{(prov.get('git_commit') or '?')[:10]}`; `{json_name}`."
+        ]
+    ]
+    checks = (parts.get("kernels") or {}).get("correctness") or []
+    if checks:
+        wrong = sorted({(r["dtype"], r["head_dim"]) for r in checks if not r["ok"] and r.get("head_dim")})
+        dims = ", ".join(str(d) for _, d in wrong)
+        dtypes = sorted({dt for dt, _ in wrong})
+        line = [
+            f"- Triton kernels on CUDA: {sum(r['ok'] for r in checks)} of {len(checks)} correctness checks pass "
+            "(output and gradients against float64)"
+        ]
+        line.append(
+            f"; {'/'.join(dtypes)} failed at head dims {dims}, so the triton backend does not serve it on CUDA."
+            if wrong
+            else "."
+        )
+        lines.append(line)
+    timing = [
+        r for r in (parts.get("kernels") or {}).get("timing") or [] if r.get("dtype") == "fp16" and not r["causal"]
+    ]
+    if timing:
+        line = ["- ReLU attention forward+backward (Triton) against SDPA flash, head dim 64, fp16: "]
+        for i, r in enumerate(timing):
+            s = r.get("speedup_vs_flash")
+            line += [", " if i else "", *_times(s and s["mean"], f"kernel speed at {r['length']} tokens")]
+            line.append(f" at {r['length']:,} tokens")
+        lines.append(line + [" (target ≥ 1.15× from 1,024)."])
+    ls = parts.get("loss_scale") or {}
+    if ls.get("presets"):
+        line = [f"- fp16 loss scale over {ls.get('updates', '?'):,} updates: "]
+        for i, (name, r) in enumerate(ls["presets"].items()):
+            line.append("; " if i else "")
+            if r.get("median") is None:
+                line.append(f"{name} not measured ({r.get('why_short', 'its run failed')})")
+            else:
+                line += [f"{name} ", Figure(r["median"], ".0f", f"{name} loss scale"), " ("]
+                line += [Figure(r["overflows"], ".0f", f"{name} overflows"), " overflows)"]
+        lines.append(line + ["."])
+    train = parts.get("train") or {}
+    if train:
+        line = ["- `fairseq-train` updates/s against stock softmax: "]
+        for i, (dtype, r) in enumerate(train.items()):
+            line.append("; " if i else "")
+            ratios = {k: v for k, v in (r.get("ratios") or {}).items() if v and k != "softmax"}
+            if not r.get("valid", True) or not ratios:
+                line.append(f"{dtype} not measured ({r.get('why_short', 'no complete round')})")
+                continue
+            line.append(f"{dtype} ")
+            for j, (name, v) in enumerate(ratios.items()):
+                line += [", " if j else "", f"{name} ", *_times(v["median"], f"{dtype} {name} updates/s ratio")]
+        lines.append(line + ["."])
+    return lines
+
+
 def text_of(lines):
     return "\n".join("".join(str(p) for p in line) for line in lines)
 
@@ -193,11 +265,26 @@ def load_json(path):
     return data
 
 
+def load_gpu_json(path):
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ReadmeError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(data, dict) or "parts" not in data or "provenance" not in data:
+        raise ReadmeError(f"{path}: not a make bench-gpu result (no parts / provenance)")
+    return data
+
+
 def rendered_blocks(results_dir):
     out = {}
     for block in BLOCKS:
         path = Path(results_dir) / f"{block}.json"
         try:
+            if block == "bench-gpu":
+                out[block] = render_gpu(load_gpu_json(path), f"docs/results/{path.name}")
+                continue
             out[block] = render(block, load_json(path), f"docs/results/{path.name}")
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, ReadmeError):

@@ -66,7 +66,10 @@ RESULTS = {
         "command": "scripts/demo.py --out demo_out --recipe auto",
     },
 }
-README = "# x\n\nintro\n\n<!-- BEGIN demo-cpu -->\nold\n<!-- END demo-cpu -->\n\ntext\n\n<!-- BEGIN demo-cuda -->\n<!-- END demo-cuda -->\nend\n"
+README = (
+    "# x\n\nintro\n\n<!-- BEGIN demo-cpu -->\nold\n<!-- END demo-cpu -->\n\ntext\n\n<!-- BEGIN demo-cuda -->\n"
+    "<!-- END demo-cuda -->\nend\n\n<!-- BEGIN bench-gpu -->\n<!-- END bench-gpu -->\n"
+)
 
 
 @pytest.fixture
@@ -86,9 +89,8 @@ def test_written_blocks_pass_and_keep_the_rest(repo):
     tool["write"](repo / "README.md", repo / "results")
     text = (repo / "README.md").read_text()
     assert check(repo) == []
-    assert text.startswith("# x\n\nintro\n\n<!-- BEGIN demo-cpu -->\n") and text.endswith(
-        "<!-- END demo-cuda -->\nend\n"
-    )
+    assert text.startswith("# x\n\nintro\n\n<!-- BEGIN demo-cpu -->\n") and text.endswith("<!-- END bench-gpu -->\n")
+    assert "Not measured yet: `docs/results/bench-gpu.json` does not exist.  Measure it with `make bench-gpu`" in text
     assert "\ntext\n" in text
     # the missing cpu JSON: "not measured" and the command
     assert "Not measured yet: `docs/results/demo-cpu.json` does not exist" in text and "make publish-demo" in text
@@ -198,3 +200,59 @@ def test_publish_by_recipe(repo, tmp_path):
         )
         == 1
     )
+
+
+def gpu_result():
+    def check(dtype, d, ok):
+        return {"kernel": "relu_attention", "dtype": dtype, "head_dim": d, "ok": ok}
+
+    def timed(length, ratio):
+        return {"dtype": "fp16", "length": length, "causal": False, "speedup_vs_flash": {"mean": ratio}}
+
+    return {
+        "provenance": {
+            "device": "NVIDIA H100 80GB HBM3",
+            "versions": {"torch": "2.11.0", "triton": "3.6.0"},
+            "date": "2026-11-26",
+            "git_commit": "d775827abc",
+        },
+        "parts": {
+            "kernels": {
+                "correctness": [check("fp16", 64, True), check("fp32", 64, False), check("fp32", 128, False)],
+                "timing": [timed(1024, 0.41), timed(4096, 0.68), dict(timed(4096, 9.0), causal=True)],
+            },
+            "loss_scale": {
+                "updates": 1000,
+                "presets": {
+                    "softmax": {"median": 64.0, "overflows": 1},
+                    "rela_g": {"median": 16.0, "overflows": 3},
+                    "rela_g_triton": {"median": None, "why_short": "its run failed"},
+                },
+            },
+            "train": {
+                "fp16": {"valid": True, "ratios": {"softmax": {"median": 1.0}, "rela_g": {"median": 0.934}}},
+                "bf16": {"valid": False, "ratios": {}, "why_short": "no run"},
+            },
+        },
+    }
+
+
+def test_gpu_block_renders_the_bench_gpu_result_and_names_an_edited_figure(repo):
+    (repo / "results" / "bench-gpu.json").write_text(json.dumps(gpu_result()))
+    tool["write"](repo / "README.md", repo / "results")
+    text = (repo / "README.md").read_text()
+    assert check(repo) == []
+    assert "GPU: NVIDIA H100 80GB HBM3, torch 2.11.0, Triton 3.6.0; 2026-11-26; commit `d775827abc`" in text
+    assert "1 of 3 correctness checks pass" in text and "fp32 failed at head dims 64, 128" in text
+    assert "0.41× at 1,024 tokens, 0.68× at 4,096 tokens" in text  # non-causal fp16 rows only
+    assert "softmax 64 (1 overflows); rela_g 16 (3 overflows); rela_g_triton not measured (its run failed)" in text
+    assert "fp16 rela_g 0.93×; bf16 not measured (no run)" in text
+    (repo / "README.md").write_text(text.replace("0.68× at 4,096", "0.78× at 4,096"))
+    problems = check(repo)
+    assert len(problems) == 1 and "kernel speed at 4096 tokens is 0.78 in the README, 0.68 in the JSON" in problems[0]
+
+
+def test_gpu_json_that_is_not_a_bench_gpu_result_is_one_line(repo):
+    (repo / "results" / "bench-gpu.json").write_text(json.dumps({"seeds": []}))
+    with pytest.raises(tool["ReadmeError"], match="not a make bench-gpu result"):
+        check(repo)
