@@ -18,9 +18,9 @@
 # loss_scale.json, train-fp16.json, train-bf16.json (the bench_gpu.json of each step) and
 # logs.tar.gz (every log).
 #
-# It needs, carried with the checkout (ignored paths): gpu_wheels/ (the cp312 wheels the
-# GPU image lacks: docs/performance.md "GPU session") and gpu_data/multi30k/data-bin
-# (Multi30k binarized by data_prep/prepare_multi30k.py, for the loss-scale runs).
+# It needs, carried with the checkout (ignored paths), what benchmarks/gpu_session_prepare.sh
+# makes on a machine with PyPI: gpu_wheels/ (the cp312 wheels the GPU image lacks) and
+# gpu_data/multi30k/data-bin (Multi30k binarized, for the loss-scale runs).
 set -u
 STEPS=${1:?usage: gpu_session.sh kernels,train-fp16,train-bf16 [TOTAL_SECONDS]}
 TOTAL=${2:-560}
