@@ -15,7 +15,7 @@ setup(
     packages=find_packages(
         include=["fairseq_sparse_attn", "fairseq_sparse_attn.*", "fairseq_sparse_attn_plugin"]
     ),  # the --user-dir
-    python_requires=">=3.8",
+    python_requires=">=3.10",
     install_requires=[
         "entmax>=1.1",
         "sacrebleu>=2.0",

@@ -9,11 +9,20 @@ cd "$(dirname "$0")/.."
 
 say() { echo "[install] $*"; }
 
+# Python 3.10 or later: torch 2.13 (installed below unless one is present) and the code need it
+"$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' 2>/dev/null || {
+  echo "make install: error: $PY is Python $("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo '?'), the plugin needs Python 3.10 or later (PYTHON=... picks another interpreter)" >&2
+  exit 2; }
+
 # One interpreter start finds what is already importable (importing fairseq takes seconds,
 # so checking package by package would make a no-op run slow).
-PRESENT=" $(FSA_REPO="$PWD" "$PY" -P - <<'EOF' 2>/dev/null
+PRESENT=" $(FSA_REPO="$PWD" "$PY" - <<'EOF' 2>/dev/null
 import importlib.util as u
 import os
+import sys
+# not the current directory (this checkout's own package would look installed); what -P
+# does on Python 3.11+
+sys.path = [p for p in sys.path if p not in ("", os.getcwd())]
 names = ["torch", "Cython", "numpy", "setuptools", "wheel", "fairseq", "hydra", "omegaconf",
          "bitarray", "sacrebleu", "regex", "tqdm", "cffi", "sklearn", "packaging",
          "fairseq_sparse_attn", "entmax", "sacremoses", "subword_nmt", "pytest", "matplotlib",
