@@ -73,3 +73,22 @@ def test_wheelhouse_needs_a_python_version():
         timeout=60,
     )
     assert p.returncode == 2 and "PYTHON_VERSION must look like 3.12" in p.stderr
+
+
+def test_an_old_python_is_one_line_before_any_work(tmp_path):
+    """Python 3.9 (torch 2.13 needs 3.10): one line naming the interpreter, exit 2, no pip."""
+    fake = tmp_path / "python3.9"
+    fake.write_text(
+        "#!/usr/bin/env bash\n"  # a Python 3.9 as far as install.sh can tell
+        'if [[ "$*" == *"sys.exit"* ]]; then exit 1; fi\n'
+        "echo 3.9\n"
+    )
+    fake.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(fake), "FSA_INSTALL_DRY_RUN": "1"}
+    p = subprocess.run(["bash", str(REPO / "scripts" / "install.sh")], capture_output=True, text=True, env=env)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [
+        f"make install: error: {fake} is Python 3.9, the plugin needs Python 3.10 or later "
+        "(PYTHON=... picks another interpreter)"
+    ]
+    assert "[install]" not in p.stdout
