@@ -16,7 +16,8 @@ interpreter (slow: for tests), only when the backend is named (``--attn-backend 
 
 ``auto`` (:func:`_auto_enabled`) takes it only on a CUDA device whose family has a recorded
 ``make bench-gpu`` result in ``docs/results/`` that shows it faster
-(:func:`measured_faster_families`); none exists yet, so auto never takes it.  Incremental
+(:func:`measured_faster_families`); the one recorded run (H100, 2026-11-26,
+``docs/results/bench-gpu.json``) has no updates/s ratio, so auto does not take it.  Incremental
 decoding steps (no gradients) are served only when named, as no measurement shows the
 kernels faster there (a decoding step of a module with a plain pipeline does not reach
 :func:`~..core.attend` at all: the call plan's inference call).
@@ -182,7 +183,7 @@ register_backend(
         enabled=_auto_enabled,
         auto_when=(
             "for training calls on CUDA devices whose family has a make bench-gpu result in docs/results/ "
-            "showing it faster (none yet)"
+            "showing it faster (the recorded H100 run does not)"
         ),
         unavailable=_unavailable,
     )
