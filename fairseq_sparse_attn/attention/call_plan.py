@@ -43,7 +43,7 @@ of the cache is fairseq's own ``reorder_incremental_state`` on the same format.
 """
 
 import dataclasses
-from typing import Callable, NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -54,7 +54,17 @@ from . import masks
 from .activations import AttentionActivation
 from .backends.materialized import _scores, _value_mix
 from .config import AttentionConfig
-from .core import AttendSpec, AttentionInputs, Dropout, applies_dropout, attend, is_stock, streamed
+from .core import (
+    AttendSpec,
+    AttentionInputs,
+    Call,
+    Dropout,
+    applies_dropout,
+    attend,
+    choose_backend,
+    is_stock,
+    streamed,
+)
 from .intermediates import Intermediates
 
 #: What :meth:`CallPlan.project` returns: q (None without learned heads), k (None without
@@ -138,7 +148,6 @@ class CallPlan(NamedTuple):
     self_attention: bool
     encoder_decoder_attention: bool
     inline: bool  # inline_reason(module) is None: calls that need nothing else go inline
-    rectify_: Optional[Callable[[Tensor], Tensor]]  # f in place on the fresh scores, or None
     streamed_min_keys: int  # inline calls over at least this many keys go to attend() (0 = never)
 
     # ------------------------------------------------------------------ stock fairseq or the plan
@@ -192,6 +201,18 @@ class CallPlan(NamedTuple):
         src_len = v.size(1)
         heads, d, qk_heads = self.heads, self.head_dim, self.qk_heads
         bias, mask = masks.visibility_mask(attn_mask, key_padding_mask, bsz, tgt_len, src_len)
+        if (
+            self.inline
+            and not collect
+            and bias is None
+            and kv_bsz == bsz
+            and self.auto_runs_materialized(v, mask, need_weights)
+        ):
+            # (training calls): the materialized backend's operations on the (bsz * heads)
+            # tensors, without the per-call bookkeeping of attend()
+            out, weights = self.plain(q, k, v, mask, bsz, tgt_len, need_weights)  # type: ignore[arg-type]
+            out, weights = self.end(self.heads_last(out, tgt_len, bsz), weights, need_weights, need_head_weights)
+            return out, weights, None
         q4 = q.view(bsz, qk_heads, tgt_len, d) if q is not None else None
         k4 = k.view(kv_bsz, qk_heads, src_len, d) if k is not None else None
         v4 = v.view(kv_bsz, heads, src_len, d)
@@ -389,30 +410,77 @@ class CallPlan(NamedTuple):
                 self.spec,
             )
             out = out.view(bsz * heads, tgt_len, d)
+        elif groups == 1:
+            out, weights = self.plain(q, k, v, hidden, bsz, tgt_len, need_weights)
         else:
             # the materialized backend's operations (_scores, activation, _value_mix)
-            if groups == 1:
-                scores = torch.bmm(q, k.transpose(1, 2)).view(bsz, heads, tgt_len, src_len).float()
-            else:
-                scores = _scores(q.view(bsz, heads, tgt_len, d), k.view(kv_bsz, heads, src_len, d), groups)
-            if self.rectify_ is not None:  # Rectified.forward, in place on the fresh scores
-                if hidden is not None:
-                    scores.masked_fill_(hidden, 0.0)
-                weights = self.rectify_(scores)
-            else:
-                weights = self.activation(scores, hidden)
-            probs = weights.type_as(v)
-            if groups == 1:
-                out = torch.bmm(probs.view(bsz * heads, tgt_len, src_len), v)
-            else:
-                # (reshape: with one sentence, kv_bsz = 1, the einsum's output is not viewable)
-                out = _value_mix(probs, v.view(kv_bsz, heads, src_len, d), groups).reshape(bsz * heads, tgt_len, d)
-        # (bsz * heads, tgt, d) -> (tgt, bsz, embed); one query: a view
-        if tgt_len == 1:
-            attn = out.view(1, bsz, self.embed_dim)
-        else:
-            attn = out.transpose(0, 1).reshape(tgt_len, bsz, self.embed_dim)
+            scores = _scores(q.view(bsz, heads, tgt_len, d), k.view(kv_bsz, heads, src_len, d), groups)
+            weights = self.activation(scores, hidden)
+            # (reshape: with one sentence, kv_bsz = 1, the einsum's output is not viewable)
+            out = _value_mix(weights.type_as(v), v.view(kv_bsz, heads, src_len, d), groups)
+            out = out.reshape(bsz * heads, tgt_len, d)
+        attn = self.heads_last(out, tgt_len, bsz)
         return self.end(attn, weights, need_weights, need_head_weights)
+
+    # ------------------------------------------------------------------ the plain call
+    def auto_runs_materialized(self, v: Tensor, hidden: Optional[Tensor], need_weights: bool) -> bool:
+        """``auto`` would run this call (no analysis, bias or head policy: an inline module)
+        on the ``materialized`` backend (and not, e.g., on a fused kernel measured faster
+        on this device): the choice of :func:`~.core.attend`, without its 4-d views."""
+        call = Call(
+            activation=self.spec.activation_name,
+            activation_traits=self.activation.traits,
+            needs_weights=need_weights,
+            dropout=applies_dropout(self.dropout),
+            score_bias=False,
+            bias_providers=False,
+            given_heads=False,
+            head_selection=False,
+            grad=torch.is_grad_enabled() and v.requires_grad,
+            device=v.device.type,
+            row_sums=False,
+            keys=v.size(1),
+            dtype=v.dtype,
+            query_mask=hidden is not None and hidden.dim() == 4 and hidden.size(2) > 1,
+            head_dim=v.size(-1),
+        )
+        return choose_backend(self.spec, call).name == "materialized"
+
+    def plain(
+        self, q: Tensor, k: Tensor, v: Tensor, hidden: Optional[Tensor], bsz: int, tgt_len: int, need_weights: bool
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        """The materialized backend's operations for one key copy per query (no beam
+        groups) on q, k, v in (bsz * heads, len, head_dim): ``(heads out (bsz * heads, tgt,
+        d), weights (bsz, heads, tgt, src) float32 when need_weights else None)``.  The
+        same numbers, outputs and gradients, as the backend, bit for bit
+        (tests/unit/test_call_plan.py), with fewer ops: no 4-d views, and an activation with
+        a hiding score (:meth:`~.activations.AttentionActivation.hiding_score`) gets the mask
+        added inside the scores' product (one ``baddbmm``; the bias is made once per mask,
+        :func:`.masks.hiding_bias`) instead of a pass over the scores."""
+        act, heads = self.activation, self.heads
+        kt = k.transpose(1, 2)
+        fill = act.hiding_score(q.dtype)
+        if fill is not None:
+            if hidden is None:
+                scores = torch.bmm(q, kt)
+            else:
+                scores = torch.baddbmm(masks.hiding_bias(hidden, bsz, heads, fill, q.dtype), q, kt)
+            weights = act.weights_of_hiding_scores(scores.float(), hidden, heads)
+        else:
+            scores = torch.bmm(q, kt)
+            weights = act(scores.view(bsz, heads, tgt_len, -1).float(), hidden).view(bsz * heads, tgt_len, -1)
+        probs = weights.type_as(v)
+        if applies_dropout(self.dropout):
+            probs = self.dropout(probs)
+        out = torch.bmm(probs, v)
+        return out, (weights.view(bsz, heads, tgt_len, -1) if need_weights else None)
+
+    def heads_last(self, out: Tensor, tgt_len: int, bsz: int) -> Tensor:
+        """(bsz * heads, tgt, d) -> (tgt, bsz, embed) (the concatenated heads); one query:
+        a view."""
+        if tgt_len == 1:
+            return out.view(1, bsz, self.embed_dim)
+        return out.transpose(0, 1).reshape(tgt_len, bsz, self.embed_dim)
 
 
 def build_plan(config: AttentionConfig, module) -> CallPlan:
@@ -434,9 +502,6 @@ def build_plan(config: AttentionConfig, module) -> CallPlan:
     )
     # long calls of these activations: ``auto`` hands them to query_block (CPU) or flex (CUDA)
     streamed_min_keys = backend.flex_min_keys if streamed(act) else 0
-    # a rectified activation with exact zeros and no row factor: f(0) = 0, so the hidden
-    # scores are zeroed and f applied in place, the activation's own forward without a copy
-    inplace = act.rectified and act.exact_zeros and not act.row_scaled
     return CallPlan(
         config=config,
         spec=spec,
@@ -461,6 +526,5 @@ def build_plan(config: AttentionConfig, module) -> CallPlan:
         self_attention=m.self_attention,
         encoder_decoder_attention=m.encoder_decoder_attention,
         inline=inline,
-        rectify_=act.fn_ if inline and inplace else None,
         streamed_min_keys=max(int(streamed_min_keys), 0),
     )
