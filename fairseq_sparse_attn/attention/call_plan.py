@@ -43,7 +43,7 @@ of the cache is fairseq's own ``reorder_incremental_state`` on the same format.
 """
 
 import dataclasses
-from typing import NamedTuple, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -99,26 +99,45 @@ def inline_reason(module) -> Optional[str]:
     return None
 
 
-def _linear(proj, x: Tensor) -> Tensor:
-    """``proj(x)``; a plain ``nn.Linear`` without hooks is applied directly (a module call
-    costs a few µs of Python, a visible share of a decoding step)."""
-    if (
+def _plain_linear(proj) -> bool:
+    """A plain ``nn.Linear`` without hooks: applied directly (a module call costs a few µs
+    of Python, a visible share of a decoding step)."""
+    return (
         type(proj) is torch.nn.Linear
         and not proj._forward_hooks
         and not proj._forward_pre_hooks
         and not _module._global_forward_hooks
         and not _module._global_forward_pre_hooks
-    ):
-        params = proj._parameters
-        return F.linear(x, params["weight"], params["bias"])  # type: ignore[arg-type]  # a Linear's weight
-    return proj(x)
+    )
 
 
-def _heads_first(x: Tensor, batch_heads: int, d: int) -> Tensor:
-    """(len, batch, heads * d) -> (batch * heads, len, d); one position: a view."""
-    if x.size(0) == 1:
+def _linears(x: Tensor, *projs) -> List[Optional[Tensor]]:
+    """``proj(x)`` for each of ``projs`` (None for None) on x (len, batch, features), each
+    as (len * batch, out) or (len, batch, out).  The plain ones (:func:`_plain_linear`) on a
+    contiguous x share one flattening view: ``F.linear`` flattens a contiguous 3-d input
+    itself (view, addmm, view per call), so the numbers are its own, bit for bit, with
+    two ops fewer per projection (tests/unit/test_op_count.py)."""
+    flat = None
+    outs: List[Optional[Tensor]] = []
+    for proj in projs:
+        if proj is None:
+            outs.append(None)
+        elif _plain_linear(proj):
+            params = proj._parameters
+            if flat is None:
+                flat = x.view(-1, x.size(-1)) if x.is_contiguous() else x
+            outs.append(F.linear(flat, params["weight"], params["bias"]))
+        else:
+            outs.append(proj(x))
+    return outs
+
+
+def _heads_first(x: Tensor, length: int, batch_heads: int, d: int) -> Tensor:
+    """(length, batch, heads * d), or flattened (length * batch, heads * d) -> (batch *
+    heads, length, d); one position: a view."""
+    if length == 1:
         return x.view(batch_heads, 1, d)
-    return x.view(-1, batch_heads, d).transpose(0, 1)
+    return x.view(length, batch_heads, d).transpose(0, 1)
 
 
 class CallPlan(NamedTuple):
@@ -211,7 +230,8 @@ class CallPlan(NamedTuple):
             # (training calls): the materialized backend's operations on the (bsz * heads)
             # tensors, without the per-call bookkeeping of attend()
             out, weights = self.plain(q, k, v, mask, bsz, tgt_len, need_weights)  # type: ignore[arg-type]
-            out, weights = self.end(self.heads_last(out, tgt_len, bsz), weights, need_weights, need_head_weights)
+            attn = self.heads_last(out, tgt_len, bsz)
+            out, weights = self.end(attn, tgt_len, bsz, weights, need_weights, need_head_weights)
             return out, weights, None
         q4 = q.view(bsz, qk_heads, tgt_len, d) if q is not None else None
         k4 = k.view(kv_bsz, qk_heads, src_len, d) if k is not None else None
@@ -250,18 +270,30 @@ class CallPlan(NamedTuple):
             )
         out, inter = attend(q4, k4, v4, inputs, self.spec)
         # (bsz, H, tgt, d) -> (tgt, bsz, H*d); one query (a decoding step): a view, no copy
-        attn = out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, self.embed_dim)
-        out, weights = self.end(attn, inter.weights, need_weights, need_head_weights)
+        attn = out.permute(2, 0, 1, 3).reshape(tgt_len * bsz, self.embed_dim)
+        out, weights = self.end(attn, tgt_len, bsz, inter.weights, need_weights, need_head_weights)
         return out, weights, inter
 
     def end(
-        self, attn: Tensor, weights: Optional[Tensor], need_weights: bool, need_head_weights: bool
+        self,
+        attn: Tensor,
+        tgt_len: int,
+        bsz: int,
+        weights: Optional[Tensor],
+        need_weights: bool,
+        need_head_weights: bool,
     ) -> Tuple[Tensor, Optional[Tensor]]:
         """The output ending of every call the plan serves: ``out_proj(output_norm(heads))``
-        for the concatenated heads ``attn`` (tgt, bsz, embed), and the weights (bsz, heads,
-        tgt, src) returned as fairseq returns them: per head (heads, bsz, tgt, src) when
-        ``need_head_weights``, averaged over the heads when ``need_weights``, else None."""
-        out = _linear(self.out_proj, self.output_norm(attn))
+        (tgt, bsz, embed) for the concatenated heads ``attn`` (tgt * bsz, embed), and the
+        weights (bsz, heads, tgt, src) returned as fairseq returns them: per head (heads,
+        bsz, tgt, src) when ``need_head_weights``, averaged over the heads when
+        ``need_weights``, else None."""
+        normed = self.output_norm(attn)
+        if _plain_linear(self.out_proj):
+            params = self.out_proj._parameters
+            out = F.linear(normed, params["weight"], params["bias"]).view(tgt_len, bsz, -1)  # type: ignore[arg-type]
+        else:
+            out = self.out_proj(normed.view(tgt_len, bsz, -1))
         if need_weights and weights is not None:
             weights = weights.transpose(1, 0)
             return out, (weights if need_head_weights else weights.mean(dim=0))
@@ -292,16 +324,6 @@ class CallPlan(NamedTuple):
             elif static_kv and "prev_key" in saved:
                 key = value = None  # the encoder's keys and values are cached
 
-        q = None
-        if self.q_proj is not None:
-            q = _linear(self.q_proj, query)
-            # in place without autograd; with it, in place on the projection's output (a
-            # view of a 2-d product) would cost a copy-slices pass in backward
-            q = q * self.scaling if q.requires_grad else q.mul_(self.scaling)
-            q = q.view(bsz * qk_heads, 1, d) if tgt_len == 1 else q.view(tgt_len, bsz * qk_heads, d).transpose(0, 1)
-        k: Optional[Tensor] = None
-        v: Optional[Tensor] = None
-        kv_bsz = bsz
         if self.self_attention:
             key = value = query
         elif self.encoder_decoder_attention and key is not None:
@@ -312,19 +334,37 @@ class CallPlan(NamedTuple):
                 if key_padding_mask is not None:
                     key_padding_mask = key_padding_mask.view(-1, beam, key_padding_mask.size(1))[:, 0, :]
             value = key
+        k: Optional[Tensor] = None
+        v: Optional[Tensor] = None
+        if key is query:  # self-attention: one flattened input for the three projections
+            q, k, v = _linears(query, self.q_proj, self.k_proj, self.v_proj)
+        else:
+            (q,) = _linears(query, self.q_proj)
+            if key is not None:
+                assert value is not None  # key given: value too
+                if value is key:
+                    k, v = _linears(key, self.k_proj, self.v_proj)
+                else:
+                    (k,), (v,) = _linears(key, self.k_proj), _linears(value, self.v_proj)
+        if q is not None:
+            # in place without autograd; with it, in place on the projection's output (a
+            # view of a 2-d product) would cost a copy-slices pass in backward
+            q = q * self.scaling if q.requires_grad else q.mul_(self.scaling)
+            q = q.view(bsz * qk_heads, 1, d) if tgt_len == 1 else q.view(tgt_len, bsz * qk_heads, d).transpose(0, 1)
+        kv_bsz = bsz
         if key is not None:
-            kv_bsz = key.size(1)
-            k = _linear(self.k_proj, key) if self.k_proj is not None else None
-            v = _linear(self.v_proj, value)  # type: ignore[arg-type]  # key given: value too
+            assert v is not None
+            kv_bsz, src_len = key.size(1), key.size(0)
             if self.bias_k is not None:
                 # fairseq's _add_bias: one learned key and value appended (bsz copies, as stock)
                 assert k is not None and self.bias_v is not None  # add_bias_kv: learned heads
-                k = torch.cat([k, self.bias_k.repeat(1, bsz, 1)])
-                v = torch.cat([v, self.bias_v.repeat(1, bsz, 1)])
+                k = torch.cat([k.view(src_len, kv_bsz, -1), self.bias_k.repeat(1, bsz, 1)])
+                v = torch.cat([v.view(src_len, kv_bsz, -1), self.bias_v.repeat(1, bsz, 1)])
+                src_len += 1
                 key_padding_mask, attn_mask = masks.with_one_more_key(key_padding_mask, attn_mask)
             if k is not None:
-                k = _heads_first(k, kv_bsz * qk_heads, d)
-            v = _heads_first(v, kv_bsz * heads, d)
+                k = _heads_first(k, src_len, kv_bsz * qk_heads, d)
+            v = _heads_first(v, src_len, kv_bsz * heads, d)
 
         if saved is not None:
             prev_key = saved.get("prev_key")
@@ -420,7 +460,7 @@ class CallPlan(NamedTuple):
             out = _value_mix(weights.type_as(v), v.view(kv_bsz, heads, src_len, d), groups)
             out = out.reshape(bsz * heads, tgt_len, d)
         attn = self.heads_last(out, tgt_len, bsz)
-        return self.end(attn, weights, need_weights, need_head_weights)
+        return self.end(attn, tgt_len, bsz, weights, need_weights, need_head_weights)
 
     # ------------------------------------------------------------------ the plain call
     def auto_runs_materialized(self, v: Tensor, hidden: Optional[Tensor], need_weights: bool) -> bool:
@@ -476,11 +516,11 @@ class CallPlan(NamedTuple):
         return out, (weights.view(bsz, heads, tgt_len, -1) if need_weights else None)
 
     def heads_last(self, out: Tensor, tgt_len: int, bsz: int) -> Tensor:
-        """(bsz * heads, tgt, d) -> (tgt, bsz, embed) (the concatenated heads); one query:
+        """(bsz * heads, tgt, d) -> (tgt * bsz, embed) (the concatenated heads); one query:
         a view."""
         if tgt_len == 1:
-            return out.view(1, bsz, self.embed_dim)
-        return out.transpose(0, 1).reshape(tgt_len, bsz, self.embed_dim)
+            return out.view(bsz, self.embed_dim)
+        return out.transpose(0, 1).reshape(tgt_len * bsz, self.embed_dim)
 
 
 def build_plan(config: AttentionConfig, module) -> CallPlan:
