@@ -33,7 +33,7 @@ and is then handed to one of two places:
   and returned weights equal the general path's bit for bit
   (``tests/unit/test_call_plan.py``).  A long call (at least ``--attn-flex-min-keys`` keys)
   of a streamed activation still goes to :func:`~.core.attend`, which picks ``query_block``
-  (CPU) or ``flex`` (CUDA) as in the general path.
+  (CPU) as in the general path.
 
 The plan holds the submodules and sizes a call reads (a submodule read through
 ``nn.Module.__getattr__`` costs ~0.7 µs; a call reads a dozen), and is dropped and rebuilt
@@ -245,15 +245,13 @@ class CallPlan(NamedTuple):
                 scores = scores.masked_fill(mask, float("-inf"))
             return scores.view(bsz * heads, tgt_len, src_len).type_as(q), v, None  # type: ignore[arg-type]
 
-        # a forced fused kernel (flex, triton) returns no weights unless an analysis collector asks
+        # a forced fused kernel (triton) returns no weights unless an analysis collector asks
         # for them (then the forced backend's error says why): fairseq's own requests (the
         # alignment layer's need_head_weights, need_weights by default) get None.  With
         # --attn-key-block-size, head-averaged weights are returned only when the call ran
         # materialized (the key-block path returns none)
         backend = self.config.backend
-        if backend.name not in ("flex", "triton") and (
-            need_head_weights or (need_weights and not backend.key_block_size)
-        ):
+        if backend.name != "triton" and (need_head_weights or (need_weights and not backend.key_block_size)):
             collect = collect | {"weights"}
         if attn_inputs is None:  # the usual call (decoder, cross-attention): no copy of defaults
             inputs = AttentionInputs(
@@ -440,7 +438,7 @@ class CallPlan(NamedTuple):
         groups = bsz // kv_bsz
         weights = None
         if self.streamed_min_keys and src_len >= self.streamed_min_keys and not need_weights:
-            # a long call: the backend auto chooses (query_block on CPU, flex on CUDA)
+            # a long call: the backend auto chooses (query_block without gradients)
             inputs = AttentionInputs(hidden=hidden, key_padding=key_padding_mask, kv_groups=groups)
             out, _ = attend(
                 q.view(bsz, heads, tgt_len, d),
@@ -540,7 +538,7 @@ def build_plan(config: AttentionConfig, module) -> CallPlan:
         key_block_size=backend.key_block_size,
         flex_min_keys=backend.flex_min_keys,
     )
-    # long calls of these activations: ``auto`` hands them to query_block (CPU) or flex (CUDA)
+    # long calls of these activations: ``auto`` hands them to query_block
     streamed_min_keys = backend.flex_min_keys if streamed(act) else 0
     return CallPlan(
         config=config,
