@@ -225,7 +225,7 @@ class CallPlan(NamedTuple):
             and not collect
             and bias is None
             and kv_bsz == bsz
-            and self.auto_runs_materialized(v, mask, need_weights)
+            and self.auto_runs_materialized(q, v, mask, need_weights)
         ):
             # (training calls): the materialized backend's operations on the (bsz * heads)
             # tensors, without the per-call bookkeeping of attend()
@@ -461,7 +461,9 @@ class CallPlan(NamedTuple):
         return self.end(attn, tgt_len, bsz, weights, need_weights, need_head_weights)
 
     # ------------------------------------------------------------------ the plain call
-    def auto_runs_materialized(self, v: Tensor, hidden: Optional[Tensor], need_weights: bool) -> bool:
+    def auto_runs_materialized(
+        self, q: Optional[Tensor], v: Tensor, hidden: Optional[Tensor], need_weights: bool
+    ) -> bool:
         """``auto`` would run this call (no analysis, bias or head policy: an inline module)
         on the ``materialized`` backend (and not, e.g., on a fused kernel measured faster
         on this device): the choice of :func:`~.core.attend`, without its 4-d views."""
@@ -474,7 +476,7 @@ class CallPlan(NamedTuple):
             bias_providers=False,
             given_heads=False,
             head_selection=False,
-            grad=torch.is_grad_enabled() and v.requires_grad,
+            grad=torch.is_grad_enabled() and (v.requires_grad or (q is not None and q.requires_grad)),
             device=v.device.type,
             row_sums=False,
             keys=v.size(1),

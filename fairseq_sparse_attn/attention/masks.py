@@ -54,7 +54,7 @@ from torch import Tensor
 ADDITIVE_MASK_THRESHOLD = -1e4
 
 # --------------------------------------------------------------------------- the cache
-MAX_ENTRIES = 32
+MAX_ENTRIES = 16
 _ENTRIES: "OrderedDict[tuple, tuple]" = OrderedDict()
 
 

@@ -229,6 +229,28 @@ def test_training_calls_equal_the_general_path_with_gradients(act, norm, p, monk
     assert plain.count(fast) == 3 and plain.count(cross_f) == 1 and general not in plain
 
 
+def test_training_calls_that_auto_gives_another_backend_go_to_attend(monkeypatch):
+    """The plain call only takes what ``auto`` would run on ``materialized``: a backend
+    auto prefers for the call (e.g. triton where a GPU measurement shows it faster) gets it."""
+    from fairseq_sparse_attn.attention import core
+    from fairseq_sparse_attn.attention.backends.materialized import materialized
+
+    ran = []
+
+    def probe(q, k, v, inputs, spec, call):
+        ran.append(call.grad)
+        return materialized(q, k, v, inputs, spec, call)
+
+    backend = core.Backend("probe", probe, core.Capabilities(activation_traits=frozenset({"rectified"})), priority=1)
+    monkeypatch.setitem(core.BACKENDS, "probe", backend)
+    plain = spy_on(monkeypatch, "plain")
+    fast, general = pair("relu", "gated_rmsnorm", self_attention=True)
+    fast.train()
+    x = torch.randn(4, 2, E, requires_grad=True)
+    fast(x, x, x, need_weights=False)[0].sum().backward()
+    assert ran == [True] and plain == []
+
+
 @pytest.mark.parametrize("act,norm", [("relu", "gated_rmsnorm"), ("sparsemax", "rmsnorm_i")])
 def test_low_precision_modules_equal_the_general_path(act, norm, calls):
     """bfloat16 parameters and inputs: scores and weights in float32, the value mix in the
