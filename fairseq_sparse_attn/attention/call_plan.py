@@ -13,27 +13,32 @@ serves goes through :meth:`CallPlan.project`:
                 written exactly as stock fairseq (incremental calls only: a whole-sequence
                 call never caches)
 
-and is then handed to one of two places:
+and is then handed to one of three places:
 
-* :func:`~.core.attend` (the general path: gradients, dropout, analysis collectors, every
-  head policy, bias provider and backend);
+* :func:`~.core.attend` (the general path: analysis collectors, every head policy, bias
+  provider and backend);
 * :meth:`CallPlan.inline_call`, the *inference call*: a call without gradients, applied
   dropout or analysis on a module with a plain pipeline (:func:`inline_reason` is None) does
   the materialized backend's operations directly, without describing the call or choosing a
   backend.  Decoding one sentence at a time is mostly such calls on tiny tensors (batch 1,
   beam 4: a (1, 4, 256) query), where a call costs its Python bookkeeping and its number of
-  operations, not arithmetic (docs/performance.md, "The inference call")::
+  operations, not arithmetic (docs/performance.md, "The inference call");
+* the *plain training call*: a call with gradients or dropout of such a module, without
+  analysis, that ``auto`` would run on ``materialized`` (:meth:`CallPlan.auto_runs_materialized`:
+  a fused kernel measured faster still gets it) runs the same operations, :meth:`CallPlan.plain`,
+  which both share::
 
-      scores  = q kᵀ                        (:func:`.core._scores`, inline for one group)
-      weights = activation(scores, hidden)  (ReLU-like: zero the hidden scores, f in place)
-      heads   = weights · v                 (:func:`.core._value_mix`, inline for one group)
+      scores  = q kᵀ (+ hiding bias)         one bmm / baddbmm on (batch * heads) tensors
+      weights = activation(scores)           (its hiding score: no mask pass; else the mask)
+      heads   = dropout(weights) · v
       out     = out_proj(output_norm(heads))  (:meth:`CallPlan.end`, shared with attend())
 
-  the operations of ``materialized`` in the same order on the same tensors: outputs, cache
-  and returned weights equal the general path's bit for bit
-  (``tests/unit/test_call_plan.py``).  A long call (at least ``--attn-flex-min-keys`` keys)
-  of a streamed activation still goes to :func:`~.core.attend`, which picks ``query_block``
-  (CPU) as in the general path.
+  the operations of ``materialized`` on the same numbers: outputs, gradients, cache and
+  returned weights equal the general path's bit for bit (``tests/unit/test_call_plan.py``),
+  with fewer dispatched ops (no 4-d views, the mask inside the product: a training step's op
+  count, tests/unit/test_op_count.py).  A long inference call (at least
+  ``--attn-flex-min-keys`` keys) of a streamed activation still goes to
+  :func:`~.core.attend`, which picks ``query_block`` as in the general path.
 
 The plan holds the submodules and sizes a call reads (a submodule read through
 ``nn.Module.__getattr__`` costs ~0.7 µs; a call reads a dozen), and is dropped and rebuilt
