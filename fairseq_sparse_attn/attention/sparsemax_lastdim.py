@@ -18,15 +18,10 @@ Forward, with X the scores (Y = sparsemax(X)):
 Backward: g = dY on the support (Y != 0), 0 elsewhere; dX = g - sum(g) / k on the support.
 """
 
-import functools
-
 import torch
 from torch.autograd import Function
 
-
-@functools.lru_cache(maxsize=64)
-def _rho(d: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    return torch.arange(1, d + 1, device=device, dtype=dtype)
+from .entmax15_lastdim import index_vector
 
 
 class SparsemaxLastDim(Function):
@@ -36,7 +31,7 @@ class SparsemaxLastDim(Function):
         X = X - max_val
         topk, _ = torch.sort(X, dim=-1, descending=True)
         topk_cumsum = topk.cumsum(-1) - 1
-        support = _rho(X.size(-1), X.dtype, X.device) * topk > topk_cumsum
+        support = index_vector(X.size(-1), X.dtype, X.device) * topk > topk_cumsum
         support_size = support.sum(dim=-1, keepdim=True)
         tau = topk_cumsum.gather(-1, support_size - 1)
         size = support_size.to(X.dtype)
