@@ -14,8 +14,6 @@ Modes and rows:
     softmax_stock, relu_plain, relu_chunked as above, and
     relu_query_block  relu_scaled block by block over the queries without gradients
                       (attention/query_block_relu.py; one reused score buffer)
-    relu_flex         relu_scaled through the fused FlexAttention kernel
-                      (attention/flex_relu.py; compiled; on CPU inference only)
 
 Memory: CUDA peak allocated; on CPU the growth of the process's peak resident set during
 the timed steps (the peak is reset after the warm-up, so compilation does not count), each
@@ -45,14 +43,8 @@ from timing import interleaved_rounds, summarize_ratios  # noqa: E402
 
 ROWS = {
     "train": ("softmax_stock", "softmax_explicit", "relu_plain", "relu_chunked"),
-    "infer": ("softmax_stock", "relu_plain", "relu_chunked", "relu_query_block", "relu_flex"),
+    "infer": ("softmax_stock", "relu_plain", "relu_chunked", "relu_query_block"),
 }
-
-
-def flex_unavailable(device):
-    from fairseq_sparse_attn.attention.flex_relu import flex_relu_unavailable
-
-    return flex_relu_unavailable(device.type, grad=False)
 
 
 def build_step(row, mode, length, args):
@@ -70,14 +62,13 @@ def build_step(row, mode, length, args):
     m = SparseMultiheadAttention(args.dim, args.heads, self_attention=True, config=config).to(device)
     m.train(mode == "train")
     # each row names its backend (in auto, relu_scaled over >= --attn-flex-min-keys keys
-    # would take the fused kernel in CPU inference)
+    # would take query_block in inference)
     m.backend = {
         "softmax_stock": "auto",
         "softmax_explicit": "materialized",
         "relu_plain": "materialized",
         "relu_chunked": "key_block",
         "relu_query_block": "query_block",
-        "relu_flex": "flex",
     }[row]
     m.key_block_size = args.block if row == "relu_chunked" else 0
     x = torch.randn(length, args.batch, args.dim, device=device, requires_grad=mode == "train")
@@ -128,7 +119,7 @@ def measure_memory(row, mode, length, args):
     import torch
 
     step, device = build_step(row, mode, length, args)
-    step()  # warm-up (compilation for relu_flex)
+    step()  # warm-up
     step()
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -233,11 +224,6 @@ def main():
     skipped = {}
     for mode in args.modes:
         rows = list(ROWS[mode])
-        if "relu_flex" in rows:
-            reason = flex_unavailable(torch.device(args.device))
-            if reason is not None:
-                rows.remove("relu_flex")
-                skipped["relu_flex"] = reason
         results[mode] = {}
         for length in args.lengths:
             times = run_child("time", args, mode, str(length), ",".join(rows))

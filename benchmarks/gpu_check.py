@@ -7,15 +7,13 @@ outputs, per-head weights and gradients (inputs + parameters) are compared CPU v
 The CUDA module is then run in float16 and bfloat16 (forward + backward): outputs and
 gradients must be finite; the difference against the float32 CUDA output is reported.
 Whole models (every attention preset, 7F+1L token and word) are compared CPU vs CUDA on
-logits, and incremental decoding is compared with teacher forcing on CUDA.  The fused
-FlexAttention ReLU kernel (attention/flex_relu.py) is compared with the materialized
-float64 computation: compiled forward on CPU, forward + backward in float32 on CUDA,
-float16 / bfloat16 forward + backward finite (difference to float32 reported).
+logits, and incremental decoding is compared with teacher forcing on CUDA.  (The fused
+Triton ReLU kernels are checked on CUDA by ``make bench-gpu``, benchmarks/gpu_kernels.py;
+the FlexAttention backend was removed, issue 31.6.)
 
     python benchmarks/gpu_check.py [--time-budget 110]   # needs a CUDA device
 
-The fused kernel is checked at head dims 32, 64, 128 and 256 (tiles chosen per head dim,
-dtype and shared memory: ``flex_relu.flex_kernel_options``).  ``--time-budget S``: checks
+``--time-budget S``: checks
 not started within S seconds are reported as skipped (the summary says how many).  The
 script exits right after its summary (``os._exit`` after flushing): the compile worker
 threads and subprocesses inductor leaves behind cannot keep it alive; compiling runs in
@@ -289,66 +287,6 @@ def check_model(name, arch="sparse_transformer", **over):
     record(name, **diffs)
 
 
-def plain_relu(q, k, v, hidden, gamma):
-    """Materialized ReLU attention in float64: relu(q k^T) [/ (gamma sqrt(n/2))], hidden
-    keys zeroed, times v (the reference of the fused kernel)."""
-    w = torch.relu(q.double() @ k.double().transpose(-1, -2)).masked_fill(hidden, 0.0)
-    if gamma is not None:
-        n = (~hidden).sum(-1, keepdim=True).double()
-        w = w / (gamma * torch.sqrt(n.clamp(min=1) / 2))
-    return w @ v.double()
-
-
-def check_flex(name, causal=False, cross=False, gamma=None, B=3, H=4, T=37, d=64, cpu=True):
-    """Fused FlexAttention ReLU kernel (attention/flex_relu.py): CPU compiled forward vs the
-    materialized float64 computation; on CUDA forward + backward in float32 against the
-    same (gradients through autograd of the plain formula), float16 / bfloat16 finite."""
-    from fairseq_sparse_attn.attention.flex_relu import flex_relu_attention, flex_relu_unavailable
-
-    S = T + 5 if cross else T
-    g = torch.Generator().manual_seed(7)
-    q = torch.randn(B, H, T, d, generator=g) / math.sqrt(d)
-    k = torch.randn(B, H, S, d, generator=g)
-    v = torch.randn(B, H, S, d, generator=g)
-    hidden = torch.zeros(B, 1, 1, S, dtype=torch.bool)
-    hidden[1, ..., : S // 3] = True  # left padding
-    hidden[2] = True  # every key padding: output exactly 0
-    if causal:
-        hidden = hidden | torch.ones(T, S, dtype=torch.bool).triu(1).view(1, 1, T, S)
-    scale = None if gamma is None else (lambda n: 1.0 / (gamma * torch.sqrt(n.clamp(min=1) / 2)))
-    ref = plain_relu(q, k, v, hidden, gamma)
-    diffs = {}
-    if cpu and flex_relu_unavailable("cpu", grad=False, query_mask=causal) is None:
-        out = flex_relu_attention(q, k, v, hidden, scale)
-        diffs["f32_cpu_fwd"] = maxdiff(out, ref)
-        diffs["finite"] = bool(torch.isfinite(out).all() and torch.all(out[2] == 0))
-    if CUDA.type == "cuda":
-        reason = flex_relu_unavailable("cuda", grad=True)
-        if reason is not None:
-            raise RuntimeError(f"fused kernel unavailable on CUDA: {reason}")
-        qc, kc, vc = (t.to(CUDA).requires_grad_(True) for t in (q, k, v))
-        out = flex_relu_attention(qc, kc, vc, hidden.to(CUDA), scale)
-        upstream = torch.randn(out.shape, generator=g).to(CUDA)
-        out.backward(upstream)
-        q64, k64, v64 = (t.double().requires_grad_(True) for t in (q, k, v))
-        plain_relu(q64, k64, v64, hidden, gamma).backward(upstream.double().cpu())
-        diffs["f32_cuda_fwd"] = maxdiff(out, ref)
-        for nm, a, b in (("q", qc, q64), ("k", kc, k64), ("v", vc, v64)):
-            diffs[f"f32_grad_{nm}"] = maxdiff(a.grad, b.grad)
-        finite = bool(torch.all(out[2] == 0))
-        for dtype in (torch.float16, torch.bfloat16):
-            qh, kh, vh = (t.detach().to(dtype).requires_grad_(True) for t in (qc, kc, vc))
-            oh = flex_relu_attention(qh, kh, vh, hidden.to(CUDA), scale)
-            oh.float().backward(upstream)
-            finite = finite and all(bool(torch.isfinite(t).all()) for t in (oh, qh.grad, kh.grad, vh.grad))
-            diffs[f"{str(dtype)[6:]}_vs_f32"] = maxdiff(oh, out)
-        diffs["finite"] = diffs.get("finite", True) and finite
-    if not any(key.startswith("f32") for key in diffs):
-        print(f"SKIP {name}: the CPU compiled kernel does not serve it and CUDA is not used", flush=True)
-        return
-    record(name, **diffs)
-
-
 DEADLINE = [math.inf]  # time.monotonic() after which no check starts (--time-budget)
 SKIPPED = []
 
@@ -461,20 +399,9 @@ def main(argv=None):
     ]
     for name, arch, over in models:
         guarded(name, check_model, name, arch, **over)
-    flex = [
-        ("fused flex relu, self, left-pad", dict()),
-        ("fused flex relu, self causal", dict(causal=True)),
-        ("fused flex relu_scaled, cross", dict(cross=True, gamma=1.0)),
-        ("fused flex relu_scaled, self causal", dict(causal=True, gamma=1.0)),
-    ]
-    # every head dim the presets use (iwslt: 128, base: 64), fp32 / fp16 / bf16 with backward
-    # (CUDA only: compiling the CPU kernel for each width would cost the time budget)
-    flex += [(f"fused flex relu, self, head dim {d}", dict(d=d, H=2, T=29, cpu=False)) for d in (32, 128, 256)]
-    for name, kw in flex:
-        guarded(name, check_flex, name, **kw)
     skipped = f", {len(SKIPPED)} skipped (--time-budget)" if SKIPPED else ""
     print(
-        f"\n{len(checks) + 5 + len(models) + len(flex)} checks, "
+        f"\n{len(checks) + 5 + len(models)} checks, "
         f"{len(FAILURES)} failed{': ' + ', '.join(FAILURES) if FAILURES else ''}{skipped}"
     )
     return 1 if FAILURES or SKIPPED else 0
@@ -484,6 +411,6 @@ if __name__ == "__main__":
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()
-    # exit now: threads and subprocesses left by compiling the flex kernels (inductor's
-    # pools are not daemons) would otherwise keep the process alive after the summary
+    # exit now: threads and subprocesses left by compiled kernels (inductor's pools are not
+    # daemons) would otherwise keep the process alive after the summary
     os._exit(code)

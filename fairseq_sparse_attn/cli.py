@@ -91,6 +91,11 @@ def one_line_usage_errors(command):
     flags are listed."""
 
     def error(self, message):
+        from .attention.core import REMOVED_BACKENDS, unknown_backend_message
+
+        for name in REMOVED_BACKENDS:  # a removed value: what to use instead
+            if f"--attn-backend: invalid choice: '{name}'" in message:
+                message = unknown_backend_message(name)
         self.exit(2, f"{command}: error: {message} (`{command} --help` lists the flags)\n")
 
     argparse.ArgumentParser.error = error  # type: ignore[method-assign]

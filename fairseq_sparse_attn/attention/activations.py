@@ -49,7 +49,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .config import ActivationConfig
-from .masks import hides_a_whole_row, visible_key_counts
+from .masks import hides_a_whole_row, row_factor, visible_key_counts
 from .registry import Registry
 
 ACTIVATION_REGISTRY = Registry("attention activation")
@@ -102,6 +102,21 @@ class AttentionActivation(nn.Module):
     def extra_repr(self):
         return self.registry_name
 
+    def hiding_score(self, dtype: torch.dtype) -> Optional[float]:
+        """A score (representable in ``dtype``) that this activation maps to weight exactly 0
+        with gradient 0 whatever real score is added to it, or None (the default: the mask
+        is applied by :meth:`forward`).  With one, the call plan adds the mask to the scores
+        inside their product (``torch.baddbmm``, one op instead of a product and a mask
+        pass) and takes the weights from :meth:`weights_of_hiding_scores`."""
+        return None
+
+    def weights_of_hiding_scores(self, scores: torch.Tensor, hidden: Optional[torch.Tensor], heads: int):
+        """The weights of ``scores`` (bsz * heads, tgt, src), float32, a tensor the caller
+        owns, whose hidden keys hold :meth:`hiding_score` plus a real score; ``hidden`` is
+        the mask (broadcastable to (bsz, heads, tgt, src)) or None.  The same numbers as
+        :meth:`forward` on the unbiased scores and the mask."""
+        raise NotImplementedError(f"{type(self).__name__} has no hiding score")
+
 
 @register_activation("softmax")
 class Softmax(AttentionActivation):
@@ -133,6 +148,32 @@ class Rectified(AttentionActivation):
     def row_scale(self, n):
         """The per-row factor for ``n`` visible keys (1 unless ``row_scaled``)."""
         return torch.ones_like(n)
+
+    def row_scale_key(self):
+        """What :meth:`row_scale` depends on besides n (hashable; modules with equal keys
+        share the factor of a mask), or None when the weights have no row factor."""
+        return (type(self),) if self.row_scaled else None
+
+    def hiding_score(self, dtype):
+        """The lowest finite score: f of it is 0 (exact zeros: f(s) = 0 for s <= 0)."""
+        return float(torch.finfo(dtype).min) if self.exact_zeros else None
+
+    def weights_of_hiding_scores(self, scores, hidden, heads):
+        weights = self.fn_(scores)  # hidden keys: f(hiding score) = 0, with gradient 0
+        key = self.row_scale_key()
+        if key is not None:
+            factor = row_factor(
+                hidden,
+                scores.size(0) // heads,
+                heads,
+                scores.size(-1),
+                scores.dtype,
+                scores.device,
+                self.row_scale,
+                key,
+            )
+            weights = weights * factor
+        return weights
 
     def rectified_weights(self, scores, mask: Optional[torch.Tensor]):
         """f(scores) with the hidden keys zeroed (no row factor)."""
@@ -201,27 +242,46 @@ class _EntmaxFamily(AttentionActivation):
     def mapping(self, scores):
         raise NotImplementedError
 
+    @staticmethod
+    def _zeros_whole_rows(mask: Optional[torch.Tensor]) -> bool:
+        """Hidden keys of a row with a visible key get exactly 0 (their score, at most
+        -1e6, lies far below the threshold); a row whose keys are *all* hidden would be
+        spread over them and is zeroed.  On CPU the small mask is checked first, so the
+        full-size fill runs only when such a row exists; on a GPU that check would stop the
+        stream (a host sync per call) and the fill is cheap."""
+        return mask is not None and (mask.device.type != "cpu" or hides_a_whole_row(mask))
+
     def forward(self, scores, mask: Optional[torch.Tensor]):
         if mask is not None:
             scores = scores.masked_fill(mask, ENTMAX_MASK_VALUE)
         weights = self.mapping(scores)
-        if mask is not None:
-            # hidden keys of a row with a visible key already get exactly 0 (their score
-            # -1e6 lies far below the threshold); a row whose keys are *all* hidden would be
-            # spread uniformly over them and is zeroed.  On CPU the small mask is checked
-            # first, so the full-size fill runs only when such a row exists; on a GPU that
-            # check would stop the stream (a host sync per call) and the fill is cheap
-            if mask.device.type != "cpu" or hides_a_whole_row(mask):
-                weights = weights.masked_fill(mask, 0.0)
+        if self._zeros_whole_rows(mask):
+            weights = weights.masked_fill(mask, 0.0)
+        return weights
+
+    def hiding_score(self, dtype):
+        """-1e6 (:data:`ENTMAX_MASK_VALUE`; float32 / float64 scores only: not a half
+        number): a hidden score s - 1e6 lies as far below the threshold as -1e6 does, so a
+        row with a visible key has the same support, threshold and weights."""
+        return ENTMAX_MASK_VALUE if dtype in (torch.float32, torch.float64) else None
+
+    def weights_of_hiding_scores(self, scores, hidden, heads):
+        weights = self.mapping(scores)
+        if self._zeros_whole_rows(hidden):
+            shape = weights.shape
+            weights = weights.view(shape[0] // heads, heads, *shape[1:]).masked_fill(hidden, 0.0).view(shape)
         return weights
 
 
 @register_activation("sparsemax")
 class Sparsemax(_EntmaxFamily):
-    """Sparsemax (Martins & Astudillo 2016), via the entmax package (sort based)."""
+    """Sparsemax (Martins & Astudillo 2016), exact sort-based algorithm of the entmax package."""
 
     def mapping(self, scores):
-        return _entmax_package().sparsemax(scores, dim=-1)
+        # the package's algorithm op for op, fewer dispatched ops (.sparsemax_lastdim)
+        from .sparsemax_lastdim import sparsemax_last_dim
+
+        return sparsemax_last_dim(scores)
 
 
 @register_activation("entmax15")

@@ -13,27 +13,32 @@ serves goes through :meth:`CallPlan.project`:
                 written exactly as stock fairseq (incremental calls only: a whole-sequence
                 call never caches)
 
-and is then handed to one of two places:
+and is then handed to one of three places:
 
-* :func:`~.core.attend` (the general path: gradients, dropout, analysis collectors, every
-  head policy, bias provider and backend);
+* :func:`~.core.attend` (the general path: analysis collectors, every head policy, bias
+  provider and backend);
 * :meth:`CallPlan.inline_call`, the *inference call*: a call without gradients, applied
   dropout or analysis on a module with a plain pipeline (:func:`inline_reason` is None) does
   the materialized backend's operations directly, without describing the call or choosing a
   backend.  Decoding one sentence at a time is mostly such calls on tiny tensors (batch 1,
   beam 4: a (1, 4, 256) query), where a call costs its Python bookkeeping and its number of
-  operations, not arithmetic (docs/performance.md, "The inference call")::
+  operations, not arithmetic (docs/performance.md, "The inference call");
+* the *plain training call*: a call with gradients or dropout of such a module, without
+  analysis, that ``auto`` would run on ``materialized`` (:meth:`CallPlan.auto_runs_materialized`:
+  a fused kernel measured faster still gets it) runs the same operations, :meth:`CallPlan.plain`,
+  which both share::
 
-      scores  = q kᵀ                        (:func:`.core._scores`, inline for one group)
-      weights = activation(scores, hidden)  (ReLU-like: zero the hidden scores, f in place)
-      heads   = weights · v                 (:func:`.core._value_mix`, inline for one group)
+      scores  = q kᵀ (+ hiding bias)         one bmm / baddbmm on (batch * heads) tensors
+      weights = activation(scores)           (its hiding score: no mask pass; else the mask)
+      heads   = dropout(weights) · v
       out     = out_proj(output_norm(heads))  (:meth:`CallPlan.end`, shared with attend())
 
-  the operations of ``materialized`` in the same order on the same tensors: outputs, cache
-  and returned weights equal the general path's bit for bit
-  (``tests/unit/test_call_plan.py``).  A long call (at least ``--attn-flex-min-keys`` keys)
-  of a streamed activation still goes to :func:`~.core.attend`, which picks ``query_block``
-  (CPU) or ``flex`` (CUDA) as in the general path.
+  the operations of ``materialized`` on the same numbers: outputs, gradients, cache and
+  returned weights equal the general path's bit for bit (``tests/unit/test_call_plan.py``),
+  with fewer dispatched ops (no 4-d views, the mask inside the product: a training step's op
+  count, tests/unit/test_op_count.py).  A long inference call (at least
+  ``--attn-flex-min-keys`` keys) of a streamed activation still goes to
+  :func:`~.core.attend`, which picks ``query_block`` as in the general path.
 
 The plan holds the submodules and sizes a call reads (a submodule read through
 ``nn.Module.__getattr__`` costs ~0.7 µs; a call reads a dozen), and is dropped and rebuilt
@@ -43,7 +48,7 @@ of the cache is fairseq's own ``reorder_incremental_state`` on the same format.
 """
 
 import dataclasses
-from typing import Callable, NamedTuple, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -54,7 +59,17 @@ from . import masks
 from .activations import AttentionActivation
 from .backends.materialized import _scores, _value_mix
 from .config import AttentionConfig
-from .core import AttendSpec, AttentionInputs, Dropout, applies_dropout, attend, is_stock, streamed
+from .core import (
+    AttendSpec,
+    AttentionInputs,
+    Call,
+    Dropout,
+    applies_dropout,
+    attend,
+    choose_backend,
+    is_stock,
+    streamed,
+)
 from .intermediates import Intermediates
 
 #: What :meth:`CallPlan.project` returns: q (None without learned heads), k (None without
@@ -89,26 +104,45 @@ def inline_reason(module) -> Optional[str]:
     return None
 
 
-def _linear(proj, x: Tensor) -> Tensor:
-    """``proj(x)``; a plain ``nn.Linear`` without hooks is applied directly (a module call
-    costs a few µs of Python, a visible share of a decoding step)."""
-    if (
+def _plain_linear(proj) -> bool:
+    """A plain ``nn.Linear`` without hooks: applied directly (a module call costs a few µs
+    of Python, a visible share of a decoding step)."""
+    return (
         type(proj) is torch.nn.Linear
         and not proj._forward_hooks
         and not proj._forward_pre_hooks
         and not _module._global_forward_hooks
         and not _module._global_forward_pre_hooks
-    ):
-        params = proj._parameters
-        return F.linear(x, params["weight"], params["bias"])  # type: ignore[arg-type]  # a Linear's weight
-    return proj(x)
+    )
 
 
-def _heads_first(x: Tensor, batch_heads: int, d: int) -> Tensor:
-    """(len, batch, heads * d) -> (batch * heads, len, d); one position: a view."""
-    if x.size(0) == 1:
+def _linears(x: Tensor, *projs) -> List[Optional[Tensor]]:
+    """``proj(x)`` for each of ``projs`` (None for None) on x (len, batch, features), each
+    as (len * batch, out) or (len, batch, out).  The plain ones (:func:`_plain_linear`) on a
+    contiguous x share one flattening view: ``F.linear`` flattens a contiguous 3-d input
+    itself (view, addmm, view per call), so the numbers are its own, bit for bit, with
+    two ops fewer per projection (tests/unit/test_op_count.py)."""
+    flat = None
+    outs: List[Optional[Tensor]] = []
+    for proj in projs:
+        if proj is None:
+            outs.append(None)
+        elif _plain_linear(proj):
+            params = proj._parameters
+            if flat is None:
+                flat = x.view(-1, x.size(-1)) if x.is_contiguous() else x
+            outs.append(F.linear(flat, params["weight"], params["bias"]))
+        else:
+            outs.append(proj(x))
+    return outs
+
+
+def _heads_first(x: Tensor, length: int, batch_heads: int, d: int) -> Tensor:
+    """(length, batch, heads * d), or flattened (length * batch, heads * d) -> (batch *
+    heads, length, d); one position: a view."""
+    if length == 1:
         return x.view(batch_heads, 1, d)
-    return x.view(-1, batch_heads, d).transpose(0, 1)
+    return x.view(length, batch_heads, d).transpose(0, 1)
 
 
 class CallPlan(NamedTuple):
@@ -138,7 +172,6 @@ class CallPlan(NamedTuple):
     self_attention: bool
     encoder_decoder_attention: bool
     inline: bool  # inline_reason(module) is None: calls that need nothing else go inline
-    rectify_: Optional[Callable[[Tensor], Tensor]]  # f in place on the fresh scores, or None
     streamed_min_keys: int  # inline calls over at least this many keys go to attend() (0 = never)
 
     # ------------------------------------------------------------------ stock fairseq or the plan
@@ -192,6 +225,19 @@ class CallPlan(NamedTuple):
         src_len = v.size(1)
         heads, d, qk_heads = self.heads, self.head_dim, self.qk_heads
         bias, mask = masks.visibility_mask(attn_mask, key_padding_mask, bsz, tgt_len, src_len)
+        if (
+            self.inline
+            and not collect
+            and bias is None
+            and kv_bsz == bsz
+            and self.auto_runs_materialized(q, v, mask, need_weights)
+        ):
+            # (training calls): the materialized backend's operations on the (bsz * heads)
+            # tensors, without the per-call bookkeeping of attend()
+            out, weights = self.plain(q, k, v, mask, bsz, tgt_len, need_weights)  # type: ignore[arg-type]
+            attn = self.heads_last(out, tgt_len, bsz)
+            out, weights = self.end(attn, tgt_len, bsz, weights, need_weights, need_head_weights)
+            return out, weights, None
         q4 = q.view(bsz, qk_heads, tgt_len, d) if q is not None else None
         k4 = k.view(kv_bsz, qk_heads, src_len, d) if k is not None else None
         v4 = v.view(kv_bsz, heads, src_len, d)
@@ -204,15 +250,13 @@ class CallPlan(NamedTuple):
                 scores = scores.masked_fill(mask, float("-inf"))
             return scores.view(bsz * heads, tgt_len, src_len).type_as(q), v, None  # type: ignore[arg-type]
 
-        # a forced fused kernel (flex, triton) returns no weights unless an analysis collector asks
+        # a forced fused kernel (triton) returns no weights unless an analysis collector asks
         # for them (then the forced backend's error says why): fairseq's own requests (the
         # alignment layer's need_head_weights, need_weights by default) get None.  With
         # --attn-key-block-size, head-averaged weights are returned only when the call ran
         # materialized (the key-block path returns none)
         backend = self.config.backend
-        if backend.name not in ("flex", "triton") and (
-            need_head_weights or (need_weights and not backend.key_block_size)
-        ):
+        if backend.name != "triton" and (need_head_weights or (need_weights and not backend.key_block_size)):
             collect = collect | {"weights"}
         if attn_inputs is None:  # the usual call (decoder, cross-attention): no copy of defaults
             inputs = AttentionInputs(
@@ -229,18 +273,30 @@ class CallPlan(NamedTuple):
             )
         out, inter = attend(q4, k4, v4, inputs, self.spec)
         # (bsz, H, tgt, d) -> (tgt, bsz, H*d); one query (a decoding step): a view, no copy
-        attn = out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, self.embed_dim)
-        out, weights = self.end(attn, inter.weights, need_weights, need_head_weights)
+        attn = out.permute(2, 0, 1, 3).reshape(tgt_len * bsz, self.embed_dim)
+        out, weights = self.end(attn, tgt_len, bsz, inter.weights, need_weights, need_head_weights)
         return out, weights, inter
 
     def end(
-        self, attn: Tensor, weights: Optional[Tensor], need_weights: bool, need_head_weights: bool
+        self,
+        attn: Tensor,
+        tgt_len: int,
+        bsz: int,
+        weights: Optional[Tensor],
+        need_weights: bool,
+        need_head_weights: bool,
     ) -> Tuple[Tensor, Optional[Tensor]]:
         """The output ending of every call the plan serves: ``out_proj(output_norm(heads))``
-        for the concatenated heads ``attn`` (tgt, bsz, embed), and the weights (bsz, heads,
-        tgt, src) returned as fairseq returns them: per head (heads, bsz, tgt, src) when
-        ``need_head_weights``, averaged over the heads when ``need_weights``, else None."""
-        out = _linear(self.out_proj, self.output_norm(attn))
+        (tgt, bsz, embed) for the concatenated heads ``attn`` (tgt * bsz, embed), and the
+        weights (bsz, heads, tgt, src) returned as fairseq returns them: per head (heads,
+        bsz, tgt, src) when ``need_head_weights``, averaged over the heads when
+        ``need_weights``, else None."""
+        normed = self.output_norm(attn)
+        if _plain_linear(self.out_proj):
+            params = self.out_proj._parameters
+            out = F.linear(normed, params["weight"], params["bias"]).view(tgt_len, bsz, -1)  # type: ignore[arg-type]
+        else:
+            out = self.out_proj(normed.view(tgt_len, bsz, -1))
         if need_weights and weights is not None:
             weights = weights.transpose(1, 0)
             return out, (weights if need_head_weights else weights.mean(dim=0))
@@ -271,16 +327,6 @@ class CallPlan(NamedTuple):
             elif static_kv and "prev_key" in saved:
                 key = value = None  # the encoder's keys and values are cached
 
-        q = None
-        if self.q_proj is not None:
-            q = _linear(self.q_proj, query)
-            # in place without autograd; with it, in place on the projection's output (a
-            # view of a 2-d product) would cost a copy-slices pass in backward
-            q = q * self.scaling if q.requires_grad else q.mul_(self.scaling)
-            q = q.view(bsz * qk_heads, 1, d) if tgt_len == 1 else q.view(tgt_len, bsz * qk_heads, d).transpose(0, 1)
-        k: Optional[Tensor] = None
-        v: Optional[Tensor] = None
-        kv_bsz = bsz
         if self.self_attention:
             key = value = query
         elif self.encoder_decoder_attention and key is not None:
@@ -291,19 +337,37 @@ class CallPlan(NamedTuple):
                 if key_padding_mask is not None:
                     key_padding_mask = key_padding_mask.view(-1, beam, key_padding_mask.size(1))[:, 0, :]
             value = key
+        k: Optional[Tensor] = None
+        v: Optional[Tensor] = None
+        if key is query:  # self-attention: one flattened input for the three projections
+            q, k, v = _linears(query, self.q_proj, self.k_proj, self.v_proj)
+        else:
+            (q,) = _linears(query, self.q_proj)
+            if key is not None:
+                assert value is not None  # key given: value too
+                if value is key:
+                    k, v = _linears(key, self.k_proj, self.v_proj)
+                else:
+                    (k,), (v,) = _linears(key, self.k_proj), _linears(value, self.v_proj)
+        if q is not None:
+            # in place without autograd; with it, in place on the projection's output (a
+            # view of a 2-d product) would cost a copy-slices pass in backward
+            q = q * self.scaling if q.requires_grad else q.mul_(self.scaling)
+            q = q.view(bsz * qk_heads, 1, d) if tgt_len == 1 else q.view(tgt_len, bsz * qk_heads, d).transpose(0, 1)
+        kv_bsz = bsz
         if key is not None:
-            kv_bsz = key.size(1)
-            k = _linear(self.k_proj, key) if self.k_proj is not None else None
-            v = _linear(self.v_proj, value)  # type: ignore[arg-type]  # key given: value too
+            assert v is not None
+            kv_bsz, src_len = key.size(1), key.size(0)
             if self.bias_k is not None:
                 # fairseq's _add_bias: one learned key and value appended (bsz copies, as stock)
                 assert k is not None and self.bias_v is not None  # add_bias_kv: learned heads
-                k = torch.cat([k, self.bias_k.repeat(1, bsz, 1)])
-                v = torch.cat([v, self.bias_v.repeat(1, bsz, 1)])
+                k = torch.cat([k.view(src_len, kv_bsz, -1), self.bias_k.repeat(1, bsz, 1)])
+                v = torch.cat([v.view(src_len, kv_bsz, -1), self.bias_v.repeat(1, bsz, 1)])
+                src_len += 1
                 key_padding_mask, attn_mask = masks.with_one_more_key(key_padding_mask, attn_mask)
             if k is not None:
-                k = _heads_first(k, kv_bsz * qk_heads, d)
-            v = _heads_first(v, kv_bsz * heads, d)
+                k = _heads_first(k, src_len, kv_bsz * qk_heads, d)
+            v = _heads_first(v, src_len, kv_bsz * heads, d)
 
         if saved is not None:
             prev_key = saved.get("prev_key")
@@ -379,7 +443,7 @@ class CallPlan(NamedTuple):
         groups = bsz // kv_bsz
         weights = None
         if self.streamed_min_keys and src_len >= self.streamed_min_keys and not need_weights:
-            # a long call: the backend auto chooses (query_block on CPU, flex on CUDA)
+            # a long call: the backend auto chooses (query_block without gradients)
             inputs = AttentionInputs(hidden=hidden, key_padding=key_padding_mask, kv_groups=groups)
             out, _ = attend(
                 q.view(bsz, heads, tgt_len, d),
@@ -389,30 +453,79 @@ class CallPlan(NamedTuple):
                 self.spec,
             )
             out = out.view(bsz * heads, tgt_len, d)
+        elif groups == 1:
+            out, weights = self.plain(q, k, v, hidden, bsz, tgt_len, need_weights)
         else:
             # the materialized backend's operations (_scores, activation, _value_mix)
-            if groups == 1:
-                scores = torch.bmm(q, k.transpose(1, 2)).view(bsz, heads, tgt_len, src_len).float()
+            scores = _scores(q.view(bsz, heads, tgt_len, d), k.view(kv_bsz, heads, src_len, d), groups)
+            weights = self.activation(scores, hidden)
+            # (reshape: with one sentence, kv_bsz = 1, the einsum's output is not viewable)
+            out = _value_mix(weights.type_as(v), v.view(kv_bsz, heads, src_len, d), groups)
+            out = out.reshape(bsz * heads, tgt_len, d)
+        attn = self.heads_last(out, tgt_len, bsz)
+        return self.end(attn, tgt_len, bsz, weights, need_weights, need_head_weights)
+
+    # ------------------------------------------------------------------ the plain call
+    def auto_runs_materialized(
+        self, q: Optional[Tensor], v: Tensor, hidden: Optional[Tensor], need_weights: bool
+    ) -> bool:
+        """``auto`` would run this call (no analysis, bias or head policy: an inline module)
+        on the ``materialized`` backend (and not, e.g., on a fused kernel measured faster
+        on this device): the choice of :func:`~.core.attend`, without its 4-d views."""
+        call = Call(
+            activation=self.spec.activation_name,
+            activation_traits=self.activation.traits,
+            needs_weights=need_weights,
+            dropout=applies_dropout(self.dropout),
+            score_bias=False,
+            bias_providers=False,
+            given_heads=False,
+            head_selection=False,
+            grad=torch.is_grad_enabled() and (v.requires_grad or (q is not None and q.requires_grad)),
+            device=v.device.type,
+            row_sums=False,
+            keys=v.size(1),
+            dtype=v.dtype,
+            query_mask=hidden is not None and hidden.dim() == 4 and hidden.size(2) > 1,
+            head_dim=v.size(-1),
+        )
+        return choose_backend(self.spec, call).name == "materialized"
+
+    def plain(
+        self, q: Tensor, k: Tensor, v: Tensor, hidden: Optional[Tensor], bsz: int, tgt_len: int, need_weights: bool
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        """The materialized backend's operations for one key copy per query (no beam
+        groups) on q, k, v in (bsz * heads, len, head_dim): ``(heads out (bsz * heads, tgt,
+        d), weights (bsz, heads, tgt, src) float32 when need_weights else None)``.  The
+        same numbers, outputs and gradients, as the backend, bit for bit
+        (tests/unit/test_call_plan.py), with fewer ops: no 4-d views, and an activation with
+        a hiding score (:meth:`~.activations.AttentionActivation.hiding_score`) gets the mask
+        added inside the scores' product (one ``baddbmm``; the bias is made once per mask,
+        :func:`.masks.hiding_bias`) instead of a pass over the scores."""
+        act, heads = self.activation, self.heads
+        kt = k.transpose(1, 2)
+        fill = act.hiding_score(q.dtype)
+        if fill is not None:
+            if hidden is None:
+                scores = torch.bmm(q, kt)
             else:
-                scores = _scores(q.view(bsz, heads, tgt_len, d), k.view(kv_bsz, heads, src_len, d), groups)
-            if self.rectify_ is not None:  # Rectified.forward, in place on the fresh scores
-                if hidden is not None:
-                    scores.masked_fill_(hidden, 0.0)
-                weights = self.rectify_(scores)
-            else:
-                weights = self.activation(scores, hidden)
-            probs = weights.type_as(v)
-            if groups == 1:
-                out = torch.bmm(probs.view(bsz * heads, tgt_len, src_len), v)
-            else:
-                # (reshape: with one sentence, kv_bsz = 1, the einsum's output is not viewable)
-                out = _value_mix(probs, v.view(kv_bsz, heads, src_len, d), groups).reshape(bsz * heads, tgt_len, d)
-        # (bsz * heads, tgt, d) -> (tgt, bsz, embed); one query: a view
-        if tgt_len == 1:
-            attn = out.view(1, bsz, self.embed_dim)
+                scores = torch.baddbmm(masks.hiding_bias(hidden, bsz, heads, fill, q.dtype), q, kt)
+            weights = act.weights_of_hiding_scores(scores.float(), hidden, heads)
         else:
-            attn = out.transpose(0, 1).reshape(tgt_len, bsz, self.embed_dim)
-        return self.end(attn, weights, need_weights, need_head_weights)
+            scores = torch.bmm(q, kt)
+            weights = act(scores.view(bsz, heads, tgt_len, -1).float(), hidden).view(bsz * heads, tgt_len, -1)
+        probs = weights.type_as(v)
+        if applies_dropout(self.dropout):
+            probs = self.dropout(probs)
+        out = torch.bmm(probs, v)
+        return out, (weights.view(bsz, heads, tgt_len, -1) if need_weights else None)
+
+    def heads_last(self, out: Tensor, tgt_len: int, bsz: int) -> Tensor:
+        """(bsz * heads, tgt, d) -> (tgt * bsz, embed) (the concatenated heads); one query:
+        a view."""
+        if tgt_len == 1:
+            return out.view(bsz, self.embed_dim)
+        return out.transpose(0, 1).reshape(tgt_len * bsz, self.embed_dim)
 
 
 def build_plan(config: AttentionConfig, module) -> CallPlan:
@@ -432,11 +545,8 @@ def build_plan(config: AttentionConfig, module) -> CallPlan:
         key_block_size=backend.key_block_size,
         flex_min_keys=backend.flex_min_keys,
     )
-    # long calls of these activations: ``auto`` hands them to query_block (CPU) or flex (CUDA)
+    # long calls of these activations: ``auto`` hands them to query_block
     streamed_min_keys = backend.flex_min_keys if streamed(act) else 0
-    # a rectified activation with exact zeros and no row factor: f(0) = 0, so the hidden
-    # scores are zeroed and f applied in place, the activation's own forward without a copy
-    inplace = act.rectified and act.exact_zeros and not act.row_scaled
     return CallPlan(
         config=config,
         spec=spec,
@@ -461,6 +571,5 @@ def build_plan(config: AttentionConfig, module) -> CallPlan:
         self_attention=m.self_attention,
         encoder_decoder_attention=m.encoder_decoder_attention,
         inline=inline,
-        rectify_=act.fn_ if inline and inplace else None,
         streamed_min_keys=max(int(streamed_min_keys), 0),
     )

@@ -41,11 +41,6 @@ name            priority  serves
                           for training calls on CUDA devices whose family has a recorded
                           ``make bench-gpu`` result showing it faster (none yet); padding
                           and causal masks; no weights, dropout, biases, row sums
-``flex``        40        relu / relu_scaled through the fused FlexAttention kernel
-                          (:mod:`.flex_relu`): in auto only on devices where a recorded
-                          benchmark measured it faster (none yet: only when forced),
-                          for calls with at least ``--attn-flex-min-keys`` keys; no
-                          weights, dropout, biases, row sums
 ``query_block`` 45        relu / relu_scaled without gradients, block by block over the
                           queries (:mod:`.query_block_relu`): in auto for calls with at
                           least ``--attn-flex-min-keys`` keys (long documents on CPU); no
@@ -56,8 +51,9 @@ name            priority  serves
 (lower priority = tried first).  A softmax module with no output norm and learned heads
 does not reach ``attend()`` at all: :class:`~.multihead.SparseMultiheadAttention` hands
 it to stock fairseq (its fused fast path), see :func:`is_stock`.  A fused non-softmax
-kernel (e.g. FlexAttention for the ReLU family) registers itself with
-:func:`register_backend` and a :class:`Capabilities`.
+kernel (e.g. the Triton ReLU kernels) registers itself with :func:`register_backend` and a
+:class:`Capabilities`.  Removed backends (:data:`REMOVED_BACKENDS`: ``flex``, issue 31.6)
+are refused with what to use instead.
 """
 
 from dataclasses import dataclass, field
@@ -124,8 +120,9 @@ class AttendSpec:
     biases: bias providers (:mod:`.biases`), in order
     backend: ``"auto"`` or a name in :data:`BACKENDS`
     key_block_size: > 0 enables the ``key_block`` backend (blocks of that many keys)
-    flex_min_keys: > 0: in "auto", the fused ``flex`` backend serves calls with at least
-        this many keys where the platform supports it (0 = only when forced)
+    flex_min_keys: > 0: in "auto", the ``query_block`` backend serves calls without
+        gradients with at least this many keys (``--attn-flex-min-keys``; 0 = only when
+        forced)
     """
 
     activation: AttentionActivation
@@ -313,6 +310,22 @@ def backend_names():
     return ["auto"] + sorted(BACKENDS)
 
 
+#: backends that were removed: name -> what to use instead (one line for the user)
+REMOVED_BACKENDS = {
+    "flex": (
+        "the FlexAttention backend 'flex' was removed (issue 31.6: the triton backend serves its cases "
+        "at value width d, and no measurement showed flex faster); use --attn-backend triton or auto"
+    ),
+}
+
+
+def unknown_backend_message(name: str) -> str:
+    """The one line for a backend name that is not registered (a removed one: what to use)."""
+    if name in REMOVED_BACKENDS:
+        return f"--attn-backend {name}: {REMOVED_BACKENDS[name]}"
+    return f"--attn-backend must be one of {', '.join(backend_names())}, got {name!r}"
+
+
 def dispatch_reasons(spec: AttendSpec, call: Call) -> Dict[str, List[str]]:
     """``{backend: every reason it does not serve call}`` for every registered backend, in
     priority order (an empty list: it serves the call); the reasons of ``auto`` (a backend
@@ -341,6 +354,8 @@ def choose_backend(spec: AttendSpec, call: Call) -> Backend:
     if spec.backend != "auto":
         backend = BACKENDS.get(spec.backend)
         if backend is None:
+            if spec.backend in REMOVED_BACKENDS:
+                raise UsageError(unknown_backend_message(spec.backend))
             raise ValueError(f"unknown attention backend {spec.backend!r}; valid values: {', '.join(backend_names())}")
         reasons = backend.refusals(call)
         if reasons:
@@ -368,7 +383,7 @@ def attend(
     return backend.run(q, k, v, inputs, spec, call)
 
 
-#: what the streamed backends (flex, query_block) need of an activation: element-wise with
+#: what the streamed backend (query_block) needs of an activation: element-wise with
 #: f(s) = 0 for s <= 0, so hidden keys may be zeroed before f, or through their values
 STREAMED_TRAITS = frozenset({"rectified", "exact_zeros"})
 

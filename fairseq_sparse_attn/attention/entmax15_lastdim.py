@@ -25,7 +25,8 @@ from torch.autograd import Function
 
 
 @functools.lru_cache(maxsize=64)
-def _rho(d: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def index_vector(d: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """rho = 1..d, kept per (d, dtype, device) (also sparsemax's, .sparsemax_lastdim)."""
     return torch.arange(1, d + 1, device=device, dtype=dtype)
 
 
@@ -36,7 +37,7 @@ class Entmax15LastDim(Function):
         X = X - max_val
         X = X / 2
         Xsrt, _ = torch.sort(X, dim=-1, descending=True)
-        rho = _rho(X.size(-1), X.dtype, X.device)
+        rho = index_vector(X.size(-1), X.dtype, X.device)
         mean = Xsrt.cumsum(-1) / rho
         mean_sq = (Xsrt**2).cumsum(-1) / rho
         ss = rho * (mean_sq - mean**2)

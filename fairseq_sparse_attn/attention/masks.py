@@ -15,6 +15,10 @@ future mask, fairseq's -1e8 conversion of boolean masks, or a user's additive bi
 * :func:`real_keys`: (bsz, src) True = a real key (fixed patterns, bias providers, RHE);
 * :func:`visible_key_counts`: n_i, the visible keys of every query row (ReLUFormer);
 * :func:`hides_a_whole_row`: some row hides every key;
+* :func:`hiding_bias`: a score bias that hides the hidden keys, per (sentence, head) row,
+  for the one-group scores of the call plan (``torch.baddbmm``: scores and mask in one op);
+* :func:`row_factor`: an activation's per-row factor of the visible key counts, per
+  (sentence, head) row (ReLUFormer);
 * :func:`additive_mask`: one float mask (bias, -inf where hidden) for fused kernels that
   take one (``sdpa``);
 * :func:`per_key_group`: the mask of one key copy when beam search keeps one copy per
@@ -201,6 +205,45 @@ def visible_key_counts(scores: Tensor, mask: Optional[Tensor]) -> Tensor:
 def hides_a_whole_row(mask: Tensor) -> bool:
     """Some row of ``mask`` hides every key (computed once per mask for all modules)."""
     return cached("hides_a_whole_row", (mask,), None, lambda m: bool(m.all(dim=-1).any()))
+
+
+def _rows_shape(hidden: Tensor, bsz: int, heads: int) -> Tuple[int, int]:
+    """(sentences, heads) of a per-row tensor for ``hidden``: (1, 1) when it is the same
+    for every sentence and head (it then broadcasts over the (bsz * heads) rows)."""
+    if hidden.size(0) == 1 and hidden.size(1) == 1:
+        return 1, 1
+    return bsz, heads
+
+
+def hiding_bias(hidden: Tensor, bsz: int, heads: int, value: float, dtype: torch.dtype) -> Tensor:
+    """``value`` where ``hidden`` (broadcastable to (bsz, heads, tgt, src)), 0 elsewhere, as
+    (bsz * heads or 1, tgt or 1, src) in ``dtype``: the ``input`` of ``torch.baddbmm`` for
+    scores of shape (bsz * heads, tgt, src), computed once per mask for every module."""
+
+    def compute(h: Tensor) -> Tensor:
+        b, n = _rows_shape(h, bsz, heads)
+        bias = torch.zeros((b, n) + h.shape[2:], dtype=dtype, device=h.device).masked_fill_(h, value)
+        return bias.view((b * n,) + h.shape[2:])
+
+    return cached("hiding_bias", (hidden,), (bsz, heads, value, dtype), compute)
+
+
+def row_factor(
+    hidden: Optional[Tensor], bsz: int, heads: int, src_len: int, dtype: torch.dtype, device, scale, key
+) -> Tensor:
+    """``scale(n)`` of the visible key counts n (:func:`visible_key_counts`) as (bsz * heads
+    or 1, tgt or 1, 1) in ``dtype``, for weights of shape (bsz * heads, tgt, src); computed
+    once per mask and ``key`` (what ``scale`` depends on besides n) for every module."""
+
+    def compute(*h: Tensor) -> Tensor:
+        if not h:
+            return scale(torch.full((1, 1, 1), float(src_len), dtype=dtype, device=device))
+        n = (~h[0]).sum(dim=-1, keepdim=True).to(dtype)
+        b, k = _rows_shape(h[0], bsz, heads)
+        return scale(n).expand(b, k, n.size(2), 1).reshape(b * k, n.size(2), 1)
+
+    tensors = () if hidden is None else (hidden,)
+    return cached("row_factor", tensors, (bsz, heads, src_len, dtype, str(device), key), compute)
 
 
 def additive_mask(

@@ -39,11 +39,12 @@ import torch
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
+from ..errors import UsageError
 from .activations import build_activation
 from .biases import BiasProvider, build_bias
 from .call_plan import CallPlan, build_plan
 from .config import AttentionConfig, BiasesConfig
-from .core import AttendSpec, AttentionInputs, backend_names
+from .core import REMOVED_BACKENDS, AttendSpec, AttentionInputs, backend_names, unknown_backend_message
 from .heads import FixedPatternHeads, HeadPlan, MaskedHeads, RedundantHeads
 from .intermediates import attention_wanted, deliver
 from .output_norms import build_output_norm
@@ -134,7 +135,8 @@ class SparseMultiheadAttention(MultiheadAttention):
         )
         # "auto" or a backend name of attention/backends (--attn-backend)
         if config.backend.name not in backend_names():
-            raise ValueError(f"--attn-backend must be one of {', '.join(backend_names())}, got {config.backend.name!r}")
+            error = UsageError if config.backend.name in REMOVED_BACKENDS else ValueError
+            raise error(unknown_backend_message(config.backend.name))
         if config.init not in ATTN_INITS:
             raise ValueError(f"--attn-init must be one of {', '.join(ATTN_INITS)}, got {config.init!r}")
         if config.init == "rela_official":
@@ -186,7 +188,8 @@ class SparseMultiheadAttention(MultiheadAttention):
 
     @property
     def flex_min_keys(self) -> int:
-        """> 0: in "auto", the long-sequence backends serve calls with at least this many keys."""
+        """> 0: in "auto", the ``query_block`` backend serves calls without gradients with at
+        least this many keys (``--attn-flex-min-keys``)."""
         return self.config.backend.flex_min_keys
 
     @flex_min_keys.setter

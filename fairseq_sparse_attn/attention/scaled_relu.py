@@ -60,6 +60,9 @@ class ScaledReLU(ReLU):
             return torch.ones_like(n)
         return 1.0 / (self.gamma * torch.sqrt(n.clamp(min=1) / 2))
 
+    def row_scale_key(self):
+        return ("relu_scaled", self.gamma) if self.length_scale else None
+
     def forward(self, scores, mask: Optional[torch.Tensor]):
         weights = self.rectified_weights(scores, mask)
         n = visible_key_counts(scores, mask)

@@ -194,18 +194,30 @@ def test_invalid_flag_refused_before_training(tiny, tmp_path, flags, message):
 
 
 def test_backend_refusal_at_first_forward_leaves_no_crash_dump(tiny, tmp_path):
-    """``--attn-backend flex`` can only be refused inside the first training step (it
-    depends on the device and on gradients); fairseq's trainer used to dump crash.pt."""
+    """``--attn-backend query_block`` in training can only be refused inside the first
+    training step (it depends on gradients); fairseq's trainer used to dump crash.pt."""
     save = tmp_path / "ckpt"
-    proc = train(tiny / "data-bin", save, "--attn-backend", "flex", "--cpu")
+    proc = train(tiny / "data-bin", save, "--attn-backend", "query_block", "--cpu")
     one_line_error(
         proc,
         "fsa-train: error: ",
-        "attention backend 'flex' (--attn-backend) cannot serve this configuration",
+        "attention backend 'query_block' (--attn-backend) cannot serve this configuration",
         "--attn-backend auto",
     )
     assert not (save / "crash.pt").exists()
     assert not list(save.glob("*.pt"))
+
+
+def test_removed_flex_backend_says_what_to_use(tiny, tmp_path):
+    """``--attn-backend flex`` (removed, issue 31.6): one line naming the flag and what to
+    use instead, before any work."""
+    save = tmp_path / "ckpt"
+    proc = train(tiny / "data-bin", save, "--attn-backend", "flex", "--cpu")
+    out, err = text(proc)
+    assert proc.returncode == 2 and "Traceback" not in err, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("fsa-train: error: --attn-backend flex: ") and "use --attn-backend triton" in last, last
+    assert not save.exists() or empty(save)
 
 
 # --- Data -----------------------------------------------------------------------------

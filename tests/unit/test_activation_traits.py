@@ -1,14 +1,13 @@
 """Activation traits (attention/activations.py): a new ReLU-family activation is one class
 in one file.  Two toy rectified activations with exact zeros are registered here and run
-through every backend that serves them (materialized, query_block, flex with the eager
-kernel, the inference call of the fairseq module), each checked against its plain formula
-computed here; the backends that need another trait refuse them."""
+through every backend that serves them (materialized, query_block, the inference call of
+the fairseq module), each checked against its plain formula computed here; the backends
+that need another trait refuse them."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-import fairseq_sparse_attn.attention.flex_relu as flex_relu
 from fairseq_sparse_attn.attention import SparseMultiheadAttention
 from fairseq_sparse_attn.attention.activations import ACTIVATION_REGISTRY, TRAITS, Rectified, build_activation
 from fairseq_sparse_attn.attention.call_plan import CallPlan
@@ -146,25 +145,6 @@ def test_query_block_with_beam_groups(toy):
     assert inter.backend == "query_block"
     ref = reference(formula, q, k.expand(B, -1, -1, -1), v.expand(B, -1, -1, -1), pad)
     torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
-
-
-@pytest.mark.skipif(
-    flex_relu.flex_relu_unavailable("cpu", False) is not None, reason="FlexAttention does not run on this CPU"
-)
-# the eager (uncompiled) kernel is what this test checks against the formula; torch warns
-# that it is not the fused one
-@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile:UserWarning")
-def test_flex_backend_follows_the_formula(toy, monkeypatch):
-    """The flex backend with the eager FlexAttention kernel (the compiled one is the same
-    score_mod, built by torch.compile: tests/integration/test_flex_relu.py)."""
-    monkeypatch.setattr(flex_relu, "_compiled_flex", lambda: flex_relu._flex_module().flex_attention)
-    name, formula = toy
-    q, k, v = qkv(2)
-    pad = masks()["padding"]
-    with torch.no_grad():
-        out, inter = attend(q, k, v, AttentionInputs(hidden=pad), spec(name, "flex"))
-    assert inter.backend == "flex"
-    torch.testing.assert_close(out.double(), reference(formula, q, k, v, pad), atol=1e-5, rtol=1e-5)
 
 
 def test_backends_needing_other_traits_refuse_it(toy):

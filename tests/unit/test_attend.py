@@ -1,6 +1,7 @@
 """attend() against the formulas written plainly here, per backend, on the same inputs;
 backend choice (auto, forced, registration) and the fused paths."""
 
+import dataclasses
 import math
 
 import pytest
@@ -230,6 +231,23 @@ def test_a_refusal_lists_every_backend_with_all_its_reasons(monkeypatch):
     assert "returning attention weights (analysis)" in entries["key_block"]
     assert "auto takes it with --attn-key-block-size > 0" in entries["key_block"]
     assert "auto takes it for calls with at least --attn-flex-min-keys keys" in entries["query_block"]
+
+
+def test_removed_flex_backend_is_one_usage_error_saying_what_to_use():
+    """Issue 31.6: the FlexAttention backend is gone; naming it (a module, a spec) is one
+    line that says to use triton or auto."""
+    from fairseq_sparse_attn.errors import UsageError
+
+    assert "flex" not in core.BACKENDS and "flex" not in core.backend_names()
+    q, k, v = inputs_qkv()
+    with pytest.raises(UsageError, match=r"^--attn-backend flex: .*use --attn-backend triton or auto$") as err:
+        attend(q, k, v, AttentionInputs(), spec("relu", "flex"))
+    assert "\n" not in str(err.value)
+    from fairseq_sparse_attn.attention.config import BackendConfig
+
+    config = dataclasses.replace(attention_config("relu"), backend=BackendConfig(name="flex"))
+    with pytest.raises(UsageError, match="use --attn-backend triton or auto"):
+        SparseMultiheadAttention(16, 4, self_attention=True, config=config)
 
 
 def test_explain_says_why_a_call_runs_where_it_runs():

@@ -191,6 +191,66 @@ def test_whole_sequence_calls_equal_the_general_path(act, norm, calls):
     assert calls.count(fast) == 3 and calls.count(cross_f) == 1
 
 
+@pytest.mark.parametrize("act,norm", VARIANTS)
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_training_calls_equal_the_general_path_with_gradients(act, norm, p, monkeypatch):
+    """Training (gradients, attention dropout p): the plan's plain call (no analysis, auto
+    choosing materialized) gives the general path's outputs and every parameter's and the
+    input's gradient, bit for bit: padding, causal | padding, no mask, cross-attention."""
+    plain = spy_on(monkeypatch, "plain")
+    fast, general = pair(act, norm, self_attention=True, dropout=p)
+    cross_f, cross_g = pair(act, norm, encoder_decoder_attention=True, dropout=p)
+    x = torch.randn(5, 3, E)
+    pad = torch.zeros(3, 5, dtype=torch.bool)
+    pad[1, 3:] = True
+    future = utils.fill_with_neg_inf(torch.zeros(5, 5)).triu(1)
+    enc = torch.randn(7, 3, E)
+    enc_pad = torch.zeros(3, 7, dtype=torch.bool)
+    enc_pad[2, 5:] = True
+    upstream = torch.randn(5, 3, E)
+    for f, g, kw in [
+        (fast, general, dict(key_padding_mask=pad)),
+        (fast, general, dict(key_padding_mask=pad, attn_mask=future)),
+        (fast, general, dict()),
+        (cross_f, cross_g, dict(key_padding_mask=enc_pad)),
+    ]:
+        results = []
+        for m in (f, g):
+            m.train()
+            m.zero_grad()
+            inp = x.clone().requires_grad_()
+            memory = inp if m.self_attention else enc
+            torch.manual_seed(1)  # the same dropout draws
+            out, _ = m(inp, memory, memory, need_weights=False, **kw)
+            out.backward(upstream)
+            results.append([out, inp.grad] + [p.grad for p in m.parameters()])
+        for a, b in zip(*results):
+            assert_identical(a, b)
+    assert plain.count(fast) == 3 and plain.count(cross_f) == 1 and general not in plain
+
+
+def test_training_calls_that_auto_gives_another_backend_go_to_attend(monkeypatch):
+    """The plain call only takes what ``auto`` would run on ``materialized``: a backend
+    auto prefers for the call (e.g. triton where a GPU measurement shows it faster) gets it."""
+    from fairseq_sparse_attn.attention import core
+    from fairseq_sparse_attn.attention.backends.materialized import materialized
+
+    ran = []
+
+    def probe(q, k, v, inputs, spec, call):
+        ran.append(call.grad)
+        return materialized(q, k, v, inputs, spec, call)
+
+    backend = core.Backend("probe", probe, core.Capabilities(activation_traits=frozenset({"rectified"})), priority=1)
+    monkeypatch.setitem(core.BACKENDS, "probe", backend)
+    plain = spy_on(monkeypatch, "plain")
+    fast, general = pair("relu", "gated_rmsnorm", self_attention=True)
+    fast.train()
+    x = torch.randn(4, 2, E, requires_grad=True)
+    fast(x, x, x, need_weights=False)[0].sum().backward()
+    assert ran == [True] and plain == []
+
+
 @pytest.mark.parametrize("act,norm", [("relu", "gated_rmsnorm"), ("sparsemax", "rmsnorm_i")])
 def test_low_precision_modules_equal_the_general_path(act, norm, calls):
     """bfloat16 parameters and inputs: scores and weights in float32, the value mix in the

@@ -141,7 +141,7 @@ def _spec(backend="auto", min_keys=0, activation="relu"):
 
 def test_backend_choice():
     """auto: query_block for calls without gradients over >= --attn-flex-min-keys keys on
-    CPU (flex is tried in auto on CUDA only), materialized otherwise; forced with
+    CPU, materialized otherwise; forced with
     gradients or analysis weights: an error naming the reason."""
     q, k, v = inputs(5, seed=3)
     causal = AttentionInputs(hidden=torch.ones(T, 5, dtype=torch.bool).triu(1).view(1, 1, T, 5))

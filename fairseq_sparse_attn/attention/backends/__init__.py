@@ -10,10 +10,9 @@ file            priority  serves
 ``sdpa``        20        softmax, learned heads only, no bias providers, no weights
 ``key_block``   30        relu / relu_scaled over blocks of keys (--attn-key-block-size)
 ``triton``      35        relu / relu_scaled through the fused Triton kernels (forced, or measured faster)
-``flex``        40        relu / relu_scaled through FlexAttention (forced, or measured faster)
 ``query_block`` 45        relu / relu_scaled without gradients over blocks of queries
 ``materialized`` 100      everything (the reference; returns the weights)
 ==============  ========  ==========================================================
 """
 
-from . import flex, key_block, materialized, query_block, sdpa, triton  # noqa: F401  (register)
+from . import key_block, materialized, query_block, sdpa, triton  # noqa: F401  (register)
