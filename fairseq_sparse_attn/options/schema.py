@@ -211,10 +211,10 @@ class PluginOptions:
     )
     attn_flex_min_keys: int = option(
         1024,
-        "relu / relu_scaled with --attn-backend auto: attention over at least N keys takes a "
-        "long-sequence backend: the fused FlexAttention kernel only on devices where a recorded "
-        "benchmark measured it faster (none yet), without gradients the query-block path; 0 = neither "
-        "unless named by --attn-backend (default 1024)",
+        "relu / relu_scaled with --attn-backend auto: attention over at least N keys without "
+        "gradients (generation, analysis) takes the query-block path (bounded memory); 0 = only "
+        "when named by --attn-backend query_block (default 1024; the name is kept from the removed "
+        "flex backend)",
         type=int,
         metavar="N",
         preset=False,
