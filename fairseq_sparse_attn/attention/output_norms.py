@@ -78,6 +78,11 @@ def _as(t, dtype):
     return t if t is None or t.dtype == dtype else t.to(dtype)
 
 
+#: torch's fused RMSNorm forward op (torch >= 2.8); older builds (a cluster's own CUDA torch)
+#: compute the same formula in separate ops
+_FUSED_RMS_NORM = hasattr(torch.ops.aten, "_fused_rms_norm")
+
+
 def _rms_norm_forward(z, eps, weight, gate_weight, keep_y=False):
     """(out, r, s, y): r = 1/RMS(z), s = sigmoid(w*z) or None, y = z*r*g, out = y*s;
     everything in the compute dtype.  y and r come from torch's fused RMSNorm forward
@@ -87,7 +92,11 @@ def _rms_norm_forward(z, eps, weight, gate_weight, keep_y=False):
     the backward (which then does not recompute it), else the gate multiplies y in place
     and y is None.  (Without the gate y is the output: saving an output costs a
     ``detach``, recomputing it two ops, so it is recomputed.)"""
-    out, r = torch.ops.aten._fused_rms_norm(z, [z.size(-1)], weight, eps)
+    if _FUSED_RMS_NORM:
+        out, r = torch.ops.aten._fused_rms_norm(z, [z.size(-1)], weight, eps)
+    else:
+        r = torch.rsqrt(z.pow(2).mean(-1, keepdim=True) + eps)
+        out = z * r * weight
     y = None
     s = None
     if gate_weight is not None:

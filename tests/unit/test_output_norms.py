@@ -157,3 +157,21 @@ def test_fused_forward_equals_the_written_out_ops_bit_for_bit(width):
         ref_r = (z * z).sum(dim=-1, keepdim=True).div_(width).add_(RMSNORM_EPS).rsqrt_()
         assert torch.equal(r, ref_r)
         assert torch.equal(out, z * ref_r * w)
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_rms_forward_without_torchs_fused_op_is_the_same(gated, monkeypatch):
+    """torch builds before 2.8 have no aten::_fused_rms_norm: the separate-op formula gives
+    the same output and 1/RMS."""
+    from fairseq_sparse_attn.attention import output_norms as on
+
+    z, w = torch.randn(4, 6, 16), torch.rand(16) + 0.5
+    gw = torch.randn(16) if gated else None
+    fused = on._rms_norm_forward(z, 1e-6, w, gw, keep_y=True)
+    monkeypatch.setattr(on, "_FUSED_RMS_NORM", False)
+    plain = on._rms_norm_forward(z, 1e-6, w, gw, keep_y=True)
+    for a, b in zip(fused, plain):
+        if a is None:
+            assert b is None
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
