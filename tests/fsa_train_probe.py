@@ -12,6 +12,9 @@ and writes, per rank R (torchrun's RANK, else SLURM_PROCID, else 0):
   example ids this rank's batches held, and the world size torch.distributed reports;
 - ``DIR/params.rankR.pt``: the model's parameters when training has finished.
 
+``FSA_PROBE_COMMAND=fairseq-train`` runs fairseq's own ``fairseq-train`` (``fairseq_cli.train``)
+instead, which imports the plugin only for a ``--user-dir`` on the command line.
+
 ``FSA_PROBE_SAVE_DIR_PER_RANK=1`` turns ``--save-dir X`` into ``X/rankR``, to see which
 ranks write checkpoints.
 
@@ -146,9 +149,14 @@ def main():
     Trainer.train_step = train_step
     Trainer._reduce_and_log_stats = _reduce_and_log_stats
 
-    from fairseq_sparse_attn import cli
+    if os.environ.get("FSA_PROBE_COMMAND") == "fairseq-train":
+        from fairseq_cli.train import cli_main
 
-    cli.train()
+        cli_main()
+    else:
+        from fairseq_sparse_attn import cli
+
+        cli.train()
     records.close()
     model = trainers[-1].get_model()
     torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, probe / f"params.rank{rank}.pt")

@@ -41,6 +41,9 @@ no_crash_dump            no         no ``crash.pt`` when a training step fails o
                                     input (a UsageError), only on real crashes
 pin_memory               no         fairseq's data loaders pin memory only when CUDA
                                     is available (no torch UserWarning on CPU)
+bf16_not_tpu             yes        ``--bf16`` trains in bfloat16 on CUDA / the CPU
+                                    when torch_xla is absent and ``--tpu`` not given
+                                    (fairseq 0.12 sets ``--tpu`` for it and fails)
 =======================  =========  ==================================================
 
 ``FSA_COMPAT_OFF`` turns patches off for a process: ``FSA_COMPAT_OFF=behaviour`` (or
@@ -54,6 +57,7 @@ import os
 
 from . import (  # noqa: F401  (the patch modules)
     batching,
+    bf16_not_tpu,
     checkpoint_loading,
     checkpoint_overrides,
     checkpoint_record,
@@ -104,6 +108,7 @@ PATCHES = {
     "no_crash_dump": no_crash_dump,
     "checkpoint_overrides": checkpoint_overrides,
     "pin_memory": pin_memory,
+    "bf16_not_tpu": bf16_not_tpu,
 }
 SWITCH = "FSA_COMPAT_OFF"
 VERBOSE = "FSA_VERBOSE"

@@ -42,6 +42,8 @@ import signal
 import subprocess
 import sys
 
+from .training_main import training_main_frame
+
 BEHAVIOUR_CHANGE = True
 SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
 REQUEUE_SIGNAL = signal.SIGUSR1
@@ -210,14 +212,8 @@ def _patch_training_loop(module_globals):
 
 def _training_main_globals(frame, depth=40):
     """The globals of the ``main`` frame of fairseq_cli.train up the stack, or None."""
-    for _ in range(depth):
-        if frame is None:
-            return None
-        g = frame.f_globals
-        if frame.f_code.co_name == "main" and callable(g.get("validate_and_save")) and callable(g.get("train")):
-            return g
-        frame = frame.f_back
-    return None
+    found = training_main_frame(frame, depth)
+    return None if found is None else found.f_globals
 
 
 def install():

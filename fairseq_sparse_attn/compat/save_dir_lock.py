@@ -9,6 +9,10 @@ on that save dir stops with one line naming the holder:
     fsa-train: error: --save-dir ckpt is in use by another training: pid 4242 on host
     gpu3, started 2026-11-25 13:02:11 (lock file ckpt/.fsa-train.lock) ...
 
+A run with ``--no-save`` writes nothing there and takes no lock (as in stock fairseq,
+benchmarks and sweeps may share a save dir): fairseq_cli.train's ``main``, which asks for
+the lock, holds the run's config (found as the preemption patch finds its training loop).
+
 The lock is an exclusive ``flock`` on the file, which also records the holder (pid, host,
 start time, command).  It is released when the run ends (normal end, error, SIGINT,
 SIGTERM: the file is removed) and by the kernel when the process dies (SIGKILL, OOM:
@@ -30,6 +34,7 @@ import time
 
 from ..errors import SaveDirInUse, UsageError
 from ..writers import process_running, this_host
+from .training_main import training_main_frame
 
 BEHAVIOUR_CHANGE = True
 LOCK_NAME = ".fsa-train.lock"
@@ -208,6 +213,14 @@ def check_save_dir(save_dir):
         )
 
 
+def saves_checkpoints(frame):
+    """Whether the training calling from ``frame`` writes checkpoints: False only when the
+    config of fairseq_cli.train's ``main`` up the stack says ``--no-save``."""
+    main = training_main_frame(frame)
+    checkpoint = getattr(main.f_locals.get("cfg"), "checkpoint", None) if main is not None else None
+    return not getattr(checkpoint, "no_save", False)
+
+
 def install():
     from fairseq import checkpoint_utils
 
@@ -224,7 +237,7 @@ def install():
             original(save_dir)
         except OSError as e:
             raise UsageError(f"--save-dir {save_dir} cannot be written: {e.strerror}") from None
-        if local:
+        if local and saves_checkpoints(sys._getframe(1)):
             lock_save_dir(save_dir)
 
     verify_checkpoint_directory._fsa_lock = True

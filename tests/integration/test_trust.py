@@ -379,6 +379,57 @@ def test_one_training_per_save_dir(small_data, tmp_path):
     assert not (save / LOCK).exists()
 
 
+def paused_after_update_1(paused, resume):
+    """Python run before fsa-train: after update 1 it creates ``paused`` and waits (at most
+    300 s) for ``resume`` to exist, then trains on."""
+    return f"""
+import time
+from pathlib import Path
+from fairseq.trainer import Trainer
+_train_step = Trainer.train_step
+def train_step(self, samples, raise_oom=False):
+    out = _train_step(self, samples, raise_oom=raise_oom)
+    if self.get_num_updates() == 1:
+        Path({str(paused)!r}).touch()
+        deadline = time.monotonic() + 300
+        while not Path({str(resume)!r}).exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    return out
+Trainer.train_step = train_step
+"""
+
+
+def test_no_save_trainings_share_a_save_dir(small_data, tmp_path):
+    """Two --no-save trainings (benchmarks, sweeps) in one save dir, the second started
+    while the first trains: both run to the end, as in stock fairseq; neither writes a
+    lock or anything else there."""
+    save = tmp_path / "ckpt"
+    args = [small_data / "data-bin", "--arch", "rela_transformer_wmt_en_de", *TINY, "--save-dir", save, "--no-save"]
+    paused, resume = tmp_path / "paused", tmp_path / "resume"
+    first = subprocess.Popen(
+        [sys.executable, "-c", fsa_code("train", paused_after_update_1(paused, resume)), *map(str, args)],
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(paused, first)
+        second = fsa("train", *args)
+        assert second.returncode == 0, (second.stdout + second.stderr)[-3000:]
+        assert "done training" in second.stdout
+        assert first.poll() is None  # still in its first epoch while the second ran
+        resume.touch()
+        out, err = first.communicate(timeout=300)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == 0, (out + err)[-3000:]
+    assert "done training" in out
+    assert sorted(save.iterdir()) == []
+
+
 HOLD = """
 import sys, time
 from fairseq_sparse_attn.compat.save_dir_lock import lock_save_dir

@@ -299,3 +299,60 @@ def test_call_main_leaves_gpu_runs_to_fairseq(monkeypatch):
     assert compat._runs_on_cpu(training_cfg("--cpu"))  # --cpu on a GPU machine: the CPU path
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert compat._runs_on_cpu(training_cfg())
+
+
+# --- --bf16 is not --tpu (bf16_not_tpu) ----------------------------------------------
+
+
+def stock_training_cfg(*flags):
+    """``training_cfg`` through fairseq's own parse_args_and_arch (the patch's original)."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    stock = options.parse_args_and_arch.__wrapped__
+    args = stock(options.get_training_parser(), ["data-bin", "--arch", "transformer", *flags])
+    return convert_namespace_to_omegaconf(args)
+
+
+@pytest.mark.parametrize("flag", ["--bf16", "--memory-efficient-bf16"])
+def test_bf16_without_torch_xla_is_not_a_tpu_run(flag, caplog):
+    """fairseq 0.12 sets --tpu for --bf16 (Trainer then asks torch_xla for its device);
+    without torch_xla and without --tpu the run stays on CUDA / the CPU, in bf16, and
+    fairseq's Adam is not its TPU branch.  One INFO line says so."""
+    from fairseq import utils
+
+    assert utils.xm is None  # torch_xla is not installed here
+    assert stock_training_cfg(flag).common.tpu  # the stock shortcut
+    with caplog.at_level("INFO", logger="fairseq_sparse_attn.compat.bf16_not_tpu"):
+        cfg = training_cfg(flag, "--optimizer", "adam")
+    assert (cfg.common.bf16, cfg.common.tpu, cfg.optimizer.tpu, cfg.distributed_training.tpu) == (
+        True,
+        False,
+        False,
+        False,
+    )
+    lines = [r.getMessage() for r in caplog.records if r.name.endswith("bf16_not_tpu")]
+    assert len(lines) == 1 and lines[0].startswith("--bf16 without torch_xla and without --tpu: bfloat16 on ")
+    assert "fairseq issue #4696" in lines[0]
+
+
+def test_bf16_stays_a_tpu_run_with_torch_xla_or_tpu(monkeypatch, caplog):
+    """--tpu asked for, or torch_xla installed: fairseq's behaviour (a TPU run), no line."""
+    from fairseq import utils
+
+    with caplog.at_level("INFO", logger="fairseq_sparse_attn.compat.bf16_not_tpu"):
+        assert training_cfg("--bf16", "--tpu").common.tpu
+        assert not training_cfg("--tpu").common.bf16 and training_cfg("--tpu").common.tpu
+        assert not training_cfg().common.tpu and not training_cfg().common.bf16
+        monkeypatch.setattr(utils, "xm", object())  # as when torch_xla imports
+        assert training_cfg("--bf16").common.tpu
+    assert not [r for r in caplog.records if r.name.endswith("bf16_not_tpu")]
+
+
+def test_asked_for_tpu_reads_the_command_line_as_fairseq_does(monkeypatch):
+    from fairseq_sparse_attn.compat import bf16_not_tpu
+
+    assert bf16_not_tpu.asked_for_tpu(["data-bin", "--bf16", "--tpu"])
+    assert not bf16_not_tpu.asked_for_tpu(["data-bin", "--bf16", "--tp"])  # no abbreviations
+    monkeypatch.setattr("sys.argv", ["fairseq-train", "data-bin", "--tpu"])
+    assert bf16_not_tpu.asked_for_tpu(None)  # fairseq's commands parse sys.argv

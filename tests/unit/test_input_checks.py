@@ -41,6 +41,7 @@ def test_compat_switch_names_patches():
         "save_dir_lock",
         "checkpoint_record",
         "preemption",
+        "bf16_not_tpu",
     } == behaviour
     assert compat.patches_off({}) == set()
     assert compat.patches_off({"FSA_COMPAT_OFF": "behaviour"}) == behaviour

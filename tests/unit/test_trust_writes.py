@@ -252,6 +252,33 @@ def test_lock_without_flock_decides_by_the_recorded_pid(tmp_path, sleeper, monke
     save_dir_lock.SaveDirLock(str(tmp_path)).acquire().release()
 
 
+TRAIN_MAIN = """
+def main(cfg):
+    checkpoint_utils.verify_checkpoint_directory(cfg.checkpoint.save_dir)
+"""
+
+
+@pytest.mark.parametrize("no_save", [False, True])
+def test_lock_only_for_a_training_that_saves(tmp_path, monkeypatch, no_save):
+    """fairseq_cli.train's main asks for the save dir's lock: taken unless its config says
+    --no-save (nothing is written there; stock fairseq lets such runs share the dir); a
+    call from anywhere else locks as before."""
+    from types import SimpleNamespace
+
+    from fairseq import checkpoint_utils
+
+    taken = []
+    monkeypatch.setattr(save_dir_lock, "lock_save_dir", taken.append)
+    fairseq_cli_train = {"checkpoint_utils": checkpoint_utils, "train": print, "validate_and_save": print}
+    exec(TRAIN_MAIN, fairseq_cli_train)
+    cfg = SimpleNamespace(checkpoint=SimpleNamespace(save_dir=str(tmp_path / "ckpt"), no_save=no_save))
+    fairseq_cli_train["main"](cfg)
+    assert taken == ([] if no_save else [str(tmp_path / "ckpt")])
+    assert (tmp_path / "ckpt").is_dir()  # fairseq's own check still ran
+    checkpoint_utils.verify_checkpoint_directory(str(tmp_path / "other"))  # not from a training
+    assert taken[-1] == str(tmp_path / "other")
+
+
 def test_save_dir_that_is_a_file(tmp_path):
     path = tmp_path / "ckpt"
     path.write_text("x")
