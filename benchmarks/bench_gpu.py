@@ -83,17 +83,22 @@ def cuda_unavailable() -> str:
     return ""
 
 
-def parse_ups(log: str):
-    """fairseq's ``ups`` of every ``train_inner`` record of a ``--log-format json`` log, in
-    order: [(update, ups), ...]."""
+def train_inner_records(log: str, field: str):
+    """[(update, value of ``field``), ...] of every fairseq ``train_inner`` record of a
+    ``--log-format json`` log that has the field, in order."""
     out = []
     for line in log.splitlines():
         m = _UPS.search(line)
         if m:
             rec = json.loads(m.group(1))
-            if "ups" in rec:
-                out.append((int(rec["num_updates"]), float(rec["ups"])))
+            if field in rec:
+                out.append((int(rec["num_updates"]), float(rec[field])))
     return out
+
+
+def parse_ups(log: str):
+    """fairseq's ``ups`` of every ``train_inner`` record: [(update, ups), ...]."""
+    return train_inner_records(log, "ups")
 
 
 def run_updates_per_second(records):
@@ -267,14 +272,7 @@ _OVERFLOW = "gradient overflow detected"
 def parse_loss_scale(log: str):
     """fairseq's ``loss_scale`` of every ``train_inner`` record, [(update, scale), ...], and
     the number of overflow notes (each one an update skipped and the scale halved)."""
-    scales = []
-    for line in log.splitlines():
-        m = _UPS.search(line)
-        if m:
-            rec = json.loads(m.group(1))
-            if "loss_scale" in rec:
-                scales.append((int(rec["num_updates"]), float(rec["loss_scale"])))
-    return scales, sum(_OVERFLOW in line for line in log.splitlines())
+    return train_inner_records(log, "loss_scale"), sum(_OVERFLOW in line for line in log.splitlines())
 
 
 def data_languages(data: Path):

@@ -252,13 +252,20 @@ def find_block(readme_text, block, readme_name):
     return start, j
 
 
-def load_json(path):
+def _read_json(path):
+    """The JSON at ``path``, None when there is no file."""
     if not path.exists():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ReadmeError(f"{path}: not valid JSON ({e})") from None
+
+
+def load_json(path):
+    data = _read_json(path)
+    if data is None:
+        return None
     missing = [k for k in ("models_compared", "seeds", "per_seed", "regime", "provenance") if k not in data]
     if missing:
         raise ReadmeError(f"{path}: not a demo results.json (no {', '.join(missing)}); copy one with make publish-demo")
@@ -266,13 +273,8 @@ def load_json(path):
 
 
 def load_gpu_json(path):
-    if not path.exists():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ReadmeError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(data, dict) or "parts" not in data or "provenance" not in data:
+    data = _read_json(path)
+    if data is not None and (not isinstance(data, dict) or "parts" not in data or "provenance" not in data):
         raise ReadmeError(f"{path}: not a make bench-gpu result (no parts / provenance)")
     return data
 
