@@ -243,6 +243,53 @@ def timing(device, dtype_names, lengths, tokens, heads, d, rows=None, save=lambd
     return rows
 
 
+#: tiles tried by ``--sweep`` per kernel, (BLOCK_M, BLOCK_N, num_warps, num_stages), for
+#: half precision at head dim 64 (HOPPER.md: larger tiles, 8 warps, 3 stages are the leads)
+SWEEP = {
+    "relu_attention_fwd": [(64, 32, 4, 3), (64, 64, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2)],
+    "relu_attention_bwd_dkdv": [(32, 64, 4, 1), (64, 64, 4, 1), (64, 128, 8, 1), (32, 128, 8, 1), (64, 64, 4, 2)],
+    "relu_attention_bwd_dq": [(64, 64, 4, 2), (128, 64, 8, 2), (64, 128, 8, 2), (128, 32, 4, 3), (64, 32, 4, 3)],
+}
+
+
+def sweep(device, dtype_name="fp16", d=64, length=1024, tokens=16384, heads=8, rows=None, save=lambda: None):
+    """Forward+backward time of ReLU attention with each tile of :data:`SWEEP`, one kernel's
+    tile changed at a time (the others as shipped), each checked against float64 first (a
+    tile that computes wrong is reported, never timed)."""
+    from fairseq_sparse_attn.kernels import relu_attention as ra
+
+    rows = [] if rows is None else rows
+    shipped = dict(ra._TILES)
+    try:
+        for kernel, tiles in SWEEP.items():
+            for tile in tiles:
+                ra._TILES.clear()
+                ra._TILES.update(shipped)
+                ra._TILES[(kernel, True, d)] = tile
+                ra._all_configs.cache_clear()
+                r = {"kernel": kernel, "tile": tile, "shipped": shipped[(kernel, True, d)] == tile}
+                try:
+                    check = check_attention(device, d, dtype_name, "causal_self_scaled", seed=hash(tile) % 1000)
+                    r["ok"] = check["ok"]
+                    if check["ok"]:
+                        t = time_case(device, dtype_name, length, tokens, heads, d, causal=False)
+                        r["relu_triton_ms"], r["flash_ms"] = t.get("relu_triton_ms"), t.get("flash_ms")
+                        r["speedup_vs_flash"] = t.get("speedup_vs_flash")
+                        r["error"] = t.get("error")
+                except Exception as e:  # a tile that does not compile: recorded
+                    r["ok"], r["error"] = False, f"{type(e).__name__}: {e}"[:300]
+                rows.append(r)
+                save()
+                s = r.get("speedup_vs_flash")
+                speed = f" {s['mean']:.2f}x flash" if s else ""
+                print(f"[kernels] sweep {kernel} {tile}: {'ok' if r['ok'] else 'FAIL'}{speed}", flush=True)
+    finally:
+        ra._TILES.clear()
+        ra._TILES.update(shipped)
+        ra._all_configs.cache_clear()
+    return rows
+
+
 def statistics_ratio(flash, relu):
     """flash / relu time: the ratio of the medians' means, with the range over pairings."""
     pairs = [a / b for a in flash for b in relu]
@@ -265,7 +312,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default="bench_gpu_out/kernels.json")
     p.add_argument("--device", default="cuda")
-    p.add_argument("--parts", default="correctness,timing")
+    p.add_argument("--parts", default="correctness,timing", help="comma list of correctness, timing, sweep")
     p.add_argument("--smoke", action="store_true", help="tiny sizes (a CPU check of this script)")
     args = p.parse_args(argv)
     parts = args.parts.split(",")
@@ -298,6 +345,9 @@ def main(argv=None):
             timing(args.device, ["fp32"], (16,), 32, 2, 32, rows=result["timing"], save=save)
         else:
             timing(args.device, ["fp16", "bf16"], LENGTHS, 16384, 8, 64, rows=result["timing"], save=save)
+    if "sweep" in parts:  # the tiles of SWEEP at head dim 64, fp16, 1,024 tokens
+        result["sweep"] = []
+        sweep(args.device, rows=result["sweep"], save=save)
     print(f"[kernels] wrote {out}; correctness {'ok' if result.get('correctness_ok', True) else 'FAILED'}")
     return 0 if result.get("correctness_ok", True) else 1
 

@@ -12,11 +12,13 @@
 #   train-fp16  fairseq-train updates/s, softmax, rela_g, rela_g_triton, rela_i,
 #               reluformer, three alternating rounds: ~8 min on an H100
 #   train-bf16  the same for softmax, rela_g, rela_g_triton in bf16: ~5 min
+#   sweep       the ReLU kernels' tiles of gpu_kernels.SWEEP (fp16, head dim 64, 1,024
+#               tokens), each checked then timed against flash: ~3 min
 #
 # A call returns at most 8 files from $OUT (seen 2026-11-26: files in subfolders and past
-# the count came back as "left out"), so this writes exactly: session.log, kernels.json,
-# loss_scale.json, train-fp16.json, train-bf16.json (the bench_gpu.json of each step) and
-# logs.tar.gz (every log).
+# the count came back as "left out"), so this writes at most: session.log, kernels.json,
+# loss_scale.json, train-fp16.json, train-bf16.json (the bench_gpu.json of each step),
+# sweep.json and logs.tar.gz (every log).
 #
 # It needs, carried with the checkout (ignored paths), what benchmarks/gpu_session_prepare.sh
 # makes on a machine with PyPI: gpu_wheels/ (the cp312 wheels the GPU image lacks) and
@@ -78,7 +80,11 @@ PYEOF
         --presets "$presets" --budget "$B" --out "$WORK/$step" > "$WORK/$step.log" 2>&1
       grep "updates/s\|failed\|Error" "$WORK/$step.log" | cut -c1-200 | tail -20
       keep "$step" "$step.json" ;;
-    *) say "unknown step $step (kernels, train-fp16, train-bf16)" ;;
+    sweep)
+      say "sweep: kernel tiles ($(left)s left)"
+      timeout $(( $(left) - 10 )) $PY benchmarks/gpu_kernels.py --parts sweep --out "$OUT/sweep.json" \
+        > "$WORK/sweep.log" 2>&1; grep "^\[kernels\] sweep" "$WORK/sweep.log"; keep none none ;;
+    *) say "unknown step $step (kernels, train-fp16, train-bf16, sweep)" ;;
   esac
 done
 say "done"
