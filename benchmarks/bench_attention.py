@@ -22,16 +22,19 @@ and per-round paired ratios t_softmax / t_variant summarized as the median with 
     python benchmarks/bench_attention.py --device cuda --preset base
     python benchmarks/bench_attention.py --claims --before HEAD~1   # a change, before/after
 
-``--before REV`` adds, for every variant but softmax, ``VARIANT@REV``: the same model object
+``--before REV`` adds, for every variant but softmax, ``VARIANT@REV``: the same model
 (same parameters in the same memory; two model copies of identical code measured up to 5%
-apart, an artefact of where their tensors lie) whose attention modules run the attention
-code of git revision REV (that revision's package imported under another name; the layers
-around attention are today's code; each job sets its code's class first), timed in the same
+apart, an artefact of where their tensors lie) whose attention modules are replaced by
+twins of git revision REV's attention class (that revision's package imported under another
+name; each twin built from the module's constructor arguments and config, holding the
+module's own parameter tensors; the layers around attention are today's code; each job puts
+its code's modules in place first), timed in the same
 interleaved rounds, so a change to the attention code is measured before and after in one
 run.  Both must decode the same hypotheses (checked before timing).
 """
 
 import argparse
+import dataclasses
 import importlib
 import importlib.util
 import io
@@ -40,6 +43,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import typing
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -155,17 +159,90 @@ def attention_class_at(rev):
     return sha, importlib.import_module(f"{name}.attention.multihead").SparseMultiheadAttention
 
 
+def _as_config_of(value, hint):
+    """``value`` (a config dataclass of this tree) rebuilt as the dataclass that ``hint``
+    names in another revision: field by field, by name; fields the other revision lacks are
+    dropped, fields only it has keep its defaults (the identical-hypotheses check guards the
+    result).  Plain values pass through."""
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        return value
+    targets = [t for t in (hint, *typing.get_args(hint)) if dataclasses.is_dataclass(t)]
+    if not targets:
+        return value
+    by_name = [t for t in targets if t.__name__ == type(value).__name__]
+    target = (by_name or targets)[0]
+    hints = typing.get_type_hints(target)
+    fields = {
+        f.name: _as_config_of(getattr(value, f.name), hints[f.name])
+        for f in dataclasses.fields(target)
+        if hasattr(value, f.name)
+    }
+    return target(**fields)
+
+
+def _twin(module, cls):
+    """An instance of ``cls`` (another revision's attention class) built from ``module``'s
+    constructor arguments, with ``module``'s config in ``cls``'s config types, whose
+    parameters and buffers are ``module``'s own tensors (same memory)."""
+    if any(m._forward_pre_hooks for m in (module.q_proj, module.k_proj, module.v_proj)):
+        raise RuntimeError("--before: quant-noise projections cannot be rebuilt")
+    config_hint = typing.get_type_hints(cls.__init__)["config"]
+    twin = cls(
+        module.embed_dim,
+        module.num_heads,
+        kdim=module.kdim,
+        vdim=module.vdim,
+        dropout=module.dropout_module.p,
+        bias=module.k_proj.bias is not None,
+        add_bias_kv=module.bias_k is not None,
+        add_zero_attn=module.add_zero_attn,
+        self_attention=module.self_attention,
+        encoder_decoder_attention=module.encoder_decoder_attention,
+        config=_as_config_of(module.config, config_hint),
+    ).to(next(module.parameters()).device)
+    mine = dict(module.named_parameters()) | dict(module.named_buffers())
+    theirs = dict(twin.named_parameters()) | dict(twin.named_buffers())
+    if set(mine) != set(theirs) or any(mine[n].shape != theirs[n].shape for n in mine):
+        raise RuntimeError(
+            f"--before: the two revisions' attention modules hold different tensors: {sorted(set(mine) ^ set(theirs))}"
+        )
+    for name, tensor in mine.items():
+        owner_path, _, leaf = name.rpartition(".")
+        owner = twin.get_submodule(owner_path) if owner_path else twin
+        if isinstance(tensor, torch.nn.Parameter):
+            owner._parameters[leaf] = tensor
+        else:
+            owner._buffers[leaf] = tensor
+    twin.train(module.training)
+    return twin
+
+
 def run_attention_as(model, cls):
-    """Every attention module of ``model`` now runs ``cls``'s code (same parameters and
-    attributes; the cached spec and plan are dropped)."""
-    n = 0
-    for module in model.modules():
-        if type(module).__name__ == "SparseMultiheadAttention":  # today's class or REV's
-            module.__class__ = cls
-            module.__dict__["_spec_cache"] = None
-            n += 1
-    if not n:
-        raise RuntimeError("no attention module to swap")
+    """Every attention module of ``model`` now runs ``cls``'s code (None: this tree's): a
+    twin of each module, built once per class from the same constructor arguments and
+    config and holding the same parameter tensors, takes the module's place in its parent
+    (another revision may keep different attributes on the module, so its class cannot
+    simply be set on today's object)."""
+    from fairseq_sparse_attn.attention import SparseMultiheadAttention
+
+    places = model.__dict__.setdefault("_bench_attention_places", None)
+    if places is None:  # (parent, attribute, today's module), found once
+        places = [
+            (parent, name, child)
+            for parent in model.modules()
+            for name, child in parent.named_children()
+            if isinstance(child, SparseMultiheadAttention)
+        ]
+        if not places:
+            raise RuntimeError("no attention module to swap")
+        model.__dict__["_bench_attention_places"] = places
+    twins = model.__dict__.setdefault("_bench_attention_twins", {})
+    if cls is not None and cls is not SparseMultiheadAttention and cls not in twins:
+        twins[cls] = [_twin(module, cls) for _, _, module in places]
+    for i, (parent, name, module) in enumerate(places):
+        chosen = module if cls is None or cls is SparseMultiheadAttention else twins[cls][i]
+        chosen.train(parent.training)
+        parent._modules[name] = chosen
     return model
 
 

@@ -245,3 +245,60 @@ def test_decode_step_costs_json(tmp_path):
             ratios = sorted(v / s for v, s in zip(t, times["softmax"]))
             assert abs(k["cost_vs_stock_softmax"][variant]["median"] - ratios[1]) < 1e-9
             assert abs(k["per_call_us"][variant] - sorted(t)[1] / 2 * 1e6) < 1e-6
+
+
+# the last revision before core v4 (issue 33): its attention class keeps the settings as
+# attributes on the module, so its code cannot run on today's module object
+BEFORE_CORE_V4 = "3d8a761"
+
+
+def _revision_present(rev):
+    probe = ["git", "-C", str(REPO), "cat-file", "-e", f"{rev}^{{commit}}"]
+    return subprocess.run(probe, capture_output=True).returncode == 0
+
+
+def test_before_twins_hold_the_same_tensors_and_swap_back():
+    """run_attention_as(model, REV's class): each attention module's place is taken by a twin
+    of REV's class whose parameters are the module's own tensors; None puts today's back."""
+    import pytest
+    import torch
+
+    if not _revision_present("HEAD"):
+        pytest.skip("not a git checkout")
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import bench_attention
+
+    from fairseq_sparse_attn.attention import SparseMultiheadAttention
+    from fairseq_sparse_attn.models.standalone import synthetic_dictionary
+
+    _, cls = bench_attention.attention_class_at("HEAD")
+    assert cls is not SparseMultiheadAttention
+    model = bench_attention.build("rela_g", "small", synthetic_dictionary(100), torch.device("cpu"))
+    today = [m for m in model.modules() if isinstance(m, SparseMultiheadAttention)]
+    bench_attention.run_attention_as(model, cls)
+    twins = [m for m in model.modules() if type(m) is cls]
+    assert len(twins) == len(today) == 9 and not any(isinstance(m, SparseMultiheadAttention) for m in model.modules())
+    for mine, twin in zip(today, twins):
+        theirs = dict(twin.named_parameters())
+        assert all(theirs[n] is p for n, p in mine.named_parameters())
+    bench_attention.run_attention_as(model, None)
+    assert [m for m in model.modules() if isinstance(m, SparseMultiheadAttention)] == today
+
+
+def test_bench_attention_before_core_v4(tmp_path):
+    """--before a revision whose attention module keeps other attributes (before core v4):
+    both codes decode the same hypotheses, for ReLA-g and for sparsemax."""
+    import pytest
+
+    if not _revision_present(BEFORE_CORE_V4):
+        pytest.skip(f"{BEFORE_CORE_V4} is not in this clone's history")
+    out = tmp_path / "bench.json"
+    run(
+        "bench_attention.py",
+        *("--variants", "rela_g,sparsemax", "--before", BEFORE_CORE_V4, "--rounds", "1", "--warmup", "0"),
+        *("--min-time", "0", "--measures", "decode_b1", "--src-len", "6", "--tgt-len", "6", "--decode-steps", "2"),
+        *("--decode-sentences", "1", "--threads", "1", "--json", out),
+    )
+    data = json.loads(out.read_text())
+    assert data["before_after_identical_hypotheses"] is True
+    assert set(data["now_vs_before"]) == {"rela_g", "sparsemax"}
