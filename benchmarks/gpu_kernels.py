@@ -24,6 +24,7 @@ Writes JSON (every figure, the device, torch and Triton versions) and prints a t
 """
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -147,8 +148,27 @@ def check_norm(device, dtype_name, gated, seed, rows=300, width=512):
     return {"errors": errs, "finite": finite, "tolerance": tol, "ok": finite and all(e <= tol for e in errs.values())}
 
 
+@contextlib.contextmanager
+def every_dtype_served():
+    """The kernels launched whatever ``kernels.served`` refuses on CUDA: these checks are
+    what that table is made from (a dtype refused after a failed check is checked again)."""
+    from fairseq_sparse_attn.kernels import served
+
+    refused = dict(served.CUDA_NOT_SERVED)
+    served.CUDA_NOT_SERVED.clear()
+    try:
+        yield
+    finally:
+        served.CUDA_NOT_SERVED.update(refused)
+
+
 def correctness(device, head_dims, dtype_names, seed=0, rows=None, save=lambda: None):
     """Every check's row appended to ``rows`` (and ``save()`` called) as it ends."""
+    with every_dtype_served():
+        return _correctness(device, head_dims, dtype_names, seed, rows, save)
+
+
+def _correctness(device, head_dims, dtype_names, seed, rows, save):
     rows = [] if rows is None else rows
     for d in head_dims:
         for dt in dtype_names:
@@ -290,6 +310,81 @@ def sweep(device, dtype_name="fp16", d=64, length=1024, tokens=16384, heads=8, r
     return rows
 
 
+#: fp32 forward tiles probed by ``--parts fp32probe`` at head dims 64 and 128, (BLOCK_M,
+#: BLOCK_N, num_warps, num_stages): on the H100 (Triton 3.6.0) the shipped fp32 forward was
+#: wrong at d64 (64, 32, 8, 2) and d128 (32, 32, 4, 2), right at d32 (64, 32, 4, 2) and d256
+#: (16, 32, 8, 1); one call earlier (k read through swapped strides) d64 (64, 32, 4, 2) was
+#: right and d128 (32, 32, 4, 2), d256 (32, 32, 8, 1) wrong.  Warps, stages and tile sizes
+#: each varied alone, and each tile with TF32 dots: an error that stays with "tf32" is not
+#: in the IEEE dot path.
+FP32_PROBE = {
+    64: [
+        (64, 32, 8, 2),
+        (64, 32, 4, 2),
+        (64, 32, 8, 1),
+        (32, 32, 4, 2),
+        (32, 32, 4, 1),
+        (16, 32, 4, 1),
+        (64, 16, 4, 1),
+    ],
+    128: [(32, 32, 4, 2), (32, 32, 4, 1), (32, 32, 8, 1), (16, 32, 4, 1), (16, 16, 4, 1), (64, 32, 8, 1)],
+}
+
+
+def fp32_probe(device, rows=None, save=lambda: None):
+    """The fp32 forward of each tile of :data:`FP32_PROBE` checked against float64 (every
+    case of the correctness part), with IEEE and with TF32 dots: which settings give the
+    wrong fp32 forward seen on the H100 (docs/performance.md "GPU")."""
+    from fairseq_sparse_attn.kernels import relu_attention as ra
+
+    rows = [] if rows is None else rows
+    shipped, make = dict(ra._TILES), ra._make_config
+
+    def with_precision(precision):
+        def made(kernel, dtype, head_dim):
+            config = make(kernel, dtype, head_dim)
+            config["constexprs"] = dict(config["constexprs"], PRECISION=precision)
+            return config
+
+        return made
+
+    try:
+        with every_dtype_served():
+            for d, tiles in FP32_PROBE.items():
+                for tile in tiles:
+                    for precision in ("ieee", "tf32"):
+                        ra._TILES.clear()
+                        ra._TILES.update(shipped)
+                        ra._TILES[("relu_attention_fwd", False, d)] = tile
+                        ra._make_config = with_precision(precision)
+                        ra._all_configs.cache_clear()
+                        r = {"head_dim": d, "tile": tile, "precision": precision}
+                        errors = {}
+                        for case in ATTENTION_CASES:
+                            try:
+                                check = check_attention(device, d, "fp32", case, seed=len(rows) + 1)
+                                errors[case] = check["errors"]["out"]
+                            except Exception as e:  # a tile that does not compile: recorded
+                                errors[case] = f"{type(e).__name__}: {e}"[:200]
+                        r["out_errors"] = errors
+                        tol = 1e-5 if precision == "ieee" else 5e-3
+                        r["ok"] = all(isinstance(e, float) and e <= tol for e in errors.values())
+                        rows.append(r)
+                        save()
+                        worst = max((e for e in errors.values() if isinstance(e, float)), default=float("nan"))
+                        print(
+                            f"[kernels] fp32probe d{d} {tile} {precision}: {'ok' if r['ok'] else 'WRONG'} "
+                            f"(worst out error {worst:.2g})",
+                            flush=True,
+                        )
+    finally:
+        ra._TILES.clear()
+        ra._TILES.update(shipped)
+        ra._make_config = make
+        ra._all_configs.cache_clear()
+    return rows
+
+
 def statistics_ratio(flash, relu):
     """flash / relu time: the ratio of the medians' means, with the range over pairings."""
     pairs = [a / b for a in flash for b in relu]
@@ -312,7 +407,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default="bench_gpu_out/kernels.json")
     p.add_argument("--device", default="cuda")
-    p.add_argument("--parts", default="correctness,timing", help="comma list of correctness, timing, sweep")
+    p.add_argument("--parts", default="correctness,timing", help="comma list of correctness, timing, sweep, fp32probe")
     p.add_argument("--smoke", action="store_true", help="tiny sizes (a CPU check of this script)")
     args = p.parse_args(argv)
     parts = args.parts.split(",")
@@ -348,6 +443,9 @@ def main(argv=None):
     if "sweep" in parts:  # the tiles of SWEEP at head dim 64, fp16, 1,024 tokens
         result["sweep"] = []
         sweep(args.device, rows=result["sweep"], save=save)
+    if "fp32probe" in parts:  # the fp32 forward's tiles of FP32_PROBE, IEEE and TF32 dots
+        result["fp32probe"] = []
+        fp32_probe(args.device, rows=result["fp32probe"], save=save)
     print(f"[kernels] wrote {out}; correctness {'ok' if result.get('correctness_ok', True) else 'FAILED'}")
     return 0 if result.get("correctness_ok", True) else 1
 

@@ -14,11 +14,14 @@
 #   train-bf16  the same for softmax, rela_g, rela_g_triton in bf16: ~5 min
 #   sweep       the ReLU kernels' tiles of gpu_kernels.SWEEP (fp16, head dim 64, 1,024
 #               tokens), each checked then timed against flash: ~3 min
+#   fp32-probe  the fp32 forward's tiles of gpu_kernels.FP32_PROBE (head dims 64, 128), IEEE
+#               and TF32 dots, correctness only: which setting gives the wrong fp32 forward
+#               seen on the H100 (~1 min with compiles)
 #
 # A call returns at most 8 files from $OUT (seen 2026-11-26: files in subfolders and past
 # the count came back as "left out"), so this writes at most: session.log, kernels.json,
 # loss_scale.json, train-fp16.json, train-bf16.json (the bench_gpu.json of each step),
-# sweep.json and logs.tar.gz (every log).
+# sweep.json, fp32probe.json and logs.tar.gz (every log): 8.
 #
 # It needs, carried with the checkout (ignored paths), what benchmarks/gpu_session_prepare.sh
 # makes on a machine with PyPI: gpu_wheels/ (the cp312 wheels the GPU image lacks) and
@@ -84,7 +87,11 @@ PYEOF
       say "sweep: kernel tiles ($(left)s left)"
       timeout $(( $(left) - 10 )) $PY benchmarks/gpu_kernels.py --parts sweep --out "$OUT/sweep.json" \
         > "$WORK/sweep.log" 2>&1; grep "^\[kernels\] sweep" "$WORK/sweep.log"; keep none none ;;
-    *) say "unknown step $step (kernels, train-fp16, train-bf16, sweep)" ;;
+    fp32-probe)
+      say "fp32-probe: the fp32 forward's tiles, IEEE and TF32 dots ($(left)s left)"
+      timeout $(( $(left) - 10 )) $PY benchmarks/gpu_kernels.py --parts fp32probe --out "$OUT/fp32probe.json" \
+        > "$WORK/fp32probe.log" 2>&1; grep "^\[kernels\] fp32probe" "$WORK/fp32probe.log"; keep none none ;;
+    *) say "unknown step $step (kernels, train-fp16, train-bf16, sweep, fp32-probe)" ;;
   esac
 done
 say "done"

@@ -90,3 +90,40 @@ def test_data_languages_names_the_folder(tmp_path):
     with pytest.raises(FileNotFoundError, match=str(tmp_path / "empty")):
         (tmp_path / "empty").mkdir()
         bench_gpu.data_languages(tmp_path / "empty")
+
+
+def test_kernel_checks_launch_what_the_serving_table_refuses():
+    """The CUDA checks of gpu_kernels.py test the kernels themselves: inside them a dtype
+    that kernels.served refuses on CUDA is launched (the check is how it gets served
+    again); outside, the refusal stands."""
+    import gpu_kernels
+    import torch
+
+    from fairseq_sparse_attn.kernels import served
+
+    assert served.unserved("cuda", torch.float32, 64) is not None
+    with gpu_kernels.every_dtype_served():
+        assert served.unserved("cuda", torch.float32, 64) is None
+    assert served.unserved("cuda", torch.float32, 64) == served.CUDA_NOT_SERVED[torch.float32]
+
+
+def test_fp32_probe_checks_each_tile_with_both_precisions(monkeypatch):
+    """--parts fp32probe (interpreter, one small tile): a row per tile and precision, each
+    with the forward's error for every case, and the shipped tiles put back afterwards."""
+    import gpu_kernels
+
+    from fairseq_sparse_attn.kernels import relu_attention as ra
+
+    monkeypatch.setattr(gpu_kernels, "FP32_PROBE", {32: [(16, 16, 4, 1)]})
+    monkeypatch.setattr(gpu_kernels, "ATTENTION_CASES", {"cross_padded": (2, 1, 5, 7, False, None, True)})
+    shipped = dict(ra._TILES)
+    rows = gpu_kernels.fp32_probe("cpu")
+    assert [(r["head_dim"], r["tile"], r["precision"]) for r in rows] == [
+        (32, (16, 16, 4, 1), "ieee"),
+        (32, (16, 16, 4, 1), "tf32"),
+    ]
+    assert all(r["ok"] and set(r["out_errors"]) == {"cross_padded"} for r in rows)
+    assert (
+        ra._TILES == shipped
+        and ra._make_config("relu_attention_fwd", ra.torch.float32, 32)["constexprs"]["PRECISION"] == "ieee"
+    )
