@@ -4,7 +4,7 @@ check (``relu_attention.unsupported``) asks the same function before any launch.
 
 CUDA results are served only where a CUDA correctness check (``benchmarks/gpu_kernels.py``,
 part of ``make bench-gpu``) passed on a real GPU.  On an H100 with Triton 3.6.0
-(2026-11-26, ``docs/results/bench-gpu-h100.json``), float16 and bfloat16 passed at every
+(2026-11-26, ``docs/results/bench-gpu.json``), float16 and bfloat16 passed at every
 head dim (output and the three gradients within 3e-4 and 2.4e-3 of a float64 reference);
 float32 gave wrong forward outputs at head dims 64 and 128 (relative error 0.7 to 0.9;
 gradients right), so float32 on CUDA goes to the other backends until a GPU run shows it
