@@ -127,6 +127,11 @@ def main():
     if os.environ.get("FSA_PROBE_SIGNAL") and (signal_rank is None or (int(signal_rank) == rank and first_run)):
         name, update = os.environ["FSA_PROBE_SIGNAL"].split("@")
         signal_at = (getattr(signal, "SIG" + name), int(update))
+        if signal_at[0] == signal.SIGINT:
+            # a test run from a background job (`cmd &` in a non-interactive shell) inherits
+            # SIGINT ignored, and Python then installs no KeyboardInterrupt handler: the
+            # probe's Ctrl-C would be lost and the run would not be interrupted
+            signal.signal(signal.SIGINT, signal.default_int_handler)
     wait_at = int(os.environ.get("FSA_PROBE_WAIT_AT", 0)) or None
     kill_in_copy = int(os.environ.get("FSA_PROBE_KILL_IN_COPY", 0))
     original_copyfile = shutil.copyfile
