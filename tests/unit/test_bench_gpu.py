@@ -116,8 +116,17 @@ def test_fp32_probe_checks_each_tile_with_both_precisions(monkeypatch):
 
     monkeypatch.setattr(gpu_kernels, "FP32_PROBE", {32: [(16, 16, 4, 1)]})
     monkeypatch.setattr(gpu_kernels, "ATTENTION_CASES", {"cross_padded": (2, 1, 5, 7, False, None, True)})
+    monkeypatch.setattr(ra, "LAUNCH_LOG", [])
     shipped = dict(ra._TILES)
     rows = gpu_kernels.fp32_probe("cpu")
+    # the probed tile and each precision reached the forward's launches (the interpreter
+    # ignores input_precision, so the errors alone could not show it)
+    forward = [
+        (c["BLOCK_M"], c["BLOCK_N"], warps, stages, c["PRECISION"])
+        for name, _, c, warps, stages, _ in ra.LAUNCH_LOG
+        if name.startswith("relu_attention_fwd_d32_fp32")
+    ]
+    assert forward == [(16, 16, 4, 1, "ieee"), (16, 16, 4, 1, "tf32")]
     assert [(r["head_dim"], r["tile"], r["precision"]) for r in rows] == [
         (32, (16, 16, 4, 1), "ieee"),
         (32, (16, 16, 4, 1), "tf32"),
