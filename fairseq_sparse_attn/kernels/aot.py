@@ -21,7 +21,17 @@ Triton's own flags).  A configuration passes on a device when
   (``torch/_inductor/autoheuristic/autoheuristic_utils.py``), and the limit an H100
   reported for the flex backend (issue 31: "Hardware limit: 232448");
 * ptxas reports no spill stores or loads;
-* its registers for all its threads fit one block's 65,536 registers.
+* its registers for all its threads fit one block's 65,536 registers;
+* a configuration that asks for software pipelining (``num_stages`` >= 2) gets it: its
+  PTX has asynchronous copies (``cp.async``).  Triton drops the stages without a word
+  where its pipeliner cannot handle the loop (Triton 3.6.0 crashed on one such loop and a
+  launch then failed; a load under a run-time branch in the loop was the cause, seen
+  2026-11-26), and an unpipelined loop waits on every load.
+
+The table also names each configuration's dot instructions on each device, read from the
+compiled TTGIR: ``wgmma`` (Hopper's warpgroup MMA, ``HGMMA`` in SASS), ``mma`` (``mma.sync``,
+the sm_80 tensor-core path, and on sm_90 the slower one), ``fma`` (no tensor cores: fp32
+with IEEE dots) or ``-`` (no dot).
 
 ``python -m fairseq_sparse_attn.kernels.aot`` (``make check-kernels``) checks every
 configuration and that docs/performance.md's table (between the markers below) is what
@@ -49,7 +59,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 #: compute capability -> (device, largest shared memory per block in bytes, opt-in)
 DEVICES: Dict[int, Tuple[str, int]] = {80: ("A100 (sm_80)", 166912), 90: ("H100 (sm_90)", 232448)}
@@ -151,6 +161,7 @@ def _cache_key(config: dict, capability: int) -> str:
         str(config["num_warps"]),
         str(config["num_stages"]),
         " ".join(_ptxas_flags()),
+        "v2: dots, async copies",
     ]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
@@ -172,9 +183,25 @@ def parse_ptxas(log: str) -> Dict[str, int]:
     return {"registers": int(regs.group(1)), "stack": stack, "spill_stores": stores, "spill_loads": loads}
 
 
-def compile_config(config: dict, capability: int, use_cache: bool = True) -> Dict[str, int]:
-    """{"shared", "registers", "stack", "spill_stores", "spill_loads", "num_warps"} of one
-    configuration compiled for ``capability`` (80, 90)."""
+def dot_kind(ttgir: str) -> str:
+    """The instructions the kernel's dots compile to (module docstring): ``wgmma``, ``mma``,
+    ``fma``, or ``-`` without a dot."""
+    if "ttng.warp_group_dot" in ttgir:
+        return "wgmma"
+    if not re.search(r"\btt\.dot\b", ttgir):
+        return "-"
+    return "mma" if "#ttg.nvidia_mma<" in ttgir else "fma"
+
+
+def async_copies(ptx: str) -> int:
+    """Asynchronous global-to-shared copies in the PTX (what a pipelined loop issues)."""
+    return len(re.findall(r"\bcp\.async\.(?:ca|cg|bulk)\b", ptx))
+
+
+def compile_config(config: dict, capability: int, use_cache: bool = True) -> Dict[str, Any]:
+    """{"shared", "registers", "stack", "spill_stores", "spill_loads", "num_warps",
+    "num_stages", "dots", "async_copies"} of one configuration compiled for ``capability``
+    (80, 90)."""
     cache_file = _cache_dir() / f"{_cache_key(config, capability)}.json"
     if use_cache and cache_file.exists():
         return json.loads(cache_file.read_text())
@@ -204,7 +231,13 @@ def compile_config(config: dict, capability: int, use_cache: bool = True) -> Dic
         )
     if proc.returncode != 0:
         raise RuntimeError(f"{config['name']}: ptxas failed: {proc.stderr.strip()[-500:]}")
-    result = {"shared": int(compiled.metadata.shared), "num_warps": int(config["num_warps"])}
+    result = {
+        "shared": int(compiled.metadata.shared),
+        "num_warps": int(config["num_warps"]),
+        "num_stages": int(config["num_stages"]),
+        "dots": dot_kind(compiled.asm["ttgir"]),
+        "async_copies": async_copies(ptx),
+    }
     result.update(parse_ptxas(proc.stderr + proc.stdout))
     if use_cache:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
@@ -214,9 +247,11 @@ def compile_config(config: dict, capability: int, use_cache: bool = True) -> Dic
     return result
 
 
-def problems(name: str, capability: int, result: Dict[str, int]) -> List[str]:
+def problems(name: str, capability: int, result: Dict[str, Any]) -> List[str]:
     """What does not fit ``capability``'s device (empty: it fits)."""
     device, smem_limit = DEVICES[capability]
+    if "error" in result:
+        return [f"{name}: does not compile for {device}: {result['error']}"]
     found = []
     if result["shared"] > smem_limit:
         found.append(f"{name}: {result['shared']} bytes of shared memory > {smem_limit} on {device}")
@@ -228,19 +263,28 @@ def problems(name: str, capability: int, result: Dict[str, int]) -> List[str]:
         found.append(
             f"{name}: {result['registers']} registers x {result['num_warps'] * 32} threads > {REGISTERS_PER_BLOCK} on {device}"
         )
+    if result["num_stages"] >= 2 and result["async_copies"] == 0:
+        found.append(
+            f"{name}: asks for {result['num_stages']} pipeline stages but compiles without asynchronous copies "
+            f"on {device} (its loop is not pipelined: a load under a run-time branch in the loop?)"
+        )
     return found
 
 
-def _compile_one(item: Tuple[str, dict, int, bool]) -> Dict[str, int]:
+def _compile_one(item: Tuple[str, dict, int, bool]) -> Dict[str, Any]:
     module, config, capability, use_cache = item
     if isinstance(config, str):  # a worker process: look the config up again by name
         config = next(c for c in importlib.import_module(module).launch_configs() if c["name"] == config)
-    return compile_config(config, capability, use_cache)
+    try:
+        return compile_config(config, capability, use_cache)
+    except Exception as e:  # reported by problems(), with the other configurations still checked
+        lines = [line for line in str(e).splitlines() if line.strip()]
+        return {"error": f"{type(e).__name__}: {lines[-1] if lines else ''}"[:300]}
 
 
 def check_all(
     entries: List[Tuple[str, dict]], jobs: int = 1, use_cache: bool = True
-) -> List[Tuple[str, dict, Dict[int, Dict[str, int]]]]:
+) -> List[Tuple[str, dict, Dict[int, Dict[str, Any]]]]:
     """[(module, config, {capability: result})] for every entry and device."""
     items = [(module, config, cap, use_cache) for module, config in entries for cap in DEVICES]
     if jobs > 1:
@@ -265,18 +309,46 @@ def toolchain() -> str:
     return f"Triton {triton.__version__}, ptxas {release.group(1) if release else '?'}"
 
 
-def table(results: List[Tuple[str, dict, Dict[int, Dict[str, int]]]], compiled_by: str) -> str:
+def tile(config: dict) -> str:
+    """The block sizes of a configuration (its ``BLOCK*`` constexprs), ``BLOCK_M x BLOCK_N``
+    for the attention kernels, ``-`` without any."""
+    blocks = [str(v) for k, v in config["constexprs"].items() if k.startswith("BLOCK")]
+    return " x ".join(blocks) if blocks else "-"
+
+
+def table(results: List[Tuple[str, dict, Dict[int, Dict[str, Any]]]], compiled_by: str) -> str:
     """The markdown table of docs/performance.md: one row per configuration."""
     caps = list(DEVICES)
-    head = ["module", "configuration", "warps", "stages"]
+    head = ["module", "configuration", "tile", "warps", "stages"]
     for cap in caps:
-        head += [f"sm_{cap} smem (B)", f"sm_{cap} regs", f"sm_{cap} spills (B)"]
+        head += [
+            f"sm_{cap} smem (B)",
+            f"sm_{cap} regs",
+            f"sm_{cap} spills (B)",
+            f"sm_{cap} dots",
+            f"sm_{cap} async copies",
+        ]
     lines = [f"Compiled by {compiled_by}.", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for module, config, by_cap in results:
-        row = [module.rsplit(".", 1)[-1], config["name"], str(config["num_warps"]), str(config["num_stages"])]
+        row = [
+            module.rsplit(".", 1)[-1],
+            config["name"],
+            tile(config),
+            str(config["num_warps"]),
+            str(config["num_stages"]),
+        ]
         for cap in caps:
             r = by_cap[cap]
-            row += [f"{r['shared']:,}", str(r["registers"]), str(r["spill_stores"] + r["spill_loads"])]
+            if "error" in r:
+                row += ["does not compile", "-", "-", "-", "-"]
+                continue
+            row += [
+                f"{r['shared']:,}",
+                str(r["registers"]),
+                str(r["spill_stores"] + r["spill_loads"]),
+                str(r["dots"]),
+                str(r["async_copies"]),
+            ]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 

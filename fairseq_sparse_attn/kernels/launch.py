@@ -82,11 +82,40 @@ def interpreting_nested_jit():
             interpreted = _NESTED[id(self)] = InterpretedFunction(self.fn)
         return interpreted(*args, **kwargs)
 
+    language = _language_namespaces()
+    before = [dict(vars(ns)) for ns in language]
     JITFunction.__call__ = call
     try:
         yield
     finally:
         JITFunction.__call__ = original
+        for ns, attrs in zip(language, before):
+            _restore_namespace(ns, attrs)
+
+
+def _language_namespaces() -> Tuple[object, ...]:
+    """What Triton's interpreter patches while it runs (``interpreter._patch_lang``): the
+    language modules and the classes whose builtins it swaps for interpreted ones."""
+    import triton.language as tl
+
+    return (tl, tl.core, tl.math, tl.core.tensor, tl.core.dtype, tl.core.tensor_descriptor_base)
+
+
+def _restore_namespace(ns: object, attrs: Dict[str, object]) -> None:
+    """Puts ``ns``'s attributes back as they were.  An interpreted call of a nested
+    ``@triton.jit`` function (``InterpretedFunction.__call__``, Triton 3.7.1) patches the
+    language for the interpreter and never restores it; left so, a later *compile* in the
+    same process fails ("Unsupported function referenced: <function _patch_attr.<locals>
+    .<lambda>>"), seen when the ahead-of-time check ran after interpreted launches."""
+    current = vars(ns)
+    for name in [n for n in current if n not in attrs]:
+        delattr(ns, name)
+    for name, value in attrs.items():
+        if current.get(name, _ABSENT) is not value:
+            setattr(ns, name, value)
+
+
+_ABSENT = object()
 
 
 _NESTED: Dict[int, InterpretedFunction] = {}  # id(JITFunction) (hashing one parses its source)

@@ -274,3 +274,20 @@ def test_bad_input_is_one_clear_error():
     with pytest.raises(ValueError, match="gamma must be > 0"):
         ra.relu_attention(q, k, k, kv_groups=2, gamma=0.0)
     assert ra.unsupported(q.double(), k.double(), k.double()) is not None
+
+
+def test_an_interpreted_launch_leaves_triton_language_as_it_found_it():
+    """Triton 3.7.1's interpreter patches triton.language for each nested @triton.jit call it
+    runs and never puts it back; a compile later in the same process then failed
+    ("Unsupported function referenced: <function _patch_attr.<locals>.<lambda>>": the
+    ahead-of-time tests after interpreted launches, 2026-11-26).  The launcher restores it."""
+    from fairseq_sparse_attn.kernels import launch
+
+    namespaces = launch._language_namespaces()
+    before = [dict(vars(ns)) for ns in namespaces]
+    q, k, v = (torch.randn(1, 1, 5, 32).requires_grad_() for _ in range(3))
+    ra.relu_attention(q, k, v, padding(1, 5, [4]), causal=True, gamma=1.0).sum().backward()  # calls _rounded, tl.sum
+    for ns, attrs in zip(namespaces, before):
+        after = vars(ns)
+        changed = sorted(n for n in set(attrs) | set(after) if attrs.get(n, None) is not after.get(n, None))
+        assert changed == [], f"{ns}: {changed[:5]}"
