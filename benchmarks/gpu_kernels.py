@@ -77,7 +77,11 @@ ATTENTION_CASES = {
 }
 
 
-def check_attention(device, d, dtype_name, case, seed):
+def check_attention(device, d, dtype_name, case, seed, diagnose=False):
+    """One case against float64.  ``diagnose`` adds where the forward is wrong: the rows
+    (b, h, t) whose own relative error passes the tolerance, the query positions and heads
+    they sit at, and whether a second run on the same inputs gives the same output bit for
+    bit (an error that moves between runs is a race: METHOD.md)."""
     from fairseq_sparse_attn.kernels.relu_attention import relu_attention
 
     B, H, T, S, causal, gamma, padded = ATTENTION_CASES[case]
@@ -112,7 +116,22 @@ def check_attention(device, d, dtype_name, case, seed):
         zero_rows_ok = zero_rows_ok and bool((out[-1] == 0).all().item())
     tol = TOLERANCE[dtype_name]
     ok = finite and zero_rows_ok and all(e <= tol for e in errs.values())
-    return {"errors": errs, "finite": finite, "empty_rows_zero": zero_rows_ok, "tolerance": tol, "ok": ok}
+    result = {"errors": errs, "finite": finite, "empty_rows_zero": zero_rows_ok, "tolerance": tol, "ok": ok}
+    if diagnose:
+        with torch.no_grad():
+            again = relu_attention(q, k, v, key_padding=pad, causal=causal, scale=scale, gamma=gamma)
+            ref_rows = ref.detach()
+            row_err = (out.detach().double() - ref_rows).norm(dim=-1) / ref_rows.norm(dim=-1).clamp_min(1e-30)
+            wrong = (row_err > tol).nonzero().tolist()  # (b, h, t) of each wrong row
+        result["diagnosis"] = {
+            "rows": int(row_err.numel()),
+            "wrong_rows": len(wrong),
+            "wrong_query_positions": sorted({t for _, _, t in wrong}),
+            "wrong_heads": sorted({h for _, h, _ in wrong}),
+            "wrong_batch_entries": sorted({b for b, _, _ in wrong}),
+            "repeat_identical": bool(torch.equal(again, out.detach())),
+        }
+    return result
 
 
 def plain_rms_norm(z, weight, gate_weight, eps):
@@ -362,22 +381,26 @@ def fp32_probe(device, rows=None, save=lambda: None):
                         ra._make_config = with_precision(precision)
                         ra._all_configs.cache_clear()
                         r = {"head_dim": d, "tile": tile, "precision": precision}
-                        errors = {}
+                        errors, diagnoses = {}, {}
                         for case in ATTENTION_CASES:
                             try:
-                                check = check_attention(device, d, "fp32", case, seed=len(rows) + 1)
+                                check = check_attention(device, d, "fp32", case, seed=len(rows) + 1, diagnose=True)
                                 errors[case] = check["errors"]["out"]
+                                diagnoses[case] = check["diagnosis"]
                             except Exception as e:  # a tile that does not compile: recorded
                                 errors[case] = f"{type(e).__name__}: {e}"[:200]
-                        r["out_errors"] = errors
+                        r["out_errors"], r["diagnosis"] = errors, diagnoses
                         tol = 1e-5 if precision == "ieee" else 5e-3
                         r["ok"] = all(isinstance(e, float) and e <= tol for e in errors.values())
                         rows.append(r)
                         save()
                         worst = max((e for e in errors.values() if isinstance(e, float)), default=float("nan"))
+                        wrong = sum(x["wrong_rows"] for x in diagnoses.values())
+                        moved = [c for c, x in diagnoses.items() if not x["repeat_identical"]]
                         print(
                             f"[kernels] fp32probe d{d} {tile} {precision}: {'ok' if r['ok'] else 'WRONG'} "
-                            f"(worst out error {worst:.2g})",
+                            f"(worst out error {worst:.2g}; {wrong} of {sum(x['rows'] for x in diagnoses.values())} "
+                            f"rows wrong; {'moves between runs: ' + ','.join(moved) if moved else 'same on a rerun'})",
                             flush=True,
                         )
     finally:

@@ -16,7 +16,8 @@
 #               tokens), each checked then timed against flash: ~3 min
 #   fp32-probe  the fp32 forward's tiles of gpu_kernels.FP32_PROBE (head dims 64, 128), IEEE
 #               and TF32 dots, correctness only: which setting gives the wrong fp32 forward
-#               seen on the H100 (~1 min with compiles)
+#               seen on the H100, which rows (query positions, heads) are wrong, and whether
+#               a rerun on the same inputs moves the error (a race) (~1 min with compiles)
 #
 # A call returns at most 8 files from $OUT (seen 2026-11-26: files in subfolders and past
 # the count came back as "left out"), so this writes at most: session.log, kernels.json,

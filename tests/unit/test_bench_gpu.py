@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -126,13 +127,53 @@ def test_fp32_probe_checks_each_tile_with_both_precisions(monkeypatch):
         for name, _, c, warps, stages, _ in ra.LAUNCH_LOG
         if name.startswith("relu_attention_fwd_d32_fp32")
     ]
-    assert forward == [(16, 16, 4, 1, "ieee"), (16, 16, 4, 1, "tf32")]
+    # each case runs the forward twice (the rerun of the diagnosis)
+    assert forward == [(16, 16, 4, 1, "ieee")] * 2 + [(16, 16, 4, 1, "tf32")] * 2
     assert [(r["head_dim"], r["tile"], r["precision"]) for r in rows] == [
         (32, (16, 16, 4, 1), "ieee"),
         (32, (16, 16, 4, 1), "tf32"),
     ]
     assert all(r["ok"] and set(r["out_errors"]) == {"cross_padded"} for r in rows)
+    assert all(r["diagnosis"]["cross_padded"]["wrong_rows"] == 0 for r in rows)
+    assert all(r["diagnosis"]["cross_padded"]["repeat_identical"] for r in rows)
     assert (
         ra._TILES == shipped
         and ra._make_config("relu_attention_fwd", ra.torch.float32, 32)["constexprs"]["PRECISION"] == "ieee"
     )
+
+
+def test_the_diagnosis_finds_the_wrong_rows_and_a_moving_error(monkeypatch):
+    """check_attention(diagnose=True) on a forward made wrong at one head and query position
+    names those rows; a forward whose result changes from run to run is reported as moving."""
+    import gpu_kernels
+
+    from fairseq_sparse_attn.kernels import relu_attention as ra
+
+    right = ra.relu_attention
+
+    def wrong_at_head_1_position_3(*args, **kwargs):
+        out = right(*args, **kwargs)
+        bump = torch.zeros_like(out)
+        bump[:, 1, 3] = 5.0
+        return out + bump
+
+    monkeypatch.setattr(ra, "relu_attention", wrong_at_head_1_position_3)
+    r = gpu_kernels.check_attention("cpu", 32, "fp32", "self_unpadded", seed=3, diagnose=True)
+    assert not r["ok"]
+    assert r["diagnosis"] == {
+        "rows": 2 * 2 * 40,
+        "wrong_rows": 2,
+        "wrong_query_positions": [3],
+        "wrong_heads": [1],
+        "wrong_batch_entries": [0, 1],
+        "repeat_identical": True,
+    }
+    calls = []
+
+    def moving(*args, **kwargs):
+        calls.append(1)
+        return right(*args, **kwargs) * (1.0 + 1e-3 * len(calls))
+
+    monkeypatch.setattr(ra, "relu_attention", moving)
+    r = gpu_kernels.check_attention("cpu", 32, "fp32", "self_unpadded", seed=3, diagnose=True)
+    assert r["diagnosis"]["repeat_identical"] is False
