@@ -193,15 +193,19 @@ def _correctness(device, head_dims, dtype_names, seed, rows, save):
         for dt in dtype_names:
             for case in ATTENTION_CASES:
                 seed += 1
-                t0 = time.time()
-                try:
-                    r = check_attention(device, d, dt, case, seed)
-                except Exception as e:  # recorded, never hidden
-                    r = {"ok": False, "error": f"{type(e).__name__}: {e}"}
-                r.update(kernel="relu_attention", head_dim=d, dtype=dt, case=case, seconds=round(time.time() - t0, 2))
-                rows.append(r)
-                save()
-                print(f"[kernels] check relu_attention d{d} {dt} {case}: {fmt_check(r)}", flush=True)
+                # half precision: the default (one-pass) backward and the two passes
+                for backward in ("default", "two_pass") if dt != "fp32" else ("default",):
+                    t0 = time.time()
+                    try:
+                        with two_pass_backward() if backward == "two_pass" else contextlib.nullcontext():
+                            r = check_attention(device, d, dt, case, seed)
+                    except Exception as e:  # recorded, never hidden
+                        r = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+                    r.update(kernel="relu_attention", head_dim=d, dtype=dt, case=case, backward=backward)
+                    r["seconds"] = round(time.time() - t0, 2)
+                    rows.append(r)
+                    save()
+                    print(f"[kernels] check relu_attention d{d} {dt} {case} {backward}: {fmt_check(r)}", flush=True)
     for dt in dtype_names:
         for gated in (False, True):
             seed += 1
@@ -223,9 +227,28 @@ def fmt_check(r):
     return f"{'ok' if r['ok'] else 'FAIL'} (max rel err {worst:.2e}, tol {r['tolerance']:.0e})"
 
 
-def time_case(device, dtype_name, length, tokens, heads, d, causal):
+@contextlib.contextmanager
+def two_pass_backward():
+    """The kernels' two-pass backward for the block (``torch.use_deterministic_algorithms``,
+    which relu_attention's backward reads), without deterministic mode's NaN fill of every
+    new tensor, which would add fill kernels to the time."""
+    from torch.utils import deterministic
+
+    before = torch.are_deterministic_algorithms_enabled(), deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    deterministic.fill_uninitialized_memory = False
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0])
+        deterministic.fill_uninitialized_memory = before[1]
+
+
+def time_case(device, dtype_name, length, tokens, heads, d, causal, two_pass=False):
     """Forward+backward and forward-only medians of ReLU attention (Triton) and SDPA flash
-    on one shape; flash and Triton alternate twice (each one's spread next to the ratio)."""
+    on one shape; flash and Triton alternate twice (each one's spread next to the ratio).
+    The Triton backward is the default one (one pass in fp16/bf16), or with ``two_pass``
+    the two passes; ``relu_triton_two_pass_ms`` is the two passes' time in either case."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench
@@ -260,7 +283,10 @@ def time_case(device, dtype_name, length, tokens, heads, d, causal):
         r["flash_ms"], r["relu_triton_ms"] = [], []
         for _ in range(2):
             r["flash_ms"].append(bench(flash))
-            r["relu_triton_ms"].append(bench(relu))
+            with two_pass_backward() if two_pass else contextlib.nullcontext():
+                r["relu_triton_ms"].append(bench(relu))
+        with two_pass_backward():
+            r["relu_triton_two_pass_ms"] = bench(relu)
         r["flash_fwd_ms"] = bench(flash, backward=False)
         r["relu_triton_fwd_ms"] = bench(relu, backward=False)
         r["speedup_vs_flash"] = statistics_ratio(r["flash_ms"], r["relu_triton_ms"])
@@ -287,10 +313,13 @@ def timing(device, dtype_names, lengths, tokens, heads, d, rows=None, save=lambd
 #: dK/dV: the shipped (16, 64, 4, 2); (32, 64, 4, 1), what the 2026-11-26 H100 session timed
 #: (unpipelined: Triton 3.6.0 could not pipeline that loop then); the same shape with 2 and
 #: 3 stages (2 spills 60 bytes on sm_80 under Triton 3.6.0, hence not shipped); 128 keys.
+#: dK/dV and dQ are timed with the two-pass backward (the one they belong to); the one-pass
+#: backward's tiles (``relu_attention_bwd``) with the default, one-pass, backward.
 SWEEP = {
     "relu_attention_fwd": [(64, 32, 4, 3), (64, 64, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2)],
     "relu_attention_bwd_dkdv": [(16, 64, 4, 2), (32, 64, 4, 1), (32, 64, 4, 2), (32, 64, 4, 3), (64, 128, 8, 2)],
     "relu_attention_bwd_dq": [(64, 64, 4, 2), (128, 64, 8, 2), (64, 128, 8, 2), (128, 32, 4, 3), (64, 32, 4, 3)],
+    "relu_attention_bwd": [(16, 64, 4, 2), (32, 64, 4, 2), (32, 64, 4, 3), (64, 64, 4, 2), (64, 128, 8, 2)],
 }
 
 
@@ -311,10 +340,12 @@ def sweep(device, dtype_name="fp16", d=64, length=1024, tokens=16384, heads=8, r
                 ra._all_configs.cache_clear()
                 r = {"kernel": kernel, "tile": tile, "shipped": shipped[(kernel, True, d)] == tile}
                 try:
-                    check = check_attention(device, d, dtype_name, "causal_self_scaled", seed=hash(tile) % 1000)
+                    two_pass = kernel in ("relu_attention_bwd_dkdv", "relu_attention_bwd_dq")
+                    with two_pass_backward() if two_pass else contextlib.nullcontext():
+                        check = check_attention(device, d, dtype_name, "causal_self_scaled", seed=hash(tile) % 1000)
                     r["ok"] = check["ok"]
                     if check["ok"]:
-                        t = time_case(device, dtype_name, length, tokens, heads, d, causal=False)
+                        t = time_case(device, dtype_name, length, tokens, heads, d, causal=False, two_pass=two_pass)
                         r["relu_triton_ms"], r["flash_ms"] = t.get("relu_triton_ms"), t.get("flash_ms")
                         r["speedup_vs_flash"] = t.get("speedup_vs_flash")
                         r["error"] = t.get("error")
@@ -425,7 +456,8 @@ def fmt_time(r):
     return (
         f"{head}: flash {'/'.join(f'{x:.3f}' for x in r['flash_ms'])} ms, relu-triton "
         f"{'/'.join(f'{x:.3f}' for x in r['relu_triton_ms'])} ms fwd+bwd -> "
-        f"{s['mean']:.2f}x [{s['min']:.2f}-{s['max']:.2f}]; fwd only {r['fwd_speedup_vs_flash']:.2f}x"
+        f"{s['mean']:.2f}x [{s['min']:.2f}-{s['max']:.2f}]; fwd only {r['fwd_speedup_vs_flash']:.2f}x; "
+        f"two-pass backward {r['relu_triton_two_pass_ms']:.3f} ms fwd+bwd"
     )
 
 

@@ -24,7 +24,12 @@ Backward (``c_i`` does not depend on q or k):
     dK_j  = scale sum_i dS_ij q_i          (dK/dV pass: one program per key block, looping
                                             over every query of every beam group)
 
-Two passes and no atomics: each output element is written by one program.
+Two forms.  The one-pass backward (fp16/bf16, the default): the dK/dV pass also computes
+each tile's dS^T k and adds it into an fp32 dQ with atomic adds (5 dots per pair of tiles,
+one launch; dQ's sums are added in a varying order, so dQ is reproducible to rounding only).
+The two passes (fp32, and every dtype under ``torch.use_deterministic_algorithms``): the
+dK/dV pass and a dQ pass, no atomics, each output element written by one program (7 dots,
+the scores recomputed in each pass, bit-for-bit reproducible).
 
 Masks: key padding ``(B_kv, S)`` bool (True = padding), ``causal``, and ``kv_groups``: the
 queries' batch is ``B = B_kv * kv_groups`` (beam search keeps one copy of the encoder keys
@@ -52,7 +57,8 @@ run one after another).
 Launch configurations: :func:`launch_configs` lists every (kernel, head dim, dtype)
 configuration; :func:`_config` picks among them and nothing else, so compiling the list
 ahead of time covers every launch.  Masks and the row scale are run-time arguments (not
-constexprs), so there are 3 kernels x 4 head dims x 3 dtypes = 36 configurations.
+constexprs), so there are 3 kernels x 4 head dims x 3 dtypes = 36 configurations, and 8 of
+the one-pass backward (4 head dims x fp16, bf16).
 """
 
 import functools
@@ -159,22 +165,25 @@ def _relu_attention_fwd(
 
 
 def _relu_attention_bwd_dkdv(
-    Q, K, V, PAD, DO, RS, DK, DV,
+    Q, K, V, PAD, DO, RS, DK, DV, DQ_ACC,
     stride_qb, stride_qh, stride_qt,
     stride_kb, stride_kh, stride_ks,
     stride_vb, stride_vh, stride_vs,
     stride_dob, stride_doh, stride_dot,
     stride_dkb, stride_dkh, stride_dks,
     stride_dvb, stride_dvh, stride_dvs,
+    stride_dqb, stride_dqh, stride_dqt,
     stride_pb,
     H, G, T, S,
     scale,
     has_pad, causal, row_scaled,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr, PRECISION: tl.constexpr, WITH_DQ: tl.constexpr,
 ):  # fmt: skip
     """One program per (key block, key batch * head), looping over the queries of every
-    beam group: dV_j = sum_i w_ij dO_i, dK_j = scale sum_i dS_ij q_i (transposed tiles)."""
+    beam group: dV_j = sum_i w_ij dO_i, dK_j = scale sum_i dS_ij q_i (transposed tiles).
+    With ``WITH_DQ`` (the one-pass backward) it also adds this block's share of
+    dQ_i = scale sum_j dS_ij k_j into the fp32 ``DQ_ACC`` with atomic adds."""
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     kb = (pid_bh // H).to(tl.int64)
@@ -232,6 +241,14 @@ def _relu_attention_bwd_dkdv(
             dst = _rounded(dst, Q.dtype.element_ty, UPCAST)
             dv = tl.dot(wt, do, dv, input_precision=PRECISION)
             dk = tl.dot(dst, q, dk, input_precision=PRECISION)
+            if WITH_DQ:  # compiled out of the two-pass form
+                dq = tl.dot(tl.trans(dst), k, input_precision=PRECISION)  # (queries, D)
+                tl.atomic_add(
+                    DQ_ACC + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqt + offs_d[None, :],
+                    dq,
+                    mask=row_ok[:, None],
+                    sem="relaxed",
+                )
     key_in = offs_n < S
     tl.store(
         DK + kb * stride_dkb + h * stride_dkh + offs_n[:, None] * stride_dks + offs_d[None, :],
@@ -325,6 +342,8 @@ _KERNELS = {
     fn.__name__.lstrip("_"): kernel_forms(fn, do_not_specialize=_NOT_SPECIALIZED)
     for fn in (_relu_attention_fwd, _relu_attention_bwd_dkdv, _relu_attention_bwd_dq)
 }
+#: the one-pass backward: the dK/dV kernel with WITH_DQ (its own configurations and tiles)
+_KERNELS["relu_attention_bwd"] = _KERNELS["relu_attention_bwd_dkdv"]
 
 # --------------------------------------------------------------------------- configurations
 #: (kernel, half = fp16/bf16 or fp32, head dim) -> (BLOCK_M, BLOCK_N, num_warps, num_stages).
@@ -336,7 +355,7 @@ for _d, _half, _fwd, _dkdv, _dq in (
     (32, True, (64, 32, 4, 3), (32, 64, 4, 2), (64, 64, 4, 2)),
     (64, True, (64, 32, 4, 3), (16, 64, 4, 2), (64, 64, 4, 2)),
     (128, True, (64, 64, 8, 2), (32, 64, 8, 2), (64, 64, 8, 2)),
-    (256, True, (64, 32, 8, 2), (32, 32, 8, 2), (64, 32, 8, 2)),
+    (256, True, (64, 32, 8, 2), (16, 32, 8, 2), (64, 32, 8, 2)),
     (32, False, (64, 32, 4, 2), (32, 32, 8, 2), (32, 32, 4, 2)),
     (64, False, (64, 32, 8, 2), (32, 32, 4, 2), (32, 32, 8, 2)),
     (128, False, (32, 32, 4, 2), (32, 32, 8, 1), (32, 32, 8, 1)),
@@ -345,16 +364,15 @@ for _d, _half, _fwd, _dkdv, _dq in (
     _TILES[("relu_attention_fwd", _half, _d)] = _fwd
     _TILES[("relu_attention_bwd_dkdv", _half, _d)] = _dkdv
     _TILES[("relu_attention_bwd_dq", _half, _d)] = _dq
+    if _half:  # the one-pass backward: the dK/dV kernel with WITH_DQ, on dK/dV's tiles (so
+        # its dK and dV are those of the two passes, bit for bit); fp16/bf16 only: fp32's FMA
+        # dots leave no registers for the dQ tile (every fp32 tile tried spilled on sm_80 or
+        # sm_90 under Triton 3.6.0 or 3.7.1), so fp32 takes the two passes (ONE_PASS_DTYPES)
+        _TILES[("relu_attention_bwd", _half, _d)] = _dkdv
+ONE_PASS_DTYPES = (torch.float16, torch.bfloat16)
 
 _I32 = "i32"
-_STRIDES = {
-    "relu_attention_fwd": ("q", "k", "v", "o", "p"),
-    "relu_attention_bwd_dkdv": ("q", "k", "v", "do", "dk", "dv", "p"),
-    "relu_attention_bwd_dq": ("q", "k", "v", "do", "dq", "p"),
-}
-
-
-_CONSTEXPRS = ("D", "BLOCK_M", "BLOCK_N", "UPCAST", "PRECISION")
+_CONSTEXPRS = ("D", "BLOCK_M", "BLOCK_N", "UPCAST", "PRECISION", "WITH_DQ")
 _FLOATS = ("scale", "row_coef")
 _DATA = ("Q", "K", "V", "O", "DO", "DK", "DV", "DQ")  # tensors in the inputs' dtype
 
@@ -371,7 +389,7 @@ def _signature(kernel: str, dtype: torch.dtype) -> Dict[str, str]:
             sig[name] = "fp32"
         elif name == "PAD":  # key padding, viewed as int8
             sig[name] = "*i8"
-        elif name == "RS":  # the row factor c
+        elif name in ("RS", "DQ_ACC"):  # the row factor c, the one-pass backward's dQ sums
             sig[name] = "*fp32"
         elif name in _DATA:
             sig[name] = "*" + _TRITON_DTYPE[dtype]
@@ -382,17 +400,15 @@ def _signature(kernel: str, dtype: torch.dtype) -> Dict[str, str]:
 
 def _make_config(kernel: str, dtype: torch.dtype, head_dim: int) -> dict:
     block_m, block_n, warps, stages = _TILES[(kernel, dtype != torch.float32, head_dim)]
+    signature = _signature(kernel, dtype)
+    constexprs = {"D": head_dim, "BLOCK_M": block_m, "BLOCK_N": block_n, "UPCAST": False, "PRECISION": "ieee"}
+    if "WITH_DQ" in signature:
+        constexprs["WITH_DQ"] = kernel == "relu_attention_bwd"
     return {
         "name": f"{kernel}_d{head_dim}_{_TRITON_DTYPE[dtype]}",
         "kernel": _KERNELS[kernel][0],
-        "signature": _signature(kernel, dtype),
-        "constexprs": {
-            "D": head_dim,
-            "BLOCK_M": block_m,
-            "BLOCK_N": block_n,
-            "UPCAST": False,
-            "PRECISION": "ieee",
-        },
+        "signature": signature,
+        "constexprs": constexprs,
         "num_warps": warps,
         "num_stages": stages,
     }
@@ -403,7 +419,11 @@ def _all_configs() -> Dict[Tuple[str, torch.dtype, int], dict]:
     """(kernel, dtype, head dim) -> its configuration, built once (a launch looks its
     configuration up here: a dict lookup, not a search)."""
     return {
-        (kernel, dtype, d): _make_config(kernel, dtype, d) for kernel in _KERNELS for d in HEAD_DIMS for dtype in DTYPES
+        (kernel, dtype, d): _make_config(kernel, dtype, d)
+        for kernel in _KERNELS
+        for d in HEAD_DIMS
+        for dtype in DTYPES
+        if (kernel, dtype != torch.float32, d) in _TILES
     }
 
 
@@ -581,27 +601,51 @@ def relu_attention_bwd_dkdv(
     row_scaled: bool,
 ) -> Tuple[Tensor, Tensor]:
     """(dk, dv), each (B_kv, H, S, d) in the dtype of k."""
+    return _key_block_pass(
+        "relu_attention_bwd_dkdv", dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, None
+    )
+
+
+def _key_block_pass(
+    kernel: str,
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding: Optional[Tensor],
+    row_scale: Tensor,
+    causal: bool,
+    kv_groups: int,
+    scale: float,
+    row_scaled: bool,
+    dq_acc: Optional[Tensor],
+) -> Tuple[Tensor, Tensor]:
+    """Launches the key-block kernel (dK, dV; with ``dq_acc``, a zeroed fp32 (B, H, T, d)
+    tensor, also the atomic dQ sums); returns (dk, dv)."""
     bsz, heads, tgt, d = q.shape
     kv_bsz, _, src, _ = k.shape
     dout = dout if dout.stride(-1) == 1 else dout.contiguous()
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
     pad, stride_p, has_pad = _pad_arg(key_padding, q)
-    block_n = _config("relu_attention_bwd_dkdv", q.dtype, d)["constexprs"]["BLOCK_N"]
+    acc = _placeholder(q, torch.float32) if dq_acc is None else dq_acc
+    acc_strides = (0, 0, 0) if dq_acc is None else dq_acc.stride()[:3]
+    block_n = _config(kernel, q.dtype, d)["constexprs"]["BLOCK_N"]
     grid = (_blocks(src, block_n), kv_bsz * heads)
     _launch(
-        "relu_attention_bwd_dkdv",
+        kernel,
         q.dtype,
         d,
         grid,
         (
-            q, k, v, pad, dout, row_scale if row_scaled else _placeholder(q, torch.float32), dk, dv,
+            q, k, v, pad, dout, row_scale if row_scaled else _placeholder(q, torch.float32), dk, dv, acc,
             q.stride(0), q.stride(1), q.stride(2),
             k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2),
             dout.stride(0), dout.stride(1), dout.stride(2),
             dk.stride(0), dk.stride(1), dk.stride(2),
             dv.stride(0), dv.stride(1), dv.stride(2),
+            *acc_strides,
             stride_p,
             heads, kv_groups, tgt, src,
             float(scale),
@@ -614,6 +658,40 @@ def relu_attention_bwd_dkdv(
 @relu_attention_bwd_dkdv.register_fake
 def _(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled):
     return (
+        torch.empty_like(k, memory_format=torch.contiguous_format),
+        torch.empty_like(v, memory_format=torch.contiguous_format),
+    )
+
+
+@torch.library.custom_op("fsa::relu_attention_bwd", mutates_args=())
+def relu_attention_bwd(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding: Optional[Tensor],
+    row_scale: Tensor,
+    causal: bool,
+    kv_groups: int,
+    scale: float,
+    row_scaled: bool,
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv) in one pass over the key blocks, fp16/bf16 (:data:`ONE_PASS_DTYPES`): dQ
+    summed across programs with fp32 atomic adds (5 dots per tile pair instead of the two
+    passes' 7, one kernel launch instead of two; the adds' order varies from run to run, so
+    dQ is reproducible to rounding, not bit for bit: :func:`_backward` takes the two passes
+    under ``torch.use_deterministic_algorithms``)."""
+    dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    dk, dv = _key_block_pass(
+        "relu_attention_bwd", dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, dq_acc
+    )
+    return (dq_acc if q.dtype == torch.float32 else dq_acc.to(q.dtype)), dk, dv
+
+
+@relu_attention_bwd.register_fake
+def _(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled):
+    return (
+        torch.empty_like(q, memory_format=torch.contiguous_format),
         torch.empty_like(k, memory_format=torch.contiguous_format),
         torch.empty_like(v, memory_format=torch.contiguous_format),
     )
@@ -682,6 +760,10 @@ def _backward(ctx, dout, _drs):
     row_scale = ctx.row_scale
     need_q, need_k, need_v = ctx.needs_input_grad[:3]
     dq = dk = dv = None
+    one_pass = q.dtype in ONE_PASS_DTYPES and not torch.are_deterministic_algorithms_enabled()
+    if one_pass and need_q and (need_k or need_v):
+        dq, dk, dv = relu_attention_bwd(dout, q, k, v, key_padding, row_scale, *ctx.args)
+        return dq, dk, dv, None, None, None, None, None, None
     if need_k or need_v:
         dk, dv = relu_attention_bwd_dkdv(dout, q, k, v, key_padding, row_scale, *ctx.args)
     if need_q:

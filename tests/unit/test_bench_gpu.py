@@ -177,3 +177,32 @@ def test_the_diagnosis_finds_the_wrong_rows_and_a_moving_error(monkeypatch):
     monkeypatch.setattr(ra, "relu_attention", moving)
     r = gpu_kernels.check_attention("cpu", 32, "fp32", "self_unpadded", seed=3, diagnose=True)
     assert r["diagnosis"]["repeat_identical"] is False
+
+
+def test_correctness_checks_both_backwards_in_half_precision(monkeypatch):
+    """The CUDA correctness part checks fp16/bf16 through the one-pass backward (the default)
+    and the two passes, each reaching its own kernels; fp32 has the two passes only."""
+    import gpu_kernels
+
+    from fairseq_sparse_attn.kernels import relu_attention as ra
+
+    monkeypatch.setattr(gpu_kernels, "ATTENTION_CASES", {"cross_padded": (2, 1, 5, 7, False, 1.0, True)})
+    monkeypatch.setattr(ra, "LAUNCH_LOG", [])
+    monkeypatch.setattr(gpu_kernels, "check_norm", lambda *a: {"ok": True, "errors": {"out": 0.0}, "tolerance": 1})
+    rows = gpu_kernels._correctness("cpu", [32], ["fp16", "fp32"], 0, None, lambda: None)
+    attention = [(r["dtype"], r["backward"], r["ok"]) for r in rows if r["kernel"] == "relu_attention"]
+    assert attention == [("fp16", "default", True), ("fp16", "two_pass", True), ("fp32", "default", True)]
+    kernels = [name.rsplit("_d", 1)[0] for name, *_ in ra.LAUNCH_LOG]
+    two_passes = ["relu_attention_fwd", "relu_attention_bwd_dkdv", "relu_attention_bwd_dq"]
+    assert kernels == ["relu_attention_fwd", "relu_attention_bwd"] + two_passes * 2
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_two_pass_backward_restores_the_settings():
+    import gpu_kernels
+    from torch.utils import deterministic
+
+    fill = deterministic.fill_uninitialized_memory
+    with gpu_kernels.two_pass_backward():
+        assert torch.are_deterministic_algorithms_enabled() and not deterministic.fill_uninitialized_memory
+    assert not torch.are_deterministic_algorithms_enabled() and deterministic.fill_uninitialized_memory == fill

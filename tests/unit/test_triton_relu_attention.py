@@ -1,7 +1,9 @@
 """The fused ReLU-attention Triton kernels (fairseq_sparse_attn/kernels/relu_attention.py,
 issue 31 items 1, 3, 4) run through Triton's interpreter on CPU tensors, against the plain
 formula computed in float64 with autograd (written out here, independent of the kernels
-and of the attention core): the output and dq, dk, dv.
+and of the attention core): the output and dq, dk, dv, each gradient through both
+backwards: the one-pass backward (dQ by atomic adds, the default) and the two passes (taken
+under ``torch.use_deterministic_algorithms``), whose dK and dV must agree bit for bit.
 
 Tolerances (relative Frobenius error ||x - ref|| / ||ref||): fp32 (IEEE dots) 1e-5,
 fp16 and bf16 1e-2 (bf16: the interpreted launch computes the dots on the bf16-rounded
@@ -14,6 +16,7 @@ ragged key padding.  ``TRITON_INTERPRET`` is not needed (the kernel module build
 interpreted form itself), so nothing here leaks into other tests.
 """
 
+import contextlib
 import math
 
 import pytest
@@ -60,8 +63,20 @@ def padding(kv_bsz, src, lengths):
     return torch.arange(src)[None, :] >= torch.tensor(lengths)[:, None]
 
 
+@contextlib.contextmanager
+def deterministic():
+    """torch.use_deterministic_algorithms(True) for the block (the two-pass backward)."""
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before)
+
+
 def run(dtype, d, tgt, src, heads=2, kv_bsz=2, key_padding=None, causal=False, kv_groups=1, gamma=None, seed=0):
-    """Output and gradients of the kernels and of the reference; returns the four errors."""
+    """Output and gradients of the kernels (both backwards) and of the reference; returns the
+    errors: out, dq, dk, dv (one pass) and dq/dk/dv_two_pass."""
     g = torch.Generator().manual_seed(seed)
     bsz = kv_bsz * kv_groups
     q = torch.randn(bsz, heads, tgt, d, generator=g).to(dtype).requires_grad_()
@@ -71,18 +86,21 @@ def run(dtype, d, tgt, src, heads=2, kv_bsz=2, key_padding=None, causal=False, k
     scale = 1 / math.sqrt(d)
     out = ra.relu_attention(q, k, v, key_padding, causal, kv_groups, scale, gamma)
     assert out.dtype == dtype and out.shape == (bsz, heads, tgt, d)
-    out.backward(upstream)
+    one_pass = torch.autograd.grad(out, (q, k, v), upstream, retain_graph=True)
+    with deterministic():
+        two_pass = torch.autograd.grad(out, (q, k, v), upstream)
+    assert torch.equal(one_pass[1], two_pass[1]) and torch.equal(one_pass[2], two_pass[2])  # the same dK/dV code
     q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
     ref = reference(q64, k64, v64, key_padding, causal, kv_groups, scale, gamma)
     ref.backward(upstream.double())
-    for t in (out, q.grad, k.grad, v.grad):
+    for t in (out, *one_pass, *two_pass):
         assert torch.isfinite(t).all()
-    return {
-        "out": rel(out, ref),
-        "dq": rel(q.grad, q64.grad),
-        "dk": rel(k.grad, k64.grad),
-        "dv": rel(v.grad, v64.grad),
-    }, (out, q.grad, k.grad, v.grad)
+    errors = {"out": rel(out, ref)}
+    for suffix, grads in (("", one_pass), ("_two_pass", two_pass)):
+        for name, grad, want in zip(("dq", "dk", "dv"), grads, (q64.grad, k64.grad, v64.grad)):
+            assert grad.dtype == dtype
+            errors[name + suffix] = rel(grad, want)
+    return errors, (out, *one_pass)
 
 
 def assert_close(errors, dtype):
@@ -107,6 +125,13 @@ def test_half_dtypes(dtype, d):
     assert_close(errors, dtype)
     if dtype == torch.bfloat16:  # rounded to nearest, as on a GPU (a truncating cast: 6e-3)
         assert max(errors.values()) < 4e-3, errors
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_dtypes_ragged_cross_attention_relu_scaled_head_dim_128(dtype):
+    """The one-pass backward's remaining head dim: cross-attention, ragged padding, row factor."""
+    errors, _ = run(dtype, 128, tgt=21, src=50, key_padding=padding(2, 50, [50, 17]), gamma=0.9)
+    assert_close(errors, dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -176,19 +201,23 @@ class OpCounter(torch.utils._python_dispatch.TorchDispatchMode):
 
 
 def test_one_dispatched_op_per_kernel():
-    """Forward: one op; backward: one per pass (dK/dV, dQ); nothing else of ours is dispatched
-    (the row factor needs no zero gradient, the head output needs no copy to fairseq's layout)."""
-    x = torch.randn(2, 2, 7, 32)
+    """Forward: one op; backward: one op (the one-pass kernel), or one per pass (dK/dV, dQ)
+    under torch.use_deterministic_algorithms; nothing else of ours is dispatched (the row
+    factor needs no zero gradient, the head output needs no copy to fairseq's layout)."""
+    x = torch.randn(2, 2, 7, 32, dtype=torch.float16)
     q, k, v = (x.clone().requires_grad_() for _ in range(3))
-    w = torch.randn(2, 2, 7, 32, requires_grad=True)
+    w = torch.randn(2, 2, 7, 32, dtype=torch.float16, requires_grad=True)
     with OpCounter() as fwd:
         out = ra.relu_attention(q * w, k, v, gamma=1.0)
     with OpCounter() as bwd:
-        out.backward(torch.ones_like(out))
+        out.backward(torch.ones_like(out), retain_graph=True)
     assert fwd.ops == ["aten.mul.Tensor", "fsa.relu_attention_fwd.default"]
+    assert [op for op in bwd.ops if op.startswith("fsa.")] == ["fsa.relu_attention_bwd.default"]
+    assert "aten.zeros.default" not in bwd.ops
+    with deterministic(), OpCounter() as bwd:
+        out.backward(torch.ones_like(out))
     ours = [op for op in bwd.ops if op.startswith("fsa.")]
     assert sorted(ours) == ["fsa.relu_attention_bwd_dkdv.default", "fsa.relu_attention_bwd_dq.default"]
-    assert "aten.zeros.default" not in bwd.ops
     # (T, B, H, d) memory: fairseq's (T, B, H * d) is a view
     assert out.permute(2, 0, 1, 3).is_contiguous()
 
@@ -231,7 +260,8 @@ def test_traced_by_torch_compile_without_graph_breaks():
 def test_launch_configs_cover_every_head_dim_and_dtype_once():
     configs = ra.launch_configs()
     names = [c["name"] for c in configs]
-    assert len(names) == len(set(names)) == 3 * len(ra.HEAD_DIMS) * len(ra.DTYPES)
+    # forward, dK/dV, dQ, and the one-pass backward (the dK/dV kernel with WITH_DQ) in fp16/bf16
+    assert len(names) == len(set(names)) == (3 * len(ra.DTYPES) + len(ra.ONE_PASS_DTYPES)) * len(ra.HEAD_DIMS)
     for c in configs:
         assert set(c) == {"name", "kernel", "signature", "constexprs", "num_warps", "num_stages"}
         fn = c["kernel"]
@@ -239,6 +269,11 @@ def test_launch_configs_cover_every_head_dim_and_dtype_once():
         assert list(c["signature"]) == fn.arg_names
         assert {a for a, t in c["signature"].items() if t == "constexpr"} == set(c["constexprs"])
         assert c["constexprs"]["UPCAST"] is False and c["constexprs"]["PRECISION"] == "ieee"
+        kernel = c["name"].rsplit("_d", 1)[0]
+        if kernel in ("relu_attention_bwd", "relu_attention_bwd_dkdv"):  # one kernel source
+            assert c["constexprs"]["WITH_DQ"] is (kernel == "relu_attention_bwd")
+        else:
+            assert "WITH_DQ" not in c["constexprs"]
         assert all(t in ("*fp32", "*fp16", "*bf16", "*i8", "i32", "fp32", "constexpr") for t in c["signature"].values())
 
 
@@ -251,8 +286,18 @@ def test_every_launch_uses_a_listed_configuration(monkeypatch):
     for dtype in ra.DTYPES:
         for d in (32, 128):
             q, k, v = (torch.randn(1, 1, 3, d).to(dtype).requires_grad_() for _ in range(3))
-            ra.relu_attention(q, k, v, padding(1, 3, [2]), gamma=1.0).sum().backward()
-    assert len(log) == 3 * 2 * 3
+            out = ra.relu_attention(q, k, v, padding(1, 3, [2]), gamma=1.0).sum()
+            out.backward(retain_graph=True)  # forward, one-pass backward
+            with deterministic():
+                out.backward()  # dK/dV, dQ
+    # fp32: forward, then the two passes twice; fp16, bf16: forward, one pass, two passes
+    assert len(log) == 2 * (1 + 2 + 2) + 2 * 2 * (1 + 1 + 2)
+    assert {name.rsplit("_d", 1)[0] for name, *_ in log} == {
+        "relu_attention_fwd",
+        "relu_attention_bwd",
+        "relu_attention_bwd_dkdv",
+        "relu_attention_bwd_dq",
+    }
     listed = {c["name"]: c for c in ra.launch_configs()}
     for name, fn, constexprs, warps, stages, arg_types in log:
         c = listed[name]
