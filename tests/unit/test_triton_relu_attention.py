@@ -233,12 +233,20 @@ def test_custom_ops_pass_opcheck():
         (q, k, v, pad, False, 2, 0.5, True, 1.4),
         test_utils=("test_schema", "test_autograd_registration", "test_faketensor"),
     )
+    half = [t.detach().half() for t in (q, k, v)]
+    dout = torch.randn(2, 1, 5, 32).half()
+    rs = torch.rand(2, 1, 5)
+    for op in (ra.relu_attention_bwd, ra.relu_attention_bwd_dkdv, ra.relu_attention_bwd_dq):
+        torch.library.opcheck(
+            op, (dout, *half, pad, rs, False, 2, 0.5, True), test_utils=("test_schema", "test_faketensor")
+        )
 
 
-def test_traced_by_torch_compile_without_graph_breaks():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])  # two-pass, one-pass backward
+def test_traced_by_torch_compile_without_graph_breaks(dtype):
     """torch.compile (aot_eager: fake-tensor tracing of forward and backward, no C++
     compiler needed) sees the custom ops and matches the eager result."""
-    q, k, v = (torch.randn(1, 2, 6, 32, requires_grad=True) for _ in range(3))
+    q, k, v = (torch.randn(1, 2, 6, 32, dtype=dtype, requires_grad=True) for _ in range(3))
 
     def f(q, k, v):
         return ra.relu_attention(q * 2, k, v, causal=True, gamma=1.0).sum()
