@@ -31,7 +31,8 @@ Triton's own flags).  A configuration passes on a device when
 The table also names each configuration's dot instructions on each device, read from the
 compiled TTGIR: ``wgmma`` (Hopper's warpgroup MMA, ``HGMMA`` in SASS), ``mma`` (``mma.sync``,
 the sm_80 tensor-core path, and on sm_90 the slower one), ``fma`` (no tensor cores: fp32
-with IEEE dots) or ``-`` (no dot).
+with IEEE dots) or ``-`` (no dot); its asynchronous copies; and its machine instructions
+(``cuobjdump -sass``), so that a change that bloats a kernel shows as a changed table.
 
 ``python -m fairseq_sparse_attn.kernels.aot`` (``make check-kernels``) checks every
 configuration and that docs/performance.md's table (between the markers below) is what
@@ -161,7 +162,7 @@ def _cache_key(config: dict, capability: int) -> str:
         str(config["num_warps"]),
         str(config["num_stages"]),
         " ".join(_ptxas_flags()),
-        "v2: dots, async copies",
+        "v3: dots, async copies, SASS instructions",
     ]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
@@ -198,6 +199,19 @@ def async_copies(ptx: str) -> int:
     return len(re.findall(r"\bcp\.async\.(?:ca|cg|bulk)\b", ptx))
 
 
+def sass_instructions(cubin: Path) -> int:
+    """Machine instructions in a cubin (``cuobjdump -sass``, shipped beside ptxas in the
+    triton wheel): a kernel's code size, so that a change that bloats a kernel's loop shows
+    in the table (a row sum in the forward's loop once took 40% of its instructions)."""
+    import triton
+
+    tool = Path(triton.knobs.nvidia.ptxas.path).with_name("cuobjdump")
+    proc = subprocess.run([str(tool), "-sass", str(cubin)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"cuobjdump -sass failed: {proc.stderr.strip()[-300:]}")
+    return len(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/\s+\S", proc.stdout, re.MULTILINE))
+
+
 def compile_config(config: dict, capability: int, use_cache: bool = True) -> Dict[str, Any]:
     """{"shared", "registers", "stack", "spill_stores", "spill_loads", "num_warps",
     "num_stages", "dots", "async_copies"} of one configuration compiled for ``capability``
@@ -226,17 +240,18 @@ def compile_config(config: dict, capability: int, use_cache: bool = True) -> Dic
         ptx_file = Path(tmp) / "kernel.ptx"
         ptx_file.write_text(ptx)
         cmd = [triton.knobs.nvidia.ptxas.path, "-v", *_ptxas_flags(), f"--gpu-name={arch.group(1)}"]
-        proc = subprocess.run(
-            [*cmd, str(ptx_file), "-o", str(Path(tmp) / "kernel.cubin")], capture_output=True, text=True
-        )
-    if proc.returncode != 0:
-        raise RuntimeError(f"{config['name']}: ptxas failed: {proc.stderr.strip()[-500:]}")
+        cubin = Path(tmp) / "kernel.cubin"
+        proc = subprocess.run([*cmd, str(ptx_file), "-o", str(cubin)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{config['name']}: ptxas failed: {proc.stderr.strip()[-500:]}")
+        instructions = sass_instructions(cubin)
     result = {
         "shared": int(compiled.metadata.shared),
         "num_warps": int(config["num_warps"]),
         "num_stages": int(config["num_stages"]),
         "dots": dot_kind(compiled.asm["ttgir"]),
         "async_copies": async_copies(ptx),
+        "sass_instructions": instructions,
     }
     result.update(parse_ptxas(proc.stderr + proc.stdout))
     if use_cache:
@@ -327,6 +342,7 @@ def table(results: List[Tuple[str, dict, Dict[int, Dict[str, Any]]]], compiled_b
             f"sm_{cap} spills (B)",
             f"sm_{cap} dots",
             f"sm_{cap} async copies",
+            f"sm_{cap} SASS instr",
         ]
     lines = [f"Compiled by {compiled_by}.", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for module, config, by_cap in results:
@@ -340,7 +356,7 @@ def table(results: List[Tuple[str, dict, Dict[int, Dict[str, Any]]]], compiled_b
         for cap in caps:
             r = by_cap[cap]
             if "error" in r:
-                row += ["does not compile", "-", "-", "-", "-"]
+                row += ["does not compile", "-", "-", "-", "-", "-"]
                 continue
             row += [
                 f"{r['shared']:,}",
@@ -348,6 +364,7 @@ def table(results: List[Tuple[str, dict, Dict[int, Dict[str, Any]]]], compiled_b
                 str(r["spill_stores"] + r["spill_loads"]),
                 str(r["dots"]),
                 str(r["async_copies"]),
+                str(r["sass_instructions"]),
             ]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)

@@ -127,7 +127,6 @@ def _relu_attention_fwd(
     k_base = K + kb * stride_kb + h * stride_kh
     v_base = V + kb * stride_vb + h * stride_vh
     acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
-    count = tl.zeros([BLOCK_M], dtype=tl.float32)
     shift = S - T  # query i sees keys j <= i + shift when causal
     hi = S
     if causal != 0:
@@ -140,20 +139,33 @@ def _relu_attention_fwd(
         # (Triton 3.6.0; docs/performance.md "GPU")
         k = tl.load(k_base + offs_n[:, None] * stride_ks + offs_d[None, :], mask=key_ok[:, None], other=0.0)
         v = tl.load(v_base + offs_n[:, None] * stride_vs + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+        # the padding row loaded without a branch (0: not padding, where no mask is given),
+        # issued with k and v: under `if has_pad` it was a synchronous byte load that each
+        # iteration waited on (SASS, sm_90)
+        pad = tl.load(PAD + kb * stride_pb + offs_n, mask=key_ok & (has_pad != 0), other=0)
         if UPCAST:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
-        if has_pad != 0:
-            pad = tl.load(PAD + kb * stride_pb + offs_n, mask=key_ok, other=1)
-            key_ok = key_ok & (pad == 0)
+        key_ok = key_ok & (pad == 0)
         visible = key_ok[None, :] & row_ok[:, None]
         if causal != 0:
             visible = visible & (offs_n[None, :] <= offs_m[:, None] + shift)
-        count += tl.sum(visible.to(tl.float32), axis=1)
         p = _rounded(tl.where(visible & (s > 0.0), s, 0.0), V.dtype.element_ty, UPCAST)
         acc = tl.dot(p, v, acc, input_precision=PRECISION)
     if row_scaled != 0:
+        # n_i, the keys row i sees, in a loop of its own over the padding mask: counted in
+        # the loop above, in the dots' register layout, the row sums took 80 shuffles and
+        # ~40% of the forward's instructions (SASS, sm_90, d 64 fp16), for ReLA too
+        count = tl.zeros([BLOCK_M], dtype=tl.float32)
+        for start_n in range(0, hi, BLOCK_N):
+            offs_n = start_n + tl.arange(0, BLOCK_N)
+            key_ok = offs_n < S
+            pad = tl.load(PAD + kb * stride_pb + offs_n, mask=key_ok & (has_pad != 0), other=0)
+            visible = (key_ok & (pad == 0))[None, :] & row_ok[:, None]
+            if causal != 0:
+                visible = visible & (offs_n[None, :] <= offs_m[:, None] + shift)
+            count += tl.sum(visible.to(tl.float32), axis=1)
         c = row_coef / tl.sqrt(tl.maximum(count, 1.0))
         acc = acc * c[:, None]
         tl.store(RS + pid_bh.to(tl.int64) * T + offs_m, c, mask=row_ok)
@@ -313,13 +325,15 @@ def _relu_attention_bwd_dq(
         key_ok = offs_n < S
         k = tl.load(k_base + offs_n[:, None] * stride_ks + offs_d[None, :], mask=key_ok[:, None], other=0.0)
         v = tl.load(v_base + offs_n[:, None] * stride_vs + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+        # the padding row loaded without a branch (0: not padding, where no mask is given),
+        # issued with k and v: under `if has_pad` it was a synchronous byte load that each
+        # iteration waited on (SASS, sm_90)
+        pad = tl.load(PAD + kb * stride_pb + offs_n, mask=key_ok & (has_pad != 0), other=0)
         if UPCAST:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
-        if has_pad != 0:
-            pad = tl.load(PAD + kb * stride_pb + offs_n, mask=key_ok, other=1)
-            key_ok = key_ok & (pad == 0)
+        key_ok = key_ok & (pad == 0)
         visible = key_ok[None, :] & row_ok[:, None]
         if causal != 0:
             visible = visible & (offs_n[None, :] <= offs_m[:, None] + shift)
@@ -359,7 +373,7 @@ for _d, _half, _fwd, _dkdv, _dq in (
     (32, False, (64, 32, 4, 2), (32, 32, 8, 2), (32, 32, 4, 2)),
     (64, False, (64, 32, 8, 2), (32, 32, 4, 2), (32, 32, 8, 2)),
     (128, False, (32, 32, 4, 2), (32, 32, 8, 1), (32, 32, 8, 1)),
-    (256, False, (16, 32, 8, 1), (16, 16, 8, 1), (16, 16, 8, 1)),
+    (256, False, (16, 16, 8, 1), (16, 16, 8, 1), (32, 16, 8, 1)),
 ):
     _TILES[("relu_attention_fwd", _half, _d)] = _fwd
     _TILES[("relu_attention_bwd_dkdv", _half, _d)] = _dkdv

@@ -140,6 +140,7 @@ def test_dot_instructions_and_pipelining_of_the_shipped_attention_kernels(compil
     assert dkdv["num_stages"] >= 2
     on_h100 = aot.compile_config(dkdv, 90)
     assert on_h100["dots"] == "wgmma" and on_h100["async_copies"] > 0, on_h100
+    assert on_h100["sass_instructions"] > 100  # cuobjdump -sass read the cubin
     assert aot.compile_config(dkdv, 80)["dots"] == "mma"  # no wgmma before Hopper
     assert aot.compile_config(configs["relu_attention_fwd_d64_fp32"], 90)["dots"] == "fma"  # IEEE fp32 dots
     norm = next(c for c in output_norm.launch_configs() if c["name"] == "rms_norm_fwd_fp16_wfp16_gated_d512")
