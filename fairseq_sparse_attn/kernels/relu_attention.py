@@ -356,7 +356,7 @@ _KERNELS = {
     fn.__name__.lstrip("_"): kernel_forms(fn, do_not_specialize=_NOT_SPECIALIZED)
     for fn in (_relu_attention_fwd, _relu_attention_bwd_dkdv, _relu_attention_bwd_dq)
 }
-#: the one-pass backward: the dK/dV kernel with WITH_DQ (its own configurations and tiles)
+#: the one-pass backward: the dK/dV kernel with WITH_DQ (its own configurations, on dK/dV's tiles)
 _KERNELS["relu_attention_bwd"] = _KERNELS["relu_attention_bwd_dkdv"]
 
 # --------------------------------------------------------------------------- configurations
