@@ -699,7 +699,7 @@ def relu_attention_bwd(
     dk, dv = _key_block_pass(
         "relu_attention_bwd", dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, dq_acc
     )
-    return (dq_acc if q.dtype == torch.float32 else dq_acc.to(q.dtype)), dk, dv
+    return dq_acc.to(q.dtype), dk, dv
 
 
 @relu_attention_bwd.register_fake
