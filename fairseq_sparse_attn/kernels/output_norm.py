@@ -12,9 +12,10 @@ normalization's part of dz is scaled by ``min(1, RMS(z) / floor)`` (``floor``: t
 caller's, ``HALF_BACKWARD_RMS_FLOOR`` of ``attention/output_norms.py`` as it is at the call), the gate's part and the
 parameter gradients are exact.
 
-Each direction is one Triton kernel and one torch custom op:
+Each direction is one Triton kernel and one torch op (:mod:`.ops`):
 
-* ``torch.ops.fsa.rms_norm_fwd(z, weight, gate_weight, eps) -> (out, rstd)``: one program
+* ``torch.ops.fsa.rms_norm_fwd(z, weight, gate_weight, eps, half_floor) -> (out, rstd)``
+  (differentiable: its autograd runs :class:`_RmsNorm`): one program
   per row; ``rstd`` (float32, one per row) is kept for the backward.
 * ``torch.ops.fsa.rms_norm_bwd(grad_out, z, weight, gate_weight, rstd, half_floor)
   -> (grad_z, grad_weight, grad_gate_weight)``: a fixed number of programs, each looping
@@ -23,7 +24,7 @@ Each direction is one Triton kernel and one torch custom op:
   order: deterministic) and casts to the parameters' dtype inside the op (``grad_gate_weight`` is
   empty without a gate).
 
-so autograd, ``torch.compile`` (``register_fake``) and a dispatch-level op counter see one
+so autograd, ``torch.compile`` (a fake implementation) and a dispatch-level op counter see one
 op per direction.  On CUDA tensors the kernels are compiled by Triton; on CPU tensors they
 run in Triton's interpreter (slow: for tests, never for training), explicitly, whatever
 ``TRITON_INTERPRET`` says (:mod:`.launch`, the launch of every kernel of this package).
@@ -43,6 +44,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from . import ops
 from .launch import kernel_forms, launch
 
 #: the input dtypes served, and each one's Triton pointer type
@@ -271,8 +273,7 @@ def _params(weight: Tensor, gate_weight: Optional[Tensor]) -> Tuple[Tensor, Tens
     return weight, (gate_weight.contiguous() if gate_weight is not None else weight)
 
 
-@torch.library.custom_op("fsa::rms_norm_fwd", mutates_args=())
-def rms_norm_fwd(
+def _fwd_impl(
     z: Tensor, weight: Tensor, gate_weight: Optional[Tensor], eps: float, half_floor: float
 ) -> Tuple[Tensor, Tensor]:
     """(z r g [* sigmoid(w z)] in z's dtype, r = 1 / RMS(z) in float32, shape z.shape[:-1]).
@@ -291,13 +292,11 @@ def rms_norm_fwd(
     return out, rstd
 
 
-@rms_norm_fwd.register_fake
-def _(z, weight, gate_weight, eps, half_floor):
+def _fwd_fake(z, weight, gate_weight, eps, half_floor):
     return z.new_empty(z.shape), z.new_empty(z.shape[:-1], dtype=torch.float32)
 
 
-@torch.library.custom_op("fsa::rms_norm_bwd", mutates_args=())
-def rms_norm_bwd(
+def _bwd_impl(
     grad_out: Tensor, z: Tensor, weight: Tensor, gate_weight: Optional[Tensor], rstd: Tensor, half_floor: float
 ) -> Tuple[Tensor, Tensor, Tensor]:
     """(grad_z, grad_weight, grad_gate_weight) of ``rms_norm_fwd``; grad_gate_weight is
@@ -325,27 +324,46 @@ def rms_norm_bwd(
     return grad_z, grad_w, grad_gw
 
 
-@rms_norm_bwd.register_fake
-def _(grad_out, z, weight, gate_weight, rstd, half_floor):
+def _bwd_fake(grad_out, z, weight, gate_weight, rstd, half_floor):
     grad_gw = gate_weight.new_empty(gate_weight.shape) if gate_weight is not None else z.new_empty(0)
     return z.new_empty(z.shape), weight.new_empty(weight.shape), grad_gw
 
 
-def _setup_context(ctx, inputs, output):
-    z, weight, gate_weight, eps, half_floor = inputs
-    ctx.mark_non_differentiable(output[1])
-    ctx.set_materialize_grads(False)  # no zeros for rstd's (absent) gradient
-    ctx.save_for_backward(z, weight, gate_weight, output[1])
-    ctx.half_floor = half_floor
+rms_norm_fwd = ops.define(
+    "rms_norm_fwd",
+    "(Tensor z, Tensor weight, Tensor? gate_weight, float eps, float half_floor) -> (Tensor, Tensor)",
+    _fwd_impl,
+    _fwd_fake,
+)
+rms_norm_bwd = ops.define(
+    "rms_norm_bwd",
+    "(Tensor grad_out, Tensor z, Tensor weight, Tensor? gate_weight, Tensor rstd, float half_floor) "
+    "-> (Tensor, Tensor, Tensor)",
+    _bwd_impl,
+    _bwd_fake,
+)
 
 
-def _backward(ctx, grad_out, grad_rstd):
-    z, weight, gate_weight, rstd = ctx.saved_tensors
-    grad_z, grad_w, grad_gw = torch.ops.fsa.rms_norm_bwd(grad_out, z, weight, gate_weight, rstd, ctx.half_floor)
-    return grad_z, grad_w, (grad_gw if gate_weight is not None else None), None, None
+class _RmsNorm(torch.autograd.Function):
+    """Autograd of ``fsa::rms_norm_fwd`` (:func:`.ops.differentiable`)."""
+
+    @staticmethod
+    def forward(ctx, z, weight, gate_weight, eps, half_floor):
+        out, rstd = ops.below_autograd(rms_norm_fwd, z, weight, gate_weight, eps, half_floor)
+        ctx.mark_non_differentiable(rstd)
+        ctx.set_materialize_grads(False)  # no zeros for rstd's (absent) gradient
+        ctx.save_for_backward(z, weight, gate_weight, rstd)
+        ctx.half_floor = half_floor
+        return out, rstd
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_rstd):
+        z, weight, gate_weight, rstd = ctx.saved_tensors
+        grad_z, grad_w, grad_gw = rms_norm_bwd(grad_out, z, weight, gate_weight, rstd, ctx.half_floor)
+        return grad_z, grad_w, (grad_gw if gate_weight is not None else None), None, None
 
 
-rms_norm_fwd.register_autograd(_backward, setup_context=_setup_context)
+ops.differentiable(rms_norm_fwd, _RmsNorm)
 
 
 def fused_rms_normalize(
@@ -361,7 +379,7 @@ def fused_rms_normalize(
     gradient bound, the caller's (``attention/output_norms.py`` passes its
     ``HALF_BACKWARD_RMS_FLOOR`` as it is at the call; the kernels import nothing of
     ``attention/``)."""
-    return torch.ops.fsa.rms_norm_fwd(z, weight, gate_weight, float(eps), float(half_backward_rms_floor))[0]
+    return rms_norm_fwd(z, weight, gate_weight, float(eps), float(half_backward_rms_floor))[0]
 
 
 def fused_rmsnorm(z: Tensor, weight: Tensor, eps: float, half_backward_rms_floor: float) -> Tensor:

@@ -40,10 +40,11 @@ Dtypes: fp32 (IEEE dots: ``input_precision="ieee"``), fp16 and bf16, fp32 accumu
 the weights are rounded to the value dtype before the value mix, as FlashAttention does.
 Head dims 32, 64, 128, 256 (:data:`HEAD_DIMS`).
 
-Custom ops (``torch.library``), one per kernel: ``fsa::relu_attention_fwd``,
-``fsa::relu_attention_bwd_dkdv``, ``fsa::relu_attention_bwd_dq``; :func:`relu_attention`
-is the differentiable entry (autograd through ``register_autograd``; ``register_fake``
-for ``torch.compile``).
+Torch ops (:mod:`.ops`), one per kernel: ``fsa::relu_attention_fwd`` (differentiable:
+its autograd runs :class:`_ReluAttention`), ``fsa::relu_attention_bwd`` (one pass),
+``fsa::relu_attention_bwd_dkdv``, ``fsa::relu_attention_bwd_dq`` (two passes), each with a
+fake implementation for ``torch.compile``; :func:`relu_attention` is the differentiable
+entry.
 
 Devices (:mod:`.launch`, shared with :mod:`.output_norm`): CUDA tensors run the compiled
 kernels; CPU tensors run the *same kernel source* through Triton's interpreter (slow, for
@@ -70,6 +71,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from . import ops
 from .launch import interpreted, kernel_forms, launch
 from .served import DTYPES, HEAD_DIMS, unserved
 
@@ -553,9 +555,8 @@ def _pad_arg(key_padding: Optional[Tensor], like: Tensor) -> Tuple[Tensor, int, 
     return pad, pad.stride(0), 1
 
 
-# --------------------------------------------------------------------------- custom ops
-@torch.library.custom_op("fsa::relu_attention_fwd", mutates_args=())
-def relu_attention_fwd(
+# --------------------------------------------------------------------------- ops
+def _fwd_impl(
     q: Tensor,
     k: Tensor,
     v: Tensor,
@@ -595,25 +596,20 @@ def relu_attention_fwd(
     return out, rs
 
 
-@relu_attention_fwd.register_fake
-def _(q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef):
+def _fwd_fake(q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef):
     bsz, heads, tgt, _ = q.shape
     return _heads_like(q), q.new_empty((bsz, heads, tgt) if row_scaled else (0,), dtype=torch.float32)
 
 
-@torch.library.custom_op("fsa::relu_attention_bwd_dkdv", mutates_args=())
-def relu_attention_bwd_dkdv(
-    dout: Tensor,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    key_padding: Optional[Tensor],
-    row_scale: Tensor,
-    causal: bool,
-    kv_groups: int,
-    scale: float,
-    row_scaled: bool,
-) -> Tuple[Tensor, Tensor]:
+#: the backward ops' arguments (each kernel of the backward reads the forward's inputs, dO
+#: and the row factor c)
+_BWD_ARGS = (
+    "(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor? key_padding, Tensor row_scale, bool causal, "
+    "int kv_groups, float scale, bool row_scaled)"
+)
+
+
+def _dkdv_impl(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled):
     """(dk, dv), each (B_kv, H, S, d) in the dtype of k."""
     return _key_block_pass(
         "relu_attention_bwd_dkdv", dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, None
@@ -669,32 +665,19 @@ def _key_block_pass(
     return dk, dv
 
 
-@relu_attention_bwd_dkdv.register_fake
-def _(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled):
+def _dkdv_fake(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled):
     return (
         torch.empty_like(k, memory_format=torch.contiguous_format),
         torch.empty_like(v, memory_format=torch.contiguous_format),
     )
 
 
-@torch.library.custom_op("fsa::relu_attention_bwd", mutates_args=())
-def relu_attention_bwd(
-    dout: Tensor,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    key_padding: Optional[Tensor],
-    row_scale: Tensor,
-    causal: bool,
-    kv_groups: int,
-    scale: float,
-    row_scaled: bool,
-) -> Tuple[Tensor, Tensor, Tensor]:
+def _one_pass_impl(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled):
     """(dq, dk, dv) in one pass over the key blocks, fp16/bf16 (:data:`ONE_PASS_DTYPES`): dQ
     summed across programs with fp32 atomic adds (5 dots per tile pair instead of the two
     passes' 7, one kernel launch instead of two; the adds' order varies from run to run, so
-    dQ is reproducible to rounding, not bit for bit: :func:`_backward` takes the two passes
-    under ``torch.use_deterministic_algorithms``)."""
+    dQ is reproducible to rounding, not bit for bit: :class:`_ReluAttention` takes the two
+    passes under ``torch.use_deterministic_algorithms``)."""
     dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     dk, dv = _key_block_pass(
         "relu_attention_bwd", dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, dq_acc
@@ -702,8 +685,7 @@ def relu_attention_bwd(
     return dq_acc.to(q.dtype), dk, dv
 
 
-@relu_attention_bwd.register_fake
-def _(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled):
+def _one_pass_fake(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled):
     return (
         torch.empty_like(q, memory_format=torch.contiguous_format),
         torch.empty_like(k, memory_format=torch.contiguous_format),
@@ -711,19 +693,7 @@ def _(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scale
     )
 
 
-@torch.library.custom_op("fsa::relu_attention_bwd_dq", mutates_args=())
-def relu_attention_bwd_dq(
-    dout: Tensor,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    key_padding: Optional[Tensor],
-    row_scale: Tensor,
-    causal: bool,
-    kv_groups: int,
-    scale: float,
-    row_scaled: bool,
-) -> Tensor:
+def _dq_impl(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled):
     """dq, (B, H, T, d) in the dtype of q."""
     bsz, heads, tgt, d = q.shape
     src = k.size(2)
@@ -753,39 +723,61 @@ def relu_attention_bwd_dq(
     return dq
 
 
-@relu_attention_bwd_dq.register_fake
-def _(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled):
+def _dq_fake(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled):
     return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
-def _setup_context(ctx, inputs, output):
-    q, k, v, key_padding, causal, kv_groups, scale, row_scaled, _ = inputs
-    # c (output 1) carries no gradient: marked so, it needs no zero gradient in the
-    # backward and may be kept on ctx without a reference cycle
-    ctx.mark_non_differentiable(output[1])
-    ctx.set_materialize_grads(False)
-    ctx.save_for_backward(q, k, v, key_padding)
-    ctx.row_scale = output[1]
-    ctx.args = (causal, kv_groups, scale, row_scaled)
+relu_attention_fwd = ops.define(
+    "relu_attention_fwd",
+    "(Tensor q, Tensor k, Tensor v, Tensor? key_padding, bool causal, int kv_groups, float scale, "
+    "bool row_scaled, float row_coef) -> (Tensor, Tensor)",
+    _fwd_impl,
+    _fwd_fake,
+)
+relu_attention_bwd_dkdv = ops.define(
+    "relu_attention_bwd_dkdv", _BWD_ARGS + " -> (Tensor, Tensor)", _dkdv_impl, _dkdv_fake
+)
+relu_attention_bwd = ops.define(
+    "relu_attention_bwd", _BWD_ARGS + " -> (Tensor, Tensor, Tensor)", _one_pass_impl, _one_pass_fake
+)
+relu_attention_bwd_dq = ops.define("relu_attention_bwd_dq", _BWD_ARGS + " -> Tensor", _dq_impl, _dq_fake)
 
 
-def _backward(ctx, dout, _drs):
-    q, k, v, key_padding = ctx.saved_tensors
-    row_scale = ctx.row_scale
-    need_q, need_k, need_v = ctx.needs_input_grad[:3]
-    dq = dk = dv = None
-    one_pass = q.dtype in ONE_PASS_DTYPES and not torch.are_deterministic_algorithms_enabled()
-    if one_pass and need_q and (need_k or need_v):
-        dq, dk, dv = relu_attention_bwd(dout, q, k, v, key_padding, row_scale, *ctx.args)
+class _ReluAttention(torch.autograd.Function):
+    """Autograd of ``fsa::relu_attention_fwd`` (:func:`.ops.differentiable`)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef):
+        out, rs = ops.below_autograd(
+            relu_attention_fwd, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef
+        )
+        # c carries no gradient: marked so, it needs no zero gradient in the backward and
+        # may be kept on ctx without a reference cycle
+        ctx.mark_non_differentiable(rs)
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(q, k, v, key_padding)
+        ctx.row_scale = rs
+        ctx.args = (causal, kv_groups, scale, row_scaled)
+        return out, rs
+
+    @staticmethod
+    def backward(ctx, dout, _drs):
+        q, k, v, key_padding = ctx.saved_tensors
+        row_scale = ctx.row_scale
+        need_q, need_k, need_v = ctx.needs_input_grad[:3]
+        dq = dk = dv = None
+        one_pass = q.dtype in ONE_PASS_DTYPES and not torch.are_deterministic_algorithms_enabled()
+        if one_pass and need_q and (need_k or need_v):
+            dq, dk, dv = relu_attention_bwd(dout, q, k, v, key_padding, row_scale, *ctx.args)
+            return dq, dk, dv, None, None, None, None, None, None
+        if need_k or need_v:
+            dk, dv = relu_attention_bwd_dkdv(dout, q, k, v, key_padding, row_scale, *ctx.args)
+        if need_q:
+            dq = relu_attention_bwd_dq(dout, q, k, v, key_padding, row_scale, *ctx.args)
         return dq, dk, dv, None, None, None, None, None, None
-    if need_k or need_v:
-        dk, dv = relu_attention_bwd_dkdv(dout, q, k, v, key_padding, row_scale, *ctx.args)
-    if need_q:
-        dq = relu_attention_bwd_dq(dout, q, k, v, key_padding, row_scale, *ctx.args)
-    return dq, dk, dv, None, None, None, None, None, None
 
 
-relu_attention_fwd.register_autograd(_backward, setup_context=_setup_context)
+ops.differentiable(relu_attention_fwd, _ReluAttention)
 
 
 def relu_attention(
