@@ -48,7 +48,7 @@ of the cache is fairseq's own ``reorder_incremental_state`` on the same format.
 """
 
 import dataclasses
-from typing import List, NamedTuple, Optional, Tuple
+from typing import Callable, List, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -87,6 +87,15 @@ def inline_reason(module) -> Optional[str]:
     config: AttentionConfig = module.config
     if config.backend.name != "auto":
         return f"backend forced to {config.backend.name!r}"
+    return plain_pipeline_reason(module)
+
+
+def plain_pipeline_reason(module) -> Optional[str]:
+    """Why ``module``'s pipeline is not plain (learned heads only, no bias providers, no
+    bias_kv or zero attention, projections of one input), or None when it is: the
+    condition of the inference call apart from the backend, and of the direct kernel call
+    (:meth:`CallPlan.kernel`)."""
+    config: AttentionConfig = module.config
     if module.activation.softmax:
         return "softmax (served by sdpa or stock fairseq)"
     if not module.heads.all_learned or module.heads.masked is not None or module.heads.rhe is not None:
@@ -172,6 +181,9 @@ class CallPlan(NamedTuple):
     self_attention: bool
     encoder_decoder_attention: bool
     inline: bool  # inline_reason(module) is None: calls that need nothing else go inline
+    #: the fused kernels' direct call (backends.triton.direct_call) of a module whose backend
+    #: is triton with a plain pipeline, else None
+    kernel: Optional[Callable[..., Optional[Tensor]]]
     streamed_min_keys: int  # inline calls over at least this many keys go to attend() (0 = never)
 
     # ------------------------------------------------------------------ stock fairseq or the plan
@@ -219,12 +231,33 @@ class CallPlan(NamedTuple):
                 "attention biases and RHE are for encoder self-attention: no "
                 "incremental decoding, no before_softmax scores"
             )
+        direct = self.kernel is not None and not collect and not before_softmax and not applies_dropout(self.dropout)
         q, k, v, key_padding_mask, attn_mask, kv_bsz = self.project(
-            query, key, value, key_padding_mask, incremental_state, static_kv, attn_mask
+            query, key, value, key_padding_mask, incremental_state, static_kv, attn_mask, scale_q=not direct
         )
         src_len = v.size(1)
         heads, d, qk_heads = self.heads, self.head_dim, self.qk_heads
         bias, mask = masks.visibility_mask(attn_mask, key_padding_mask, bsz, tgt_len, src_len)
+        if direct:
+            assert q is not None and k is not None and self.kernel is not None  # a plain pipeline
+            heads_out: Optional[Tensor] = None
+            if bias is None:
+                # the kernels scale the scores themselves (no op for q * scaling)
+                heads_out = self.kernel(
+                    q.view(bsz, heads, tgt_len, d),
+                    k.view(kv_bsz, heads, src_len, d),
+                    v.view(kv_bsz, heads, src_len, d),
+                    mask,
+                    bsz // kv_bsz,
+                    self.scaling,
+                )
+            if heads_out is not None:
+                # (bsz, H, tgt, d) laid out as (tgt, bsz, H, d) by the kernel: a view
+                attn = heads_out.permute(2, 0, 1, 3).reshape(tgt_len * bsz, self.embed_dim)
+                out, _ = self.end(attn, tgt_len, bsz, None, False, False)
+                return out, None, None
+            # a call the kernels do not serve: attend() with the scaled q (it says why)
+            q = q * self.scaling
         if (
             self.inline
             and not collect
@@ -312,11 +345,13 @@ class CallPlan(NamedTuple):
         incremental_state,
         static_kv: bool,
         attn_mask: Optional[Tensor],
+        scale_q: bool = True,
     ) -> Projected:
         """q, k, v of a call and its masks; with ``incremental_state``, fairseq's cache of
         the module read and updated exactly as stock fairseq (``prev_key``, ``prev_value``
         as (kv_bsz, heads, len, d), ``prev_key_padding_mask``; static keys and values are
-        projected once and then read from the cache)."""
+        projected once and then read from the cache).  q is scaled unless ``scale_q`` is
+        False (the direct kernel call scales the scores)."""
         tgt_len, bsz, _ = query.shape
         heads, qk_heads, d = self.heads, self.qk_heads, self.head_dim
         saved = None
@@ -350,9 +385,10 @@ class CallPlan(NamedTuple):
                 else:
                     (k,), (v,) = _linears(key, self.k_proj), _linears(value, self.v_proj)
         if q is not None:
-            # in place without autograd; with it, in place on the projection's output (a
-            # view of a 2-d product) would cost a copy-slices pass in backward
-            q = q * self.scaling if q.requires_grad else q.mul_(self.scaling)
+            if scale_q:
+                # in place without autograd; with it, in place on the projection's output (a
+                # view of a 2-d product) would cost a copy-slices pass in backward
+                q = q * self.scaling if q.requires_grad else q.mul_(self.scaling)
             q = q.view(bsz * qk_heads, 1, d) if tgt_len == 1 else q.view(tgt_len, bsz * qk_heads, d).transpose(0, 1)
         kv_bsz = bsz
         if key is not None:
@@ -547,6 +583,11 @@ def build_plan(config: AttentionConfig, module) -> CallPlan:
     )
     # long calls of these activations: ``auto`` hands them to query_block
     streamed_min_keys = backend.flex_min_keys if streamed(act) else 0
+    kernel = None
+    if backend.name == "triton" and plain_pipeline_reason(m) is None:
+        from .backends.triton import direct_call
+
+        kernel = direct_call(act)
     return CallPlan(
         config=config,
         spec=spec,
@@ -571,5 +612,6 @@ def build_plan(config: AttentionConfig, module) -> CallPlan:
         self_attention=m.self_attention,
         encoder_decoder_attention=m.encoder_decoder_attention,
         inline=inline,
+        kernel=kernel,
         streamed_min_keys=max(int(streamed_min_keys), 0),
     )

@@ -524,7 +524,8 @@ def _check(q: Tensor, k: Tensor, v: Tensor, key_padding: Optional[Tensor], kv_gr
             f"relu_attention: key_padding must be bool (B_kv, S) = {(k.size(0), k.size(2))}, got {key_padding.dtype} {tuple(key_padding.shape)}"
         )
     for t in (q, k, v):
-        if t.stride(-1) != 1 or max(t.stride()) > _INT32_MAX:
+        strides = t.stride()
+        if strides[-1] != 1 or max(strides) > _INT32_MAX:
             raise ValueError("relu_attention: tensors need a unit last stride and 32-bit strides")
 
 
@@ -583,10 +584,10 @@ def _fwd_impl(
         grid,
         (
             q, k, v, pad, out, rs if row_scaled else _placeholder(q, torch.float32),
-            q.stride(0), q.stride(1), q.stride(2),
-            k.stride(0), k.stride(1), k.stride(2),
-            v.stride(0), v.stride(1), v.stride(2),
-            out.stride(0), out.stride(1), out.stride(2),
+            *q.stride()[:3],
+            *k.stride()[:3],
+            *v.stride()[:3],
+            *out.stride()[:3],
             stride_p,
             heads, kv_groups, tgt, src,
             float(scale), float(row_coef),
@@ -649,12 +650,12 @@ def _key_block_pass(
         grid,
         (
             q, k, v, pad, dout, row_scale if row_scaled else _placeholder(q, torch.float32), dk, dv, acc,
-            q.stride(0), q.stride(1), q.stride(2),
-            k.stride(0), k.stride(1), k.stride(2),
-            v.stride(0), v.stride(1), v.stride(2),
-            dout.stride(0), dout.stride(1), dout.stride(2),
-            dk.stride(0), dk.stride(1), dk.stride(2),
-            dv.stride(0), dv.stride(1), dv.stride(2),
+            *q.stride()[:3],
+            *k.stride()[:3],
+            *v.stride()[:3],
+            *dout.stride()[:3],
+            *dk.stride()[:3],
+            *dv.stride()[:3],
             *acc_strides,
             stride_p,
             heads, kv_groups, tgt, src,
@@ -709,11 +710,11 @@ def _dq_impl(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, ro
         grid,
         (
             q, k, v, pad, dout, row_scale if row_scaled else _placeholder(q, torch.float32), dq,
-            q.stride(0), q.stride(1), q.stride(2),
-            k.stride(0), k.stride(1), k.stride(2),
-            v.stride(0), v.stride(1), v.stride(2),
-            dout.stride(0), dout.stride(1), dout.stride(2),
-            dq.stride(0), dq.stride(1), dq.stride(2),
+            *q.stride()[:3],
+            *k.stride()[:3],
+            *v.stride()[:3],
+            *dout.stride()[:3],
+            *dq.stride()[:3],
             stride_p,
             heads, kv_groups, tgt, src,
             float(scale),

@@ -307,3 +307,60 @@ def test_float32_on_cuda_is_not_served_until_a_gpu_run_shows_it_right():
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         assert backend._unavailable(call("cpu", dtype)) is None
     assert "head dim 48" in backend._unavailable(call("cuda", torch.float16, head_dim=48))
+
+
+# --------------------------------------------------------------------------- the direct call
+def test_a_plain_module_calls_the_kernels_directly_with_the_scale_inside(monkeypatch):
+    """A module on the triton backend with a plain pipeline hands its calls straight to the
+    kernels (call_plan.CallPlan.kernel): no attend() (no call described, no backend
+    chosen), no multiply of q by the scaling (the kernel scales the scores), and the same
+    numbers as the materialized backend (test_encoder_self_attention_with_padding and the
+    others above run through it)."""
+    from fairseq_sparse_attn.attention import call_plan
+    from fairseq_sparse_attn.kernels import relu_attention as ra
+
+    ref, fused = pair("relu", self_attention=True)
+    assert fused.plan().kernel is not None and ref.plan().kernel is None
+    scales = []
+    real = ra.relu_attention
+
+    def spy(q, k, v, key_padding=None, causal=False, kv_groups=1, scale=1.0, gamma=None):
+        scales.append(scale)
+        return real(q, k, v, key_padding, causal, kv_groups, scale, gamma)
+
+    monkeypatch.setattr(ra, "relu_attention", spy)
+    fused.__dict__.pop("_spec_cache")  # the plan is rebuilt with the spy
+    monkeypatch.setattr(call_plan, "attend", lambda *a, **k: pytest.fail("attend() was called"))
+    x = torch.randn(7, 2, E, requires_grad=True)
+    with OpLog() as log:
+        out, weights = fused(x, x, x, key_padding_mask=padding(2, 7, [7, 4]), need_weights=True)
+    assert weights is None and scales == [fused.scaling]
+    assert "aten.mul" not in log.ops and log.ops.count("fsa.relu_attention_fwd") == 1
+    monkeypatch.undo()
+    ref_out, _ = ref(x, x, x, key_padding_mask=padding(2, 7, [7, 4]), need_weights=False)
+    assert rel(out, ref_out) <= 1e-5
+
+
+@pytest.mark.parametrize(
+    "case, reason",
+    [
+        ("pattern", "a mask other than key padding and causal"),
+        ("head_dim", "head dim 48"),
+        ("dropout", "attention dropout in training"),
+    ],
+)
+def test_a_call_the_kernels_do_not_serve_goes_to_attend_which_says_why(case, reason):
+    """The direct call declines what the kernels do not take; the call then goes through
+    attend() (with q scaled as there), whose error names the reason, as before."""
+    embed, heads = (96, 2) if case == "head_dim" else (E, H)
+    config = _config("relu", "triton")
+    torch.manual_seed(0)
+    module = SparseMultiheadAttention(embed, heads, config=config, self_attention=True, dropout=0.1)
+    module.train(case == "dropout")
+    x = torch.randn(5, 2, embed)
+    mask = None
+    if case == "pattern":
+        mask = torch.zeros(5, 5).masked_fill(torch.rand(5, 5) > 0.5, float("-inf"))
+        mask[:, 0] = 0.0
+    with pytest.raises(UsageError, match=reason):
+        module(x, x, x, attn_mask=mask, need_weights=False)

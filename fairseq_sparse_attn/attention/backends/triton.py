@@ -29,7 +29,7 @@ import math
 import re
 import weakref
 from pathlib import Path
-from typing import Dict, FrozenSet, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, Optional, Tuple
 
 import torch
 
@@ -172,6 +172,37 @@ def triton_attention(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: C
     gamma = math.sqrt(2.0) / coef if scaled else None
     out = relu_attention(q, k, v, key_padding, causal, inputs.kv_groups, 1.0, gamma)
     return out, Intermediates(backend="triton")
+
+
+def direct_call(activation) -> Optional[Callable[..., Optional[torch.Tensor]]]:
+    """The call plan's direct kernel call for a module whose backend is ``triton`` and
+    whose pipeline is plain (``call_plan.plain_pipeline_reason``): ``call(q, k, v, hidden,
+    kv_groups, scale)`` on q (bsz, H, tgt, d) *unscaled* and k, v (kv_bsz, H, src, d)
+    returns the heads' output, or None for a call the kernels do not serve (a dtype, head
+    dim or mask they do not take: the plan hands it to :func:`~..core.attend`, which says
+    why); the whole function is None for an activation they do not serve.  The same
+    kernels as :func:`triton_attention` without describing the call and choosing the
+    backend at each call (which cost a launch-bound step host time: docs/performance.md,
+    "Host time of a training step"), and with the scale applied to the scores inside the
+    kernel instead of a multiply of q."""
+    if not TRITON_TRAITS <= getattr(activation, "traits", frozenset()):
+        return None
+    try:
+        scaled, coef = row_coef(activation)
+    except ValueError:
+        return None
+    gamma = math.sqrt(2.0) / coef if scaled else None
+    from ...kernels.relu_attention import relu_attention
+
+    def call(q, k, v, hidden, kv_groups: int, scale: float) -> Optional[torch.Tensor]:
+        if unserved(v.device.type, v.dtype, v.size(-1)) is not None:
+            return None
+        structure = masks.padding_and_causal(hidden, kv_groups, k.size(0))
+        if structure is None:
+            return None
+        return relu_attention(q, k, v, structure[0], structure[1], kv_groups, scale, gamma)
+
+    return call
 
 
 register_backend(
