@@ -16,6 +16,12 @@
 #   train-bf16  the same for softmax, rela_g, rela_g_triton in bf16: ~5 min
 #   sweep       the ReLU kernels' tiles of gpu_kernels.SWEEP (fp16, head dim 64, 1,024
 #               tokens), each checked then timed against flash: ~3 min
+#   host        benchmarks/bench_host.py on the GPU (real kernels, fp16, wall clock): a
+#               forward + backward of every preset against stock fairseq, at the base size
+#               (8 heads, d 512, 8 x 24 tokens) and at the CPU proxy's shape (1 head, d 32,
+#               2 x 6 tokens): whether the CPU's host-time ratios (docs/performance.md,
+#               "Host time of a training step") predict the GPU's (~2 min with compiles;
+#               JSON in logs.tar.gz, the tables in session.log)
 #   fp32-probe  the fp32 forward's tiles of gpu_kernels.FP32_PROBE (head dims 64, 128), IEEE
 #               and TF32 dots, correctness only: which setting gives the wrong fp32 forward
 #               seen on the H100, which rows (query positions, heads) are wrong, and whether
@@ -90,11 +96,22 @@ PYEOF
       say "sweep: kernel tiles ($(left)s left)"
       timeout $(( $(left) - 10 )) $PY benchmarks/gpu_kernels.py --parts sweep --out "$OUT/sweep.json" \
         > "$WORK/sweep.log" 2>&1; grep "^\[kernels\] sweep" "$WORK/sweep.log"; keep none none ;;
+    host)
+      say "host: bench_host on CUDA, base size and proxy shape ($(left)s left)"
+      for shape in base proxy; do
+        args="--heads 1 --batch 2 --length 6"
+        [[ $shape == base ]] && args="--heads 8 --width 512 --batch 8 --length 24"
+        timeout $(( $(left) > 90 ? 80 : $(left) - 10 )) $PY benchmarks/bench_host.py --device cuda $args \
+          --presets stock,softmax,rela_g,rela_g_triton,rela_i,reluformer,reluformer_triton --rounds 11 \
+          --json "$WORK/host-$shape.json" > "$WORK/host-$shape.log" 2>&1
+        grep -v "^round" "$WORK/host-$shape.log" | grep "^|\|^host\|Error\|error" | cut -c1-200
+      done
+      keep none none ;;
     fp32-probe)
       say "fp32-probe: the fp32 forward's tiles, IEEE and TF32 dots ($(left)s left)"
       timeout $(( $(left) - 10 )) $PY benchmarks/gpu_kernels.py --parts fp32probe --out "$OUT/fp32probe.json" \
         > "$WORK/fp32probe.log" 2>&1; grep "^\[kernels\] fp32probe" "$WORK/fp32probe.log"; keep none none ;;
-    *) say "unknown step $step (kernels, train-fp16, train-bf16, sweep, fp32-probe)" ;;
+    *) say "unknown step $step (kernels, train-fp16, train-bf16, sweep, host, fp32-probe)" ;;
   esac
 done
 say "done"

@@ -216,9 +216,11 @@ def _configs_by_name() -> Dict[str, dict]:
     return {c["name"]: c for c in launch_configs()}
 
 
+@functools.lru_cache(maxsize=None)
 def pick_config(direction: str, dtype: torch.dtype, wdtype: torch.dtype, gated: bool, n_cols: int) -> dict:
     """The configuration of ``launch_configs()`` that serves these inputs; ValueError (one
-    line) for inputs no configuration serves."""
+    line) for inputs no configuration serves.  Remembered per inputs (a launch-bound step
+    pays the host time of every call)."""
     if dtype not in _DTYPES:
         raise ValueError(f"fused RMSNorm: input dtype {dtype} not served (float32, float16, bfloat16)")
     if wdtype not in _weight_dtypes(dtype):
@@ -250,8 +252,9 @@ def _bwd_programs(n_rows: int, device: torch.device) -> int:
 
 
 def _rows(t: Tensor) -> Tensor:
-    """t as (rows, width) with unit column stride (a copy only when needed)."""
-    t2 = t.reshape(-1, t.shape[-1])
+    """t as (rows, width) with unit column stride (a copy only when needed; the attention's
+    concatenated heads are that already: no op)."""
+    t2 = t if t.dim() == 2 else t.reshape(-1, t.shape[-1])
     return t2 if t2.stride(-1) == 1 else t2.contiguous()
 
 
@@ -286,7 +289,7 @@ def _fwd_impl(
     rstd = torch.empty(z.shape[:-1], dtype=torch.float32, device=z.device)
     n_rows, n_cols = z2.shape
     if n_rows:
-        out2 = out.view(-1, n_cols)
+        out2 = out if out.dim() == 2 else out.view(-1, n_cols)
         weight, gw = _params(weight, gate_weight)
         _launch(config, (n_rows,), z.device, z2, weight, gw, out2, rstd, n_cols, z2.stride(0), out2.stride(0), eps)
     return out, rstd
@@ -306,13 +309,13 @@ def _bwd_impl(
     config = pick_config("bwd", z.dtype, weight.dtype, gated, z.shape[-1])
     z2, o2 = _rows(z), _rows(grad_out.to(z.dtype) if grad_out.dtype != z.dtype else grad_out)
     n_rows, n_cols = z2.shape
-    rstd1 = rstd.reshape(-1)
+    rstd1 = rstd if rstd.dim() == 1 else rstd.reshape(-1)
     grad_z = torch.empty(z.shape, dtype=z.dtype, device=z.device)
     programs = _bwd_programs(n_rows, z.device)
     dw_part = torch.empty((programs, n_cols), dtype=torch.float32, device=z.device)
     dgw_part = torch.empty((programs, n_cols), dtype=torch.float32, device=z.device) if gated else dw_part
     if n_rows:
-        gz2 = grad_z.view(-1, n_cols)
+        gz2 = grad_z if grad_z.dim() == 2 else grad_z.view(-1, n_cols)
         weight, gw = _params(weight, gate_weight)
         args = (o2, z2, weight, gw, rstd1, gz2, dw_part, dgw_part, n_rows, n_cols, o2.stride(0), z2.stride(0))
         _launch(config, (programs,), z.device, *args, gz2.stride(0), half_floor)

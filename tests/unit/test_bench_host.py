@@ -1,0 +1,76 @@
+"""benchmarks/bench_host.py: the host time of a training step per preset against stock
+fairseq (docs/performance.md, "Host time of a training step").  Checked here: it runs, the
+kernels' launches are stubbed only while it times, a triton row really ran the kernels'
+ops, the JSON carries its provenance, and bad arguments get one line.  No timing is
+asserted (a timing is never a test)."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import bench_host  # noqa: E402
+
+from fairseq_sparse_attn.provenance import check_provenance  # noqa: E402
+
+pytest.importorskip("triton", reason="triton is not installed (make install installs the version torch pins)")
+
+QUICK = ["--rounds", "1", "--warmup", "1", "--min-time", "0"]
+
+
+def test_it_times_stock_and_a_triton_preset_and_writes_its_json(tmp_path, capsys):
+    from fairseq_sparse_attn.kernels import output_norm, relu_attention
+
+    launchers = (relu_attention._launch, output_norm._launch)
+    out = tmp_path / "host.json"
+    result = bench_host.main(["--presets", "rela_g_triton", *QUICK, "--json", str(out)])
+    assert (relu_attention._launch, output_norm._launch) == launchers  # the stubs are gone
+    rows = result["presets"]
+    assert list(rows) == ["stock", "rela_g_triton"]  # the baseline comes first, always
+    assert rows["stock"]["kernel_ops_per_step"] == 0
+    # 18 attention calls: forward, one-pass backward (fp16), norm forward and backward
+    assert rows["rela_g_triton"]["kernel_ops_per_step"] == 4 * 18
+    assert rows["stock"]["speed_vs_stock"]["median"] == 1.0
+    assert result["kernel_launches"] == "stubbed" and result["dtype"] == "float16" and result["clock"] == "cpu"
+    data = json.loads(out.read_text())
+    check_provenance(data)
+    assert data["presets"]["rela_g_triton"]["ops_per_step"] == rows["rela_g_triton"]["ops_per_step"]
+    table = capsys.readouterr().out
+    assert "| rela_g_triton |" in table and "speed vs stock" in table
+
+
+def test_the_launches_are_stubbed_inside_only():
+    from fairseq_sparse_attn.kernels import relu_attention
+
+    real = relu_attention._launch
+    with bench_host.stubbed_launches():
+        assert relu_attention._launch is not real
+        assert relu_attention._launch("relu_attention_fwd", None, 32, (1,), ()) is None
+    assert relu_attention._launch is real
+
+
+def test_a_triton_row_that_ran_no_kernel_is_refused(monkeypatch):
+    """A preset named *_triton whose modules did not reach the kernels (here: its backend
+    left to auto, which does not take triton on a CPU) would time the eager path under
+    the kernels' name: refused with one line."""
+    monkeypatch.setitem(bench_host.PRESETS, "rela_g_triton", ("rela_transformer_wmt_en_de", {}))
+    with pytest.raises(SystemExit, match="rela_g_triton dispatched no kernel op"):
+        bench_host.main(["--presets", "rela_g_triton", *QUICK])
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--presets", "stock,nope"], "--presets: unknown nope"),
+        (["--heads", "2", "--width", "96"], "the head dim must be 32, 64, 128 or 256"),
+    ],
+)
+def test_bad_arguments_get_one_line(args, message, capsys):
+    with pytest.raises(SystemExit) as stop:
+        bench_host.main(args)
+    assert stop.value.code == 2
+    assert message in capsys.readouterr().err
