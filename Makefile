@@ -6,7 +6,7 @@ DEMO_DIR ?= demo_out
 DEMO_RECIPE ?= auto
 export MULTI30K_DIR
 
-.PHONY: install test test-fast test-fairseq lint format demo demo-sweep bench bench-gpu wheelhouse clean check-readme check-kernels publish-demo
+.PHONY: install test test-fast test-fairseq lint format demo demo-sweep bench bench-host bench-gpu wheelhouse clean check-readme check-kernels publish-demo
 
 OFFLINE ?=
 install:            ## torch (kept if present), fairseq, deps, the plugin with extras; OFFLINE=wheelhouse/: from wheels, no network
@@ -56,10 +56,13 @@ BENCH_ARGS ?=
 bench:              ## speed ratios against softmax, the recipe for claims (CPU ~20 min on 2 cores; JSON + table); BENCH_ARGS="--quick" for a smoke run
 	$(PYTHON) benchmarks/bench_attention.py --claims --json bench_attention.json $(BENCH_ARGS)
 
+bench-host:         ## host time of a training step per preset vs stock fairseq: what a launch-bound GPU step pays (CPU, kernel launches stubbed; ~3 min)
+	$(PYTHON) benchmarks/bench_host.py --json bench_host.json $(BENCH_HOST_ARGS)
+
 BENCH_GPU_DIR ?= bench_gpu_out
 BENCH_GPU_ARGS ?=
 bench-gpu:          ## GPU only: attention, long sequences, fairseq-train updates/s of every preset vs softmax (fp16, bf16); JSON + table in $(BENCH_GPU_DIR)
 	$(PYTHON) benchmarks/bench_gpu.py --out $(BENCH_GPU_DIR) $(BENCH_GPU_ARGS)
 
 clean:
-	rm -rf $(DEMO_DIR) test-fairseq-out bench_attention.json $(BENCH_GPU_DIR) .pytest_cache
+	rm -rf $(DEMO_DIR) test-fairseq-out bench_attention.json bench_host.json $(BENCH_GPU_DIR) .pytest_cache
