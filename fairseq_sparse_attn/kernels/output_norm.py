@@ -258,6 +258,12 @@ def _rows(t: Tensor) -> Tensor:
     return t2 if t2.stride(-1) == 1 else t2.contiguous()
 
 
+def _empty_as(z: Tensor) -> Tensor:
+    """A new contiguous tensor of z's shape and dtype (``empty_like`` when z is contiguous:
+    about half the host time of ``torch.empty(shape, dtype=, device=)``)."""
+    return torch.empty_like(z) if z.is_contiguous() else torch.empty(z.shape, dtype=z.dtype, device=z.device)
+
+
 def _check(z: Tensor, weight: Tensor, gate_weight: Optional[Tensor]) -> None:
     width = z.shape[-1]
     for name, p in (("weight", weight), ("gate_weight", gate_weight)):
@@ -285,7 +291,7 @@ def _fwd_impl(
     gated = gate_weight is not None
     config = pick_config("fwd", z.dtype, weight.dtype, gated, z.shape[-1])
     z2 = _rows(z)
-    out = torch.empty(z.shape, dtype=z.dtype, device=z.device)
+    out = _empty_as(z)
     rstd = torch.empty(z.shape[:-1], dtype=torch.float32, device=z.device)
     n_rows, n_cols = z2.shape
     if n_rows:
@@ -310,7 +316,7 @@ def _bwd_impl(
     z2, o2 = _rows(z), _rows(grad_out.to(z.dtype) if grad_out.dtype != z.dtype else grad_out)
     n_rows, n_cols = z2.shape
     rstd1 = rstd if rstd.dim() == 1 else rstd.reshape(-1)
-    grad_z = torch.empty(z.shape, dtype=z.dtype, device=z.device)
+    grad_z = _empty_as(z)
     programs = _bwd_programs(n_rows, z.device)
     dw_part = torch.empty((programs, n_cols), dtype=torch.float32, device=z.device)
     dgw_part = torch.empty((programs, n_cols), dtype=torch.float32, device=z.device) if gated else dw_part
