@@ -60,12 +60,26 @@ class LinearLayerNorm(nn.Linear):
 _CALLS: Dict[int, dict] = {}
 
 
+def deliver_ffn_calls_when_wanted(layer) -> None:
+    """Called at the start of each forward of a plugin layer: the first time the layer
+    runs inside a ``collect("ffn")`` scope, :func:`deliver_ffn_calls` hooks it; until then
+    it has no hooks.  (A module with a hook takes ``nn.Module``'s slow call path: three
+    hooked calls per layer, 36 per base-size step, cost a training step about 1.5% of its
+    host time, which a launch-bound GPU step pays: docs/performance.md, "Host time of a
+    training step".)"""
+    if "ffn" in wanted() and not layer.__dict__.get("_ffn_calls_delivered", False):
+        deliver_ffn_calls(layer)
+
+
 def deliver_ffn_calls(layer) -> None:
     """Make ``layer`` (a plugin encoder or decoder layer, built with an
     :class:`FFNActivation`) hand each FFN call to the open ``collect("ffn")`` scopes as
     ``(layer, FFNIntermediates)``.  Three hooks that do nothing outside such a scope: the
     residual stream at the block input (``final_layer_norm``'s input with pre-norm, else
-    ``fc1``'s), the activation rows, and ``fc2``'s output, where the record is delivered."""
+    ``fc1``'s), the activation rows, and ``fc2``'s output, where the record is delivered.
+    Installed once per layer (a deep copy of a hooked layer is hooked: the flag and the
+    hooks are copied with it)."""
+    layer._ffn_calls_delivered = True
     source = layer.final_layer_norm if layer.normalize_before else layer.fc1
     # (partials of module functions: a deepcopy of the layer hooks the copy)
     source.register_forward_pre_hook(functools.partial(_keep_residual, layer))

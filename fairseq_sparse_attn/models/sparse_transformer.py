@@ -32,7 +32,7 @@ from ..options.cli import add_plugin_args
 from ..options.resolve import ModelConfig, resolve_model
 from ..validation import validate_model_args
 from .checkpointing import checkpoint_layer
-from .ffn import FFNActivation, LinearLayerNorm, deliver_ffn_calls
+from .ffn import FFNActivation, LinearLayerNorm, deliver_ffn_calls_when_wanted
 
 #: the configuration of the model that ``SparseTransformerModel.build_model`` is building
 _BUILDING: ContextVar[Optional[ModelConfig]] = ContextVar("fsa_model_config", default=None)
@@ -99,7 +99,12 @@ class _FFNVariant:
         self._ffn_type = model_config.ffn_type
         super().__init__(cfg, *args, **kwargs)
         self.activation_fn = FFNActivation(self._ffn_type, cfg.activation_fn)
-        deliver_ffn_calls(self)  # its FFN calls to collect("ffn") scopes (analysis)
+
+    def forward(self, *args, **kwargs):
+        """fairseq's layer forward; inside a ``collect("ffn")`` scope the layer's FFN calls
+        are delivered to it (analysis: :func:`~.ffn.deliver_ffn_calls_when_wanted`)."""
+        deliver_ffn_calls_when_wanted(self)
+        return super().forward(*args, **kwargs)
 
     def build_fc2(self, input_dim, output_dim, q_noise, qn_block_size):
         if self._ffn_type == "softmax_layernorm":
@@ -124,6 +129,7 @@ class SparseTransformerEncoderLayer(_NeverFastPath, _FFNVariant, TransformerEnco
         """fairseq's encoder layer forward (TransformerEncoderLayerBase), with the batch's
         ``attn_inputs`` (fixed-pattern weights, word ids, syntax annotations) passed to
         the self-attention as an argument."""
+        deliver_ffn_calls_when_wanted(self)
         if attn_mask is not None:
             attn_mask = attn_mask.masked_fill(attn_mask.to(torch.bool), -1e8 if x.dtype == torch.float32 else -1e4)
         residual = x

@@ -164,6 +164,38 @@ def test_reluformer_presets():
     assert (b.attn_activation, b.encoder_attention_heads, b.encoder_ffn_embed_dim) == ("relu_scaled", 8, 2048)
 
 
+def test_layers_have_no_hooks_until_a_scope_asks_for_ffn_calls():
+    """Training never opens a collect("ffn") scope, so its layers stay hook-free (a hooked
+    module takes nn.Module's slow call path: host time of every step); the first forward
+    inside such a scope hooks each layer once, and a deep copy of a hooked model delivers
+    too."""
+    import copy
+
+    from fairseq_sparse_attn.attention.intermediates import collect
+
+    model, d = build_model(ffn_type="softmax_layernorm")
+    src, lengths, prev = random_batch(d)
+
+    def hooked():
+        return [n for n, m in model.named_modules() if m._forward_hooks or m._forward_pre_hooks]
+
+    model.train()
+    model(src, lengths, prev)[0].sum().backward()
+    with collect("row_sums"):
+        model(src, lengths, prev)
+    assert hooked() == []
+    model.eval()
+    for _ in range(2):
+        with torch.no_grad(), collect("ffn") as records:
+            model(src, lengths, prev)
+        assert len(records) == 4 and len(hooked()) == 3 * 4  # three hooks per layer, installed once
+    twin = copy.deepcopy(model)
+    with torch.no_grad(), collect("ffn") as records:
+        twin(src, lengths, prev)
+    twin_layers = {id(m) for m in twin.modules()}
+    assert len(records) == 4 and all(id(layer) in twin_layers for layer, _ in records)
+
+
 def test_ffn_analysis_hooks_against_direct_computation():
     """collect("ffn"): one record per FFN call of each layer, against the block computed
     directly; outside a scope that asks for "ffn" nothing is recorded."""
