@@ -8,7 +8,9 @@ schema, a Python implementation for CPU (the interpreter) and CUDA tensors, and 
 implementation (``torch.compile``, meta tensors).  A differentiable op (:func:`differentiable`)
 gets a Python autograd kernel that runs a :class:`torch.autograd.Function`, whose
 ``forward`` calls the op below autograd (:func:`below_autograd`) and whose ``backward``
-calls the backward ops.
+calls the backward ops.  The package's Python entries (``relu_attention``,
+``fused_rms_normalize``) run that ``Function`` directly when not compiling
+(:func:`call_differentiable`): the same ops dispatched, one round trip fewer.
 
 Why not ``torch.library.custom_op``: a launch-bound GPU training step pays for the Python
 run around every kernel launch, and ``custom_op``'s wrappers (default filling, alias
@@ -45,6 +47,16 @@ def differentiable(op: torch._ops.OpOverload, function: Type[torch.autograd.Func
     ``function.apply`` with the op's arguments (``function.forward`` must call the op
     :func:`below_autograd`)."""
     LIBRARY.impl(op._schema.name.split("::")[1], function.apply, "Autograd")
+
+
+def call_differentiable(op: torch._ops.OpOverload, function: Type[torch.autograd.Function], *args):
+    """``op(*args)`` for a :func:`differentiable` op: eagerly ``function.apply(*args)``
+    itself, which is what the op's autograd kernel runs, without the dispatcher's round
+    trip into Python (host time at every call); while ``torch.compile`` traces, the op
+    (one node in the graph, its fake implementation for shapes)."""
+    if torch.compiler.is_compiling():
+        return op(*args)
+    return function.apply(*args)
 
 
 def below_autograd(op: torch._ops.OpOverload, *args):

@@ -388,7 +388,9 @@ def fused_rms_normalize(
     gradient bound, the caller's (``attention/output_norms.py`` passes its
     ``HALF_BACKWARD_RMS_FLOOR`` as it is at the call; the kernels import nothing of
     ``attention/``)."""
-    return rms_norm_fwd(z, weight, gate_weight, float(eps), float(half_backward_rms_floor))[0]
+    return ops.call_differentiable(
+        rms_norm_fwd, _RmsNorm, z, weight, gate_weight, float(eps), float(half_backward_rms_floor)
+    )[0]
 
 
 def fused_rmsnorm(z: Tensor, weight: Tensor, eps: float, half_backward_rms_floor: float) -> Tensor:

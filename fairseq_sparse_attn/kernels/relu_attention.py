@@ -800,4 +800,6 @@ def relu_attention(
     if gamma is not None and not gamma > 0:
         raise ValueError(f"relu_attention: gamma must be > 0, got {gamma}")
     row_coef = math.sqrt(2.0) / gamma if gamma is not None else 1.0
-    return relu_attention_fwd(q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef)[0]
+    return ops.call_differentiable(
+        relu_attention_fwd, _ReluAttention, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef
+    )[0]
