@@ -240,10 +240,10 @@ class CallPlan(NamedTuple):
         bias, mask = masks.visibility_mask(attn_mask, key_padding_mask, bsz, tgt_len, src_len)
         if direct:
             assert q is not None and k is not None and self.kernel is not None  # a plain pipeline
-            heads_out: Optional[Tensor] = None
+            normed: Optional[Tensor] = None
             if bias is None:
                 # the kernels scale the scores themselves (no op for q * scaling)
-                heads_out = self.kernel(
+                normed = self.kernel(
                     q.view(bsz, heads, tgt_len, d),
                     k.view(kv_bsz, heads, src_len, d),
                     v.view(kv_bsz, heads, src_len, d),
@@ -251,10 +251,8 @@ class CallPlan(NamedTuple):
                     bsz // kv_bsz,
                     self.scaling,
                 )
-            if heads_out is not None:
-                # (bsz, H, tgt, d) laid out as (tgt, bsz, H, d) by the kernel: a view
-                attn = heads_out.permute(2, 0, 1, 3).reshape(tgt_len * bsz, self.embed_dim)
-                out, _ = self.end(attn, tgt_len, bsz, None, False, False)
+            if normed is not None:  # the concatenated heads after the output norm
+                out, _ = self.project_out(normed, tgt_len, bsz, None, False, False)
                 return out, None, None
             # a call the kernels do not serve: attend() with the scaled q (it says why)
             q = q * self.scaling
@@ -324,7 +322,18 @@ class CallPlan(NamedTuple):
         weights (bsz, heads, tgt, src) returned as fairseq returns them: per head (heads,
         bsz, tgt, src) when ``need_head_weights``, averaged over the heads when
         ``need_weights``, else None."""
-        normed = self.output_norm(attn)
+        return self.project_out(self.output_norm(attn), tgt_len, bsz, weights, need_weights, need_head_weights)
+
+    def project_out(
+        self,
+        normed: Tensor,
+        tgt_len: int,
+        bsz: int,
+        weights: Optional[Tensor],
+        need_weights: bool,
+        need_head_weights: bool,
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        """:meth:`end` after the output norm: ``out_proj(normed)`` and the weights."""
         if _plain_linear(self.out_proj):
             params = self.out_proj._parameters
             out = F.linear(normed, params["weight"], params["bias"]).view(tgt_len, bsz, -1)  # type: ignore[arg-type]
@@ -587,7 +596,7 @@ def build_plan(config: AttentionConfig, module) -> CallPlan:
     if backend.name == "triton" and plain_pipeline_reason(m) is None:
         from .backends.triton import direct_call
 
-        kernel = direct_call(act)
+        kernel = direct_call(act, m.output_norm)
     return CallPlan(
         config=config,
         spec=spec,

@@ -247,6 +247,16 @@ class _FusableRMSNorm(nn.Module):
             return fused(z, self.eps, w, gate_weight, HALF_BACKWARD_RMS_FLOOR)  # the floor as it is now
         return rms_normalize(z, self.eps, w, gate_weight)
 
+    def fused_arguments(self, dtype: torch.dtype) -> Optional[tuple]:
+        """``(weight, gate_weight or None, eps, half floor)``: what the fused kernel of
+        this norm takes for inputs of ``dtype``, when it runs as that kernel for them (as
+        :meth:`_normalize` decides), else None.  For a caller that runs the kernel itself
+        (``kernels/normed_attention.py``)."""
+        w = self.weight
+        if self._fused is None or dtype not in _FUSED_DTYPES or not (w.dtype == torch.float32 or w.dtype == dtype):
+            return None
+        return w, getattr(self, "gate_weight", None), self.eps, HALF_BACKWARD_RMS_FLOOR
+
 
 @register_output_norm("none")
 class NoOutputNorm(nn.Identity):

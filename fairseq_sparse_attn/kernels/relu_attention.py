@@ -764,18 +764,33 @@ class _ReluAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _drs):
         q, k, v, key_padding = ctx.saved_tensors
-        row_scale = ctx.row_scale
-        need_q, need_k, need_v = ctx.needs_input_grad[:3]
-        dq = dk = dv = None
-        one_pass = q.dtype in ONE_PASS_DTYPES and not torch.are_deterministic_algorithms_enabled()
-        if one_pass and need_q and (need_k or need_v):
-            dq, dk, dv = relu_attention_bwd(dout, q, k, v, key_padding, row_scale, *ctx.args)
-            return dq, dk, dv, None, None, None, None, None, None
-        if need_k or need_v:
-            dk, dv = relu_attention_bwd_dkdv(dout, q, k, v, key_padding, row_scale, *ctx.args)
-        if need_q:
-            dq = relu_attention_bwd_dq(dout, q, k, v, key_padding, row_scale, *ctx.args)
+        dq, dk, dv = gradients(dout, q, k, v, key_padding, ctx.row_scale, ctx.args, ctx.needs_input_grad[:3])
         return dq, dk, dv, None, None, None, None, None, None
+
+
+def gradients(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding: Optional[Tensor],
+    row_scale: Tensor,
+    args: tuple,
+    needed: Tuple[bool, bool, bool],
+) -> Tuple[Optional[Tensor], Optional[Tensor], Optional[Tensor]]:
+    """(dq, dk, dv) of the forward (None where not ``needed``), from the backward ops: one
+    pass (fp16/bf16, :data:`ONE_PASS_DTYPES`) or the two passes (fp32, deterministic mode).
+    ``args``: the forward's (causal, kv_groups, scale, row_scaled)."""
+    need_q, need_k, need_v = needed
+    dq = dk = dv = None
+    one_pass = q.dtype in ONE_PASS_DTYPES and not torch.are_deterministic_algorithms_enabled()
+    if one_pass and need_q and (need_k or need_v):
+        return relu_attention_bwd(dout, q, k, v, key_padding, row_scale, *args)
+    if need_k or need_v:
+        dk, dv = relu_attention_bwd_dkdv(dout, q, k, v, key_padding, row_scale, *args)
+    if need_q:
+        dq = relu_attention_bwd_dq(dout, q, k, v, key_padding, row_scale, *args)
+    return dq, dk, dv
 
 
 ops.differentiable(relu_attention_fwd, _ReluAttention)
@@ -796,10 +811,16 @@ def relu_attention(
 
     q (B, H, T, d), k and v (B_kv, H, S, d) with B = B_kv * kv_groups, key_padding
     (B_kv, S) bool (True = padding) or None; returns (B, H, T, d) in q's dtype."""
-    row_scaled = gamma is not None
-    if gamma is not None and not gamma > 0:
-        raise ValueError(f"relu_attention: gamma must be > 0, got {gamma}")
-    row_coef = math.sqrt(2.0) / gamma if gamma is not None else 1.0
+    row_scaled, row_coef = row_arguments(gamma)
     return ops.call_differentiable(
         relu_attention_fwd, _ReluAttention, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef
     )[0]
+
+
+def row_arguments(gamma: Optional[float]) -> Tuple[bool, float]:
+    """(row_scaled, row_coef) of the kernels for ReLUFormer's gamma (None: ReLA's relu)."""
+    if gamma is None:
+        return False, 1.0
+    if not gamma > 0:
+        raise ValueError(f"relu_attention: gamma must be > 0, got {gamma}")
+    return True, math.sqrt(2.0) / gamma

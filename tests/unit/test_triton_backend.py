@@ -364,3 +364,45 @@ def test_a_call_the_kernels_do_not_serve_goes_to_attend_which_says_why(case, rea
         mask[:, 0] = 0.0
     with pytest.raises(UsageError, match=reason):
         module(x, x, x, attn_mask=mask, need_weights=False)
+
+
+@pytest.mark.parametrize("norm", ["rmsnorm_i", "gated_rmsnorm"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_the_direct_call_runs_attention_and_norm_in_one_function_bit_for_bit(norm, dtype, monkeypatch):
+    """A fused RMS output norm runs inside the kernels' autograd Function
+    (kernels/normed_attention.py): one graph node for attention + norm, the same ops, and
+    outputs and every gradient equal bit for bit to the two Functions one after the other
+    (the path a forward hook on the norm gets: the hook still sees the call)."""
+    from fairseq_sparse_attn.kernels import normed_attention
+
+    _, fused = pair("relu", norm, self_attention=True)
+    fused.to(dtype)
+    with torch.no_grad():
+        fused.output_norm.weight.uniform_(-1.5, 1.5)
+    x = torch.randn(7, 3, E, dtype=dtype)
+    kw = dict(key_padding_mask=padding(3, 7, [7, 4, 6]), need_weights=False)
+    merged = []
+    real = normed_attention._NormedReluAttention.forward
+    monkeypatch.setattr(
+        normed_attention._NormedReluAttention, "forward", staticmethod(lambda *a: merged.append(1) or real(*a))
+    )
+
+    def run():
+        fused.zero_grad()
+        xi = x.clone().requires_grad_()
+        with OpLog() as log:
+            out, _ = fused(xi, xi, xi, **kw)
+            out.backward(torch.ones_like(out) * 0.1 + out.detach())
+        return out.detach(), {**grads(fused), "x": xi.grad}, [op for op in log.ops if op.startswith("fsa.")]
+
+    one, one_grads, one_ops = run()
+    assert merged == [1]
+    seen = []
+    fused.output_norm.register_forward_hook(lambda module, inputs, output: seen.append(output.shape))
+    two, two_grads, two_ops = run()
+    assert merged == [1] and seen == [(7 * 3, E)]  # the hooked norm: its own module call
+    assert one_ops == two_ops and len(one_ops) == (4 if dtype == torch.float16 else 5)
+    assert torch.equal(one, two)
+    assert one_grads.keys() == two_grads.keys() and len(one_grads) >= 5
+    for name in one_grads:
+        assert torch.equal(one_grads[name], two_grads[name]), name

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Callable, Dict, FrozenSet, Optional, Tuple
 
 import torch
+from torch.nn.modules import module as _module
 
 from ...errors import UsageError
 from ...kernels.served import unserved
@@ -174,17 +175,19 @@ def triton_attention(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: C
     return out, Intermediates(backend="triton")
 
 
-def direct_call(activation) -> Optional[Callable[..., Optional[torch.Tensor]]]:
+def direct_call(activation, output_norm) -> Optional[Callable[..., Optional[torch.Tensor]]]:
     """The call plan's direct kernel call for a module whose backend is ``triton`` and
     whose pipeline is plain (``call_plan.plain_pipeline_reason``): ``call(q, k, v, hidden,
     kv_groups, scale)`` on q (bsz, H, tgt, d) *unscaled* and k, v (kv_bsz, H, src, d)
-    returns the heads' output, or None for a call the kernels do not serve (a dtype, head
-    dim or mask they do not take: the plan hands it to :func:`~..core.attend`, which says
-    why); the whole function is None for an activation they do not serve.  The same
-    kernels as :func:`triton_attention` without describing the call and choosing the
-    backend at each call (which cost a launch-bound step host time: docs/performance.md,
-    "Host time of a training step"), and with the scale applied to the scores inside the
-    kernel instead of a multiply of q."""
+    returns the concatenated heads after the module's ``output_norm``, (tgt * bsz, H * d),
+    or None for a call the kernels do not serve (a dtype, head dim or mask they do not
+    take: the plan hands it to :func:`~..core.attend`, which says why); the whole function
+    is None for an activation they do not serve.  The same kernels as
+    :func:`triton_attention` without describing the call and choosing the backend at each
+    call, the scale applied to the scores inside the kernel instead of a multiply of q,
+    and a fused RMS norm run in the same ``autograd.Function``
+    (:mod:`...kernels.normed_attention`): what these cost a launch-bound step on the host
+    (docs/performance.md, "Host time of a training step")."""
     if not TRITON_TRAITS <= getattr(activation, "traits", frozenset()):
         return None
     try:
@@ -192,7 +195,10 @@ def direct_call(activation) -> Optional[Callable[..., Optional[torch.Tensor]]]:
     except ValueError:
         return None
     gamma = math.sqrt(2.0) / coef if scaled else None
+    from ...kernels.normed_attention import normed_relu_attention
     from ...kernels.relu_attention import relu_attention
+
+    fused_arguments = getattr(output_norm, "fused_arguments", None)
 
     def call(q, k, v, hidden, kv_groups: int, scale: float) -> Optional[torch.Tensor]:
         if unserved(v.device.type, v.dtype, v.size(-1)) is not None:
@@ -200,9 +206,27 @@ def direct_call(activation) -> Optional[Callable[..., Optional[torch.Tensor]]]:
         structure = masks.padding_and_causal(hidden, kv_groups, k.size(0))
         if structure is None:
             return None
-        return relu_attention(q, k, v, structure[0], structure[1], kv_groups, scale, gamma)
+        pad, causal = structure
+        fused = fused_arguments(v.dtype) if fused_arguments is not None else None
+        if fused is not None and _without_hooks(output_norm) and not torch.compiler.is_compiling():
+            return normed_relu_attention(q, k, v, pad, causal, kv_groups, scale, gamma, *fused)
+        bsz, heads, tgt, d = q.shape
+        out = relu_attention(q, k, v, pad, causal, kv_groups, scale, gamma)
+        # (bsz, H, tgt, d) laid out as (tgt, bsz, H, d) by the kernel: a view
+        return output_norm(out.permute(2, 0, 1, 3).reshape(tgt * bsz, heads * d))
 
     return call
+
+
+def _without_hooks(module) -> bool:
+    """No forward hook would see the module's call (it is skipped when run inside the
+    kernels' Function)."""
+    return not (
+        module._forward_hooks
+        or module._forward_pre_hooks
+        or _module._global_forward_hooks
+        or _module._global_forward_pre_hooks
+    )
 
 
 register_backend(
