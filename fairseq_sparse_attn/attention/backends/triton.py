@@ -11,6 +11,11 @@ they go to the other backends with the reason: returned weights (analysis, ``nee
 attention dropout in training, additive biases, bias providers, fixed-pattern heads, masked
 heads / RHE, ReLUFormer row sums (its regularized loss).
 
+Calls of a module with a plain pipeline do not come through :func:`triton_attention`: the
+call plan hands them to :func:`direct_call` (no per-call description or backend choice, the
+scale inside the kernel, a fused RMS output norm in the kernels' own autograd Function);
+what that declines comes here through :func:`~..core.attend`, which says why.
+
 Devices: CUDA runs the compiled kernels.  On CPU the same kernels run through Triton's
 interpreter (slow: for tests), only when the backend is named (``--attn-backend triton``).
 
