@@ -1,5 +1,5 @@
-"""Fused GPU kernels written in Triton, each registered as a torch custom op
-(``torch.library``, namespace ``fsa``) so that autograd, ``torch.compile`` and a
+"""Fused GPU kernels written in Triton, each registered as a torch op
+(``torch.library``, namespace ``fsa``: :mod:`.ops`) so that autograd, ``torch.compile`` and a
 dispatch-level op counter see one op per kernel.
 
 Every module here that launches kernels exposes ``launch_configs() -> list[dict]``: one

@@ -16,8 +16,9 @@ Why not ``torch.library.custom_op``: a launch-bound GPU training step pays for t
 run around every kernel launch, and ``custom_op``'s wrappers (default filling, alias
 checks, its dynamo guard, a second Python ``autograd.Function`` layer) cost about as much
 as the operator's own body.  Measured on a CPU with the launches stubbed (docs/performance.md,
-"Host time of a training step"); ``torch.library.opcheck`` holds both forms to the same
-contract (tests/unit/test_triton_relu_attention.py, test_triton_output_norm.py).
+"Host time of a training step"); ``torch.library.opcheck`` holds these ops to the contract
+the ``custom_op`` ones met (tests/unit/test_triton_relu_attention.py,
+test_triton_output_norm.py).
 """
 
 from typing import Callable, Type

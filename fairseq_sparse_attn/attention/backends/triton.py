@@ -1,6 +1,7 @@
 """``triton``: relu / relu_scaled through the fused Triton kernels
 (:mod:`fairseq_sparse_attn.kernels.relu_attention`): forward and backward without the
-(tgt × src) weights, three kernels per call (one custom op each).
+(tgt × src) weights: a forward kernel and one (fp16/bf16) or two backward kernels per call,
+one torch op each.
 
 Serves activations that are rectified, have exact zeros and ReLU's backward
 (``supports_chunking``: ``relu``, ``relu_scaled``), with a row factor of the kernel's form
