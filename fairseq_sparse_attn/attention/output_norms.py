@@ -241,16 +241,16 @@ class _FusableRMSNorm(nn.Module):
         return self._fused is not None
 
     def _normalize(self, z, gate_weight=None):
-        fused = self._fused
-        w = self.weight
-        if fused is not None and z.dtype in _FUSED_DTYPES and (w.dtype == torch.float32 or w.dtype == z.dtype):
-            return fused(z, self.eps, w, gate_weight, HALF_BACKWARD_RMS_FLOOR)  # the floor as it is now
-        return rms_normalize(z, self.eps, w, gate_weight)
+        fused = self.fused_arguments(z.dtype)
+        if fused is not None:
+            w, _, eps, floor = fused  # the floor as it is now
+            return self._fused(z, eps, w, gate_weight, floor)  # type: ignore[misc]  # fused: set
+        return rms_normalize(z, self.eps, self.weight, gate_weight)
 
     def fused_arguments(self, dtype: torch.dtype) -> Optional[tuple]:
         """``(weight, gate_weight or None, eps, half floor)``: what the fused kernel of
-        this norm takes for inputs of ``dtype``, when it runs as that kernel for them (as
-        :meth:`_normalize` decides), else None.  For a caller that runs the kernel itself
+        this norm takes for inputs of ``dtype``, when it runs as that kernel for them, else
+        None (the eager path).  Also for a caller that runs the kernel itself
         (``kernels/normed_attention.py``)."""
         w = self.weight
         if self._fused is None or dtype not in _FUSED_DTYPES or not (w.dtype == torch.float32 or w.dtype == dtype):

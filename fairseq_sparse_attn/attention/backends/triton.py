@@ -91,6 +91,13 @@ def row_coef(activation) -> Tuple[bool, float]:
     return known
 
 
+def kernel_gamma(activation) -> Optional[float]:
+    """The kernels' ``gamma`` for ``activation``: None (ReLA's relu, factor 1) or
+    ReLUFormer's gamma; ValueError when its row factor is not of the kernels' form."""
+    scaled, coef = row_coef(activation)
+    return math.sqrt(2.0) / coef if scaled else None
+
+
 # --------------------------------------------------------------------------- auto
 def device_family(name: str) -> str:
     """The family of a CUDA device name: "NVIDIA H100 80GB HBM3" -> "H100"."""
@@ -166,7 +173,7 @@ def triton_attention(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: C
     try:
         if structure is None:
             raise ValueError("a mask other than key padding and causal")
-        scaled, coef = row_coef(spec.activation)
+        gamma = kernel_gamma(spec.activation)
     except ValueError as e:
         if spec.backend == "auto":  # (not taken by auto today: no measurement)
             from .materialized import materialized
@@ -176,7 +183,6 @@ def triton_attention(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: C
             f"attention backend 'triton' (--attn-backend) cannot serve this configuration: {e}; use --attn-backend auto"
         ) from None
     key_padding, causal = structure
-    gamma = math.sqrt(2.0) / coef if scaled else None
     out = relu_attention(q, k, v, key_padding, causal, inputs.kv_groups, 1.0, gamma)
     return out, Intermediates(backend="triton")
 
@@ -197,10 +203,9 @@ def direct_call(activation, output_norm) -> Optional[Callable[..., Optional[torc
     if not TRITON_TRAITS <= getattr(activation, "traits", frozenset()):
         return None
     try:
-        scaled, coef = row_coef(activation)
+        gamma = kernel_gamma(activation)
     except ValueError:
         return None
-    gamma = math.sqrt(2.0) / coef if scaled else None
     from ...kernels.normed_attention import normed_relu_attention
     from ...kernels.relu_attention import relu_attention
 
