@@ -244,11 +244,27 @@ def two_pass_backward():
         deterministic.fill_uninitialized_memory = before[1]
 
 
-def time_case(device, dtype_name, length, tokens, heads, d, causal, two_pass=False):
+@contextlib.contextmanager
+def one_pass_backward():
+    """The kernels' one-pass backward (fp16/bf16) for the block at every key length
+    (``relu_attention.TWO_PASS_FROM_KEYS`` lifted)."""
+    from fairseq_sparse_attn.kernels import relu_attention as ra
+
+    before = ra.TWO_PASS_FROM_KEYS
+    ra.TWO_PASS_FROM_KEYS = 1 << 62
+    try:
+        yield
+    finally:
+        ra.TWO_PASS_FROM_KEYS = before
+
+
+def time_case(device, dtype_name, length, tokens, heads, d, causal, two_pass=False, one_pass=False):
     """Forward+backward and forward-only medians of ReLU attention (Triton) and SDPA flash
     on one shape; flash and Triton alternate twice (each one's spread next to the ratio).
-    The Triton backward is the default one (one pass in fp16/bf16), or with ``two_pass``
-    the two passes; without ``two_pass``, ``relu_triton_two_pass_ms`` is the two passes' time."""
+    The Triton backward is the shipped choice (one pass in fp16/bf16 below
+    ``TWO_PASS_FROM_KEYS`` keys), or the two passes with ``two_pass``, or the one pass with
+    ``one_pass``; with neither, ``relu_triton_one_pass_ms`` and ``relu_triton_two_pass_ms``
+    are each form's time (fp16/bf16)."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench
@@ -279,15 +295,19 @@ def time_case(device, dtype_name, length, tokens, heads, d, causal, two_pass=Fal
         return do_bench(step, warmup=25, rep=100, grad_to_none=[q, k, v], return_mode="median")
 
     r = {"dtype": dtype_name, "length": length, "batch": B, "heads": heads, "head_dim": d, "causal": causal}
+    form = two_pass_backward() if two_pass else one_pass_backward() if one_pass else contextlib.nullcontext()
     try:
         r["flash_ms"], r["relu_triton_ms"] = [], []
         for _ in range(2):
             r["flash_ms"].append(bench(flash))
-            with two_pass_backward() if two_pass else contextlib.nullcontext():
+            with form:
                 r["relu_triton_ms"].append(bench(relu))
-        if not two_pass:  # otherwise relu_triton_ms is already the two passes' time
+        if not (two_pass or one_pass):  # each backward form's own time
             with two_pass_backward():
                 r["relu_triton_two_pass_ms"] = bench(relu)
+            if dtype_name != "fp32":
+                with one_pass_backward():
+                    r["relu_triton_one_pass_ms"] = bench(relu)
         r["flash_fwd_ms"] = bench(flash, backward=False)
         r["relu_triton_fwd_ms"] = bench(relu, backward=False)
         r["speedup_vs_flash"] = statistics_ratio(r["flash_ms"], r["relu_triton_ms"])
@@ -346,7 +366,17 @@ def sweep(device, dtype_name="fp16", d=64, length=1024, tokens=16384, heads=8, r
                         check = check_attention(device, d, dtype_name, "causal_self_scaled", seed=hash(tile) % 1000)
                     r["ok"] = check["ok"]
                     if check["ok"]:
-                        t = time_case(device, dtype_name, length, tokens, heads, d, causal=False, two_pass=two_pass)
+                        t = time_case(
+                            device,
+                            dtype_name,
+                            length,
+                            tokens,
+                            heads,
+                            d,
+                            causal=False,
+                            two_pass=two_pass,
+                            one_pass=kernel == "relu_attention_bwd",
+                        )
                         r["relu_triton_ms"], r["flash_ms"] = t.get("relu_triton_ms"), t.get("flash_ms")
                         r["speedup_vs_flash"] = t.get("speedup_vs_flash")
                         r["error"] = t.get("error")
@@ -458,10 +488,10 @@ def fmt_time(r):
         f"{head}: flash {'/'.join(f'{x:.3f}' for x in r['flash_ms'])} ms, relu-triton "
         f"{'/'.join(f'{x:.3f}' for x in r['relu_triton_ms'])} ms fwd+bwd -> "
         f"{s['mean']:.2f}x [{s['min']:.2f}-{s['max']:.2f}]; fwd only {r['fwd_speedup_vs_flash']:.2f}x"
-        + (
-            f"; two-pass backward {r['relu_triton_two_pass_ms']:.3f} ms fwd+bwd"
-            if "relu_triton_two_pass_ms" in r
-            else ""
+        + "".join(
+            f"; {form}-pass backward {r[f'relu_triton_{form}_pass_ms']:.3f} ms fwd+bwd"
+            for form in ("one", "two")
+            if f"relu_triton_{form}_pass_ms" in r
         )
     )
 

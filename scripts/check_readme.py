@@ -165,6 +165,16 @@ def _times(value, name):
     return ["–"] if value is None else [Figure(value, ".2f", name), "×"]
 
 
+def _spread(stats, name, rounds=False):
+    """`` [min–max]`` (with ``, N rounds``) of a ratio's statistics, nothing when it has none."""
+    if not stats or stats.get("min") is None or stats.get("max") is None:
+        return []
+    out = [" [", Figure(stats["min"], ".2f", f"{name} min"), "–", Figure(stats["max"], ".2f", f"{name} max")]
+    if rounds and stats.get("rounds"):
+        out += [", ", Figure(stats["rounds"], ".0f", f"{name} rounds"), " rounds"]
+    return out + ["]"]
+
+
 def render_gpu(data, json_name):
     """The README's GPU lines from a ``make bench-gpu`` result: kernel correctness, kernel
     time against SDPA flash, the fp16 loss scale, fairseq-train updates/s."""
@@ -201,9 +211,10 @@ def render_gpu(data, json_name):
         line = ["- ReLU attention forward+backward (Triton) against SDPA flash, head dim 64, fp16: "]
         for i, r in enumerate(timing):
             s = r.get("speedup_vs_flash")
-            line += [", " if i else "", *_times(s and s["mean"], f"kernel speed at {r['length']} tokens")]
+            name = f"kernel speed at {r['length']} tokens"
+            line += [", " if i else "", *_times(s and s["mean"], name), *_spread(s, name)]
             line.append(f" at {r['length']:,} tokens")
-        lines.append(line + [" (target ≥ 1.15× from 1,024)."])
+        lines.append(line + [" (mean [min–max] of paired repeats; target ≥ 1.15× from 1,024)."])
     ls = parts.get("loss_scale") or {}
     if ls.get("presets"):
         line = [f"- fp16 loss scale over {ls.get('updates', '?'):,} updates: "]
@@ -217,7 +228,7 @@ def render_gpu(data, json_name):
         lines.append(line + ["."])
     train = parts.get("train") or {}
     if train:
-        line = ["- `fairseq-train` updates/s against stock softmax: "]
+        line = ["- `fairseq-train` updates/s against stock softmax (median [min–max] of per-round ratios): "]
         for i, (dtype, r) in enumerate(train.items()):
             line.append("; " if i else "")
             ratios = {k: v for k, v in (r.get("ratios") or {}).items() if v and k != "softmax"}
@@ -226,7 +237,8 @@ def render_gpu(data, json_name):
                 continue
             line.append(f"{dtype} ")
             for j, (name, v) in enumerate(ratios.items()):
-                line += [", " if j else "", f"{name} ", *_times(v["median"], f"{dtype} {name} updates/s ratio")]
+                what = f"{dtype} {name} updates/s ratio"
+                line += [", " if j else "", f"{name} ", *_times(v["median"], what), *_spread(v, what, rounds=True)]
         lines.append(line + ["."])
     return lines
 

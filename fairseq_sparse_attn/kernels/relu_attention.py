@@ -386,6 +386,13 @@ for _d, _half, _fwd, _dkdv, _dq in (
         # sm_90 under Triton 3.6.0 or 3.7.1), so fp32 takes the two passes (ONE_PASS_DTYPES)
         _TILES[("relu_attention_bwd", _half, _d)] = _dkdv
 ONE_PASS_DTYPES = (torch.float16, torch.bfloat16)
+#: key length from which the backward takes the two passes in every dtype.  On an H100
+#: (2026-11-27, docs/results/bench-gpu.json, head dim 64, fp16 and bf16, full and causal) the
+#: one pass's atomic dQ adds (one per key block) cost more than the second pass from 1,024
+#: keys: forward+backward against flash 0.65-0.73x one pass, 0.77-0.79x two passes at 4,096
+#: keys (all four cases); at 1,024 two passes won two cases, tied one and lost one (geometric
+#: means 0.70x and 0.65x); at 32 and 128 keys the one pass won five of eight.
+TWO_PASS_FROM_KEYS = 1024
 
 _I32 = "i32"
 _CONSTEXPRS = ("D", "BLOCK_M", "BLOCK_N", "UPCAST", "PRECISION", "WITH_DQ")
@@ -779,11 +786,16 @@ def gradients(
     needed: Tuple[bool, bool, bool],
 ) -> Tuple[Optional[Tensor], Optional[Tensor], Optional[Tensor]]:
     """(dq, dk, dv) of the forward (None where not ``needed``), from the backward ops: one
-    pass (fp16/bf16, :data:`ONE_PASS_DTYPES`) or the two passes (fp32, deterministic mode).
+    pass (fp16/bf16, :data:`ONE_PASS_DTYPES`, fewer than :data:`TWO_PASS_FROM_KEYS` keys) or
+    the two passes (fp32, long keys, deterministic mode).
     ``args``: the forward's (causal, kv_groups, scale, row_scaled)."""
     need_q, need_k, need_v = needed
     dq = dk = dv = None
-    one_pass = q.dtype in ONE_PASS_DTYPES and not torch.are_deterministic_algorithms_enabled()
+    one_pass = (
+        q.dtype in ONE_PASS_DTYPES
+        and k.size(2) < TWO_PASS_FROM_KEYS
+        and not torch.are_deterministic_algorithms_enabled()
+    )
     if one_pass and need_q and (need_k or need_v):
         return relu_attention_bwd(dout, q, k, v, key_padding, row_scale, *args)
     if need_k or need_v:

@@ -93,7 +93,7 @@ def test_data_languages_names_the_folder(tmp_path):
         bench_gpu.data_languages(tmp_path / "empty")
 
 
-def test_kernel_checks_launch_what_the_serving_table_refuses():
+def test_kernel_checks_launch_what_the_serving_table_refuses(monkeypatch):
     """The CUDA checks of gpu_kernels.py test the kernels themselves: inside them a dtype
     that kernels.served refuses on CUDA is launched (the check is how it gets served
     again); outside, the refusal stands."""
@@ -102,6 +102,7 @@ def test_kernel_checks_launch_what_the_serving_table_refuses():
 
     from fairseq_sparse_attn.kernels import served
 
+    monkeypatch.setitem(served.CUDA_NOT_SERVED, torch.float32, "float32 on CUDA (a failed check)")
     assert served.unserved("cuda", torch.float32, 64) is not None
     with gpu_kernels.every_dtype_served():
         assert served.unserved("cuda", torch.float32, 64) is None
@@ -206,3 +207,26 @@ def test_two_pass_backward_restores_the_settings():
     with gpu_kernels.two_pass_backward():
         assert torch.are_deterministic_algorithms_enabled() and not deterministic.fill_uninitialized_memory
     assert not torch.are_deterministic_algorithms_enabled() and deterministic.fill_uninitialized_memory == fill
+
+
+def test_one_pass_backward_times_the_one_pass_at_any_length(monkeypatch):
+    """one_pass_backward lifts TWO_PASS_FROM_KEYS for the block (the timing part's
+    relu_triton_one_pass_ms and the sweep of the one-pass tiles time that kernel even at the
+    lengths that ship the two passes), then puts it back."""
+    import gpu_kernels
+
+    from fairseq_sparse_attn.kernels import relu_attention as ra
+
+    monkeypatch.setattr(ra, "TWO_PASS_FROM_KEYS", 4)  # the 6 keys below are "long"
+    q, k, v = (torch.randn(1, 1, 6, 32).half().requires_grad_() for _ in range(3))
+
+    def backward_kernels():
+        ra.LAUNCH_LOG = []
+        ra.relu_attention(q, k, v).sum().backward()
+        return sorted(name.rsplit("_d", 1)[0] for name, *_ in ra.LAUNCH_LOG[1:])
+
+    monkeypatch.setattr(ra, "LAUNCH_LOG", [])
+    assert backward_kernels() == ["relu_attention_bwd_dkdv", "relu_attention_bwd_dq"]
+    with gpu_kernels.one_pass_backward():
+        assert backward_kernels() == ["relu_attention_bwd"]
+    assert ra.TWO_PASS_FROM_KEYS == 4

@@ -207,7 +207,8 @@ def gpu_result():
         return {"kernel": "relu_attention", "dtype": dtype, "head_dim": d, "ok": ok}
 
     def timed(length, ratio):
-        return {"dtype": "fp16", "length": length, "causal": False, "speedup_vs_flash": {"mean": ratio}}
+        spread = {"min": 0.40, "max": 0.42} if length == 1024 else {}
+        return {"dtype": "fp16", "length": length, "causal": False, "speedup_vs_flash": {"mean": ratio, **spread}}
 
     return {
         "provenance": {
@@ -230,7 +231,14 @@ def gpu_result():
                 },
             },
             "train": {
-                "fp16": {"valid": True, "ratios": {"softmax": {"median": 1.0}, "rela_g": {"median": 0.934}}},
+                "fp16": {
+                    "valid": True,
+                    "ratios": {
+                        "softmax": {"median": 1.0},
+                        "rela_g": {"median": 0.934},
+                        "rela_g_triton": {"median": 0.966, "min": 0.923, "max": 1.009, "rounds": 2},
+                    },
+                },
                 "bf16": {"valid": False, "ratios": {}, "why_short": "no run"},
             },
         },
@@ -244,9 +252,9 @@ def test_gpu_block_renders_the_bench_gpu_result_and_names_an_edited_figure(repo)
     assert check(repo) == []
     assert "GPU: NVIDIA H100 80GB HBM3, torch 2.11.0, Triton 3.6.0; 2026-11-26; commit `d775827abc`" in text
     assert "1 of 3 correctness checks pass" in text and "fp32 failed at head dims 64, 128" in text
-    assert "0.41× at 1,024 tokens, 0.68× at 4,096 tokens" in text  # non-causal fp16 rows only
+    assert "0.41× [0.40–0.42] at 1,024 tokens, 0.68× at 4,096 tokens" in text  # non-causal fp16 rows only
     assert "softmax 64 (1 overflows); rela_g 16 (3 overflows); rela_g_triton not measured (its run failed)" in text
-    assert "fp16 rela_g 0.93×; bf16 not measured (no run)" in text
+    assert "fp16 rela_g 0.93×, rela_g_triton 0.97× [0.92–1.01, 2 rounds]; bf16 not measured (no run)" in text
     (repo / "README.md").write_text(text.replace("0.68× at 4,096", "0.78× at 4,096"))
     problems = check(repo)
     assert len(problems) == 1 and "kernel speed at 4096 tokens is 0.78 in the README, 0.68 in the JSON" in problems[0]

@@ -263,50 +263,81 @@ def test_row_factor_of_the_kernels_form_only():
         tb.row_coef(PerKey())
 
 
-def bench_result(tmp_path, device, rela_g, rela_g_triton, name="bench-gpu-h100.json"):
-    ratio = lambda m: {"median": m, "ci95_low": m, "ci95_high": m, "min": m, "max": m, "rounds": 3}
-    data = {
-        "parts": {
-            "train": {"fp16": {"runs": {}, "ratios": {"rela_g": ratio(rela_g), "rela_g_triton": ratio(rela_g_triton)}}}
-        },
-        "provenance": {"device": device},
-    }
+def bench_result(tmp_path, device, rela_g, rela_g_triton, name="bench-gpu-h100.json", rounds=3, dtype="fp16"):
+    ratio = lambda m: {"median": m, "ci95_low": m, "ci95_high": m, "min": m, "max": m, "rounds": rounds}
+    train = {"fp16": {"runs": {}, "ratios": {}, "valid": False}, "bf16": {"runs": {}, "ratios": {}, "valid": False}}
+    train[dtype] = {"runs": {}, "ratios": {"rela_g": ratio(rela_g), "rela_g_triton": ratio(rela_g_triton)}}
+    data = {"parts": {"train": train}, "provenance": {"device": device}}
     (tmp_path / name).write_text(json.dumps(data))
 
 
 def test_auto_takes_it_only_where_a_recorded_gpu_result_shows_it_faster(tmp_path):
-    assert tb.measured_faster_families() == {}  # nothing recorded in docs/results/: auto never takes it
+    # docs/results/bench-gpu.json (H100, 2026-11-27): rela_g_triton above eager rela_g in fp16
+    recorded = json.loads((tb.RESULTS / "bench-gpu.json").read_text())["parts"]["train"]["fp16"]["ratios"]
+    assert recorded["rela_g_triton"]["median"] > recorded["rela_g"]["median"]
+    assert tb.measured_faster() == {("H100", "fp16"): "bench-gpu.json"}
     assert tb.device_family("NVIDIA H100 80GB HBM3") == "H100"
     assert tb.device_family("NVIDIA A100-SXM4-80GB") == "A100"
     bench_result(tmp_path, "NVIDIA H100 80GB HBM3", 0.9, 1.05)
     bench_result(tmp_path, "NVIDIA A100-SXM4-80GB", 0.9, 0.85, name="bench-gpu-a100.json")
+    bench_result(tmp_path, "NVIDIA L4", 0.9, 1.2, name="bench-gpu-l4.json", rounds=1)  # one round: not enough
+    bench_result(tmp_path, "NVIDIA H200", 0.9, 1.2, name="bench-gpu-h200.json", dtype="bf16")
     bench_result(tmp_path, "cpu", 0.5, 2.0, name="bench-gpu-cpu.json")
-    assert tb.measured_faster_families(tmp_path) == {"H100": "bench-gpu-h100.json"}
+    assert tb.measured_faster(tmp_path) == {
+        ("H100", "fp16"): "bench-gpu-h100.json",
+        ("H200", "bf16"): "bench-gpu-h200.json",
+    }
     # on CPU auto never takes it, even when named nowhere
     spec = AttendSpec(build_activation("relu", H), torch.nn.Dropout(0.0), HeadPlan(H), backend="auto")
     q = torch.randn(1, H, 3, 32, requires_grad=True)
     assert "triton: auto takes it for training calls on CUDA devices" in explain(q, q, AttentionInputs(), spec)
 
 
-def test_float32_on_cuda_is_not_served_until_a_gpu_run_shows_it_right():
-    """An H100 run (2026-11-26) found float32 forwards wrong at head dims 64 and 128: CUDA
-    float32 calls go to the other backends with that reason; half dtypes and every CPU
-    (interpreter) dtype stay served."""
-    from fairseq_sparse_attn.attention.backends import triton as backend
+def _call(device, dtype, head_dim=64, grad=True):
     from fairseq_sparse_attn.attention.core import Call
-    from fairseq_sparse_attn.kernels.served import unserved
 
-    def call(device, dtype, head_dim=64):
-        return Call("relu", frozenset(), False, False, False, False, False, False, True, device, False,
-                    keys=10, dtype=dtype, head_dim=head_dim)  # fmt: skip
+    return Call("relu", frozenset(), False, False, False, False, False, False, grad, device, False,
+                keys=10, dtype=dtype, head_dim=head_dim)  # fmt: skip
 
-    reason = backend._unavailable(call("cuda", torch.float32))
-    assert reason is not None and "float32 on CUDA" in reason and "H100" in reason
-    for dtype in (torch.float16, torch.bfloat16):
-        assert unserved("cuda", dtype, 64) is None
+
+def test_auto_on_cuda_takes_it_only_in_the_measured_family_and_dtype(monkeypatch):
+    """_auto_enabled asks for the current device's family and the call's dtype: a training
+    call in fp16 on an H100 (the recorded result) takes it; bf16 and fp32 there, another
+    family, an inference call and a CPU call do not."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    family = {"name": "H100"}
+    monkeypatch.setattr(tb, "_family_of_device", lambda index: family["name"])
+    assert tb._auto_enabled(None, _call("cuda", torch.float16))
+    assert not tb._auto_enabled(None, _call("cuda", torch.bfloat16))
+    assert not tb._auto_enabled(None, _call("cuda", torch.float32))
+    assert not tb._auto_enabled(None, _call("cuda", torch.float16, grad=False))
+    assert not tb._auto_enabled(None, _call("cpu", torch.float16))
+    family["name"] = "A100"
+    assert not tb._auto_enabled(None, _call("cuda", torch.float16))
+
+
+def test_float32_on_cuda_is_served_as_the_recorded_gpu_run_showed_it_right(monkeypatch):
+    """The H100 run of 2026-11-27 (docs/results/bench-gpu.json) passed every float32 check
+    (output and three gradients within 3e-7 of float64 at head dims 32-256) where the run of
+    2026-11-26 had found the forward wrong at 64 and 128: float32 on CUDA is served.  A dtype
+    that fails a CUDA check goes in CUDA_NOT_SERVED and its CUDA calls go to the other
+    backends with the reason; CPU (interpreter) calls stay served."""
+    from fairseq_sparse_attn.attention.backends import triton as backend
+    from fairseq_sparse_attn.kernels import served
+
+    checks = json.loads((tb.RESULTS / "bench-gpu.json").read_text())["parts"]["kernels"]["correctness"]
+    fp32 = [r for r in checks if r["dtype"] == "fp32" and r["kernel"] == "relu_attention"]
+    assert {r["head_dim"] for r in fp32} == set(served.HEAD_DIMS) and all(r["ok"] for r in fp32)
+    assert served.CUDA_NOT_SERVED == {}
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
-        assert backend._unavailable(call("cpu", dtype)) is None
-    assert "head dim 48" in backend._unavailable(call("cuda", torch.float16, head_dim=48))
+        assert served.unserved("cuda", dtype, 64) is None
+    monkeypatch.setitem(served.CUDA_NOT_SERVED, torch.float32, "float32 on CUDA (a failed check)")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert backend._unavailable(_call("cuda", torch.float32)) == "float32 on CUDA (a failed check)"
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        assert backend._unavailable(_call("cpu", dtype)) is None
+    assert "head dim 48" in backend._unavailable(_call("cuda", torch.float16, head_dim=48))
 
 
 # --------------------------------------------------------------------------- the direct call

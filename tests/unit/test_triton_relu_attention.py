@@ -222,6 +222,27 @@ def test_one_dispatched_op_per_kernel():
     assert out.permute(2, 0, 1, 3).is_contiguous()
 
 
+def test_long_keys_take_the_two_passes(monkeypatch):
+    """From TWO_PASS_FROM_KEYS keys (measured on an H100: the one pass's atomic dQ adds cost
+    more than a second pass there) the backward dispatches the two passes in fp16 too, with
+    the one pass's dK/dV bit for bit and its dQ to rounding."""
+    assert ra.TWO_PASS_FROM_KEYS == 1024
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 9, 32, generator=g).half().requires_grad_() for _ in range(3))
+    upstream = torch.randn(1, 2, 9, 32, generator=g).half()
+    out = ra.relu_attention(q, k, v, scale=0.2)
+    with OpCounter() as short:
+        one = torch.autograd.grad(out, (q, k, v), upstream, retain_graph=True)
+    monkeypatch.setattr(ra, "TWO_PASS_FROM_KEYS", 9)  # these 9 keys count as long
+    with OpCounter() as long:
+        two = torch.autograd.grad(out, (q, k, v), upstream)
+    assert [op for op in short.ops if op.startswith("fsa.")] == ["fsa.relu_attention_bwd.default"]
+    ours = sorted(op for op in long.ops if op.startswith("fsa."))
+    assert ours == ["fsa.relu_attention_bwd_dkdv.default", "fsa.relu_attention_bwd_dq.default"]
+    assert torch.equal(one[1], two[1]) and torch.equal(one[2], two[2])
+    torch.testing.assert_close(one[0], two[0], rtol=1e-2, atol=1e-3)
+
+
 def test_custom_ops_pass_opcheck():
     """torch.library.opcheck: schema, fake (meta) kernels, autograd registration."""
     q = torch.randn(2, 1, 5, 32, requires_grad=True)

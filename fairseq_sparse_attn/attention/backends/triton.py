@@ -20,10 +20,12 @@ what that declines comes here through :func:`~..core.attend`, which says why.
 Devices: CUDA runs the compiled kernels.  On CPU the same kernels run through Triton's
 interpreter (slow: for tests), only when the backend is named (``--attn-backend triton``).
 
-``auto`` (:func:`_auto_enabled`) takes it only on a CUDA device whose family has a recorded
-``make bench-gpu`` result in ``docs/results/`` that shows it faster
-(:func:`measured_faster_families`); the one recorded run (H100, 2026-11-26,
-``docs/results/bench-gpu.json``) has no updates/s ratio, so auto does not take it.  Incremental
+``auto`` (:func:`_auto_enabled`) takes it only for a training call on a CUDA device whose
+family has a recorded ``make bench-gpu`` result in ``docs/results/`` that shows it faster in
+the call's dtype (:func:`measured_faster`).  The recorded run (H100, 2026-11-27,
+``docs/results/bench-gpu.json``) shows it in fp16 (ReLA-g's updates/s 0.97x softmax's on the
+triton backend against 0.91x eager, both of 2 rounds): auto takes it on H100s in fp16, and
+nowhere else.  Incremental
 decoding steps (no gradients) are served only when named, as no measurement shows the
 kernels faster there (a decoding step of a module with a plain pipeline does not reach
 :func:`~..core.attend` at all: the call plan's inference call).
@@ -107,39 +109,46 @@ def device_family(name: str) -> str:
     return name
 
 
-def faster_in(result: dict) -> bool:
-    """A ``make bench-gpu`` result shows the triton backend faster: its train part has the
-    ``rela_g_triton`` preset, and for every dtype measured its median updates/s ratio to
-    softmax is above the eager ``rela_g``'s of the same rounds."""
+#: the dtype names of a ``make bench-gpu`` result's train part
+DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+
+
+def faster_in(result: dict) -> FrozenSet[str]:
+    """The dtypes (``"fp16"``, ...) in which a ``make bench-gpu`` result shows the triton
+    backend faster: its train part has ``rela_g_triton`` and the eager ``rela_g``, each with
+    at least 2 rounds, and ``rela_g_triton``'s median updates/s ratio to softmax is above
+    ``rela_g``'s of the same rounds."""
     train = result.get("parts", {}).get("train") or {}
-    verdicts = []
-    for per_dtype in train.values():
+    faster = set()
+    for dtype, per_dtype in train.items():
         ratios = per_dtype.get("ratios") or {}
         fused, eager = ratios.get("rela_g_triton"), ratios.get("rela_g")
-        if fused and eager:
-            verdicts.append(fused["median"] > eager["median"])
-    return bool(verdicts) and all(verdicts)
+        if fused and eager and min(fused.get("rounds", 0), eager.get("rounds", 0)) >= 2:
+            if fused["median"] > eager["median"]:
+                faster.add(dtype)
+    return frozenset(faster)
 
 
-def measured_faster_families(results: Path = RESULTS) -> Dict[str, str]:
-    """{device family: result file} for every recorded ``make bench-gpu`` result
-    (``docs/results/bench-gpu*.json``) that shows the triton backend faster."""
-    found: Dict[str, str] = {}
+def measured_faster(results: Path = RESULTS) -> Dict[Tuple[str, str], str]:
+    """{(device family, dtype name): result file} for every recorded ``make bench-gpu``
+    result (``docs/results/bench-gpu*.json``) that shows the triton backend faster there."""
+    found: Dict[Tuple[str, str], str] = {}
     for path in sorted(results.glob("bench-gpu*.json")) if results.is_dir() else ():
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
         device = (data.get("provenance") or {}).get("device", "")
-        if device and device != "cpu" and faster_in(data):
-            for name in device.split(", "):
-                found[device_family(name)] = path.name
+        if device and device != "cpu":
+            for dtype in faster_in(data):
+                for name in device.split(", "):
+                    found[(device_family(name), dtype)] = path.name
     return found
 
 
 @functools.lru_cache(maxsize=None)
-def _faster_families() -> FrozenSet[str]:
-    return frozenset(measured_faster_families())
+def _faster() -> FrozenSet[Tuple[str, str]]:
+    return frozenset(measured_faster())
 
 
 @functools.lru_cache(maxsize=None)
@@ -148,9 +157,10 @@ def _family_of_device(index: int) -> str:
 
 
 def _auto_enabled(spec: AttendSpec, call: Call) -> bool:
-    if call.device != "cuda" or not call.grad or not torch.cuda.is_available():
+    if call.device != "cuda" or not call.grad or call.dtype is None or not torch.cuda.is_available():
         return False
-    return _family_of_device(torch.cuda.current_device()) in _faster_families()
+    family = _family_of_device(torch.cuda.current_device())
+    return (family, DTYPE_NAMES.get(call.dtype, "")) in _faster()
 
 
 # --------------------------------------------------------------------------- the backend
@@ -249,7 +259,7 @@ register_backend(
         enabled=_auto_enabled,
         auto_when=(
             "for training calls on CUDA devices whose family has a make bench-gpu result in docs/results/ "
-            "showing it faster (the recorded H100 run does not)"
+            "showing it faster in the call's dtype (recorded: H100, fp16)"
         ),
         unavailable=_unavailable,
     )
