@@ -230,3 +230,19 @@ def test_one_pass_backward_times_the_one_pass_at_any_length(monkeypatch):
     with gpu_kernels.one_pass_backward():
         assert backward_kernels() == ["relu_attention_bwd"]
     assert ra.TWO_PASS_FROM_KEYS == 4
+
+
+def test_the_eager_rela_g_names_its_backend():
+    """auto takes the triton backend where bench_gpu's rela_g_triton beat rela_g, so rela_g
+    names the eager backend (an auto rela_g would compare the kernels with themselves
+    there); the name is one fairseq-train accepts, and bench_host's eager rows name it too."""
+    import bench_host
+
+    from fairseq_sparse_attn.options import schema
+
+    assert bench_gpu.PRESETS["rela_g"][-2:] == ["--attn-backend", "materialized"]
+    assert bench_gpu.PRESETS["rela_g_triton"][-2:] == ["--attn-backend", "triton"]
+    assert "materialized" in schema._backends()
+    for name in ("rela_g", "rela_i", "reluformer"):
+        assert bench_host.PRESETS[name][1]["attn_backend"] == "materialized"
+        assert bench_host.PRESETS[f"{name}_triton"][1]["attn_backend"] == "triton"
