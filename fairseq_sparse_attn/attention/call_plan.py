@@ -24,7 +24,7 @@ and is then handed to one of three places:
   beam 4: a (1, 4, 256) query), where a call costs its Python bookkeeping and its number of
   operations, not arithmetic (docs/performance.md, "The inference call");
 * the *plain training call*: a call with gradients or dropout of such a module, without
-  analysis, that ``auto`` would run on ``materialized`` (:meth:`CallPlan.auto_runs_materialized`:
+  analysis, that ``auto`` would run on ``materialized`` (:meth:`CallPlan.auto_backend`:
   a fused kernel measured faster still gets it) runs the same operations, :meth:`CallPlan.plain`,
   which both share::
 
@@ -181,9 +181,13 @@ class CallPlan(NamedTuple):
     self_attention: bool
     encoder_decoder_attention: bool
     inline: bool  # inline_reason(module) is None: calls that need nothing else go inline
-    #: the fused kernels' direct call (backends.triton.direct_call) of a module whose backend
-    #: is triton with a plain pipeline, else None
+    #: the fused kernels' direct call (backends.triton.direct_call) of a module with a plain
+    #: pipeline whose backend is triton, or auto where auto may take the kernels (a CUDA
+    #: device and a recorded measurement showing them faster); else None
     kernel: Optional[Callable[..., Optional[Tensor]]]
+    #: the backend is auto: :attr:`kernel` serves the CUDA training calls that auto gives the
+    #: triton backend (:meth:`auto_backend`), the others go on as without it
+    kernel_if_auto_takes_it: bool
     streamed_min_keys: int  # inline calls over at least this many keys go to attend() (0 = never)
 
     # ------------------------------------------------------------------ stock fairseq or the plan
@@ -232,12 +236,21 @@ class CallPlan(NamedTuple):
                 "incremental decoding, no before_softmax scores"
             )
         direct = self.kernel is not None and not collect and not before_softmax and not applies_dropout(self.dropout)
+        if direct and self.kernel_if_auto_takes_it:  # auto takes the kernels for training calls only
+            direct = torch.is_grad_enabled()
         q, k, v, key_padding_mask, attn_mask, kv_bsz = self.project(
             query, key, value, key_padding_mask, incremental_state, static_kv, attn_mask, scale_q=not direct
         )
         src_len = v.size(1)
         heads, d, qk_heads = self.heads, self.head_dim, self.qk_heads
         bias, mask = masks.visibility_mask(attn_mask, key_padding_mask, bsz, tgt_len, src_len)
+        chosen: Optional[str] = None  # auto's backend for this call, once asked
+        if direct and self.kernel_if_auto_takes_it:
+            chosen = self.auto_backend(q, v, mask, need_weights)
+            if chosen != "triton":  # not this call: q scaled as project() would have
+                assert q is not None  # a plain pipeline
+                direct = False
+                q = q * self.scaling
         if direct:
             assert q is not None and k is not None and self.kernel is not None  # a plain pipeline
             normed: Optional[Tensor] = None
@@ -261,7 +274,7 @@ class CallPlan(NamedTuple):
             and not collect
             and bias is None
             and kv_bsz == bsz
-            and self.auto_runs_materialized(q, v, mask, need_weights)
+            and (chosen or self.auto_backend(q, v, mask, need_weights)) == "materialized"
         ):
             # (training calls): the materialized backend's operations on the (bsz * heads)
             # tensors, without the per-call bookkeeping of attend()
@@ -511,12 +524,10 @@ class CallPlan(NamedTuple):
         return self.end(attn, tgt_len, bsz, weights, need_weights, need_head_weights)
 
     # ------------------------------------------------------------------ the plain call
-    def auto_runs_materialized(
-        self, q: Optional[Tensor], v: Tensor, hidden: Optional[Tensor], need_weights: bool
-    ) -> bool:
-        """``auto`` would run this call (no analysis, bias or head policy: an inline module)
-        on the ``materialized`` backend (and not, e.g., on a fused kernel measured faster
-        on this device): the choice of :func:`~.core.attend`, without its 4-d views."""
+    def auto_backend(self, q: Optional[Tensor], v: Tensor, hidden: Optional[Tensor], need_weights: bool) -> str:
+        """The backend :func:`~.core.attend` would run this call on (no analysis, bias or
+        head policy: an inline module), by name, without its 4-d views: ``materialized``,
+        or e.g. ``triton`` where auto takes the kernels on this device."""
         call = Call(
             activation=self.spec.activation_name,
             activation_traits=self.activation.traits,
@@ -534,7 +545,7 @@ class CallPlan(NamedTuple):
             query_mask=hidden is not None and hidden.dim() == 4 and hidden.size(2) > 1,
             head_dim=v.size(-1),
         )
-        return choose_backend(self.spec, call).name == "materialized"
+        return choose_backend(self.spec, call).name
 
     def plain(
         self, q: Tensor, k: Tensor, v: Tensor, hidden: Optional[Tensor], bsz: int, tgt_len: int, need_weights: bool
@@ -573,6 +584,14 @@ class CallPlan(NamedTuple):
         return out.transpose(0, 1).reshape(tgt_len * bsz, self.embed_dim)
 
 
+def _auto_may_take_kernels() -> bool:
+    """``auto`` may give calls to the triton kernels on this machine (CUDA, and a recorded
+    measurement showing them faster: backends.triton.auto_may_take_it)."""
+    from .backends import triton as triton_backend
+
+    return triton_backend.auto_may_take_it()
+
+
 def build_plan(config: AttentionConfig, module) -> CallPlan:
     """The plan of an attention module: every setting from ``config``; the parameters and
     submodules (projections, activation, output norm, bias providers, dropout) and fairseq's
@@ -593,7 +612,9 @@ def build_plan(config: AttentionConfig, module) -> CallPlan:
     # long calls of these activations: ``auto`` hands them to query_block
     streamed_min_keys = backend.flex_min_keys if streamed(act) else 0
     kernel = None
-    if backend.name == "triton" and plain_pipeline_reason(m) is None:
+    if plain_pipeline_reason(m) is None and (
+        backend.name == "triton" or (backend.name == "auto" and _auto_may_take_kernels())
+    ):
         from .backends.triton import direct_call
 
         kernel = direct_call(act, m.output_norm)
@@ -622,5 +643,6 @@ def build_plan(config: AttentionConfig, module) -> CallPlan:
         encoder_decoder_attention=m.encoder_decoder_attention,
         inline=inline,
         kernel=kernel,
+        kernel_if_auto_takes_it=kernel is not None and backend.name == "auto",
         streamed_min_keys=max(int(streamed_min_keys), 0),
     )

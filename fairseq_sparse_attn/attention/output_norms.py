@@ -35,6 +35,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..kernels.served import NORM_MAX_WIDTH
 from .config import OutputNormConfig
 from .registry import Registry
 
@@ -233,7 +234,7 @@ class _FusableRMSNorm(nn.Module):
         """Run as the fused kernel from now on, where it serves the width (else unchanged)."""
         from ..kernels import output_norm
 
-        if 1 <= self.weight.numel() <= output_norm.MAX_WIDTH:
+        if 1 <= self.weight.numel() <= NORM_MAX_WIDTH:
             self._fused = output_norm.fused_rms_normalize
 
     @property
@@ -250,10 +251,18 @@ class _FusableRMSNorm(nn.Module):
     def fused_arguments(self, dtype: torch.dtype) -> Optional[tuple]:
         """``(weight, gate_weight or None, eps, half floor)``: what the fused kernel of
         this norm takes for inputs of ``dtype``, when it runs as that kernel for them, else
-        None (the eager path).  Also for a caller that runs the kernel itself
-        (``kernels/normed_attention.py``)."""
+        None (the eager path)."""
+        return None if self._fused is None else self.kernel_arguments(dtype)
+
+    def kernel_arguments(self, dtype: torch.dtype) -> Optional[tuple]:
+        """What the fused kernel takes for inputs of ``dtype`` where it serves them (the
+        width, the dtypes), whether or not this module runs as the kernel itself: for a
+        caller that runs the kernel (``kernels/normed_attention.py``, the direct kernel call
+        of a module on ``triton``, or on ``auto`` where auto takes the kernels)."""
         w = self.weight
-        if self._fused is None or dtype not in _FUSED_DTYPES or not (w.dtype == torch.float32 or w.dtype == dtype):
+        if dtype not in _FUSED_DTYPES or not (w.dtype == torch.float32 or w.dtype == dtype):
+            return None
+        if not 1 <= w.numel() <= NORM_MAX_WIDTH:
             return None
         return w, getattr(self, "gate_weight", None), self.eps, HALF_BACKWARD_RMS_FLOOR
 

@@ -18,6 +18,8 @@ from typing import Dict, Optional
 import torch
 
 HEAD_DIMS = (32, 64, 128, 256)
+#: the widest row the fused RMS norms serve (``kernels/output_norm.MAX_WIDTH``)
+NORM_MAX_WIDTH = 2048
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 #: dtype -> why CUDA launches of it are not served (a failed CUDA correctness check)

@@ -158,6 +158,16 @@ def test_fused_norm_serves_float32_half_and_bfloat16_only_and_its_widths():
     assert "fsa.rms_norm_fwd" not in log.ops
     assert not build_output_norm("rmsnorm", MAX_WIDTH + 1, 64, fused=True).fused
     assert build_output_norm("rmsnorm", MAX_WIDTH, 64, fused=True).fused
+    # the width limit the norms read without importing Triton is the kernel's own
+    from fairseq_sparse_attn.kernels.served import NORM_MAX_WIDTH
+
+    assert NORM_MAX_WIDTH == MAX_WIDTH
+    # what the kernel takes, asked of a norm that does not run as the kernel itself (auto)
+    eager = build_output_norm("gated_rmsnorm", E, 32)
+    assert not eager.fused and eager.fused_arguments(torch.float16) is None
+    assert eager.kernel_arguments(torch.float16)[0] is eager.weight
+    assert eager.kernel_arguments(torch.float64) is None
+    assert build_output_norm("rmsnorm", MAX_WIDTH + 1, 64).kernel_arguments(torch.float16) is None
     for name in ("none", "layernorm", "gated_layernorm"):
         assert not hasattr(build_output_norm(name, E, 32, fused=True), "fused")
 
@@ -370,6 +380,54 @@ def test_a_plain_module_calls_the_kernels_directly_with_the_scale_inside(monkeyp
     monkeypatch.undo()
     ref_out, _ = ref(x, x, x, key_padding_mask=padding(2, 7, [7, 4]), need_weights=False)
     assert rel(out, ref_out) <= 1e-5
+
+
+def test_auto_where_it_takes_the_kernels_calls_them_directly(monkeypatch):
+    """A module on ``auto`` where auto takes the kernels (a measured CUDA family and dtype;
+    here faked on CPU) gets the same direct call as one on ``triton``, for the calls auto
+    gives the kernels (training calls): no attend(), the fused norm in the kernels'
+    Function, outputs and gradients bit for bit those of the named backend.  A call auto
+    does not give them (no gradients) runs as without the direct call; and where auto never
+    takes them (no CUDA, no measurement) the plan has no kernel at all."""
+    from fairseq_sparse_attn.attention import call_plan
+
+    torch.manual_seed(0)
+    auto = SparseMultiheadAttention(E, H, config=_config("relu", "auto", "gated_rmsnorm"), self_attention=True)
+    assert auto.plan().kernel is None  # this machine: no CUDA, so auto never takes it
+    monkeypatch.setattr(tb, "auto_may_take_it", lambda: True)
+    from fairseq_sparse_attn.attention import core
+
+    # as on a measured H100: auto takes the kernels for training calls
+    triton_backend = dataclasses.replace(core.BACKENDS["triton"], enabled=lambda spec, call: call.grad)
+    monkeypatch.setitem(core.BACKENDS, "triton", triton_backend)
+    named = SparseMultiheadAttention(E, H, config=_config("relu", "triton", "gated_rmsnorm"), self_attention=True)
+    auto = SparseMultiheadAttention(E, H, config=_config("relu", "auto", "gated_rmsnorm"), self_attention=True)
+    auto.load_state_dict(named.state_dict())
+    assert auto.plan().kernel is not None and auto.plan().kernel_if_auto_takes_it
+    assert not named.plan().kernel_if_auto_takes_it
+    x = torch.randn(7, 2, E)
+    pad = padding(2, 7, [7, 4])
+    results = []
+    for module in (named, auto):
+        xin = x.clone().requires_grad_()
+        with monkeypatch.context() as m:
+            m.setattr(call_plan, "attend", lambda *a, **k: pytest.fail("attend() was called"))
+            with OpLog() as log:
+                out, _ = module(xin, xin, xin, key_padding_mask=pad, need_weights=False)
+        assert [op for op in log.ops if op.startswith("fsa.")] == ["fsa.relu_attention_fwd", "fsa.rms_norm_fwd"]
+        assert "aten.mul" not in log.ops  # the scale inside the kernel
+        out.backward(out.detach() * 0.1 + 1.0)
+        results.append((out.detach(), xin.grad, grads(module)))
+    (a, ga, pa), (b, gb, pb) = results
+    assert torch.equal(a, b) and torch.equal(ga, gb) and pa.keys() == pb.keys()
+    assert all(torch.equal(pa[n], pb[n]) for n in pa)
+    with torch.no_grad():  # no gradients: auto runs materialized, q scaled in the projection
+        out, _ = auto(x, x, x, key_padding_mask=pad, need_weights=False)
+    ref = SparseMultiheadAttention(E, H, config=_config("relu", "materialized", "gated_rmsnorm"), self_attention=True)
+    ref.load_state_dict(named.state_dict())
+    with torch.no_grad():
+        want, _ = ref(x, x, x, key_padding_mask=pad, need_weights=False)
+    assert torch.equal(out, want)
 
 
 @pytest.mark.parametrize(

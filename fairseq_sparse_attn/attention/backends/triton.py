@@ -6,7 +6,7 @@ one torch op each.
 Serves activations that are rectified, have exact zeros and ReLU's backward
 (``supports_chunking``: ``relu``, ``relu_scaled``), with a row factor of the kernel's form
 ``c / √max(n, 1)`` (ReLUFormer's 1/(γ√(n/2)); probed once per activation through its
-``row_scale``); head dims 32, 64, 128, 256 in fp32 / fp16 / bf16 (fp32 on CPU only: :mod:`...kernels.served`); masks that are key padding
+``row_scale``); head dims 32, 64, 128, 256 in fp32 / fp16 / bf16 (:mod:`...kernels.served`); masks that are key padding
 and/or causal (:func:`..masks.padding_and_causal`), beam-search key groups.  Not served, so
 they go to the other backends with the reason: returned weights (analysis, ``need_weights``),
 attention dropout in training, additive biases, bias providers, fixed-pattern heads, masked
@@ -15,7 +15,9 @@ heads / RHE, ReLUFormer row sums (its regularized loss).
 Calls of a module with a plain pipeline do not come through :func:`triton_attention`: the
 call plan hands them to :func:`direct_call` (no per-call description or backend choice, the
 scale inside the kernel, a fused RMS output norm in the kernels' own autograd Function);
-what that declines comes here through :func:`~..core.attend`, which says why.
+what that declines comes here through :func:`~..core.attend`, which says why.  A module on
+``auto`` gets the same direct call for the calls auto gives this backend (on a machine where
+:func:`auto_may_take_it`), so auto runs what ``--attn-backend triton`` was measured with.
 
 Devices: CUDA runs the compiled kernels.  On CPU the same kernels run through Triton's
 interpreter (slow: for tests), only when the backend is named (``--attn-backend triton``).
@@ -156,6 +158,13 @@ def _family_of_device(index: int) -> str:
     return device_family(torch.cuda.get_device_name(index))
 
 
+def auto_may_take_it() -> bool:
+    """``auto`` may take this backend on this machine: CUDA is available and a recorded
+    measurement shows it faster on some device family (:func:`_auto_enabled` decides per
+    call, for the call's device and dtype; this does not initialise CUDA)."""
+    return bool(_faster()) and torch.cuda.is_available()
+
+
 def _auto_enabled(spec: AttendSpec, call: Call) -> bool:
     if call.device != "cuda" or not call.grad or call.dtype is None or not torch.cuda.is_available():
         return False
@@ -219,7 +228,7 @@ def direct_call(activation, output_norm) -> Optional[Callable[..., Optional[torc
     from ...kernels.normed_attention import normed_relu_attention
     from ...kernels.relu_attention import relu_attention
 
-    fused_arguments = getattr(output_norm, "fused_arguments", None)
+    kernel_arguments = getattr(output_norm, "kernel_arguments", None)
 
     def call(q, k, v, hidden, kv_groups: int, scale: float) -> Optional[torch.Tensor]:
         if unserved(v.device.type, v.dtype, v.size(-1)) is not None:
@@ -228,7 +237,7 @@ def direct_call(activation, output_norm) -> Optional[Callable[..., Optional[torc
         if structure is None:
             return None
         pad, causal = structure
-        fused = fused_arguments(v.dtype) if fused_arguments is not None else None
+        fused = kernel_arguments(v.dtype) if kernel_arguments is not None else None
         if fused is not None and _without_hooks(output_norm) and not torch.compiler.is_compiling():
             return normed_relu_attention(q, k, v, pad, causal, kv_groups, scale, gamma, *fused)
         bsz, heads, tgt, d = q.shape
