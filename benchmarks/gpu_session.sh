@@ -22,6 +22,10 @@
 #               2 x 6 tokens): whether the CPU's host-time ratios (docs/performance.md,
 #               "Host time of a training step") predict the GPU's (~2 min with compiles;
 #               JSON in logs.tar.gz, the tables in session.log)
+#   demo        make demo's cuda recipe (scripts/demo.py --recipe cuda: softmax against ReLA-g,
+#               iwslt size, 1,500 updates, seeds 1 and 2, its four runs side by side), from the
+#               carried shipped Multi30k; results.json comes back as demo-results.json, for
+#               make publish-demo here (~5-7 min, not measured yet; $DEMO_ARGS: extra flags)
 #   fp32-probe  the fp32 forward's tiles of gpu_kernels.FP32_PROBE (head dims 64, 128), IEEE
 #               and TF32 dots, correctness only: which setting gives the wrong fp32 forward
 #               seen on the H100, which rows (query positions, heads) are wrong, and whether
@@ -30,11 +34,13 @@
 # A call returns at most 8 files from $OUT (seen 2026-11-26: files in subfolders and past
 # the count came back as "left out"), so this writes at most: session.log, kernels.json,
 # loss_scale.json, train-fp16.json, train-bf16.json (the bench_gpu.json of each step),
-# sweep.json, fp32probe.json and logs.tar.gz (every log): 8.
+# sweep.json, fp32probe.json and logs.tar.gz (every log, without checkpoints): 8, and
+# demo-results.json: so a call that runs the demo runs at most five other steps.
 #
 # It needs, carried with the checkout (ignored paths), what benchmarks/gpu_session_prepare.sh
 # makes on a machine with PyPI: gpu_wheels/ (the cp312 wheels the GPU image lacks) and
-# gpu_data/multi30k/data-bin (Multi30k binarized, for the loss-scale runs).
+# gpu_data/multi30k/data-bin (Multi30k binarized, for the loss-scale runs) and
+# gpu_data/multi30k_shipped (the shipped Multi30k files, for the demo step).
 set -u
 STEPS=${1:?usage: gpu_session.sh kernels,train-fp16,train-bf16 [TOTAL_SECONDS]}
 TOTAL=${2:-560}
@@ -46,7 +52,7 @@ T0=$(date +%s)
 left() { echo $(( TOTAL - ($(date +%s) - T0) )); }
 say() { echo "[gpu-session +$(( $(date +%s) - T0 ))s] $*"; }
 keep() { [[ -f "$WORK/$1/bench_gpu.json" ]] && cp "$WORK/$1/bench_gpu.json" "$OUT/$2"; \
-         tar -czf "$OUT/logs.tar.gz" -C "$WORK" . 2>/dev/null; }
+         tar -czf "$OUT/logs.tar.gz" --exclude='*.pt' --exclude='./demo/multi30k' -C "$WORK" . 2>/dev/null; }
 PY=${PYTHON:-python3}
 
 say "environment and wheels"
@@ -107,11 +113,19 @@ PYEOF
         grep -v "^round" "$WORK/host-$shape.log" | grep "^|\|^host\|Error\|error" | cut -c1-200
       done
       keep none none ;;
+    demo)
+      say "demo: make demo's cuda recipe, its runs side by side ($(left)s left)"
+      timeout $(( $(left) - 10 )) $PY scripts/demo.py --recipe cuda --raw-dir gpu_data/multi30k_shipped \
+        --out "$WORK/demo" ${DEMO_ARGS:-} > "$WORK/demo.log" 2>&1
+      echo "demo exit status $?"
+      grep -v "training: update\|translating test: sentence\|^\[demo .*\] .* \.\.\. (log:" "$WORK/demo.log" | tail -40
+      [[ -f "$WORK/demo/results.json" ]] && cp "$WORK/demo/results.json" "$OUT/demo-results.json"
+      keep none none ;;
     fp32-probe)
       say "fp32-probe: the fp32 forward's tiles, IEEE and TF32 dots ($(left)s left)"
       timeout $(( $(left) - 10 )) $PY benchmarks/gpu_kernels.py --parts fp32probe --out "$OUT/fp32probe.json" \
         > "$WORK/fp32probe.log" 2>&1; grep "^\[kernels\] fp32probe" "$WORK/fp32probe.log"; keep none none ;;
-    *) say "unknown step $step (kernels, train-fp16, train-bf16, sweep, host, fp32-probe)" ;;
+    *) say "unknown step $step (kernels, train-fp16, train-bf16, sweep, host, demo, fp32-probe)" ;;
   esac
 done
 say "done"

@@ -11,8 +11,9 @@ Recipes (RECIPES below; every setting can be changed with its flag; docs/demo.md
 - ``cuda``: the real-budget recipe of issue 23: fairseq's ``transformer_iwslt_de_en`` size
   (6+6 layers, d=512, 4 heads, FFN 1024; ``softmax_transformer_iwslt_de_en`` against
   ``rela_transformer_iwslt_de_en``), 1,500 updates of <= 4096 tokens, lr 7e-4, inverse_sqrt
-  with 800 warmup updates, dropout 0.3, seeds 1 and 2, beam 4, lenpen 0.6.  About 10
-  minutes on one H100.
+  with 800 warmup updates, dropout 0.3, seeds 1 and 2, beam 4, lenpen 0.6.  Its four runs
+  (two models, two seeds) train side by side on the GPU (``--jobs``, which does not change
+  a result): a step of this size waits on the host, so four processes share one GPU well.
 
 Steps:
 
@@ -225,7 +226,9 @@ def run(cmd, logfile, mode="w", args=None, progress=None):
     log(" ".join(cmd[:4]) + " ... (log: %s)" % logfile)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     err_path = Path(str(logfile) + ".err")
-    tty = progress is not None and use_tty_progress(setting(args, "progress"))
+    # fairseq's own bar only for one run at a time (several would redraw over each other)
+    one_at_a_time = args is None or getattr(args, "jobs", 1) == 1
+    tty = progress is not None and one_at_a_time and use_tty_progress(setting(args, "progress"))
     with open(logfile, mode) as f:
         if tty:
             returncode = run_with_terminal_stderr(cmd + ["--log-format", "tqdm"], f, err_path, env)
@@ -763,6 +766,41 @@ def pooled(per_seed, names):
     return out
 
 
+def train_and_translate(name, seed, args, data_bin, out, total):
+    """One model and seed: trained, then the test set translated; (checkpoint, training
+    words/s, training log, hypotheses, decoding sentences/s)."""
+    tag = run_tag(name, seed, len(args.seeds))
+    lr = args.lr[name]
+    log(
+        f"training {tag}: {args.layers}+{args.layers} layers, d={args.dim}, {args.heads} heads, lr {lr:g}, "
+        f"{args.max_update} updates of <= {args.max_tokens} tokens"
+        + (f" x {args.update_freq}" if args.update_freq and args.update_freq != 1 else "")
+        + f", seed {seed}, validation every {args.validate_interval}"
+    )
+    ckpt, wps, train_log = train(name, lr, args, data_bin, out, tag, seed)
+    log(f"translating the test set with {tag}")
+    hyps, _, sps = generate(tag, ckpt, args, data_bin, out, total=total)
+    return ckpt, wps, train_log, hyps, sps
+
+
+def trained_and_translated(args, data_bin, out, total):
+    """{(seed, model): train_and_translate(...)} for every seed and model, ``args.jobs`` at
+    a time (each a fairseq process; on one GPU they share it).  A failed run ends the demo
+    with its message once the runs under way have ended."""
+    jobs = [(seed, name) for seed in args.seeds for name in args.models]
+    if args.jobs == 1:
+        return {(seed, name): train_and_translate(name, seed, args, data_bin, out, total) for seed, name in jobs}
+    from concurrent.futures import ThreadPoolExecutor
+
+    log(f"{len(jobs)} runs, {min(args.jobs, len(jobs))} at a time (--jobs)")
+    pool = ThreadPoolExecutor(max_workers=args.jobs)
+    try:
+        futures = {job: pool.submit(train_and_translate, job[1], job[0], args, data_bin, out, total) for job in jobs}
+        return {job: future.result() for job, future in futures.items()}
+    finally:  # after a failure: the runs not started are dropped, those under way end
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 def demo(args, out, data_bin):
     from fairseq_sparse_attn.provenance import write_json
     from fairseq_sparse_attn.tools.learning_curves import parse_validation, write_curves
@@ -771,22 +809,15 @@ def demo(args, out, data_bin):
     refs = (out / "multi30k" / "raw" / f"test.{args.tgt}").read_text().splitlines()
     quiet_fairseq()
     names = list(args.models)
+    runs = trained_and_translated(args, data_bin, out, len(refs))
     per_seed, pairs, panels, curves, signature = {}, [], [], {}, None
     for seed in args.seeds:
         results, hyps_of = {}, {}
         for name in names:
             tag = run_tag(name, seed, len(args.seeds))
             lr = args.lr[name]
-            log(
-                f"training {tag}: {args.layers}+{args.layers} layers, d={args.dim}, {args.heads} heads, lr {lr:g}, "
-                f"{args.max_update} updates of <= {args.max_tokens} tokens"
-                + (f" x {args.update_freq}" if args.update_freq and args.update_freq != 1 else "")
-                + f", seed {seed}, validation every {args.validate_interval}"
-            )
-            ckpt, wps, train_log = train(name, lr, args, data_bin, out, tag, seed)
+            ckpt, wps, train_log, hyps, sps = runs[(seed, name)]
             curves[tag] = parse_validation(train_log)
-            log(f"translating the test set with {tag}")
-            hyps, _, sps = generate(tag, ckpt, args, data_bin, out, total=len(refs))
             hyps_of[name] = hyps
             model, task = load(ckpt, data_bin)
             log(f"attention statistics of {tag}")
@@ -1066,6 +1097,12 @@ def build_parser():
         "--seeds", help="comma-separated training seeds, one run per model and seed" + recipe_default("seeds")
     )
     p.add_argument("--seed", type=int, help="one seed (= --seeds S)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        help="trainings (and their translations) run at once, each its own fairseq process: the "
+        "results do not depend on it (default: cpu 1, cuda one per model and seed, side by side on the GPU)",
+    )
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--lenpen", type=float, help="length penalty (default: cpu not passed (1), cuda 0.6)")
     p.add_argument("--no-repeat-ngram-size", type=int, default=None, help="fairseq-generate's (default: off)")
@@ -1118,6 +1155,10 @@ def parse_args(argv=None, cuda_available=None):
     if len(args.models) < 2 and not args.sweep:
         p.error("--models: the demo compares at least two models (the first is the baseline)")
     args.lr = {"softmax": args.lr_softmax, "rela_g": args.lr_rela_g, "rela_i": args.lr_rela_i}
+    if args.jobs is None:
+        args.jobs = 1 if args.recipe == "cpu" else len(args.models) * len(args.seeds)
+    elif args.jobs <= 0:
+        p.error(f"--jobs must be positive, got {args.jobs}")
     for flag in ("max_update", "max_tokens", "layers", "dim", "ffn_dim", "heads", "warmup", "beam", "log_interval"):
         if getattr(args, flag) <= 0:
             p.error(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")

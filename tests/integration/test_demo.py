@@ -219,7 +219,8 @@ def test_demo_sweep(demo_out, multi30k_raw):
 
 def test_demo_two_seeds_pairs_and_mean(tmp_path, multi30k_raw):
     """Two seeds (as the cuda recipe runs): one run per model and seed, each seed pair
-    compared on the same seed, the mean over seeds."""
+    compared on the same seed, the mean over seeds; the four runs two at a time (--jobs 2,
+    as the cuda recipe runs them side by side), each with its own logs and results."""
     out = tmp_path / "two"
     tiny = [
         "--max-train-lines",
@@ -246,6 +247,8 @@ def test_demo_two_seeds_pairs_and_mean(tmp_path, multi30k_raw):
         "cpu",
         "--seeds",
         "1,2",
+        "--jobs",
+        "2",
     ]
     proc = run_demo(out, multi30k_raw, tiny=tiny)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -267,6 +270,7 @@ def test_demo_two_seeds_pairs_and_mean(tmp_path, multi30k_raw):
         assert data["models"][name]["bleu_mean"] == pytest.approx(sum(per) / 2, abs=0.006)
     assert "seed 1 (" in proc.stdout and "seed 2 (" in proc.stdout and "mean over seeds 1, 2:" in proc.stdout
     assert "seed 2: rela_g" in proc.stdout  # the reading names every seed pair
+    assert "4 runs, 2 at a time (--jobs)" in proc.stdout and data["settings"]["jobs"] == 2
 
 
 FAKE_FAIRSEQ = """

@@ -137,6 +137,8 @@ def parsed(cmd):
 def test_cuda_recipe_is_issue_23s_setup(tmp_path):
     args = args_of(cuda=True)
     assert args.seeds == [1, 2] and args.lenpen == 0.6 and args.beam == 4
+    assert args.jobs == 4 and args_of().jobs == 1  # cuda: the 4 runs side by side; cpu: one at a time
+    assert args_of("--jobs", "2", cuda=True).jobs == 2 and "jobs" not in demo["changed_settings"](args)
     for name, arch in (("softmax", "softmax_transformer_iwslt_de_en"), ("rela_g", "rela_transformer_iwslt_de_en")):
         a = parsed(demo["train_command"](name, args.lr[name], args, "BIN", tmp_path / "c", 2))
         assert a.arch == arch
@@ -208,6 +210,7 @@ def test_hypothesis_flags_reach_fairseq(tmp_path):
         (["--validate-interval", "999"], "--validate-interval"),
         (["--models", "softmax"], "at least two"),
         (["--update-freq", "0"], "--update-freq"),
+        (["--jobs", "0"], "--jobs"),
     ],
 )
 def test_bad_flags_name_the_flag(argv, message, capsys):
