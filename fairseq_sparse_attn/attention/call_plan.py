@@ -584,14 +584,6 @@ class CallPlan(NamedTuple):
         return out.transpose(0, 1).reshape(tgt_len * bsz, self.embed_dim)
 
 
-def _auto_may_take_kernels() -> bool:
-    """``auto`` may give calls to the triton kernels on this machine (CUDA, and a recorded
-    measurement showing them faster: backends.triton.auto_may_take_it)."""
-    from .backends import triton as triton_backend
-
-    return triton_backend.auto_may_take_it()
-
-
 def build_plan(config: AttentionConfig, module) -> CallPlan:
     """The plan of an attention module: every setting from ``config``; the parameters and
     submodules (projections, activation, output norm, bias providers, dropout) and fairseq's
@@ -612,12 +604,12 @@ def build_plan(config: AttentionConfig, module) -> CallPlan:
     # long calls of these activations: ``auto`` hands them to query_block
     streamed_min_keys = backend.flex_min_keys if streamed(act) else 0
     kernel = None
-    if plain_pipeline_reason(m) is None and (
-        backend.name == "triton" or (backend.name == "auto" and _auto_may_take_kernels())
-    ):
-        from .backends.triton import direct_call
+    if backend.name in ("triton", "auto") and plain_pipeline_reason(m) is None:
+        from .backends import triton as triton_backend
 
-        kernel = direct_call(act, m.output_norm)
+        # auto: where it may take the kernels (CUDA and a recorded measurement showing them faster)
+        if backend.name == "triton" or triton_backend.auto_may_take_it():
+            kernel = triton_backend.direct_call(act, m.output_norm)
     return CallPlan(
         config=config,
         spec=spec,
