@@ -242,17 +242,11 @@ class _FusableRMSNorm(nn.Module):
         return self._fused is not None
 
     def _normalize(self, z, gate_weight=None):
-        fused = self.fused_arguments(z.dtype)
+        fused = self.kernel_arguments(z.dtype) if self._fused is not None else None
         if fused is not None:
             w, _, eps, floor = fused  # the floor as it is now
             return self._fused(z, eps, w, gate_weight, floor)  # type: ignore[misc]  # fused: set
         return rms_normalize(z, self.eps, self.weight, gate_weight)
-
-    def fused_arguments(self, dtype: torch.dtype) -> Optional[tuple]:
-        """``(weight, gate_weight or None, eps, half floor)``: what the fused kernel of
-        this norm takes for inputs of ``dtype``, when it runs as that kernel for them, else
-        None (the eager path)."""
-        return None if self._fused is None else self.kernel_arguments(dtype)
 
     def kernel_arguments(self, dtype: torch.dtype) -> Optional[tuple]:
         """What the fused kernel takes for inputs of ``dtype`` where it serves them (the

@@ -46,14 +46,15 @@ from torch import Tensor
 
 from . import ops
 from .launch import kernel_forms, launch
+from .served import NORM_MAX_WIDTH
 
 #: the input dtypes served, and each one's Triton pointer type
 _DTYPES: Dict[torch.dtype, str] = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 _HALF = (torch.float16, torch.bfloat16)
 #: the block widths (the row width padded to a power of two, at least 64): rows of 1 to 2048
 #: features (every model dim of the presets: 512 base / iwslt, 1024 big)
-BLOCK_WIDTHS = (64, 128, 256, 512, 1024, 2048)
-MAX_WIDTH = BLOCK_WIDTHS[-1]
+MAX_WIDTH = NORM_MAX_WIDTH  # (kernels/served.py: readable without importing Triton)
+BLOCK_WIDTHS = tuple(64 << i for i in range((MAX_WIDTH // 64).bit_length()))  # 64, 128, ..., MAX_WIDTH
 #: programs of the backward per streaming multiprocessor (CUDA); on the CPU interpreter, 4
 #: programs in all (so that tests run programs that loop over several rows)
 BWD_PROGRAMS_PER_SM = 4

@@ -164,7 +164,10 @@ def test_fused_norm_serves_float32_half_and_bfloat16_only_and_its_widths():
     assert NORM_MAX_WIDTH == MAX_WIDTH
     # what the kernel takes, asked of a norm that does not run as the kernel itself (auto)
     eager = build_output_norm("gated_rmsnorm", E, 32)
-    assert not eager.fused and eager.fused_arguments(torch.float16) is None
+    assert not eager.fused
+    with OpLog() as log:  # it runs the eager path itself
+        eager(torch.randn(2, E).half())
+    assert not [op for op in log.ops if op.startswith("fsa.")]
     assert eager.kernel_arguments(torch.float16)[0] is eager.weight
     assert eager.kernel_arguments(torch.float64) is None
     assert build_output_norm("rmsnorm", MAX_WIDTH + 1, 64).kernel_arguments(torch.float16) is None
