@@ -48,7 +48,9 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 #: 128).  ``rela_g`` is the eager path, named (``materialized``), not left to ``auto``: auto
 #: takes the triton backend where this benchmark's ``rela_g_triton`` beat ``rela_g`` (the
 #: train part; attention/backends/triton.py), so an ``auto`` rela_g would compare triton with
-#: itself there.  ``rela_i`` and ``reluformer`` run what auto runs.
+#: itself there (a module on ``materialized`` runs the same ops as one that auto gives
+#: ``materialized``: the call plan's plain training call).  ``rela_i`` and ``reluformer`` run
+#: what auto runs.
 PRESETS = {
     "softmax": ["--arch", "transformer_iwslt_de_en"],
     "rela_g": ["--arch", "rela_transformer_iwslt_de_en", "--attn-backend", "materialized"],

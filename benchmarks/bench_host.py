@@ -54,7 +54,8 @@ BASELINE = "stock"
 
 #: name -> (architecture, overrides); ``stock`` is fairseq's own TransformerModel.  The
 #: ReLU-family rows without ``_triton`` name the eager backend (``materialized``): on a CUDA
-#: device where ``auto`` takes the kernels (a measured family and dtype) they stay eager.
+#: device where ``auto`` takes the kernels (a measured family and dtype) they stay eager, and
+#: elsewhere they run what ``auto`` runs (the call plan's plain training call, either way).
 EAGER = {"attn_backend": "materialized"}
 PRESETS = {
     "stock": ("transformer_wmt_en_de", {}),

@@ -85,7 +85,7 @@ def inline_reason(module) -> Optional[str]:
     drop the module's cached plan when set (``SPEC_ATTRIBUTES``) or that are fixed at build
     time."""
     config: AttentionConfig = module.config
-    if config.backend.name != "auto":
+    if config.backend.name not in ("auto", "materialized"):  # the inline calls run materialized's ops
         return f"backend forced to {config.backend.name!r}"
     return plain_pipeline_reason(module)
 
@@ -113,16 +113,21 @@ def plain_pipeline_reason(module) -> Optional[str]:
     return None
 
 
-def _plain_linear(proj) -> bool:
-    """A plain ``nn.Linear`` without hooks: applied directly (a module call costs a few µs
-    of Python, a visible share of a decoding step)."""
+def _hook_free(module) -> bool:
+    """``module`` has no forward hooks, its own or global: its work may be done without
+    calling it (a module call costs a few µs of Python)."""
     return (
-        type(proj) is torch.nn.Linear
-        and not proj._forward_hooks
-        and not proj._forward_pre_hooks
+        not module._forward_hooks
+        and not module._forward_pre_hooks
         and not _module._global_forward_hooks
         and not _module._global_forward_pre_hooks
     )
+
+
+def _plain_linear(proj) -> bool:
+    """A plain ``nn.Linear`` without hooks: applied directly (a module call costs a few µs
+    of Python, a visible share of a decoding step)."""
+    return type(proj) is torch.nn.Linear and _hook_free(proj)
 
 
 def _linears(x: Tensor, *projs) -> List[Optional[Tensor]]:
@@ -272,6 +277,7 @@ class CallPlan(NamedTuple):
         if (
             self.inline
             and not collect
+            and not before_softmax
             and bias is None
             and kv_bsz == bsz
             and (chosen or self.auto_backend(q, v, mask, need_weights)) == "materialized"
@@ -560,7 +566,8 @@ class CallPlan(NamedTuple):
         :func:`.masks.hiding_bias`) instead of a pass over the scores."""
         act, heads = self.activation, self.heads
         kt = k.transpose(1, 2)
-        fill = act.hiding_score(q.dtype)
+        # an activation with hooks is called as a module (its hooks see the scores and mask)
+        fill = act.hiding_score(q.dtype) if _hook_free(act) else None
         if fill is not None:
             if hidden is None:
                 scores = torch.bmm(q, kt)

@@ -65,16 +65,25 @@ def calls(monkeypatch):
 
 def pair(act, norm, **kw):
     """Two modules with the same parameters: ``auto`` (takes the inference call) and the
-    general path (``materialized`` forced)."""
+    general path (:class:`GeneralPath`, on ``materialized``)."""
     torch.manual_seed(0)
     fast = SparseMultiheadAttention(E, H, config=attention_config(act, norm), **kw).eval()
     with torch.no_grad():  # non-trivial norm parameters (fresh gains are all 1)
         for p in fast.output_norm.parameters():
             p.uniform_(-1.5, 1.5)
-    general = SparseMultiheadAttention(E, H, config=attention_config(act, norm), **kw).eval()
+    general = GeneralPath(E, H, config=attention_config(act, norm), **kw).eval()
     general.load_state_dict(fast.state_dict())
     general.backend = "materialized"
     return fast, general
+
+
+class GeneralPath(SparseMultiheadAttention):
+    """A module whose every call takes the general path (``attend()``): a module on
+    ``materialized`` takes the plan's inline and plain calls as ``auto`` does (they run that
+    backend's ops), so this one's plan says it may not, whatever it is rebuilt from."""
+
+    def plan(self):
+        return super().plan()._replace(inline=False)
 
 
 def assert_identical(a, b):
@@ -251,6 +260,71 @@ def test_training_calls_that_auto_gives_another_backend_go_to_attend(monkeypatch
     assert ran == [True] and plain == []
 
 
+def test_a_module_on_materialized_takes_the_plain_and_inference_calls(monkeypatch, calls):
+    """``--attn-backend materialized`` names the ops the plain and inference calls run, so
+    its training and decoding calls take them as auto's do: the general path's numbers bit
+    for bit (outputs, weights, the input's and every parameter's gradient)."""
+    plain = spy_on(monkeypatch, "plain")
+    named, general = pair("relu", "gated_rmsnorm", self_attention=True)
+    named.backend = "materialized"
+    pad = torch.zeros(2, 4, dtype=torch.bool)
+    pad[1, 3:] = True
+    results = []
+    for m in (named, general):
+        m.train()
+        m.zero_grad()
+        x = torch.randn(4, 2, E, generator=torch.Generator().manual_seed(5)).requires_grad_()
+        out, _ = m(x, x, x, key_padding_mask=pad, need_weights=False)
+        out.sum().backward()
+        with torch.no_grad():
+            m.eval()
+            o, w = m(x, x, x, key_padding_mask=pad)
+        results.append([out, x.grad, o, w] + [p.grad for p in m.parameters()])
+    for a, b in zip(*results):
+        assert_identical(a, b)
+    assert plain.count(named) == 2 and calls == [named] and general not in plain
+
+
+@pytest.mark.parametrize("backend", ["auto", "materialized"])
+def test_scores_before_the_activation_with_gradients(backend):
+    """``before_softmax`` returns the scores on every path, gradients recorded or not
+    (the plain training call once returned the attention's output for it)."""
+    fast, general = pair("relu", "gated_rmsnorm", self_attention=True)
+    fast.backend = backend
+    x = torch.randn(4, 2, E)
+    scores, v = fast(x, x, x, before_softmax=True)
+    ref, v_ref = general(x, x, x, before_softmax=True)
+    assert scores.shape == (2 * H, 4, 4)
+    assert_identical(scores, ref)
+    assert_identical(v, v_ref)
+
+
+def test_activation_hooks_run_in_the_plain_and_inference_calls(monkeypatch, calls):
+    """A hook on the activation module sees the scores and the mask there too, with the
+    general path's numbers (the activation is then called as a module)."""
+    plain = spy_on(monkeypatch, "plain")
+    fast, general = pair("relu", "gated_rmsnorm", self_attention=True)
+    seen = {id(fast): [], id(general): []}
+    for m in (fast, general):
+        m.activation.register_forward_hook(lambda mod, args, out, m=m: seen[id(m)].append((args[1], out)))
+    pad = torch.zeros(2, 4, dtype=torch.bool)
+    pad[0, 2:] = True
+    x = torch.randn(4, 2, E)
+    outs = []
+    for m in (fast, general):
+        m.train()
+        outs.append(m(x, x, x, key_padding_mask=pad, need_weights=False)[0])
+        with torch.no_grad():
+            outs.append(m.eval()(x, x, x, key_padding_mask=pad)[0])
+    assert plain.count(fast) == 2 and calls == [fast]
+    assert len(seen[id(fast)]) == len(seen[id(general)]) == 2
+    for (mask_f, w_f), (mask_g, w_g) in zip(seen[id(fast)], seen[id(general)]):
+        assert mask_f is not None and torch.equal(mask_f, mask_g)
+        assert_identical(w_f.view(w_g.shape), w_g)
+    assert_identical(outs[0], outs[2])
+    assert_identical(outs[1], outs[3])
+
+
 @pytest.mark.parametrize("act,norm", [("relu", "gated_rmsnorm"), ("sparsemax", "rmsnorm_i")])
 def test_low_precision_modules_equal_the_general_path(act, norm, calls):
     """bfloat16 parameters and inputs: scores and weights in float32, the value mix in the
@@ -329,7 +403,9 @@ def test_modules_that_need_the_general_path_have_no_plan(kw, reason):
 def test_forced_backend_and_key_blocks_have_no_plan():
     m = SparseMultiheadAttention(E, H, self_attention=True, config=attention_config("relu", "gated_rmsnorm"))
     assert m._spec_and_stock()[2].inline is True
-    m.backend = "materialized"
+    m.backend = "materialized"  # the inline calls run materialized's own ops
+    assert m._spec_and_stock()[2].inline is True
+    m.backend = "query_block"
     assert m._spec_and_stock()[2].inline is False
     m.backend = "auto"
     m.key_block_size = 4
@@ -394,7 +470,7 @@ def test_projection_hooks_run_and_replaced_submodules_are_used(calls):
 @pytest.mark.parametrize(
     "act,norm", [("relu", "gated_rmsnorm"), ("relu", "rmsnorm_i"), ("relu_scaled", "none"), ("entmax15", "none")]
 )
-def test_beam_search_of_a_whole_model_is_unchanged(act, norm, calls):
+def test_beam_search_of_a_whole_model_is_unchanged(act, norm, calls, monkeypatch):
     """fairseq's SequenceGenerator (beam 3, a padded batch): the same hypotheses, scores
     and attention as with every attention call on the general path."""
     from fairseq.sequence_generator import SequenceGenerator
@@ -410,8 +486,9 @@ def test_beam_search_of_a_whole_model_is_unchanged(act, norm, calls):
 
     fast = generate()
     assert calls, "the inference call was not taken"
+    monkeypatch.setattr(call_plan_module, "inline_reason", lambda module: "the general path")
     for m in model.attention_modules():
-        m.backend = "materialized"
+        m.backend = "materialized"  # (its plan rebuilt)
     calls.clear()
     general = generate()
     assert calls == []
