@@ -325,6 +325,11 @@ class EntmaxBisect(_EntmaxFamily):
             return 1.0 + torch.sigmoid(self.alpha_logit.float())
         return self.fixed_alpha
 
+    def hiding_score(self, dtype):
+        """None with a learned alpha: its per-head alpha needs the (bsz, heads, tgt, src)
+        scores of :meth:`forward`, not the call plan's (bsz * heads, tgt, src)."""
+        return None if self.learned else super().hiding_score(dtype)
+
     def mapping(self, scores):
         alpha = self.alpha().to(scores)
         if alpha.dim() == 1:

@@ -53,7 +53,6 @@ from typing import Callable, List, NamedTuple, Optional, Tuple
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.nn.modules import module as _module
 
 from . import masks
 from .activations import AttentionActivation
@@ -67,6 +66,7 @@ from .core import (
     applies_dropout,
     attend,
     choose_backend,
+    hook_free,
     is_stock,
     streamed,
 )
@@ -113,21 +113,10 @@ def plain_pipeline_reason(module) -> Optional[str]:
     return None
 
 
-def _hook_free(module) -> bool:
-    """``module`` has no forward hooks, its own or global: its work may be done without
-    calling it (a module call costs a few µs of Python)."""
-    return (
-        not module._forward_hooks
-        and not module._forward_pre_hooks
-        and not _module._global_forward_hooks
-        and not _module._global_forward_pre_hooks
-    )
-
-
 def _plain_linear(proj) -> bool:
     """A plain ``nn.Linear`` without hooks: applied directly (a module call costs a few µs
     of Python, a visible share of a decoding step)."""
-    return type(proj) is torch.nn.Linear and _hook_free(proj)
+    return type(proj) is torch.nn.Linear and hook_free(proj)
 
 
 def _linears(x: Tensor, *projs) -> List[Optional[Tensor]]:
@@ -567,7 +556,7 @@ class CallPlan(NamedTuple):
         act, heads = self.activation, self.heads
         kt = k.transpose(1, 2)
         # an activation with hooks is called as a module (its hooks see the scores and mask)
-        fill = act.hiding_score(q.dtype) if _hook_free(act) else None
+        fill = act.hiding_score(q.dtype) if hook_free(act) else None
         if fill is not None:
             if hidden is None:
                 scores = torch.bmm(q, kt)

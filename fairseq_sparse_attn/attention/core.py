@@ -62,6 +62,7 @@ from typing import Callable, Dict, FrozenSet, List, Mapping, NamedTuple, Optiona
 
 import torch
 from torch import Tensor
+from torch.nn.modules import module as _module
 
 from ..errors import UsageError
 from .activations import AttentionActivation
@@ -185,6 +186,22 @@ class Call(NamedTuple):
     dtype: Optional[torch.dtype] = None  # of the values
     query_mask: bool = False  # the hidden mask differs between queries (causal)
     head_dim: int = 0  # of the values
+
+
+def hook_free(module: torch.nn.Module) -> bool:
+    """No hook, the module's own or a global one, forward or backward, would see a call of
+    ``module``: its work may be done without calling it (the call plan's plain calls, the
+    fused kernels' Function)."""
+    return not (
+        module._forward_hooks
+        or module._forward_pre_hooks
+        or module._backward_hooks
+        or module._backward_pre_hooks
+        or _module._global_forward_hooks
+        or _module._global_forward_pre_hooks
+        or _module._global_backward_hooks
+        or _module._global_backward_pre_hooks
+    )
 
 
 def applies_dropout(dropout: Dropout) -> bool:

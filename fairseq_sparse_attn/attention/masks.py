@@ -59,12 +59,16 @@ _ENTRIES: "OrderedDict[tuple, tuple]" = OrderedDict()
 
 
 def tensor_key(t: Tensor) -> tuple:
-    return (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device, getattr(t, "_version", None))
+    return (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device, t._version)
 
 
 def cached(slot: str, tensors: Sequence[Tensor], extra, compute: Callable):
     """``compute(*tensors)``, remembered for those tensors (unmodified) in ``slot``;
-    ``extra`` is any hashable value the result also depends on."""
+    ``extra`` is any hashable value the result also depends on.  Tensors made under
+    ``torch.inference_mode`` have no version counter (an in-place change would go unseen):
+    their results are computed every time."""
+    if any(t.is_inference() for t in tensors):
+        return compute(*tensors)
     key = (slot, tuple(tensor_key(t) for t in tensors), extra)
     hit = _ENTRIES.get(key)
     if hit is not None:

@@ -233,6 +233,14 @@ class SparseMultiheadAttention(MultiheadAttention):
             "add_zero_attn",
             "beam_size",  # fairseq's set_beam_size
             "_incremental_state_id",  # the plan's cache key
+            # fairseq's sizes and flags, copied by the plan (scaling: the fixture test's probe)
+            "scaling",
+            "num_heads",
+            "num_learned_heads",
+            "head_dim",
+            "embed_dim",
+            "self_attention",
+            "encoder_decoder_attention",
         }
     )
 

@@ -325,6 +325,88 @@ def test_activation_hooks_run_in_the_plain_and_inference_calls(monkeypatch, call
     assert_identical(outs[1], outs[3])
 
 
+def test_entmax_bisect_with_learned_alpha_equals_the_general_path(monkeypatch, calls):
+    """Learned per-head alpha (--entmax-alpha-learned) in the plain training call and the
+    inference call: its per-head alpha needs (bsz, heads, tgt, src) scores."""
+    from fairseq_sparse_attn.attention.config import ActivationConfig
+
+    plain = spy_on(monkeypatch, "plain")
+    act = ActivationConfig(name="entmax_bisect", entmax_alpha_learned=True, entmax_alpha=1.3)
+    fast, general = pair(act, "none", self_attention=True)
+    with torch.no_grad():
+        for m in (fast, general):
+            m.activation.alpha_logit.copy_(torch.tensor([-2.0, -0.5, 0.5, 2.0]))  # distinct heads
+    pad = torch.zeros(2, 4, dtype=torch.bool)
+    pad[1, 3:] = True
+    x = torch.randn(4, 2, E)
+    results = []
+    for m in (fast, general):
+        m.train()
+        out = m(x, x, x, key_padding_mask=pad, need_weights=False)[0]
+        out.sum().backward()
+        with torch.no_grad():
+            o, w = m.eval()(x, x, x, key_padding_mask=pad)
+        results.append([out, o, w, m.activation.alpha_logit.grad, m.q_proj.weight.grad])
+    for a, b in zip(*results):
+        assert_identical(a, b)
+    assert plain.count(fast) == 2 and calls == [fast]
+
+
+def test_backward_hooks_run_in_the_plain_calls(monkeypatch):
+    """A full backward hook on the activation or a projection (here: halving the gradient it
+    passes back) sees the plain training call as it sees the general path's."""
+    plain = spy_on(monkeypatch, "plain")
+    for part in ("activation", "k_proj"):
+        fast, general = pair("relu", "gated_rmsnorm", self_attention=True)
+        grads, fired = [], []
+        for m in (fast, general, None):  # None: the module without the hook
+            hooked = m is not None
+            m = m or pair("relu", "gated_rmsnorm", self_attention=True)[1]
+            if hooked:
+                getattr(m, part).register_full_backward_hook(
+                    lambda module, gin, gout: fired.append(1) or tuple(None if g is None else g * 0.5 for g in gin)
+                )
+            m.train()
+            x = torch.randn(4, 2, E, generator=torch.Generator().manual_seed(2)).requires_grad_()
+            m(x, x, x, need_weights=False)[0].sum().backward()
+            grads.append([x.grad] + [p.grad for p in m.parameters()])
+        for a, b in zip(grads[0], grads[1]):
+            assert_identical(a, b)
+        assert fired == [1, 1] and not torch.equal(grads[0][0], grads[2][0])  # the hook acted
+    assert plain.count(fast) == 1  # the hooked projection is still called as a module, in plain
+
+
+def test_masked_calls_under_inference_mode(calls):
+    """torch.inference_mode (no version counters): a masked call computes its masks each time
+    and gives the no_grad numbers."""
+    fast, general = pair("relu", "gated_rmsnorm", self_attention=True)
+    x = torch.randn(4, 2, E)
+    pad = torch.zeros(2, 4, dtype=torch.bool)
+    pad[1, 3:] = True
+    with torch.no_grad():
+        want = fast(x, x, x, key_padding_mask=pad)[0]
+    for m in (fast, general):
+        with torch.inference_mode():
+            pad_i = pad.clone()
+            out = m(x, x, x, key_padding_mask=pad_i)[0]
+            assert_identical(out, want)
+            pad_i[1, 3:] = False  # changed in place: seen (nothing was cached for it)
+            assert_identical(m(x, x, x, key_padding_mask=pad_i)[0], m(x, x, x)[0])
+
+
+def test_scaling_set_after_a_call_is_used():
+    fast, _ = pair("relu", "gated_rmsnorm", self_attention=True)
+    x = torch.randn(4, 2, E)
+    with torch.no_grad():
+        before = fast(x, x, x)[0]
+        fast.scaling = fast.scaling * 2
+        after = fast(x, x, x)[0]
+        fresh, _ = pair("relu", "gated_rmsnorm", self_attention=True)
+        fresh.scaling = fast.scaling
+        assert not torch.equal(before, after)
+        assert_identical(after, fresh(x, x, x)[0])
+
+
 @pytest.mark.parametrize("act,norm", [("relu", "gated_rmsnorm"), ("sparsemax", "rmsnorm_i")])
 def test_low_precision_modules_equal_the_general_path(act, norm, calls):
     """bfloat16 parameters and inputs: scores and weights in float32, the value mix in the

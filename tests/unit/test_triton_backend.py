@@ -500,6 +500,19 @@ def test_the_direct_call_runs_attention_and_norm_in_one_function_bit_for_bit(nor
         assert torch.equal(one_grads[name], two_grads[name]), name
 
 
+def test_a_backward_hook_on_the_norm_keeps_its_module_call():
+    """A full backward hook on the output norm (here: one that halves the gradient it passes
+    back) sees the call through the direct kernel call too: the norm runs as its own module,
+    and the gradients are the materialized backend's."""
+    ref, fused = pair("relu", "gated_rmsnorm", self_attention=True)
+    fired = []
+    for m in (ref, fused):
+        m.output_norm.register_full_backward_hook(lambda module, gin, gout: fired.append(1) or (gin[0] * 0.5,))
+    x = torch.randn(5, 2, E)
+    run_both(ref, fused, x, x, key_padding_mask=padding(2, 5, [5, 3]), need_weights=False)
+    assert fired == [1, 1]
+
+
 def test_beam_search_through_the_direct_call_matches_the_materialized_backend(monkeypatch):
     """Incremental decoding (fairseq's SequenceGenerator, beam 2: cached keys, one query per
     step, cross-attention with one key copy per sentence) on the triton backend, through

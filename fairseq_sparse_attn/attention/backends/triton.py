@@ -42,12 +42,11 @@ from pathlib import Path
 from typing import Callable, Dict, FrozenSet, Optional, Tuple
 
 import torch
-from torch.nn.modules import module as _module
 
 from ...errors import UsageError
 from ...kernels.served import unserved
 from .. import masks
-from ..core import AttendSpec, AttentionInputs, Backend, Call, Capabilities, register_backend
+from ..core import AttendSpec, AttentionInputs, Backend, Call, Capabilities, hook_free, register_backend
 from ..intermediates import Intermediates
 
 #: what the kernels compute of an activation: f = ReLU (``supports_chunking``: ReLU's
@@ -238,7 +237,7 @@ def direct_call(activation, output_norm) -> Optional[Callable[..., Optional[torc
             return None
         pad, causal = structure
         fused = kernel_arguments(v.dtype) if kernel_arguments is not None else None
-        if fused is not None and _without_hooks(output_norm) and not torch.compiler.is_compiling():
+        if fused is not None and hook_free(output_norm) and not torch.compiler.is_compiling():
             return normed_relu_attention(q, k, v, pad, causal, kv_groups, scale, gamma, *fused)
         bsz, heads, tgt, d = q.shape
         out = relu_attention(q, k, v, pad, causal, kv_groups, scale, gamma)
@@ -246,17 +245,6 @@ def direct_call(activation, output_norm) -> Optional[Callable[..., Optional[torc
         return output_norm(out.permute(2, 0, 1, 3).reshape(tgt * bsz, heads * d))
 
     return call
-
-
-def _without_hooks(module) -> bool:
-    """No forward hook would see the module's call (it is skipped when run inside the
-    kernels' Function)."""
-    return not (
-        module._forward_hooks
-        or module._forward_pre_hooks
-        or _module._global_forward_hooks
-        or _module._global_forward_pre_hooks
-    )
 
 
 register_backend(
