@@ -364,7 +364,9 @@ def test_backward_hooks_run_in_the_plain_calls(monkeypatch):
             m = m or pair("relu", "gated_rmsnorm", self_attention=True)[1]
             if hooked:
                 getattr(m, part).register_full_backward_hook(
-                    lambda module, gin, gout: fired.append(1) or tuple(None if g is None else g * 0.5 for g in gin)
+                    lambda module, gin, gout, fired=fired: (
+                        fired.append(1) or tuple(None if g is None else g * 0.5 for g in gin)
+                    )
                 )
             m.train()
             x = torch.randn(4, 2, E, generator=torch.Generator().manual_seed(2)).requires_grad_()
