@@ -149,8 +149,9 @@ def _aligned_at_launch(name: str, arg_type: str) -> bool:
 def _cache_key(config: dict, capability: int) -> str:
     import triton
 
-    kernel = config["kernel"]
-    source = inspect.getsource(_python_fn(kernel))
+    # Triton's own key of the kernel's source and of every @triton.jit function it calls (a
+    # change inside a helper such as relu_attention._fwd_tile must miss the cache)
+    source = _jit_function(config["kernel"]).cache_key
     parts = [
         triton.__version__,
         str(capability),
@@ -162,7 +163,7 @@ def _cache_key(config: dict, capability: int) -> str:
         str(config["num_warps"]),
         str(config["num_stages"]),
         " ".join(_ptxas_flags()),
-        "v3: dots, async copies, SASS instructions",
+        "v4: dots, async copies, SASS instructions; helpers in the key",
     ]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 

@@ -28,7 +28,8 @@ so autograd, ``torch.compile`` (a fake implementation) and a dispatch-level op c
 op per direction.  On CUDA tensors the kernels are compiled by Triton; on CPU tensors they
 run in Triton's interpreter (slow: for tests, never for training), explicitly, whatever
 ``TRITON_INTERPRET`` says (:mod:`.launch`, the launch of every kernel of this package).
-The kernels have no ``tl.dot``, so bf16 is exact in the interpreter (no upcast).
+The kernels have no ``tl.dot``; their bf16 results are rounded to nearest even by hand in
+the interpreter, whose casts truncate (:mod:`.rounding`), so CPU results are the GPU's.
 
 ``launch_configs()`` lists every configuration the launcher can pick (input dtype x weight
 dtype x gate x block width); the launcher picks only among them, and
@@ -45,7 +46,8 @@ import triton.language as tl
 from torch import Tensor
 
 from . import ops
-from .launch import kernel_forms, launch
+from .launch import interpreted, kernel_forms, launch
+from .rounding import rounded
 from .served import NORM_MAX_WIDTH
 
 #: the input dtypes served, and each one's Triton pointer type
@@ -74,6 +76,7 @@ def rms_norm_fwd_kernel(
     eps,
     HAS_GATE: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    UPCAST: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_D)
@@ -84,7 +87,7 @@ def rms_norm_fwd_kernel(
     if HAS_GATE:
         gw = tl.load(GW + cols, mask=mask, other=0.0).to(tl.float32)
         out = out * tl.sigmoid(z * gw)
-    tl.store(OUT + row * stride_out + cols, out.to(OUT.dtype.element_ty), mask=mask)
+    tl.store(OUT + row * stride_out + cols, rounded(out, OUT.dtype.element_ty, UPCAST), mask=mask)
     tl.store(RSTD + row, r)
 
 
@@ -107,6 +110,7 @@ def rms_norm_bwd_kernel(
     HAS_GATE: tl.constexpr,
     HALF_BOUND: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    UPCAST: tl.constexpr,
 ):
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
@@ -142,7 +146,7 @@ def rms_norm_bwd_kernel(
             ga = t * (1.0 - s)  # gradient of the gate's pre-activation w z
             dgw += ga * z
             dz += ga * gw
-        tl.store(DZ + row64 * stride_dz + cols, dz.to(DZ.dtype.element_ty), mask=mask)
+        tl.store(DZ + row64 * stride_dz + cols, rounded(dz, DZ.dtype.element_ty, UPCAST), mask=mask)
         row += n_programs
     tl.store(DW_PART + pid * n_cols + cols, dw, mask=mask)
     if HAS_GATE:
@@ -184,13 +188,13 @@ def launch_configs() -> List[dict]:
                 for block in BLOCK_WIDTHS:
                     fwd_sig = {"Z": f"*{ty}", "W": f"*{wty}", "GW": f"*{wty}", "OUT": f"*{ty}", "RSTD": "*fp32"}
                     fwd_sig.update(n_cols="i32", stride_z="i32", stride_out="i32", eps="fp32")
-                    fwd_sig.update(HAS_GATE="constexpr", BLOCK_D="constexpr")
+                    fwd_sig.update(HAS_GATE="constexpr", BLOCK_D="constexpr", UPCAST="constexpr")
                     configs.append(
                         {
                             "name": _config_name("fwd", dtype, wdtype, gated, block),
                             "kernel": _FWD.compiled,
                             "signature": fwd_sig,
-                            "constexprs": {"HAS_GATE": gated, "BLOCK_D": block},
+                            "constexprs": {"HAS_GATE": gated, "BLOCK_D": block, "UPCAST": False},
                             "num_warps": _warps(block),
                             "num_stages": 1,
                         }
@@ -199,12 +203,18 @@ def launch_configs() -> List[dict]:
                     bwd_sig.update(DZ=f"*{ty}", DW_PART="*fp32", DGW_PART="*fp32")
                     bwd_sig.update(n_rows="i32", n_cols="i32", stride_dout="i32", stride_z="i32", stride_dz="i32")
                     bwd_sig.update(half_floor="fp32", HAS_GATE="constexpr", HALF_BOUND="constexpr", BLOCK_D="constexpr")
+                    bwd_sig.update(UPCAST="constexpr")
                     configs.append(
                         {
                             "name": _config_name("bwd", dtype, wdtype, gated, block),
                             "kernel": _BWD.compiled,
                             "signature": bwd_sig,
-                            "constexprs": {"HAS_GATE": gated, "HALF_BOUND": dtype in _HALF, "BLOCK_D": block},
+                            "constexprs": {
+                                "HAS_GATE": gated,
+                                "HALF_BOUND": dtype in _HALF,
+                                "BLOCK_D": block,
+                                "UPCAST": False,
+                            },
                             "num_warps": _warps(block),
                             "num_stages": 1,
                         }
@@ -234,7 +244,10 @@ def pick_config(direction: str, dtype: torch.dtype, wdtype: torch.dtype, gated: 
 
 def _launch(config: dict, grid: Tuple[int, ...], device: torch.device, *args) -> None:
     forms = _FORMS[id(config["kernel"])]
-    launch(forms, grid, device, args, config["constexprs"], config["num_warps"], config["num_stages"])
+    constexprs = config["constexprs"]
+    if interpreted(device) and args[0].dtype == torch.bfloat16:  # round as a GPU does (.rounding)
+        constexprs = dict(constexprs, UPCAST=True)
+    launch(forms, grid, device, args, constexprs, config["num_warps"], config["num_stages"])
 
 
 @functools.lru_cache(maxsize=None)
@@ -367,7 +380,10 @@ class _RmsNorm(torch.autograd.Function):
         return out, rstd
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # the backward ops have no autograd: a clear error
     def backward(ctx, grad_out, grad_rstd):
+        if grad_out is None:  # (materialize_grads off) the output took no part in the loss
+            return None, None, None, None, None
         z, weight, gate_weight, rstd = ctx.saved_tensors
         grad_z, grad_w, grad_gw = rms_norm_bwd(grad_out, z, weight, gate_weight, rstd, ctx.half_floor)
         return grad_z, grad_w, (grad_gw if gate_weight is not None else None), None, None

@@ -31,6 +31,13 @@ The two passes (fp32, and every dtype under ``torch.use_deterministic_algorithms
 dK/dV pass and a dQ pass, no atomics, each output element written by one program (7 dots,
 the scores recomputed in each pass, bit-for-bit reproducible).
 
+Masking costs instructions in every element of every tile, so each loop masks only what
+its keys need: keys past S and rows past T are loaded as zeros (score 0, nothing flows), the
+causal cut is compared element by element only in the blocks it crosses (a loop over the
+blocks every row sees whole comes first), and padding is a per-key predicate in loops of
+their own (the dK/dV pass loads padded keys as zeros once per program instead); one program
+per (block, batch entry, head).
+
 Masks: key padding ``(B_kv, S)`` bool (True = padding), ``causal``, and ``kv_groups``: the
 queries' batch is ``B = B_kv * kv_groups`` (beam search keeps one copy of the encoder keys
 per sentence, query batch entry b reads key copy b // kv_groups, as
@@ -73,28 +80,44 @@ from torch import Tensor
 
 from . import ops
 from .launch import interpreted, kernel_forms, launch
-from .served import DTYPES, HEAD_DIMS, unserved
+from .rounding import rounded
+from .served import DTYPES, HEAD_DIMS, unserved, unserved_sizes
 
 __all__ = ["HEAD_DIMS", "DTYPES", "launch_configs", "relu_attention", "unsupported"]
 
 _TRITON_DTYPE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
-_INT32_MAX = 2**31 - 1
 
 
 # --------------------------------------------------------------------------- kernels
 @triton.jit
-def _rounded(x, DT: tl.constexpr, UPCAST: tl.constexpr):
-    """fp32 ``x`` rounded to ``DT``, the dtype of a dot operand or of a stored result.  With
-    ``UPCAST`` (an interpreted bf16 launch) the result stays fp32, rounded to bf16's 8
-    significant bits to nearest even by hand: the interpreter's fp32 -> bf16 cast truncates,
-    the GPU's rounds to nearest even."""
+def _fwd_tile(
+    acc, q, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs,
+    S, shift, scale,
+    VT: tl.constexpr, PADDED: tl.constexpr, CAUSAL_CUT: tl.constexpr, BLOCK_N: tl.constexpr,
+    UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    """``acc + rne(relu(s)) v`` over the keys [start_n, start_n + BLOCK_N).  Keys past S are
+    loaded as zeros (s = 0: nothing added) and so are the rows past T (q = 0), so neither
+    needs a mask on the scores; padding is one predicate per key, and the causal cut is
+    compared element by element only in the blocks it crosses (``CAUSAL_CUT``)."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    key_ok = offs_n < S
+    # k as a (keys, D) tile, transposed in the dot (as the dQ pass does): a (D, keys)
+    # load read through swapped strides gave wrong fp32 results at D >= 128 on an H100
+    # (Triton 3.6.0; docs/performance.md "GPU")
+    k = tl.load(k_base + offs_n[:, None] * stride_ks + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+    v = tl.load(v_base + offs_n[:, None] * stride_vs + offs_d[None, :], mask=key_ok[:, None], other=0.0)
     if UPCAST:
-        bits = x.to(tl.int32, bitcast=True)
-        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
-        y = bits.to(tl.float32, bitcast=True)
-    else:
-        y = x.to(DT)
-    return y
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+    if PADDED:
+        pad = tl.load(pad_base + offs_n, mask=key_ok, other=0)
+        s = tl.where((pad == 0)[None, :], s, 0.0)
+    if CAUSAL_CUT:
+        s = tl.where(offs_n[None, :] <= offs_m[:, None] + shift, s, 0.0)
+    p = rounded(tl.maximum(s, 0.0), VT, UPCAST)
+    return tl.dot(p, v, acc, input_precision=PRECISION)
 
 
 def _relu_attention_fwd(
@@ -110,11 +133,10 @@ def _relu_attention_fwd(
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     UPCAST: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
-    """One program per (query block, batch * head): out = c * sum_j relu(s_ij) v_j."""
+    """One program per (query block, batch, head): out = c * sum_j relu(s_ij) v_j."""
     pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = (pid_bh // H).to(tl.int64)
-    h = (pid_bh % H).to(tl.int64)
+    b = tl.program_id(1).to(tl.int64)
+    h = tl.program_id(2).to(tl.int64)
     kb = b // G
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, D)
@@ -129,32 +151,105 @@ def _relu_attention_fwd(
     k_base = K + kb * stride_kb + h * stride_kh
     v_base = V + kb * stride_vb + h * stride_vh
     acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
+    pad_base = PAD + kb * stride_pb
     shift = S - T  # query i sees keys j <= i + shift when causal
-    hi = S
+    hi = S  # the keys some row of this block sees: [0, hi)
+    whole = S  # the keys every row of this block sees (but padding), whole key blocks: [0, whole)
     if causal != 0:
         hi = tl.minimum(S, (pid_m + 1) * BLOCK_M + shift)
-    for start_n in range(0, hi, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        key_ok = offs_n < S
-        # k as a (keys, D) tile, transposed in the dot (as the dQ pass does): a (D, keys)
-        # load read through swapped strides gave wrong fp32 results at D >= 128 on an H100
-        # (Triton 3.6.0; docs/performance.md "GPU")
-        k = tl.load(k_base + offs_n[:, None] * stride_ks + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-        v = tl.load(v_base + offs_n[:, None] * stride_vs + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-        # the padding row loaded without a branch (0: not padding, where no mask is given),
-        # issued with k and v: under `if has_pad` it was a synchronous byte load that each
-        # iteration waited on (SASS, sm_90)
-        pad = tl.load(PAD + kb * stride_pb + offs_n, mask=key_ok & (has_pad != 0), other=0)
-        if UPCAST:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
-        key_ok = key_ok & (pad == 0)
-        visible = key_ok[None, :] & row_ok[:, None]
-        if causal != 0:
-            visible = visible & (offs_n[None, :] <= offs_m[:, None] + shift)
-        p = _rounded(tl.where(visible & (s > 0.0), s, 0.0), V.dtype.element_ty, UPCAST)
-        acc = tl.dot(p, v, acc, input_precision=PRECISION)
+        whole = tl.minimum(tl.maximum(pid_m * BLOCK_M + shift + 1, 0) // BLOCK_N * BLOCK_N, hi)
+    # four forms of one loop, each masking only what its keys need (padding: a per-key
+    # predicate; the causal cut: element by element, only in the blocks it crosses)
+    if has_pad != 0:
+        for start_n in range(0, whole, BLOCK_N):
+            acc = _fwd_tile(
+                acc,
+                q,
+                k_base,
+                v_base,
+                pad_base,
+                start_n,
+                offs_m,
+                offs_d,
+                stride_ks,
+                stride_vs,
+                S,
+                shift,
+                scale,
+                V.dtype.element_ty,
+                True,
+                False,
+                BLOCK_N,
+                UPCAST,
+                PRECISION,
+            )
+        for start_n in range(whole, hi, BLOCK_N):
+            acc = _fwd_tile(
+                acc,
+                q,
+                k_base,
+                v_base,
+                pad_base,
+                start_n,
+                offs_m,
+                offs_d,
+                stride_ks,
+                stride_vs,
+                S,
+                shift,
+                scale,
+                V.dtype.element_ty,
+                True,
+                True,
+                BLOCK_N,
+                UPCAST,
+                PRECISION,
+            )
+    else:
+        for start_n in range(0, whole, BLOCK_N):
+            acc = _fwd_tile(
+                acc,
+                q,
+                k_base,
+                v_base,
+                pad_base,
+                start_n,
+                offs_m,
+                offs_d,
+                stride_ks,
+                stride_vs,
+                S,
+                shift,
+                scale,
+                V.dtype.element_ty,
+                False,
+                False,
+                BLOCK_N,
+                UPCAST,
+                PRECISION,
+            )
+        for start_n in range(whole, hi, BLOCK_N):
+            acc = _fwd_tile(
+                acc,
+                q,
+                k_base,
+                v_base,
+                pad_base,
+                start_n,
+                offs_m,
+                offs_d,
+                stride_ks,
+                stride_vs,
+                S,
+                shift,
+                scale,
+                V.dtype.element_ty,
+                False,
+                True,
+                BLOCK_N,
+                UPCAST,
+                PRECISION,
+            )
     if row_scaled != 0:
         # n_i, the keys row i sees, in a loop of its own over the padding mask: counted in
         # the loop above, in the dots' register layout, the row sums took 80 shuffles and
@@ -170,12 +265,49 @@ def _relu_attention_fwd(
             count += tl.sum(visible.to(tl.float32), axis=1)
         c = row_coef / tl.sqrt(tl.maximum(count, 1.0))
         acc = acc * c[:, None]
-        tl.store(RS + pid_bh.to(tl.int64) * T + offs_m, c, mask=row_ok)
+        tl.store(RS + (b * H + h) * T + offs_m, c, mask=row_ok)
     tl.store(
         O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_ot + offs_d[None, :],
-        _rounded(acc, O.dtype.element_ty, UPCAST),
+        rounded(acc, O.dtype.element_ty, UPCAST),
         mask=row_ok[:, None],
     )
+
+
+@triton.jit
+def _dkdv_tile(
+    dk, dv, k, v, q_base, do_base, rs_base, dq_base, start_m, offs_n, offs_d,
+    stride_qt, stride_dot, stride_dqt, T, shift, scale, row_scaled,
+    QT: tl.constexpr, DOT: tl.constexpr, CAUSAL_CUT: tl.constexpr, BLOCK_M: tl.constexpr,
+    UPCAST: tl.constexpr, PRECISION: tl.constexpr, WITH_DQ: tl.constexpr,
+):  # fmt: skip
+    """(dk, dv) plus the queries [start_m, start_m + BLOCK_M)'s share, and with ``WITH_DQ``
+    their dQ share added into the fp32 accumulator.  Rows past T are loaded as zeros (s = 0:
+    nothing flows), padded keys came as zeros, so only the causal cut needs an element mask,
+    in the blocks it crosses (``CAUSAL_CUT``)."""
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    row_ok = offs_m < T
+    q = tl.load(q_base + offs_m[:, None] * stride_qt + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    do = tl.load(do_base + offs_m[:, None] * stride_dot + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+        do = do.to(tl.float32)
+    st = tl.dot(k, tl.trans(q), input_precision=PRECISION) * scale  # (keys, queries)
+    positive = st > 0.0
+    if CAUSAL_CUT:
+        positive = positive & (offs_n[:, None] <= offs_m[None, :] + shift)
+    dpt = tl.dot(v, tl.trans(do), input_precision=PRECISION)  # dO_i . v_j
+    # c_i loaded without a branch (1 where not row-scaled: the product is exact): a load
+    # under `if row_scaled` inside this loop made Triton 3.6.0's software pipeliner fail
+    # ("PassManager::run failed"), so this pass ran unpipelined
+    c = tl.load(rs_base + offs_m, mask=row_ok & (row_scaled != 0), other=1.0)
+    wt = rounded(tl.where(positive, st * c[None, :], 0.0), DOT, UPCAST)
+    dst = rounded(tl.where(positive, dpt * c[None, :], 0.0) * scale, QT, UPCAST)
+    dv = tl.dot(wt, do, dv, input_precision=PRECISION)
+    dk = tl.dot(dst, q, dk, input_precision=PRECISION)
+    if WITH_DQ:  # compiled out of the two-pass form
+        dq = tl.dot(tl.trans(dst), k, input_precision=PRECISION)  # (queries, D)
+        tl.atomic_add(dq_base + offs_m[:, None] * stride_dqt + offs_d[None, :], dq, mask=row_ok[:, None], sem="relaxed")
+    return dk, dv
 
 
 def _relu_attention_bwd_dkdv(
@@ -194,17 +326,19 @@ def _relu_attention_bwd_dkdv(
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     UPCAST: tl.constexpr, PRECISION: tl.constexpr, WITH_DQ: tl.constexpr,
 ):  # fmt: skip
-    """One program per (key block, key batch * head), looping over the queries of every
+    """One program per (key block, key batch, head), looping over the queries of every
     beam group: dV_j = sum_i w_ij dO_i, dK_j = scale sum_i dS_ij q_i (transposed tiles).
     With ``WITH_DQ`` (the one-pass backward) it also adds this block's share of
     dQ_i = scale sum_j dS_ij k_j into the fp32 ``DQ_ACC`` with atomic adds."""
     pid_n = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    kb = (pid_bh // H).to(tl.int64)
-    h = (pid_bh % H).to(tl.int64)
+    kb = tl.program_id(1).to(tl.int64)
+    h = tl.program_id(2).to(tl.int64)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
     key_ok = offs_n < S
+    if has_pad != 0:  # padded keys as zeros: their scores are 0, so nothing flows to or from them
+        pad = tl.load(PAD + kb * stride_pb + offs_n, mask=key_ok, other=1)
+        key_ok = key_ok & (pad == 0)
     k = tl.load(
         K + kb * stride_kb + h * stride_kh + offs_n[:, None] * stride_ks + offs_d[None, :],
         mask=key_ok[:, None],
@@ -218,62 +352,116 @@ def _relu_attention_bwd_dkdv(
     if UPCAST:
         k = k.to(tl.float32)
         v = v.to(tl.float32)
-    if has_pad != 0:
-        pad = tl.load(PAD + kb * stride_pb + offs_n, mask=key_ok, other=1)
-        key_ok = key_ok & (pad == 0)
     dk = tl.zeros([BLOCK_N, D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, D], dtype=tl.float32)
     shift = S - T
-    lo = pid_n * 0
-    if causal != 0:  # the first query that sees this block's first key, rounded down
+    lo = pid_n * 0  # the queries some of this block's keys are visible to: [lo, T)
+    cut_end = lo  # ... and those the causal cut crosses: [lo, cut_end)
+    if causal != 0:
         lo = tl.maximum(pid_n * BLOCK_N - shift, 0) // BLOCK_M * BLOCK_M
+        # the first query that sees every key of the block, rounded up to a query block
+        first_whole = tl.maximum((pid_n + 1) * BLOCK_N - 1 - shift, 0)
+        cut_end = tl.minimum(tl.maximum((first_whole + BLOCK_M - 1) // BLOCK_M * BLOCK_M, lo), T)
     for g in range(0, G):
         b = kb * G + g
         q_base = Q + b * stride_qb + h * stride_qh
         do_base = DO + b * stride_dob + h * stride_doh
-        for start_m in range(lo, T, BLOCK_M):
-            offs_m = start_m + tl.arange(0, BLOCK_M)
-            row_ok = offs_m < T
-            q = tl.load(q_base + offs_m[:, None] * stride_qt + offs_d[None, :], mask=row_ok[:, None], other=0.0)
-            do = tl.load(do_base + offs_m[:, None] * stride_dot + offs_d[None, :], mask=row_ok[:, None], other=0.0)
-            if UPCAST:
-                q = q.to(tl.float32)
-                do = do.to(tl.float32)
-            st = tl.dot(k, tl.trans(q), input_precision=PRECISION) * scale  # (keys, queries)
-            visible = key_ok[:, None] & row_ok[None, :]
-            if causal != 0:
-                visible = visible & (offs_n[:, None] <= offs_m[None, :] + shift)
-            positive = visible & (st > 0.0)
-            dpt = tl.dot(v, tl.trans(do), input_precision=PRECISION)  # dO_i . v_j
-            # c_i loaded without a branch (1 where not row-scaled: the product is exact):
-            # a load under `if row_scaled` inside this loop made Triton 3.6.0's software
-            # pipeliner fail ("PassManager::run failed"), so this pass ran unpipelined
-            c = tl.load(RS + (b * H + h) * T + offs_m, mask=row_ok & (row_scaled != 0), other=1.0)
-            wt = tl.where(positive, st * c[None, :], 0.0)
-            dst = tl.where(positive, dpt * c[None, :], 0.0) * scale
-            wt = _rounded(wt, DO.dtype.element_ty, UPCAST)
-            dst = _rounded(dst, Q.dtype.element_ty, UPCAST)
-            dv = tl.dot(wt, do, dv, input_precision=PRECISION)
-            dk = tl.dot(dst, q, dk, input_precision=PRECISION)
-            if WITH_DQ:  # compiled out of the two-pass form
-                dq = tl.dot(tl.trans(dst), k, input_precision=PRECISION)  # (queries, D)
-                tl.atomic_add(
-                    DQ_ACC + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqt + offs_d[None, :],
-                    dq,
-                    mask=row_ok[:, None],
-                    sem="relaxed",
-                )
+        rs_base = RS + (b * H + h) * T
+        dq_base = DQ_ACC + b * stride_dqb + h * stride_dqh
+        for start_m in range(lo, cut_end, BLOCK_M):
+            dk, dv = _dkdv_tile(
+                dk,
+                dv,
+                k,
+                v,
+                q_base,
+                do_base,
+                rs_base,
+                dq_base,
+                start_m,
+                offs_n,
+                offs_d,
+                stride_qt,
+                stride_dot,
+                stride_dqt,
+                T,
+                shift,
+                scale,
+                row_scaled,
+                Q.dtype.element_ty,
+                DO.dtype.element_ty,
+                True,
+                BLOCK_M,
+                UPCAST,
+                PRECISION,
+                WITH_DQ,
+            )
+        for start_m in range(cut_end, T, BLOCK_M):
+            dk, dv = _dkdv_tile(
+                dk,
+                dv,
+                k,
+                v,
+                q_base,
+                do_base,
+                rs_base,
+                dq_base,
+                start_m,
+                offs_n,
+                offs_d,
+                stride_qt,
+                stride_dot,
+                stride_dqt,
+                T,
+                shift,
+                scale,
+                row_scaled,
+                Q.dtype.element_ty,
+                DO.dtype.element_ty,
+                False,
+                BLOCK_M,
+                UPCAST,
+                PRECISION,
+                WITH_DQ,
+            )
     key_in = offs_n < S
     tl.store(
         DK + kb * stride_dkb + h * stride_dkh + offs_n[:, None] * stride_dks + offs_d[None, :],
-        _rounded(dk, DK.dtype.element_ty, UPCAST),
+        rounded(dk, DK.dtype.element_ty, UPCAST),
         mask=key_in[:, None],
     )
     tl.store(
         DV + kb * stride_dvb + h * stride_dvh + offs_n[:, None] * stride_dvs + offs_d[None, :],
-        _rounded(dv, DV.dtype.element_ty, UPCAST),
+        rounded(dv, DV.dtype.element_ty, UPCAST),
         mask=key_in[:, None],
     )
+
+
+@triton.jit
+def _dq_tile(
+    dq, q, do, c, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S, shift, scale,
+    QT: tl.constexpr, PADDED: tl.constexpr, CAUSAL_CUT: tl.constexpr, BLOCK_N: tl.constexpr,
+    UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    """``dq + scale dS k`` over the keys [start_n, start_n + BLOCK_N), masked as
+    :func:`_fwd_tile` masks (keys past S and rows past T are zeros, no mask needed)."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    key_ok = offs_n < S
+    k = tl.load(k_base + offs_n[:, None] * stride_ks + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+    v = tl.load(v_base + offs_n[:, None] * stride_vs + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+    if UPCAST:
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+    positive = s > 0.0
+    if PADDED:
+        pad = tl.load(pad_base + offs_n, mask=key_ok, other=0)
+        positive = positive & (pad == 0)[None, :]
+    if CAUSAL_CUT:
+        positive = positive & (offs_n[None, :] <= offs_m[:, None] + shift)
+    dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+    ds = rounded(tl.where(positive, dp * c[:, None], 0.0) * scale, QT, UPCAST)
+    return tl.dot(ds, k, dq, input_precision=PRECISION)
 
 
 def _relu_attention_bwd_dq(
@@ -290,11 +478,10 @@ def _relu_attention_bwd_dq(
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     UPCAST: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
-    """One program per (query block, batch * head): dQ_i = scale sum_j dS_ij k_j."""
+    """One program per (query block, batch, head): dQ_i = scale sum_j dS_ij k_j."""
     pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = (pid_bh // H).to(tl.int64)
-    h = (pid_bh % H).to(tl.int64)
+    b = tl.program_id(1).to(tl.int64)
+    h = tl.program_id(2).to(tl.int64)
     kb = b // G
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, D)
@@ -314,37 +501,118 @@ def _relu_attention_bwd_dq(
         do = do.to(tl.float32)
     c = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
     if row_scaled != 0:
-        c = tl.load(RS + pid_bh.to(tl.int64) * T + offs_m, mask=row_ok, other=0.0)
+        c = tl.load(RS + (b * H + h) * T + offs_m, mask=row_ok, other=0.0)
     k_base = K + kb * stride_kb + h * stride_kh
     v_base = V + kb * stride_vb + h * stride_vh
     dq = tl.zeros([BLOCK_M, D], dtype=tl.float32)
+    pad_base = PAD + kb * stride_pb
     shift = S - T
-    hi = S
+    hi = S  # as in the forward: the keys some row sees [0, hi), every row [0, whole)
+    whole = S
     if causal != 0:
         hi = tl.minimum(S, (pid_m + 1) * BLOCK_M + shift)
-    for start_n in range(0, hi, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        key_ok = offs_n < S
-        k = tl.load(k_base + offs_n[:, None] * stride_ks + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-        v = tl.load(v_base + offs_n[:, None] * stride_vs + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-        # the padding row loaded without a branch (0: not padding, where no mask is given),
-        # issued with k and v: under `if has_pad` it was a synchronous byte load that each
-        # iteration waited on (SASS, sm_90)
-        pad = tl.load(PAD + kb * stride_pb + offs_n, mask=key_ok & (has_pad != 0), other=0)
-        if UPCAST:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
-        key_ok = key_ok & (pad == 0)
-        visible = key_ok[None, :] & row_ok[:, None]
-        if causal != 0:
-            visible = visible & (offs_n[None, :] <= offs_m[:, None] + shift)
-        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
-        ds = _rounded(tl.where(visible & (s > 0.0), dp * c[:, None], 0.0) * scale, Q.dtype.element_ty, UPCAST)
-        dq = tl.dot(ds, k, dq, input_precision=PRECISION)
+        whole = tl.minimum(tl.maximum(pid_m * BLOCK_M + shift + 1, 0) // BLOCK_N * BLOCK_N, hi)
+    if has_pad != 0:
+        for start_n in range(0, whole, BLOCK_N):
+            dq = _dq_tile(
+                dq,
+                q,
+                do,
+                c,
+                k_base,
+                v_base,
+                pad_base,
+                start_n,
+                offs_m,
+                offs_d,
+                stride_ks,
+                stride_vs,
+                S,
+                shift,
+                scale,
+                Q.dtype.element_ty,
+                True,
+                False,
+                BLOCK_N,
+                UPCAST,
+                PRECISION,
+            )
+        for start_n in range(whole, hi, BLOCK_N):
+            dq = _dq_tile(
+                dq,
+                q,
+                do,
+                c,
+                k_base,
+                v_base,
+                pad_base,
+                start_n,
+                offs_m,
+                offs_d,
+                stride_ks,
+                stride_vs,
+                S,
+                shift,
+                scale,
+                Q.dtype.element_ty,
+                True,
+                True,
+                BLOCK_N,
+                UPCAST,
+                PRECISION,
+            )
+    else:
+        for start_n in range(0, whole, BLOCK_N):
+            dq = _dq_tile(
+                dq,
+                q,
+                do,
+                c,
+                k_base,
+                v_base,
+                pad_base,
+                start_n,
+                offs_m,
+                offs_d,
+                stride_ks,
+                stride_vs,
+                S,
+                shift,
+                scale,
+                Q.dtype.element_ty,
+                False,
+                False,
+                BLOCK_N,
+                UPCAST,
+                PRECISION,
+            )
+        for start_n in range(whole, hi, BLOCK_N):
+            dq = _dq_tile(
+                dq,
+                q,
+                do,
+                c,
+                k_base,
+                v_base,
+                pad_base,
+                start_n,
+                offs_m,
+                offs_d,
+                stride_ks,
+                stride_vs,
+                S,
+                shift,
+                scale,
+                Q.dtype.element_ty,
+                False,
+                True,
+                BLOCK_N,
+                UPCAST,
+                PRECISION,
+            )
     tl.store(
         DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqt + offs_d[None, :],
-        _rounded(dq, DQ.dtype.element_ty, UPCAST),
+        rounded(dq, DQ.dtype.element_ty, UPCAST),
         mask=row_ok[:, None],
     )
 
@@ -368,14 +636,14 @@ _KERNELS["relu_attention_bwd"] = _KERNELS["relu_attention_bwd_dkdv"]
 #: sm_80 (164 KiB) and sm_90 (227 KiB); the fp32 tiles are half as large.
 _TILES: Dict[Tuple[str, bool, int], Tuple[int, int, int, int]] = {}
 for _d, _half, _fwd, _dkdv, _dq in (
-    (32, True, (64, 32, 4, 3), (32, 64, 4, 2), (64, 64, 4, 2)),
-    (64, True, (64, 32, 4, 3), (16, 64, 4, 2), (64, 64, 4, 2)),
-    (128, True, (64, 64, 8, 2), (32, 64, 8, 2), (64, 64, 8, 2)),
+    (32, True, (64, 32, 4, 3), (32, 64, 4, 2), (64, 64, 8, 2)),
+    (64, True, (64, 32, 4, 3), (16, 64, 4, 2), (64, 64, 8, 2)),
+    (128, True, (64, 64, 8, 2), (16, 64, 8, 2), (64, 64, 8, 2)),
     (256, True, (64, 32, 8, 2), (16, 32, 8, 2), (64, 32, 8, 2)),
-    (32, False, (64, 32, 4, 2), (32, 32, 8, 2), (32, 32, 4, 2)),
-    (64, False, (64, 32, 8, 2), (32, 32, 4, 2), (32, 32, 8, 2)),
-    (128, False, (32, 32, 4, 2), (32, 32, 8, 1), (32, 32, 8, 1)),
-    (256, False, (16, 16, 8, 1), (16, 16, 8, 1), (32, 16, 8, 1)),
+    (32, False, (32, 32, 4, 2), (32, 32, 4, 2), (32, 16, 4, 2)),
+    (64, False, (64, 32, 8, 2), (16, 32, 4, 2), (32, 32, 8, 2)),
+    (128, False, (32, 32, 4, 2), (32, 32, 8, 1), (16, 32, 8, 1)),
+    (256, False, (32, 16, 8, 1), (16, 16, 8, 1), (32, 16, 8, 1)),
 ):
     _TILES[("relu_attention_fwd", _half, _d)] = _fwd
     _TILES[("relu_attention_bwd_dkdv", _half, _d)] = _dkdv
@@ -511,17 +779,17 @@ def unsupported(q: Tensor, k: Tensor, v: Tensor) -> Optional[str]:
         return f"head dims q {d}, k {k.size(-1)}, v {v.size(-1)} (serves equal head dims of {HEAD_DIMS})"
     if k.dtype != q.dtype or v.dtype != q.dtype:
         return f"dtypes {q.dtype}, {k.dtype}, {v.dtype} (serves one dtype for q, k and v)"
-    return unserved(q.device.type, q.dtype, d)
+    return unserved(q.device.type, q.dtype, d) or unserved_sizes(q, k, v)
 
 
 def _check(q: Tensor, k: Tensor, v: Tensor, key_padding: Optional[Tensor], kv_groups: int) -> None:
-    reason = unsupported(q, k, v)
-    if reason is not None:
-        raise ValueError(f"relu_attention: {reason}")
     if q.dim() != 4 or k.dim() != 4 or v.shape != k.shape:
         raise ValueError(
             f"relu_attention: q, k, v must be (B, H, T, d), (B_kv, H, S, d) x2, got {q.shape}, {k.shape}, {v.shape}"
         )
+    reason = unsupported(q, k, v)
+    if reason is not None:
+        raise ValueError(f"relu_attention: {reason}")
     if kv_groups < 1 or q.size(0) != k.size(0) * kv_groups or q.size(1) != k.size(1):
         raise ValueError(
             f"relu_attention: q batch {q.size(0)} must be key batch {k.size(0)} x kv_groups {kv_groups}, heads equal"
@@ -531,9 +799,8 @@ def _check(q: Tensor, k: Tensor, v: Tensor, key_padding: Optional[Tensor], kv_gr
             f"relu_attention: key_padding must be bool (B_kv, S) = {(k.size(0), k.size(2))}, got {key_padding.dtype} {tuple(key_padding.shape)}"
         )
     for t in (q, k, v):
-        strides = t.stride()
-        if strides[-1] != 1 or max(strides) > _INT32_MAX:
-            raise ValueError("relu_attention: tensors need a unit last stride and 32-bit strides")
+        if t.stride(-1) != 1:
+            raise ValueError("relu_attention: tensors need a unit last stride")
 
 
 def _heads_like(q: Tensor) -> Tensor:
@@ -583,7 +850,7 @@ def _fwd_impl(
     rs = q.new_empty((bsz, heads, tgt) if row_scaled else (0,), dtype=torch.float32)
     pad, stride_p, has_pad = _pad_arg(key_padding, q)
     block_m = _config("relu_attention_fwd", q.dtype, d)["constexprs"]["BLOCK_M"]
-    grid = (_blocks(tgt, block_m), bsz * heads)
+    grid = (_blocks(tgt, block_m), bsz, heads)
     _launch(
         "relu_attention_fwd",
         q.dtype,
@@ -649,7 +916,7 @@ def _key_block_pass(
     acc = _placeholder(q, torch.float32) if dq_acc is None else dq_acc
     acc_strides = (0, 0, 0) if dq_acc is None else dq_acc.stride()[:3]
     block_n = _config(kernel, q.dtype, d)["constexprs"]["BLOCK_N"]
-    grid = (_blocks(src, block_n), kv_bsz * heads)
+    grid = (_blocks(src, block_n), kv_bsz, heads)
     _launch(
         kernel,
         q.dtype,
@@ -709,7 +976,7 @@ def _dq_impl(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, ro
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     pad, stride_p, has_pad = _pad_arg(key_padding, q)
     block_m = _config("relu_attention_bwd_dq", q.dtype, d)["constexprs"]["BLOCK_M"]
-    grid = (_blocks(tgt, block_m), bsz * heads)
+    grid = (_blocks(tgt, block_m), bsz, heads)
     _launch(
         "relu_attention_bwd_dq",
         q.dtype,
@@ -769,7 +1036,10 @@ class _ReluAttention(torch.autograd.Function):
         return out, rs
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # the backward ops have no autograd: a clear error
     def backward(ctx, dout, _drs):
+        if dout is None:  # (materialize_grads off) the output took no part in the loss
+            return (None,) * 9
         q, k, v, key_padding = ctx.saved_tensors
         dq, dk, dv = gradients(dout, q, k, v, key_padding, ctx.row_scale, ctx.args, ctx.needs_input_grad[:3])
         return dq, dk, dv, None, None, None, None, None, None

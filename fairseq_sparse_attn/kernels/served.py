@@ -16,6 +16,7 @@ float32 forward tile with IEEE dots found none wrong (docs/performance.md "GPU")
 from typing import Dict, Optional
 
 import torch
+from torch import Tensor
 
 HEAD_DIMS = (32, 64, 128, 256)
 #: the widest row the fused RMS norms serve (``kernels/output_norm.MAX_WIDTH``)
@@ -24,6 +25,34 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 #: dtype -> why CUDA launches of it are not served (a failed CUDA correctness check)
 CUDA_NOT_SERVED: Dict[torch.dtype, str] = {}
+
+
+#: the kernels address a tensor's elements within a batch entry with 32-bit offsets (row
+#: index times row stride), and launch one program per (block, batch entry, head): CUDA's
+#: grid holds at most 65,535 in its second and third dimensions
+INDEX_LIMIT = 2**31
+GRID_LIMIT = 65535
+
+
+def extent(t: Tensor) -> int:
+    """The elements a 4-d ``t`` reaches, as laid out (its strides), or its size if larger."""
+    (a, b, c, d), (sa, sb, sc, sd) = t.shape, t.stride()
+    if a * b * c * d == 0:
+        return 0
+    return max(1 + (a - 1) * abs(sa) + (b - 1) * abs(sb) + (c - 1) * abs(sc) + (d - 1) * abs(sd), a * b * c * d)
+
+
+def unserved_sizes(q: Tensor, k: Tensor, v: Tensor) -> Optional[str]:
+    """None when the kernels' 32-bit offsets and their launch grid hold q (B, H, T, d) and
+    k, v (B_kv, H, S, d) (and the outputs, laid out with as many elements), else the reason."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            return f"{name} of {t.dim()} dimensions (the kernels take 4)"
+        if extent(t) >= INDEX_LIMIT:
+            return f"{name} of {extent(t):,} elements (the kernels' 32-bit offsets: under 2^31)"
+    if q.size(0) > GRID_LIMIT or q.size(1) > GRID_LIMIT:
+        return f"{q.size(0):,} batch entries x {q.size(1):,} heads (the launch grid: at most {GRID_LIMIT:,} of each)"
+    return None
 
 
 def unserved(device_type: str, dtype: torch.dtype, head_dim: int) -> Optional[str]:

@@ -74,6 +74,27 @@ def test_the_largest_norm_configs_fit_both_devices(compiled_mode):
             assert 0 < result["registers"] <= 255 and result["shared"] > 0
 
 
+def test_the_cache_key_covers_the_helpers_a_kernel_calls(tmp_path, monkeypatch):
+    """Two kernels of the same source whose helper differs get different cache keys (the
+    key once held the kernel's own source only, so a change inside a helper such as
+    relu_attention._fwd_tile kept stale compile results)."""
+    import importlib
+
+    kernel = (
+        "import triton\nimport triton.language as tl\n\n"
+        "@triton.jit\ndef helper(x):\n    return x {op} 1.0\n\n"
+        "@triton.jit\ndef kernel(X):\n    tl.store(X, helper(tl.load(X)))\n"
+    )
+    keys = []
+    for name, op in (("aot_key_plus", "+"), ("aot_key_times", "*")):
+        (tmp_path / f"{name}.py").write_text(kernel.format(op=op))
+        monkeypatch.syspath_prepend(str(tmp_path))
+        module = importlib.import_module(name)
+        config = {"name": "k", "kernel": module.kernel, "signature": {"X": "*fp32"}, "constexprs": {}}
+        keys.append(aot._cache_key(dict(config, num_warps=1, num_stages=1), 90))
+    assert keys[0] != keys[1]
+
+
 def test_problem_rules():
     ok = {
         "shared": 1000,

@@ -513,6 +513,20 @@ def test_a_backward_hook_on_the_norm_keeps_its_module_call():
     assert fired == [1, 1]
 
 
+def test_a_call_too_large_for_the_kernels_is_refused_with_the_reason(monkeypatch):
+    """Sizes beyond the kernels' 32-bit offsets or launch grid (here: a grid limit of one
+    batch entry) leave the direct call for attend(), where the named backend says why."""
+    from fairseq_sparse_attn.errors import UsageError
+    from fairseq_sparse_attn.kernels import served
+
+    _, fused = pair("relu", "gated_rmsnorm", self_attention=True)
+    x = torch.randn(3, 2, E)
+    fused(x, x, x)  # served
+    monkeypatch.setattr(served, "GRID_LIMIT", 1)
+    with pytest.raises(UsageError, match="2 batch entries x 2 heads .the launch grid: at most 1 of each"):
+        fused(x, x, x)
+
+
 def test_beam_search_through_the_direct_call_matches_the_materialized_backend(monkeypatch):
     """Incremental decoding (fairseq's SequenceGenerator, beam 2: cached keys, one query per
     step, cross-attention with one key copy per sentence) on the triton backend, through

@@ -91,6 +91,25 @@ def test_matches_the_module_and_the_float64_formula(name, width, dtype):
     assert_all_close(got, exact, TOL[dtype], f"{name} {dtype} d={width} vs float64 formula")
 
 
+@pytest.mark.parametrize("gated", [False, True])
+def test_bfloat16_results_are_rounded_to_nearest_as_on_a_gpu(gated):
+    """The interpreter's bf16 casts truncate; the kernels round by hand there, so out and dz
+    are the float64 values rounded to nearest bf16 (a truncating cast: about half of them
+    one bf16 step low)."""
+    g = torch.Generator().manual_seed(6)
+    z = torch.randn(64, 256, generator=g).bfloat16().requires_grad_()
+    w = torch.randn(256, generator=g).requires_grad_()
+    gw = torch.randn(256, generator=g).requires_grad_() if gated else None
+    upstream = torch.randn(64, 256, generator=g).bfloat16()
+    out = fused.fused_rms_normalize(z, 1e-6, w, gw, output_norms.HALF_BACKWARD_RMS_FLOOR)
+    (dz,) = torch.autograd.grad(out, z, upstream)
+    z64 = z.detach().double().requires_grad_()
+    ref = output_norms.rms_normalize(z64, 1e-6, w.detach().double(), None if gw is None else gw.detach().double())
+    (dz64,) = torch.autograd.grad(ref, z64, upstream.double())
+    for got, want in ((out, ref), (dz, dz64)):
+        assert (got == want.to(torch.bfloat16)).float().mean() > 0.99
+
+
 @pytest.mark.parametrize("width", [64, 2048])
 def test_block_width_edges_in_float32(width):
     norm, z, upstream = make("gated_rmsnorm", width, torch.float32, rows=(9,))

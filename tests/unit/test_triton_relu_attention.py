@@ -152,6 +152,26 @@ def test_causal_with_more_keys_than_queries():
     assert_close(errors, torch.float32)
 
 
+@pytest.mark.parametrize(
+    "dtype,d,tgt,src,lengths,gamma",
+    [
+        (torch.float32, 32, 100, 100, [100, 61], None),
+        (torch.float32, 32, 100, 100, None, 1.1),
+        (torch.float32, 32, 40, 130, [130, 97], None),
+        (torch.float32, 32, 130, 40, None, None),
+        (torch.float16, 64, 150, 150, [150, 80], None),
+        (torch.float16, 64, 150, 150, None, 0.8),
+    ],
+)
+def test_causal_cut_across_many_blocks(dtype, d, tgt, src, lengths, gamma):
+    """Causal calls long enough that each kernel loops over key (query) blocks that every row
+    (key) of a tile sees whole, where no element mask is applied, then over the blocks the
+    causal cut crosses: with and without padding (separate loops), T = S, T < S, T > S."""
+    pad = padding(2, src, lengths) if lengths else None
+    errors, _ = run(dtype, d, tgt=tgt, src=src, key_padding=pad, causal=True, gamma=gamma, heads=1)
+    assert_close(errors, dtype)
+
+
 def test_kv_groups_beam_search_layout():
     """Query batch entry b reads key copy b // kv_groups (core._scores), fp32, relu."""
     errors, _ = run(torch.float32, 128, tgt=5, src=33, kv_bsz=2, kv_groups=4, key_padding=padding(2, 33, [12, 33]))
@@ -348,6 +368,36 @@ def test_bad_input_is_one_clear_error():
     with pytest.raises(ValueError, match="gamma must be > 0"):
         ra.relu_attention(q, k, k, kv_groups=2, gamma=0.0)
     assert ra.unsupported(q.double(), k.double(), k.double()) is not None
+
+
+def test_sizes_the_offsets_and_the_grid_do_not_hold_are_refused():
+    """32-bit offsets within a batch entry and CUDA's grid (at most 65,535 batch entries and
+    heads): a call beyond either is refused with the reason before any launch (meta tensors:
+    shapes and strides without memory)."""
+    from fairseq_sparse_attn.kernels.served import unserved_sizes
+
+    def meta(shape, stride=None):
+        return torch.empty_strided(shape, stride or torch.empty(shape, device="meta").stride(), device="meta")
+
+    small = meta((2, 4, 8, 64))
+    assert unserved_sizes(small, small, small) is None
+    rows_far_apart = meta((1, 1, 3, 32), (0, 0, 2**30 + 32, 1))  # row 2 at offset 2^31 + 64
+    assert "32-bit offsets" in unserved_sizes(rows_far_apart, small, small)
+    assert "32-bit offsets" in unserved_sizes(small, small, meta((1, 1, 2**25, 64)))
+    assert "launch grid" in unserved_sizes(meta((70000, 1, 1, 32)), small, small)
+    assert "launch grid" in unserved_sizes(meta((1, 70000, 1, 32)), small, small)
+    assert ra.unsupported(meta((70000, 1, 1, 32)), meta((70000, 1, 1, 32)), meta((70000, 1, 1, 32))) is not None
+
+
+@pytest.mark.parametrize("gamma", [None, 1.0])
+def test_a_second_derivative_is_one_clear_error(gamma):
+    """The backward ops have no autograd of their own: differentiating the gradients raises
+    (rather than returning a silently wrong second derivative)."""
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, 1, 5, 32, generator=g).requires_grad_() for _ in range(3))
+    (dq,) = torch.autograd.grad(ra.relu_attention(q, k, v, gamma=gamma).pow(2).sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable|differentiate twice"):
+        dq.sum().backward()
 
 
 def test_an_interpreted_launch_leaves_triton_language_as_it_found_it():

@@ -44,7 +44,7 @@ from typing import Callable, Dict, FrozenSet, Optional, Tuple
 import torch
 
 from ...errors import UsageError
-from ...kernels.served import unserved
+from ...kernels.served import unserved, unserved_sizes
 from .. import masks
 from ..core import AttendSpec, AttentionInputs, Backend, Call, Capabilities, hook_free, register_backend
 from ..intermediates import Intermediates
@@ -191,6 +191,9 @@ def triton_attention(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: C
     try:
         if structure is None:
             raise ValueError("a mask other than key padding and causal")
+        too_large = unserved_sizes(q, k, v)
+        if too_large is not None:
+            raise ValueError(too_large)
         gamma = kernel_gamma(spec.activation)
     except ValueError as e:
         if spec.backend == "auto":  # auto (a measured family and dtype): the exact path
@@ -230,7 +233,7 @@ def direct_call(activation, output_norm) -> Optional[Callable[..., Optional[torc
     kernel_arguments = getattr(output_norm, "kernel_arguments", None)
 
     def call(q, k, v, hidden, kv_groups: int, scale: float) -> Optional[torch.Tensor]:
-        if unserved(v.device.type, v.dtype, v.size(-1)) is not None:
+        if unserved(v.device.type, v.dtype, v.size(-1)) is not None or unserved_sizes(q, k, v) is not None:
             return None
         structure = masks.padding_and_causal(hidden, kv_groups, k.size(0))
         if structure is None:
