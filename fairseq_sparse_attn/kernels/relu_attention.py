@@ -162,94 +162,18 @@ def _relu_attention_fwd(
     # predicate; the causal cut: element by element, only in the blocks it crosses)
     if has_pad != 0:
         for start_n in range(0, whole, BLOCK_N):
-            acc = _fwd_tile(
-                acc,
-                q,
-                k_base,
-                v_base,
-                pad_base,
-                start_n,
-                offs_m,
-                offs_d,
-                stride_ks,
-                stride_vs,
-                S,
-                shift,
-                scale,
-                V.dtype.element_ty,
-                True,
-                False,
-                BLOCK_N,
-                UPCAST,
-                PRECISION,
-            )
+            acc = _fwd_tile(acc, q, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S,
+                shift, scale, V.dtype.element_ty, True, False, BLOCK_N, UPCAST, PRECISION)  # fmt: skip
         for start_n in range(whole, hi, BLOCK_N):
-            acc = _fwd_tile(
-                acc,
-                q,
-                k_base,
-                v_base,
-                pad_base,
-                start_n,
-                offs_m,
-                offs_d,
-                stride_ks,
-                stride_vs,
-                S,
-                shift,
-                scale,
-                V.dtype.element_ty,
-                True,
-                True,
-                BLOCK_N,
-                UPCAST,
-                PRECISION,
-            )
+            acc = _fwd_tile(acc, q, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S,
+                shift, scale, V.dtype.element_ty, True, True, BLOCK_N, UPCAST, PRECISION)  # fmt: skip
     else:
         for start_n in range(0, whole, BLOCK_N):
-            acc = _fwd_tile(
-                acc,
-                q,
-                k_base,
-                v_base,
-                pad_base,
-                start_n,
-                offs_m,
-                offs_d,
-                stride_ks,
-                stride_vs,
-                S,
-                shift,
-                scale,
-                V.dtype.element_ty,
-                False,
-                False,
-                BLOCK_N,
-                UPCAST,
-                PRECISION,
-            )
+            acc = _fwd_tile(acc, q, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S,
+                shift, scale, V.dtype.element_ty, False, False, BLOCK_N, UPCAST, PRECISION)  # fmt: skip
         for start_n in range(whole, hi, BLOCK_N):
-            acc = _fwd_tile(
-                acc,
-                q,
-                k_base,
-                v_base,
-                pad_base,
-                start_n,
-                offs_m,
-                offs_d,
-                stride_ks,
-                stride_vs,
-                S,
-                shift,
-                scale,
-                V.dtype.element_ty,
-                False,
-                True,
-                BLOCK_N,
-                UPCAST,
-                PRECISION,
-            )
+            acc = _fwd_tile(acc, q, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S,
+                shift, scale, V.dtype.element_ty, False, True, BLOCK_N, UPCAST, PRECISION)  # fmt: skip
     if row_scaled != 0:
         # n_i, the keys row i sees, in a loop of its own over the padding mask: counted in
         # the loop above, in the dots' register layout, the row sums took 80 shuffles and
@@ -369,61 +293,13 @@ def _relu_attention_bwd_dkdv(
         rs_base = RS + (b * H + h) * T
         dq_base = DQ_ACC + b * stride_dqb + h * stride_dqh
         for start_m in range(lo, cut_end, BLOCK_M):
-            dk, dv = _dkdv_tile(
-                dk,
-                dv,
-                k,
-                v,
-                q_base,
-                do_base,
-                rs_base,
-                dq_base,
-                start_m,
-                offs_n,
-                offs_d,
-                stride_qt,
-                stride_dot,
-                stride_dqt,
-                T,
-                shift,
-                scale,
-                row_scaled,
-                Q.dtype.element_ty,
-                DO.dtype.element_ty,
-                True,
-                BLOCK_M,
-                UPCAST,
-                PRECISION,
-                WITH_DQ,
-            )
+            dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, rs_base, dq_base, start_m, offs_n, offs_d, stride_qt,
+                stride_dot, stride_dqt, T, shift, scale, row_scaled, Q.dtype.element_ty, DO.dtype.element_ty, True,
+                BLOCK_M, UPCAST, PRECISION, WITH_DQ)  # fmt: skip
         for start_m in range(cut_end, T, BLOCK_M):
-            dk, dv = _dkdv_tile(
-                dk,
-                dv,
-                k,
-                v,
-                q_base,
-                do_base,
-                rs_base,
-                dq_base,
-                start_m,
-                offs_n,
-                offs_d,
-                stride_qt,
-                stride_dot,
-                stride_dqt,
-                T,
-                shift,
-                scale,
-                row_scaled,
-                Q.dtype.element_ty,
-                DO.dtype.element_ty,
-                False,
-                BLOCK_M,
-                UPCAST,
-                PRECISION,
-                WITH_DQ,
-            )
+            dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, rs_base, dq_base, start_m, offs_n, offs_d, stride_qt,
+                stride_dot, stride_dqt, T, shift, scale, row_scaled, Q.dtype.element_ty, DO.dtype.element_ty, False,
+                BLOCK_M, UPCAST, PRECISION, WITH_DQ)  # fmt: skip
     key_in = offs_n < S
     tl.store(
         DK + kb * stride_dkb + h * stride_dkh + offs_n[:, None] * stride_dks + offs_d[None, :],
@@ -514,102 +390,18 @@ def _relu_attention_bwd_dq(
         whole = tl.minimum(tl.maximum(pid_m * BLOCK_M + shift + 1, 0) // BLOCK_N * BLOCK_N, hi)
     if has_pad != 0:
         for start_n in range(0, whole, BLOCK_N):
-            dq = _dq_tile(
-                dq,
-                q,
-                do,
-                c,
-                k_base,
-                v_base,
-                pad_base,
-                start_n,
-                offs_m,
-                offs_d,
-                stride_ks,
-                stride_vs,
-                S,
-                shift,
-                scale,
-                Q.dtype.element_ty,
-                True,
-                False,
-                BLOCK_N,
-                UPCAST,
-                PRECISION,
-            )
+            dq = _dq_tile(dq, q, do, c, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S,
+                shift, scale, Q.dtype.element_ty, True, False, BLOCK_N, UPCAST, PRECISION)  # fmt: skip
         for start_n in range(whole, hi, BLOCK_N):
-            dq = _dq_tile(
-                dq,
-                q,
-                do,
-                c,
-                k_base,
-                v_base,
-                pad_base,
-                start_n,
-                offs_m,
-                offs_d,
-                stride_ks,
-                stride_vs,
-                S,
-                shift,
-                scale,
-                Q.dtype.element_ty,
-                True,
-                True,
-                BLOCK_N,
-                UPCAST,
-                PRECISION,
-            )
+            dq = _dq_tile(dq, q, do, c, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S,
+                shift, scale, Q.dtype.element_ty, True, True, BLOCK_N, UPCAST, PRECISION)  # fmt: skip
     else:
         for start_n in range(0, whole, BLOCK_N):
-            dq = _dq_tile(
-                dq,
-                q,
-                do,
-                c,
-                k_base,
-                v_base,
-                pad_base,
-                start_n,
-                offs_m,
-                offs_d,
-                stride_ks,
-                stride_vs,
-                S,
-                shift,
-                scale,
-                Q.dtype.element_ty,
-                False,
-                False,
-                BLOCK_N,
-                UPCAST,
-                PRECISION,
-            )
+            dq = _dq_tile(dq, q, do, c, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S,
+                shift, scale, Q.dtype.element_ty, False, False, BLOCK_N, UPCAST, PRECISION)  # fmt: skip
         for start_n in range(whole, hi, BLOCK_N):
-            dq = _dq_tile(
-                dq,
-                q,
-                do,
-                c,
-                k_base,
-                v_base,
-                pad_base,
-                start_n,
-                offs_m,
-                offs_d,
-                stride_ks,
-                stride_vs,
-                S,
-                shift,
-                scale,
-                Q.dtype.element_ty,
-                False,
-                True,
-                BLOCK_N,
-                UPCAST,
-                PRECISION,
-            )
+            dq = _dq_tile(dq, q, do, c, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S,
+                shift, scale, Q.dtype.element_ty, False, True, BLOCK_N, UPCAST, PRECISION)  # fmt: skip
     tl.store(
         DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqt + offs_d[None, :],
         rounded(dq, DQ.dtype.element_ty, UPCAST),
