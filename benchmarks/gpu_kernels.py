@@ -74,6 +74,10 @@ ATTENTION_CASES = {
     "cross_padded": (3, 2, 37, 53, False, None, True),
     "causal_self_scaled": (2, 2, 48, 48, True, 1.5, True),
     "self_unpadded": (2, 2, 40, 40, False, None, False),
+    # causal calls over several key and query blocks: every loop form of each kernel (the
+    # blocks every row sees whole, then those the causal cut crosses; padded and not)
+    "causal_long_padded": (3, 2, 150, 150, True, None, True),
+    "causal_long_scaled": (2, 2, 150, 150, True, 1.2, False),
 }
 
 

@@ -71,7 +71,7 @@ for step in ${STEPS//,/ }; do
       timeout 200 $PY benchmarks/bench_gpu.py --parts loss_scale --loss-scale-data gpu_data/multi30k/data-bin \
         --budget 185 --out "$WORK/loss_scale" > "$WORK/loss_scale.log" 2>&1 &
       LS=$!
-      timeout 180 $PY benchmarks/gpu_kernels.py --parts correctness --out "$WORK/kernels_correctness.json" \
+      timeout 210 $PY benchmarks/gpu_kernels.py --parts correctness --out "$WORK/kernels_correctness.json" \
         > "$WORK/kernels_correctness.log" 2>&1
       grep -v " ok (" "$WORK/kernels_correctness.log" | grep "^\[kernels\]"
       wait $LS; grep "loss scale" "$WORK/loss_scale.log" | cut -c1-300; keep loss_scale loss_scale.json
