@@ -90,6 +90,35 @@ _TRITON_DTYPE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "
 
 # --------------------------------------------------------------------------- kernels
 @triton.jit
+def _kv_tile(k_base, v_base, offs_n, offs_d, S, stride_ks, stride_vs, UPCAST: tl.constexpr):
+    """The (keys, D) tiles of k and v at keys ``offs_n``, keys past S as zeros (their
+    scores are 0: no mask needed), fp32 when ``UPCAST``."""
+    key_ok = offs_n < S
+    # k as a (keys, D) tile, transposed in the dot (as the dQ pass does): a (D, keys)
+    # load read through swapped strides gave wrong fp32 results at D >= 128 on an H100
+    # (Triton 3.6.0; docs/performance.md "GPU")
+    k = tl.load(k_base + offs_n[:, None] * stride_ks + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+    v = tl.load(v_base + offs_n[:, None] * stride_vs + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+    if UPCAST:
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    return k, v
+
+
+@triton.jit
+def _key_ranges(pid_m, S, shift, causal, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """(whole, hi) of the query block ``pid_m``: every row of it sees the keys [0, whole)
+    (but padding; whole key blocks), some row sees [0, hi); query i sees keys j <= i + shift
+    when ``causal``."""
+    hi = S
+    whole = S
+    if causal != 0:
+        hi = tl.minimum(S, (pid_m + 1) * BLOCK_M + shift)
+        whole = tl.minimum(tl.maximum(pid_m * BLOCK_M + shift + 1, 0) // BLOCK_N * BLOCK_N, hi)
+    return whole, hi
+
+
+@triton.jit
 def _fwd_tile(
     acc, q, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs,
     S, shift, scale,
@@ -101,18 +130,10 @@ def _fwd_tile(
     needs a mask on the scores; padding is one predicate per key, and the causal cut is
     compared element by element only in the blocks it crosses (``CAUSAL_CUT``)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    key_ok = offs_n < S
-    # k as a (keys, D) tile, transposed in the dot (as the dQ pass does): a (D, keys)
-    # load read through swapped strides gave wrong fp32 results at D >= 128 on an H100
-    # (Triton 3.6.0; docs/performance.md "GPU")
-    k = tl.load(k_base + offs_n[:, None] * stride_ks + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-    v = tl.load(v_base + offs_n[:, None] * stride_vs + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-    if UPCAST:
-        k = k.to(tl.float32)
-        v = v.to(tl.float32)
+    k, v = _kv_tile(k_base, v_base, offs_n, offs_d, S, stride_ks, stride_vs, UPCAST)
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
     if PADDED:
-        pad = tl.load(pad_base + offs_n, mask=key_ok, other=0)
+        pad = tl.load(pad_base + offs_n, mask=offs_n < S, other=0)
         s = tl.where((pad == 0)[None, :], s, 0.0)
     if CAUSAL_CUT:
         s = tl.where(offs_n[None, :] <= offs_m[:, None] + shift, s, 0.0)
@@ -153,11 +174,7 @@ def _relu_attention_fwd(
     acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
     pad_base = PAD + kb * stride_pb
     shift = S - T  # query i sees keys j <= i + shift when causal
-    hi = S  # the keys some row of this block sees: [0, hi)
-    whole = S  # the keys every row of this block sees (but padding), whole key blocks: [0, whole)
-    if causal != 0:
-        hi = tl.minimum(S, (pid_m + 1) * BLOCK_M + shift)
-        whole = tl.minimum(tl.maximum(pid_m * BLOCK_M + shift + 1, 0) // BLOCK_N * BLOCK_N, hi)
+    whole, hi = _key_ranges(pid_m, S, shift, causal, BLOCK_M, BLOCK_N)
     # four forms of one loop, each masking only what its keys need (padding: a per-key
     # predicate; the causal cut: element by element, only in the blocks it crosses)
     if has_pad != 0:
@@ -322,16 +339,11 @@ def _dq_tile(
     """``dq + scale dS k`` over the keys [start_n, start_n + BLOCK_N), masked as
     :func:`_fwd_tile` masks (keys past S and rows past T are zeros, no mask needed)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    key_ok = offs_n < S
-    k = tl.load(k_base + offs_n[:, None] * stride_ks + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-    v = tl.load(v_base + offs_n[:, None] * stride_vs + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-    if UPCAST:
-        k = k.to(tl.float32)
-        v = v.to(tl.float32)
+    k, v = _kv_tile(k_base, v_base, offs_n, offs_d, S, stride_ks, stride_vs, UPCAST)
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
     positive = s > 0.0
     if PADDED:
-        pad = tl.load(pad_base + offs_n, mask=key_ok, other=0)
+        pad = tl.load(pad_base + offs_n, mask=offs_n < S, other=0)
         positive = positive & (pad == 0)[None, :]
     if CAUSAL_CUT:
         positive = positive & (offs_n[None, :] <= offs_m[:, None] + shift)
@@ -383,11 +395,7 @@ def _relu_attention_bwd_dq(
     dq = tl.zeros([BLOCK_M, D], dtype=tl.float32)
     pad_base = PAD + kb * stride_pb
     shift = S - T
-    hi = S  # as in the forward: the keys some row sees [0, hi), every row [0, whole)
-    whole = S
-    if causal != 0:
-        hi = tl.minimum(S, (pid_m + 1) * BLOCK_M + shift)
-        whole = tl.minimum(tl.maximum(pid_m * BLOCK_M + shift + 1, 0) // BLOCK_N * BLOCK_N, hi)
+    whole, hi = _key_ranges(pid_m, S, shift, causal, BLOCK_M, BLOCK_N)
     if has_pad != 0:
         for start_n in range(0, whole, BLOCK_N):
             dq = _dq_tile(dq, q, do, c, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S,
