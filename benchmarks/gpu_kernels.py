@@ -15,7 +15,11 @@
    (batch = 16,384 / length) at lengths 32, 128, 1,024 and 4,096, non-causal and causal,
    in float16 and bfloat16: ``triton.testing.do_bench`` medians (CUDA events, warm-up
    first); flash is timed twice (before and after Triton) so that its own spread is
-   reported next to the ratio.
+   reported next to the ratio.  At the lengths that take the long tier's tiles
+   (``relu_attention.LONG_FROM``), the sentence tiles are timed on the same inputs too
+   (``relu_triton_sentence_tiles_ms``), so one run says which tier is faster there; the
+   correctness part checks the long tier's configurations on short calls
+   (``LONG_FROM`` lowered).
 
     python benchmarks/gpu_kernels.py --out bench_gpu_out/kernels.json
     python benchmarks/gpu_kernels.py --smoke --device cpu     # tiny, through the interpreter
@@ -191,17 +195,45 @@ def correctness(device, head_dims, dtype_names, seed=0, rows=None, save=lambda: 
         return _correctness(device, head_dims, dtype_names, seed, rows, save)
 
 
+#: the cases the long tier's tiles are checked on (``LONG_FROM`` lowered): T != S, and
+#: causal calls crossing two 128-query blocks, padded and row-scaled
+LONG_TILE_CASES = ("cross_padded", "causal_long_padded", "causal_long_scaled")
+
+
+def _backwards(d, dtype_name, case):
+    """The forms each case is checked through: fp32 the two passes (its default); fp16 and
+    bf16 the one pass (the default) and the two passes, and where the long tier has tiles
+    for this head dim, the long tier (forward and dQ pass) with the two passes."""
+    from fairseq_sparse_attn.kernels import relu_attention as ra
+
+    if dtype_name == "fp32":
+        return ("default",)
+    has_long = ra._tile("relu_attention_fwd", DTYPES[dtype_name], d, True) is not None
+    return ("default", "two_pass") + (("long_tiles",) if has_long and case in LONG_TILE_CASES else ())
+
+
+def backward_form(backward):
+    """The context of a correctness check's backward form (:func:`_backwards`)."""
+    if backward == "two_pass":
+        return two_pass_backward()
+    if backward == "long_tiles":
+        stack = contextlib.ExitStack()
+        stack.enter_context(long_tiles())
+        stack.enter_context(two_pass_backward())
+        return stack
+    return contextlib.nullcontext()
+
+
 def _correctness(device, head_dims, dtype_names, seed, rows, save):
     rows = [] if rows is None else rows
     for d in head_dims:
         for dt in dtype_names:
             for case in ATTENTION_CASES:
                 seed += 1
-                # half precision: the default (one-pass) backward and the two passes
-                for backward in ("default", "two_pass") if dt != "fp32" else ("default",):
+                for backward in _backwards(d, dt, case):
                     t0 = time.time()
                     try:
-                        with two_pass_backward() if backward == "two_pass" else contextlib.nullcontext():
+                        with backward_form(backward):
                             r = check_attention(device, d, dt, case, seed)
                     except Exception as e:  # recorded, never hidden
                         r = {"ok": False, "error": f"{type(e).__name__}: {e}"}
@@ -262,17 +294,34 @@ def one_pass_backward():
         ra.TWO_PASS_FROM_KEYS = before
 
 
+@contextlib.contextmanager
+def long_tiles(from_tokens=1):
+    """The kernels' long tier for the block from ``from_tokens`` queries and keys
+    (``relu_attention.LONG_FROM`` lowered: 1, every call; a huge value, no call)."""
+    from fairseq_sparse_attn.kernels import relu_attention as ra
+
+    before = ra.LONG_FROM
+    ra.LONG_FROM = from_tokens
+    try:
+        yield
+    finally:
+        ra.LONG_FROM = before
+
+
 def time_case(device, dtype_name, length, tokens, heads, d, causal, two_pass=False, one_pass=False):
     """Forward+backward and forward-only medians of ReLU attention (Triton) and SDPA flash
     on one shape; flash and Triton alternate twice (each one's spread next to the ratio).
     The Triton backward is the shipped choice (one pass in fp16/bf16 below
     ``TWO_PASS_FROM_KEYS`` keys), or the two passes with ``two_pass``, or the one pass with
     ``one_pass``; with neither, ``relu_triton_one_pass_ms`` and ``relu_triton_two_pass_ms``
-    are each form's time (fp16/bf16)."""
+    are each form's time (fp16/bf16), and at a length that takes the long tier's tiles,
+    ``relu_triton_sentence_tiles_ms`` and ``relu_triton_sentence_tiles_fwd_ms`` are the
+    shipped backward's and the forward's time on the sentence tiles."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench
 
+    from fairseq_sparse_attn.kernels import relu_attention as ra
     from fairseq_sparse_attn.kernels.relu_attention import relu_attention
 
     dtype = DTYPES[dtype_name]
@@ -312,6 +361,10 @@ def time_case(device, dtype_name, length, tokens, heads, d, causal, two_pass=Fal
             if dtype_name != "fp32":
                 with one_pass_backward():
                     r["relu_triton_one_pass_ms"] = bench(relu)
+            if ra._is_long(length, length) and ra._tile("relu_attention_fwd", dtype, d, True) is not None:
+                with long_tiles(1 << 62):
+                    r["relu_triton_sentence_tiles_ms"] = bench(relu)
+                    r["relu_triton_sentence_tiles_fwd_ms"] = bench(relu, backward=False)
         r["flash_fwd_ms"] = bench(flash, backward=False)
         r["relu_triton_fwd_ms"] = bench(relu, backward=False)
         r["speedup_vs_flash"] = statistics_ratio(r["flash_ms"], r["relu_triton_ms"])
@@ -334,16 +387,19 @@ def timing(device, dtype_names, lengths, tokens, heads, d, rows=None, save=lambd
 
 
 #: tiles tried by ``--sweep`` per kernel, (BLOCK_M, BLOCK_N, num_warps, num_stages), for
-#: half precision at head dim 64 (HOPPER.md: larger tiles, 8 warps, 3 stages are the leads).
-#: dK/dV: the shipped (16, 64, 4, 2); (32, 64, 4, 1), what the 2026-11-26 H100 session timed
-#: (unpipelined: Triton 3.6.0 could not pipeline that loop then); the same shape with 2 and
-#: 3 stages (2 spills 60 bytes on sm_80 under Triton 3.6.0, hence not shipped); 128 keys.
-#: dK/dV and dQ are timed with the two-pass backward (the one they belong to); the one-pass
-#: backward's tiles (``relu_attention_bwd``) with the default, one-pass, backward.
+#: half precision at head dim 64, at 1,024 tokens: the long tier's length, so the tile
+#: replaces the long tier's where the kernel has one (relu_attention._LONG_TILES) and the
+#: sentence tile otherwise.  Forward and dQ: the sentence tiles, the long tier's, and the
+#: other 128-query tiles that compile without spills (docs/performance.md "Long calls take
+#: larger tiles"; (128, 128, 8, 2) spills, timed to see what spilling costs).  dK/dV: the
+#: shipped (16, 64, 4, 2) and 128-key tiles (half the query and dO traffic per score, more
+#: instructions per score; (32, 128, 8, 2) spills on sm_80 under Triton 3.6.0, (32, 128, 8,
+#: 1) is unpipelined).  dK/dV and dQ are timed with the two-pass backward (the one they
+#: belong to); the one-pass backward's tiles (``relu_attention_bwd``) with the one pass.
 SWEEP = {
-    "relu_attention_fwd": [(64, 32, 4, 3), (64, 64, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2)],
-    "relu_attention_bwd_dkdv": [(16, 64, 4, 2), (32, 64, 4, 1), (32, 64, 4, 2), (32, 64, 4, 3), (64, 128, 8, 2)],
-    "relu_attention_bwd_dq": [(64, 64, 8, 2), (64, 64, 4, 2), (128, 64, 8, 2), (64, 128, 8, 2), (64, 32, 4, 3)],
+    "relu_attention_fwd": [(64, 32, 4, 3), (128, 64, 8, 3), (128, 32, 4, 3), (128, 32, 8, 3), (128, 128, 8, 2)],
+    "relu_attention_bwd_dkdv": [(16, 64, 4, 2), (16, 128, 8, 2), (32, 128, 8, 2), (32, 128, 8, 1), (32, 64, 4, 2)],
+    "relu_attention_bwd_dq": [(64, 64, 8, 2), (128, 64, 8, 3), (128, 64, 8, 2), (128, 32, 8, 3), (64, 64, 4, 2)],
     "relu_attention_bwd": [(16, 64, 4, 2), (32, 64, 4, 2), (32, 64, 4, 3), (64, 64, 4, 2), (64, 128, 8, 2)],
 }
 
@@ -355,15 +411,27 @@ def sweep(device, dtype_name="fp16", d=64, length=1024, tokens=16384, heads=8, r
     from fairseq_sparse_attn.kernels import relu_attention as ra
 
     rows = [] if rows is None else rows
-    shipped = dict(ra._TILES)
+    shipped, shipped_long = dict(ra._TILES), dict(ra._LONG_TILES)
+    long = ra._is_long(length, length)
+
+    def put_back():
+        ra._TILES.clear()
+        ra._TILES.update(shipped)
+        ra._LONG_TILES.clear()
+        ra._LONG_TILES.update(shipped_long)
+        ra._all_configs.cache_clear()
+
     try:
         for kernel, tiles in SWEEP.items():
+            # the tile a call of ``length`` tokens takes as shipped
+            taken = (long and shipped_long.get((kernel, d))) or shipped[(kernel, True, d)]
             for tile in tiles:
-                ra._TILES.clear()
-                ra._TILES.update(shipped)
+                put_back()
+                # both tiers: the check below runs a short call, the timing a long one
                 ra._TILES[(kernel, True, d)] = tile
+                ra._LONG_TILES[(kernel, d)] = tile
                 ra._all_configs.cache_clear()
-                r = {"kernel": kernel, "tile": tile, "shipped": shipped[(kernel, True, d)] == tile}
+                r = {"kernel": kernel, "tile": tile, "shipped": taken == tile}
                 try:
                     two_pass = kernel in ("relu_attention_bwd_dkdv", "relu_attention_bwd_dq")
                     with two_pass_backward() if two_pass else contextlib.nullcontext():
@@ -392,9 +460,7 @@ def sweep(device, dtype_name="fp16", d=64, length=1024, tokens=16384, heads=8, r
                 speed = f" {s['mean']:.2f}x flash" if s else ""
                 print(f"[kernels] sweep {kernel} {tile}: {'ok' if r['ok'] else 'FAIL'}{speed}", flush=True)
     finally:
-        ra._TILES.clear()
-        ra._TILES.update(shipped)
-        ra._all_configs.cache_clear()
+        put_back()
     return rows
 
 
@@ -429,8 +495,8 @@ def fp32_probe(device, rows=None, save=lambda: None):
     shipped, make = dict(ra._TILES), ra._make_config
 
     def with_precision(precision):
-        def made(kernel, dtype, head_dim):
-            config = make(kernel, dtype, head_dim)
+        def made(kernel, dtype, head_dim, long=False):
+            config = make(kernel, dtype, head_dim, long)
             config["constexprs"] = dict(config["constexprs"], PRECISION=precision)
             return config
 
@@ -496,6 +562,12 @@ def fmt_time(r):
             f"; {form}-pass backward {r[f'relu_triton_{form}_pass_ms']:.3f} ms fwd+bwd"
             for form in ("one", "two")
             if f"relu_triton_{form}_pass_ms" in r
+        )
+        + (
+            f"; sentence tiles {r['relu_triton_sentence_tiles_ms']:.3f} ms fwd+bwd, "
+            f"{r['relu_triton_sentence_tiles_fwd_ms']:.3f} ms fwd"
+            if "relu_triton_sentence_tiles_ms" in r
+            else ""
         )
     )
 

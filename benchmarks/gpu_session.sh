@@ -7,8 +7,9 @@
 #
 # Steps (in the order given):
 #   kernels     CUDA correctness of the Triton kernels (fp16/bf16 through the one-pass and
-#               the two-pass backward), then their time against SDPA flash (both backwards),
-#               ~90 s with compiles on 2026-11-26's code, now more (limits 180 s + 150 s),
+#               the two-pass backward, and the long tier's tiles), then their time against
+#               SDPA flash (both backwards; from 1,024 tokens both tile tiers), ~180 s with
+#               compiles on 2026-11-27's code, now more (limits 240 s + 180 s),
 #               while the fp16 loss-scale runs (softmax, ReLA-g eager, ReLA-g triton; 1,000
 #               updates on Multi30k) share the GPU: ~4-5 min
 #   train-fp16  fairseq-train updates/s, softmax, rela_g, rela_g_triton, rela_i,
@@ -71,11 +72,11 @@ for step in ${STEPS//,/ }; do
       timeout 200 $PY benchmarks/bench_gpu.py --parts loss_scale --loss-scale-data gpu_data/multi30k/data-bin \
         --budget 185 --out "$WORK/loss_scale" > "$WORK/loss_scale.log" 2>&1 &
       LS=$!
-      timeout 210 $PY benchmarks/gpu_kernels.py --parts correctness --out "$WORK/kernels_correctness.json" \
+      timeout 240 $PY benchmarks/gpu_kernels.py --parts correctness --out "$WORK/kernels_correctness.json" \
         > "$WORK/kernels_correctness.log" 2>&1
       grep -v " ok (" "$WORK/kernels_correctness.log" | grep "^\[kernels\]"
       wait $LS; grep "loss scale" "$WORK/loss_scale.log" | cut -c1-300; keep loss_scale loss_scale.json
-      timeout 150 $PY benchmarks/gpu_kernels.py --parts timing --out "$WORK/kernels_timing.json" \
+      timeout 180 $PY benchmarks/gpu_kernels.py --parts timing --out "$WORK/kernels_timing.json" \
         > "$WORK/kernels_timing.log" 2>&1; grep "^\[kernels\] time" "$WORK/kernels_timing.log"
       $PY - "$WORK" "$OUT/kernels.json" <<'PYEOF'
 import json, sys, pathlib

@@ -62,11 +62,13 @@ interpreted bf16 launch upcasts the (bf16-rounded) dot operands to fp32 (constex
 are exact in fp32, so this is what the tensor cores compute); races never show (programs
 run one after another).
 
-Launch configurations: :func:`launch_configs` lists every (kernel, head dim, dtype)
+Launch configurations: :func:`launch_configs` lists every (kernel, head dim, dtype, tier)
 configuration; :func:`_config` picks among them and nothing else, so compiling the list
 ahead of time covers every launch.  Masks and the row scale are run-time arguments (not
-constexprs), so there are 3 kernels x 4 head dims x 3 dtypes = 36 configurations, and 8 of
-the one-pass backward (4 head dims x fp16, bf16).
+constexprs), so there are 3 kernels x 4 head dims x 3 dtypes = 36 configurations, 8 of
+the one-pass backward (4 head dims x fp16, bf16), and 12 of the long tier: calls whose
+queries and keys both number :data:`LONG_FROM` or more take larger tiles (:data:`_LONG_TILES`:
+the forward and the dQ pass at head dims 32, 64, 128 in fp16 and bf16).
 """
 
 import functools
@@ -453,6 +455,25 @@ for _d, _half, _fwd, _dkdv, _dq in (
         # dots leave no registers for the dQ tile (every fp32 tile tried spilled on sm_80 or
         # sm_90 under Triton 3.6.0 or 3.7.1), so fp32 takes the two passes (ONE_PASS_DTYPES)
         _TILES[("relu_attention_bwd", _half, _d)] = _dkdv
+#: calls whose queries and keys both number at least this take the long tier's tiles
+#: (:data:`_LONG_TILES`) where it has one: the sentence tiles above are sized for tens of
+#: tokens, and on long calls their 64-query blocks read every key and value block once per
+#: 64 queries and issue more instructions per score than a 128-query block (compiled for
+#: sm_90, fp16, head dim 64: the forward's loop 7.7 -> 5.5 thread-instructions per score
+#: element, the dQ pass's 19.5 -> 9.1; docs/performance.md "Long calls take larger tiles")
+LONG_FROM = 1024
+#: (kernel, head dim) -> (BLOCK_M, BLOCK_N, num_warps, num_stages) of the long tier, fp16 and
+#: bf16 only.  Each was compiled for sm_80 and sm_90 under Triton 3.6.0 and 3.7.1 without
+#: spills; the dK/dV pass keeps its sentence tiles (no candidate had both fewer
+#: instructions per score and no spills), and so do head dim 256 and fp32.
+_LONG_TILES: Dict[Tuple[str, int], Tuple[int, int, int, int]] = {
+    ("relu_attention_fwd", 32): (128, 64, 8, 3),
+    ("relu_attention_fwd", 64): (128, 64, 8, 3),
+    ("relu_attention_fwd", 128): (128, 32, 8, 3),
+    ("relu_attention_bwd_dq", 32): (128, 64, 8, 3),
+    ("relu_attention_bwd_dq", 64): (128, 64, 8, 3),
+    ("relu_attention_bwd_dq", 128): (128, 32, 8, 2),
+}
 ONE_PASS_DTYPES = (torch.float16, torch.bfloat16)
 #: key length from which the backward takes the two passes in every dtype.  On an H100
 #: (2026-11-27, docs/results/bench-gpu.json, head dim 64, fp16 and bf16, full and causal) the
@@ -489,14 +510,24 @@ def _signature(kernel: str, dtype: torch.dtype) -> Dict[str, str]:
     return sig
 
 
-def _make_config(kernel: str, dtype: torch.dtype, head_dim: int) -> dict:
-    block_m, block_n, warps, stages = _TILES[(kernel, dtype != torch.float32, head_dim)]
+def _tile(kernel: str, dtype: torch.dtype, head_dim: int, long: bool) -> Optional[Tuple[int, int, int, int]]:
+    """The tile of ``kernel`` in a tier (``long``: :data:`_LONG_TILES`), None where that
+    tier has none (the long tier: fp16/bf16, the kernels and head dims it lists)."""
+    if long:
+        return _LONG_TILES.get((kernel, head_dim)) if dtype != torch.float32 else None
+    return _TILES.get((kernel, dtype != torch.float32, head_dim))
+
+
+def _make_config(kernel: str, dtype: torch.dtype, head_dim: int, long: bool = False) -> dict:
+    tile = _tile(kernel, dtype, head_dim, long)
+    assert tile is not None, (kernel, dtype, head_dim, long)
+    block_m, block_n, warps, stages = tile
     signature = _signature(kernel, dtype)
     constexprs = {"D": head_dim, "BLOCK_M": block_m, "BLOCK_N": block_n, "UPCAST": False, "PRECISION": "ieee"}
     if "WITH_DQ" in signature:
         constexprs["WITH_DQ"] = kernel == "relu_attention_bwd"
     return {
-        "name": f"{kernel}_d{head_dim}_{_TRITON_DTYPE[dtype]}",
+        "name": f"{kernel}_d{head_dim}_{_TRITON_DTYPE[dtype]}" + ("_long" if long else ""),
         "kernel": _KERNELS[kernel][0],
         "signature": signature,
         "constexprs": constexprs,
@@ -506,15 +537,16 @@ def _make_config(kernel: str, dtype: torch.dtype, head_dim: int) -> dict:
 
 
 @functools.lru_cache(maxsize=None)
-def _all_configs() -> Dict[Tuple[str, torch.dtype, int], dict]:
-    """(kernel, dtype, head dim) -> its configuration, built once (a launch looks its
+def _all_configs() -> Dict[Tuple[str, torch.dtype, int, bool], dict]:
+    """(kernel, dtype, head dim, long) -> its configuration, built once (a launch looks its
     configuration up here: a dict lookup, not a search)."""
     return {
-        (kernel, dtype, d): _make_config(kernel, dtype, d)
+        (kernel, dtype, d, long): _make_config(kernel, dtype, d, long)
         for kernel in _KERNELS
         for d in HEAD_DIMS
         for dtype in DTYPES
-        if (kernel, dtype != torch.float32, d) in _TILES
+        for long in (False, True)
+        if _tile(kernel, dtype, d, long) is not None
     }
 
 
@@ -523,9 +555,11 @@ def launch_configs() -> List[dict]:
     return [dict(c) for c in _all_configs().values()]
 
 
-def _config(kernel: str, dtype: torch.dtype, head_dim: int) -> dict:
-    """The configuration a launch takes: an entry of :func:`launch_configs`."""
-    config = _all_configs().get((kernel, dtype, head_dim))
+def _config(kernel: str, dtype: torch.dtype, head_dim: int, long: bool = False) -> dict:
+    """The configuration a launch takes: an entry of :func:`launch_configs` (``long``: the
+    long tier's where it has one, else the sentence tiles')."""
+    configs = _all_configs()
+    config = (long and configs.get((kernel, dtype, head_dim, True))) or configs.get((kernel, dtype, head_dim, False))
     if config is None:  # unsupported() is checked first
         raise AssertionError(f"no launch configuration {kernel}_d{head_dim}_{_TRITON_DTYPE.get(dtype, dtype)}")
     return config
@@ -549,12 +583,17 @@ def _arg_type(x) -> str:
     return _I32
 
 
-def _launch(kernel: str, dtype: torch.dtype, head_dim: int, grid, args: tuple) -> None:
-    cfg = _config(kernel, dtype, head_dim)
+def _is_long(tgt: int, src: int) -> bool:
+    """Whether a call of ``tgt`` queries and ``src`` keys takes the long tier's tiles."""
+    return min(tgt, src) >= LONG_FROM
+
+
+def _launch(kernel: str, cfg: dict, grid, args: tuple) -> None:
+    """Launches ``kernel`` with the configuration ``cfg`` (:func:`_config`); ``args[0]`` is q."""
     forms = _KERNELS[kernel]
     on_cpu = interpreted(args[0].device)
     constexprs = dict(cfg["constexprs"])
-    if on_cpu and dtype == torch.bfloat16:
+    if on_cpu and args[0].dtype == torch.bfloat16:
         constexprs["UPCAST"] = True  # the interpreter's bf16 tl.dot is wrong (module docstring)
     if LAUNCH_LOG is not None:
         LAUNCH_LOG.append(
@@ -649,12 +688,11 @@ def _fwd_impl(
     out = _heads_like(q)
     rs = q.new_empty((bsz, heads, tgt) if row_scaled else (0,), dtype=torch.float32)
     pad, stride_p, has_pad = _pad_arg(key_padding, q)
-    block_m = _config("relu_attention_fwd", q.dtype, d)["constexprs"]["BLOCK_M"]
-    grid = (_blocks(tgt, block_m), bsz, heads)
+    cfg = _config("relu_attention_fwd", q.dtype, d, _is_long(tgt, src))
+    grid = (_blocks(tgt, cfg["constexprs"]["BLOCK_M"]), bsz, heads)
     _launch(
         "relu_attention_fwd",
-        q.dtype,
-        d,
+        cfg,
         grid,
         (
             q, k, v, pad, out, rs if row_scaled else _placeholder(q, torch.float32),
@@ -715,12 +753,11 @@ def _key_block_pass(
     pad, stride_p, has_pad = _pad_arg(key_padding, q)
     acc = _placeholder(q, torch.float32) if dq_acc is None else dq_acc
     acc_strides = (0, 0, 0) if dq_acc is None else dq_acc.stride()[:3]
-    block_n = _config(kernel, q.dtype, d)["constexprs"]["BLOCK_N"]
-    grid = (_blocks(src, block_n), kv_bsz, heads)
+    cfg = _config(kernel, q.dtype, d, _is_long(tgt, src))
+    grid = (_blocks(src, cfg["constexprs"]["BLOCK_N"]), kv_bsz, heads)
     _launch(
         kernel,
-        q.dtype,
-        d,
+        cfg,
         grid,
         (
             q, k, v, pad, dout, row_scale if row_scaled else _placeholder(q, torch.float32), dk, dv, acc,
@@ -775,12 +812,11 @@ def _dq_impl(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, ro
     dout = dout if dout.stride(-1) == 1 else dout.contiguous()
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     pad, stride_p, has_pad = _pad_arg(key_padding, q)
-    block_m = _config("relu_attention_bwd_dq", q.dtype, d)["constexprs"]["BLOCK_M"]
-    grid = (_blocks(tgt, block_m), bsz, heads)
+    cfg = _config("relu_attention_bwd_dq", q.dtype, d, _is_long(tgt, src))
+    grid = (_blocks(tgt, cfg["constexprs"]["BLOCK_M"]), bsz, heads)
     _launch(
         "relu_attention_bwd_dq",
-        q.dtype,
-        d,
+        cfg,
         grid,
         (
             q, k, v, pad, dout, row_scale if row_scaled else _placeholder(q, torch.float32), dq,

@@ -190,13 +190,66 @@ def test_correctness_checks_both_backwards_in_half_precision(monkeypatch):
     monkeypatch.setattr(gpu_kernels, "ATTENTION_CASES", {"cross_padded": (2, 1, 5, 7, False, 1.0, True)})
     monkeypatch.setattr(ra, "LAUNCH_LOG", [])
     monkeypatch.setattr(gpu_kernels, "check_norm", lambda *a: {"ok": True, "errors": {"out": 0.0}, "tolerance": 1})
-    rows = gpu_kernels._correctness("cpu", [32], ["fp16", "fp32"], 0, None, lambda: None)
-    attention = [(r["dtype"], r["backward"], r["ok"]) for r in rows if r["kernel"] == "relu_attention"]
-    assert attention == [("fp16", "default", True), ("fp16", "two_pass", True), ("fp32", "default", True)]
-    kernels = [name.rsplit("_d", 1)[0] for name, *_ in ra.LAUNCH_LOG]
+    rows = gpu_kernels._correctness("cpu", [32, 256], ["fp16", "fp32"], 0, None, lambda: None)
+    attention = [(r["head_dim"], r["dtype"], r["backward"], r["ok"]) for r in rows if r["kernel"] == "relu_attention"]
+    assert attention == [
+        (32, "fp16", "default", True),
+        (32, "fp16", "two_pass", True),
+        (32, "fp16", "long_tiles", True),  # the long tier's forward and dQ pass
+        (32, "fp32", "default", True),
+        (256, "fp16", "default", True),  # the long tier has no tiles at head dim 256
+        (256, "fp16", "two_pass", True),
+        (256, "fp32", "default", True),
+    ]
+    names = [name for name, *_ in ra.LAUNCH_LOG]
+    kernels = [name.rsplit("_d", 1)[0] for name in names]
     two_passes = ["relu_attention_fwd", "relu_attention_bwd_dkdv", "relu_attention_bwd_dq"]
-    assert kernels == ["relu_attention_fwd", "relu_attention_bwd"] + two_passes * 2
-    assert not torch.are_deterministic_algorithms_enabled()
+    one_pass = ["relu_attention_fwd", "relu_attention_bwd"]
+    assert kernels == one_pass + two_passes * 3 + one_pass + two_passes * 2  # fp32: the two passes
+    assert names[5:8] == [
+        "relu_attention_fwd_d32_fp16_long",
+        "relu_attention_bwd_dkdv_d32_fp16",
+        "relu_attention_bwd_dq_d32_fp16_long",
+    ]
+    assert not any(name.endswith("_long") for name in names[:5] + names[8:])
+    assert not torch.are_deterministic_algorithms_enabled() and ra.LONG_FROM == 1024
+
+
+def test_the_sweep_puts_each_tile_in_the_tier_its_length_takes(monkeypatch):
+    """--parts sweep at a length that takes the long tier: each swept tile reaches the short
+    check and the long timed call alike (its forward a long-tier launch on that tile), the
+    shipped flag names the tile the length takes as shipped, and both tile tables are put
+    back.  The timing itself needs CUDA: a stand-in runs the call it would time."""
+    import gpu_kernels
+
+    from fairseq_sparse_attn.kernels import relu_attention as ra
+
+    monkeypatch.setattr(ra, "LONG_FROM", 24)
+    monkeypatch.setattr(
+        gpu_kernels, "SWEEP", {"relu_attention_fwd": [ra._LONG_TILES[("relu_attention_fwd", 32)], (16, 16, 4, 1)]}
+    )
+    monkeypatch.setattr(gpu_kernels, "ATTENTION_CASES", {"causal_self_scaled": (1, 1, 10, 10, True, 1.5, True)})
+    monkeypatch.setattr(ra, "LAUNCH_LOG", [])
+    sentence, long = dict(ra._TILES), dict(ra._LONG_TILES)
+    timed = []
+
+    def time_case(device, dtype_name, length, tokens, heads, d, causal, two_pass=False, one_pass=False):
+        ra.LAUNCH_LOG.clear()
+        q = torch.randn(1, heads, length, d).half()
+        with torch.no_grad():
+            ra.relu_attention(q, q, q)
+        name, _, c, warps, stages, _ = ra.LAUNCH_LOG[0]
+        timed.append((name, (c["BLOCK_M"], c["BLOCK_N"], warps, stages)))
+        return {"relu_triton_ms": [1.0], "flash_ms": [1.0], "speedup_vs_flash": {"mean": 1.0}}
+
+    monkeypatch.setattr(gpu_kernels, "time_case", time_case)
+    rows = gpu_kernels.sweep("cpu", d=32, length=24, heads=1)
+    assert [(r["tile"], r["ok"], r["shipped"]) for r in rows] == [
+        (long[("relu_attention_fwd", 32)], True, True),
+        ((16, 16, 4, 1), True, False),
+    ]
+    assert timed == [("relu_attention_fwd_d32_fp16_long", r["tile"]) for r in rows]
+    assert ra._TILES == sentence and ra._LONG_TILES == long
 
 
 def test_two_pass_backward_restores_the_settings():

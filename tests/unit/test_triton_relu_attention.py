@@ -172,6 +172,69 @@ def test_causal_cut_across_many_blocks(dtype, d, tgt, src, lengths, gamma):
     assert_close(errors, dtype)
 
 
+@pytest.mark.parametrize(
+    "dtype,d,tgt,src,lengths,gamma,causal",
+    [
+        (torch.float16, 64, 150, 150, [150, 80], None, True),
+        (torch.bfloat16, 32, 140, 200, None, 1.0, True),
+        (torch.float16, 128, 200, 130, [130, 77], 0.9, True),
+        (torch.bfloat16, 64, 130, 270, [270, 140], None, False),
+    ],
+)
+def test_long_calls_take_the_long_tiles(monkeypatch, dtype, d, tgt, src, lengths, gamma, causal):
+    """Calls of LONG_FROM queries and keys or more (lowered here to 128) take the long tier's
+    forward and dQ tiles (128 queries per block, 2 to 4 key blocks per query block), which
+    are as right as the sentence tiles through both backwards: T = S, T < S, T > S, padded,
+    row-scaled, causal and not.  Every launch is a listed configuration."""
+    monkeypatch.setattr(ra, "LONG_FROM", 128)
+    log = []
+    monkeypatch.setattr(ra, "LAUNCH_LOG", log)
+    pad = padding(2, src, lengths) if lengths else None
+    errors, _ = run(dtype, d, tgt=tgt, src=src, key_padding=pad, causal=causal, gamma=gamma, heads=1)
+    assert_close(errors, dtype)
+    names = [name for name, *_ in log]
+    kind = {torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
+    # forward, one-pass backward, then the two passes (dK/dV on its sentence tiles)
+    assert names == [
+        f"relu_attention_fwd_d{d}_{kind}_long",
+        f"relu_attention_bwd_d{d}_{kind}",
+        f"relu_attention_bwd_dkdv_d{d}_{kind}",
+        f"relu_attention_bwd_dq_d{d}_{kind}_long",
+    ]
+    listed = {c["name"]: c for c in ra.launch_configs()}
+    for name, _, constexprs, warps, stages, _ in log:
+        c = listed[name]
+        assert (constexprs, warps, stages) == (c["constexprs"], c["num_warps"], c["num_stages"])
+    forward = listed[names[0]]["constexprs"]
+    assert (
+        forward["BLOCK_M"] == 128
+        and (forward["BLOCK_M"], forward["BLOCK_N"]) != (ra._TILES[("relu_attention_fwd", True, d)][:2])
+    )
+
+
+def test_the_long_tier_needs_both_lengths_and_half_precision(monkeypatch):
+    """Fewer queries or fewer keys than LONG_FROM, fp32, and head dim 256: the sentence tiles."""
+    monkeypatch.setattr(ra, "LONG_FROM", 8)
+    log = []
+    monkeypatch.setattr(ra, "LAUNCH_LOG", log)
+
+    def forward_config(dtype, d, tgt, src):
+        log.clear()
+        q = torch.randn(1, 1, tgt, d).to(dtype)
+        k = torch.randn(1, 1, src, d).to(dtype)
+        with torch.no_grad():
+            ra.relu_attention(q, k, k)
+        return log[0][0]
+
+    assert forward_config(torch.float16, 32, 8, 8) == "relu_attention_fwd_d32_fp16_long"
+    assert forward_config(torch.float16, 32, 7, 30) == "relu_attention_fwd_d32_fp16"
+    assert forward_config(torch.float16, 32, 30, 7) == "relu_attention_fwd_d32_fp16"
+    assert forward_config(torch.float32, 32, 8, 8) == "relu_attention_fwd_d32_fp32"
+    assert forward_config(torch.bfloat16, 256, 8, 8) == "relu_attention_fwd_d256_bf16"
+    monkeypatch.setattr(ra, "LONG_FROM", 1024)  # as shipped
+    assert ra._is_long(1024, 1024) and not ra._is_long(1023, 4096) and not ra._is_long(4096, 1023)
+
+
 def test_kv_groups_beam_search_layout():
     """Query batch entry b reads key copy b // kv_groups (core._scores), fp32, relu."""
     errors, _ = run(torch.float32, 128, tgt=5, src=33, kv_bsz=2, kv_groups=4, key_padding=padding(2, 33, [12, 33]))
@@ -309,8 +372,11 @@ def test_traced_by_torch_compile_without_graph_breaks(dtype):
 def test_launch_configs_cover_every_head_dim_and_dtype_once():
     configs = ra.launch_configs()
     names = [c["name"] for c in configs]
-    # forward, dK/dV, dQ, and the one-pass backward (the dK/dV kernel with WITH_DQ) in fp16/bf16
-    assert len(names) == len(set(names)) == (3 * len(ra.DTYPES) + len(ra.ONE_PASS_DTYPES)) * len(ra.HEAD_DIMS)
+    # forward, dK/dV, dQ, and the one-pass backward (the dK/dV kernel with WITH_DQ) in fp16/bf16,
+    # and the long tier's tiles in fp16/bf16
+    sentence = (3 * len(ra.DTYPES) + len(ra.ONE_PASS_DTYPES)) * len(ra.HEAD_DIMS)
+    assert len(names) == len(set(names)) == sentence + 2 * len(ra._LONG_TILES)
+    assert sum(name.endswith("_long") for name in names) == 2 * len(ra._LONG_TILES)
     for c in configs:
         assert set(c) == {"name", "kernel", "signature", "constexprs", "num_warps", "num_stages"}
         fn = c["kernel"]
