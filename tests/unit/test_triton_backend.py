@@ -433,6 +433,52 @@ def test_auto_where_it_takes_the_kernels_calls_them_directly(monkeypatch):
     assert torch.equal(out, want)
 
 
+def test_a_hooked_activation_is_never_skipped_by_the_kernels(monkeypatch):
+    """The kernels compute the activation inside, so a hook on the activation module would
+    never run there.  Named ``triton``: one clear error naming the hooks.  ``auto`` where it
+    takes the kernels (faked on CPU, as above): the call runs the exact path, where the
+    forward and the backward hook see the activation's call, with the numbers of
+    ``materialized``.  Without the hooks, auto's call is the kernels' again."""
+    from fairseq_sparse_attn.attention import core
+
+    torch.manual_seed(0)
+    named = SparseMultiheadAttention(E, H, config=_config("relu", "triton", "gated_rmsnorm"), self_attention=True)
+    x = torch.randn(7, 2, E)
+    pad = padding(2, 7, [7, 4])
+    handle = named.activation.register_forward_hook(lambda module, inputs, output: None)
+    with pytest.raises(UsageError, match="hooks on the activation module"):
+        named(x, x, x, key_padding_mask=pad, need_weights=False)
+    handle.remove()
+    named(x, x, x, key_padding_mask=pad, need_weights=False)  # served again
+
+    monkeypatch.setattr(tb, "auto_may_take_it", lambda: True)
+    triton_backend = dataclasses.replace(core.BACKENDS["triton"], enabled=lambda spec, call: call.grad)
+    monkeypatch.setitem(core.BACKENDS, "triton", triton_backend)
+    auto = SparseMultiheadAttention(E, H, config=_config("relu", "auto", "gated_rmsnorm"), self_attention=True)
+    ref = SparseMultiheadAttention(E, H, config=_config("relu", "materialized", "gated_rmsnorm"), self_attention=True)
+    auto.load_state_dict(named.state_dict())
+    ref.load_state_dict(named.state_dict())
+    seen, grads_seen = [], []
+    auto.activation.register_forward_hook(lambda module, inputs, output: seen.append(tuple(output.shape)))
+    auto.activation.register_full_backward_hook(lambda module, gin, gout: grads_seen.append(1))
+    xin = x.clone().requires_grad_()
+    with OpLog() as log:
+        out, _ = auto(xin, xin, xin, key_padding_mask=pad, need_weights=False)
+    assert not [op for op in log.ops if op.startswith("fsa.relu_attention")]
+    assert seen == [(2, H, 7, 7)]
+    out.backward(torch.ones_like(out))
+    assert grads_seen == [1]
+    xref = x.clone().requires_grad_()
+    want, _ = ref(xref, xref, xref, key_padding_mask=pad, need_weights=False)
+    want.backward(torch.ones_like(want))
+    assert torch.allclose(out, want, atol=1e-6) and torch.allclose(xin.grad, xref.grad, atol=1e-6)
+    auto.activation._forward_hooks.clear()
+    auto.activation._backward_hooks.clear()
+    with OpLog() as log:
+        auto(xin, xin, xin, key_padding_mask=pad, need_weights=False)
+    assert log.ops.count("fsa.relu_attention_fwd") == 1
+
+
 @pytest.mark.parametrize(
     "case, reason",
     [

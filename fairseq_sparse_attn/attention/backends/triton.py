@@ -10,7 +10,8 @@ Serves activations that are rectified, have exact zeros and ReLU's backward
 and/or causal (:func:`..masks.padding_and_causal`), beam-search key groups.  Not served, so
 they go to the other backends with the reason: returned weights (analysis, ``need_weights``),
 attention dropout in training, additive biases, bias providers, fixed-pattern heads, masked
-heads / RHE, ReLUFormer row sums (its regularized loss).
+heads / RHE, ReLUFormer row sums (its regularized loss), an activation module with hooks
+(the kernels never call it, so its hooks would not run).
 
 Calls of a module with a plain pipeline do not come through :func:`triton_attention`: the
 call plan hands them to :func:`direct_call` (no per-call description or backend choice, the
@@ -183,6 +184,11 @@ def _unavailable(call: Call) -> Optional[str]:
     return None
 
 
+#: why a call whose activation module has hooks is not the kernels': they compute the
+#: activation inside, so a hook on it would never see the scores or the weights
+HOOKED_ACTIVATION = "hooks on the activation module (the kernels never call it, so its hooks would not run)"
+
+
 def triton_attention(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
     """The kernels on q (bsz, H, tgt, d) (already scaled), k, v (kv_bsz, H, src, d)."""
     from ...kernels.relu_attention import relu_attention
@@ -194,6 +200,8 @@ def triton_attention(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: C
         too_large = unserved_sizes(q, k, v)
         if too_large is not None:
             raise ValueError(too_large)
+        if not hook_free(spec.activation):
+            raise ValueError(HOOKED_ACTIVATION)
         gamma = kernel_gamma(spec.activation)
     except ValueError as e:
         if spec.backend == "auto":  # auto (a measured family and dtype): the exact path
@@ -214,7 +222,8 @@ def direct_call(activation, output_norm) -> Optional[Callable[..., Optional[torc
     kv_groups, scale)`` on q (bsz, H, tgt, d) *unscaled* and k, v (kv_bsz, H, src, d)
     returns the concatenated heads after the module's ``output_norm``, (tgt * bsz, H * d),
     or None for a call the kernels do not serve (a dtype, head dim or mask they do not
-    take: the plan hands it to :func:`~..core.attend`, which says why); the whole function
+    take, or an activation with hooks: the plan hands it to :func:`~..core.attend`, which
+    says why); the whole function
     is None for an activation they do not serve.  The same kernels as
     :func:`triton_attention` without describing the call and choosing the backend at each
     call, the scale applied to the scores inside the kernel instead of a multiply of q,
@@ -234,6 +243,8 @@ def direct_call(activation, output_norm) -> Optional[Callable[..., Optional[torc
 
     def call(q, k, v, hidden, kv_groups: int, scale: float) -> Optional[torch.Tensor]:
         if unserved(v.device.type, v.dtype, v.size(-1)) is not None or unserved_sizes(q, k, v) is not None:
+            return None
+        if not hook_free(activation):  # attend() says why (HOOKED_ACTIVATION), or auto runs it exactly
             return None
         structure = masks.padding_and_causal(hidden, kv_groups, k.size(0))
         if structure is None:
