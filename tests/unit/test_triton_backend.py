@@ -385,6 +385,16 @@ def test_a_plain_module_calls_the_kernels_directly_with_the_scale_inside(monkeyp
     assert rel(out, ref_out) <= 1e-5
 
 
+def auto_takes_the_kernels_for_training_calls(monkeypatch):
+    """As on a measured H100 (faked on this CPU machine): auto takes the kernels for
+    training calls."""
+    from fairseq_sparse_attn.attention import core
+
+    monkeypatch.setattr(tb, "auto_may_take_it", lambda: True)
+    triton_backend = dataclasses.replace(core.BACKENDS["triton"], enabled=lambda spec, call: call.grad)
+    monkeypatch.setitem(core.BACKENDS, "triton", triton_backend)
+
+
 def test_auto_where_it_takes_the_kernels_calls_them_directly(monkeypatch):
     """A module on ``auto`` where auto takes the kernels (a measured CUDA family and dtype;
     here faked on CPU) gets the same direct call as one on ``triton``, for the calls auto
@@ -397,12 +407,7 @@ def test_auto_where_it_takes_the_kernels_calls_them_directly(monkeypatch):
     torch.manual_seed(0)
     auto = SparseMultiheadAttention(E, H, config=_config("relu", "auto", "gated_rmsnorm"), self_attention=True)
     assert auto.plan().kernel is None  # this machine: no CUDA, so auto never takes it
-    monkeypatch.setattr(tb, "auto_may_take_it", lambda: True)
-    from fairseq_sparse_attn.attention import core
-
-    # as on a measured H100: auto takes the kernels for training calls
-    triton_backend = dataclasses.replace(core.BACKENDS["triton"], enabled=lambda spec, call: call.grad)
-    monkeypatch.setitem(core.BACKENDS, "triton", triton_backend)
+    auto_takes_the_kernels_for_training_calls(monkeypatch)
     named = SparseMultiheadAttention(E, H, config=_config("relu", "triton", "gated_rmsnorm"), self_attention=True)
     auto = SparseMultiheadAttention(E, H, config=_config("relu", "auto", "gated_rmsnorm"), self_attention=True)
     auto.load_state_dict(named.state_dict())
@@ -439,8 +444,6 @@ def test_a_hooked_activation_is_never_skipped_by_the_kernels(monkeypatch):
     takes the kernels (faked on CPU, as above): the call runs the exact path, where the
     forward and the backward hook see the activation's call, with the numbers of
     ``materialized``.  Without the hooks, auto's call is the kernels' again."""
-    from fairseq_sparse_attn.attention import core
-
     torch.manual_seed(0)
     named = SparseMultiheadAttention(E, H, config=_config("relu", "triton", "gated_rmsnorm"), self_attention=True)
     x = torch.randn(7, 2, E)
@@ -451,9 +454,7 @@ def test_a_hooked_activation_is_never_skipped_by_the_kernels(monkeypatch):
     handle.remove()
     named(x, x, x, key_padding_mask=pad, need_weights=False)  # served again
 
-    monkeypatch.setattr(tb, "auto_may_take_it", lambda: True)
-    triton_backend = dataclasses.replace(core.BACKENDS["triton"], enabled=lambda spec, call: call.grad)
-    monkeypatch.setitem(core.BACKENDS, "triton", triton_backend)
+    auto_takes_the_kernels_for_training_calls(monkeypatch)
     auto = SparseMultiheadAttention(E, H, config=_config("relu", "auto", "gated_rmsnorm"), self_attention=True)
     ref = SparseMultiheadAttention(E, H, config=_config("relu", "materialized", "gated_rmsnorm"), self_attention=True)
     auto.load_state_dict(named.state_dict())
