@@ -212,16 +212,12 @@ def _backwards(d, dtype_name, case):
     return ("default", "two_pass") + (("long_tiles",) if has_long and case in LONG_TILE_CASES else ())
 
 
+@contextlib.contextmanager
 def backward_form(backward):
-    """The context of a correctness check's backward form (:func:`_backwards`)."""
-    if backward == "two_pass":
-        return two_pass_backward()
-    if backward == "long_tiles":
-        stack = contextlib.ExitStack()
-        stack.enter_context(long_tiles())
-        stack.enter_context(two_pass_backward())
-        return stack
-    return contextlib.nullcontext()
+    """A correctness check's backward form (:func:`_backwards`) for the block."""
+    with long_tiles() if backward == "long_tiles" else contextlib.nullcontext():
+        with two_pass_backward() if backward != "default" else contextlib.nullcontext():
+            yield
 
 
 def _correctness(device, head_dims, dtype_names, seed, rows, save):
