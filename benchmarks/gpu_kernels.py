@@ -15,11 +15,13 @@
    (batch = 16,384 / length) at lengths 32, 128, 1,024 and 4,096, non-causal and causal,
    in float16 and bfloat16: ``triton.testing.do_bench`` medians (CUDA events, warm-up
    first); flash is timed twice (before and after Triton) so that its own spread is
-   reported next to the ratio.  At the lengths that take the long tier's tiles
-   (``relu_attention.LONG_FROM``), the sentence tiles are timed on the same inputs too
-   (``relu_triton_sentence_tiles_ms``), so one run says which tier is faster there; the
-   correctness part checks the long tier's configurations on short calls
-   (``LONG_FROM`` lowered).
+   reported next to the ratio.  Where the long tier has tiles (float16 and bfloat16), each
+   length is also timed on the tier it does not take, on the same inputs: the sentence
+   tiles at the lengths that take the long tier (``relu_attention.LONG_FROM``:
+   ``relu_triton_sentence_tiles_ms``), the long tier's below them
+   (``relu_triton_long_tiles_ms``), so one run says which tier is faster at each length
+   and where ``LONG_FROM`` belongs; the correctness part checks the long tier's
+   configurations on short calls (``LONG_FROM`` lowered).
 
     python benchmarks/gpu_kernels.py --out bench_gpu_out/kernels.json
     python benchmarks/gpu_kernels.py --smoke --device cpu     # tiny, through the interpreter
@@ -310,9 +312,12 @@ def time_case(device, dtype_name, length, tokens, heads, d, causal, two_pass=Fal
     The Triton backward is the shipped choice (one pass in fp16/bf16 below
     ``TWO_PASS_FROM_KEYS`` keys), or the two passes with ``two_pass``, or the one pass with
     ``one_pass``; with neither, ``relu_triton_one_pass_ms`` and ``relu_triton_two_pass_ms``
-    are each form's time (fp16/bf16), and at a length that takes the long tier's tiles,
-    ``relu_triton_sentence_tiles_ms`` and ``relu_triton_sentence_tiles_fwd_ms`` are the
-    shipped backward's and the forward's time on the sentence tiles."""
+    are each form's time (fp16/bf16), and where the long tier has tiles for the dtype and
+    head dim, ``relu_triton_{tier}_tiles_ms`` and ``relu_triton_{tier}_tiles_fwd_ms`` are
+    the shipped backward's and the forward's time on the tier the length does not take
+    (``tier``: ``sentence`` from ``LONG_FROM`` tokens, ``long`` below; below
+    ``TWO_PASS_FROM_KEYS`` keys the backward is the one pass, which has no long tiles, so
+    there the tiers differ in the forward only)."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench
@@ -357,10 +362,11 @@ def time_case(device, dtype_name, length, tokens, heads, d, causal, two_pass=Fal
             if dtype_name != "fp32":
                 with one_pass_backward():
                     r["relu_triton_one_pass_ms"] = bench(relu)
-            if ra._is_long(length, length) and ra._tile("relu_attention_fwd", dtype, d, True) is not None:
-                with long_tiles(1 << 62):
-                    r["relu_triton_sentence_tiles_ms"] = bench(relu)
-                    r["relu_triton_sentence_tiles_fwd_ms"] = bench(relu, backward=False)
+            if ra._tile("relu_attention_fwd", dtype, d, True) is not None:  # the tier not taken
+                other = "sentence" if ra._is_long(length, length) else "long"
+                with long_tiles(1 << 62 if other == "sentence" else 1):
+                    r[f"relu_triton_{other}_tiles_ms"] = bench(relu)
+                    r[f"relu_triton_{other}_tiles_fwd_ms"] = bench(relu, backward=False)
         r["flash_fwd_ms"] = bench(flash, backward=False)
         r["relu_triton_fwd_ms"] = bench(relu, backward=False)
         r["speedup_vs_flash"] = statistics_ratio(r["flash_ms"], r["relu_triton_ms"])
@@ -559,11 +565,11 @@ def fmt_time(r):
             for form in ("one", "two")
             if f"relu_triton_{form}_pass_ms" in r
         )
-        + (
-            f"; sentence tiles {r['relu_triton_sentence_tiles_ms']:.3f} ms fwd+bwd, "
-            f"{r['relu_triton_sentence_tiles_fwd_ms']:.3f} ms fwd"
-            if "relu_triton_sentence_tiles_ms" in r
-            else ""
+        + "".join(
+            f"; {tier} tiles {r[f'relu_triton_{tier}_tiles_ms']:.3f} ms fwd+bwd, "
+            f"{r[f'relu_triton_{tier}_tiles_fwd_ms']:.3f} ms fwd"
+            for tier in ("sentence", "long")
+            if f"relu_triton_{tier}_tiles_ms" in r
         )
     )
 

@@ -8,7 +8,7 @@
 # Steps (in the order given):
 #   kernels     CUDA correctness of the Triton kernels (fp16/bf16 through the one-pass and
 #               the two-pass backward, and the long tier's tiles), then their time against
-#               SDPA flash (both backwards; from 1,024 tokens both tile tiers), ~180 s with
+#               SDPA flash (both backwards; at every length both tile tiers), ~180 s with
 #               compiles on 2026-11-27's code, now more (limits 240 s + 180 s),
 #               while the fp16 loss-scale runs (softmax, ReLA-g eager, ReLA-g triton; 1,000
 #               updates on Multi30k) share the GPU: ~4-5 min

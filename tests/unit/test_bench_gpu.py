@@ -299,3 +299,45 @@ def test_the_eager_rela_g_names_its_backend():
     for name in ("rela_g", "rela_i", "reluformer"):
         assert bench_host.PRESETS[name][1]["attn_backend"] == "materialized"
         assert bench_host.PRESETS[f"{name}_triton"][1]["attn_backend"] == "triton"
+
+
+def test_each_length_is_timed_on_both_tiers(monkeypatch):
+    """The timing part times every length on the tier it takes and on the other one where
+    the long tier has tiles (fp16/bf16): the sentence tiles from LONG_FROM tokens, the long
+    tier's below, each key naming the tier its calls ran; fp32 (no long tiles) has neither.
+    ``do_bench`` needs CUDA: a stand-in runs the step once and reads which forward ran."""
+    import gpu_kernels
+    import triton.testing
+
+    from fairseq_sparse_attn.kernels import relu_attention as ra
+
+    monkeypatch.setattr(ra, "LONG_FROM", 6)
+    forwards = []
+
+    def do_bench(step, **kwargs):
+        ra.LAUNCH_LOG = []
+        step()
+        forwards.extend(name for name, *_ in ra.LAUNCH_LOG if name.startswith("relu_attention_fwd"))
+        ra.LAUNCH_LOG = None
+        return 1.0
+
+    monkeypatch.setattr(triton.testing, "do_bench", do_bench)
+    monkeypatch.setattr(ra, "LAUNCH_LOG", None)
+
+    def timed(dtype_name, length):
+        forwards.clear()
+        r = gpu_kernels.time_case("cpu", dtype_name, length, length, 1, 32, causal=False)
+        assert "error" not in r, r.get("error")
+        return {key for key in r if key.endswith("tiles_ms")}, list(forwards)
+
+    def order(shipped, other):  # two rounds, each backward form, the other tier twice, forward only
+        return [shipped] * 4 + [other] * 2 + [shipped]
+
+    sentence, long = "relu_attention_fwd_d32_fp16", "relu_attention_fwd_d32_fp16_long"
+    keys, runs = timed("fp16", 6)  # long: shipped on the long tier, also on the sentence tiles
+    assert keys == {"relu_triton_sentence_tiles_ms"} and runs == order(long, sentence)
+    keys, runs = timed("fp16", 5)  # short: shipped on the sentence tiles, also on the long tier
+    assert keys == {"relu_triton_long_tiles_ms"} and runs == order(sentence, long)
+    keys, runs = timed("fp32", 6)
+    assert keys == set() and not any(name.endswith("_long") for name in runs)
+    assert ra.LONG_FROM == 6
