@@ -44,6 +44,10 @@ pin_memory               no         fairseq's data loaders pin memory only when 
 bf16_not_tpu             yes        ``--bf16`` trains in bfloat16 on CUDA / the CPU
                                     when torch_xla is absent and ``--tpu`` not given
                                     (fairseq 0.12 sets ``--tpu`` for it and fails)
+alignment_weights        no         ``--print-alignment`` refused in one line for a
+                                    model whose cross-attention runs on the triton
+                                    backend (no weights: fairseq crashed after the
+                                    first batch)
 =======================  =========  ==================================================
 
 ``FSA_COMPAT_OFF`` turns patches off for a process: ``FSA_COMPAT_OFF=behaviour`` (or
@@ -56,6 +60,7 @@ import logging
 import os
 
 from . import (  # noqa: F401  (the patch modules)
+    alignment_weights,
     batching,
     bf16_not_tpu,
     checkpoint_loading,
@@ -109,6 +114,7 @@ PATCHES = {
     "checkpoint_overrides": checkpoint_overrides,
     "pin_memory": pin_memory,
     "bf16_not_tpu": bf16_not_tpu,
+    "alignment_weights": alignment_weights,
 }
 SWITCH = "FSA_COMPAT_OFF"
 VERBOSE = "FSA_VERBOSE"

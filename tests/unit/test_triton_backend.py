@@ -616,3 +616,45 @@ def test_beam_search_through_the_direct_call_matches_the_materialized_backend(mo
         assert [h["tokens"].tolist() for h in a] == [h["tokens"].tolist() for h in b]
         for x, y in zip(a, b):
             assert abs(x["score"].item() - y["score"].item()) <= 1e-4
+
+
+def test_print_alignment_on_the_triton_backend_is_refused_before_decoding():
+    """fairseq's --print-alignment reads the alignment layer's cross-attention weights at
+    every decoding step, which the kernels do not compute: building the alignment generator
+    for a model whose cross-attention is on the triton backend is one UsageError naming the
+    module and the remedy (before: empty attention per hypothesis, then an IndexError inside
+    fairseq).  The remedy, auto, decodes and aligns; a model on auto is untouched."""
+    from fairseq.sequence_generator import SequenceGeneratorWithAlignment
+
+    from fairseq_sparse_attn.errors import UsageError
+    from helpers import build_model, make_dictionary, random_batch
+
+    d = make_dictionary(30)
+    size = dict(
+        encoder_embed_dim=E,
+        decoder_embed_dim=E,
+        encoder_attention_heads=H,
+        decoder_attention_heads=H,
+        encoder_layers=1,
+        decoder_layers=2,
+        encoder_ffn_embed_dim=2 * E,
+        decoder_ffn_embed_dim=2 * E,
+        attn_activation="relu",
+    )
+    model, _ = build_model("sparse_transformer", dictionary=d, attn_backend="triton", **size)
+    model.eval()
+    with pytest.raises(UsageError) as e:
+        SequenceGeneratorWithAlignment([model], d, beam_size=2, max_len_b=4)
+    message = str(e.value)
+    assert "decoder.layers.0.encoder_attn and 1 more run on --attn-backend triton" in message
+    assert "--model-overrides \"{'attn_backend': 'auto'}\"" in message
+    for module in model.modules():  # what the remedy's override builds
+        if hasattr(module, "encoder_decoder_attention"):
+            module.backend = "auto"
+    gen = SequenceGeneratorWithAlignment([model], d, beam_size=2, max_len_a=0, max_len_b=4, min_len=4)
+    src, lengths, _ = random_batch(d, bsz=2, src_len=6)
+    with torch.no_grad():
+        hyps = gen.generate([model], {"net_input": {"src_tokens": src, "src_lengths": lengths}})
+    for sentence in hyps:
+        for h in sentence:  # one hard alignment link per target token but the final eos
+            assert len(h["alignment"]) == len(h["tokens"]) - 1

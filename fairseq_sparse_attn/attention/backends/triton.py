@@ -11,7 +11,10 @@ and/or causal (:func:`..masks.padding_and_causal`), beam-search key groups.  Not
 they go to the other backends with the reason: returned weights (analysis, ``need_weights``),
 attention dropout in training, additive biases, bias providers, fixed-pattern heads, masked
 heads / RHE, ReLUFormer row sums (its regularized loss), an activation module with hooks
-(the kernels never call it, so its hooks would not run).
+(the kernels never call it, so its hooks would not run).  fairseq's own requests for
+weights (``need_weights`` by default, the alignment layer's ``need_head_weights``) get
+None on a module named ``triton``, so ``--print-alignment``, which needs them, is refused
+in one line (``compat/alignment_weights.py``).
 
 Calls of a module with a plain pipeline do not come through :func:`triton_attention`: the
 call plan hands them to :func:`direct_call` (no per-call description or backend choice, the
