@@ -627,6 +627,7 @@ def test_print_alignment_on_the_triton_backend_is_refused_before_decoding():
     from fairseq.sequence_generator import SequenceGeneratorWithAlignment
 
     from fairseq_sparse_attn.errors import UsageError
+
     from helpers import build_model, make_dictionary, random_batch
 
     d = make_dictionary(30)
