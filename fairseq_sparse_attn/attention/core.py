@@ -240,7 +240,7 @@ def refusals(caps: Capabilities, call: Call) -> List[str]:
         )
     checks = (
         (call.needs_weights, caps.returns_weights, "returning attention weights (analysis)"),
-        (call.dropout, caps.dropout, "attention dropout in training"),
+        (call.dropout, caps.dropout, "attention dropout (in training, or in inference with --retain-dropout)"),
         (call.score_bias, caps.score_bias, "an additive attention-mask bias"),
         (call.bias_providers, caps.bias_providers, "attention bias providers"),
         (call.given_heads, caps.given_heads, "fixed-pattern heads"),

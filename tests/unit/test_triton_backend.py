@@ -8,6 +8,7 @@ backend only (the eager path elsewhere, unchanged); what it refuses (with the re
 
 import dataclasses
 import json
+import re
 
 import pytest
 import torch
@@ -227,7 +228,7 @@ def test_what_it_refuses_goes_elsewhere_with_the_reason():
     spec = AttendSpec(build_activation("relu", H), torch.nn.Dropout(0.1), HeadPlan(H), backend="auto")
     q = torch.randn(1, H, 3, 32, requires_grad=True)
     why = explain(q, q, AttentionInputs(), spec)
-    assert "triton: attention dropout in training" in why
+    assert "triton: attention dropout (in training, or in inference with --retain-dropout)" in why
     for activation, reason in (("gelu", "activation gelu"), ("entmax15", "activation entmax15")):
         spec = AttendSpec(build_activation(activation, H), torch.nn.Dropout(0.0), HeadPlan(H), backend="triton")
         with pytest.raises(UsageError, match=reason):
@@ -272,8 +273,28 @@ def test_row_factor_of_the_kernels_form_only():
         def row_scale(self, n):
             return 1.0 / n.clamp(min=1)
 
+        def row_scale_key(self):
+            return (type(self),)
+
     with pytest.raises(ValueError, match="not of the kernels' form"):
         tb.row_coef(PerKey())
+
+
+def test_a_gamma_set_after_the_first_call_reaches_the_kernels():
+    """ReLUFormer's gamma read at each call on the triton backend, as on the materialized one
+    (before: the kernels kept the first call's row factor, probed once per module: 4e-2 off
+    in the output, 2x in the gradients, with nothing said)."""
+    ref, fused = pair(ActivationConfig(name="relu_scaled", relu_scale_gamma=1.0), self_attention=True)
+    assert fused.plan().kernel is not None  # the direct call
+    x = torch.randn(7, 2, E)
+    kw = dict(key_padding_mask=padding(2, 7, [7, 4]), need_weights=False)
+    run_both(ref, fused, x, x, **kw)
+    for m in (ref, fused):
+        m.activation.gamma = 3.0
+    run_both(ref, fused, x, x, **kw)
+    for m in (ref, fused):  # the no-length-scale ablation: no row factor
+        m.activation.length_scale = False
+    run_both(ref, fused, x, x, **kw)
 
 
 def bench_result(tmp_path, device, rela_g, rela_g_triton, name="bench-gpu-h100.json", rounds=3, dtype="fp16"):
@@ -453,6 +474,14 @@ def test_a_hooked_activation_is_never_skipped_by_the_kernels(monkeypatch):
         named(x, x, x, key_padding_mask=pad, need_weights=False)
     handle.remove()
     named(x, x, x, key_padding_mask=pad, need_weights=False)  # served again
+    from torch.nn.modules.module import register_module_forward_hook
+
+    handle = register_module_forward_hook(lambda module, inputs, output: None)  # every module's
+    try:
+        with pytest.raises(UsageError, match="global module hooks .registered for every module"):
+            named(x, x, x, key_padding_mask=pad, need_weights=False)
+    finally:
+        handle.remove()
 
     auto_takes_the_kernels_for_training_calls(monkeypatch)
     auto = SparseMultiheadAttention(E, H, config=_config("relu", "auto", "gated_rmsnorm"), self_attention=True)
@@ -485,7 +514,8 @@ def test_a_hooked_activation_is_never_skipped_by_the_kernels(monkeypatch):
     [
         ("pattern", "a mask other than key padding and causal"),
         ("head_dim", "head dim 48"),
-        ("dropout", "attention dropout in training"),
+        ("dropout", "attention dropout (in training, or in inference with --retain-dropout)"),
+        ("retain_dropout", "attention dropout (in training, or in inference with --retain-dropout)"),
     ],
 )
 def test_a_call_the_kernels_do_not_serve_goes_to_attend_which_says_why(case, reason):
@@ -496,12 +526,14 @@ def test_a_call_the_kernels_do_not_serve_goes_to_attend_which_says_why(case, rea
     torch.manual_seed(0)
     module = SparseMultiheadAttention(embed, heads, config=config, self_attention=True, dropout=0.1)
     module.train(case == "dropout")
+    if case == "retain_dropout":  # fairseq's --retain-dropout, in inference
+        module.dropout_module.apply_during_inference = True
     x = torch.randn(5, 2, embed)
     mask = None
     if case == "pattern":
         mask = torch.zeros(5, 5).masked_fill(torch.rand(5, 5) > 0.5, float("-inf"))
         mask[:, 0] = 0.0
-    with pytest.raises(UsageError, match=reason):
+    with pytest.raises(UsageError, match=re.escape(reason)):
         module(x, x, x, attn_mask=mask, need_weights=False)
 
 

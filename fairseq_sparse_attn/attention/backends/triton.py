@@ -41,9 +41,8 @@ import functools
 import json
 import math
 import re
-import weakref
 from pathlib import Path
-from typing import Callable, Dict, FrozenSet, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, Hashable, Optional, Tuple
 
 import torch
 
@@ -75,16 +74,21 @@ def _row_coef_of(row_scale_probe: Tuple[float, ...]) -> Optional[float]:
     return coef
 
 
-#: activation module -> (row scaled, c) or the ValueError: probed once per module (its
-#: row factor is fixed configuration), not at every call (the probe reads 64 numbers back)
-_ROW_COEF: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+#: an activation's ``row_scale_key()`` (what its ``row_scale`` depends on besides n, e.g.
+#: ReLUFormer's gamma) -> (row scaled, c) or the ValueError: probed once per key, not at every
+#: call (the probe reads 64 numbers back), and again when the key changes (a gamma set after
+#: the first call reaches the kernels, as it reaches the materialized path's row factor)
+_ROW_COEF: Dict[Hashable, object] = {}
 
 
 def row_coef(activation) -> Tuple[bool, float]:
     """(row scaled, c) for the kernels; ValueError when the activation's factor does not fit."""
     if not getattr(activation, "row_scaled", False):
         return False, 1.0
-    known = _ROW_COEF.get(activation)
+    key = activation.row_scale_key()
+    if key is None:  # no row factor (ReLUFormer's no-length-scale ablation)
+        return False, 1.0
+    known = _ROW_COEF.get(key)
     if known is None:
         probe = activation.row_scale(torch.arange(64, dtype=torch.float64)).flatten()
         try:
@@ -92,10 +96,10 @@ def row_coef(activation) -> Tuple[bool, float]:
             known = (False, 1.0) if coef is None else (True, coef)
         except ValueError as e:
             known = e
-        _ROW_COEF[activation] = known
+        _ROW_COEF[key] = known
     if isinstance(known, ValueError):
         raise known
-    return known
+    return known  # type: ignore[return-value]
 
 
 def kernel_gamma(activation) -> Optional[float]:
@@ -190,6 +194,24 @@ def _unavailable(call: Call) -> Optional[str]:
 #: why a call whose activation module has hooks is not the kernels': they compute the
 #: activation inside, so a hook on it would never see the scores or the weights
 HOOKED_ACTIVATION = "hooks on the activation module (the kernels never call it, so its hooks would not run)"
+#: the same for hooks on every module (``torch.nn.modules.module.register_module_forward_hook``
+#: and its kind, which tools such as ``torch.utils.flop_counter.FlopCounterMode`` install)
+GLOBAL_MODULE_HOOKS = (
+    "global module hooks (registered for every module, e.g. by FlopCounterMode; the kernels never call "
+    "the activation module, so they would not see its call)"
+)
+
+
+def hooks_reason(activation) -> str:
+    """Which hooks keep a call of a module with this ``activation`` from the kernels (given
+    that :func:`~..core.hook_free` is false for it)."""
+    own = (
+        activation._forward_hooks
+        or activation._forward_pre_hooks
+        or activation._backward_hooks
+        or activation._backward_pre_hooks
+    )
+    return HOOKED_ACTIVATION if own else GLOBAL_MODULE_HOOKS
 
 
 def triton_attention(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
@@ -204,7 +226,7 @@ def triton_attention(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: C
         if too_large is not None:
             raise ValueError(too_large)
         if not hook_free(spec.activation):
-            raise ValueError(HOOKED_ACTIVATION)
+            raise ValueError(hooks_reason(spec.activation))
         gamma = kernel_gamma(spec.activation)
     except ValueError as e:
         if spec.backend == "auto":  # auto (a measured family and dtype): the exact path
@@ -236,7 +258,7 @@ def direct_call(activation, output_norm) -> Optional[Callable[..., Optional[torc
     if not TRITON_TRAITS <= getattr(activation, "traits", frozenset()):
         return None
     try:
-        gamma = kernel_gamma(activation)
+        kernel_gamma(activation)
     except ValueError:
         return None
     from ...kernels.normed_attention import normed_relu_attention
@@ -247,7 +269,11 @@ def direct_call(activation, output_norm) -> Optional[Callable[..., Optional[torc
     def call(q, k, v, hidden, kv_groups: int, scale: float) -> Optional[torch.Tensor]:
         if unserved(v.device.type, v.dtype, v.size(-1)) is not None or unserved_sizes(q, k, v) is not None:
             return None
-        if not hook_free(activation):  # attend() says why (HOOKED_ACTIVATION), or auto runs it exactly
+        if not hook_free(activation):  # attend() says why (hooks_reason), or auto runs it exactly
+            return None
+        try:  # read at each call, as the materialized path reads it (a dict lookup)
+            gamma = kernel_gamma(activation)
+        except ValueError:  # a row factor changed to one the kernels do not take: attend() says why
             return None
         structure = masks.padding_and_causal(hidden, kv_groups, k.size(0))
         if structure is None:
