@@ -10,7 +10,12 @@ Checkpoints (:func:`load_checkpoint`)
       — same parameter names and shapes, same outputs (``tests/test_parity.py``) — and the
       same state dict is loaded (strictly), so that the analysis recorders can see its
       attention;
-    * any other architecture is an error that lists what is supported.
+    * any other architecture is an error that lists what is supported;
+    * a plugin checkpoint trained on a fused backend (``--attn-backend triton``, ``sdpa``,
+      ...: a speed choice, the same function within rounding) is analysed with ``auto``,
+      which takes the materialized path for every call that returns weights (the fused
+      backends compute none, so every analysis failed on such a checkpoint), unless
+      ``--model-overrides`` names ``attn_backend`` itself; one log line says so.
 
     Checkpoints are read through fairseq's ``checkpoint_utils``, whose ``torch.load`` the
     plugin's compat shim makes read with ``weights_only=False`` on torch >= 2.6 (fairseq
@@ -30,6 +35,7 @@ Data (:func:`examples_from_split`, :func:`examples_from_raw`)
 """
 
 import argparse
+import logging
 import os
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
@@ -37,6 +43,10 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 
 PLUGIN_MODEL = "sparse_transformer"
+#: backends whose calls return attention weights when asked (auto takes materialized then)
+WEIGHTS_BACKENDS = (None, "auto", "materialized")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -161,6 +171,14 @@ def load_checkpoint(
     model_args = _model_args(cfg, path)
     arch = checkpoint_architecture(model_args)
     loaded_as = check_architecture(arch, path)
+    trained_on = getattr(model_args, "attn_backend", None)
+    if trained_on not in WEIGHTS_BACKENDS and "attn_backend" not in (model_overrides or {}):
+        model_args = argparse.Namespace(**vars(model_args))
+        model_args.attn_backend = "auto"
+        logger.info(
+            f"{path}: trained with --attn-backend {trained_on}, analysed with auto (the analyses read "
+            f"attention weights, which {trained_on} does not return; the same function within rounding)"
+        )
     if loaded_as == "stock-transformer":
         # same parameters, softmax attention (the plugin's attention options are filled
         # with their defaults, softmax / no output norm, by the sparse_transformer arch)

@@ -110,6 +110,29 @@ def test_plugin_checkpoint_keeps_its_attention(tmp_path):
         torch.testing.assert_close(loaded.model(src, lengths, prev)[0], model(src, lengths, prev)[0])
 
 
+def test_a_checkpoint_trained_on_a_fused_backend_is_analysed_with_auto(tmp_path, caplog):
+    """--attn-backend triton (a speed choice kept in the checkpoint) computes no weights,
+    so every analysis of such a checkpoint failed; it is loaded with auto (one log line),
+    records the weights and gives the trained model's outputs.  An explicit override keeps
+    what it names."""
+    model, d = build_model(arch="rela_transformer_wmt_en_de", seed=2)
+    args = arch_args("rela_transformer_wmt_en_de", attn_backend="triton")
+    ckpt = write_checkpoint(tmp_path / "rela.pt", model, args, tmp_path / "data", d)
+    with caplog.at_level("INFO", logger="fairseq_sparse_attn.analysis.loading"):
+        loaded = load_checkpoint(str(ckpt), str(tmp_path / "data"))
+    assert "trained with --attn-backend triton, analysed with auto" in caplog.text
+    assert {m.backend for m in loaded.model.attention_modules()} == {"auto"}
+    src, lengths, prev = random_batch(d)
+    seen = []
+    with torch.no_grad():
+        with record_attention(loaded.model, lambda site, **kw: seen.append(site.kind)):
+            recorded = loaded.model(src, lengths, prev)[0]
+        torch.testing.assert_close(recorded, model(src, lengths, prev)[0], rtol=1e-5, atol=1e-6)
+    assert sorted(set(seen)) == ["cross", "decoder_self", "encoder_self"]
+    kept = load_checkpoint(str(ckpt), str(tmp_path / "data"), model_overrides={"attn_backend": "triton"})
+    assert {m.backend for m in kept.model.attention_modules()} == {"triton"}
+
+
 @pytest.mark.parametrize("arch", ["lstm", "no_such_arch"])
 def test_unsupported_architecture_is_an_error_listing_the_supported_ones(tmp_path, arch):
     model, d = build_model(arch="transformer", seed=3)
