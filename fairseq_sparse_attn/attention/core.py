@@ -368,6 +368,12 @@ def explain(q: Optional[Tensor], v: Tensor, inputs: AttentionInputs, spec: Atten
     return f"{chosen}; backends: {describe_reasons(dispatch_reasons(spec, call))}"
 
 
+#: what a forced backend's refusal tells the user to do: the flag in training, the
+#: checkpoint's option at load time (fairseq-generate, fsa-analyze, ...: the backend a model
+#: was trained on is kept in its checkpoint)
+AUTO_REMEDY = "use --attn-backend auto (for a trained checkpoint: --model-overrides \"{'attn_backend': 'auto'}\")"
+
+
 def choose_backend(spec: AttendSpec, call: Call) -> Backend:
     if spec.backend != "auto":
         backend = BACKENDS.get(spec.backend)
@@ -379,7 +385,7 @@ def choose_backend(spec: AttendSpec, call: Call) -> Backend:
         if reasons:
             raise UsageError(
                 f"attention backend {backend.name!r} (--attn-backend) cannot serve "
-                f"this configuration: {', '.join(reasons)}; use --attn-backend auto "
+                f"this configuration: {', '.join(reasons)}; {AUTO_REMEDY} "
                 f"(every backend: {describe_reasons(dispatch_reasons(spec, call))})"
             )
         return backend

@@ -210,6 +210,10 @@ def test_a_refusal_lists_every_backend_with_all_its_reasons(monkeypatch):
     head, _, listing = message.partition("(every backend: ")
     # sdpa's own reasons, all of them: the activation and the returned weights
     assert "activation relu" in head and "returning attention weights" in head
+    # the remedy in training and for a trained checkpoint (which keeps its backend)
+    assert head.endswith(
+        "; use --attn-backend auto (for a trained checkpoint: --model-overrides \"{'attn_backend': 'auto'}\") "
+    )
     assert listing.endswith(")")
     entries = dict(e.split(": ", 1) for e in listing[:-1].split(" | "))
     assert sorted(entries) == sorted(core.BACKENDS)

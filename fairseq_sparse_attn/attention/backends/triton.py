@@ -49,7 +49,16 @@ import torch
 from ...errors import UsageError
 from ...kernels.served import unserved, unserved_sizes
 from .. import masks
-from ..core import AttendSpec, AttentionInputs, Backend, Call, Capabilities, hook_free, register_backend
+from ..core import (
+    AUTO_REMEDY,
+    AttendSpec,
+    AttentionInputs,
+    Backend,
+    Call,
+    Capabilities,
+    hook_free,
+    register_backend,
+)
 from ..intermediates import Intermediates
 
 #: what the kernels compute of an activation: f = ReLU (``supports_chunking``: ReLU's
@@ -234,7 +243,7 @@ def triton_attention(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: C
 
             return materialized(q, k, v, inputs, spec, call)
         raise UsageError(
-            f"attention backend 'triton' (--attn-backend) cannot serve this configuration: {e}; use --attn-backend auto"
+            f"attention backend 'triton' (--attn-backend) cannot serve this configuration: {e}; {AUTO_REMEDY}"
         ) from None
     key_padding, causal = structure
     out = relu_attention(q, k, v, key_padding, causal, inputs.kv_groups, 1.0, gamma)
