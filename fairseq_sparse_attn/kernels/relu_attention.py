@@ -44,7 +44,11 @@ per sentence, query batch entry b reads key copy b // kv_groups, as
 ``attention.core._scores``).  Cross-attention is T != S.
 
 Dtypes: fp32 (IEEE dots: ``input_precision="ieee"``), fp16 and bf16, fp32 accumulation;
-the weights are rounded to the value dtype before the value mix, as FlashAttention does.
+the weights are rounded to the value dtype before the value mix, as FlashAttention does
+(``relu_scaled``: the forward rounds max(s_ij, 0) and multiplies the row's sum by c_i, the
+backward's dV rounds c_i max(s_ij, 0): the same to rounding.  A score above the dtype's
+largest value, 65,504 in fp16, is inf in the forward even where c_i would bring it back in
+range, as it is in the eager path's fp16 scores).
 Head dims 32, 64, 128, 256 (:data:`HEAD_DIMS`).
 
 Torch ops (:mod:`.ops`), one per kernel: ``fsa::relu_attention_fwd`` (differentiable:
