@@ -242,6 +242,9 @@ class PluginOptions:
         choices=_backends,
         metavar="NAME",
         preset=False,
+        # how, not what: every backend computes the configured attention (to rounding), so
+        # a resume may move to another (a run started on auto continued on triton)
+        configuration=False,
     )
     # ---------------------------------------------------------------- feed-forward
     ffn_type: str = option(

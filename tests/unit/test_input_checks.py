@@ -267,6 +267,7 @@ def test_resume_config_differences():
     from fairseq_sparse_attn.options.schema import OPTION_FIELDS
 
     assert set(OPTION_FIELDS) - set(names) == {
+        "attn_backend",
         "attn_key_block_size",
         "attn_flex_min_keys",
         "entmax_bisect_iters",
@@ -284,6 +285,10 @@ def test_resume_config_differences():
     ):
         validation.check_resume_config("ckpt.pt", saved, given, SparseTransformerModel)
     given.allow_attention_change = True
+    validation.check_resume_config("ckpt.pt", saved, given, SparseTransformerModel)
+    # the backend is how attention is computed, not what: a resume may change it
+    saved.attn_backend, given.attn_backend = "auto", "triton"
+    given.attn_activation, given.allow_attention_change = "relu", False
     validation.check_resume_config("ckpt.pt", saved, given, SparseTransformerModel)
     # an option the (older) checkpoint does not have is not compared
     assert validation.attention_config_differences(argparse.Namespace(), given, names) == []
