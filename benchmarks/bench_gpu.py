@@ -234,20 +234,29 @@ def run_part(name, cmd, budget, results):
         results[name]["stderr_tail"] = p.stderr[-2000:]
 
 
+def expected_run_seconds(took) -> float:
+    """How long the next ``fairseq-train`` run is expected to take: the median of the runs
+    that ended (0 before the first: it is started whatever is left)."""
+    return statistics.median(took) if took else 0.0
+
+
 def train_part(args, budget, data, progress=None):
     """{dtype: {"runs": {preset: [ups or None per round]}, "ratios": {...}}}."""
     from timing import summarize_ratios
 
     presets = args.presets
     out = {}
+    took: list = []  # seconds of every run that ended
     for dtype in args.dtypes:
         runs = {p: [] for p in presets}
         for r in range(args.rounds):
             for preset in alternating(presets, r):
-                if budget.left() <= 0:
+                if budget.left() <= expected_run_seconds(took):  # it would be cut off: not started
                     runs[preset].append(None)
+                    print(f"[bench-gpu] {dtype} round {r + 1} {preset}: not started (--budget left)", flush=True)
                     continue
                 cmd = train_command(data, preset, dtype, args)
+                t0 = time.monotonic()
                 try:
                     p = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1, budget.left()))
                     ups = run_updates_per_second(parse_ups(p.stdout + p.stderr)) if p.returncode == 0 else None
@@ -256,6 +265,7 @@ def train_part(args, budget, data, progress=None):
                 except (subprocess.TimeoutExpired, ValueError) as e:
                     print(f"[bench-gpu] {dtype} {preset}: {type(e).__name__}: {e}", flush=True)
                     ups = None
+                took.append(time.monotonic() - t0)
                 runs[preset].append(ups)
                 if progress is not None:  # every run as it ends (a cut-off call keeps them)
                     with open(progress, "a") as f:
@@ -372,6 +382,13 @@ def main(argv=None):
         help="a binarized corpus for the loss-scale part (real text: numerics depend on it); default: the synthetic one",
     )
     p.add_argument(
+        "--progress",
+        default="",
+        metavar="FILE",
+        help="train: every run appended to FILE as it ends (JSON lines; default OUT/train_runs.jsonl), "
+        "so a cut-off call keeps the runs that ended",
+    )
+    p.add_argument(
         "--budget",
         type=float,
         default=470.0,
@@ -470,13 +487,16 @@ def main(argv=None):
     if "train" in parts or "loss_scale" in parts:
         tmp = Path(tempfile.mkdtemp(prefix="bench_gpu_"))
         try:
-            data = synthetic_corpus(tmp, args.pairs)
+            # the synthetic corpus only where a part reads it (6,000 pairs: seconds of the budget)
+            needed = "train" in parts or not args.loss_scale_data
+            data = synthetic_corpus(tmp, args.pairs) if needed else None
             if "loss_scale" in parts:
                 ls_data = Path(args.loss_scale_data) if args.loss_scale_data else data
                 results["parts"]["loss_scale"] = loss_scale_part(args, budget, ls_data, out)
                 write_json(out / "bench_gpu.json", results, argv=sys.argv)
             if "train" in parts:
-                results["parts"]["train"] = train_part(args, budget, data, out / "train_runs.jsonl")
+                progress = Path(args.progress) if args.progress else out / "train_runs.jsonl"
+                results["parts"]["train"] = train_part(args, budget, data, progress)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     device = torch.cuda.get_device_name(0)

@@ -191,10 +191,20 @@ def every_dtype_served():
         served.CUDA_NOT_SERVED.update(refused)
 
 
-def correctness(device, head_dims, dtype_names, seed=0, rows=None, save=lambda: None):
-    """Every check's row appended to ``rows`` (and ``save()`` called) as it ends."""
+def correctness(device, head_dims, dtype_names, seed=0, rows=None, save=lambda: None, shard=(0, 1)):
+    """Every check's row appended to ``rows`` (and ``save()`` called) as it ends.
+    ``shard`` (k, n): only the k-th of n shares of the checks (:func:`in_shard`), with the
+    seeds they have in the whole run, so that n processes share the compiles."""
     with every_dtype_served():
-        return _correctness(device, head_dims, dtype_names, seed, rows, save)
+        return _correctness(device, head_dims, dtype_names, seed, rows, save, shard)
+
+
+def in_shard(group: int, shard) -> bool:
+    """Whether the ``group``-th (head dim, dtype) of the correctness checks (the norms' checks:
+    the last group) is in ``shard`` (k, n).  A group's checks share their kernels'
+    configurations, so each configuration is compiled in one shard only."""
+    k, n = shard
+    return group % n == k
 
 
 #: the cases the long tier's tiles are checked on (``LONG_FROM`` lowered): T != S, and
@@ -222,12 +232,16 @@ def backward_form(backward):
             yield
 
 
-def _correctness(device, head_dims, dtype_names, seed, rows, save):
+def _correctness(device, head_dims, dtype_names, seed, rows, save, shard=(0, 1)):
     rows = [] if rows is None else rows
+    group = -1
     for d in head_dims:
         for dt in dtype_names:
+            group += 1
             for case in ATTENTION_CASES:
                 seed += 1
+                if not in_shard(group, shard):
+                    continue
                 for backward in _backwards(d, dt, case):
                     t0 = time.time()
                     try:
@@ -240,9 +254,12 @@ def _correctness(device, head_dims, dtype_names, seed, rows, save):
                     rows.append(r)
                     save()
                     print(f"[kernels] check relu_attention d{d} {dt} {case} {backward}: {fmt_check(r)}", flush=True)
+    group += 1
     for dt in dtype_names:
         for gated in (False, True):
             seed += 1
+            if not in_shard(group, shard):
+                continue
             try:
                 r = check_norm(device, dt, gated, seed)
             except Exception as e:
@@ -580,8 +597,21 @@ def main(argv=None):
     p.add_argument("--device", default="cuda")
     p.add_argument("--parts", default="correctness,timing", help="comma list of correctness, timing, sweep, fp32probe")
     p.add_argument("--smoke", action="store_true", help="tiny sizes (a CPU check of this script)")
+    p.add_argument(
+        "--shard",
+        default="0/1",
+        metavar="K/N",
+        help="correctness: only the K-th of N shares of the checks (0-based), for N processes that share the compiles",
+    )
     args = p.parse_args(argv)
     parts = args.parts.split(",")
+    try:
+        k, n = (int(x) for x in args.shard.split("/"))
+        if not 0 <= k < n:
+            raise ValueError
+    except ValueError:
+        print(f"gpu_kernels: error: --shard {args.shard!r}: expected K/N with 0 <= K < N", file=sys.stderr)
+        return 2
     if args.device == "cuda" and not torch.cuda.is_available():
         print("gpu_kernels: error: no CUDA device (use --device cpu --smoke for a CPU check)", file=sys.stderr)
         return 2
@@ -594,6 +624,7 @@ def main(argv=None):
         "torch": torch.__version__,
         "triton": triton.__version__,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "shard": args.shard,
     }
 
     def save():
@@ -602,7 +633,7 @@ def main(argv=None):
     if "correctness" in parts:
         dims = (32,) if args.smoke else HEAD_DIMS
         result["correctness"] = []
-        correctness(args.device, dims, list(DTYPES), rows=result["correctness"], save=save)
+        correctness(args.device, dims, list(DTYPES), rows=result["correctness"], save=save, shard=(k, n))
         result["correctness_ok"] = all(r["ok"] for r in result["correctness"])
         save()
     if "timing" in parts:

@@ -7,11 +7,12 @@
 #
 # Steps (in the order given):
 #   kernels     CUDA correctness of the Triton kernels (fp16/bf16 through the one-pass and
-#               the two-pass backward, and the long tier's tiles), then their time against
-#               SDPA flash (both backwards; at every length both tile tiers), ~180 s with
-#               compiles on 2026-11-27's code, now more (limits 240 s + 180 s),
-#               while the fp16 loss-scale runs (softmax, ReLA-g eager, ReLA-g triton; 1,000
-#               updates on Multi30k) share the GPU: ~4-5 min
+#               the two-pass backward, and the long tier's tiles: about 124 checks, in
+#               $SHARDS processes (default 4) that share out the compiles), then their time
+#               against SDPA flash (both backwards; at every length both tile tiers), while
+#               the fp16 loss-scale runs (softmax, ReLA-g eager, ReLA-g triton; 1,000 updates
+#               on Multi30k, ~200 s) share the GPU; limits 240 s + 180 s, each cut to what
+#               the total leaves (2026-11-27's code, 66 checks in one process: ~200 s)
 #   train-fp16  fairseq-train updates/s, softmax, rela_g, rela_g_triton, rela_i,
 #               reluformer, three alternating rounds: ~8 min on an H100
 #   train-bf16  the same for softmax, rela_g, rela_g_triton in bf16: ~5 min
@@ -36,7 +37,11 @@
 # the count came back as "left out"), so this writes at most: session.log, kernels.json,
 # loss_scale.json, train-fp16.json, train-bf16.json (the bench_gpu.json of each step),
 # sweep.json, fp32probe.json and logs.tar.gz (every log, without checkpoints): 8, and
-# demo-results.json: so a call that runs the demo runs at most five other steps.
+# demo-results.json: so a call that runs the demo runs at most five other steps.  A train
+# step also writes each run to train-*.jsonl as it ends and removes that file once its JSON
+# is there: only a call cut off inside the step returns it (with the runs that ended).
+# Every command's exit status is in session.log (124: its time limit), with its log's tail
+# when it failed.
 #
 # It needs, carried with the checkout (ignored paths), what benchmarks/gpu_session_prepare.sh
 # makes on a machine with PyPI: gpu_wheels/ (the cp312 wheels the GPU image lacks) and
@@ -51,10 +56,15 @@ mkdir -p "$OUT"
 exec > >(tee -a "$OUT/session.log") 2>&1
 T0=$(date +%s)
 left() { echo $(( TOTAL - ($(date +%s) - T0) )); }
+# a step's time limit: at most $1 seconds, and $2 seconds (default 10) short of the total
+limit() { local t=$(( $(left) - ${2:-10} )); (( t > $1 )) && t=$1; (( t < 1 )) && t=1; echo $t; }
 say() { echo "[gpu-session +$(( $(date +%s) - T0 ))s] $*"; }
+# a command's exit status in the session log (124: its time limit), and its log's tail on failure
+status() { local rc=$1 log=$2; echo "exit status $rc${3:+ ($3)}"; (( rc != 0 )) && [[ -f $log ]] && tail -15 "$log"; return 0; }
 keep() { [[ -f "$WORK/$1/bench_gpu.json" ]] && cp "$WORK/$1/bench_gpu.json" "$OUT/$2"; \
          tar -czf "$OUT/logs.tar.gz" --exclude='*.pt' --exclude='./demo/multi30k' -C "$WORK" . 2>/dev/null; }
 PY=${PYTHON:-python3}
+SHARDS=${SHARDS:-4}  # correctness processes (the machine's 16 cores compile their kernels)
 
 say "environment and wheels"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
@@ -68,25 +78,43 @@ $PY -c "import sys, torch, triton, fairseq, numpy; print('python', sys.version.s
 for step in ${STEPS//,/ }; do
   case $step in
     kernels)
-      say "kernels: fp16 loss-scale runs in the background, CUDA correctness and timing ($(left)s left)"
-      timeout 200 $PY benchmarks/bench_gpu.py --parts loss_scale --loss-scale-data gpu_data/multi30k/data-bin \
+      say "kernels: fp16 loss-scale runs in the background, CUDA correctness ($SHARDS processes) and timing ($(left)s left)"
+      timeout $(limit 215) $PY benchmarks/bench_gpu.py --parts loss_scale --loss-scale-data gpu_data/multi30k/data-bin \
         --budget 185 --out "$WORK/loss_scale" > "$WORK/loss_scale.log" 2>&1 &
       LS=$!
-      timeout 240 $PY benchmarks/gpu_kernels.py --parts correctness --out "$WORK/kernels_correctness.json" \
-        > "$WORK/kernels_correctness.log" 2>&1
-      grep -v " ok (" "$WORK/kernels_correctness.log" | grep "^\[kernels\]"
-      wait $LS; grep "loss scale" "$WORK/loss_scale.log" | cut -c1-300; keep loss_scale loss_scale.json
-      timeout 180 $PY benchmarks/gpu_kernels.py --parts timing --out "$WORK/kernels_timing.json" \
-        > "$WORK/kernels_timing.log" 2>&1; grep "^\[kernels\] time" "$WORK/kernels_timing.log"
+      # the checks' compiles take most of their time: shards, one (head dim, dtype) group each
+      # at a time, share them out over the machine's cores (gpu_kernels.py --shard)
+      pids=()
+      for (( k = 0; k < SHARDS; k++ )); do
+        timeout $(limit 240) $PY benchmarks/gpu_kernels.py --parts correctness --shard $k/$SHARDS \
+          --out "$WORK/kernels_correctness_$k.json" > "$WORK/kernels_correctness_$k.log" 2>&1 &
+        pids+=($!)
+      done
+      for (( k = 0; k < SHARDS; k++ )); do
+        wait ${pids[$k]}; status $? "$WORK/kernels_correctness_$k.log" "correctness shard $k/$SHARDS"
+        grep -v " ok (" "$WORK/kernels_correctness_$k.log" | grep "^\[kernels\]"
+      done
+      wait $LS; status $? "$WORK/loss_scale.log" "loss scale"
+      grep "loss scale" "$WORK/loss_scale.log" | cut -c1-300; keep loss_scale loss_scale.json
+      timeout $(limit 180) $PY benchmarks/gpu_kernels.py --parts timing --out "$WORK/kernels_timing.json" \
+        > "$WORK/kernels_timing.log" 2>&1; status $? "$WORK/kernels_timing.log" timing
+      grep "^\[kernels\] time" "$WORK/kernels_timing.log"
       $PY - "$WORK" "$OUT/kernels.json" <<'PYEOF'
 import json, sys, pathlib
 work, out = pathlib.Path(sys.argv[1]), sys.argv[2]
-merged = {}
-for name in ("kernels_correctness.json", "kernels_timing.json"):
-    p = work / name
-    if p.exists():
-        merged.update(json.loads(p.read_text()))
+merged = {"correctness": []}
+for p in sorted(work.glob("kernels_correctness_*.json")):  # the shards
+    shard = json.loads(p.read_text())
+    merged["correctness"] += shard.pop("correctness", [])
+    shard.pop("correctness_ok", None)
+    merged.setdefault("shards", []).append(shard.pop("shard", None))
+    merged.update(shard)
+merged["correctness_ok"] = bool(merged["correctness"]) and all(r["ok"] for r in merged["correctness"])
+p = work / "kernels_timing.json"
+if p.exists():
+    merged.update({k: v for k, v in json.loads(p.read_text()).items() if k != "shard"})
 json.dump(merged, open(out, "w"), indent=1)
+print(f"correctness: {sum(r['ok'] for r in merged['correctness'])} of {len(merged['correctness'])} checks ok")
 PYEOF
       keep none none ;;
     train-fp16|train-bf16)
@@ -95,20 +123,28 @@ PYEOF
       [[ $dtype == bf16 ]] && presets=softmax,rela_g,rela_g_triton
       B=$(( $(left) - 20 ))
       say "$step: $presets, budget ${B}s"
-      (( B > 60 )) && timeout $(( B + 15 )) $PY benchmarks/bench_gpu.py --parts train --dtypes "$dtype" \
-        --presets "$presets" --budget "$B" --out "$WORK/$step" > "$WORK/$step.log" 2>&1
-      grep "updates/s\|failed\|Error" "$WORK/$step.log" | cut -c1-200 | tail -20
-      keep "$step" "$step.json" ;;
+      if (( B > 60 )); then
+        # every run in $OUT as it ends (a call cut off keeps them); removed once the step's
+        # JSON is there (a call returns at most 8 files)
+        timeout $(( B + 15 )) $PY benchmarks/bench_gpu.py --parts train --dtypes "$dtype" \
+          --presets "$presets" --budget "$B" --out "$WORK/$step" --progress "$OUT/$step.jsonl" \
+          > "$WORK/$step.log" 2>&1; status $? "$WORK/$step.log" "$step"
+      else
+        echo "$step: not run (${B}s left)"
+      fi
+      grep "updates/s\|not started\|failed\|Error" "$WORK/$step.log" 2>/dev/null | cut -c1-200 | tail -20
+      keep "$step" "$step.json"; [[ -f "$OUT/$step.json" ]] && rm -f "$OUT/$step.jsonl" ;;
     sweep)
       say "sweep: kernel tiles ($(left)s left)"
-      timeout $(( $(left) - 10 )) $PY benchmarks/gpu_kernels.py --parts sweep --out "$OUT/sweep.json" \
-        > "$WORK/sweep.log" 2>&1; grep "^\[kernels\] sweep" "$WORK/sweep.log"; keep none none ;;
+      timeout $(limit 600) $PY benchmarks/gpu_kernels.py --parts sweep --out "$OUT/sweep.json" \
+        > "$WORK/sweep.log" 2>&1; status $? "$WORK/sweep.log" sweep
+      grep "^\[kernels\] sweep" "$WORK/sweep.log"; keep none none ;;
     host)
       say "host: bench_host on CUDA, base size and proxy shape ($(left)s left)"
       for shape in base proxy; do
         args="--heads 1 --batch 2 --length 6"
         [[ $shape == base ]] && args="--heads 8 --width 512 --batch 8 --length 24"
-        timeout $(( $(left) > 90 ? 80 : $(left) - 10 )) $PY benchmarks/bench_host.py --device cuda $args \
+        timeout $(limit 80) $PY benchmarks/bench_host.py --device cuda $args \
           --presets stock,softmax,rela_g,rela_g_triton,rela_i,reluformer,reluformer_triton --rounds 11 \
           --json "$WORK/host-$shape.json" > "$WORK/host-$shape.log" 2>&1
         grep -v "^round" "$WORK/host-$shape.log" | grep "^|\|^host\|Error\|error" | cut -c1-200
@@ -116,7 +152,7 @@ PYEOF
       keep none none ;;
     demo)
       say "demo: make demo's cuda recipe, its runs side by side ($(left)s left)"
-      timeout $(( $(left) - 10 )) $PY scripts/demo.py --recipe cuda --raw-dir gpu_data/multi30k_shipped \
+      timeout $(limit 600) $PY scripts/demo.py --recipe cuda --raw-dir gpu_data/multi30k_shipped \
         --out "$WORK/demo" ${DEMO_ARGS:-} > "$WORK/demo.log" 2>&1
       echo "demo exit status $?"
       grep -v "training: update\|translating test: sentence\|^\[demo .*\] .* \.\.\. (log:" "$WORK/demo.log" | tail -40
@@ -124,8 +160,9 @@ PYEOF
       keep none none ;;
     fp32-probe)
       say "fp32-probe: the fp32 forward's tiles, IEEE and TF32 dots ($(left)s left)"
-      timeout $(( $(left) - 10 )) $PY benchmarks/gpu_kernels.py --parts fp32probe --out "$OUT/fp32probe.json" \
-        > "$WORK/fp32probe.log" 2>&1; grep "^\[kernels\] fp32probe" "$WORK/fp32probe.log"; keep none none ;;
+      timeout $(limit 600) $PY benchmarks/gpu_kernels.py --parts fp32probe --out "$OUT/fp32probe.json" \
+        > "$WORK/fp32probe.log" 2>&1; status $? "$WORK/fp32probe.log" fp32-probe
+      grep "^\[kernels\] fp32probe" "$WORK/fp32probe.log"; keep none none ;;
     *) say "unknown step $step (kernels, train-fp16, train-bf16, sweep, host, demo, fp32-probe)" ;;
   esac
 done

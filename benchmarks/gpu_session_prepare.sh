@@ -24,12 +24,14 @@ $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
   --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
   --platform any -d gpu_wheels matplotlib contourpy cycler fonttools kiwisolver pillow pyparsing \
   python-dateutil six
+# the shipped Multi30k files: $MULTI30K_DIR, else ../shared/data/multi30k (as the Makefile);
+# without either, data_prep downloads them
+shipped=${MULTI30K_DIR:-../shared/data/multi30k}
 if [[ ! -d gpu_data/multi30k/data-bin ]]; then
-  PYTHONPATH=$PWD $PY data_prep/prepare_multi30k.py --out gpu_data/multi30k --src en --tgt de \
-    ${MULTI30K_DIR:+--raw-dir "$MULTI30K_DIR"}
+  raw=(); [[ -d $shipped ]] && raw=(--raw-dir "$shipped")
+  PYTHONPATH=$PWD $PY data_prep/prepare_multi30k.py --out gpu_data/multi30k --src en --tgt de "${raw[@]}"
 fi
 if [[ ! -d gpu_data/multi30k_shipped ]]; then
-  shipped=${MULTI30K_DIR:-../shared/data/multi30k}
   [[ -d $shipped ]] || { echo "gpu_session_prepare: no Multi30k files at $shipped (set MULTI30K_DIR)" >&2; exit 1; }
   mkdir -p gpu_data/multi30k_shipped && cp "$shipped"/* gpu_data/multi30k_shipped/
 fi

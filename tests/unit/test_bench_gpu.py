@@ -341,3 +341,60 @@ def test_each_length_is_timed_on_both_tiers(monkeypatch):
     keys, runs = timed("fp32", 6)
     assert keys == set() and not any(name.endswith("_long") for name in runs)
     assert ra.LONG_FROM == 6
+
+
+def test_correctness_shards_split_the_checks_by_configuration(monkeypatch):
+    """--shard K/N: N processes run the correctness checks between them, each (head dim,
+    dtype) group (its kernels' configurations, compiled once) in one shard only, the norms'
+    checks as one more group; together exactly the unsharded run's checks, with the same
+    seeds (fresh inputs per check, the same inputs as one process would draw)."""
+    import gpu_kernels
+
+    def check_attention(device, d, dt, case, seed, diagnose=False):
+        return {"ok": True, "errors": {"out": 0.0}, "tolerance": 1, "seed": seed}
+
+    def check_norm(device, dt, gated, seed):
+        return {"ok": True, "errors": {"out": 0.0}, "tolerance": 1, "seed": seed}
+
+    monkeypatch.setattr(gpu_kernels, "check_attention", check_attention)
+    monkeypatch.setattr(gpu_kernels, "check_norm", check_norm)
+
+    def run(shard):
+        rows = gpu_kernels.correctness("cpu", [32, 64, 128, 256], ["fp32", "fp16", "bf16"], shard=shard)
+        return [(r["kernel"], r.get("head_dim"), r["dtype"], r.get("case"), r.get("backward"), r["seed"]) for r in rows]
+
+    whole = run((0, 1))
+    shards = [run((k, 4)) for k in range(4)]
+    assert sorted(sum(shards, [])) == sorted(whole) and len(whole) > 100
+    groups = [{(kernel, d, dt) if kernel == "relu_attention" else "norms" for kernel, d, dt, *_ in s} for s in shards]
+    assert all(groups) and sum(len(g) for g in groups) == len(set().union(*groups)) == 4 * 3 + 1
+    assert gpu_kernels.main(["--shard", "4/4", "--device", "cpu"]) == 2  # K must be below N
+
+
+def test_a_train_run_that_would_be_cut_off_is_not_started(monkeypatch, tmp_path):
+    """The train part starts a run only while the budget left exceeds the median time of the
+    runs that ended (a run cut off by the budget costs its time and gives nothing), and
+    appends each run to the progress file as it ends (a call cut off keeps them).  A fake
+    clock: each fairseq-train takes 30 s."""
+    import json
+    import types
+
+    clock = types.SimpleNamespace(now=0.0)
+    monkeypatch.setattr(bench_gpu.time, "monotonic", lambda: clock.now)
+
+    def run(cmd, **kwargs):
+        clock.now += 30
+        return subprocess.CompletedProcess(cmd, 0, stdout=LOG, stderr="")
+
+    monkeypatch.setattr(bench_gpu.subprocess, "run", run)
+    args = types.SimpleNamespace(
+        presets=["softmax", "rela_g"], dtypes=["bf16"], rounds=3, max_update=120, log_interval=2, max_tokens=4096
+    )
+    budget = bench_gpu.Budget(100)  # three runs of 30 s fit, the fourth would be cut off
+    progress = tmp_path / "train.jsonl"
+    out = bench_gpu.train_part(args, budget, tmp_path, progress)
+    runs = out["bf16"]["runs"]
+    assert sum(x is not None for x in runs["softmax"] + runs["rela_g"]) == 3
+    assert [json.loads(line)["preset"] for line in progress.read_text().splitlines()] == ["softmax", "rela_g", "rela_g"]
+    assert clock.now == 90
+    assert bench_gpu.expected_run_seconds([]) == 0 and bench_gpu.expected_run_seconds([30, 10, 40]) == 30
