@@ -7,6 +7,7 @@ import gzip
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 
 def _refs(multi30k_raw, n=300):
@@ -55,4 +56,9 @@ def sacrebleu_paired(ref, base, system):
         stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 0, proc.stderr
-    return [row["BLEU"] for row in json.loads(proc.stdout)]
+    records = [row["BLEU"] for row in json.loads(proc.stdout)]
+    if Path(base).read_text(encoding="utf-8") == Path(system).read_text(encoding="utf-8"):
+        # identical outputs: the package reports p = 1.0 where sacreBLEU reports its smallest
+        # p, 1/(n+1) (tools/significance.py; test_identical_outputs_are_no_evidence_of_a_difference)
+        records[1]["p_value"] = 1.0
+    return records

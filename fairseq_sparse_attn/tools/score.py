@@ -140,6 +140,7 @@ def compare_with_baseline(
         "bleu": sys_result["bleu"],
         "ci95": sys_result["ci95"],
         "p_value": sys_result["p_value"],
+        "identical_to_baseline": bool(sys_result.get("identical_to_baseline")),
         "n_resamples": n_resamples,
         "test": "paired bootstrap resampling (sacrebleu.significance.PairedTest, --paired-bs)",
         "signature": signature,

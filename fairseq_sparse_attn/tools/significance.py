@@ -8,6 +8,12 @@ around their mean (``mean ± ci``).  The p-value is sacreBLEU's two-sided paired
 "the two systems' BLEU differ only by chance": small p (< 0.05) means the difference is
 unlikely to come from which test sentences were drawn; a large p means the test set cannot
 tell the two apart (a tie *on this test set*, not a proof of equality).
+
+A system whose hypotheses equal the baseline's, line for line, gets p = 1.0 and
+``identical_to_baseline``: sacreBLEU counts only resamples whose difference *exceeds* the
+observed one (multeval's rule), so with every difference 0 it reports its smallest p,
+1/(n+1) = 0.001, and two identical outputs (a run against its own copy, two backends with
+the same translations) read as a significant difference.
 """
 
 from typing import Dict, List, Sequence, Tuple
@@ -48,4 +54,7 @@ def paired_bootstrap(
             "ci95": [round(float(result.mean - result.ci), 2), round(float(result.mean + result.ci), 2)],
             "p_value": None if result.p_value is None else round(float(result.p_value), 4),
         }
+    for name, hyps in systems:
+        if list(hyps) == list(baseline[1]):  # nothing differs: no evidence of a difference
+            out[name].update(p_value=1.0, identical_to_baseline=True)
     return out, str(signatures["BLEU"])

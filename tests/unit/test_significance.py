@@ -23,3 +23,30 @@ def test_baseline_of_another_test_set_is_an_error(systems, tmp_path, capsys):
     assert score.main([files["close"][0], "--ref", ref, "--baseline", short]) == 1
     err = capsys.readouterr().err
     assert "short.txt has hypotheses for 10 sentences" in err and not (tmp_path / "bleu.json").exists()
+
+
+def test_identical_outputs_are_no_evidence_of_a_difference(systems, tmp_path):
+    """Two files with the same hypotheses (a run against its copy, two backends that
+    translate alike): p = 1.0, marked identical.  sacreBLEU itself says p = 1/(n+1) there,
+    its smallest value (it counts only resamples whose difference exceeds the observed 0),
+    which read as a significant difference."""
+    import shutil
+
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    ref, files = systems
+    copy = tmp_path / "copy.txt"
+    shutil.copy(files["base"][0], copy)
+    out = tmp_path / "bleu.json"
+    assert score.main([str(copy), "--ref", ref, "--baseline", files["base"][0], "--json", str(out)]) == 0
+    sig = json.loads(out.read_text())["significance"]
+    assert sig["p_value"] == 1.0 and sig["identical_to_baseline"] and sig["bleu"] == sig["baseline_bleu"]
+    hyps = [line.rstrip("\n") for line in open(ref, encoding="utf-8")]  # any identical pair shows it
+    _, scores = PairedTest(
+        [("a", hyps), ("b", list(hyps))], {"BLEU": BLEU()}, references=[hyps], test_type="bs", n_samples=1000
+    )()
+    assert scores["BLEU"][1].p_value == 1 / 1001  # sacreBLEU's own value, for the record
+    # a different system keeps sacreBLEU's p-value
+    assert score.main([files["close"][0], "--ref", ref, "--baseline", files["base"][0], "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["significance"]["p_value"] < 1.0
