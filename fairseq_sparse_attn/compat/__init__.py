@@ -44,6 +44,10 @@ pin_memory               no         fairseq's data loaders pin memory only when 
 bf16_not_tpu             yes        ``--bf16`` trains in bfloat16 on CUDA / the CPU
                                     when torch_xla is absent and ``--tpu`` not given
                                     (fairseq 0.12 sets ``--tpu`` for it and fails)
+fp16_needs_cuda          no         ``--fp16`` training without a CUDA device (or with
+                                    ``--cpu``) refused in one line before any work
+                                    (fairseq's FP16Optimizer asserted after the model
+                                    was built)
 alignment_weights        no         ``--print-alignment`` refused in one line for a
                                     model whose cross-attention runs on the triton
                                     backend (no weights: fairseq crashed after the
@@ -72,6 +76,7 @@ from . import (  # noqa: F401  (the patch modules)
     data_checks,
     divergence_guard,
     exact_resume,
+    fp16_needs_cuda,
     no_crash_dump,
     pin_memory,
     preemption,
@@ -115,6 +120,7 @@ PATCHES = {
     "pin_memory": pin_memory,
     "bf16_not_tpu": bf16_not_tpu,
     "alignment_weights": alignment_weights,
+    "fp16_needs_cuda": fp16_needs_cuda,
 }
 SWITCH = "FSA_COMPAT_OFF"
 VERBOSE = "FSA_VERBOSE"

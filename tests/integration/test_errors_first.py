@@ -75,6 +75,7 @@ def cases(data_bin, tmp):
             "--leaky-relu-slope -0.1: must be in [0, 1)",
         ),
         (*train("--encoder-embed-dim", "0"), "--encoder-embed-dim 0: must be >= 1"),
+        (*train("--fp16", "--cpu"), "--fp16 trains on a CUDA GPU (fairseq's FP16Optimizer), and "),
         (*train("--rhe", "--rhe-gate", "1.5"), "--rhe-gate must be 'dynamic' or a number in (0, 1], got 1.5"),
         (*train("--decoder-embed-dim", "64"), "--share-all-embeddings needs --encoder-embed-dim"),
         ("train", [d, *TRAIN, "--save-dir", str(notes)], "is a file, not a directory"),

@@ -356,3 +356,35 @@ def test_asked_for_tpu_reads_the_command_line_as_fairseq_does(monkeypatch):
     assert not bf16_not_tpu.asked_for_tpu(["data-bin", "--bf16", "--tp"])  # no abbreviations
     monkeypatch.setattr("sys.argv", ["fairseq-train", "data-bin", "--tpu"])
     assert bf16_not_tpu.asked_for_tpu(None)  # fairseq's commands parse sys.argv
+
+
+# --- --fp16 needs CUDA (fp16_needs_cuda) ---------------------------------------------
+
+
+def test_fp16_training_without_cuda_is_refused_and_generation_is_not(monkeypatch):
+    """A training command line with --fp16 (or --memory-efficient-fp16) and no CUDA device,
+    or --cpu, is one UsageError at parse time naming --bf16; on a CUDA machine it passes;
+    fairseq-generate's --fp16 (half precision on any device) is left alone."""
+    import torch
+    from fairseq import options
+
+    from fairseq_sparse_attn.compat import fp16_needs_cuda
+    from fairseq_sparse_attn.errors import UsageError
+
+    def train(*flags):
+        parser = options.get_training_parser()
+        return options.parse_args_and_arch(parser, ["data", "--arch", "transformer", "--task", "translation", *flags])
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(UsageError, match=r"^--fp16 trains on a CUDA GPU .* this machine has no CUDA device: use --bf16"):
+        train("--fp16")
+    with pytest.raises(UsageError, match=r"^--memory-efficient-fp16 trains on a CUDA GPU"):
+        train("--memory-efficient-fp16")
+    assert train().fp16 is False
+    generate = options.parse_args_and_arch(options.get_generation_parser(), ["data", "--path", "m.pt", "--fp16"])
+    assert generate.fp16 is True
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert train("--fp16").fp16 is True
+    with pytest.raises(UsageError, match="and --cpu is given"):
+        train("--fp16", "--cpu")
+    assert fp16_needs_cuda.fp16_without_cuda(train()) is None
