@@ -376,7 +376,9 @@ def test_fp16_training_without_cuda_is_refused_and_generation_is_not(monkeypatch
         return options.parse_args_and_arch(parser, ["data", "--arch", "transformer", "--task", "translation", *flags])
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(UsageError, match=r"^--fp16 trains on a CUDA GPU .* this machine has no CUDA device: use --bf16"):
+    with pytest.raises(
+        UsageError, match=r"^--fp16 trains on a CUDA GPU .* this machine has no CUDA device: use --bf16"
+    ):
         train("--fp16")
     with pytest.raises(UsageError, match=r"^--memory-efficient-fp16 trains on a CUDA GPU"):
         train("--memory-efficient-fp16")
