@@ -246,7 +246,7 @@ def refusals(caps: Capabilities, call: Call) -> List[str]:
         (call.given_heads, caps.given_heads, "fixed-pattern heads"),
         (call.head_selection, caps.head_selection, "masked heads / RHE"),
         (call.grad, caps.grad, "gradients"),
-        (call.row_sums, caps.row_sums, "ReLUFormer row sums"),
+        (call.row_sums, caps.row_sums, "ReLUFormer row sums (the relu_regularized_* criterion's regularizer)"),
     )
     reasons += [what for needed, served, what in checks if needed and not served]
     if caps.devices is not None and call.device not in caps.devices:
@@ -368,10 +368,14 @@ def explain(q: Optional[Tensor], v: Tensor, inputs: AttentionInputs, spec: Atten
     return f"{chosen}; backends: {describe_reasons(dispatch_reasons(spec, call))}"
 
 
-#: what a forced backend's refusal tells the user to do: the flag in training, the
-#: checkpoint's option at load time (fairseq-generate, fsa-analyze, ...: the backend a model
-#: was trained on is kept in its checkpoint)
-AUTO_REMEDY = "use --attn-backend auto (for a trained checkpoint: --model-overrides \"{'attn_backend': 'auto'}\")"
+def auto_remedy(grad: bool) -> str:
+    """What a forced backend's refusal tells the user to do: in training (a call with
+    gradients) the flag, without gradients (fairseq-generate, fsa-analyze, ...: a trained
+    checkpoint, which keeps the backend it was trained on) the load-time override first."""
+    override = "--model-overrides \"{'attn_backend': 'auto'}\""
+    if grad:
+        return f"use --attn-backend auto (for a trained checkpoint: {override})"
+    return f"use {override} (in training: --attn-backend auto)"
 
 
 def choose_backend(spec: AttendSpec, call: Call) -> Backend:
@@ -385,7 +389,7 @@ def choose_backend(spec: AttendSpec, call: Call) -> Backend:
         if reasons:
             raise UsageError(
                 f"attention backend {backend.name!r} (--attn-backend) cannot serve "
-                f"this configuration: {', '.join(reasons)}; {AUTO_REMEDY} "
+                f"this configuration: {', '.join(reasons)}; {auto_remedy(call.grad)} "
                 f"(every backend: {describe_reasons(dispatch_reasons(spec, call))})"
             )
         return backend

@@ -163,6 +163,11 @@ def test_row_sums_against_formula_materialized_and_key_block():
     # nothing asked: nothing computed
     _, inter = attend(q, k, v, AttentionInputs(hidden=hidden), spec("relu_scaled"))
     assert inter.row_sums is None and inter.weights is None
+    # the fused kernels return none: the regularized criterion's need is named as such
+    from fairseq_sparse_attn.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"ReLUFormer row sums \(the relu_regularized_\* criterion's regularizer\)"):
+        attend(q, k, v, inp, spec("relu_scaled", "triton"))
 
 
 def test_fixed_and_masked_heads():
@@ -210,10 +215,11 @@ def test_a_refusal_lists_every_backend_with_all_its_reasons(monkeypatch):
     head, _, listing = message.partition("(every backend: ")
     # sdpa's own reasons, all of them: the activation and the returned weights
     assert "activation relu" in head and "returning attention weights" in head
-    # the remedy in training and for a trained checkpoint (which keeps its backend)
-    assert head.endswith(
-        "; use --attn-backend auto (for a trained checkpoint: --model-overrides \"{'attn_backend': 'auto'}\") "
-    )
+    # a call without gradients (a trained checkpoint, which keeps its backend): the override first
+    assert head.endswith("; use --model-overrides \"{'attn_backend': 'auto'}\" (in training: --attn-backend auto) ")
+    with pytest.raises(ValueError) as err:  # in training: the flag first
+        attend(q.requires_grad_(), k, v, weights, spec("relu", "sdpa"))
+    assert "; use --attn-backend auto (for a trained checkpoint: --model-overrides" in str(err.value)
     assert listing.endswith(")")
     entries = dict(e.split(": ", 1) for e in listing[:-1].split(" | "))
     assert sorted(entries) == sorted(core.BACKENDS)

@@ -50,12 +50,12 @@ from ...errors import UsageError
 from ...kernels.served import unserved, unserved_sizes
 from .. import masks
 from ..core import (
-    AUTO_REMEDY,
     AttendSpec,
     AttentionInputs,
     Backend,
     Call,
     Capabilities,
+    auto_remedy,
     hook_free,
     register_backend,
 )
@@ -243,7 +243,7 @@ def triton_attention(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: C
 
             return materialized(q, k, v, inputs, spec, call)
         raise UsageError(
-            f"attention backend 'triton' (--attn-backend) cannot serve this configuration: {e}; {AUTO_REMEDY}"
+            f"attention backend 'triton' (--attn-backend) cannot serve this configuration: {e}; {auto_remedy(call.grad)}"
         ) from None
     key_padding, causal = structure
     out = relu_attention(q, k, v, key_padding, causal, inputs.kv_groups, 1.0, gamma)
