@@ -1,6 +1,7 @@
 """The compat patches, checked directly, in this process (the real runs: tests/integration/
 test_compat_processes.py, test_distributed.py, test_resume.py)."""
 
+import inspect
 import re
 
 import numpy as np
@@ -309,7 +310,7 @@ def stock_training_cfg(*flags):
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-    stock = options.parse_args_and_arch.__wrapped__
+    stock = inspect.unwrap(options.parse_args_and_arch)  # under every patch's wrapper
     args = stock(options.get_training_parser(), ["data-bin", "--arch", "transformer", *flags])
     return convert_namespace_to_omegaconf(args)
 
