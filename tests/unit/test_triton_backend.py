@@ -606,6 +606,22 @@ def test_a_call_too_large_for_the_kernels_is_refused_with_the_reason(monkeypatch
         fused(x, x, x)
 
 
+def seq2seq_size(decoder_layers=1, **options):
+    """A one-encoder-layer ReLA model's size (head dim 32) for the generator tests."""
+    return dict(
+        encoder_embed_dim=E,
+        decoder_embed_dim=E,
+        encoder_attention_heads=H,
+        decoder_attention_heads=H,
+        encoder_layers=1,
+        decoder_layers=decoder_layers,
+        encoder_ffn_embed_dim=2 * E,
+        decoder_ffn_embed_dim=2 * E,
+        attn_activation="relu",
+        **options,
+    )
+
+
 def test_beam_search_through_the_direct_call_matches_the_materialized_backend(monkeypatch):
     """Incremental decoding (fairseq's SequenceGenerator, beam 2: cached keys, one query per
     step, cross-attention with one key copy per sentence) on the triton backend, through
@@ -616,18 +632,7 @@ def test_beam_search_through_the_direct_call_matches_the_materialized_backend(mo
     from helpers import build_model, make_dictionary, random_batch
 
     d = make_dictionary(30)
-    size = dict(
-        encoder_embed_dim=E,
-        decoder_embed_dim=E,
-        encoder_attention_heads=H,
-        decoder_attention_heads=H,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_ffn_embed_dim=2 * E,
-        decoder_ffn_embed_dim=2 * E,
-        attn_activation="relu",
-        attn_output_norm="gated_rmsnorm",
-    )
+    size = seq2seq_size(attn_output_norm="gated_rmsnorm")
     ref, _ = build_model("sparse_transformer", dictionary=d, attn_backend="materialized", **size)
     fused, _ = build_model("sparse_transformer", dictionary=d, attn_backend="triton", **size)
     fused.load_state_dict(ref.state_dict())
@@ -663,17 +668,7 @@ def test_print_alignment_on_the_triton_backend_is_refused_before_decoding():
     from helpers import build_model, make_dictionary, random_batch
 
     d = make_dictionary(30)
-    size = dict(
-        encoder_embed_dim=E,
-        decoder_embed_dim=E,
-        encoder_attention_heads=H,
-        decoder_attention_heads=H,
-        encoder_layers=1,
-        decoder_layers=2,
-        encoder_ffn_embed_dim=2 * E,
-        decoder_ffn_embed_dim=2 * E,
-        attn_activation="relu",
-    )
+    size = seq2seq_size(decoder_layers=2)
     model, _ = build_model("sparse_transformer", dictionary=d, attn_backend="triton", **size)
     model.eval()
     with pytest.raises(UsageError) as e:
