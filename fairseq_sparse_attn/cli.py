@@ -188,6 +188,11 @@ def _required_flags(command, argv):
             "rela_transformer_wmt_en_de (the presets are listed in the README, "
             "or `fsa-train --help` after --arch)"
         )
+    if command == "fsa-train" and not _flag_given(argv, "--optimizer"):
+        raise SystemExit(
+            "fsa-train: error: --optimizer is required (fairseq has no default), e.g. --optimizer adam "
+            "--lr 5e-4 (before: fairseq's 'ValueError: optimizer is required!' traceback after the model was built)"
+        )
     if command in ("fsa-train", "fsa-validate") and not _flag_given(
         argv, "--max-tokens", "--batch-size", "--max-sentences"
     ):

@@ -36,6 +36,7 @@ def cases(data_bin, tmp):
     ckpt.mkdir(exist_ok=True)
     d, f, model = str(data_bin), str(FIXTURES / "data-bin"), str(FIXTURES / "rela_g.pt")
     no_batch = [a for a in TRAIN if a not in ("--max-tokens", "1000")]
+    no_optimizer = [a for a in TRAIN if a not in ("--optimizer", "adam")]
 
     def train(*extra, data=d, base=TRAIN):  # a save dir of its own: a case that trained must not hide the next
         save = tmp / f"save{len(saves)}"
@@ -45,6 +46,7 @@ def cases(data_bin, tmp):
     saves = []
     out = [
         (*train(base=no_batch), "--max-tokens N or --batch-size N is required"),
+        (*train(base=no_optimizer), "--optimizer is required (fairseq has no default)"),
         (*train(data="/nonexistent/data-bin"), "does not exist: expected the output folder of fairseq-preprocess"),
         (*train("--attn-activation", "relu6"), "argument --attn-activation: invalid choice: 'relu6'"),
         ("train", [d, "--max-tokens", "1000"], "--arch is required"),
