@@ -11,6 +11,11 @@
   into a config (``hydra.experimental.initialize``/``compose``, ``version_base``, the
   ``# @package _group_`` header, automatic schema matching, ``strict``): fairseq 0.12 uses
   that API; nothing a user can change.
+- torch's ``FutureWarning`` that ``torch.cuda.amp.autocast(args...)`` is deprecated, raised
+  where fairseq's own code calls it (``fairseq_task.train_step``, at the first update of
+  every training, CPU runs too): two lines on stderr that are not log lines, printed
+  before anything the run says (a refusal at the first step among it).  Only that message,
+  and only from fairseq's modules.
 """
 
 import logging
@@ -31,6 +36,9 @@ HYDRA_DEPRECATIONS = (
     r"\s*The strict flag in the compose API is deprecated",
 )
 
+#: torch's deprecation of ``torch.cuda.amp.autocast``, which fairseq 0.12 calls
+AUTOCAST_DEPRECATION = r"`torch\.cuda\.amp\.autocast\(args\.\.\.\)` is deprecated"
+
 
 class _DropMessage(logging.Filter):
     def __init__(self, prefix):
@@ -48,3 +56,4 @@ def install():
             log.addFilter(_DropMessage("Please install tensorboardX"))
     for message in HYDRA_DEPRECATIONS:
         warnings.filterwarnings("ignore", message=message, category=UserWarning)
+    warnings.filterwarnings("ignore", message=AUTOCAST_DEPRECATION, category=FutureWarning, module=r"fairseq\.")

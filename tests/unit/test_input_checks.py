@@ -309,7 +309,10 @@ def test_quiet_logs_drop_only_the_noise(caplog):
         warnings.warn("hydra.experimental.compose() is no longer experimental. Use hydra.compose()", UserWarning)
         warnings.warn("\nThe version_base parameter is not specified.", UserWarning)
         warnings.warn("something else", UserWarning)
-    assert [str(w.message) for w in seen] == ["something else"]
+        message = "`torch.cuda.amp.autocast(args...)` is deprecated. Please use `torch.amp.autocast('cuda', args...)`"
+        for module in ("fairseq.tasks.fairseq_task", "mytrainer"):  # fairseq's call only
+            warnings.warn_explicit(message, FutureWarning, "x.py", 1, module=module)
+    assert [str(w.message) for w in seen] == ["something else", message]
 
 
 def test_read_lines_truncated_gzip(tmp_path):
