@@ -378,6 +378,46 @@ def auto_remedy(grad: bool) -> str:
     return f"use {override} (in training: --attn-backend auto)"
 
 
+def static_refusals(
+    backend_name: str,
+    activation: AttentionActivation,
+    head_dim: Optional[int],
+    given_heads: bool,
+    head_selection: bool,
+    bias_providers: bool,
+) -> List[str]:
+    """Why the backend named ``backend_name`` can serve no call of a module so configured:
+    what the configuration fixes (the activation, the head dim, fixed-pattern or masked
+    heads, RHE, bias providers), checked when the model is built; [] when those fit (a call
+    may still be refused for what only it shows: dropout in training, weights asked for, the
+    mask, the dtype, the device).  An unknown name gives [] (refused where it is resolved)."""
+    backend = BACKENDS.get(backend_name)
+    if backend is None:
+        return []
+    devices = backend.capabilities.devices
+    call = Call(
+        activation=getattr(activation, "registry_name", type(activation).__name__),
+        activation_traits=getattr(activation, "traits", frozenset()),
+        needs_weights=False,
+        dropout=False,
+        score_bias=False,
+        bias_providers=bias_providers,
+        given_heads=given_heads,
+        head_selection=head_selection,
+        grad=False,
+        device=sorted(devices)[0] if devices else "cpu",
+        row_sums=False,
+        dtype=torch.float32,
+        head_dim=head_dim or 0,
+    )
+    reasons = refusals(backend.capabilities, call)
+    if not reasons and head_dim and backend.unavailable is not None:
+        reason = backend.unavailable(call)
+        if reason is not None:
+            reasons.append(reason)
+    return reasons
+
+
 def choose_backend(spec: AttendSpec, call: Call) -> Backend:
     if spec.backend != "auto":
         backend = BACKENDS.get(spec.backend)

@@ -290,8 +290,9 @@ def resolve_model(cfg) -> ModelConfig:
         for kind in ATTENTION_KINDS
     }
     activations = {kind: activation_config(opts, kind) for kind in ATTENTION_KINDS}
+    built = {}
     for kind, activation in activations.items():  # conditional ranges: a learned entmax alpha in (1, 2)
-        _usage(build_activation, activation, heads[kind])
+        built[kind] = _usage(build_activation, activation, heads[kind])
     num_layers = encoder_layer_count(cfg)
     biases = [_usage(encoder_biases_config, opts, num_layers, i) for i in range(num_layers)]
     encoder_heads = _usage(encoder_heads_config, opts, int(_number(cfg, "encoder_attention_heads", 0)))
@@ -303,6 +304,9 @@ def resolve_model(cfg) -> ModelConfig:
             f"--attn-key-block-size {backend.key_block_size} needs --attention-dropout 0 (got "
             f"{dropout}): the key-block path cannot replay a dropout mask"
         )
+
+    if backend.name != "auto":
+        check_named_backend(cfg, backend.name, built, heads, encoder_heads, biases)
 
     def attention(kind, layer_index=None, heads=HeadsConfig(), biases=BiasesConfig()):  # noqa: B008
         return AttentionConfig(
@@ -327,6 +331,41 @@ def resolve_model(cfg) -> ModelConfig:
         ffn_type=opts.ffn_type,
         subword_style=opts.encoder_subword_style,
     )
+
+
+def check_named_backend(cfg, name, activations, heads, encoder_heads, biases) -> None:
+    """UsageError, when the model is built, for a named ``--attn-backend`` that can serve no
+    call of some attention module for what its configuration fixes (the activation, the
+    head dim, fixed or masked heads, RHE, bias providers): the same reasons its first call
+    would give, before any data is read (``attention.core.static_refusals``)."""
+    from ..attention import backends  # noqa: F401  (registers them)
+    from ..attention.core import auto_remedy, backend_names, static_refusals
+
+    if name not in backend_names():
+        return  # refused with the list of names where the modules are built
+    dims = {
+        "encoder_self": _number(cfg, "encoder_embed_dim", 0),
+        "decoder_self": _number(cfg, "decoder_embed_dim", 0),
+        "cross": _number(cfg, "decoder_embed_dim", 0),
+    }
+    modules = [("decoder self-attention", "decoder_self", HeadsConfig(), BiasesConfig())]
+    modules.append(("cross-attention", "cross", HeadsConfig(), BiasesConfig()))
+    modules += [(f"encoder layer {i} self-attention", "encoder_self", encoder_heads, b) for i, b in enumerate(biases)]
+    for what, kind, module_heads, module_biases in modules:
+        dim, count = int(dims[kind] or 0), heads[kind]
+        reasons = static_refusals(
+            name,
+            activations[kind],
+            dim // count if dim and count and dim % count == 0 else None,
+            given_heads=bool(module_heads.fixed_patterns),
+            head_selection=bool(module_heads.masked_heads) or module_biases.rhe is not None,
+            bias_providers=bool(module_biases.providers),
+        )
+        if reasons:
+            raise UsageError(
+                f"attention backend {name!r} (--attn-backend) cannot serve the {what}: {', '.join(reasons)}; "
+                f"{auto_remedy(True)}"
+            )
 
 
 def _usage(function, *args):

@@ -105,3 +105,33 @@ def test_encoder_layers_to_keep_gives_one_config_per_kept_layer():
     )
     assert len(model.encoder.layers) == len(model.model_config.encoder_self) == 2
     assert model.encoder.layers[1].self_attn.config.biases.providers
+
+
+def test_a_named_backend_that_can_serve_no_call_is_refused_when_the_model_is_built():
+    """A named --attn-backend against what the configuration fixes (activation, head dim,
+    bias providers, fixed or masked heads) is one UsageError naming the module, at resolve
+    time: before any data is read (it was the first step's refusal, with the same reasons).
+    What only a call shows (dropout in training, weights, the mask, the dtype) stays with
+    the call; auto and materialized serve everything."""
+    size = dict(encoder_embed_dim=64, decoder_embed_dim=64, encoder_attention_heads=2, decoder_attention_heads=2)
+    relu = dict(attn_activation="relu", **size)
+
+    def refusal(**flags):
+        with pytest.raises(UsageError) as e:
+            resolve_model(model_args(**flags))
+        return str(e.value)
+
+    message = refusal(attn_backend="triton", attn_activation="softmax", **size)
+    assert message.startswith("attention backend 'triton' (--attn-backend) cannot serve the decoder self-attention: ")
+    assert "activation softmax" in message and message.endswith("--model-overrides \"{'attn_backend': 'auto'}\")")
+    assert "head dim 4 (the kernels serve 32, 64, 128, 256)" in refusal(attn_backend="triton", attn_activation="relu")
+    assert "encoder layer 1 self-attention: attention bias providers" in refusal(
+        attn_backend="triton", encoder_rel_pos_k=2, encoder_bias_layers="1", **relu
+    )
+    assert "masked heads / RHE" in refusal(attn_backend="triton", encoder_masked_heads="1", **relu)
+    assert "fixed-pattern heads" in refusal(attn_backend="triton", encoder_fixed_patterns="previous", **relu)
+    assert "activation relu" in refusal(attn_backend="sdpa", **relu)
+    # served by what the configuration fixes: built (dropout is the call's to refuse)
+    resolve_model(model_args(attn_backend="triton", attention_dropout=0.1, **relu))
+    for backend in ("auto", "materialized"):
+        resolve_model(model_args(attn_backend=backend, attn_activation="softmax", encoder_rel_pos_k=2))
