@@ -95,11 +95,6 @@ def cases(data_bin, tmp):
             "--model-overrides must be a Python dict literal",
         ),
         ("generate", [f, "--path", model, "--mask-encoder-heads", "0,9"], "head 9 is out of range"),
-        (
-            "generate",
-            [f, "--path", model, "--model-overrides", "{'attn_backend': 'triton'}", "--print-alignment"],
-            "--print-alignment needs the cross-attention weights",
-        ),
         ("generate", [f, "--path", model, "--gen-subset", "valid"], "split 'valid' not found in"),
         ("generate", [f, "--path", str(truncated)], "is truncated or not a torch checkpoint"),
         ("generate", [f, "--path", model, "--beam", "four"], "invalid int value: 'four'"),

@@ -208,6 +208,28 @@ def test_backend_refusal_at_first_forward_leaves_no_crash_dump(tiny, tmp_path):
     assert not list(save.glob("*.pt"))
 
 
+def test_print_alignment_on_a_triton_model_is_one_line_naming_the_override(tiny, tmp_path):
+    """fsa-generate --print-alignment on a model whose backend is triton (here by
+    --model-overrides; a checkpoint trained with --attn-backend triton keeps it): one line
+    before decoding, naming the override that works (before: IndexError inside fairseq after
+    the first batch); with that override the alignments are printed."""
+    save = tmp_path / "ckpt"
+    proc = train(tiny / "data-bin", save, *model_size_flags(layers=1, dim=64, ffn=64, heads=2))  # head dim 32
+    assert proc.returncode == 0, text(proc)[1][-3000:]
+    generate = [tiny / "data-bin", "--path", save / "checkpoint_last.pt", "--beam", "2", "--print-alignment"]
+    proc = fsa("generate", *generate, "--model-overrides", "{'attn_backend': 'triton'}")
+    one_line_error(
+        proc,
+        "fsa-generate: error: --print-alignment needs the cross-attention weights, and decoder.layers.0.encoder_attn",
+        "--model-overrides \"{'attn_backend': 'auto'}\"",
+    )
+    assert "H-" not in text(proc)[0]  # nothing translated
+    proc = fsa("generate", *generate, "--model-overrides", "{'attn_backend': 'auto'}")
+    out, err = text(proc)
+    assert proc.returncode == 0, err[-3000:]
+    assert sum(line.startswith("A-") for line in out.splitlines()) == 6  # the 6 test sentences
+
+
 def test_removed_flex_backend_says_what_to_use(tiny, tmp_path):
     """``--attn-backend flex`` (removed, issue 31.6): one line naming the flag and what to
     use instead, before any work."""
