@@ -36,7 +36,15 @@ def run(*args, **env):
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("FSA_")}
     full_env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1", **env)
     proc = subprocess.run([sys.executable, "-m", *args], env=full_env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    # stock fairseq (no plugin in these runs) may abort at exit after a run cut by
+    # --max-update: its batch-prefetch threads (compat/clean_exit.py stops them in plugin
+    # runs); seen once in a loaded CI rehearsal, after the checkpoint was written
+    exit_abort = (
+        proc.returncode == -6
+        and "done training" in proc.stdout + proc.stderr
+        and "terminate called without an active exception" in proc.stderr
+    )
+    assert proc.returncode == 0 or exit_abort, (proc.stdout + proc.stderr)[-4000:]
     return proc.stdout + proc.stderr
 
 
