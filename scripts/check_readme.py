@@ -9,7 +9,8 @@ block        JSON                             written by
 ===========  ===============================  ==========================================
 demo-cpu     docs/results/demo-cpu.json       ``make demo`` (cpu recipe), then ``make publish-demo``
 demo-cuda    docs/results/demo-cuda.json      ``make demo`` on a CUDA machine, then ``make publish-demo``
-bench-gpu    docs/results/bench-gpu.json      ``make bench-gpu`` (``benchmarks/gpu_session.sh``), copied
+bench-gpu    docs/results/bench-gpu.json      ``make bench-gpu`` (``benchmarks/gpu_session.sh``), copied;
+             and bench-gpu-<family>.json      then one group of lines per other device family's file
 ===========  ===============================  ==========================================
 
 ``--write`` renders every block from its JSON (a missing JSON renders as "not measured"
@@ -171,7 +172,8 @@ def _spread(stats, name, rounds=False):
         return []
     out = [" [", Figure(stats["min"], ".2f", f"{name} min"), "–", Figure(stats["max"], ".2f", f"{name} max")]
     if rounds and stats.get("rounds"):
-        out += [", ", Figure(stats["rounds"], ".0f", f"{name} rounds"), " rounds"]
+        n = stats["rounds"]
+        out += [", ", Figure(n, ".0f", f"{name} rounds"), " round" if n == 1 else " rounds"]
     return out + ["]"]
 
 
@@ -291,13 +293,24 @@ def load_gpu_json(path):
     return data
 
 
+def gpu_results(results_dir):
+    """The ``make bench-gpu`` results the bench-gpu block renders, one group of lines each:
+    ``bench-gpu.json`` (always: missing, it renders as "not measured"), then every
+    ``bench-gpu-<family>.json`` (another device family's run, kept apart because ``auto``
+    decides per family), by name."""
+    return [results_dir / "bench-gpu.json", *sorted(results_dir.glob("bench-gpu-*.json"))]
+
+
 def rendered_blocks(results_dir):
     out = {}
     for block in BLOCKS:
         path = Path(results_dir) / f"{block}.json"
         try:
             if block == "bench-gpu":
-                out[block] = render_gpu(load_gpu_json(path), f"docs/results/{path.name}")
+                out[block] = []
+                for gpu_path in gpu_results(Path(results_dir)):
+                    path = gpu_path
+                    out[block] += render_gpu(load_gpu_json(path), f"docs/results/{path.name}")
                 continue
             out[block] = render(block, load_json(path), f"docs/results/{path.name}")
         except (KeyError, TypeError, ValueError) as e:

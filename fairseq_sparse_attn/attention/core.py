@@ -39,8 +39,8 @@ name            priority  serves
 ``triton``      35        relu / relu_scaled through the fused Triton kernels
                           (:mod:`fairseq_sparse_attn.kernels.relu_attention`): in auto only
                           for training calls on CUDA devices whose family has a recorded
-                          ``make bench-gpu`` result showing it faster (the H100 run of
-                          2026-11-26 does not); padding
+                          ``make bench-gpu`` result showing it faster (2026-11-27:
+                          fp16 on H100s, bf16 on H200s); padding
                           and causal masks; no weights, dropout, biases, row sums
 ``query_block`` 45        relu / relu_scaled without gradients, block by block over the
                           queries (:mod:`.query_block_relu`): in auto for calls with at

@@ -7,7 +7,9 @@ part of ``make bench-gpu``) passed on a real GPU; a dtype whose check fails goes
 :data:`CUDA_NOT_SERVED` with the reason.  On an H100 with Triton 3.6.0 (2026-11-27, commit
 b5c5029, ``docs/results/bench-gpu.json``) every check passed: float32, float16 and bfloat16
 at head dims 32 to 256, output and the three gradients against a float64 reference (float32
-within 3e-7).  The run of 2026-11-26 (commit d775827) had found float32 forwards wrong at
+within 3e-7).  So did all 124 checks on an H200 (2026-11-27, commit f55f4c7,
+``docs/results/bench-gpu-h200.json``), with the long tier's tiles and both backwards (float32
+within 3.4e-7).  The run of 2026-11-26 (commit d775827) had found float32 forwards wrong at
 head dims 64 and 128; the forward's loop has been rewritten since, and the probe of every
 float32 forward tile with IEEE dots found none wrong (docs/performance.md "GPU").  CPU tensors
 (Triton's interpreter) are checked by the unit tests at every dtype.

@@ -264,3 +264,31 @@ def test_gpu_json_that_is_not_a_bench_gpu_result_is_one_line(repo):
     (repo / "results" / "bench-gpu.json").write_text(json.dumps({"seeds": []}))
     with pytest.raises(tool["ReadmeError"], match="not a make bench-gpu result"):
         check(repo)
+
+
+def test_gpu_block_renders_each_device_familys_file_after_bench_gpu_json(repo):
+    """Another family's run (bench-gpu-h200.json) is its own group of lines after the
+    H100's bench-gpu.json (auto decides per family, so the files are never merged); one
+    round is "1 round"; an edited figure in the second group is named."""
+    (repo / "results" / "bench-gpu.json").write_text(json.dumps(gpu_result()))
+    h200 = gpu_result()
+    h200["provenance"]["device"] = "NVIDIA H200"
+    train = h200["parts"]["train"]
+    train["fp16"]["ratios"]["rela_g_triton"].update(min=0.89, max=0.89, rounds=1, median=0.89)
+    train["bf16"] = {"ratios": {"rela_g_triton": {"median": 1.131, "min": 1.063, "max": 1.223, "rounds": 3}}}
+    (repo / "results" / "bench-gpu-h200.json").write_text(json.dumps(h200))
+    tool["write"](repo / "README.md", repo / "results")
+    text = (repo / "README.md").read_text()
+    assert check(repo) == []
+    first, second = text.index("GPU: NVIDIA H100 80GB HBM3"), text.index("GPU: NVIDIA H200,")
+    assert first < second and "`docs/results/bench-gpu-h200.json`." in text[second:]
+    assert "rela_g_triton 0.89× [0.89–0.89, 1 round];" in text[second:]
+    assert "bf16 rela_g_triton 1.13× [1.06–1.22, 3 rounds]." in text[second:]
+    (repo / "README.md").write_text(text[:second] + text[second:].replace("1.13×", "1.23×"))
+    problems = check(repo)
+    assert len(problems) == 1 and "bf16 rela_g_triton updates/s ratio is 1.23 in the README" in problems[0]
+    # no bench-gpu.json: its "not measured" line still comes first
+    (repo / "results" / "bench-gpu.json").unlink()
+    tool["write"](repo / "README.md", repo / "results")
+    text = (repo / "README.md").read_text()
+    assert text.index("Not measured yet: `docs/results/bench-gpu.json`") < text.index("GPU: NVIDIA H200,")

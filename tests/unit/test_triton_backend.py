@@ -306,10 +306,15 @@ def bench_result(tmp_path, device, rela_g, rela_g_triton, name="bench-gpu-h100.j
 
 
 def test_auto_takes_it_only_where_a_recorded_gpu_result_shows_it_faster(tmp_path):
-    # docs/results/bench-gpu.json (H100, 2026-11-27): rela_g_triton above eager rela_g in fp16
+    # docs/results/bench-gpu.json (H100, 2026-11-27): rela_g_triton above eager rela_g in fp16;
+    # bench-gpu-h200.json (H200, 2026-11-27): above it in bf16 (3 rounds), fp16 one round only
     recorded = json.loads((tb.RESULTS / "bench-gpu.json").read_text())["parts"]["train"]["fp16"]["ratios"]
     assert recorded["rela_g_triton"]["median"] > recorded["rela_g"]["median"]
-    assert tb.measured_faster() == {("H100", "fp16"): "bench-gpu.json"}
+    h200 = json.loads((tb.RESULTS / "bench-gpu-h200.json").read_text())["parts"]["train"]
+    assert h200["bf16"]["ratios"]["rela_g_triton"]["median"] > h200["bf16"]["ratios"]["rela_g"]["median"]
+    assert h200["fp16"]["ratios"]["rela_g_triton"]["rounds"] == 1
+    assert tb.measured_faster() == {("H100", "fp16"): "bench-gpu.json", ("H200", "bf16"): "bench-gpu-h200.json"}
+    assert tb.device_family("NVIDIA H200") == "H200"
     assert tb.device_family("NVIDIA H100 80GB HBM3") == "H100"
     assert tb.device_family("NVIDIA A100-SXM4-80GB") == "A100"
     bench_result(tmp_path, "NVIDIA H100 80GB HBM3", 0.9, 1.05)

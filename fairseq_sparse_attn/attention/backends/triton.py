@@ -28,10 +28,12 @@ interpreter (slow: for tests), only when the backend is named (``--attn-backend 
 
 ``auto`` (:func:`_auto_enabled`) takes it only for a training call on a CUDA device whose
 family has a recorded ``make bench-gpu`` result in ``docs/results/`` that shows it faster in
-the call's dtype (:func:`measured_faster`).  The recorded run (H100, 2026-11-27,
-``docs/results/bench-gpu.json``) shows it in fp16 (ReLA-g's updates/s 0.97x softmax's on the
-triton backend against 0.91x eager, both of 2 rounds): auto takes it on H100s in fp16, and
-nowhere else.  Incremental
+the call's dtype (:func:`measured_faster`).  The recorded runs (2026-11-27) show it in fp16
+on an H100 (``docs/results/bench-gpu.json``: ReLA-g's updates/s 0.97x softmax's on the triton
+backend against 0.91x eager, both of 2 rounds) and in bf16 on an H200
+(``bench-gpu-h200.json``: 1.13x against 1.00x, 3 rounds; its fp16 has one round, which
+decides nothing): auto takes it on H100s in fp16 and on H200s in bf16, and nowhere else.
+Incremental
 decoding steps (no gradients) are served only when named, as no measurement shows the
 kernels faster there (a decoding step of a module with a plain pipeline does not reach
 :func:`~..core.attend` at all: the call plan's inference call).
