@@ -405,33 +405,57 @@ def timing(device, dtype_names, lengths, tokens, heads, d, rows=None, save=lambd
     return rows
 
 
-#: tiles tried by ``--sweep`` per kernel, (BLOCK_M, BLOCK_N, num_warps, num_stages), for
-#: half precision at head dim 64, at 1,024 tokens: the long tier's length, so the tile
-#: replaces the long tier's where the kernel has one (relu_attention._LONG_TILES) and the
-#: sentence tile otherwise.  Forward and dQ: the sentence tiles, the long tier's, and the
-#: other 128-query tiles that compile without spills (docs/performance.md "Long calls take
-#: larger tiles"; (128, 128, 8, 2) spills, timed to see what spilling costs).  dK/dV: the
-#: shipped (16, 64, 4, 2) and 128-key tiles (half the query and dO traffic per score, more
-#: instructions per score; (32, 128, 8, 2) spills on sm_80 under Triton 3.6.0, (32, 128, 8,
-#: 1) is unpipelined).  dK/dV and dQ are timed with the two-pass backward (the one they
-#: belong to); the one-pass backward's tiles (``relu_attention_bwd``) with the one pass.
+#: tiles tried by ``--parts sweep`` per kernel, (BLOCK_M, BLOCK_N, num_warps, num_stages),
+#: for half precision at head dim 64, at each of ``--sweep-lengths``; the tile replaces the
+#: kernel's tile in both tiers (relu_attention._TILES and _LONG_TILES), so a long call takes
+#: it too.  The backward first: on the H200 (2026-11-27, docs/results/bench-gpu-h200.json)
+#: the forward ran at 1.50-1.67x flash at 4,096 tokens and the backward at 0.73x (1.77 ms
+#: against flash's 1.29, fp16, full), the dK/dV pass on its sentence tile.  dK/dV: the
+#: shipped (16, 64, 4, 2), 128-key tiles (half the query and dO traffic per score) and
+#: 32- and 64-query tiles (fewer, larger dots); the one pass (``relu_attention_bwd``): the
+#: same, up to FlashAttention-2's 64 x 128 with 8 warps (a quarter of the shipped tile's
+#: atomic dQ adds per score); each compiled for sm_90 under Triton 3.7.1 without spills
+#: (registers: dK/dV 138-228, one pass 184-254; (32, 128, 4, 2) and (64, 64, 4, 2) spill
+#: there and are left out).  dK/dV and dQ are timed with the two-pass backward (the one they
+#: belong to), the one pass's tiles with the one pass, at every length.  Forward and dQ: the
+#: sentence tiles, the long tier's, and the other 128-query tiles that compile without
+#: spills (docs/performance.md "Long calls take larger tiles"; (128, 128, 8, 2) spills,
+#: timed to see what spilling costs).
 SWEEP = {
-    "relu_attention_fwd": [(64, 32, 4, 3), (128, 64, 8, 3), (128, 32, 4, 3), (128, 32, 8, 3), (128, 128, 8, 2)],
-    "relu_attention_bwd_dkdv": [(16, 64, 4, 2), (16, 128, 8, 2), (32, 128, 8, 2), (32, 128, 8, 1), (32, 64, 4, 2)],
+    "relu_attention_bwd_dkdv": [
+        (16, 64, 4, 2),
+        (16, 128, 8, 2),
+        (32, 64, 8, 2),
+        (32, 128, 8, 2),
+        (32, 128, 8, 3),
+        (64, 64, 8, 2),
+        (64, 128, 8, 2),
+        (64, 128, 8, 1),
+    ],
+    "relu_attention_bwd": [
+        (16, 64, 4, 2),
+        (32, 64, 8, 2),
+        (32, 128, 8, 2),
+        (64, 64, 8, 2),
+        (64, 128, 8, 2),
+        (64, 128, 8, 1),
+    ],
     "relu_attention_bwd_dq": [(64, 64, 8, 2), (128, 64, 8, 3), (128, 64, 8, 2), (128, 32, 8, 3), (64, 64, 4, 2)],
-    "relu_attention_bwd": [(16, 64, 4, 2), (32, 64, 4, 2), (32, 64, 4, 3), (64, 64, 4, 2), (64, 128, 8, 2)],
+    "relu_attention_fwd": [(64, 32, 4, 3), (128, 64, 8, 3), (128, 32, 4, 3), (128, 32, 8, 3), (128, 128, 8, 2)],
 }
+#: the sweep's default lengths (tokens per sequence; 16,384 tokens per call)
+SWEEP_LENGTHS = (4096, 1024)
 
 
-def sweep(device, dtype_name="fp16", d=64, length=1024, tokens=16384, heads=8, rows=None, save=lambda: None):
-    """Forward+backward time of ReLU attention with each tile of :data:`SWEEP`, one kernel's
-    tile changed at a time (the others as shipped), each checked against float64 first (a
-    tile that computes wrong is reported, never timed)."""
+def sweep(device, dtype_name="fp16", d=64, lengths=SWEEP_LENGTHS, tokens=16384, heads=8, rows=None, save=lambda: None):
+    """Forward+backward time of ReLU attention with each tile of :data:`SWEEP` at each of
+    ``lengths``, one kernel's tile changed at a time (the others as shipped), each checked
+    against float64 first (a tile that computes wrong is reported, never timed); one row per
+    tile and length (a tile is compiled once: its check and its lengths run together)."""
     from fairseq_sparse_attn.kernels import relu_attention as ra
 
     rows = [] if rows is None else rows
     shipped, shipped_long = dict(ra._TILES), dict(ra._LONG_TILES)
-    long = ra._is_long(length, length)
 
     def put_back():
         ra._TILES.clear()
@@ -440,44 +464,57 @@ def sweep(device, dtype_name="fp16", d=64, length=1024, tokens=16384, heads=8, r
         ra._LONG_TILES.update(shipped_long)
         ra._all_configs.cache_clear()
 
+    def taken(kernel, length):
+        """The tile a call of ``length`` tokens takes as shipped."""
+        return (ra._is_long(length, length) and shipped_long.get((kernel, d))) or shipped[(kernel, True, d)]
+
     try:
         for kernel, tiles in SWEEP.items():
-            # the tile a call of ``length`` tokens takes as shipped
-            taken = (long and shipped_long.get((kernel, d))) or shipped[(kernel, True, d)]
             for tile in tiles:
                 put_back()
                 # both tiers: the check below runs a short call, the timing a long one
                 ra._TILES[(kernel, True, d)] = tile
                 ra._LONG_TILES[(kernel, d)] = tile
                 ra._all_configs.cache_clear()
-                r = {"kernel": kernel, "tile": tile, "shipped": taken == tile}
-                try:
-                    two_pass = kernel in ("relu_attention_bwd_dkdv", "relu_attention_bwd_dq")
-                    with two_pass_backward() if two_pass else contextlib.nullcontext():
-                        check = check_attention(device, d, dtype_name, "causal_self_scaled", seed=hash(tile) % 1000)
-                    r["ok"] = check["ok"]
-                    if check["ok"]:
-                        t = time_case(
-                            device,
-                            dtype_name,
-                            length,
-                            tokens,
-                            heads,
-                            d,
-                            causal=False,
-                            two_pass=two_pass,
-                            one_pass=kernel == "relu_attention_bwd",
-                        )
-                        r["relu_triton_ms"], r["flash_ms"] = t.get("relu_triton_ms"), t.get("flash_ms")
-                        r["speedup_vs_flash"] = t.get("speedup_vs_flash")
-                        r["error"] = t.get("error")
-                except Exception as e:  # a tile that does not compile: recorded
-                    r["ok"], r["error"] = False, f"{type(e).__name__}: {e}"[:300]
-                rows.append(r)
-                save()
-                s = r.get("speedup_vs_flash")
-                speed = f" {s['mean']:.2f}x flash" if s else ""
-                print(f"[kernels] sweep {kernel} {tile}: {'ok' if r['ok'] else 'FAIL'}{speed}", flush=True)
+                two_pass = kernel in ("relu_attention_bwd_dkdv", "relu_attention_bwd_dq")
+                check = None
+                for length in lengths:
+                    r = {"kernel": kernel, "tile": tile, "length": length, "shipped": taken(kernel, length) == tile}
+                    try:
+                        if check is None:
+                            with two_pass_backward() if two_pass else contextlib.nullcontext():
+                                check = check_attention(
+                                    device, d, dtype_name, "causal_self_scaled", seed=hash(tile) % 1000
+                                )
+                        r["ok"] = check["ok"]
+                        if check["ok"]:
+                            t = time_case(
+                                device,
+                                dtype_name,
+                                length,
+                                tokens,
+                                heads,
+                                d,
+                                causal=False,
+                                two_pass=two_pass,
+                                one_pass=kernel == "relu_attention_bwd",
+                            )
+                            r["relu_triton_ms"], r["flash_ms"] = t.get("relu_triton_ms"), t.get("flash_ms")
+                            r["speedup_vs_flash"] = t.get("speedup_vs_flash")
+                            r["error"] = t.get("error")
+                        elif check.get("error"):
+                            r["error"] = check["error"]
+                    except Exception as e:  # a tile that does not compile or launch: recorded
+                        r["ok"], r["error"] = False, f"{type(e).__name__}: {e}"[:300]
+                        if check is None:  # its check failed: the other lengths are not tried
+                            check = {"ok": False, "error": r["error"]}
+                    rows.append(r)
+                    save()
+                    s = r.get("speedup_vs_flash")
+                    speed = f" {s['mean']:.2f}x flash" if s else ""
+                    print(
+                        f"[kernels] sweep {kernel} {tile} at {length}: {'ok' if r['ok'] else 'FAIL'}{speed}", flush=True
+                    )
     finally:
         put_back()
     return rows
@@ -603,8 +640,23 @@ def main(argv=None):
         metavar="K/N",
         help="correctness: only the K-th of N shares of the checks (0-based), for N processes that share the compiles",
     )
+    p.add_argument(
+        "--sweep-lengths",
+        default=",".join(map(str, SWEEP_LENGTHS)),
+        metavar="N[,N...]",
+        help="sweep: the tokens per sequence each tile is timed at (default %(default)s)",
+    )
     args = p.parse_args(argv)
     parts = args.parts.split(",")
+    try:
+        sweep_lengths = tuple(int(x) for x in args.sweep_lengths.split(","))
+        if not sweep_lengths or min(sweep_lengths) < 1:
+            raise ValueError
+    except ValueError:
+        print(
+            f"gpu_kernels: error: --sweep-lengths {args.sweep_lengths!r}: expected positive integers", file=sys.stderr
+        )
+        return 2
     try:
         k, n = (int(x) for x in args.shard.split("/"))
         if not 0 <= k < n:
@@ -642,9 +694,9 @@ def main(argv=None):
             timing(args.device, ["fp32"], (16,), 32, 2, 32, rows=result["timing"], save=save)
         else:
             timing(args.device, ["fp16", "bf16"], LENGTHS, 16384, 8, 64, rows=result["timing"], save=save)
-    if "sweep" in parts:  # the tiles of SWEEP at head dim 64, fp16, 1,024 tokens
+    if "sweep" in parts:  # the tiles of SWEEP at head dim 64, fp16, at each of --sweep-lengths
         result["sweep"] = []
-        sweep(args.device, rows=result["sweep"], save=save)
+        sweep(args.device, lengths=sweep_lengths, rows=result["sweep"], save=save)
     if "fp32probe" in parts:  # the fp32 forward's tiles of FP32_PROBE, IEEE and TF32 dots
         result["fp32probe"] = []
         fp32_probe(args.device, rows=result["fp32probe"], save=save)

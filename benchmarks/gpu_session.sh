@@ -16,8 +16,11 @@
 #   train-fp16  fairseq-train updates/s, softmax, rela_g, rela_g_triton, rela_i,
 #               reluformer, three alternating rounds: ~8 min on an H100
 #   train-bf16  the same for softmax, rela_g, rela_g_triton in bf16: ~5 min
-#   sweep       the ReLU kernels' tiles of gpu_kernels.SWEEP (fp16, head dim 64, 1,024
-#               tokens), each checked then timed against flash: ~3 min
+#               ($TRAIN_PRESETS: another comma list of bench_gpu.PRESETS, for either step)
+#   sweep       the ReLU kernels' tiles of gpu_kernels.SWEEP (fp16, head dim 64, at 4,096 and
+#               1,024 tokens, $SWEEP_LENGTHS), each checked once then timed against flash at
+#               each length, the backward's tiles first: ~4 min (not measured; 1,024 alone
+#               with 20 tiles: ~3 min)
 #   host        benchmarks/bench_host.py on the GPU (real kernels, fp16, wall clock): a
 #               forward + backward of every preset against stock fairseq, at the base size
 #               (8 heads, d 512, 8 x 24 tokens) and at the CPU proxy's shape (1 head, d 32,
@@ -121,6 +124,7 @@ PYEOF
       dtype=${step#train-}
       presets=softmax,rela_g,rela_g_triton,rela_i,reluformer
       [[ $dtype == bf16 ]] && presets=softmax,rela_g,rela_g_triton
+      presets=${TRAIN_PRESETS:-$presets}
       B=$(( $(left) - 20 ))
       say "$step: $presets, budget ${B}s"
       if (( B > 60 )); then
@@ -136,8 +140,8 @@ PYEOF
       keep "$step" "$step.json"; [[ -f "$OUT/$step.json" ]] && rm -f "$OUT/$step.jsonl" ;;
     sweep)
       say "sweep: kernel tiles ($(left)s left)"
-      timeout $(limit 600) $PY benchmarks/gpu_kernels.py --parts sweep --out "$OUT/sweep.json" \
-        > "$WORK/sweep.log" 2>&1; status $? "$WORK/sweep.log" sweep
+      timeout $(limit 600) $PY benchmarks/gpu_kernels.py --parts sweep --sweep-lengths "${SWEEP_LENGTHS:-4096,1024}" \
+        --out "$OUT/sweep.json" > "$WORK/sweep.log" 2>&1; status $? "$WORK/sweep.log" sweep
       grep "^\[kernels\] sweep" "$WORK/sweep.log"; keep none none ;;
     host)
       say "host: bench_host on CUDA, base size and proxy shape ($(left)s left)"

@@ -216,10 +216,12 @@ def test_correctness_checks_both_backwards_in_half_precision(monkeypatch):
 
 
 def test_the_sweep_puts_each_tile_in_the_tier_its_length_takes(monkeypatch):
-    """--parts sweep at a length that takes the long tier: each swept tile reaches the short
-    check and the long timed call alike (its forward a long-tier launch on that tile), the
-    shipped flag names the tile the length takes as shipped, and both tile tables are put
-    back.  The timing itself needs CUDA: a stand-in runs the call it would time."""
+    """--parts sweep at a length that takes the long tier and one that does not: each swept
+    tile is checked once and reaches the short check and both timed calls alike (its forward
+    a long-tier launch on that tile at the long length, a sentence-tier launch at the short
+    one), one row per tile and length, the shipped flag names the tile each length takes as
+    shipped, and both tile tables are put back.  The timing itself needs CUDA: a stand-in
+    runs the call it would time."""
     import gpu_kernels
 
     from fairseq_sparse_attn.kernels import relu_attention as ra
@@ -243,12 +245,21 @@ def test_the_sweep_puts_each_tile_in_the_tier_its_length_takes(monkeypatch):
         return {"relu_triton_ms": [1.0], "flash_ms": [1.0], "speedup_vs_flash": {"mean": 1.0}}
 
     monkeypatch.setattr(gpu_kernels, "time_case", time_case)
-    rows = gpu_kernels.sweep("cpu", d=32, length=24, heads=1)
-    assert [(r["tile"], r["ok"], r["shipped"]) for r in rows] == [
-        (long[("relu_attention_fwd", 32)], True, True),
-        ((16, 16, 4, 1), True, False),
+    checks = []
+    real_check = gpu_kernels.check_attention
+    monkeypatch.setattr(gpu_kernels, "check_attention", lambda *a, **k: checks.append(a) or real_check(*a, **k))
+    rows = gpu_kernels.sweep("cpu", d=32, lengths=(24, 12), heads=1)
+    long_tile, sentence_tile = long[("relu_attention_fwd", 32)], sentence[("relu_attention_fwd", True, 32)]
+    assert [(r["tile"], r["length"], r["ok"], r["shipped"]) for r in rows] == [
+        (long_tile, 24, True, True),
+        (long_tile, 12, True, long_tile == sentence_tile),
+        ((16, 16, 4, 1), 24, True, False),
+        ((16, 16, 4, 1), 12, True, False),
     ]
-    assert timed == [("relu_attention_fwd_d32_fp16_long", r["tile"]) for r in rows]
+    assert len(checks) == 2  # one per tile
+    assert timed == [
+        ("relu_attention_fwd_d32_fp16" + ("_long" if r["length"] == 24 else ""), r["tile"]) for r in rows
+    ]
     assert ra._TILES == sentence and ra._LONG_TILES == long
 
 
@@ -369,6 +380,8 @@ def test_correctness_shards_split_the_checks_by_configuration(monkeypatch):
     groups = [{(kernel, d, dt) if kernel == "relu_attention" else "norms" for kernel, d, dt, *_ in s} for s in shards]
     assert all(groups) and sum(len(g) for g in groups) == len(set().union(*groups)) == 4 * 3 + 1
     assert gpu_kernels.main(["--shard", "4/4", "--device", "cpu"]) == 2  # K must be below N
+    for bad in ("", "1024,x", "0"):  # before any work
+        assert gpu_kernels.main(["--parts", "sweep", "--sweep-lengths", bad, "--device", "cpu"]) == 2
 
 
 def test_a_train_run_that_would_be_cut_off_is_not_started(monkeypatch, tmp_path):
