@@ -257,9 +257,7 @@ def test_the_sweep_puts_each_tile_in_the_tier_its_length_takes(monkeypatch):
         ((16, 16, 4, 1), 12, True, False),
     ]
     assert len(checks) == 2  # one per tile
-    assert timed == [
-        ("relu_attention_fwd_d32_fp16" + ("_long" if r["length"] == 24 else ""), r["tile"]) for r in rows
-    ]
+    assert timed == [("relu_attention_fwd_d32_fp16" + ("_long" if r["length"] == 24 else ""), r["tile"]) for r in rows]
     assert ra._TILES == sentence and ra._LONG_TILES == long
 
 
