@@ -414,9 +414,12 @@ def timing(device, dtype_names, lengths, tokens, heads, d, rows=None, save=lambd
 #: shipped (16, 64, 4, 2), 128-key tiles (half the query and dO traffic per score) and
 #: 32- and 64-query tiles (fewer, larger dots); the one pass (``relu_attention_bwd``): the
 #: same, up to FlashAttention-2's 64 x 128 with 8 warps (a quarter of the shipped tile's
-#: atomic dQ adds per score); each compiled for sm_90 under Triton 3.7.1 without spills
-#: (registers: dK/dV 138-228, one pass 184-254; (32, 128, 4, 2) and (64, 64, 4, 2) spill
-#: there and are left out).  dK/dV and dQ are timed with the two-pass backward (the one they
+#: atomic dQ adds per score).  Compiled here for sm_90 (2026-11-27): under Triton 3.7.1
+#: none spills; under 3.6.0 (the GPU machines') the dK/dV pass's 64-query tiles with 2
+#: stages spill 4-12 bytes and the one pass's 56 (its (64, 128, 8, 1), unpipelined, does
+#: not), timed to see what that costs; with 4 warps the 32- and 64-query tiles spill more
+#: and are left out.  On sm_80 every 64-query tile spills, so a winner for the H100/H200
+#: would need a tile per device family (make check-kernels requires both).  dK/dV and dQ are timed with the two-pass backward (the one they
 #: belong to), the one pass's tiles with the one pass, at every length.  Forward and dQ: the
 #: sentence tiles, the long tier's, and the other 128-query tiles that compile without
 #: spills (docs/performance.md "Long calls take larger tiles"; (128, 128, 8, 2) spills,
