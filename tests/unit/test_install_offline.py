@@ -3,7 +3,9 @@ network: the dry run prints the pip commands, which must install only from the
 wheelhouse (--no-index), never torch, and fairseq-fixed / entmax without their
 dependencies (they require torch and torchaudio); bad input is one clear error line."""
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -92,3 +94,37 @@ def test_an_old_python_is_one_line_before_any_work(tmp_path):
         "(PYTHON=... picks another interpreter)"
     ]
     assert "[install]" not in p.stdout
+
+
+def test_the_plugin_s_wheel_keeps_auto_s_measured_choices(tmp_path):
+    """The offline install puts the plugin's wheel on the node: no checkout, so no
+    docs/results.  The triton backend's auto reads the package's table
+    (MEASURED_FASTER), so it takes the kernels where the recorded results show them faster
+    there too; read from docs/results it took them nowhere (2026-11-27).  The wheel is built
+    from a copy of the sources (nothing written in the checkout) and imported in a process
+    without the checkout on its path."""
+    from fairseq_sparse_attn.attention.backends import triton as tb
+
+    src = tmp_path / "src"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for package in ("fairseq_sparse_attn", "fairseq_sparse_attn_plugin"):
+        shutil.copytree(REPO / package, src / package, ignore=ignore)
+    shutil.copy(REPO / "setup.py", src / "setup.py")
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    wheels, site = tmp_path / "wheels", tmp_path / "site"
+    build = ["wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(src)]
+    subprocess.run(pip + build, check=True, capture_output=True, cwd=tmp_path, timeout=300)
+    (wheel,) = wheels.glob("fairseq_sparse_attn-*.whl")
+    subprocess.run(pip + ["install", "--no-deps", "--target", str(site), str(wheel)], check=True, capture_output=True)
+    probe = (
+        "import json, fairseq_sparse_attn.attention.backends.triton as tb; "
+        "print(json.dumps([tb.__file__, tb.RESULTS.exists(), sorted(tb._faster())]))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    out = subprocess.run(
+        [sys.executable, "-P", "-c", probe], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    where, has_docs, faster = json.loads(out.stdout.strip().splitlines()[-1])
+    assert where.startswith(str(site)) and not has_docs
+    assert [tuple(x) for x in faster] == sorted(tb.measured_faster()) != []

@@ -28,7 +28,8 @@ interpreter (slow: for tests), only when the backend is named (``--attn-backend 
 
 ``auto`` (:func:`_auto_enabled`) takes it only for a training call on a CUDA device whose
 family has a recorded ``make bench-gpu`` result in ``docs/results/`` that shows it faster in
-the call's dtype (:func:`measured_faster`).  The recorded runs (2026-11-27) show it in fp16
+the call's dtype (:data:`MEASURED_FASTER`, what :func:`measured_faster` reads from the
+results).  The recorded runs (2026-11-27) show it in fp16
 on an H100 (``docs/results/bench-gpu.json``: ReLA-g's updates/s 0.97x softmax's on the triton
 backend against 0.91x eager, both of 2 rounds) and in bf16 on an H200
 (``bench-gpu-h200.json``: 1.13x against 1.00x, 3 rounds; its fp16 has one round, which
@@ -67,6 +68,7 @@ from ..intermediates import Intermediates
 #: backward), hidden keys zeroed (rectified, exact zeros)
 TRITON_TRAITS = frozenset({"rectified", "exact_zeros", "supports_chunking"})
 
+#: the recorded ``make bench-gpu`` results, in a checkout (an installed wheel has no docs/)
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 
 
@@ -166,9 +168,20 @@ def measured_faster(results: Path = RESULTS) -> Dict[Tuple[str, str], str]:
     return found
 
 
+#: where auto takes this backend: {(device family, dtype name): the result file that shows it
+#: faster}, what :func:`measured_faster` reads from ``docs/results/`` (a test keeps the two
+#: equal, so a new recorded result changes auto only with this table).  Kept in the package
+#: because an installed wheel (``make install OFFLINE=...``, the GPU nodes' install) has no
+#: ``docs/``: read from there, auto never took the kernels on any GPU.
+MEASURED_FASTER: Dict[Tuple[str, str], str] = {
+    ("H100", "fp16"): "bench-gpu.json",
+    ("H200", "bf16"): "bench-gpu-h200.json",
+}
+
+
 @functools.lru_cache(maxsize=None)
 def _faster() -> FrozenSet[Tuple[str, str]]:
-    return frozenset(measured_faster())
+    return frozenset(MEASURED_FASTER)
 
 
 @functools.lru_cache(maxsize=None)
