@@ -323,7 +323,7 @@ def long_tiles(from_tokens=1):
         ra.LONG_FROM = before
 
 
-def time_case(device, dtype_name, length, tokens, heads, d, causal, two_pass=False, one_pass=False):
+def time_case(device, dtype_name, length, tokens, heads, d, causal, two_pass=False, one_pass=False, graphs=False):
     """Forward+backward and forward-only medians of ReLU attention (Triton) and SDPA flash
     on one shape; flash and Triton alternate twice (each one's spread next to the ratio).
     The Triton backward is the shipped choice (one pass in fp16/bf16 below
@@ -334,10 +334,15 @@ def time_case(device, dtype_name, length, tokens, heads, d, causal, two_pass=Fal
     the shipped backward's and the forward's time on the tier the length does not take
     (``tier``: ``sentence`` from ``LONG_FROM`` tokens, ``long`` below; below
     ``TWO_PASS_FROM_KEYS`` keys the backward is the one pass, which has no long tiles, so
-    there the tiers differ in the forward only)."""
+    there the tiers differ in the forward only).  With ``graphs``, ``flash_graph_ms`` and
+    ``relu_triton_graph_ms`` are the same forward+backward replayed from a CUDA graph
+    (``do_bench_cudagraph``): the GPU's time without the host's between the kernels, so that
+    a ratio that moves between the two timings is the host's (the 2026-11-27 H200 run: flash
+    took longer at 32 tokens than at 128, and the forward at 1,024 tokens had a fixed ~0.05
+    ms that 4,096 did not show)."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from triton.testing import do_bench
+    from triton.testing import do_bench, do_bench_cudagraph
 
     from fairseq_sparse_attn.kernels import relu_attention as ra
     from fairseq_sparse_attn.kernels.relu_attention import relu_attention
@@ -355,7 +360,7 @@ def time_case(device, dtype_name, length, tokens, heads, d, causal, two_pass=Fal
     def relu():
         return relu_attention(q, k, v, causal=causal, scale=scale)
 
-    def bench(fn, backward=True):
+    def bench(fn, backward=True, graph=False):
         def step():
             if backward:
                 fn().backward(dout)
@@ -363,6 +368,8 @@ def time_case(device, dtype_name, length, tokens, heads, d, causal, two_pass=Fal
                 with torch.no_grad():
                     fn()
 
+        if graph:
+            return do_bench_cudagraph(step, rep=100, grad_to_none=[q, k, v], return_mode="median")
         return do_bench(step, warmup=25, rep=100, grad_to_none=[q, k, v], return_mode="median")
 
     r = {"dtype": dtype_name, "length": length, "batch": B, "heads": heads, "head_dim": d, "causal": causal}
@@ -390,6 +397,15 @@ def time_case(device, dtype_name, length, tokens, heads, d, causal, two_pass=Fal
         r["fwd_speedup_vs_flash"] = r["flash_fwd_ms"] / r["relu_triton_fwd_ms"]
     except Exception as e:  # recorded, never hidden
         r["error"] = f"{type(e).__name__}: {e}"[:500]
+        return r
+    if graphs:
+        try:  # the GPU's time alone: the same steps replayed from a CUDA graph, no host in between
+            r["flash_graph_ms"] = bench(flash, graph=True)
+            with form:
+                r["relu_triton_graph_ms"] = bench(relu, graph=True)
+            r["graph_speedup_vs_flash"] = r["flash_graph_ms"] / r["relu_triton_graph_ms"]
+        except Exception as e:  # a step that cannot be captured: recorded beside the times above
+            r["graph_error"] = f"{type(e).__name__}: {e}"[:500]
     return r
 
 
@@ -398,7 +414,7 @@ def timing(device, dtype_names, lengths, tokens, heads, d, rows=None, save=lambd
     for dt in dtype_names:
         for length in lengths:
             for causal in (False, True):
-                r = time_case(device, dt, length, tokens, heads, d, causal)
+                r = time_case(device, dt, length, tokens, heads, d, causal, graphs=device == "cuda")
                 rows.append(r)
                 save()
                 print(f"[kernels] time {fmt_time(r)}", flush=True)
@@ -627,6 +643,14 @@ def fmt_time(r):
             f"{r[f'relu_triton_{tier}_tiles_fwd_ms']:.3f} ms fwd"
             for tier in ("sentence", "long")
             if f"relu_triton_{tier}_tiles_ms" in r
+        )
+        + (
+            f"; CUDA graph: flash {r['flash_graph_ms']:.3f}, relu-triton {r['relu_triton_graph_ms']:.3f} ms "
+            f"-> {r['graph_speedup_vs_flash']:.2f}x"
+            if "graph_speedup_vs_flash" in r
+            else f"; CUDA graph: {r['graph_error'][:200]}"
+            if "graph_error" in r
+            else ""
         )
     )
 

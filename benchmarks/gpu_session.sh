@@ -9,7 +9,8 @@
 #   kernels     CUDA correctness of the Triton kernels (fp16/bf16 through the one-pass and
 #               the two-pass backward, and the long tier's tiles: about 124 checks, in
 #               $SHARDS processes (default 4) that share out the compiles), then their time
-#               against SDPA flash (both backwards; at every length both tile tiers), while
+#               against SDPA flash (both backwards; at every length both tile tiers; and
+#               replayed from a CUDA graph: the GPU's time without the host's), while
 #               the fp16 loss-scale runs (softmax, ReLA-g eager, ReLA-g triton; 1,000 updates
 #               on Multi30k, ~200 s) share the GPU; limits 240 s + 180 s, each cut to what
 #               the total leaves (2026-11-27's code, 66 checks in one process: ~200 s)

@@ -352,6 +352,52 @@ def test_each_length_is_timed_on_both_tiers(monkeypatch):
     assert ra.LONG_FROM == 6
 
 
+def test_graph_timing_replays_the_shipped_steps_and_a_capture_failure_keeps_the_other_times(monkeypatch):
+    """time_case(graphs=True) also times flash's and the kernels' forward+backward from a
+    CUDA graph (do_bench_cudagraph: the GPU's time without the host's), the kernels in the
+    shipped backward; a step that cannot be captured is recorded as graph_error, beside the
+    times that were measured.  CUDA is stubbed: each bench runs its step once here."""
+    import gpu_kernels
+    import triton.testing
+
+    from fairseq_sparse_attn.kernels import relu_attention as ra
+
+    benched = []
+
+    def bench(step, **kwargs):
+        ra.LAUNCH_LOG = []
+        step()
+        benched.append(sorted({name.rsplit("_d", 1)[0] for name, *_ in ra.LAUNCH_LOG}))
+        ra.LAUNCH_LOG = None
+        return 1.0
+
+    graph_times = iter([2.0, 4.0])
+
+    def bench_graph(step, **kwargs):
+        bench(step)
+        return next(graph_times)
+
+    monkeypatch.setattr(triton.testing, "do_bench", bench)
+    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", bench_graph)
+    monkeypatch.setattr(ra, "LAUNCH_LOG", None)
+    r = gpu_kernels.time_case("cpu", "fp16", 6, 6, 1, 32, causal=False, graphs=True)
+    assert "error" not in r and r["flash_graph_ms"] == 2.0 and r["relu_triton_graph_ms"] == 4.0
+    assert r[
+        "graph_speedup_vs_flash"
+    ] == 0.5 and "CUDA graph: flash 2.000, relu-triton 4.000 ms" in gpu_kernels.fmt_time(r)
+    assert benched[-2:] == [[], ["relu_attention_bwd", "relu_attention_fwd"]]  # flash, then the shipped one pass
+
+    def no_capture(step, **kwargs):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", no_capture)
+    r = gpu_kernels.time_case("cpu", "fp16", 6, 6, 1, 32, causal=False, graphs=True)
+    assert "error" not in r and r["speedup_vs_flash"] and "flash_graph_ms" not in r
+    assert r["graph_error"].startswith("RuntimeError: operation not permitted")
+    assert "CUDA graph: RuntimeError" in gpu_kernels.fmt_time(r)
+    assert "graph" not in "".join(gpu_kernels.time_case("cpu", "fp16", 6, 6, 1, 32, causal=False))
+
+
 def test_correctness_shards_split_the_checks_by_configuration(monkeypatch):
     """--shard K/N: N processes run the correctness checks between them, each (head dim,
     dtype) group (its kernels' configurations, compiled once) in one shard only, the norms'
