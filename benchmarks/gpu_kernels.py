@@ -336,6 +336,7 @@ def time_case(device, dtype_name, length, tokens, heads, d, causal, two_pass=Fal
     ``TWO_PASS_FROM_KEYS`` keys the backward is the one pass, which has no long tiles, so
     there the tiers differ in the forward only).  With ``graphs``, ``flash_graph_ms`` and
     ``relu_triton_graph_ms`` are the same forward+backward replayed from a CUDA graph
+    (``graphs="only"``: those alone, for :func:`timing`'s second pass)
     (``do_bench_cudagraph``): the GPU's time without the host's between the kernels, so that
     a ratio that moves between the two timings is the host's (the 2026-11-27 H200 run: flash
     took longer at 32 tokens than at 128, and the forward at 1,024 tokens had a fixed ~0.05
@@ -372,8 +373,21 @@ def time_case(device, dtype_name, length, tokens, heads, d, causal, two_pass=Fal
             return do_bench_cudagraph(step, rep=100, grad_to_none=[q, k, v], return_mode="median")
         return do_bench(step, warmup=25, rep=100, grad_to_none=[q, k, v], return_mode="median")
 
+    def graph_times(r):
+        """The GPU's time alone: the same steps replayed from a CUDA graph, no host between."""
+        try:
+            r["flash_graph_ms"] = bench(flash, graph=True)
+            with form:
+                r["relu_triton_graph_ms"] = bench(relu, graph=True)
+            r["graph_speedup_vs_flash"] = r["flash_graph_ms"] / r["relu_triton_graph_ms"]
+        except Exception as e:  # a step that cannot be captured: recorded
+            r["graph_error"] = f"{type(e).__name__}: {e}"[:500]
+        return r
+
     r = {"dtype": dtype_name, "length": length, "batch": B, "heads": heads, "head_dim": d, "causal": causal}
     form = two_pass_backward() if two_pass else one_pass_backward() if one_pass else contextlib.nullcontext()
+    if graphs == "only":
+        return graph_times(r)
     try:
         r["flash_ms"], r["relu_triton_ms"] = [], []
         for _ in range(2):
@@ -398,26 +412,32 @@ def time_case(device, dtype_name, length, tokens, heads, d, causal, two_pass=Fal
     except Exception as e:  # recorded, never hidden
         r["error"] = f"{type(e).__name__}: {e}"[:500]
         return r
-    if graphs:
-        try:  # the GPU's time alone: the same steps replayed from a CUDA graph, no host in between
-            r["flash_graph_ms"] = bench(flash, graph=True)
-            with form:
-                r["relu_triton_graph_ms"] = bench(relu, graph=True)
-            r["graph_speedup_vs_flash"] = r["flash_graph_ms"] / r["relu_triton_graph_ms"]
-        except Exception as e:  # a step that cannot be captured: recorded beside the times above
-            r["graph_error"] = f"{type(e).__name__}: {e}"[:500]
-    return r
+    return graph_times(r) if graphs else r
 
 
-def timing(device, dtype_names, lengths, tokens, heads, d, rows=None, save=lambda: None):
+def timing(device, dtype_names, lengths, tokens, heads, d, rows=None, save=lambda: None, graphs=True):
+    """Every case of :func:`time_case`, saved as it ends; then, with ``graphs``, each case's
+    CUDA-graph times added to its row (a second pass: a failed capture cannot touch the first
+    pass's figures; after one, the other cases are not captured)."""
     rows = [] if rows is None else rows
-    for dt in dtype_names:
-        for length in lengths:
-            for causal in (False, True):
-                r = time_case(device, dt, length, tokens, heads, d, causal, graphs=device == "cuda")
-                rows.append(r)
-                save()
-                print(f"[kernels] time {fmt_time(r)}", flush=True)
+    cases = [(dt, length, causal) for dt in dtype_names for length in lengths for causal in (False, True)]
+    for dt, length, causal in cases:
+        r = time_case(device, dt, length, tokens, heads, d, causal)
+        rows.append(r)
+        save()
+        print(f"[kernels] time {fmt_time(r)}", flush=True)
+    failed = None
+    for r, (dt, length, causal) in zip(rows[len(rows) - len(cases) :], cases) if graphs else ():
+        if "error" in r:
+            continue
+        if failed is not None:
+            r["graph_error"] = f"not captured after an earlier capture failed ({failed[:200]})"
+        else:
+            extra = time_case(device, dt, length, tokens, heads, d, causal, graphs="only")
+            r.update({k: v for k, v in extra.items() if "graph" in k})
+            failed = r.get("graph_error")
+        save()
+        print(f"[kernels] time (CUDA graph) {fmt_time(r)}", flush=True)
     return rows
 
 
@@ -718,9 +738,10 @@ def main(argv=None):
     if "timing" in parts:
         result["timing"] = []
         if args.smoke:
-            timing(args.device, ["fp32"], (16,), 32, 2, 32, rows=result["timing"], save=save)
+            timing(args.device, ["fp32"], (16,), 32, 2, 32, rows=result["timing"], save=save, graphs=False)
         else:
-            timing(args.device, ["fp16", "bf16"], LENGTHS, 16384, 8, 64, rows=result["timing"], save=save)
+            timing(args.device, ["fp16", "bf16"], LENGTHS, 16384, 8, 64, rows=result["timing"], save=save,
+                   graphs=args.device == "cuda")  # fmt: skip
     if "sweep" in parts:  # the tiles of SWEEP at head dim 64, fp16, at each of --sweep-lengths
         result["sweep"] = []
         sweep(args.device, lengths=sweep_lengths, rows=result["sweep"], save=save)

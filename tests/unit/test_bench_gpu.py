@@ -398,6 +398,38 @@ def test_graph_timing_replays_the_shipped_steps_and_a_capture_failure_keeps_the_
     assert "graph" not in "".join(gpu_kernels.time_case("cpu", "fp16", 6, 6, 1, 32, causal=False))
 
 
+def test_timing_adds_the_graph_times_in_a_second_pass_and_stops_capturing_after_a_failure(monkeypatch):
+    """timing(graphs=True): every case's eager times first (saved as each ends), then each
+    row gets its CUDA-graph times; after a failed capture the later rows are not captured
+    (said in their graph_error), and no eager figure is touched."""
+    import gpu_kernels
+
+    calls = []
+
+    def time_case(device, dtype_name, length, tokens, heads, d, causal, two_pass=False, one_pass=False, graphs=False):
+        calls.append((length, causal, graphs))
+        if graphs == "only":
+            if length == 16 and causal:
+                return {"graph_error": "RuntimeError: capture failed"}
+            return {"flash_graph_ms": 1.0, "relu_triton_graph_ms": 2.0, "graph_speedup_vs_flash": 0.5}
+        return {"dtype": dtype_name, "length": length, "batch": 1, "causal": causal, "flash_ms": [1.0],
+                "relu_triton_ms": [1.0], "speedup_vs_flash": {"mean": 1.0, "min": 1.0, "max": 1.0},
+                "fwd_speedup_vs_flash": 1.0}  # fmt: skip
+
+    monkeypatch.setattr(gpu_kernels, "time_case", time_case)
+    saved = []
+    rows = gpu_kernels.timing("cuda", ["fp16"], (8, 16, 32), 32, 1, 32, save=lambda: saved.append(1))
+    assert calls[:6] == [(n, c, False) for n in (8, 16, 32) for c in (False, True)]
+    assert calls[6:] == [(8, False, "only"), (8, True, "only"), (16, False, "only"), (16, True, "only")]
+    assert [r.get("graph_speedup_vs_flash") for r in rows] == [0.5, 0.5, 0.5, None, None, None]
+    assert rows[3]["graph_error"] == "RuntimeError: capture failed"
+    assert all(r["graph_error"].startswith("not captured after an earlier capture failed") for r in rows[4:])
+    assert all(r["flash_ms"] == [1.0] for r in rows) and len(saved) == 12
+    calls.clear()
+    gpu_kernels.timing("cpu", ["fp16"], (8,), 8, 1, 32, graphs=False)
+    assert calls == [(8, False, False), (8, True, False)]
+
+
 def test_correctness_shards_split_the_checks_by_configuration(monkeypatch):
     """--shard K/N: N processes run the correctness checks between them, each (head dim,
     dtype) group (its kernels' configurations, compiled once) in one shard only, the norms'
