@@ -610,7 +610,7 @@ def test_rhe_scripts(rhe_smoke_data, tmp_path):
     assert row["flags"] == "--encoder-syntax-attention lpea --lpea-max-distance 6 --rhe --rhe-gate dynamic"
     _check_row(row, out)
     cmd = (out / "lpea_rhe" / "train.cmd").read_text()
-    assert "--task parse_annotated_translation" in cmd and "--arch rhe_transformer_wmt_en_de" in cmd
+    assert "--task parse_annotated_translation" in cmd and "--arch sparse_transformer" in cmd
     gen = (out / "lpea_rhe" / "gen.test.txt").read_text()
     assert len([line for line in gen.splitlines() if line.startswith("H-")]) == 50
 
@@ -665,6 +665,58 @@ def test_rhe_scripts_use_registered_flags(script):
     )
     used = {f for f in re.findall(r"--[a-z][a-z0-9-]*", path.read_text()) if f.startswith(plugin_prefixes)}
     assert used - known == set()
+
+
+def rhe_script_rows():
+    """(script, row name, flags) of every row table1.sh and table2_gate_k.sh train, with the
+    scripts' own values of $REL_POS and $K, and the gate and k sweeps' rows expanded."""
+    common = (REPO / "scripts" / "rhe" / "common.sh").read_text()
+    rel_pos = re.search(r'^REL_POS="(.*)"$', common, re.M).group(1).replace("${REL_POS_K:-16}", "16")
+    found = []
+    for script in ("table1.sh", "table2_gate_k.sh"):
+        text = (REPO / "scripts" / "rhe" / script).read_text()
+        for name, flags in re.findall(r'"([\w@$]+)=([^|"]*)\|', text):
+            name, flags = name.split("@")[0], flags.replace("$REL_POS", rel_pos).replace("$K", "6")
+            for var, values in (("$g", ("0.3", "dynamic")), ("$k", ("0", "6"))):
+                if var in name:
+                    found += [(script, name.replace(var, v), flags.replace(var, v)) for v in values]
+                    break
+            else:
+                found.append((script, name, flags))
+    return found
+
+
+def test_each_rhe_row_builds_the_model_its_name_says():
+    """Every row of the RHE scripts, built as the scripts build it (common.sh's --arch and
+    the row's flags, through the model's own argument parser and architecture function):
+    the Transformer row has no syntax attention, RHE, Rel_Pos or Localness; each other row
+    has exactly what its name says.  On the rhe_transformer_* preset every row was LPEA or
+    DEA + RHE (2026-11-27)."""
+    import argparse
+
+    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the architectures)
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    from fairseq_sparse_attn.models.sparse_transformer import SparseTransformerModel
+
+    common = (REPO / "scripts" / "rhe" / "common.sh").read_text()
+    arch = re.search(r"^RHE_ARCH=(\S+)$", common, re.M).group(1)
+    assert '--arch "$RHE_ARCH"' in common and "--arch rhe_" not in common
+    rows = rhe_script_rows()
+    names = {name for _, name, _ in rows}
+    assert {"transformer", "rel_pos", "localness", "dea", "dea_rhe", "lpea", "lpea_rhe", "rel_pos_rhe"} <= names
+    assert {"localness_rhe", "gate_0.3", "gate_dynamic", "k0", "k6"} <= names
+    for script, name, flags in rows:
+        parser = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+        SparseTransformerModel.add_args(parser)
+        args, rest = parser.parse_known_args(flags.split())
+        assert rest == [], (script, name, rest)
+        ARCH_CONFIG_REGISTRY[arch](args)
+        syntax = "dea" if name.startswith("dea") else "lpea" if name.startswith(("lpea", "gate_", "k")) else "none"
+        got = (args.encoder_syntax_attention, args.rhe, args.encoder_rel_pos_k, args.encoder_localness)
+        want = (syntax, "rhe" in name or name.startswith(("gate_", "k")), 16 if "rel_pos" in name else 0,
+                "localness" in name)  # fmt: skip
+        assert got == want, (script, name, flags, got)
 
 
 @pytest.mark.parametrize(
