@@ -694,9 +694,9 @@ def test_each_rhe_row_builds_the_model_its_name_says():
     DEA + RHE (2026-11-27)."""
     import argparse
 
-    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the architectures)
     from fairseq.models import ARCH_CONFIG_REGISTRY
 
+    import fairseq_sparse_attn.plugin  # noqa: F401  (registers the architectures)
     from fairseq_sparse_attn.models.sparse_transformer import SparseTransformerModel
 
     common = (REPO / "scripts" / "rhe" / "common.sh").read_text()
