@@ -338,9 +338,11 @@ def time_case(device, dtype_name, length, tokens, heads, d, causal, two_pass=Fal
     ``relu_triton_graph_ms`` are the same forward+backward replayed from a CUDA graph
     (``graphs="only"``: those alone, for :func:`timing`'s second pass)
     (``do_bench_cudagraph``): the GPU's time without the host's between the kernels, so that
-    a ratio that moves between the two timings is the host's (the 2026-11-27 H200 run: flash
-    took longer at 32 tokens than at 128, and the forward at 1,024 tokens had a fixed ~0.05
-    ms that 4,096 did not show)."""
+    a ratio that moves far between the two timings points at the host (the 2026-11-27 H200
+    run: flash took longer at 32 tokens than at 128, and the forward at 1,024 tokens had a
+    fixed ~0.05 ms that 4,096 did not show).  The two differ in more than the host: the
+    graph replays its steps back to back, where ``do_bench`` clears the L2 cache before
+    each step, so small calls may also gain from a warm cache there."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench, do_bench_cudagraph
@@ -377,7 +379,7 @@ def time_case(device, dtype_name, length, tokens, heads, d, causal, two_pass=Fal
         """The GPU's time alone: the same steps replayed from a CUDA graph, no host between."""
         try:
             r["flash_graph_ms"] = bench(flash, graph=True)
-            with form:
+            with form():
                 r["relu_triton_graph_ms"] = bench(relu, graph=True)
             r["graph_speedup_vs_flash"] = r["flash_graph_ms"] / r["relu_triton_graph_ms"]
         except Exception as e:  # a step that cannot be captured: recorded
@@ -385,14 +387,17 @@ def time_case(device, dtype_name, length, tokens, heads, d, causal, two_pass=Fal
         return r
 
     r = {"dtype": dtype_name, "length": length, "batch": B, "heads": heads, "head_dim": d, "causal": causal}
-    form = two_pass_backward() if two_pass else one_pass_backward() if one_pass else contextlib.nullcontext()
+
+    def form():  # the backward form timed, a new context manager at each use (one can be entered once)
+        return two_pass_backward() if two_pass else one_pass_backward() if one_pass else contextlib.nullcontext()
+
     if graphs == "only":
         return graph_times(r)
     try:
         r["flash_ms"], r["relu_triton_ms"] = [], []
         for _ in range(2):
             r["flash_ms"].append(bench(flash))
-            with form:
+            with form():
                 r["relu_triton_ms"].append(bench(relu))
         if not (two_pass or one_pass):  # each backward form's own time
             with two_pass_backward():
@@ -550,9 +555,11 @@ def sweep(device, dtype_name="fp16", d=64, lengths=SWEEP_LENGTHS, tokens=16384, 
                     rows.append(r)
                     save()
                     s = r.get("speedup_vs_flash")
-                    speed = f" {s['mean']:.2f}x flash" if s else ""
+                    said = f" {s['mean']:.2f}x flash" if s else ""
+                    if r.get("error"):  # a wrong tile, or one that ran right and could not be timed
+                        said += f" ({r['error'][:200]})"
                     print(
-                        f"[kernels] sweep {kernel} {tile} at {length}: {'ok' if r['ok'] else 'FAIL'}{speed}", flush=True
+                        f"[kernels] sweep {kernel} {tile} at {length}: {'ok' if r['ok'] else 'FAIL'}{said}", flush=True
                     )
     finally:
         put_back()

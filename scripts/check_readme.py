@@ -242,6 +242,10 @@ def render_gpu(data, json_name):
                 what = f"{dtype} {name} updates/s ratio"
                 line += [", " if j else "", f"{name} ", *_times(v["median"], what), *_spread(v, what, rounds=True)]
         lines.append(line + ["."])
+    for line in lines:  # a figure named with its file: the block renders several
+        for part in line:
+            if isinstance(part, Figure):
+                part.name = f"{json_name}: {part.name}"
     return lines
 
 
@@ -310,13 +314,17 @@ def rendered_blocks(results_dir):
                 out[block] = []
                 for gpu_path in gpu_results(Path(results_dir)):
                     path = gpu_path
-                    out[block] += render_gpu(load_gpu_json(path), f"docs/results/{path.name}")
+                    # a blank line between groups: each file's lines a paragraph and list of their own
+                    out[block] += ([[]] if out[block] else []) + render_gpu(
+                        load_gpu_json(path), f"docs/results/{path.name}"
+                    )
                 continue
             out[block] = render(block, load_json(path), f"docs/results/{path.name}")
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, ReadmeError):
                 raise
-            raise ReadmeError(f"{path}: missing or malformed field ({e!r}); re-run make publish-demo") from None
+            again = "copy the make bench-gpu result again" if block == "bench-gpu" else "re-run make publish-demo"
+            raise ReadmeError(f"{path}: missing or malformed field ({e!r}); {again}") from None
     return out
 
 

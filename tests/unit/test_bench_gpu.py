@@ -398,6 +398,36 @@ def test_graph_timing_replays_the_shipped_steps_and_a_capture_failure_keeps_the_
     assert "graph" not in "".join(gpu_kernels.time_case("cpu", "fp16", 6, 6, 1, 32, causal=False))
 
 
+@pytest.mark.parametrize("form", ["two_pass", "one_pass"])
+def test_a_forced_backward_form_is_timed_in_every_bench(monkeypatch, form):
+    """time_case(two_pass=True) / (one_pass=True), as the sweep calls it for the backward's
+    tiles: the forced form is entered afresh for each timed step (a context manager made
+    once could be entered once: every backward row of the sweep ended in an error), and
+    each step runs that backward."""
+    import gpu_kernels
+    import triton.testing
+
+    from fairseq_sparse_attn.kernels import relu_attention as ra
+
+    backwards = []
+
+    def bench(step, **kwargs):
+        ra.LAUNCH_LOG = []
+        step()
+        backwards.append(sorted({n.rsplit("_d", 1)[0] for n, *_ in ra.LAUNCH_LOG} - {"relu_attention_fwd"}))
+        ra.LAUNCH_LOG = None
+        return 1.0
+
+    monkeypatch.setattr(triton.testing, "do_bench", bench)
+    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", bench)
+    monkeypatch.setattr(ra, "LAUNCH_LOG", None)
+    r = gpu_kernels.time_case("cpu", "fp16", 6, 6, 1, 32, causal=False, graphs=True, **{form: True})
+    assert "error" not in r and "graph_error" not in r, r
+    want = ["relu_attention_bwd"] if form == "one_pass" else ["relu_attention_bwd_dkdv", "relu_attention_bwd_dq"]
+    timed_with_backward = [b for b in backwards if b]
+    assert timed_with_backward == [want] * 3  # two rounds and the graph replay (flash's steps launch no kernel of ours)
+
+
 def test_timing_adds_the_graph_times_in_a_second_pass_and_stops_capturing_after_a_failure(monkeypatch):
     """timing(graphs=True): every case's eager times first (saved as each ends), then each
     row gets its CUDA-graph times; after a failed capture the later rows are not captured

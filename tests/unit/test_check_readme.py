@@ -282,13 +282,15 @@ def test_gpu_block_renders_each_device_familys_file_after_bench_gpu_json(repo):
     assert check(repo) == []
     first, second = text.index("GPU: NVIDIA H100 80GB HBM3"), text.index("GPU: NVIDIA H200,")
     assert first < second and "`docs/results/bench-gpu-h200.json`." in text[second:]
+    assert text[:second].endswith(".\n\n")  # a paragraph of its own, not part of the H100 list
     assert "rela_g_triton 0.89× [0.89–0.89, 1 round];" in text[second:]
     assert "bf16 rela_g_triton 1.13× [1.06–1.22, 3 rounds]." in text[second:]
     (repo / "README.md").write_text(text[:second] + text[second:].replace("1.13×", "1.23×"))
     problems = check(repo)
-    assert len(problems) == 1 and "bf16 rela_g_triton updates/s ratio is 1.23 in the README" in problems[0]
+    assert len(problems) == 1
+    assert "docs/results/bench-gpu-h200.json: bf16 rela_g_triton updates/s ratio is 1.23 in the README" in problems[0]
     # no bench-gpu.json: its "not measured" line still comes first
     (repo / "results" / "bench-gpu.json").unlink()
     tool["write"](repo / "README.md", repo / "results")
     text = (repo / "README.md").read_text()
-    assert text.index("Not measured yet: `docs/results/bench-gpu.json`") < text.index("GPU: NVIDIA H200,")
+    assert text.index("Not measured yet: `docs/results/bench-gpu.json`") < text.index("\n\nGPU: NVIDIA H200,")

@@ -354,6 +354,9 @@ def test_auto_on_cuda_takes_it_only_in_the_measured_family_and_dtype(monkeypatch
     assert not tb._auto_enabled(None, _call("cuda", torch.float32))
     assert not tb._auto_enabled(None, _call("cuda", torch.float16, grad=False))
     assert not tb._auto_enabled(None, _call("cpu", torch.float16))
+    family["name"] = "H200"  # the recorded H200 run: bf16 (3 rounds), not fp16 (1 round)
+    assert tb._auto_enabled(None, _call("cuda", torch.bfloat16))
+    assert not tb._auto_enabled(None, _call("cuda", torch.float16))
     family["name"] = "A100"
     assert not tb._auto_enabled(None, _call("cuda", torch.float16))
 

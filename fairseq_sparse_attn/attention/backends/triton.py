@@ -179,7 +179,6 @@ MEASURED_FASTER: Dict[Tuple[str, str], str] = {
 }
 
 
-@functools.lru_cache(maxsize=None)
 def _faster() -> FrozenSet[Tuple[str, str]]:
     return frozenset(MEASURED_FASTER)
 
@@ -322,8 +321,10 @@ register_backend(
         priority=35,
         enabled=_auto_enabled,
         auto_when=(
-            "for training calls on CUDA devices whose family has a make bench-gpu result in docs/results/ "
-            "showing it faster in the call's dtype (recorded: H100, fp16)"
+            "for training calls on CUDA devices whose family has a recorded make bench-gpu result showing it "
+            "faster in the call's dtype ("
+            + ", ".join(f"{family} {dtype}" for family, dtype in sorted(MEASURED_FASTER))
+            + ")"
         ),
         unavailable=_unavailable,
     )
