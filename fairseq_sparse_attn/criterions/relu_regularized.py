@@ -148,7 +148,11 @@ class ReLURegularizedCriterion(LabelSmoothedCrossEntropyCriterion):
         return query_padding
 
     def forward(self, model, sample, reduce=True):
-        if self.lam <= 0:
+        # --relu-reg-lambda 0 trains as the plain criterion (the same loss, gradients and
+        # attention path) and, in validation only, still logs the regularizer's statistics
+        # (reg, entropy_<kind>, ...): ReLUFormer's Table 5 reports the attention entropy of
+        # its "w/o reg loss" row too
+        if self.lam <= 0 and model.training:
             return super().forward(model, sample, reduce=reduce)
         with collect("row_sums") as records:
             loss, sample_size, logging_output = super().forward(model, sample, reduce=reduce)
@@ -164,7 +168,8 @@ class ReLURegularizedCriterion(LabelSmoothedCrossEntropyCriterion):
             reg = torch.stack(losses).sum()
             if self.reduction == "mean":
                 reg = reg / len(losses)
-            loss = loss + self.lam * reg.to(loss.dtype) * sample_size
+            if self.lam > 0:
+                loss = loss + self.lam * reg.to(loss.dtype) * sample_size
             logging_output["reg_loss"] = reg.data * sample_size
             for kind in ATTENTION_KINDS:
                 stats = sum((col.stats for col in collectors if col.kind == kind), torch.zeros(5, dtype=torch.float64))

@@ -26,8 +26,8 @@ declare -A FLAGS=(
   [entmax15]="--arch entmax15_transformer_$S ${CE[*]}"
   [rela]="--arch rela_transformer_$S ${CE[*]}"
   [reluformer]="--arch reluformer_$S ${REG[*]}"
-  [relu_noscale_noreg]="--arch reluformer_$S --relu-no-length-scale ${CE[*]}"
-  [relu_scaled_noreg]="--arch reluformer_$S ${CE[*]}"
+  [relu_noscale_noreg]="--arch reluformer_$S --relu-no-length-scale ${NOREG[*]}"
+  [relu_scaled_noreg]="--arch reluformer_$S ${NOREG[*]}"
   [reluformer_noscale]="--arch reluformer_$S --relu-no-length-scale ${REG[*]}"
 )
 if [[ "$TASK" == iwslt14 ]]; then

@@ -362,6 +362,33 @@ def test_reluformer_documents_script(tmp_path):
     )
 
 
+def test_reluformer_learning_rate_is_the_peak_of_the_paper_s_schedule():
+    """Appendix A: Vaswani et al.'s schedule with 4k warmup, d = 512 at both sizes: its peak
+    d^-0.5 * 4000^-0.5 is the --lr of fairseq's inverse_sqrt with 4k warmup (the same curve),
+    for IWSLT14 and WMT14 alike."""
+    text = (REPO / "scripts" / "reluformer" / "common.sh").read_text()
+    peak = 512**-0.5 * 4000**-0.5
+    lrs = dict(re.findall(r"(iwslt14|wmt14)\) +lr=\$\{LR:-([0-9.e-]+)\}", text))
+    assert set(lrs) == {"iwslt14", "wmt14"} and "--warmup-updates 4000" in text
+    assert all(float(lr) == float(f"{peak:.1e}") for lr in lrs.values()), (lrs, peak)  # 7.0e-4
+
+
+def test_table6_lets_a_document_s_translation_be_as_long_as_the_document():
+    """fairseq-generate stops a hypothesis at max_len_a * source + max_len_b tokens, 0 * src
+    + 200 by default: a document of L = 256 to 2048 tokens would be cut at 200 (61-86% of
+    the Europarl test set's target words are in documents longer than that).  Table 6's
+    generate call sets 1.2 x the document + 10 (the model's positions, the longest document
+    + 2, cap it too); the smoke run's own limits come after it and win there."""
+    from fairseq.dataclass.configs import GenerationConfig
+
+    assert (GenerationConfig.max_len_a, GenerationConfig.max_len_b) == (0, 200)  # why the script sets them
+    text = (REPO / "scripts" / "reluformer" / "table6_documents.sh").read_text()
+    call = text[text.index("-m fairseq_cli.generate") : text.index("|| fsa_die", text.index("-m fairseq_cli.generate"))]
+    assert '--max-len-a "$DOC_MAX_LEN_A" --max-len-b "$DOC_MAX_LEN_B"' in call
+    assert call.index("--max-len-b") < call.index('"${gextra[@]}"')  # FSA_SMOKE_GEN's limits come after
+    assert "DOC_MAX_LEN_A=${DOC_MAX_LEN_A:-1.2}" in text and "DOC_MAX_LEN_B=${DOC_MAX_LEN_B:-10}" in text
+
+
 def test_fixed_pattern_scripts(smoke_data, tmp_path):
     out = tmp_path / "fp"
     proc = run_script("fixed_patterns/table1.sh", smoke_data, 0, out, CONFIGS="7Ftoken", LAYERS="2+1")

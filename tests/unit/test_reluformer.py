@@ -230,3 +230,48 @@ def test_ffn_analysis_hooks_against_direct_computation():
     # hand-computed examples
     assert anisotropy(torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])) == pytest.approx((0 + 2 * (1 / 2**0.5)) / 3)
     assert top_p_mass(torch.tensor([[4.0, 3.0, 2.0, 1.0]]), 0.5) == pytest.approx(0.7)
+
+
+def test_reg_lambda_0_trains_as_cross_entropy_and_logs_the_entropy_in_validation():
+    """--relu-reg-lambda 0 (Table 5's "w/o reg loss" row): a training step is the plain
+    label-smoothed criterion's, loss and every gradient, bit for bit, with nothing of the
+    regularizer logged; a validation step has the same loss and logs the attention entropy
+    per kind (what Table 5 reports for that row), the same statistics as at lambda 1."""
+    import argparse
+
+    from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
+
+    from fairseq_sparse_attn.criterions.relu_regularized import ReLURegularizedCriterion
+
+    model, d = build_model("reluformer_iwslt_de_en", dropout=0.0, attention_dropout=0.0)
+    src, lengths, prev = random_batch(d)
+    target = torch.cat([prev[:, 1:], torch.full((3, 1), d.eos())], dim=1)
+    target[prev.eq(d.pad())] = d.pad()
+    net_input = {"src_tokens": src, "src_lengths": lengths, "prev_output_tokens": prev}
+    sample = {"net_input": net_input, "target": target, "ntokens": int(target.ne(d.pad()).sum()), "nsentences": 3}
+    task = argparse.Namespace(target_dictionary=d)
+    plain = LabelSmoothedCrossEntropyCriterion(task, False, 0.1)
+    noreg = ReLURegularizedCriterion(task, False, 0.1, relu_reg_lambda=0.0)
+    reg = ReLURegularizedCriterion(task, False, 0.1, relu_reg_lambda=1.0)
+
+    def run(criterion, training):
+        model.train(training)
+        model.zero_grad()
+        loss, _, log = criterion(model, sample)
+        if training:
+            loss.backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        return loss.detach(), grads, log
+
+    loss, grads, log = run(plain, True)
+    loss0, grads0, log0 = run(noreg, True)
+    assert torch.equal(loss, loss0) and len(grads) == len(grads0) and all(map(torch.equal, grads, grads0))
+    assert not any(k.startswith("reg") for k in log0)
+    valid, _, vlog = run(plain, False)
+    valid0, _, vlog0 = run(noreg, False)
+    _, _, vlog1 = run(reg, False)
+    assert torch.equal(valid, valid0) and vlog0["loss"] == vlog["loss"]
+    for kind in ("encoder_self", "decoder_self", "cross"):
+        assert vlog0[f"reg_{kind}_entropy"] == pytest.approx(vlog1[f"reg_{kind}_entropy"], rel=1e-6)
+        assert vlog0[f"reg_{kind}_rows"] > 0
+    assert vlog0["reg_loss"] == pytest.approx(vlog1["reg_loss"], rel=1e-6)
