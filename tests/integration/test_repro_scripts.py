@@ -477,6 +477,25 @@ def test_norm_analysis_script_needs_fsa_analyze(smoke_data, tmp_path):
     assert "'fsa-analyze-not-installed' not found: install the plugin" in proc.stderr
 
 
+def test_norm_analysis_script_refuses_data_that_is_not_de_en(tmp_path):
+    """The gold alignments are de-en: an en-de data-bin (what prepare_europarl_de_en_align.py
+    --src en --tgt de writes) is one line before any training, not a table scored against
+    links read the wrong way round."""
+    data = tmp_path / "ende"
+    (data / "data-bin").mkdir(parents=True)
+    (data / "gold").mkdir()
+    (data / "gold" / "test.talp").touch()
+    for split in ("train", "valid", "test"):
+        for lang in ("en", "de"):
+            for ext in ("idx", "bin"):
+                (data / "data-bin" / f"{split}.en-de.{lang}.{ext}").touch()
+    for lang in ("en", "de"):
+        (data / "data-bin" / f"dict.{lang}.txt").touch()
+    proc = run_script("norm_analysis/aer.sh", data, 0, tmp_path / "aer", FSA_ANALYZE="true")
+    assert proc.returncode == 1 and "error: the data is en-de: Table 3 is De->En" in proc.stderr, proc.stderr
+    assert not list((tmp_path / "aer").rglob("train.cmd"))
+
+
 def _fsa_analyze_wrapper(tmp_path):
     """An FSA_ANALYZE command running this checkout's analysis CLI (the installed
     fsa-analyze console script may belong to another checkout)."""
@@ -518,6 +537,10 @@ def test_norm_analysis_aer_script(smoke_data, tmp_path):
     assert _published(out)
     cmd = (out / "seed1" / "train.cmd").read_text()
     assert "--arch softmax_transformer_iwslt_de_en" in cmd and "--seed 1" in cmd and "--max-update 10" in cmd
+    # Table 5's batches (at most 80 sentences) and App. E.1's checkpoint: the best validation BLEU
+    assert "--batch-size 80" in cmd and "--eval-bleu " in cmd and "--eval-tokenized-bleu" in cmd
+    assert "--best-checkpoint-metric bleu --maximize-best-checkpoint-metric" in cmd
+    assert "checkpoint_best.pt" in (out / "seed1" / "align" / "align.json").read_text(encoding="utf-8")
     with open(out / "aer.tsv", encoding="utf-8") as f:
         header = f.readline().rstrip("\n").split("\t")
     assert header == ["seed", "method", "setting", "layer", "head", "aer", "precision", "recall", "links", "file"]
