@@ -66,6 +66,21 @@ fsa_update_freq() {
   echo "$uf"
 }
 
+# fsa_batch TARGET_TOKENS MAX_TOKENS GPUS [FLOOR] -> "MAX_TOKENS UPDATE_FREQ": the per-GPU
+# --max-tokens and --update-freq of an effective batch closest to TARGET_TOKENS.  Where the
+# GPUs together hold more than the target in one step, each GPU takes its share
+# (ceil(TARGET / GPUS)), not less than FLOOR (a batch must hold the longest example; default
+# 1); before 2026-11-27 the batch then grew with the GPU count (4 x 4096 = 16k tokens for
+# a 4k-token paper batch on 4 GPUs).
+fsa_batch() {
+  local target=$1 max_tokens=$2 gpus=$3 floor=${4:-1}
+  [[ "$gpus" -ge 1 ]] || gpus=1
+  local share=$(( (target + gpus - 1) / gpus ))
+  (( share < floor )) && share=$floor
+  (( share < max_tokens )) && max_tokens=$share
+  echo "$max_tokens $(fsa_update_freq "$target" "$max_tokens" "$gpus")"
+}
+
 # fsa_init USAGE "$@": DATA NGPUS OUT from the command line; checks the data dir
 fsa_init() {
   local usage=$1; shift
@@ -151,14 +166,14 @@ fsa_train() {
   local paper_target=$target
   # smoke runs keep update-freq > 1 but small
   [[ "$SMOKE" == "1" ]] && target="${SMOKE_TARGET_TOKENS:-1024}"
-  local uf
-  uf=$(fsa_update_freq "$target" "$MAX_TOKENS" "$NGPUS")
+  local uf mt
+  read -r mt uf <<< "$(fsa_batch "$target" "$MAX_TOKENS" "$NGPUS" "${FSA_MIN_MAX_TOKENS:-1}")"
   local gpus=$NGPUS; [[ $gpus -ge 1 ]] || gpus=1
   local tb=()
   [[ -n "${TENSORBOARD_DIR:-}" ]] && tb=(--tensorboard-logdir "$TENSORBOARD_DIR/$name")
   # validation at regular intervals: the learning curves of fsa_publish
   local cmd=("$PY" -m fairseq_cli.train "$DATA_BIN" --user-dir "$FSA_USER_DIR" --save-dir "$dir/checkpoints"
-             --max-tokens "$MAX_TOKENS" --update-freq "$uf" --log-format simple --log-interval 10
+             --max-tokens "$mt" --update-freq "$uf" --log-format simple --log-interval 10
              --validate-interval-updates "${VALIDATE_INTERVAL:-1000}" "${tb[@]}"
              "${FSA_DEVICE_ARGS[@]}" "$@" "${FSA_SMOKE_TRAIN[@]}")
   local cmdline
@@ -171,7 +186,7 @@ fsa_train() {
     fsa_die "$name: $dir was trained with other arguments (see $dir/train.cmd); remove it or use another OUT_DIR"
   fi
   echo "$cmdline" > "$dir/train.cmd"
-  fsa_log "$name: training, effective batch $(( MAX_TOKENS * gpus * uf )) tokens (max-tokens $MAX_TOKENS x $gpus GPU(s) x update-freq $uf; paper: $paper_target) -> $dir/train.log"
+  fsa_log "$name: training, effective batch $(( mt * gpus * uf )) tokens (max-tokens $mt x $gpus GPU(s) x update-freq $uf; paper: $paper_target) -> $dir/train.log"
   if fsa_watched train "$name" "$dir/train.log" "$dir/train.log" "${cmd[@]}"; then
     touch "$dir/.trained"
     return 0

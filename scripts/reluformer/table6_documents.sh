@@ -37,6 +37,7 @@ for L in ${LENGTHS:-128 256 512 1024 2048}; do
   # a batch must hold the longest document
   longest=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['longest_document'])" "$DATA_BIN/doc_info.json")
   MAX_TOKENS=$(( BASE_MAX_TOKENS > longest + 2 ? BASE_MAX_TOKENS : longest + 2 ))
+  FSA_MIN_MAX_TOKENS=$(( longest + 2 ))  # fsa_train's per-GPU share of the batch holds it too
   for model in ${MODELS:-transformer sparsemax reluformer}; do
     case $model in
       transformer) flags=(--arch softmax_transformer_wmt_en_de "${CE[@]}") ;;

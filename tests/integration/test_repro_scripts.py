@@ -89,6 +89,28 @@ def test_update_freq_keeps_the_effective_batch():
     assert uf(1000, 4096, 1) == 1
 
 
+def test_batch_plan_keeps_the_paper_s_batch_on_many_gpus():
+    """fsa_batch: where the GPUs hold more than the paper's batch in one step, each GPU takes
+    its share (ceil(target / GPUs)) instead of the batch growing with the GPU count; a floor
+    (the longest example) wins over the share; otherwise fsa_update_freq's plan."""
+
+    def plan(*args):
+        proc = subprocess.run(
+            ["bash", "-c", f'source "{SCRIPTS}/lib.sh"; fsa_batch {" ".join(map(str, args))}'],
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return tuple(map(int, proc.stdout.split()))
+
+    assert plan(4096, 4096, 4) == (1024, 1)  # Raganato et al.'s 4k tokens on 4 GPUs (was 4096 x 4)
+    assert plan(8192, 4096, 4) == (2048, 1) and plan(8192, 4096, 0) == (4096, 2)  # ReLUFormer; CPU
+    assert plan(25000, 4096, 8) == (3125, 1) and plan(25000, 4096, 2) == (4096, 3)
+    assert plan(64000, 4000, 2) == (4000, 8)  # Kobayashi et al.
+    assert plan(8192, 4096, 8, 2050) == (2050, 1)  # Table 6 at L = 2048: a batch holds a document
+    assert plan(1024, 512, 1) == (512, 2)  # SMOKE
+
+
 def test_seed_summary_mean_and_std(tmp_path):
     """SEEDS="1 2": run names and the .mean.tsv of fsa_seed_summary (mean and sample std
     computed here with the statistics module; a diverged seed is counted apart)."""
