@@ -55,30 +55,24 @@ fsa_watched() {
   return "$rc"
 }
 
-# fsa_update_freq TARGET_TOKENS MAX_TOKENS GPUS -> the --update-freq whose effective batch
-# (MAX_TOKENS x GPUS x update_freq) is closest to TARGET_TOKENS (at least 1)
-fsa_update_freq() {
-  local target=$1 max_tokens=$2 gpus=$3
-  [[ "$gpus" -ge 1 ]] || gpus=1
-  local per_step=$(( max_tokens * gpus ))
-  local uf=$(( (target + per_step / 2) / per_step ))
-  [[ "$uf" -ge 1 ]] || uf=1
-  echo "$uf"
-}
-
 # fsa_batch TARGET_TOKENS MAX_TOKENS GPUS [FLOOR] -> "MAX_TOKENS UPDATE_FREQ": the per-GPU
-# --max-tokens and --update-freq of an effective batch closest to TARGET_TOKENS.  Where the
-# GPUs together hold more than the target in one step, each GPU takes its share
-# (ceil(TARGET / GPUS)), not less than FLOOR (a batch must hold the longest example; default
-# 1); before 2026-11-27 the batch then grew with the GPU count (4 x 4096 = 16k tokens for
-# a 4k-token paper batch on 4 GPUs).
+# --max-tokens and --update-freq of an effective batch (MAX_TOKENS x GPUS x UPDATE_FREQ) of
+# the paper's TARGET_TOKENS: the fewest steps whose batches of at most MAX_TOKENS hold it,
+# then each GPU's share of it per step (ceil(TARGET / (GPUS x UPDATE_FREQ))), not less
+# than FLOOR (a batch must hold the longest example; default 1).  Before 2026-11-27 the
+# update frequency was rounded with MAX_TOKENS kept: 25k-token batches were 32,768 tokens
+# on 4 and 8 GPUs, a 4k-token batch 16k on 4 GPUs.
 fsa_batch() {
   local target=$1 max_tokens=$2 gpus=$3 floor=${4:-1}
   [[ "$gpus" -ge 1 ]] || gpus=1
-  local share=$(( (target + gpus - 1) / gpus ))
+  (( max_tokens < floor )) && max_tokens=$floor
+  local per_step=$(( max_tokens * gpus ))
+  local uf=$(( (target + per_step - 1) / per_step ))
+  [[ "$uf" -ge 1 ]] || uf=1
+  local share=$(( (target + gpus * uf - 1) / (gpus * uf) ))
   (( share < floor )) && share=$floor
   (( share < max_tokens )) && max_tokens=$share
-  echo "$max_tokens $(fsa_update_freq "$target" "$max_tokens" "$gpus")"
+  echo "$max_tokens $uf"
 }
 
 # fsa_init USAGE "$@": DATA NGPUS OUT from the command line; checks the data dir
