@@ -56,7 +56,7 @@ from common import (  # noqa: E402
 from corpora import CORPORA, Corpus, Part, Text  # noqa: E402
 
 STAMP_NAME = ".prepare_corpus.json"
-STAMP_VERSION = 1
+STAMP_VERSION = 2  # 2: raw/ lowercased for lowercased corpora (2026-11-27)
 SPLITS = ("train", "valid", "test")
 
 
@@ -228,11 +228,13 @@ def run(args: argparse.Namespace) -> None:
             for lang in langs:
                 text[split][lang] = text[split][lang][:lim]
 
-    # ---- untokenized evaluation text (sacreBLEU references)
+    # ---- untokenized evaluation text (sacreBLEU references), lowercased where the corpus is
+    # (the model learns lowercased text: a cased reference deflated sacreBLEU, 2026-11-27)
     for split in ("valid", "test"):
         if split in text:
             for lang in langs:
-                write_lines(out / "raw" / f"{split}.{lang}", text[split][lang])
+                lines = text[split][lang]
+                write_lines(out / "raw" / f"{split}.{lang}", [x.lower() for x in lines] if corpus.lowercase else lines)
 
     # ---- tokenize, lowercase
     tok: Dict[str, Dict[str, List[str]]] = {}
