@@ -525,6 +525,16 @@ def tokenize(
     return pmap(None, fn, jobs)
 
 
+def detokenize(lines: Sequence[str], lang: str) -> List[str]:
+    """Moses detokenization (sacremoses, entities unescaped): what fairseq-generate's
+    ``--tokenizer moses`` does to a hypothesis, so a reference released tokenized and a
+    hypothesis compare in one form."""
+    from sacremoses import MosesDetokenizer
+
+    detok = MosesDetokenizer(lang=lang)
+    return [detok.detokenize(line.split()) for line in lines]
+
+
 def clean_pairs(
     src: Sequence[str], tgt: Sequence[str], min_len: int, max_len: int, ratio: float
 ) -> Tuple[List[str], List[str], int]:

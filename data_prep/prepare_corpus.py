@@ -42,6 +42,7 @@ from common import (  # noqa: E402
     binarize,
     binarized_files,
     clean_pairs,
+    detokenize,
     learn_bpe,
     locate_sources,
     main_wrapper,
@@ -56,7 +57,7 @@ from common import (  # noqa: E402
 from corpora import CORPORA, Corpus, Part, Text  # noqa: E402
 
 STAMP_NAME = ".prepare_corpus.json"
-STAMP_VERSION = 2  # 2: raw/ lowercased for lowercased corpora (2026-11-27)
+STAMP_VERSION = 2  # 2: raw/ lowercased for lowercased corpora, detokenized for tokenized ones (2026-11-27)
 SPLITS = ("train", "valid", "test")
 
 
@@ -228,12 +229,16 @@ def run(args: argparse.Namespace) -> None:
             for lang in langs:
                 text[split][lang] = text[split][lang][:lim]
 
-    # ---- untokenized evaluation text (sacreBLEU references), lowercased where the corpus is
-    # (the model learns lowercased text: a cased reference deflated sacreBLEU, 2026-11-27)
+    # ---- untokenized evaluation text (sacreBLEU references, against the D- lines that
+    # fairseq-generate --tokenizer moses detokenized): lowercased where the corpus is (the
+    # model learns lowercased text), and detokenized where the corpus releases it tokenized
+    # (IWSLT15 En-Vi); before 2026-11-27 both were compared as released, deflating sacreBLEU
     for split in ("valid", "test"):
         if split in text:
             for lang in langs:
                 lines = text[split][lang]
+                if not corpus.tokenize or (split == "test" and not corpus.tokenize_test):
+                    lines = detokenize(lines, lang)
                 write_lines(out / "raw" / f"{split}.{lang}", [x.lower() for x in lines] if corpus.lowercase else lines)
 
     # ---- tokenize, lowercase

@@ -353,6 +353,10 @@ def test_europarl_alignment_corpus(tmp_path):
     assert "dropped 1 pairs with an empty side" in proc.stderr
     # latin-1 -> utf-8, lowercased, not re-tokenized (the gold alignments index its tokens)
     assert lines(out / "tok" / "test.de") == ["das ist schön .", "über die tagesordnung,ja ."]
+    # raw/ (sacreBLEU's references, against Moses-detokenized hypotheses): the test side as
+    # released, detokenized as fairseq-generate --tokenizer moses detokenizes, lowercased
+    assert lines(out / "raw" / "test.de") == ["das ist schön.", "über die tagesordnung,ja."]
+    assert lines(out / "raw" / "test.en") == ["that is nice.", "on the agenda."]
     train, valid = lines(out / "tok" / "train.de"), lines(out / "tok" / "valid.de")
     assert len(valid) == 1000 and len(train) == 2130 - 1000
     assert valid[-1].replace(" ", "") == s["de"][-1].lower().replace(" ", "")  # the last pair
