@@ -4,8 +4,14 @@
 # (subject-verb agreement / LingEval97 Fig. 3, ContraWSD and MuCoW Table 6, fsa-contrastive)
 # for 8L, 7F_token+1L and 7F_token+1L with the learned head (H8) masked.
 #   CONTRASTIVE="--format lingeval97 suite.json" scripts/fixed_patterns/analyses.sh DATA_DIR NUM_GPUS OUT_DIR
-# CONTRASTIVE: the fsa-contrastive inputs and options (repeat the script per suite; the
-# suites are English->German: DATA_DIR must be En->De then); empty = length analysis only.
+# CONTRASTIVE: the fsa-contrastive inputs and options (repeat the script per suite, with
+# DATA_DIR in that suite's direction: LingEval97 is English->German, ContraWSD and MuCoW
+# German->English; give --tokenizer / --bpe-codes as the data was prepared, else unknown
+# pieces become <unk>); empty = length analysis only.  contrastive.tsv has each model's
+# overall accuracy (group "all") and one row per group of the suite (fsa-contrastive's
+# by_group: LingEval97's error types, or with --group-by and its distance field the
+# agreement by distance of Fig. 3; MuCoW's ambiguous words, or --group-by its corpus field,
+# of which the paper averages TED and Tatoeba).
 # CONTRASTIVE_NAME labels the suite in the TSV (default: its --format).
 # LAYERS (default "6+6 6+1") and MODELS (default "8L 7Ftoken 7Ftoken_H8off") select.  Writes OUT_DIR/analyses/length.tsv and
 # OUT_DIR/analyses/contrastive.tsv.  SEEDS="1 2 3" analyses the model of every seed
@@ -48,10 +54,16 @@ for layers in ${LAYERS:-6+6 6+1}; do
         "$PY" -m fairseq_sparse_attn.analysis.contrastive "$DATA_BIN" "${cargs[@]}" --path "$ckpt" \
           -s "$SRC" -t "$TGT" "${mask[@]}" --no-progress --output-json "$A/contrastive.$tag.json" \
           > "$A/contrastive.$tag.log" 2>&1 || fsa_die "fsa-contrastive failed (see $A/contrastive.$tag.log)"
-        acc=$("$PY" -c "import json,sys; r=json.load(open(sys.argv[1])); print(r.get('accuracy', r.get('overall', {}).get('accuracy', '-')))" \
-          "$A/contrastive.$tag.json")
-        fsa_result "$A/contrastive.tsv.partial" "model=$model" "layers=$layers" "${FSA_SEED_COL[@]}" "accuracy=$acc" \
-          "suite=${CONTRASTIVE_NAME:-$suite_name}" "paper=see Fig. 3 / Table 6"
+        # "group accuracy" lines: the overall accuracy ("all"), then each group's
+        while read -r group acc; do
+          fsa_result "$A/contrastive.tsv.partial" "model=$model" "layers=$layers" "${FSA_SEED_COL[@]}" "group=$group" \
+            "accuracy=$acc" "suite=${CONTRASTIVE_NAME:-$suite_name}" "paper=see Fig. 3 / Table 6"
+        done < <("$PY" -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+print('all', r.get('accuracy', r.get('overall', {}).get('accuracy', '-')))
+for g, c in (r.get('by_group') or {}).items():
+    print(str(g).replace(' ', '_') or '-', c.get('accuracy', '-'))" "$A/contrastive.$tag.json")
       fi
     done
   done

@@ -436,9 +436,11 @@ def test_fixed_pattern_scripts(smoke_data, tmp_path):
     (suite / "src.de").write_text("\n".join(src) + "\n", encoding="utf-8")
     (suite / "correct.en").write_text("\n".join(ref) + "\n", encoding="utf-8")
     (suite / "incorrect.en").write_text("\n".join(" ".join(r.split()[::-1]) for r in ref) + "\n", encoding="utf-8")
+    # a group per item (as LingEval97's agreement distances): one accuracy row per group
+    (suite / "group.txt").write_text("\n".join(str(1 + i % 2) for i in range(20)) + "\n", encoding="utf-8")
     contrastive = (
-        f"--format plain {suite}/src.de {suite}/correct.en {suite}/incorrect.en --tokenizer moses "
-        f"--bpe-codes {smoke_data}/bpe/codes"
+        f"--format plain {suite}/src.de {suite}/correct.en {suite}/incorrect.en --group-file {suite}/group.txt "
+        f"--tokenizer moses --bpe-codes {smoke_data}/bpe/codes"
     )
     proc = run_script(
         "fixed_patterns/analyses.sh",
@@ -453,8 +455,17 @@ def test_fixed_pattern_scripts(smoke_data, tmp_path):
     length = rows(out / "analyses" / "length.tsv")
     assert {r["model"] for r in length} == {"7Ftoken", "7Ftoken_H8off"}
     acc = rows(out / "analyses" / "contrastive.tsv")
-    assert [r["model"] for r in acc] == ["7Ftoken", "7Ftoken_H8off"]
+    assert [(r["model"], r["group"]) for r in acc] == [
+        (m, g) for m in ("7Ftoken", "7Ftoken_H8off") for g in "all 1 2".split()
+    ]
     assert all(0.0 <= float(r["accuracy"]) <= 1.0 for r in acc)
+    for model in ("7Ftoken", "7Ftoken_H8off"):  # the groups' rows are the JSON's by_group
+        report = json.loads((out / "analyses" / f"contrastive.{model}_2+1.json").read_text())
+        got = {r["group"]: float(r["accuracy"]) for r in acc if r["model"] == model}
+        assert got == {
+            "all": report["overall"]["accuracy"],
+            **{g: c["accuracy"] for g, c in report["by_group"].items()},
+        }
     full = (out / "analyses" / "gen.7Ftoken_2+1.txt").read_text()
     masked = (out / "analyses" / "gen.7Ftoken_H8off_2+1.txt").read_text()
     assert "encoder_masked_heads" not in full and full != masked
