@@ -4,7 +4,9 @@
 # Calls scripts/fixed_patterns/head_ablation.py on each model.
 #   scripts/fixed_patterns/table4_ablation.sh DATA_DIR NUM_GPUS OUT_DIR
 # Trains 7Ftoken_6+1 and 7Ftoken_6+6 into OUT_DIR unless table1.sh already did (same
-# OUT_DIR).  LAYERS, CONFIG (7Ftoken | 7Fword) and HEADS="0,7" select.
+# OUT_DIR).  LAYERS, CONFIG (7Ftoken | 7Fword) and HEADS="0,7" select.  LOW=1: the
+# low-resource setting of Sec. 4.2 (the paper's Vi->En half: 1k-token batches, dropout
+# 0.3, tied embeddings; models low_<config>_<layers>).
 # Writes OUT_DIR/ablation_<config>_<layers>/{gen.*.txt,ablation.tsv} and OUT_DIR/table4.tsv.
 # SEEDS="1 2 3" ablates the model of every seed (<config>_<layers>_seedS, table1.sh's with
 # the same SEEDS; each masked head against the all-heads model of its seed) into
@@ -13,17 +15,19 @@
 # trained model shows may not hold for another.
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-fsa_init "Raganato et al. Table 4; env: CONFIG, LAYERS, HEADS, SEEDS, MAX_UPDATE, SMOKE" "$@"
+fsa_init "Raganato et al. Table 4; env: CONFIG, LAYERS, HEADS, LOW, SEEDS, MAX_UPDATE, SMOKE" "$@"
 CONFIG="${CONFIG:-7Ftoken}"
+low="" prefix=""
+[[ "${LOW:-0}" == "1" ]] && { low=low; prefix=low_; FP_TARGET=1000; }
 TSV="$OUT/table4.tsv.partial"
 rm -f "$TSV" "${TSV%.partial}" "${TSV%.tsv.partial}.mean.tsv"
 for layers in ${LAYERS:-6+1 6+6}; do
   for seed in $(fsa_seeds); do
-    fsa_use_seed "$seed" "${CONFIG}_$layers"
+    fsa_use_seed "$seed" "${prefix}${CONFIG}_$layers"
     fp_base_args
     name=$FSA_RUN
     if [[ ! -f "$OUT/$name/.trained" ]]; then
-      fp_run "$name" "$OUT/$name.eval.tsv" "Table 4" "$CONFIG" "$layers"
+      fp_run "$name" "$OUT/$name.eval.tsv" "Table 4" "$CONFIG" "$layers" $low
     fi
     ckpt=$(fsa_average "$name" "$AVERAGE")
     dir="$OUT/ablation_$name"

@@ -415,6 +415,17 @@ def test_fixed_pattern_scripts(smoke_data, tmp_path):
     assert "--share" not in cmd  # tied embeddings are a low-resource adaptation (Sec. 4.2)
 
     # Table 4 reuses the Table 1 model (same OUT_DIR) and runs head_ablation.py
+    # LOW=1 (the paper's Vi->En half): the low-resource model, dropout 0.3 and tied embeddings
+    low = tmp_path / "fp_low"
+    proc = run_script("fixed_patterns/table4_ablation.sh", smoke_data, 0, low, LAYERS="2+1", HEADS="7", LOW="1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    low_cmd = (low / "low_7Ftoken_2+1" / "train.cmd").read_text()
+    assert "--dropout 0.3 --share-all-embeddings" in low_cmd and [
+        r["masked_head"] for r in rows(low / "table4.tsv")
+    ] == [
+        "-",
+        "7",
+    ]
     proc = run_script("fixed_patterns/table4_ablation.sh", smoke_data, 0, out, LAYERS="2+1", HEADS="7")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "7Ftoken_2+1: training" not in proc.stderr  # the Table 1 model, not a new one
