@@ -179,10 +179,6 @@ MEASURED_FASTER: Dict[Tuple[str, str], str] = {
 }
 
 
-def _faster() -> FrozenSet[Tuple[str, str]]:
-    return frozenset(MEASURED_FASTER)
-
-
 @functools.lru_cache(maxsize=None)
 def _family_of_device(index: int) -> str:
     return device_family(torch.cuda.get_device_name(index))
@@ -192,14 +188,14 @@ def auto_may_take_it() -> bool:
     """``auto`` may take this backend on this machine: CUDA is available and a recorded
     measurement shows it faster on some device family (:func:`_auto_enabled` decides per
     call, for the call's device and dtype; this does not initialise CUDA)."""
-    return bool(_faster()) and torch.cuda.is_available()
+    return bool(MEASURED_FASTER) and torch.cuda.is_available()
 
 
 def _auto_enabled(spec: AttendSpec, call: Call) -> bool:
     if call.device != "cuda" or not call.grad or call.dtype is None or not torch.cuda.is_available():
         return False
     family = _family_of_device(torch.cuda.current_device())
-    return (family, DTYPE_NAMES.get(call.dtype, "")) in _faster()
+    return (family, DTYPE_NAMES.get(call.dtype, "")) in MEASURED_FASTER
 
 
 # --------------------------------------------------------------------------- the backend
