@@ -8,7 +8,9 @@ Three parts, each a ratio against softmax measured in the same run, with its spr
 2. ``long``: ``bench_long_sequences.py --device cuda`` (one self-attention layer at long
    lengths, train and inference, every backend row);
 3. ``train``: end-to-end ``fairseq-train`` updates/s of every preset against stock
-   ``transformer_iwslt_de_en`` at the iwslt size, in ``--fp16`` and ``--bf16``:
+   ``transformer_iwslt_de_en`` at the iwslt size (``*_dropout`` presets: against softmax with
+   the same attention dropout; ``*_base``: against ``transformer_wmt_en_de``, the base size;
+   :func:`baseline`), in ``--fp16`` and ``--bf16``:
    ``--rounds`` rounds, each round runs every preset once in an order that alternates
    between rounds (A B C, then C B A, ...), on a synthetic corpus (random tokens, joined
    dictionary: no download; speed does not depend on the words).  updates/s of one run is
@@ -60,7 +62,44 @@ PRESETS = {
     "entmax15": ["--arch", "entmax15_transformer_iwslt_de_en"],
     "sparsemax": ["--arch", "sparsemax_transformer_iwslt_de_en"],
     "fixed_pattern": ["--arch", "fixed_pattern_transformer_iwslt_de_en"],
-}
+    # with attention dropout 0.1 (ReLA's and ReLUFormer's papers' setting; served inside the
+    # kernels), each against softmax with the same dropout: auto's "+dropout" settings
+    "softmax_dropout": ["--arch", "transformer_iwslt_de_en", "--attention-dropout", "0.1"],
+    "rela_g_dropout": ["--arch", "rela_transformer_iwslt_de_en", "--attn-backend", "materialized",
+                       "--attention-dropout", "0.1"],
+    "rela_g_triton_dropout": ["--arch", "rela_transformer_iwslt_de_en", "--attn-backend", "triton",
+                              "--attention-dropout", "0.1"],
+    # the base size (6+6 layers, d 512, 8 heads, head dim 64: issue 31's second target size),
+    # against stock transformer_wmt_en_de
+    "softmax_base": ["--arch", "transformer_wmt_en_de"],
+    "rela_g_base": ["--arch", "rela_transformer_wmt_en_de", "--attn-backend", "materialized"],
+    "rela_g_triton_base": ["--arch", "rela_transformer_wmt_en_de", "--attn-backend", "triton"],
+}  # fmt: skip
+#: what ``make bench-gpu`` runs unless ``--presets`` names others (the groups with a
+#: baseline of their own, ``*_dropout`` and ``*_base``, are named: gpu_session.sh)
+DEFAULT_PRESETS = (
+    "softmax",
+    "rela_g",
+    "rela_g_triton",
+    "rela_i",
+    "reluformer",
+    "entmax15",
+    "sparsemax",
+    "fixed_pattern",
+)
+#: a preset's name ends with its group's suffix; its ratios are against that group's softmax
+GROUP_SUFFIXES = ("_dropout", "_base")
+
+
+def baseline(preset: str) -> str:
+    """The stock softmax preset ``preset``'s updates/s are divided by: the one of its group
+    (the same size and attention dropout), ``softmax`` for the iwslt size without dropout."""
+    for suffix in GROUP_SUFFIXES:
+        if preset.endswith(suffix):
+            return "softmax" + suffix
+    return "softmax"
+
+
 DTYPE_FLAGS = {"fp16": ["--fp16"], "bf16": ["--bf16"], "fp32": []}
 PARTS = ("kernels", "attention", "long", "train", "loss_scale")
 #: the loss-scale part: fp16 runs over --loss-scale-updates updates, side by side
@@ -276,7 +315,7 @@ def train_part(args, budget, data, progress=None):
                 )
         ratios = {}
         for preset in presets:
-            pairs = [a / b for a, b in zip(runs[preset], runs["softmax"]) if a and b]
+            pairs = [a / b for a, b in zip(runs[preset], runs[baseline(preset)]) if a and b]
             ratios[preset] = summarize_ratios(pairs) if pairs else None
         out[dtype] = {"runs": runs, "ratios": ratios}
     return out
@@ -340,7 +379,8 @@ def loss_scale_part(args, budget, data, out: Path):
 
 def table(result, device, date, commit):
     lines = [
-        f"fairseq-train updates/s against stock softmax (`transformer_iwslt_de_en`), "
+        f"fairseq-train updates/s against stock softmax (`transformer_iwslt_de_en`; `*_dropout`: with "
+        f"attention dropout 0.1, against softmax_dropout; `*_base`: `transformer_wmt_en_de`), "
         f"{device}, {date}, commit {commit}; median of per-round ratios [min-max], rounds:",
         "",
         "| preset | " + " | ".join(result) + " |",
@@ -362,7 +402,11 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default="bench_gpu_out", help="directory for bench_gpu.json / .md")
     p.add_argument("--parts", default=",".join(PARTS), help=f"comma list of {', '.join(PARTS)}")
-    p.add_argument("--presets", default=",".join(PRESETS), help="comma list (softmax is always run)")
+    p.add_argument(
+        "--presets",
+        default=",".join(DEFAULT_PRESETS),
+        help=f"comma list of {', '.join(PRESETS)} (each one's softmax baseline is always run)",
+    )
     p.add_argument("--dtypes", default="fp16,bf16", help="comma list of fp16, bf16, fp32")
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds of fairseq-train (>= 3)")
     p.add_argument("--max-update", type=int, default=120)
@@ -418,8 +462,9 @@ def main(argv=None):
     reason = cuda_unavailable()
     if reason:
         return error(reason)
-    if "softmax" not in args.presets:
-        args.presets.insert(0, "softmax")
+    for base in sorted({baseline(x) for x in args.presets}, reverse=True):
+        if base not in args.presets:
+            args.presets.insert(0, base)
 
     import torch
 

@@ -597,8 +597,8 @@ def fp32_probe(device, rows=None, save=lambda: None):
     shipped, make = dict(ra._TILES), ra._make_config
 
     def with_precision(precision):
-        def made(kernel, dtype, head_dim, long=False):
-            config = make(kernel, dtype, head_dim, long)
+        def made(kernel, dtype, head_dim, long=False, dropout=False):
+            config = make(kernel, dtype, head_dim, long, dropout)
             config["constexprs"] = dict(config["constexprs"], PRECISION=precision)
             return config
 

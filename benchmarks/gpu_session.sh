@@ -17,7 +17,9 @@
 #   train-fp16  fairseq-train updates/s, softmax, rela_g, rela_g_triton, rela_i,
 #               reluformer, three alternating rounds: ~8 min on an H100
 #   train-bf16  the same for softmax, rela_g, rela_g_triton in bf16: ~5 min
-#               ($TRAIN_PRESETS: another comma list of bench_gpu.PRESETS, for either step)
+#               ($TRAIN_PRESETS: another comma list of bench_gpu.PRESETS, for either step,
+#               e.g. rela_g_dropout,rela_g_triton_dropout or rela_g_base,rela_g_triton_base:
+#               each preset's softmax baseline is added)
 #   sweep       the ReLU kernels' tiles of gpu_kernels.SWEEP (fp16, head dim 64, at 4,096 and
 #               1,024 tokens, $SWEEP_LENGTHS), each checked once then timed against flash at
 #               each length, the backward's tiles first: ~4 min (not measured; 1,024 alone

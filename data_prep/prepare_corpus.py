@@ -257,6 +257,11 @@ def run(args: argparse.Namespace) -> None:
                     aggressive_dash_splits=corpus.aggressive_dash_splits,
                 )
             if corpus.lowercase:
+                if split == "test" and corpus.gold is not None:
+                    # the gold-aligned sentences as released (cased), for models of cased
+                    # data aligned against the same gold (ReLA's WMT14 En-De models:
+                    # scripts/rela/analyses.sh)
+                    write_lines(out / "tok_cased" / f"test.{lang}", lines)
                 lines = [line.lower() for line in lines]
             tok[split][lang] = lines
             log(f"tokenize {split}.{lang}: {len(lines)} lines ({time.time() - t0:.1f}s)")

@@ -229,7 +229,7 @@ class CallPlan(NamedTuple):
                 "attention biases and RHE are for encoder self-attention: no "
                 "incremental decoding, no before_softmax scores"
             )
-        direct = self.kernel is not None and not collect and not before_softmax and not applies_dropout(self.dropout)
+        direct = self.kernel is not None and not collect and not before_softmax
         if direct and self.kernel_if_auto_takes_it:  # auto takes the kernels for training calls only
             direct = torch.is_grad_enabled()
         q, k, v, key_padding_mask, attn_mask, kv_bsz = self.project(
@@ -257,6 +257,7 @@ class CallPlan(NamedTuple):
                     mask,
                     bsz // kv_bsz,
                     self.scaling,
+                    self.dropout.p if applies_dropout(self.dropout) else 0.0,
                 )
             if normed is not None:  # the concatenated heads after the output norm
                 out, _ = self.project_out(normed, tgt_len, bsz, None, False, False)

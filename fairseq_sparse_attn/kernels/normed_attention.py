@@ -21,23 +21,27 @@ import torch
 from torch import Tensor
 
 from .output_norm import rms_norm_bwd, rms_norm_fwd
-from .relu_attention import gradients, relu_attention_fwd, row_arguments
+from .relu_attention import draw_seed, gradients, relu_attention_fwd, row_arguments
 
 
 class _NormedReluAttention(torch.autograd.Function):
     @staticmethod
     def forward(
-        ctx, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef, weight, gate_weight, eps, half_floor
-    ):
+        ctx, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef, seed, dropout_p, weight,
+        gate_weight, eps, half_floor,
+    ):  # fmt: skip
         bsz, heads, tgt, d = q.shape
         with torch._C._AutoDispatchBelowAutograd():
-            out, rs = relu_attention_fwd(q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef)
+            out, rs = relu_attention_fwd(
+                q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef, seed, dropout_p
+            )
             z = out.permute(2, 0, 1, 3).reshape(tgt * bsz, heads * d)  # the kernel's layout: a view
             normed, rstd = rms_norm_fwd(z, weight, gate_weight, eps, half_floor)
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(q, k, v, key_padding, weight, gate_weight)
+        ctx.save_for_backward(q, k, v, key_padding, weight, gate_weight, seed)
         ctx.inner = (rs, z, rstd)  # made here, never returned: kept without version checks
         ctx.args = (causal, kv_groups, scale, row_scaled)
+        ctx.dropout_p = dropout_p
         ctx.half_floor = half_floor
         return normed
 
@@ -45,15 +49,16 @@ class _NormedReluAttention(torch.autograd.Function):
     @torch.autograd.function.once_differentiable  # the backward ops have no autograd: a clear error
     def backward(ctx, grad):
         if grad is None:  # (materialize_grads off) the output took no part in the loss
-            return (None,) * 13
-        q, k, v, key_padding, weight, gate_weight = ctx.saved_tensors
+            return (None,) * 15
+        q, k, v, key_padding, weight, gate_weight, seed = ctx.saved_tensors
         rs, z, rstd = ctx.inner
         dz, dw, dgw = rms_norm_bwd(grad, z, weight, gate_weight, rstd, ctx.half_floor)
         bsz, heads, tgt, d = q.shape
         dout = dz.view(tgt, bsz, heads, d).permute(1, 2, 0, 3)
-        dq, dk, dv = gradients(dout, q, k, v, key_padding, rs, ctx.args, ctx.needs_input_grad[:3])
+        args = (*ctx.args, seed, ctx.dropout_p)
+        dq, dk, dv = gradients(dout, q, k, v, key_padding, rs, args, ctx.needs_input_grad[:3])
         dgw = dgw if gate_weight is not None else None
-        return dq, dk, dv, None, None, None, None, None, None, dw, dgw, None, None
+        return dq, dk, dv, None, None, None, None, None, None, None, None, dw, dgw, None, None
 
 
 def normed_relu_attention(
@@ -69,10 +74,13 @@ def normed_relu_attention(
     gate_weight: Optional[Tensor],
     eps: float,
     half_floor: float,
+    dropout_p: float = 0.0,
 ) -> Tensor:
     """``rms_normalize(relu_attention(q, k, v, ...) as (T * B, H * d), eps, weight,
     gate_weight)`` with the fused kernels (arguments: :func:`.relu_attention.relu_attention`
-    and :func:`.output_norm.fused_rms_normalize`); returns (T * B, H * d) in q's dtype."""
+    and :func:`.output_norm.fused_rms_normalize`; ``dropout_p`` > 0: attention dropout under
+    a seed drawn here); returns (T * B, H * d) in q's dtype."""
     row_scaled, row_coef = row_arguments(gamma)
-    args = (q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef)
+    seed = draw_seed(q) if dropout_p else None
+    args = (q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef, seed, float(dropout_p))
     return _NormedReluAttention.apply(*args, weight, gate_weight, float(eps), float(half_floor))

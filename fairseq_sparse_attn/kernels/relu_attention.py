@@ -38,6 +38,15 @@ blocks every row sees whole comes first), and padding is a per-key predicate in 
 their own (the dK/dV pass loads padded keys as zeros once per program instead); one program
 per (block, batch entry, head).
 
+Attention dropout (``dropout_p`` > 0, constexpr ``DROPOUT``): w_ij is kept with probability
+1 - p and the kept weights are divided by 1 - p, as ``torch.nn.Dropout`` does to the
+weights.  Whether w_ij is kept is a function of the element alone (:func:`_kept`: Philox-
+4x32-10 under the call's 64-bit seed at the counter (key j, query i, b * H + h, 0)), so the
+forward and both backwards, each with its own tiles, drop the same weights without storing
+a mask; the seed is one int64 drawn on the device from torch's generator per call
+(:func:`draw_seed`).  The backward: dV_j = sum_i kept w_ij dO_i / (1 - p) and dS_ij carries
+kept_ij / (1 - p).
+
 Masks: key padding ``(B_kv, S)`` bool (True = padding), ``causal``, and ``kv_groups``: the
 queries' batch is ``B = B_kv * kv_groups`` (beam search keeps one copy of the encoder keys
 per sentence, query batch entry b reads key copy b // kv_groups, as
@@ -72,7 +81,9 @@ ahead of time covers every launch.  Masks and the row scale are run-time argumen
 constexprs), so there are 3 kernels x 4 head dims x 3 dtypes = 36 configurations, 8 of
 the one-pass backward (4 head dims x fp16, bf16), and 12 of the long tier: calls whose
 queries and keys both number :data:`LONG_FROM` or more take larger tiles (:data:`_LONG_TILES`:
-the forward and the dQ pass at head dims 32, 64, 128 in fp16 and bf16).
+the forward and the dQ pass at head dims 32, 64, 128 in fp16 and bf16); each of these 56
+again with attention dropout (``..._dropout``, some on tiles of their own:
+:data:`_DROPOUT_TILES`), 112 in all.
 """
 
 import functools
@@ -125,16 +136,33 @@ def _key_ranges(pid_m, S, shift, causal, BLOCK_M: tl.constexpr, BLOCK_N: tl.cons
 
 
 @triton.jit
+def _kept(seed, rows, keys, bh, drop_p):
+    """Attention dropout's decision for the weights of queries ``rows`` and keys ``keys``
+    (index tiles that broadcast to one (queries, keys) or (keys, queries) tile) of batch entry
+    and head ``bh`` = b * H + h: Philox-4x32-10 (Triton's ``tl.philox``) under the call's
+    64-bit ``seed`` at the counter (key, query, bh, 0); its first word as a uniform number in
+    [0, 1) (``tl.uint_to_uniform_float``); the weight is kept when that number is >= p.  The
+    counter names the element, not the tile or the program, so the forward and both
+    backwards, whatever their tiles, drop the same weights."""
+    rows, keys = tl.broadcast(rows, keys)
+    zero = tl.zeros_like(rows).to(tl.uint32)
+    word, _, _, _ = tl.philox(seed, keys.to(tl.uint32), rows.to(tl.uint32), zero + bh.to(tl.uint32), zero)
+    return tl.uint_to_uniform_float(word) >= drop_p
+
+
+@triton.jit
 def _fwd_tile(
     acc, q, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs,
-    S, shift, scale,
+    S, shift, scale, seed, bh, drop_p,
     VT: tl.constexpr, PADDED: tl.constexpr, CAUSAL_CUT: tl.constexpr, BLOCK_N: tl.constexpr,
-    UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr, PRECISION: tl.constexpr, DROPOUT: tl.constexpr,
 ):  # fmt: skip
     """``acc + rne(relu(s)) v`` over the keys [start_n, start_n + BLOCK_N).  Keys past S are
     loaded as zeros (s = 0: nothing added) and so are the rows past T (q = 0), so neither
     needs a mask on the scores; padding is one predicate per key, and the causal cut is
-    compared element by element only in the blocks it crosses (``CAUSAL_CUT``)."""
+    compared element by element only in the blocks it crosses (``CAUSAL_CUT``).  With
+    ``DROPOUT`` the dropped weights are zeroed (:func:`_kept`; the kept ones are scaled by
+    1 / (1 - p) once, on the accumulated row)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k, v = _kv_tile(k_base, v_base, offs_n, offs_d, S, stride_ks, stride_vs, UPCAST)
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
@@ -143,24 +171,29 @@ def _fwd_tile(
         s = tl.where((pad == 0)[None, :], s, 0.0)
     if CAUSAL_CUT:
         s = tl.where(offs_n[None, :] <= offs_m[:, None] + shift, s, 0.0)
-    p = rounded(tl.maximum(s, 0.0), VT, UPCAST)
+    p = tl.maximum(s, 0.0)
+    if DROPOUT:
+        p = tl.where(_kept(seed, offs_m[:, None], offs_n[None, :], bh, drop_p), p, 0.0)
+    p = rounded(p, VT, UPCAST)
     return tl.dot(p, v, acc, input_precision=PRECISION)
 
 
 def _relu_attention_fwd(
-    Q, K, V, PAD, O, RS,
+    Q, K, V, PAD, O, RS, SEED,
     stride_qb, stride_qh, stride_qt,
     stride_kb, stride_kh, stride_ks,
     stride_vb, stride_vh, stride_vs,
     stride_ob, stride_oh, stride_ot,
     stride_pb,
     H, G, T, S,
-    scale, row_coef,
+    scale, row_coef, drop_p, keep_scale,
     has_pad, causal, row_scaled,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr, PRECISION: tl.constexpr, DROPOUT: tl.constexpr,
 ):  # fmt: skip
-    """One program per (query block, batch, head): out = c * sum_j relu(s_ij) v_j."""
+    """One program per (query block, batch, head): out = c * sum_j relu(s_ij) v_j; with
+    ``DROPOUT``, out = c / (1 - p) * sum_j kept_ij relu(s_ij) v_j (``keep_scale`` = 1 / (1 - p),
+    0 for p = 1)."""
     pid_m = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
     h = tl.program_id(2).to(tl.int64)
@@ -181,22 +214,26 @@ def _relu_attention_fwd(
     pad_base = PAD + kb * stride_pb
     shift = S - T  # query i sees keys j <= i + shift when causal
     whole, hi = _key_ranges(pid_m, S, shift, causal, BLOCK_M, BLOCK_N)
+    seed = 0
+    if DROPOUT:
+        seed = tl.load(SEED)
+    bh = b * H + h
     # four forms of one loop, each masking only what its keys need (padding: a per-key
     # predicate; the causal cut: element by element, only in the blocks it crosses)
     if has_pad != 0:
         for start_n in range(0, whole, BLOCK_N):
             acc = _fwd_tile(acc, q, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S,
-                shift, scale, V.dtype.element_ty, True, False, BLOCK_N, UPCAST, PRECISION)  # fmt: skip
+                shift, scale, seed, bh, drop_p, V.dtype.element_ty, True, False, BLOCK_N, UPCAST, PRECISION, DROPOUT)  # fmt: skip
         for start_n in range(whole, hi, BLOCK_N):
             acc = _fwd_tile(acc, q, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S,
-                shift, scale, V.dtype.element_ty, True, True, BLOCK_N, UPCAST, PRECISION)  # fmt: skip
+                shift, scale, seed, bh, drop_p, V.dtype.element_ty, True, True, BLOCK_N, UPCAST, PRECISION, DROPOUT)  # fmt: skip
     else:
         for start_n in range(0, whole, BLOCK_N):
             acc = _fwd_tile(acc, q, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S,
-                shift, scale, V.dtype.element_ty, False, False, BLOCK_N, UPCAST, PRECISION)  # fmt: skip
+                shift, scale, seed, bh, drop_p, V.dtype.element_ty, False, False, BLOCK_N, UPCAST, PRECISION, DROPOUT)  # fmt: skip
         for start_n in range(whole, hi, BLOCK_N):
             acc = _fwd_tile(acc, q, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S,
-                shift, scale, V.dtype.element_ty, False, True, BLOCK_N, UPCAST, PRECISION)  # fmt: skip
+                shift, scale, seed, bh, drop_p, V.dtype.element_ty, False, True, BLOCK_N, UPCAST, PRECISION, DROPOUT)  # fmt: skip
     if row_scaled != 0:
         # n_i, the keys row i sees, in a loop of its own over the padding mask: counted in
         # the loop above, in the dots' register layout, the row sums took 80 shuffles and
@@ -213,6 +250,8 @@ def _relu_attention_fwd(
         c = row_coef / tl.sqrt(tl.maximum(count, 1.0))
         acc = acc * c[:, None]
         tl.store(RS + (b * H + h) * T + offs_m, c, mask=row_ok)
+    if DROPOUT:
+        acc = acc * keep_scale
     tl.store(
         O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_ot + offs_d[None, :],
         rounded(acc, O.dtype.element_ty, UPCAST),
@@ -223,14 +262,16 @@ def _relu_attention_fwd(
 @triton.jit
 def _dkdv_tile(
     dk, dv, k, v, q_base, do_base, rs_base, dq_base, start_m, offs_n, offs_d,
-    stride_qt, stride_dot, stride_dqt, T, shift, scale, row_scaled,
+    stride_qt, stride_dot, stride_dqt, T, shift, scale, row_scaled, seed, bh, drop_p, keep_scale,
     QT: tl.constexpr, DOT: tl.constexpr, CAUSAL_CUT: tl.constexpr, BLOCK_M: tl.constexpr,
-    UPCAST: tl.constexpr, PRECISION: tl.constexpr, WITH_DQ: tl.constexpr,
+    UPCAST: tl.constexpr, PRECISION: tl.constexpr, WITH_DQ: tl.constexpr, DROPOUT: tl.constexpr,
 ):  # fmt: skip
     """(dk, dv) plus the queries [start_m, start_m + BLOCK_M)'s share, and with ``WITH_DQ``
     their dQ share added into the fp32 accumulator.  Rows past T are loaded as zeros (s = 0:
     nothing flows), padded keys came as zeros, so only the causal cut needs an element mask,
-    in the blocks it crosses (``CAUSAL_CUT``)."""
+    in the blocks it crosses (``CAUSAL_CUT``).  With ``DROPOUT`` the weights the forward
+    dropped pass nothing (:func:`_kept`, transposed), and dS carries the kept ones' 1 / (1 - p)
+    (``keep_scale``; dV takes it once, at the end of the pass)."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
     row_ok = offs_m < T
     q = tl.load(q_base + offs_m[:, None] * stride_qt + offs_d[None, :], mask=row_ok[:, None], other=0.0)
@@ -242,13 +283,17 @@ def _dkdv_tile(
     positive = st > 0.0
     if CAUSAL_CUT:
         positive = positive & (offs_n[:, None] <= offs_m[None, :] + shift)
+    ds_scale = scale
+    if DROPOUT:
+        positive = positive & _kept(seed, offs_m[None, :], offs_n[:, None], bh, drop_p)
+        ds_scale = scale * keep_scale
     dpt = tl.dot(v, tl.trans(do), input_precision=PRECISION)  # dO_i . v_j
     # c_i loaded without a branch (1 where not row-scaled: the product is exact): a load
     # under `if row_scaled` inside this loop made Triton 3.6.0's software pipeliner fail
     # ("PassManager::run failed"), so this pass ran unpipelined
     c = tl.load(rs_base + offs_m, mask=row_ok & (row_scaled != 0), other=1.0)
     wt = rounded(tl.where(positive, st * c[None, :], 0.0), DOT, UPCAST)
-    dst = rounded(tl.where(positive, dpt * c[None, :], 0.0) * scale, QT, UPCAST)
+    dst = rounded(tl.where(positive, dpt * c[None, :], 0.0) * ds_scale, QT, UPCAST)
     dv = tl.dot(wt, do, dv, input_precision=PRECISION)
     dk = tl.dot(dst, q, dk, input_precision=PRECISION)
     if WITH_DQ:  # compiled out of the two-pass form
@@ -258,7 +303,7 @@ def _dkdv_tile(
 
 
 def _relu_attention_bwd_dkdv(
-    Q, K, V, PAD, DO, RS, DK, DV, DQ_ACC,
+    Q, K, V, PAD, DO, RS, SEED, DK, DV, DQ_ACC,
     stride_qb, stride_qh, stride_qt,
     stride_kb, stride_kh, stride_ks,
     stride_vb, stride_vh, stride_vs,
@@ -268,10 +313,10 @@ def _relu_attention_bwd_dkdv(
     stride_dqb, stride_dqh, stride_dqt,
     stride_pb,
     H, G, T, S,
-    scale,
+    scale, drop_p, keep_scale,
     has_pad, causal, row_scaled,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    UPCAST: tl.constexpr, PRECISION: tl.constexpr, WITH_DQ: tl.constexpr,
+    UPCAST: tl.constexpr, PRECISION: tl.constexpr, WITH_DQ: tl.constexpr, DROPOUT: tl.constexpr,
 ):  # fmt: skip
     """One program per (key block, key batch, head), looping over the queries of every
     beam group: dV_j = sum_i w_ij dO_i, dK_j = scale sum_i dS_ij q_i (transposed tiles).
@@ -309,20 +354,26 @@ def _relu_attention_bwd_dkdv(
         # the first query that sees every key of the block, rounded up to a query block
         first_whole = tl.maximum((pid_n + 1) * BLOCK_N - 1 - shift, 0)
         cut_end = tl.minimum(tl.maximum((first_whole + BLOCK_M - 1) // BLOCK_M * BLOCK_M, lo), T)
+    seed = 0
+    if DROPOUT:
+        seed = tl.load(SEED)
     for g in range(0, G):
         b = kb * G + g
+        bh = b * H + h
         q_base = Q + b * stride_qb + h * stride_qh
         do_base = DO + b * stride_dob + h * stride_doh
         rs_base = RS + (b * H + h) * T
         dq_base = DQ_ACC + b * stride_dqb + h * stride_dqh
         for start_m in range(lo, cut_end, BLOCK_M):
             dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, rs_base, dq_base, start_m, offs_n, offs_d, stride_qt,
-                stride_dot, stride_dqt, T, shift, scale, row_scaled, Q.dtype.element_ty, DO.dtype.element_ty, True,
-                BLOCK_M, UPCAST, PRECISION, WITH_DQ)  # fmt: skip
+                stride_dot, stride_dqt, T, shift, scale, row_scaled, seed, bh, drop_p, keep_scale, Q.dtype.element_ty,
+                DO.dtype.element_ty, True, BLOCK_M, UPCAST, PRECISION, WITH_DQ, DROPOUT)  # fmt: skip
         for start_m in range(cut_end, T, BLOCK_M):
             dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, rs_base, dq_base, start_m, offs_n, offs_d, stride_qt,
-                stride_dot, stride_dqt, T, shift, scale, row_scaled, Q.dtype.element_ty, DO.dtype.element_ty, False,
-                BLOCK_M, UPCAST, PRECISION, WITH_DQ)  # fmt: skip
+                stride_dot, stride_dqt, T, shift, scale, row_scaled, seed, bh, drop_p, keep_scale, Q.dtype.element_ty,
+                DO.dtype.element_ty, False, BLOCK_M, UPCAST, PRECISION, WITH_DQ, DROPOUT)  # fmt: skip
+    if DROPOUT:
+        dv = dv * keep_scale
     key_in = offs_n < S
     tl.store(
         DK + kb * stride_dkb + h * stride_dkh + offs_n[:, None] * stride_dks + offs_d[None, :],
@@ -339,11 +390,13 @@ def _relu_attention_bwd_dkdv(
 @triton.jit
 def _dq_tile(
     dq, q, do, c, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S, shift, scale,
+    ds_scale, seed, bh, drop_p,
     QT: tl.constexpr, PADDED: tl.constexpr, CAUSAL_CUT: tl.constexpr, BLOCK_N: tl.constexpr,
-    UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr, PRECISION: tl.constexpr, DROPOUT: tl.constexpr,
 ):  # fmt: skip
-    """``dq + scale dS k`` over the keys [start_n, start_n + BLOCK_N), masked as
-    :func:`_fwd_tile` masks (keys past S and rows past T are zeros, no mask needed)."""
+    """``dq + dS k`` over the keys [start_n, start_n + BLOCK_N), masked as :func:`_fwd_tile`
+    masks (keys past S and rows past T are zeros, no mask needed); dS carries ``ds_scale``
+    (the scale, times 1 / (1 - p) with ``DROPOUT``, whose dropped weights pass nothing)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k, v = _kv_tile(k_base, v_base, offs_n, offs_d, S, stride_ks, stride_vs, UPCAST)
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
@@ -353,13 +406,15 @@ def _dq_tile(
         positive = positive & (pad == 0)[None, :]
     if CAUSAL_CUT:
         positive = positive & (offs_n[None, :] <= offs_m[:, None] + shift)
+    if DROPOUT:
+        positive = positive & _kept(seed, offs_m[:, None], offs_n[None, :], bh, drop_p)
     dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
-    ds = rounded(tl.where(positive, dp * c[:, None], 0.0) * scale, QT, UPCAST)
+    ds = rounded(tl.where(positive, dp * c[:, None], 0.0) * ds_scale, QT, UPCAST)
     return tl.dot(ds, k, dq, input_precision=PRECISION)
 
 
 def _relu_attention_bwd_dq(
-    Q, K, V, PAD, DO, RS, DQ,
+    Q, K, V, PAD, DO, RS, SEED, DQ,
     stride_qb, stride_qh, stride_qt,
     stride_kb, stride_kh, stride_ks,
     stride_vb, stride_vh, stride_vs,
@@ -367,10 +422,10 @@ def _relu_attention_bwd_dq(
     stride_dqb, stride_dqh, stride_dqt,
     stride_pb,
     H, G, T, S,
-    scale,
+    scale, drop_p, keep_scale,
     has_pad, causal, row_scaled,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr, PRECISION: tl.constexpr, DROPOUT: tl.constexpr,
 ):  # fmt: skip
     """One program per (query block, batch, head): dQ_i = scale sum_j dS_ij k_j."""
     pid_m = tl.program_id(0)
@@ -402,20 +457,30 @@ def _relu_attention_bwd_dq(
     pad_base = PAD + kb * stride_pb
     shift = S - T
     whole, hi = _key_ranges(pid_m, S, shift, causal, BLOCK_M, BLOCK_N)
+    seed = 0
+    ds_scale = scale
+    if DROPOUT:
+        seed = tl.load(SEED)
+        ds_scale = scale * keep_scale
+    bh = b * H + h
     if has_pad != 0:
         for start_n in range(0, whole, BLOCK_N):
             dq = _dq_tile(dq, q, do, c, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S,
-                shift, scale, Q.dtype.element_ty, True, False, BLOCK_N, UPCAST, PRECISION)  # fmt: skip
+                shift, scale, ds_scale, seed, bh, drop_p, Q.dtype.element_ty, True, False, BLOCK_N, UPCAST, PRECISION,
+                DROPOUT)  # fmt: skip
         for start_n in range(whole, hi, BLOCK_N):
             dq = _dq_tile(dq, q, do, c, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S,
-                shift, scale, Q.dtype.element_ty, True, True, BLOCK_N, UPCAST, PRECISION)  # fmt: skip
+                shift, scale, ds_scale, seed, bh, drop_p, Q.dtype.element_ty, True, True, BLOCK_N, UPCAST, PRECISION,
+                DROPOUT)  # fmt: skip
     else:
         for start_n in range(0, whole, BLOCK_N):
             dq = _dq_tile(dq, q, do, c, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S,
-                shift, scale, Q.dtype.element_ty, False, False, BLOCK_N, UPCAST, PRECISION)  # fmt: skip
+                shift, scale, ds_scale, seed, bh, drop_p, Q.dtype.element_ty, False, False, BLOCK_N, UPCAST, PRECISION,
+                DROPOUT)  # fmt: skip
         for start_n in range(whole, hi, BLOCK_N):
             dq = _dq_tile(dq, q, do, c, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S,
-                shift, scale, Q.dtype.element_ty, False, True, BLOCK_N, UPCAST, PRECISION)  # fmt: skip
+                shift, scale, ds_scale, seed, bh, drop_p, Q.dtype.element_ty, False, True, BLOCK_N, UPCAST, PRECISION,
+                DROPOUT)  # fmt: skip
     tl.store(
         DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqt + offs_d[None, :],
         rounded(dq, DQ.dtype.element_ty, UPCAST),
@@ -478,6 +543,30 @@ _LONG_TILES: Dict[Tuple[str, int], Tuple[int, int, int, int]] = {
     ("relu_attention_bwd_dq", 64): (128, 64, 8, 3),
     ("relu_attention_bwd_dq", 128): (128, 32, 8, 2),
 }
+#: (kernel, half, head dim, long) -> the tile of a kernel's attention-dropout form where it
+#: differs from the form without (:data:`_TILES`, :data:`_LONG_TILES`).  The Philox state of
+#: every element of a tile (4 words through 10 rounds) takes registers beside the
+#: accumulators: on the tiles without dropout these forms spilled (``make check-kernels``:
+#: 16 configurations under Triton 3.7.1, 25 under 3.6.0).  Each tile below was the first of
+#: a search (the same tile with 8 warps, then fewer stages, then the same area reshaped) that
+#: compiled for sm_80 and sm_90 under both Triton versions without spills; the one-pass
+#: backward keeps the dK/dV pass's tile (its dK and dV equal the two passes', bit for bit).
+_DROPOUT_TILES: Dict[Tuple[str, bool, int, bool], Tuple[int, int, int, int]] = {
+    ("relu_attention_bwd_dkdv", True, 32, False): (32, 64, 8, 2),  # was (32, 64, 4, 2)
+    ("relu_attention_bwd_dkdv", True, 64, False): (16, 64, 8, 2),  # (16, 64, 4, 2)
+    ("relu_attention_bwd_dkdv", True, 128, False): (32, 32, 8, 2),  # (16, 64, 8, 2)
+    ("relu_attention_bwd_dkdv", True, 256, False): (16, 32, 8, 1),  # (16, 32, 8, 2)
+    ("relu_attention_bwd_dkdv", False, 32, False): (32, 32, 4, 3),  # (32, 32, 4, 2)
+    ("relu_attention_bwd_dkdv", False, 128, False): (32, 32, 8, 2),  # (32, 32, 8, 1)
+    ("relu_attention_bwd_dq", True, 128, False): (64, 32, 8, 2),  # (64, 64, 8, 2)
+    ("relu_attention_bwd_dq", True, 256, False): (64, 16, 8, 2),  # (64, 32, 8, 2)
+    ("relu_attention_bwd_dq", False, 128, False): (16, 16, 8, 1),  # (16, 32, 8, 1)
+    ("relu_attention_bwd_dq", True, 64, True): (128, 32, 8, 3),  # (128, 64, 8, 3)
+    ("relu_attention_bwd_dq", True, 128, True): (128, 16, 8, 2),  # (128, 32, 8, 2)
+}
+for (_kernel, _half, _d, _long), _tile_with_dropout in list(_DROPOUT_TILES.items()):
+    if _kernel == "relu_attention_bwd_dkdv" and _half:
+        _DROPOUT_TILES[("relu_attention_bwd", _half, _d, _long)] = _tile_with_dropout
 ONE_PASS_DTYPES = (torch.float16, torch.bfloat16)
 #: key length from which the backward takes the two passes in every dtype.  On an H100
 #: (2026-11-27, docs/results/bench-gpu.json, head dim 64, fp16 and bf16, full and causal) the
@@ -488,8 +577,8 @@ ONE_PASS_DTYPES = (torch.float16, torch.bfloat16)
 TWO_PASS_FROM_KEYS = 1024
 
 _I32 = "i32"
-_CONSTEXPRS = ("D", "BLOCK_M", "BLOCK_N", "UPCAST", "PRECISION", "WITH_DQ")
-_FLOATS = ("scale", "row_coef")
+_CONSTEXPRS = ("D", "BLOCK_M", "BLOCK_N", "UPCAST", "PRECISION", "WITH_DQ", "DROPOUT")
+_FLOATS = ("scale", "row_coef", "drop_p", "keep_scale")
 _DATA = ("Q", "K", "V", "O", "DO", "DK", "DV", "DQ")  # tensors in the inputs' dtype
 
 
@@ -507,6 +596,8 @@ def _signature(kernel: str, dtype: torch.dtype) -> Dict[str, str]:
             sig[name] = "*i8"
         elif name in ("RS", "DQ_ACC"):  # the row factor c, the one-pass backward's dQ sums
             sig[name] = "*fp32"
+        elif name == "SEED":  # attention dropout's seed (one int64 on the device)
+            sig[name] = "*i64"
         elif name in _DATA:
             sig[name] = "*" + _TRITON_DTYPE[dtype]
         else:  # strides, sizes (H, G, T, S), flags
@@ -514,24 +605,34 @@ def _signature(kernel: str, dtype: torch.dtype) -> Dict[str, str]:
     return sig
 
 
-def _tile(kernel: str, dtype: torch.dtype, head_dim: int, long: bool) -> Optional[Tuple[int, int, int, int]]:
+def _tile(
+    kernel: str, dtype: torch.dtype, head_dim: int, long: bool, dropout: bool = False
+) -> Optional[Tuple[int, int, int, int]]:
     """The tile of ``kernel`` in a tier (``long``: :data:`_LONG_TILES`), None where that
-    tier has none (the long tier: fp16/bf16, the kernels and head dims it lists)."""
+    tier has none (the long tier: fp16/bf16, the kernels and head dims it lists); with
+    ``dropout``, the attention-dropout form's (:data:`_DROPOUT_TILES` where it has its own)."""
     if long:
-        return _LONG_TILES.get((kernel, head_dim)) if dtype != torch.float32 else None
-    return _TILES.get((kernel, dtype != torch.float32, head_dim))
+        tile = _LONG_TILES.get((kernel, head_dim)) if dtype != torch.float32 else None
+    else:
+        tile = _TILES.get((kernel, dtype != torch.float32, head_dim))
+    if dropout and tile is not None:
+        return _DROPOUT_TILES.get((kernel, dtype != torch.float32, head_dim, long), tile)
+    return tile
 
 
-def _make_config(kernel: str, dtype: torch.dtype, head_dim: int, long: bool = False) -> dict:
-    tile = _tile(kernel, dtype, head_dim, long)
+def _make_config(kernel: str, dtype: torch.dtype, head_dim: int, long: bool = False, dropout: bool = False) -> dict:
+    tile = _tile(kernel, dtype, head_dim, long, dropout)
     assert tile is not None, (kernel, dtype, head_dim, long)
     block_m, block_n, warps, stages = tile
     signature = _signature(kernel, dtype)
     constexprs = {"D": head_dim, "BLOCK_M": block_m, "BLOCK_N": block_n, "UPCAST": False, "PRECISION": "ieee"}
     if "WITH_DQ" in signature:
         constexprs["WITH_DQ"] = kernel == "relu_attention_bwd"
+    constexprs["DROPOUT"] = dropout
     return {
-        "name": f"{kernel}_d{head_dim}_{_TRITON_DTYPE[dtype]}" + ("_long" if long else ""),
+        "name": f"{kernel}_d{head_dim}_{_TRITON_DTYPE[dtype]}"
+        + ("_long" if long else "")
+        + ("_dropout" if dropout else ""),
         "kernel": _KERNELS[kernel][0],
         "signature": signature,
         "constexprs": constexprs,
@@ -541,15 +642,18 @@ def _make_config(kernel: str, dtype: torch.dtype, head_dim: int, long: bool = Fa
 
 
 @functools.lru_cache(maxsize=None)
-def _all_configs() -> Dict[Tuple[str, torch.dtype, int, bool], dict]:
-    """(kernel, dtype, head dim, long) -> its configuration, built once (a launch looks its
-    configuration up here: a dict lookup, not a search)."""
+def _all_configs() -> Dict[Tuple[str, torch.dtype, int, bool, bool], dict]:
+    """(kernel, dtype, head dim, long, dropout) -> its configuration, built once (a launch
+    looks its configuration up here: a dict lookup, not a search).  Attention dropout is a
+    constexpr (``DROPOUT``), so the kernels without it are those measured before it existed,
+    instruction for instruction."""
     return {
-        (kernel, dtype, d, long): _make_config(kernel, dtype, d, long)
+        (kernel, dtype, d, long, dropout): _make_config(kernel, dtype, d, long, dropout)
         for kernel in _KERNELS
         for d in HEAD_DIMS
         for dtype in DTYPES
         for long in (False, True)
+        for dropout in (False, True)
         if _tile(kernel, dtype, d, long) is not None
     }
 
@@ -559,11 +663,14 @@ def launch_configs() -> List[dict]:
     return [dict(c) for c in _all_configs().values()]
 
 
-def _config(kernel: str, dtype: torch.dtype, head_dim: int, long: bool = False) -> dict:
+def _config(kernel: str, dtype: torch.dtype, head_dim: int, long: bool = False, dropout: bool = False) -> dict:
     """The configuration a launch takes: an entry of :func:`launch_configs` (``long``: the
-    long tier's where it has one, else the sentence tiles')."""
+    long tier's where it has one, else the sentence tiles'; ``dropout``: the form with
+    attention dropout)."""
     configs = _all_configs()
-    config = (long and configs.get((kernel, dtype, head_dim, True))) or configs.get((kernel, dtype, head_dim, False))
+    config = (long and configs.get((kernel, dtype, head_dim, True, dropout))) or configs.get(
+        (kernel, dtype, head_dim, False, dropout)
+    )
     if config is None:  # unsupported() is checked first
         raise AssertionError(f"no launch configuration {kernel}_d{head_dim}_{_TRITON_DTYPE.get(dtype, dtype)}")
     return config
@@ -581,7 +688,7 @@ LAUNCH_LOG: Optional[list] = None
 
 def _arg_type(x) -> str:
     if isinstance(x, Tensor):
-        return "*" + ({torch.int8: "i8"}.get(x.dtype) or _TRITON_DTYPE[x.dtype])
+        return "*" + ({torch.int8: "i8", torch.int64: "i64"}.get(x.dtype) or _TRITON_DTYPE[x.dtype])
     if isinstance(x, float):
         return "fp32"
     return _I32
@@ -666,6 +773,27 @@ def _placeholder(like: Tensor, dtype: torch.dtype) -> Tensor:
 _PLACEHOLDERS: Dict[Tuple[torch.device, torch.dtype], Tensor] = {}
 
 
+def _dropout_args(seed: Optional[Tensor], dropout_p: float, like: Tensor) -> Tuple[Tensor, float, float, bool]:
+    """(SEED, drop_p, keep_scale, DROPOUT) of a launch: attention dropout with probability
+    ``dropout_p`` under ``seed`` (one int64 on ``like``'s device), or none (p = 0)."""
+    if not 0.0 <= dropout_p <= 1.0:
+        raise ValueError(f"relu_attention: dropout_p must be in [0, 1], got {dropout_p}")
+    if dropout_p == 0.0:
+        return _placeholder(like, torch.int64), 0.0, 1.0, False
+    if seed is None or seed.dtype != torch.int64 or seed.numel() != 1 or seed.device != like.device:
+        raise ValueError("relu_attention: dropout needs its seed, one int64 on the inputs' device")
+    return seed, float(dropout_p), (1.0 / (1.0 - dropout_p) if dropout_p < 1.0 else 0.0), True
+
+
+def draw_seed(like: Tensor) -> Tensor:
+    """A dropout seed for the kernels, drawn from torch's generator of ``like``'s device (so
+    ``torch.manual_seed`` and fairseq's ``--seed`` fix it, and activation checkpointing,
+    which restores the generators' states, draws the same one again); an int64 on that
+    device, never read back to the host (no synchronisation, and ``torch.compile`` traces
+    the draw)."""
+    return torch.randint(0, 2**62, (1,), dtype=torch.int64, device=like.device)
+
+
 def _pad_arg(key_padding: Optional[Tensor], like: Tensor) -> Tuple[Tensor, int, int]:
     if key_padding is None:
         return _placeholder(like, torch.int8), 0, 0
@@ -684,53 +812,57 @@ def _fwd_impl(
     scale: float,
     row_scaled: bool,
     row_coef: float,
+    seed: Optional[Tensor],
+    dropout_p: float,
 ) -> Tuple[Tensor, Tensor]:
     """(out (B, H, T, d), c (B, H, T) fp32 or an empty tensor when not ``row_scaled``)."""
     _check(q, k, v, key_padding, kv_groups)
+    seed_arg, drop_p, keep_scale, dropout = _dropout_args(seed, dropout_p, q)
     bsz, heads, tgt, d = q.shape
     src = k.size(2)
     out = _heads_like(q)
     rs = q.new_empty((bsz, heads, tgt) if row_scaled else (0,), dtype=torch.float32)
     pad, stride_p, has_pad = _pad_arg(key_padding, q)
-    cfg = _config("relu_attention_fwd", q.dtype, d, _is_long(tgt, src))
+    cfg = _config("relu_attention_fwd", q.dtype, d, _is_long(tgt, src), dropout)
     grid = (_blocks(tgt, cfg["constexprs"]["BLOCK_M"]), bsz, heads)
     _launch(
         "relu_attention_fwd",
         cfg,
         grid,
         (
-            q, k, v, pad, out, rs if row_scaled else _placeholder(q, torch.float32),
+            q, k, v, pad, out, rs if row_scaled else _placeholder(q, torch.float32), seed_arg,
             *q.stride()[:3],
             *k.stride()[:3],
             *v.stride()[:3],
             *out.stride()[:3],
             stride_p,
             heads, kv_groups, tgt, src,
-            float(scale), float(row_coef),
+            float(scale), float(row_coef), drop_p, keep_scale,
             has_pad, int(causal), int(row_scaled),
         ),
     )  # fmt: skip
     return out, rs
 
 
-def _fwd_fake(q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef):
+def _fwd_fake(q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef, seed, dropout_p):
     bsz, heads, tgt, _ = q.shape
     return _heads_like(q), q.new_empty((bsz, heads, tgt) if row_scaled else (0,), dtype=torch.float32)
 
 
-#: the backward ops' arguments (each kernel of the backward reads the forward's inputs, dO
-#: and the row factor c)
+#: the backward ops' arguments (each kernel of the backward reads the forward's inputs, dO,
+#: the row factor c and the dropout seed)
 _BWD_ARGS = (
     "(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor? key_padding, Tensor row_scale, bool causal, "
-    "int kv_groups, float scale, bool row_scaled)"
+    "int kv_groups, float scale, bool row_scaled, Tensor? seed, float dropout_p)"
 )
 
 
-def _dkdv_impl(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled):
+def _dkdv_impl(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, seed, dropout_p):
     """(dk, dv), each (B_kv, H, S, d) in the dtype of k."""
     return _key_block_pass(
-        "relu_attention_bwd_dkdv", dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, None
-    )
+        "relu_attention_bwd_dkdv", dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled,
+        seed, dropout_p, None,
+    )  # fmt: skip
 
 
 def _key_block_pass(
@@ -745,6 +877,8 @@ def _key_block_pass(
     kv_groups: int,
     scale: float,
     row_scaled: bool,
+    seed: Optional[Tensor],
+    dropout_p: float,
     dq_acc: Optional[Tensor],
 ) -> Tuple[Tensor, Tensor]:
     """Launches the key-block kernel (dK, dV; with ``dq_acc``, a zeroed fp32 (B, H, T, d)
@@ -755,16 +889,17 @@ def _key_block_pass(
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
     pad, stride_p, has_pad = _pad_arg(key_padding, q)
+    seed_arg, drop_p, keep_scale, dropout = _dropout_args(seed, dropout_p, q)
     acc = _placeholder(q, torch.float32) if dq_acc is None else dq_acc
     acc_strides = (0, 0, 0) if dq_acc is None else dq_acc.stride()[:3]
-    cfg = _config(kernel, q.dtype, d, _is_long(tgt, src))
+    cfg = _config(kernel, q.dtype, d, _is_long(tgt, src), dropout)
     grid = (_blocks(src, cfg["constexprs"]["BLOCK_N"]), kv_bsz, heads)
     _launch(
         kernel,
         cfg,
         grid,
         (
-            q, k, v, pad, dout, row_scale if row_scaled else _placeholder(q, torch.float32), dk, dv, acc,
+            q, k, v, pad, dout, row_scale if row_scaled else _placeholder(q, torch.float32), seed_arg, dk, dv, acc,
             *q.stride()[:3],
             *k.stride()[:3],
             *v.stride()[:3],
@@ -774,21 +909,21 @@ def _key_block_pass(
             *acc_strides,
             stride_p,
             heads, kv_groups, tgt, src,
-            float(scale),
+            float(scale), drop_p, keep_scale,
             has_pad, int(causal), int(row_scaled),
         ),
     )  # fmt: skip
     return dk, dv
 
 
-def _dkdv_fake(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled):
+def _dkdv_fake(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, seed, dropout_p):
     return (
         torch.empty_like(k, memory_format=torch.contiguous_format),
         torch.empty_like(v, memory_format=torch.contiguous_format),
     )
 
 
-def _one_pass_impl(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled):
+def _one_pass_impl(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, seed, dropout_p):
     """(dq, dk, dv) in one pass over the key blocks, fp16/bf16 (:data:`ONE_PASS_DTYPES`): dQ
     summed across programs with fp32 atomic adds (5 dots per tile pair instead of the two
     passes' 7, one kernel launch instead of two; the adds' order varies from run to run, so
@@ -796,12 +931,13 @@ def _one_pass_impl(dout, q, k, v, key_padding, row_scale, causal, kv_groups, sca
     passes under ``torch.use_deterministic_algorithms``)."""
     dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     dk, dv = _key_block_pass(
-        "relu_attention_bwd", dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, dq_acc
-    )
+        "relu_attention_bwd", dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled,
+        seed, dropout_p, dq_acc,
+    )  # fmt: skip
     return dq_acc.to(q.dtype), dk, dv
 
 
-def _one_pass_fake(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled):
+def _one_pass_fake(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, seed, dropout_p):
     return (
         torch.empty_like(q, memory_format=torch.contiguous_format),
         torch.empty_like(k, memory_format=torch.contiguous_format),
@@ -809,21 +945,22 @@ def _one_pass_fake(dout, q, k, v, key_padding, row_scale, causal, kv_groups, sca
     )
 
 
-def _dq_impl(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled):
+def _dq_impl(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, seed, dropout_p):
     """dq, (B, H, T, d) in the dtype of q."""
     bsz, heads, tgt, d = q.shape
     src = k.size(2)
     dout = dout if dout.stride(-1) == 1 else dout.contiguous()
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     pad, stride_p, has_pad = _pad_arg(key_padding, q)
-    cfg = _config("relu_attention_bwd_dq", q.dtype, d, _is_long(tgt, src))
+    seed_arg, drop_p, keep_scale, dropout = _dropout_args(seed, dropout_p, q)
+    cfg = _config("relu_attention_bwd_dq", q.dtype, d, _is_long(tgt, src), dropout)
     grid = (_blocks(tgt, cfg["constexprs"]["BLOCK_M"]), bsz, heads)
     _launch(
         "relu_attention_bwd_dq",
         cfg,
         grid,
         (
-            q, k, v, pad, dout, row_scale if row_scaled else _placeholder(q, torch.float32), dq,
+            q, k, v, pad, dout, row_scale if row_scaled else _placeholder(q, torch.float32), seed_arg, dq,
             *q.stride()[:3],
             *k.stride()[:3],
             *v.stride()[:3],
@@ -831,21 +968,21 @@ def _dq_impl(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, ro
             *dq.stride()[:3],
             stride_p,
             heads, kv_groups, tgt, src,
-            float(scale),
+            float(scale), drop_p, keep_scale,
             has_pad, int(causal), int(row_scaled),
         ),
     )  # fmt: skip
     return dq
 
 
-def _dq_fake(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled):
+def _dq_fake(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, seed, dropout_p):
     return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
 relu_attention_fwd = ops.define(
     "relu_attention_fwd",
     "(Tensor q, Tensor k, Tensor v, Tensor? key_padding, bool causal, int kv_groups, float scale, "
-    "bool row_scaled, float row_coef) -> (Tensor, Tensor)",
+    "bool row_scaled, float row_coef, Tensor? seed, float dropout_p) -> (Tensor, Tensor)",
     _fwd_impl,
     _fwd_fake,
 )
@@ -862,27 +999,29 @@ class _ReluAttention(torch.autograd.Function):
     """Autograd of ``fsa::relu_attention_fwd`` (:func:`.ops.differentiable`)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef):
+    def forward(ctx, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef, seed, dropout_p):
         out, rs = ops.below_autograd(
-            relu_attention_fwd, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef
+            relu_attention_fwd, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef, seed, dropout_p
         )
         # c carries no gradient: marked so, it needs no zero gradient in the backward and
         # may be kept on ctx without a reference cycle
         ctx.mark_non_differentiable(rs)
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(q, k, v, key_padding)
+        ctx.save_for_backward(q, k, v, key_padding, seed)
         ctx.row_scale = rs
         ctx.args = (causal, kv_groups, scale, row_scaled)
+        ctx.dropout_p = dropout_p
         return out, rs
 
     @staticmethod
     @torch.autograd.function.once_differentiable  # the backward ops have no autograd: a clear error
     def backward(ctx, dout, _drs):
         if dout is None:  # (materialize_grads off) the output took no part in the loss
-            return (None,) * 9
-        q, k, v, key_padding = ctx.saved_tensors
-        dq, dk, dv = gradients(dout, q, k, v, key_padding, ctx.row_scale, ctx.args, ctx.needs_input_grad[:3])
-        return dq, dk, dv, None, None, None, None, None, None
+            return (None,) * 11
+        q, k, v, key_padding, seed = ctx.saved_tensors
+        args = (*ctx.args, seed, ctx.dropout_p)
+        dq, dk, dv = gradients(dout, q, k, v, key_padding, ctx.row_scale, args, ctx.needs_input_grad[:3])
+        return dq, dk, dv, None, None, None, None, None, None, None, None
 
 
 def gradients(
@@ -898,7 +1037,7 @@ def gradients(
     """(dq, dk, dv) of the forward (None where not ``needed``), from the backward ops: one
     pass (fp16/bf16, :data:`ONE_PASS_DTYPES`, fewer than :data:`TWO_PASS_FROM_KEYS` keys) or
     the two passes (fp32, long keys, deterministic mode).
-    ``args``: the forward's (causal, kv_groups, scale, row_scaled)."""
+    ``args``: the forward's (causal, kv_groups, scale, row_scaled, seed, dropout_p)."""
     need_q, need_k, need_v = needed
     dq = dk = dv = None
     one_pass = (
@@ -927,16 +1066,23 @@ def relu_attention(
     kv_groups: int = 1,
     scale: float = 1.0,
     gamma: Optional[float] = None,
+    dropout_p: float = 0.0,
+    seed: Optional[Tensor] = None,
 ) -> Tensor:
     """Differentiable fused ReLU attention (module docstring): ``gamma=None`` gives ReLA's
-    ``relu``, a float gives ReLUFormer's ``relu_scaled`` with that gamma.
+    ``relu``, a float gives ReLUFormer's ``relu_scaled`` with that gamma.  ``dropout_p`` > 0
+    applies attention dropout to the weights (:func:`_kept`) under ``seed`` (one int64 on
+    the inputs' device; None: :func:`draw_seed`).
 
     q (B, H, T, d), k and v (B_kv, H, S, d) with B = B_kv * kv_groups, key_padding
     (B_kv, S) bool (True = padding) or None; returns (B, H, T, d) in q's dtype."""
     row_scaled, row_coef = row_arguments(gamma)
+    if dropout_p and seed is None:
+        seed = draw_seed(q)
     return ops.call_differentiable(
-        relu_attention_fwd, _ReluAttention, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef
-    )[0]
+        relu_attention_fwd, _ReluAttention, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef,
+        seed, float(dropout_p),
+    )[0]  # fmt: skip
 
 
 def row_arguments(gamma: Optional[float]) -> Tuple[bool, float]:

@@ -304,6 +304,12 @@ def resolve_model(cfg) -> ModelConfig:
             f"--attn-key-block-size {backend.key_block_size} needs --attention-dropout 0 (got "
             f"{dropout}): the key-block path cannot replay a dropout mask"
         )
+    if backend.key_block_size and backend.name not in ("auto", "key_block"):
+        raise UsageError(
+            f"--attn-key-block-size {backend.key_block_size} takes effect with --attn-backend auto or key_block, "
+            f"not {backend.name} (which would ignore it): drop one of the two flags (for a trained checkpoint: "
+            "--model-overrides \"{'attn_key_block_size': 0}\")"
+        )
 
     if backend.name != "auto":
         check_named_backend(cfg, backend.name, built, heads, encoder_heads, biases)

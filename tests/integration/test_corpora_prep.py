@@ -429,6 +429,8 @@ def test_europarl_gold_blank_lines_are_dropped_as_lilt_alignment_scripts_do(tmp_
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert lines(out / "tok" / "test.de") == ["das ist schön .", "ja ."]
     assert lines(out / "tok" / "test.en") == ["that is nice .", "yes ."]
+    # and as released (cased), for cased models aligned against the same gold (ReLA's analyses)
+    assert lines(out / "tok_cased" / "test.de") == ["Das ist schön .", "Ja ."]
     assert lines(out / "gold" / "test.talp") == ["1-1 2-2", "1-1"]
     assert "test.de: dropped 2 blank lines" in proc.stderr and "gold alignments: dropped 2 blank lines" in proc.stderr
 

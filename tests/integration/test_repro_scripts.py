@@ -819,3 +819,94 @@ def test_rela_and_rhe_scripts_check_their_seeds(smoke_data, rhe_smoke_data, tmp_
         proc = run_script(script, data, 0, tmp_path / script.replace("/", "_"), SEEDS=seeds, ROWS=row)
         assert proc.returncode == 1 and message in proc.stderr, (script, proc.stderr[-2000:])
         assert not list((tmp_path / script.replace("/", "_")).rglob("checkpoint*.pt"))
+
+
+@pytest.fixture(scope="module")
+def en_de_smoke_data(tmp_path_factory, multi30k_raw):
+    """The smoke slice prepared En->De (ReLA's direction: WMT14 En-De), joint BPE
+    (``bpe/codes``, as prepare_wmt14_en_de.py writes it)."""
+    out = tmp_path_factory.mktemp("smoke_en_de") / "multi30k_en_de"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "data_prep" / "prepare_multi30k.py"), "--raw-dir", str(multi30k_raw),
+         "--out", str(out), "--src", "en", "--tgt", "de", "--max-train-lines", "2000", "--max-eval-lines", "50",
+         "--bpe-merges", "1000"],
+        capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (out / "bpe" / "codes").is_file() and list((out / "data-bin").glob("train.en-de.en.idx"))
+    return out
+
+
+def test_rela_analyses_script(en_de_smoke_data, tmp_path):
+    """rela/analyses.sh end to end in SMOKE mode (rows 1 and 7: softmax, ReLA-g): the rows are
+    trained with table1.sh's flags, averaged, analysed (stats with the τ of Table 6, align
+    with a rule-made gold file in the RWTH layout, de-en links reversed, hallucination for
+    ReLA-g), the figures drawn and Tables 5 and 6 assembled from the results.  A structural
+    check, not a quality one (Multi30k has no gold alignments)."""
+    data = en_de_smoke_data
+    align_dir = tmp_path / "align"
+    (align_dir / "gold").mkdir(parents=True)
+    (align_dir / "tok_cased").mkdir()  # prepare_europarl_de_en_align.py's cased gold sentences
+    de = (data / "tok" / "test.de").read_text(encoding="utf-8").splitlines()
+    en = (data / "tok" / "test.en").read_text(encoding="utf-8").splitlines()
+    gold = []
+    for d, e in zip(de, en):  # de-en links, as the RWTH file: de position first
+        n = min(len(d.split()), len(e.split()))
+        gold.append(" ".join(f"{i}-{i}" if i == 1 else f"{i}p{i}" for i in range(1, n + 1)))
+    (align_dir / "gold" / "test.talp").write_text("\n".join(gold) + "\n", encoding="utf-8")
+    for lang, lines in (("de", de), ("en", en)):
+        (align_dir / "tok_cased" / f"test.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "rela"
+    proc = run_script(
+        "rela/analyses.sh", data, 0, out, ROWS="1 7", ALIGN_DIR=align_dir, FSA_ANALYZE=_fsa_analyze_wrapper(tmp_path)
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "no tok_cased/" not in proc.stderr
+    assert "--arch rela_transformer_wmt_en_de" in (out / "row7" / "train.cmd").read_text()
+    assert "--attention-dropout 0.1" in (out / "row1" / "train.cmd").read_text()  # table1.sh's flags
+    ana = out / "analyses"
+    for row in ("row1", "row7"):
+        text = (ana / row / "stats" / "stats.json").read_text()
+        assert "checkpoint_avg5.pt" in text  # the checkpoint Table 1 evaluates
+        assert set(json.loads(text)["attention"]) == {"encoder_self", "decoder_self", "cross"}
+        align = json.loads((ana / row / "align" / "align.json").read_text())
+        assert {e["setting"] for e in align["results"]} == {"awo", "awi"}
+        assert align["data"]["raw_source"].endswith("tok_cased/test.en")  # the model's source side
+    assert (ana / "row7" / "hallucination" / "hallucination.json").is_file()
+    assert not (ana / "row1" / "hallucination").exists()  # softmax has no null attention
+    for fig in ("fig3_sparsity_cross", "fig5_js_encoder_self", "fig6_null_rate_decoder_self", "fig4_aer_awi"):
+        assert (ana / "figures" / fig / "curves.png").is_file(), fig
+    five = rows(ana / "table5.tsv")
+    assert [(r["model"], r["attention"]) for r in five] == [
+        (m, s) for m in ("softmax", "ReLA-g") for s in ("normal", "shifted")
+    ]
+    assert all(0.0 <= float(r[k]) <= 1.0 for r in five for k in ("AoL", "AoH"))
+    six = rows(ana / "table6.tsv")
+    assert {(r["model"], r["tau"]) for r in six if r["kind"] == "cross"} == {
+        ("softmax", "-"),
+        *(("ReLA-g", t) for t in ("1", "0.5", "0.25", "0.1")),
+    }
+
+
+def test_rela_analyses_refuses_the_other_direction_and_names_its_flags(smoke_data, tmp_path):
+    """De->En data is refused in one line before any training; every flag the script passes
+    to an fsa-analyze subcommand is that subcommand's own."""
+    from fairseq_sparse_attn.analysis.cli import get_parser
+
+    proc = run_script("rela/analyses.sh", smoke_data, 0, tmp_path / "out", FSA_ANALYZE="true")
+    assert proc.returncode != 0 and "the data is de-en: ReLA's analyses are of the En->De models" in proc.stderr
+    assert not list((tmp_path / "out").glob("row*"))
+    text = (REPO / "scripts" / "rela" / "analyses.sh").read_text()
+    choices = get_parser()._subparsers._group_actions[0].choices
+    calls = re.findall(r'"\$FSA_ANALYZE" (\w[\w-]*)(.*?)(?:> "|\|\|)', text, re.S)
+    assert {name for name, _ in calls} == {"stats", "align", "hallucination", "filter", "curves"}
+    known_common = {"--path", "--no-progress", "--device"}
+    for name, call in calls:
+        known = {opt for action in choices[name]._actions for opt in action.option_strings}
+        flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", call))
+        assert flags - known_common <= known, (name, flags - known)
+    align_input = text[text.index("align_input=(--raw-source") : text.index("--reverse-links)") + 16]
+    assert set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", align_input)) <= {
+        opt for action in choices["align"]._actions for opt in action.option_strings
+    }

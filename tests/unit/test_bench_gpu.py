@@ -517,3 +517,40 @@ def test_a_train_run_that_would_be_cut_off_is_not_started(monkeypatch, tmp_path)
     assert [json.loads(line)["preset"] for line in progress.read_text().splitlines()] == ["softmax", "rela_g", "rela_g"]
     assert clock.now == 90
     assert bench_gpu.expected_run_seconds([]) == 0 and bench_gpu.expected_run_seconds([30, 10, 40]) == 30
+
+
+def test_dropout_and_base_presets_are_divided_by_their_own_softmax(monkeypatch, tmp_path):
+    """``*_dropout`` runs (attention dropout 0.1: auto's "+dropout" settings) are divided by
+    softmax with the same dropout, ``*_base`` runs (transformer_wmt_en_de's size) by stock
+    transformer_wmt_en_de, the others by softmax; the ratios are what faster_in reads.  A
+    fake fairseq-train whose updates/s depends on the preset's flags."""
+    import types
+
+    from fairseq_sparse_attn.attention.backends import triton as tb
+
+    assert bench_gpu.baseline("rela_g_triton_dropout") == "softmax_dropout"
+    assert bench_gpu.baseline("rela_g_base") == "softmax_base" and bench_gpu.baseline("rela_i") == "softmax"
+    for name, flags in bench_gpu.PRESETS.items():  # each group's runs differ from the plain ones in that only
+        if name.endswith("_dropout"):
+            assert flags[-2:] == ["--attention-dropout", "0.1"] and flags[:-2] == bench_gpu.PRESETS[name[:-8]]
+        if name.endswith("_base"):
+            assert "wmt_en_de" in flags[1] and flags[2:] == bench_gpu.PRESETS[name[:-5]][2:]
+    speed = {"transformer_iwslt_de_en": 10.0, "rela_transformer_iwslt_de_en": 9.0, "transformer_wmt_en_de": 8.0}
+    speed["rela_transformer_wmt_en_de"] = 8.8
+
+    def run(cmd, **kwargs):
+        ups = speed[cmd[cmd.index("--arch") + 1]] / (2 if "--attention-dropout" in cmd else 1)
+        ups *= 1.1 if "triton" in cmd else 1.0
+        log = "\n".join(f'train_inner | {{"num_updates": "{u}", "ups": "{ups}"}}' for u in (20, 40, 60))
+        return subprocess.CompletedProcess(cmd, 0, stdout=log, stderr="")
+
+    monkeypatch.setattr(bench_gpu.subprocess, "run", run)
+    presets = ["softmax_dropout", "rela_g_dropout", "rela_g_triton_dropout", "softmax_base", "rela_g_base"]
+    args = types.SimpleNamespace(presets=presets, dtypes=["fp16"], rounds=3, max_update=60, log_interval=20,
+                                 max_tokens=4096)  # fmt: skip
+    ratios = bench_gpu.train_part(args, bench_gpu.Budget(1000), tmp_path)["fp16"]["ratios"]
+    assert ratios["rela_g_dropout"]["median"] == pytest.approx(0.9)
+    assert ratios["rela_g_triton_dropout"]["median"] == pytest.approx(0.99)
+    assert ratios["rela_g_base"]["median"] == pytest.approx(1.1)
+    result = {"parts": {"train": {"fp16": {"ratios": ratios}}}, "provenance": {"device": "NVIDIA H100"}}
+    assert tb.faster_in(result) == {"fp16+dropout"}

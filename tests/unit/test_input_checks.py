@@ -214,6 +214,17 @@ def test_key_blocks_with_attention_dropout():
         validation.validate_model_args(flags(attn_activation="relu", attn_key_block_size=16, attention_dropout=0.1))
 
 
+@pytest.mark.parametrize("backend", ["triton", "materialized", "query_block", "sdpa"])
+def test_key_blocks_with_another_named_backend_are_refused(backend):
+    """A named backend other than key_block never takes the key-block path: the flag would be
+    ignored without a word, so the pair is one usage error naming both flags."""
+    validation.validate_model_args(flags(attn_activation="relu", attn_key_block_size=16, attn_backend="key_block"))
+    with pytest.raises(
+        UsageError, match=f"--attn-key-block-size 16 takes effect with --attn-backend auto or key_block, not {backend}"
+    ):
+        validation.validate_model_args(flags(attn_activation="relu", attn_key_block_size=16, attn_backend=backend))
+
+
 def task_with(syntax_inputs=None, symbols=()):
     d = Dictionary()
     for s in symbols:

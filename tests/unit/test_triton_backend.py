@@ -228,7 +228,8 @@ def test_what_it_refuses_goes_elsewhere_with_the_reason():
     spec = AttendSpec(build_activation("relu", H), torch.nn.Dropout(0.1), HeadPlan(H), backend="auto")
     q = torch.randn(1, H, 3, 32, requires_grad=True)
     why = explain(q, q, AttentionInputs(), spec)
-    assert "triton: attention dropout (in training, or in inference with --retain-dropout)" in why
+    assert "triton: auto takes it for training calls on CUDA devices" in why  # (attention dropout is served)
+    assert "attention dropout (in training" not in why.split("triton:")[1].split("|")[0]
     for activation, reason in (("gelu", "activation gelu"), ("entmax15", "activation entmax15")):
         spec = AttendSpec(build_activation(activation, H), torch.nn.Dropout(0.0), HeadPlan(H), backend="triton")
         with pytest.raises(UsageError, match=reason):
@@ -399,9 +400,9 @@ def test_a_plain_module_calls_the_kernels_directly_with_the_scale_inside(monkeyp
     scales = []
     real = ra.relu_attention
 
-    def spy(q, k, v, key_padding=None, causal=False, kv_groups=1, scale=1.0, gamma=None):
+    def spy(q, k, v, key_padding=None, causal=False, kv_groups=1, scale=1.0, gamma=None, dropout_p=0.0):
         scales.append(scale)
-        return real(q, k, v, key_padding, causal, kv_groups, scale, gamma)
+        return real(q, k, v, key_padding, causal, kv_groups, scale, gamma, dropout_p)
 
     monkeypatch.setattr(ra, "relu_attention", spy)
     fused.__dict__.pop("_spec_cache")  # the plan is rebuilt with the spy
@@ -524,8 +525,6 @@ def test_a_hooked_activation_is_never_skipped_by_the_kernels(monkeypatch):
     [
         ("pattern", "a mask other than key padding and causal"),
         ("head_dim", "head dim 48"),
-        ("dropout", "attention dropout (in training, or in inference with --retain-dropout)"),
-        ("retain_dropout", "attention dropout (in training, or in inference with --retain-dropout)"),
     ],
 )
 def test_a_call_the_kernels_do_not_serve_goes_to_attend_which_says_why(case, reason):

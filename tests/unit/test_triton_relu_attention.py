@@ -31,8 +31,10 @@ from fairseq_sparse_attn.kernels import relu_attention as ra  # noqa: E402
 TOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
 
 
-def reference(q, k, v, key_padding=None, causal=False, kv_groups=1, scale=1.0, gamma=None):
-    """The plain formula in float64: w_ij = c_i relu(scale q_i.k_j) on visible keys."""
+def reference(q, k, v, key_padding=None, causal=False, kv_groups=1, scale=1.0, gamma=None, keep=None, p=0.0):
+    """The plain formula in float64: w_ij = c_i relu(scale q_i.k_j) on visible keys; with
+    ``keep`` (bool, (B, H, T, S)), attention dropout: the weights it drops zeroed, the others
+    divided by 1 - p (as ``torch.nn.Dropout`` scales them)."""
     q, k, v = q.double(), k.double(), v.double()
     if kv_groups > 1:
         k = k.repeat_interleave(kv_groups, dim=0)
@@ -50,6 +52,8 @@ def reference(q, k, v, key_padding=None, causal=False, kv_groups=1, scale=1.0, g
     if gamma is not None:
         n = (~hidden).sum(-1, keepdim=True).double()
         w = w / (gamma * torch.sqrt(n.clamp(min=1) / 2))
+    if keep is not None:
+        w = w * keep.double() / (1.0 - p) if p < 1 else w * 0.0
     return w @ v
 
 
@@ -74,9 +78,14 @@ def deterministic():
         torch.use_deterministic_algorithms(before)
 
 
-def run(dtype, d, tgt, src, heads=2, kv_bsz=2, key_padding=None, causal=False, kv_groups=1, gamma=None, seed=0):
+def run(
+    dtype, d, tgt, src, heads=2, kv_bsz=2, key_padding=None, causal=False, kv_groups=1, gamma=None, seed=0,
+    dropout_p=0.0, keep_mask=None,
+):  # fmt: skip
     """Output and gradients of the kernels (both backwards) and of the reference; returns the
-    errors: out, dq, dk, dv (one pass) and dq/dk/dv_two_pass."""
+    errors: out, dq, dk, dv (one pass) and dq/dk/dv_two_pass.  ``dropout_p`` > 0: attention
+    dropout under a seed drawn here, whose decisions ``keep_mask(seed, B, H, T, S, p)`` gives
+    the reference (test_triton_dropout.py)."""
     g = torch.Generator().manual_seed(seed)
     bsz = kv_bsz * kv_groups
     q = torch.randn(bsz, heads, tgt, d, generator=g).to(dtype).requires_grad_()
@@ -84,14 +93,17 @@ def run(dtype, d, tgt, src, heads=2, kv_bsz=2, key_padding=None, causal=False, k
     v = torch.randn(kv_bsz, heads, src, d, generator=g).to(dtype).requires_grad_()
     upstream = torch.randn(bsz, heads, tgt, d, generator=g).to(dtype)
     scale = 1 / math.sqrt(d)
-    out = ra.relu_attention(q, k, v, key_padding, causal, kv_groups, scale, gamma)
+    dropout_seed = int(torch.randint(0, 2**62, (1,), generator=g)) if dropout_p else None
+    seed_arg = None if dropout_seed is None else torch.tensor([dropout_seed])
+    out = ra.relu_attention(q, k, v, key_padding, causal, kv_groups, scale, gamma, dropout_p, seed_arg)
     assert out.dtype == dtype and out.shape == (bsz, heads, tgt, d)
     one_pass = torch.autograd.grad(out, (q, k, v), upstream, retain_graph=True)
     with deterministic():
         two_pass = torch.autograd.grad(out, (q, k, v), upstream)
     assert torch.equal(one_pass[1], two_pass[1]) and torch.equal(one_pass[2], two_pass[2])  # the same dK/dV code
+    keep = None if dropout_seed is None else keep_mask(dropout_seed, bsz, heads, tgt, src, dropout_p)
     q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
-    ref = reference(q64, k64, v64, key_padding, causal, kv_groups, scale, gamma)
+    ref = reference(q64, k64, v64, key_padding, causal, kv_groups, scale, gamma, keep, dropout_p)
     ref.backward(upstream.double())
     for t in (out, *one_pass, *two_pass):
         assert torch.isfinite(t).all()
@@ -332,18 +344,20 @@ def test_custom_ops_pass_opcheck():
     k = torch.randn(1, 1, 6, 32, requires_grad=True)
     v = torch.randn(1, 1, 6, 32, requires_grad=True)
     pad = padding(1, 6, [4])
-    torch.library.opcheck(
-        ra.relu_attention_fwd,
-        (q, k, v, pad, False, 2, 0.5, True, 1.4),
-        test_utils=("test_schema", "test_autograd_registration", "test_faketensor"),
-    )
-    half = [t.detach().half() for t in (q, k, v)]
-    dout = torch.randn(2, 1, 5, 32).half()
-    rs = torch.rand(2, 1, 5)
-    for op in (ra.relu_attention_bwd, ra.relu_attention_bwd_dkdv, ra.relu_attention_bwd_dq):
+    seed = torch.tensor([3])
+    for dropout in ((None, 0.0), (seed, 0.25)):  # without and with attention dropout
         torch.library.opcheck(
-            op, (dout, *half, pad, rs, False, 2, 0.5, True), test_utils=("test_schema", "test_faketensor")
+            ra.relu_attention_fwd,
+            (q, k, v, pad, False, 2, 0.5, True, 1.4, *dropout),
+            test_utils=("test_schema", "test_autograd_registration", "test_faketensor"),
         )
+        half = [t.detach().half() for t in (q, k, v)]
+        dout = torch.randn(2, 1, 5, 32).half()
+        rs = torch.rand(2, 1, 5)
+        for op in (ra.relu_attention_bwd, ra.relu_attention_bwd_dkdv, ra.relu_attention_bwd_dq):
+            torch.library.opcheck(
+                op, (dout, *half, pad, rs, False, 2, 0.5, True, *dropout), test_utils=("test_schema", "test_faketensor")
+            )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])  # two-pass, one-pass backward
@@ -373,10 +387,11 @@ def test_launch_configs_cover_every_head_dim_and_dtype_once():
     configs = ra.launch_configs()
     names = [c["name"] for c in configs]
     # forward, dK/dV, dQ, and the one-pass backward (the dK/dV kernel with WITH_DQ) in fp16/bf16,
-    # and the long tier's tiles in fp16/bf16
+    # and the long tier's tiles in fp16/bf16; each without and with attention dropout
     sentence = (3 * len(ra.DTYPES) + len(ra.ONE_PASS_DTYPES)) * len(ra.HEAD_DIMS)
-    assert len(names) == len(set(names)) == sentence + 2 * len(ra._LONG_TILES)
-    assert sum(name.endswith("_long") for name in names) == 2 * len(ra._LONG_TILES)
+    assert len(names) == len(set(names)) == 2 * (sentence + 2 * len(ra._LONG_TILES))
+    assert sum("_long" in name for name in names) == 2 * 2 * len(ra._LONG_TILES)
+    assert sum(name.endswith("_dropout") for name in names) == len(names) // 2
     for c in configs:
         assert set(c) == {"name", "kernel", "signature", "constexprs", "num_warps", "num_stages"}
         fn = c["kernel"]
@@ -384,12 +399,15 @@ def test_launch_configs_cover_every_head_dim_and_dtype_once():
         assert list(c["signature"]) == fn.arg_names
         assert {a for a, t in c["signature"].items() if t == "constexpr"} == set(c["constexprs"])
         assert c["constexprs"]["UPCAST"] is False and c["constexprs"]["PRECISION"] == "ieee"
-        kernel = c["name"].rsplit("_d", 1)[0]
+        kernel = c["name"].removesuffix("_dropout").rsplit("_d", 1)[0]
         if kernel in ("relu_attention_bwd", "relu_attention_bwd_dkdv"):  # one kernel source
             assert c["constexprs"]["WITH_DQ"] is (kernel == "relu_attention_bwd")
         else:
             assert "WITH_DQ" not in c["constexprs"]
-        assert all(t in ("*fp32", "*fp16", "*bf16", "*i8", "i32", "fp32", "constexpr") for t in c["signature"].values())
+        assert c["constexprs"]["DROPOUT"] is c["name"].endswith("_dropout")
+        assert all(
+            t in ("*fp32", "*fp16", "*bf16", "*i8", "*i64", "i32", "fp32", "constexpr") for t in c["signature"].values()
+        )
 
 
 def test_every_launch_uses_a_listed_configuration(monkeypatch):
@@ -400,14 +418,16 @@ def test_every_launch_uses_a_listed_configuration(monkeypatch):
     monkeypatch.setattr(ra, "LAUNCH_LOG", log)
     for dtype in ra.DTYPES:
         for d in (32, 128):
-            q, k, v = (torch.randn(1, 1, 3, d).to(dtype).requires_grad_() for _ in range(3))
-            out = ra.relu_attention(q, k, v, padding(1, 3, [2]), gamma=1.0).sum()
-            out.backward(retain_graph=True)  # forward, one-pass backward
-            with deterministic():
-                out.backward()  # dK/dV, dQ
+            for p in (0.0, 0.2):  # without and with attention dropout
+                q, k, v = (torch.randn(1, 1, 3, d).to(dtype).requires_grad_() for _ in range(3))
+                out = ra.relu_attention(q, k, v, padding(1, 3, [2]), gamma=1.0, dropout_p=p).sum()
+                out.backward(retain_graph=True)  # forward, one-pass backward
+                with deterministic():
+                    out.backward()  # dK/dV, dQ
     # fp32: forward, then the two passes twice; fp16, bf16: forward, one pass, two passes
-    assert len(log) == 2 * (1 + 2 + 2) + 2 * 2 * (1 + 1 + 2)
-    assert {name.rsplit("_d", 1)[0] for name, *_ in log} == {
+    assert len(log) == 2 * (2 * (1 + 2 + 2) + 2 * 2 * (1 + 1 + 2))
+    assert sum(name.endswith("_dropout") for name, *_ in log) == len(log) // 2
+    assert {name.removesuffix("_dropout").rsplit("_d", 1)[0] for name, *_ in log} == {
         "relu_attention_fwd",
         "relu_attention_bwd",
         "relu_attention_bwd_dkdv",

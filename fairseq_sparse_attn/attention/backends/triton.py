@@ -7,9 +7,11 @@ Serves activations that are rectified, have exact zeros and ReLU's backward
 (``supports_chunking``: ``relu``, ``relu_scaled``), with a row factor of the kernel's form
 ``c / √max(n, 1)`` (ReLUFormer's 1/(γ√(n/2)); probed once per activation through its
 ``row_scale``); head dims 32, 64, 128, 256 in fp32 / fp16 / bf16 (:mod:`...kernels.served`); masks that are key padding
-and/or causal (:func:`..masks.padding_and_causal`), beam-search key groups.  Not served, so
+and/or causal (:func:`..masks.padding_and_causal`), beam-search key groups, attention
+dropout (inside the kernels, under a seed drawn from torch's generator: ``relu_attention``'s
+``dropout_p``).  Not served, so
 they go to the other backends with the reason: returned weights (analysis, ``need_weights``),
-attention dropout in training, additive biases, bias providers, fixed-pattern heads, masked
+additive biases, bias providers, fixed-pattern heads, masked
 heads / RHE, ReLUFormer row sums (its regularized loss), an activation module with hooks
 (the kernels never call it, so its hooks would not run).  fairseq's own requests for
 weights (``need_weights`` by default, the alignment layer's ``need_head_weights``) get
@@ -34,6 +36,9 @@ on an H100 (``docs/results/bench-gpu.json``: ReLA-g's updates/s 0.97x softmax's 
 backend against 0.91x eager, both of 2 rounds) and in bf16 on an H200
 (``bench-gpu-h200.json``: 1.13x against 1.00x, 3 rounds; its fp16 has one round, which
 decides nothing): auto takes it on H100s in fp16 and on H200s in bf16, and nowhere else.
+Those runs had no attention dropout; a call with it is a setting of its own
+(``"fp16+dropout"``, :func:`measured_setting`) that no recorded run has measured yet, so
+auto does not take the kernels for it (``make bench-gpu``'s ``*_dropout`` presets measure it).
 Incremental
 decoding steps (no gradients) are served only when named, as no measurement shows the
 kernels faster there (a decoding step of a module with a plain pipeline does not reach
@@ -136,24 +141,27 @@ DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp
 
 
 def faster_in(result: dict) -> FrozenSet[str]:
-    """The dtypes (``"fp16"``, ...) in which a ``make bench-gpu`` result shows the triton
-    backend faster: its train part has ``rela_g_triton`` and the eager ``rela_g``, each with
-    at least 2 rounds, and ``rela_g_triton``'s median updates/s ratio to softmax is above
-    ``rela_g``'s of the same rounds."""
+    """The settings (:func:`measured_setting`: ``"fp16"``, ``"bf16+dropout"``, ...) in which
+    a ``make bench-gpu`` result shows the triton backend faster: its train part has
+    ``rela_g_triton`` and the eager ``rela_g`` (with attention dropout: ``rela_g_triton_dropout``
+    and ``rela_g_dropout``), each with at least 2 rounds, and the fused one's median
+    updates/s ratio to softmax is above the eager one's of the same rounds."""
     train = result.get("parts", {}).get("train") or {}
     faster = set()
     for dtype, per_dtype in train.items():
         ratios = per_dtype.get("ratios") or {}
-        fused, eager = ratios.get("rela_g_triton"), ratios.get("rela_g")
-        if fused and eager and min(fused.get("rounds", 0), eager.get("rounds", 0)) >= 2:
-            if fused["median"] > eager["median"]:
-                faster.add(dtype)
+        for suffix, setting in (("", dtype), ("_dropout", dtype + "+dropout")):
+            fused, eager = ratios.get("rela_g_triton" + suffix), ratios.get("rela_g" + suffix)
+            if fused and eager and min(fused.get("rounds", 0), eager.get("rounds", 0)) >= 2:
+                if fused["median"] > eager["median"]:
+                    faster.add(setting)
     return frozenset(faster)
 
 
 def measured_faster(results: Path = RESULTS) -> Dict[Tuple[str, str], str]:
-    """{(device family, dtype name): result file} for every recorded ``make bench-gpu``
-    result (``docs/results/bench-gpu*.json``) that shows the triton backend faster there."""
+    """{(device family, setting): result file} for every recorded ``make bench-gpu`` result
+    (``docs/results/bench-gpu*.json``) that shows the triton backend faster there (a setting:
+    :func:`measured_setting`)."""
     found: Dict[Tuple[str, str], str] = {}
     for path in sorted(results.glob("bench-gpu*.json")) if results.is_dir() else ():
         try:
@@ -168,9 +176,10 @@ def measured_faster(results: Path = RESULTS) -> Dict[Tuple[str, str], str]:
     return found
 
 
-#: where auto takes this backend: {(device family, dtype name): the result file that shows it
-#: faster}, what :func:`measured_faster` reads from ``docs/results/`` (a test keeps the two
-#: equal, so a new recorded result changes auto only with this table).  Kept in the package
+#: where auto takes this backend: {(device family, setting): the result file that shows it
+#: faster} (a setting: the dtype, with "+dropout" for calls with attention dropout,
+#: :func:`measured_setting`), what :func:`measured_faster` reads from ``docs/results/`` (a
+#: test keeps the two equal, so a new recorded result changes auto only with this table).  Kept in the package
 #: because an installed wheel (``make install OFFLINE=...``, the GPU nodes' install) has no
 #: ``docs/``: read from there, auto never took the kernels on any GPU.
 MEASURED_FASTER: Dict[Tuple[str, str], str] = {
@@ -191,11 +200,17 @@ def auto_may_take_it() -> bool:
     return bool(MEASURED_FASTER) and torch.cuda.is_available()
 
 
+def measured_setting(dtype: torch.dtype, dropout: bool) -> str:
+    """The name under which a ``make bench-gpu`` result records a training setting:
+    ``"fp16"``, ``"bf16"``, ... and, with attention dropout, ``"fp16+dropout"``."""
+    return DTYPE_NAMES.get(dtype, "") + ("+dropout" if dropout else "")
+
+
 def _auto_enabled(spec: AttendSpec, call: Call) -> bool:
     if call.device != "cuda" or not call.grad or call.dtype is None or not torch.cuda.is_available():
         return False
     family = _family_of_device(torch.cuda.current_device())
-    return (family, DTYPE_NAMES.get(call.dtype, "")) in MEASURED_FASTER
+    return (family, measured_setting(call.dtype, call.dropout)) in MEASURED_FASTER
 
 
 # --------------------------------------------------------------------------- the backend
@@ -256,7 +271,8 @@ def triton_attention(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: C
             f"attention backend 'triton' (--attn-backend) cannot serve this configuration: {e}; {auto_remedy(call.grad)}"
         ) from None
     key_padding, causal = structure
-    out = relu_attention(q, k, v, key_padding, causal, inputs.kv_groups, 1.0, gamma)
+    dropout_p = float(spec.dropout.p) if call.dropout else 0.0
+    out = relu_attention(q, k, v, key_padding, causal, inputs.kv_groups, 1.0, gamma, dropout_p)
     return out, Intermediates(backend="triton")
 
 
@@ -265,6 +281,7 @@ def direct_call(activation, output_norm) -> Optional[Callable[..., Optional[torc
     whose pipeline is plain (``call_plan.plain_pipeline_reason``): ``call(q, k, v, hidden,
     kv_groups, scale)`` on q (bsz, H, tgt, d) *unscaled* and k, v (kv_bsz, H, src, d)
     returns the concatenated heads after the module's ``output_norm``, (tgt * bsz, H * d),
+    with attention dropout of probability ``dropout_p`` on the weights (0: none),
     or None for a call the kernels do not serve (a dtype, head dim or mask they do not
     take, or an activation with hooks: the plan hands it to :func:`~..core.attend`, which
     says why); the whole function
@@ -285,7 +302,7 @@ def direct_call(activation, output_norm) -> Optional[Callable[..., Optional[torc
 
     kernel_arguments = getattr(output_norm, "kernel_arguments", None)
 
-    def call(q, k, v, hidden, kv_groups: int, scale: float) -> Optional[torch.Tensor]:
+    def call(q, k, v, hidden, kv_groups: int, scale: float, dropout_p: float = 0.0) -> Optional[torch.Tensor]:
         if unserved(v.device.type, v.dtype, v.size(-1)) is not None or unserved_sizes(q, k, v) is not None:
             return None
         if not hook_free(activation):  # attend() says why (hooks_reason), or auto runs it exactly
@@ -300,9 +317,12 @@ def direct_call(activation, output_norm) -> Optional[Callable[..., Optional[torc
         pad, causal = structure
         fused = kernel_arguments(v.dtype) if kernel_arguments is not None else None
         if fused is not None and hook_free(output_norm) and not torch.compiler.is_compiling():
-            return normed_relu_attention(q, k, v, pad, causal, kv_groups, scale, gamma, *fused)
+            weight, gate_weight, eps, half_floor = fused
+            return normed_relu_attention(
+                q, k, v, pad, causal, kv_groups, scale, gamma, weight, gate_weight, eps, half_floor, dropout_p
+            )
         bsz, heads, tgt, d = q.shape
-        out = relu_attention(q, k, v, pad, causal, kv_groups, scale, gamma)
+        out = relu_attention(q, k, v, pad, causal, kv_groups, scale, gamma, dropout_p)
         # (bsz, H, tgt, d) laid out as (tgt, bsz, H, d) by the kernel: a view
         return output_norm(out.permute(2, 0, 1, 3).reshape(tgt * bsz, heads * d))
 
@@ -313,12 +333,12 @@ register_backend(
     Backend(
         "triton",
         triton_attention,
-        Capabilities(activation_traits=TRITON_TRAITS, devices=frozenset({"cpu", "cuda"})),
+        Capabilities(activation_traits=TRITON_TRAITS, dropout=True, devices=frozenset({"cpu", "cuda"})),
         priority=35,
         enabled=_auto_enabled,
         auto_when=(
             "for training calls on CUDA devices whose family has a recorded make bench-gpu result showing it "
-            "faster in the call's dtype ("
+            "faster in the call's dtype, with attention dropout or without ("
             + ", ".join(f"{family} {dtype}" for family, dtype in sorted(MEASURED_FASTER))
             + ")"
         ),
