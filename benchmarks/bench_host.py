@@ -71,7 +71,7 @@ PRESETS = {
 }
 
 
-def build(name, dictionary, heads, width, device, dtype):
+def build(name, dictionary, heads, width, device, dtype, attention_dropout=0.0):
     """The preset's model at the base size's layer counts and the given attention shape."""
     from fairseq_sparse_attn.models.standalone import build_standalone_model
 
@@ -87,7 +87,7 @@ def build(name, dictionary, heads, width, device, dtype):
         encoder_attention_heads=heads,
         decoder_attention_heads=heads,
         dropout=0.1,
-        attention_dropout=0.0,  # the presets' default (the kernels refuse attention dropout)
+        attention_dropout=attention_dropout,  # 0: the presets' default; --attention-dropout
         max_source_positions=64,
         max_target_positions=64,
         share_all_embeddings=False,
@@ -182,6 +182,12 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=31, help="timed interleaved rounds (default 31)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--min-time", type=float, default=0.2, help="seconds one timing of stock lasts at least")
+    p.add_argument(
+        "--attention-dropout",
+        type=float,
+        default=0.0,
+        help="attention dropout of every preset, stock included (default 0, the presets' own; 0.1: the papers')",
+    )
     p.add_argument("--json", default=None, help="write the results here (with provenance)")
     args = p.parse_args(argv)
 
@@ -198,6 +204,8 @@ def main(argv=None):
     if width % args.heads or width // args.heads not in (32, 64, 128, 256):
         p.error(f"--width {width} / --heads {args.heads}: the head dim must be 32, 64, 128 or 256 (the kernels')")
     dtype = getattr(torch, args.dtype or "float16")
+    if not 0.0 <= args.attention_dropout < 1.0:
+        p.error(f"--attention-dropout {args.attention_dropout}: must be in [0, 1)")
 
     import fairseq_sparse_attn.plugin  # noqa: F401  (registers the architectures)
     from fairseq_sparse_attn.models.standalone import synthetic_dictionary
@@ -209,7 +217,8 @@ def main(argv=None):
     with stub:
         jobs, ops = {}, {}
         for name in names:
-            step = step_fn(build(name, dictionary, args.heads, width, device, dtype), batch)
+            model = build(name, dictionary, args.heads, width, device, dtype, args.attention_dropout)
+            step = step_fn(model, batch)
             step()  # caches warm
             ops[name] = ops_of(step)
             if name.endswith("_triton") and not ops[name][1]:
@@ -247,6 +256,7 @@ def main(argv=None):
         "dtype": str(dtype).replace("torch.", ""),
         "kernel_launches": "real" if on_cuda else "stubbed",
         "clock": "wall" if on_cuda else "cpu",
+        "attention_dropout": args.attention_dropout,
         "shape": {
             "layers": "6+6",
             "heads": args.heads,

@@ -57,8 +57,9 @@ def rel_err(x, ref):
     return num / den if den > 0 else num
 
 
-def plain_relu_attention(q, k, v, pad, causal, scale, gamma):
-    """The formula in float64 (kernels/relu_attention.py docstring): materialized weights."""
+def plain_relu_attention(q, k, v, pad, causal, scale, gamma, keep=None, dropout_p=0.0):
+    """The formula in float64 (kernels/relu_attention.py docstring): materialized weights;
+    with ``keep`` ((B, H, T, S) bool, philox_reference.keep_mask), attention dropout."""
     s = scale * torch.einsum("bhtd,bhsd->bhts", q, k)
     T, S = q.size(2), k.size(2)
     visible = torch.ones(q.size(0), 1, T, S, dtype=torch.bool, device=q.device)
@@ -72,6 +73,8 @@ def plain_relu_attention(q, k, v, pad, causal, scale, gamma):
     if gamma is not None:
         n = visible.sum(-1, keepdim=True).clamp(min=1).double()
         w = w / (gamma * torch.sqrt(n / 2))
+    if keep is not None:
+        w = w * keep.to(w.device, w.dtype) / (1.0 - dropout_p)
     return torch.einsum("bhts,bhsd->bhtd", w, v)
 
 
@@ -85,10 +88,16 @@ ATTENTION_CASES = {
     "causal_long_padded": (3, 2, 150, 150, True, None, True),
     "causal_long_scaled": (2, 2, 150, 150, True, 1.2, False),
 }
+#: the cases also checked with attention dropout (the kernels' ``_dropout`` forms, against
+#: the numpy Philox of philox_reference.py), at this probability
+DROPOUT_CASES = ("cross_padded", "causal_long_scaled")
+DROPOUT_P = 0.3
 
 
-def check_attention(device, d, dtype_name, case, seed, diagnose=False):
-    """One case against float64.  ``diagnose`` adds where the forward is wrong: the rows
+def check_attention(device, d, dtype_name, case, seed, diagnose=False, dropout_p=0.0):
+    """One case against float64 (``dropout_p`` > 0: with attention dropout under a seed drawn
+    here, the reference dropping what philox_reference.keep_mask drops).  ``diagnose`` adds
+    where the forward is wrong: the rows
     (b, h, t) whose own relative error passes the tolerance, the query positions and heads
     they sit at, and whether a second run on the same inputs gives the same output bit for
     bit (an error that moves between runs is a race: METHOD.md)."""
@@ -111,11 +120,19 @@ def check_attention(device, d, dtype_name, case, seed, diagnose=False):
         pad = pad.to(device)
     q[0, 0, 0] = 0  # a row with no positive score (every score is 0): its output must be 0
     scale = d**-0.5
+    dropout = {}
+    keep = None
+    if dropout_p:
+        from philox_reference import keep_mask
+
+        dropout_seed = int(torch.randint(0, 2**62, (1,), generator=g))
+        dropout = {"dropout_p": dropout_p, "seed": torch.tensor([dropout_seed], device=device)}
+        keep = keep_mask(dropout_seed, B, H, T, S, dropout_p)
     leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
-    out = relu_attention(*leaves, key_padding=pad, causal=causal, scale=scale, gamma=gamma)
+    out = relu_attention(*leaves, key_padding=pad, causal=causal, scale=scale, gamma=gamma, **dropout)
     out.backward(dout)
     refs = [t.double().clone().requires_grad_(True) for t in (q, k, v)]
-    ref = plain_relu_attention(*refs, pad, causal, scale, gamma)
+    ref = plain_relu_attention(*refs, pad, causal, scale, gamma, keep, dropout_p)
     ref.backward(dout.double())
     errs = {"out": rel_err(out, ref)}
     for name, a, r in zip(("dq", "dk", "dv"), leaves, refs):
@@ -129,7 +146,7 @@ def check_attention(device, d, dtype_name, case, seed, diagnose=False):
     result = {"errors": errs, "finite": finite, "empty_rows_zero": zero_rows_ok, "tolerance": tol, "ok": ok}
     if diagnose:
         with torch.no_grad():
-            again = relu_attention(q, k, v, key_padding=pad, causal=causal, scale=scale, gamma=gamma)
+            again = relu_attention(q, k, v, key_padding=pad, causal=causal, scale=scale, gamma=gamma, **dropout)
             ref_rows = ref.detach()
             row_err = (out.detach().double() - ref_rows).norm(dim=-1) / ref_rows.norm(dim=-1).clamp_min(1e-30)
             wrong = (row_err > tol).nonzero().tolist()  # (b, h, t) of each wrong row
@@ -242,18 +259,20 @@ def _correctness(device, head_dims, dtype_names, seed, rows, save, shard=(0, 1))
                 seed += 1
                 if not in_shard(group, shard):
                     continue
-                for backward in _backwards(d, dt, case):
-                    t0 = time.time()
-                    try:
-                        with backward_form(backward):
-                            r = check_attention(device, d, dt, case, seed)
-                    except Exception as e:  # recorded, never hidden
-                        r = {"ok": False, "error": f"{type(e).__name__}: {e}"}
-                    r.update(kernel="relu_attention", head_dim=d, dtype=dt, case=case, backward=backward)
-                    r["seconds"] = round(time.time() - t0, 2)
-                    rows.append(r)
-                    save()
-                    print(f"[kernels] check relu_attention d{d} {dt} {case} {backward}: {fmt_check(r)}", flush=True)
+                for dropout_p in (0.0, DROPOUT_P) if case in DROPOUT_CASES else (0.0,):
+                    for backward in _backwards(d, dt, case):
+                        t0 = time.time()
+                        try:
+                            with backward_form(backward):
+                                r = check_attention(device, d, dt, case, seed, dropout_p=dropout_p)
+                        except Exception as e:  # recorded, never hidden
+                            r = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+                        r.update(kernel="relu_attention", head_dim=d, dtype=dt, case=case, backward=backward)
+                        r.update(dropout=dropout_p, seconds=round(time.time() - t0, 2))
+                        rows.append(r)
+                        save()
+                        what = f"{case} {backward}" + (f" dropout {dropout_p}" if dropout_p else "")
+                        print(f"[kernels] check relu_attention d{d} {dt} {what}: {fmt_check(r)}", flush=True)
     group += 1
     for dt in dtype_names:
         for gated in (False, True):

@@ -606,7 +606,7 @@ def build_plan(config: AttentionConfig, module) -> CallPlan:
 
         # auto: where it may take the kernels (CUDA and a recorded measurement showing them faster)
         if backend.name == "triton" or triton_backend.auto_may_take_it():
-            kernel = triton_backend.direct_call(act, m.output_norm)
+            kernel = triton_backend.direct_call(act, m.output_norm, m.dropout_module)
     return CallPlan(
         config=config,
         spec=spec,

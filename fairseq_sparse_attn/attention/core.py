@@ -40,8 +40,9 @@ name            priority  serves
                           (:mod:`fairseq_sparse_attn.kernels.relu_attention`): in auto only
                           for training calls on CUDA devices whose family has a recorded
                           ``make bench-gpu`` result showing it faster (2026-11-27:
-                          fp16 on H100s, bf16 on H200s); padding
-                          and causal masks; no weights, dropout, biases, row sums
+                          fp16 on H100s, bf16 on H200s; with attention dropout: not
+                          yet); padding and causal masks, attention dropout inside the
+                          kernels; no weights, biases, row sums
 ``query_block`` 45        relu / relu_scaled without gradients, block by block over the
                           queries (:mod:`.query_block_relu`): in auto for calls with at
                           least ``--attn-flex-min-keys`` keys (long documents on CPU); no

@@ -1,7 +1,7 @@
 """No ``crash.pt`` for bad input.  fairseq's trainer saves the whole training state as
 ``<save-dir>/crash.pt`` for any exception inside a training step (a debugging dump); for a
 :class:`~fairseq_sparse_attn.errors.UsageError` (a flag that a backend can only refuse at
-the first forward, e.g. ``--attn-backend triton`` with attention dropout) the state is the freshly built
+the first forward, e.g. ``--attn-backend triton`` with a mask other than padding and causal) the state is the freshly built
 model, so the dump is a large useless file beside the user's checkpoints.  The flags
 themselves are checked before any work (``fairseq_sparse_attn.validation``); this patch is
 the net under the checks that can only happen at the first forward.

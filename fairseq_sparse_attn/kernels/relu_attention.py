@@ -547,10 +547,12 @@ _LONG_TILES: Dict[Tuple[str, int], Tuple[int, int, int, int]] = {
 #: differs from the form without (:data:`_TILES`, :data:`_LONG_TILES`).  The Philox state of
 #: every element of a tile (4 words through 10 rounds) takes registers beside the
 #: accumulators: on the tiles without dropout these forms spilled (``make check-kernels``:
-#: 16 configurations under Triton 3.7.1, 25 under 3.6.0).  Each tile below was the first of
-#: a search (the same tile with 8 warps, then fewer stages, then the same area reshaped) that
-#: compiled for sm_80 and sm_90 under both Triton versions without spills; the one-pass
-#: backward keeps the dK/dV pass's tile (its dK and dV equal the two passes', bit for bit).
+#: 15 configurations under Triton 3.7.1, 18 under 3.6.0, all backward).  Each tile below
+#: compiled for sm_80 and sm_90 under both Triton versions without spills, chosen among the
+#: candidates of a search (the same tile with 8 warps, other stage counts, the same area
+#: reshaped, half the area) preferring the fewest changes and a pipelined loop (2+ stages;
+#: head dim 256's dK/dV pass had none without spills); the one-pass backward keeps the dK/dV
+#: pass's tile (its dK and dV equal the two passes', bit for bit).
 _DROPOUT_TILES: Dict[Tuple[str, bool, int, bool], Tuple[int, int, int, int]] = {
     ("relu_attention_bwd_dkdv", True, 32, False): (32, 64, 8, 2),  # was (32, 64, 4, 2)
     ("relu_attention_bwd_dkdv", True, 64, False): (16, 64, 8, 2),  # (16, 64, 4, 2)

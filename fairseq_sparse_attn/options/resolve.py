@@ -299,16 +299,16 @@ def resolve_model(cfg) -> ModelConfig:
     backend = backend_config(opts)
     dropout = _number(cfg, "attention_dropout", 0.0)
     chunked = [k for k, a in activations.items() if ACTIVATION_REGISTRY.get_or_raise(a.name).supports_chunking]
-    if backend.key_block_size and dropout > 0 and chunked:
-        raise UsageError(
-            f"--attn-key-block-size {backend.key_block_size} needs --attention-dropout 0 (got "
-            f"{dropout}): the key-block path cannot replay a dropout mask"
-        )
     if backend.key_block_size and backend.name not in ("auto", "key_block"):
         raise UsageError(
             f"--attn-key-block-size {backend.key_block_size} takes effect with --attn-backend auto or key_block, "
             f"not {backend.name} (which would ignore it): drop one of the two flags (for a trained checkpoint: "
             "--model-overrides \"{'attn_key_block_size': 0}\")"
+        )
+    if backend.key_block_size and dropout > 0 and chunked:
+        raise UsageError(
+            f"--attn-key-block-size {backend.key_block_size} needs --attention-dropout 0 (got "
+            f"{dropout}): the key-block path cannot replay a dropout mask"
         )
 
     if backend.name != "auto":

@@ -201,8 +201,8 @@ class PluginOptions:
     attn_key_block_size: int = option(
         0,
         "relu / relu_scaled: memory-bounded attention that streams over blocks of N keys and "
-        "recomputes them in backward (0 = off); needs --attention-dropout 0; returns no "
-        "attention weights",
+        "recomputes them in backward (0 = off); needs --attention-dropout 0 and --attn-backend "
+        "auto or key_block; returns no attention weights",
         type=int,
         metavar="N",
         preset=False,

@@ -25,6 +25,21 @@ fp_base_args() {
   [[ "$SMOKE" == "1" ]] && FP_SMOKE=("${FSA_SMOKE_MODEL[@]}" --encoder-attention-heads 8)
   true
 }
+# fp_require_merges N: the data's BPE has N merge operations (Sec. 4.2: 30,000 for the
+# low-resource tasks), counted in its codes (DATA_ROOT/bpe/codes, or codes.SRC and codes.TGT
+# when learnt per language: Ko-En); other data is refused in one line before any training
+# (prepare_iwslt14_de_en.py's default is fairseq's 10,000, which ReLUFormer's scripts use).
+# MERGES_OK=1 runs anyway; SMOKE skips the check (its data is a small slice).
+fp_require_merges() {
+  local want=$1 f n
+  [[ "$SMOKE" == "1" || "${MERGES_OK:-0}" == "1" ]] && return 0
+  for f in "$DATA_ROOT/bpe/codes" "$DATA_ROOT/bpe/codes.$SRC" "$DATA_ROOT/bpe/codes.$TGT"; do
+    [[ -f "$f" ]] || continue
+    n=$(grep -vc '^#version' "$f" || true)
+    [[ "$n" -eq "$want" ]] || fsa_die "$f has $n BPE merges; Raganato et al. used $want (Sec. 4.2): prepare \
+the data with --bpe-merges $want (e.g. python data_prep/prepare_iwslt14_de_en.py --bpe-merges $want), or MERGES_OK=1 to run anyway"
+  done
+}
 # fp_config_args CONFIG [low]: encoder attention configuration (docs/fixed_patterns.md)
 fp_config_args() {
   local low=()

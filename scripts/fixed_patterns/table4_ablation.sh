@@ -18,7 +18,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 fsa_init "Raganato et al. Table 4; env: CONFIG, LAYERS, HEADS, LOW, SEEDS, MAX_UPDATE, SMOKE" "$@"
 CONFIG="${CONFIG:-7Ftoken}"
 low="" prefix=""
-[[ "${LOW:-0}" == "1" ]] && { low=low; prefix=low_; FP_TARGET=1000; }
+[[ "${LOW:-0}" == "1" ]] && { low=low; prefix=low_; FP_TARGET=1000; fp_require_merges 30000; }
 TSV="$OUT/table4.tsv.partial"
 rm -f "$TSV" "${TSV%.partial}" "${TSV%.tsv.partial}.mean.tsv"
 for layers in ${LAYERS:-6+1 6+6}; do

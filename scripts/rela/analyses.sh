@@ -6,9 +6,11 @@
 # the training pairs ranked by null rate (App. B).
 #   scripts/rela/analyses.sh DATA_DIR NUM_GPUS OUT_DIR
 # DATA_DIR: data_prep/prepare_wmt14_en_de.py's output; OUT_DIR: table1.sh's (the models are
-# its rows' checkpoints, averaged over the last 5 as Table 1 evaluates them; a row not
-# trained there is trained first, with table1.sh's flags).  ROWS (default "1 2 3 7":
-# softmax, sparsemax, 1.5-entmax, ReLA-g, the models of the paper's figures).
+# its rows' checkpoints, averaged over the last 5 as Table 1 evaluates them, whatever
+# NUM_GPUS table1.sh ran with; a row not trained there is trained first, with table1.sh's
+# flags).  ROWS (default "1 2 3 7": softmax, sparsemax, 1.5-entmax, ReLA-g, the models of
+# the paper's figures).  SEEDS="1 2 3" (as table1.sh: runs rowN_seedS): every seed's model
+# is analysed and the tables give the mean over seeds (the paper averages three runs).
 # ALIGN_DIR: data_prep/prepare_europarl_de_en_align.py's output (ALIGN_DIR/gold/test.talp,
 # the RWTH De-En gold alignments the paper scores, and their sentences ALIGN_DIR/tok/test.de,
 # .en); without it the AER is left out (said on stderr).  The gold sentences are encoded with
@@ -18,9 +20,12 @@
 # ALIGN_DIR/tok/test.*, Kobayashi et al.'s setting, taken then with a note).  ALIGN_TEXT_DIR
 # (test.de, test.en: the same tokenized sentences) overrides.
 # MAX_SENTENCES: analyse the first N test pairs only (all 3,003 by default).
-# Writes OUT_DIR/analyses/<rowN>/{stats,align,hallucination[,filter]}/ (fsa-analyze's
-# files), OUT_DIR/analyses/figures/<figure>.png (fsa-analyze curves: the models per layer
-# on the same axes) and OUT_DIR/analyses/table5.tsv, table6.tsv (tools/rela_tables.py).
+# Writes OUT_DIR/analyses/<run>/{stats,align,hallucination[,filter]}/ (fsa-analyze's
+# files), OUT_DIR/analyses/figures/<figure>/curves.png (fsa-analyze curves: the models per
+# layer on the same axes; Fig. 6 is ReLA-g's, its hallucinated-set curve of the cross
+# attention in <run>/hallucination/), and OUT_DIR/analyses/table5.tsv (AER in %),
+# table6.tsv and fig4.tsv (per layer: the layer attention's AER and the best head's, the
+# figure's dashed and solid curves) from tools/rela_tables.py.
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 fsa_init "ReLA §5.2 analyses (Figs. 3-6, Tables 5-6); env: ROWS, ALIGN_DIR, ALIGN_TEXT_DIR, MAX_SENTENCES, FILTER, SMOKE" "$@"
@@ -62,16 +67,24 @@ declare -A MODEL=(
   [3]="1.5-entmax|--arch entmax15_transformer_wmt_en_de"
   [7]="ReLA-g|--arch rela_transformer_wmt_en_de"
 )
-labels=()
 for row in ${ROWS:-1 2 3 7}; do
   [[ -n "${MODEL[$row]:-}" ]] || fsa_die "ROWS: row $row is not one of the analysed models (1 softmax, 2 sparsemax, 3 1.5-entmax, 7 ReLA-g)"
-  IFS='|' read -r name flags <<< "${MODEL[$row]}"
-  # shellcheck disable=SC2206
-  model=($flags)
+done
+labels=() relag=()
+for row in ${ROWS:-1 2 3 7}; do
+ IFS='|' read -r name flags <<< "${MODEL[$row]}"
+ # shellcheck disable=SC2206
+ model=($flags)
+ for seed in $(fsa_seeds); do
+  fsa_use_seed "$seed" "row$row"
   rela_base_args
-  run="row$row"
-  fsa_train "$run" "$RELA_TARGET_TOKENS" "${model[@]}" "${RELA_ARGS[@]}" "${FSA_SMOKE_MODEL[@]}" \
-    || fsa_die "$run ($name): training diverged, nothing to analyse"
+  run=$FSA_RUN
+  if [[ -f "$OUT/$run/.trained" ]]; then  # table1.sh's model, on any number of GPUs
+    fsa_log "$run ($name): trained already ($OUT/$run)"
+  else
+    fsa_train "$run" "$RELA_TARGET_TOKENS" "${model[@]}" "${RELA_ARGS[@]}" "${FSA_SMOKE_MODEL[@]}" \
+      || fsa_die "$run ($name): training diverged, nothing to analyse"
+  fi
   ckpt=$(fsa_average "$run" "${AVERAGE:-5}")
   d="$ANA/$run"
   mkdir -p "$d"
@@ -87,7 +100,7 @@ for row in ${ROWS:-1 2 3 7}; do
   fi
   if [[ "$row" == 7 ]]; then  # null attention: ReLA only (softmax-based rows have none)
     fsa_log "$run ($name): hallucination (null rate, real vs shuffled targets)"
-    "$FSA_ANALYZE" hallucination "$DATA_BIN" "${common[@]}" "${limit[@]}" --seed "${SEED:-1}" \
+    "$FSA_ANALYZE" hallucination "$DATA_BIN" "${common[@]}" "${limit[@]}" --seed "$seed" \
       --output-dir "$d/hallucination" > "$d/hallucination.log" 2>&1 \
       || fsa_die "fsa-analyze hallucination failed (see $d/hallucination.log)"
     if [[ "${FILTER:-0}" == "1" ]]; then
@@ -98,6 +111,10 @@ for row in ${ROWS:-1 2 3 7}; do
     fi
   fi
   labels+=("$name=$d")
+  if [[ "$row" == 7 ]]; then
+    if [[ $(fsa_seeds | wc -w) -gt 1 ]]; then relag+=("$name seed $seed=$d"); else relag+=("$name=$d"); fi
+  fi
+ done
 done
 
 # the figures: every model per layer on the same axes
@@ -106,15 +123,22 @@ curves() {  # NAME ARGS...
   "$FSA_ANALYZE" curves "$@" --output-dir "$ANA/figures/$name" > "$ANA/figures/$name.log" 2>&1 \
     || fsa_die "fsa-analyze curves failed (see $ANA/figures/$name.log)"
 }
-stats_runs=() align_runs=()
+# one curve per run: "model" with one seed, "model seed S" with several
+stats_runs=() align_runs=() relag_stats=()
+several=$(( $(fsa_seeds | wc -w) > 1 ))
 for spec in "${labels[@]}"; do
-  stats_runs+=("${spec%%=*}=${spec#*=}/stats/stats.json")
-  [[ -f "${spec#*=}/align/align.json" ]] && align_runs+=("${spec%%=*}=${spec#*=}/align/align.json")
+  label=${spec%%=*}
+  if [[ $several == 1 ]]; then label="$label seed $(basename "${spec#*=}" | sed 's/.*_seed//')"; fi
+  stats_runs+=("$label=${spec#*=}/stats/stats.json")
+  if [[ -f "${spec#*=}/align/align.json" ]]; then align_runs+=("$label=${spec#*=}/align/align.json"); fi
 done
+for spec in "${relag[@]}"; do relag_stats+=("${spec%%=*}=${spec#*=}/stats/stats.json"); done
 for kind in encoder_self decoder_self cross; do
   curves "fig3_sparsity_$kind" "${stats_runs[@]}" --kind "$kind" --metrics sparsity
   curves "fig5_js_$kind" "${stats_runs[@]}" --kind "$kind" --metrics js
-  curves "fig6_null_rate_$kind" "${stats_runs[@]}" --kind "$kind" --metrics null_rate
+  if [[ ${#relag_stats[@]} -gt 0 ]]; then
+    curves "fig6_null_rate_$kind" "${relag_stats[@]}" --kind "$kind" --metrics null_rate
+  fi
 done
 if [[ ${#align_runs[@]} -gt 0 ]]; then
   for setting in awo awi; do

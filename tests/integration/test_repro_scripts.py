@@ -877,16 +877,27 @@ def test_rela_analyses_script(en_de_smoke_data, tmp_path):
     assert not (ana / "row1" / "hallucination").exists()  # softmax has no null attention
     for fig in ("fig3_sparsity_cross", "fig5_js_encoder_self", "fig6_null_rate_decoder_self", "fig4_aer_awi"):
         assert (ana / "figures" / fig / "curves.png").is_file(), fig
+    # Fig. 6 is ReLA-g's alone (softmax-based attention has no null rows)
+    assert "softmax" not in (ana / "figures" / "fig6_null_rate_cross" / "curves.json").read_text()
     five = rows(ana / "table5.tsv")
-    assert [(r["model"], r["attention"]) for r in five] == [
-        (m, s) for m in ("softmax", "ReLA-g") for s in ("normal", "shifted")
+    assert [(r["model"], r["attention"], r["runs"]) for r in five] == [
+        (m, s, "1") for m in ("softmax", "ReLA-g") for s in ("normal", "shifted")
     ]
-    assert all(0.0 <= float(r[k]) <= 1.0 for r in five for k in ("AoL", "AoH"))
+    assert all(0.0 <= float(r[k]) <= 100.0 for r in five for k in ("AoL_percent", "AoH_percent"))
+    four = rows(ana / "fig4.tsv")
+    assert {(r["model"], r["layer"]) for r in four} == {(m, str(i)) for m in ("softmax", "ReLA-g") for i in (0, 1)}
     six = rows(ana / "table6.tsv")
     assert {(r["model"], r["tau"]) for r in six if r["kind"] == "cross"} == {
         ("softmax", "-"),
         *(("ReLA-g", t) for t in ("1", "0.5", "0.25", "0.1")),
     }
+    # table1.sh's models are reused whatever batch flags they were trained with (another
+    # NUM_GPUS gives other --max-tokens / --update-freq), never retrained or refused
+    again = run_script(
+        "rela/analyses.sh", data, 0, out, ROWS="1", MAX_TOKENS_SMOKE="256", FSA_ANALYZE=_fsa_analyze_wrapper(tmp_path)
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "row1 (softmax): trained already" in again.stderr
 
 
 def test_rela_analyses_refuses_the_other_direction_and_names_its_flags(smoke_data, tmp_path):
@@ -910,3 +921,19 @@ def test_rela_analyses_refuses_the_other_direction_and_names_its_flags(smoke_dat
     assert set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", align_input)) <= {
         opt for action in choices["align"]._actions for opt in action.option_strings
     }
+
+
+def test_the_low_resource_scripts_refuse_data_without_the_paper_s_bpe(smoke_data, tmp_path):
+    """Raganato et al. Sec. 4.2: 30,000 BPE merges for the low-resource tasks.  Data with
+    others (here the 1,000-merge slice; IWSLT14's default is fairseq's 10,000) is refused in
+    one line naming the file and the flag, before any training; MERGES_OK=1 and SMOKE skip."""
+    out = tmp_path / "low"
+    for script, env in (
+        ("fixed_patterns/table2_low_resource.sh", {}),
+        ("fixed_patterns/table4_ablation.sh", {"LOW": "1"}),
+    ):
+        proc = run_script(script, smoke_data, 0, out, SMOKE="0", **env)
+        assert proc.returncode != 0, script
+        assert "bpe/codes has 1000 BPE merges; Raganato et al. used 30000 (Sec. 4.2)" in proc.stderr, proc.stderr[-500:]
+        assert "--bpe-merges 30000" in proc.stderr
+        assert not list(out.glob("low_*")), script

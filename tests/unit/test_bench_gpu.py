@@ -190,6 +190,7 @@ def test_correctness_checks_both_backwards_in_half_precision(monkeypatch):
     monkeypatch.setattr(gpu_kernels, "ATTENTION_CASES", {"cross_padded": (2, 1, 5, 7, False, 1.0, True)})
     monkeypatch.setattr(ra, "LAUNCH_LOG", [])
     monkeypatch.setattr(gpu_kernels, "check_norm", lambda *a: {"ok": True, "errors": {"out": 0.0}, "tolerance": 1})
+    monkeypatch.setattr(gpu_kernels, "DROPOUT_CASES", ())  # (their own test below)
     rows = gpu_kernels._correctness("cpu", [32, 256], ["fp16", "fp32"], 0, None, lambda: None)
     attention = [(r["head_dim"], r["dtype"], r["backward"], r["ok"]) for r in rows if r["kernel"] == "relu_attention"]
     assert attention == [
@@ -467,7 +468,7 @@ def test_correctness_shards_split_the_checks_by_configuration(monkeypatch):
     seeds (fresh inputs per check, the same inputs as one process would draw)."""
     import gpu_kernels
 
-    def check_attention(device, d, dt, case, seed, diagnose=False):
+    def check_attention(device, d, dt, case, seed, diagnose=False, dropout_p=0.0):
         return {"ok": True, "errors": {"out": 0.0}, "tolerance": 1, "seed": seed}
 
     def check_norm(device, dt, gated, seed):
@@ -478,7 +479,10 @@ def test_correctness_shards_split_the_checks_by_configuration(monkeypatch):
 
     def run(shard):
         rows = gpu_kernels.correctness("cpu", [32, 64, 128, 256], ["fp32", "fp16", "bf16"], shard=shard)
-        return [(r["kernel"], r.get("head_dim"), r["dtype"], r.get("case"), r.get("backward"), r["seed"]) for r in rows]
+        return [
+            (r["kernel"], r.get("head_dim"), r["dtype"], r.get("case"), r.get("backward"), r.get("dropout"), r["seed"])
+            for r in rows
+        ]
 
     whole = run((0, 1))
     shards = [run((k, 4)) for k in range(4)]
@@ -554,3 +558,27 @@ def test_dropout_and_base_presets_are_divided_by_their_own_softmax(monkeypatch, 
     assert ratios["rela_g_base"]["median"] == pytest.approx(1.1)
     result = {"parts": {"train": {"fp16": {"ratios": ratios}}}, "provenance": {"device": "NVIDIA H100"}}
     assert tb.faster_in(result) == {"fp16+dropout"}
+
+
+def test_correctness_checks_the_dropout_forms_against_the_numpy_philox(monkeypatch):
+    """The cases of DROPOUT_CASES are checked again with attention dropout, through every
+    backward form, against philox_reference's decisions (so the first GPU run checks the
+    compiled tl.philox against them): here through the interpreter, where they pass; with a
+    reference that drops other weights, they fail."""
+    import gpu_kernels
+    import philox_reference
+
+    from fairseq_sparse_attn.kernels import relu_attention as ra
+
+    monkeypatch.setattr(gpu_kernels, "ATTENTION_CASES", {"cross_padded": (2, 2, 9, 13, False, 1.0, True)})
+    monkeypatch.setattr(ra, "LAUNCH_LOG", [])
+    monkeypatch.setattr(gpu_kernels, "check_norm", lambda *a: {"ok": True, "errors": {"out": 0.0}, "tolerance": 1})
+    rows = gpu_kernels._correctness("cpu", [32], ["fp16"], 0, None, lambda: None)
+    attention = [(r["backward"], r["dropout"], r["ok"]) for r in rows if r["kernel"] == "relu_attention"]
+    forms = ("default", "two_pass", "long_tiles")
+    assert attention == [(b, 0.0, True) for b in forms] + [(b, gpu_kernels.DROPOUT_P, True) for b in forms]
+    assert sum(name.endswith("_dropout") for name, *_ in ra.LAUNCH_LOG) == 2 + 3 + 3  # one pass, two passes, long
+    real = philox_reference.keep_mask
+    monkeypatch.setattr(philox_reference, "keep_mask", lambda seed, *a: real(seed + 1, *a))
+    wrong = gpu_kernels.check_attention("cpu", 32, "fp16", "cross_padded", 5, dropout_p=0.3)
+    assert not wrong["ok"] and wrong["errors"]["out"] > 0.1

@@ -74,3 +74,20 @@ def test_bad_arguments_get_one_line(args, message, capsys):
         bench_host.main(args)
     assert stop.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_with_attention_dropout_every_preset_applies_it():
+    """--attention-dropout 0.1 (the papers' setting): the triton row applies it inside the
+    kernels (one seed drawn per attention call, its dropout forms launched) and every row
+    records it; a value outside [0, 1) is one line."""
+    without = bench_host.main(["--presets", "rela_g_triton", *QUICK])["presets"]
+    result = bench_host.main(["--presets", "rela_g,rela_g_triton", *QUICK, "--attention-dropout", "0.1"])
+    assert result["attention_dropout"] == 0.1
+    rows = result["presets"]
+    assert rows["rela_g_triton"]["kernel_ops_per_step"] == 4 * 18
+    # one seed per attention call (aten.randint), nothing else; stock's fused attention
+    # applies dropout with ops of its own
+    assert rows["rela_g_triton"]["ops_per_step"] == without["rela_g_triton"]["ops_per_step"] + 18
+    assert rows["stock"]["ops_per_step"] > without["stock"]["ops_per_step"]
+    with pytest.raises(SystemExit):
+        bench_host.main(["--presets", "rela_g", *QUICK, "--attention-dropout", "1.5"])

@@ -1,5 +1,6 @@
-"""ReLA Tables 5 and 6 (fairseq_sparse_attn/tools/rela_tables.py) from hand-made
-``fsa-analyze`` results: the means over layers computed here by hand."""
+"""ReLA Tables 5 and 6 and Fig. 4's curves (fairseq_sparse_attn/tools/rela_tables.py) from
+hand-made ``fsa-analyze`` results: the means over layers and over seeds computed here by
+hand."""
 
 import json
 
@@ -26,7 +27,21 @@ def read(path):
     return [dict(zip(lines[0].split("\t"), line.split("\t"))) for line in lines[1:]]
 
 
-def test_tables_five_and_six(tmp_path, capsys):
+def aer_entry(setting, layer_aers, best_heads, method="weights"):
+    """An align.json entry: layer attention AERs per layer, (head, AER) of each layer's best."""
+    rows = [{"layer": i, "head": None, "aer": a} for i, a in enumerate(layer_aers)]
+    rows += [{"layer": i, "head": h, "aer": a} for i, (h, a) in enumerate(best_heads)]
+    return {
+        "method": method,
+        "setting": setting,
+        "rows": rows,
+        "layer_mean_aer": sum(layer_aers) / len(layer_aers),
+        "best_head_mean_aer": sum(a for _, a in best_heads) / len(best_heads),
+        "best_head_per_layer": [{"layer": i, "head": h, "aer": a} for i, (h, a) in enumerate(best_heads)],
+    }
+
+
+def test_tables_five_and_six_and_fig_four(tmp_path, capsys):
     relu_stats = {
         "attention": {
             "encoder_self": [layer(0.1, {"1": 0.2, "0.5": 0.4}), layer(0.3, {"1": 0.4, "0.5": 0.8})],
@@ -34,30 +49,44 @@ def test_tables_five_and_six(tmp_path, capsys):
         }
     }
     softmax_stats = {"attention": {"encoder_self": [layer(0.2), layer(0.6)], "decoder_self": [layer(0.1)]}}
-    align = {
+    seed1 = {
         "results": [
-            {"method": "norms", "setting": "awo", "layer_mean_aer": 0.9, "best_head_mean_aer": 0.9},
-            {"method": "weights", "setting": "awi", "layer_mean_aer": 0.4, "best_head_mean_aer": 0.3},
-            {"method": "weights", "setting": "awo", "layer_mean_aer": 0.5, "best_head_mean_aer": 0.45},
+            aer_entry("awo", [0.5, 0.3], [(2, 0.4), (1, 0.2)]),
+            aer_entry("awi", [0.4, 0.4], [(0, 0.3), (0, 0.3)]),
         ]
     }
-    relu = write_run(tmp_path, "relu", relu_stats, align)
+    seed1["results"].insert(0, aer_entry("awo", [0.9, 0.9], [(0, 0.9), (0, 0.9)], method="norms"))
+    seed2 = {
+        "results": [
+            aer_entry("awo", [0.3, 0.1], [(2, 0.2), (1, 0.2)]),
+            aer_entry("awi", [0.2, 0.2], [(0, 0.1), (0, 0.1)]),
+        ]
+    }
+    relu1 = write_run(tmp_path, "relu1", relu_stats, seed1)
+    relu2 = write_run(tmp_path, "relu2", relu_stats, seed2)
     softmax = write_run(tmp_path, "softmax", softmax_stats)  # no align.json: left out of Table 5
-    assert rela_tables.main(["--out", str(tmp_path / "out"), f"ReLA-g={relu}", f"softmax={softmax}"]) == 0
+    runs = [f"ReLA-g={relu1}", f"ReLA-g={relu2}", f"softmax={softmax}"]
+    assert rela_tables.main(["--out", str(tmp_path / "out"), *runs]) == 0
     assert "softmax: no" in capsys.readouterr().err
     five = read(tmp_path / "out" / "table5.tsv")
-    assert five == [
-        {"model": "ReLA-g", "attention": "normal", "AoL": "0.5000", "AoH": "0.4500"},  # awo: α
-        {"model": "ReLA-g", "attention": "shifted", "AoL": "0.4000", "AoH": "0.3000"},  # awi: α[1:]
+    assert five == [  # in %, the mean of the two seeds
+        {"model": "ReLA-g", "attention": "normal", "AoL_percent": "30.0000", "AoH_percent": "25.0000", "runs": "2"},
+        {"model": "ReLA-g", "attention": "shifted", "AoL_percent": "30.0000", "AoH_percent": "20.0000", "runs": "2"},
     ]
-    six = {(r["model"], r["kind"], r["tau"]): r["js_mean_over_layers"] for r in read(tmp_path / "out" / "table6.tsv")}
+    four = {(r["attention"], r["layer"]): (r["layer_attention_aer_percent"], r["best_head_aer_percent"])
+            for r in read(tmp_path / "out" / "fig4.tsv")}  # fmt: skip
+    assert four[("normal", "0")] == ("40.0000", "30.0000") and four[("normal", "1")] == ("20.0000", "20.0000")
+    six = {
+        (r["model"], r["kind"], r["tau"]): (r["js_mean_over_layers"], r["runs"])
+        for r in read(tmp_path / "out" / "table6.tsv")
+    }
     assert six == {
-        ("ReLA-g", "enc", "1"): "0.3000",  # (0.2 + 0.4) / 2
-        ("ReLA-g", "enc", "0.5"): "0.6000",
-        ("ReLA-g", "cross", "1"): "0.6000",
-        ("ReLA-g", "cross", "0.5"): "0.1000",
-        ("softmax", "enc", "-"): "0.4000",  # a distribution: its one JS
-        ("softmax", "dec", "-"): "0.1000",
+        ("ReLA-g", "enc", "1"): ("0.3000", "2"),  # (0.2 + 0.4) / 2
+        ("ReLA-g", "enc", "0.5"): ("0.6000", "2"),
+        ("ReLA-g", "cross", "1"): ("0.6000", "2"),
+        ("ReLA-g", "cross", "0.5"): ("0.1000", "2"),
+        ("softmax", "enc", "-"): ("0.4000", "1"),  # a distribution: its one JS
+        ("softmax", "dec", "-"): ("0.1000", "1"),
     }
 
 

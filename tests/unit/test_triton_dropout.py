@@ -1,9 +1,10 @@
 """Attention dropout inside the fused ReLU-attention kernels (``dropout_p``,
 fairseq_sparse_attn/kernels/relu_attention.py), run through Triton's interpreter.
 
-The independent computation: Philox-4x32-10 written out here in numpy (the published
-algorithm, Salmon et al. 2011, with the round and key constants of Random123, which
-Triton's ``tl.philox`` implements) gives the keep decision of every weight from the seed
+The independent computation: Philox-4x32-10 written out in numpy
+(``benchmarks/philox_reference.py``: the published algorithm, Salmon et al. 2011, with the
+round and key constants of Random123, which Triton's ``tl.philox`` implements; also the
+reference of the CUDA checks in ``gpu_kernels.py``) gives the keep decision of every weight from the seed
 and the element's counter (key, query, batch * heads + head, 0); the plain formula in
 float64 with autograd, with those weights dropped and the kept ones scaled by 1 / (1 - p),
 gives the output and the three gradients.  The kernels must agree with it through both
@@ -13,6 +14,8 @@ tiles give the same numbers), and the decisions must look like dropout: a keep r
 """
 
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,39 +28,10 @@ from test_triton_relu_attention import run as attention_run  # noqa: E402
 
 from fairseq_sparse_attn.kernels import relu_attention as ra  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from philox_reference import keep_mask, philox_first_word  # noqa: E402
+
 TOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
-MASK32 = np.uint64(0xFFFFFFFF)
-
-
-def philox_first_word(seed: int, c0, c1, c2, c3):
-    """The first output word of Philox-4x32-10 with key (seed low, seed high), elementwise
-    on uint32 arrays (numpy, uint64 products)."""
-    c = [np.asarray(x, dtype=np.uint64) & MASK32 for x in np.broadcast_arrays(c0, c1, c2, c3)]
-    k0, k1 = np.uint64(seed & 0xFFFFFFFF), np.uint64((seed >> 32) & 0xFFFFFFFF)
-    round_a, round_b = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
-    for _ in range(10):
-        p0, p2 = round_a * c[0], round_b * c[2]  # full 64-bit products of two 32-bit words
-        c = [
-            ((p2 >> np.uint64(32)) ^ c[1] ^ k0) & MASK32,
-            p2 & MASK32,
-            ((p0 >> np.uint64(32)) ^ c[3] ^ k1) & MASK32,
-            p0 & MASK32,
-        ]
-        k0 = (k0 + np.uint64(0x9E3779B9)) & MASK32
-        k1 = (k1 + np.uint64(0xBB67AE85)) & MASK32
-    return c[0]
-
-
-def keep_mask(seed: int, bsz: int, heads: int, tgt: int, src: int, p: float) -> torch.Tensor:
-    """(bsz, heads, tgt, src) bool: the weights dropout keeps (independent of the kernels)."""
-    bh = np.arange(bsz * heads, dtype=np.uint64).reshape(bsz, heads, 1, 1)
-    i = np.arange(tgt, dtype=np.uint64).reshape(1, 1, tgt, 1)
-    j = np.arange(src, dtype=np.uint64).reshape(1, 1, 1, src)
-    word = philox_first_word(seed, j, i, bh, np.uint64(0)).astype(np.uint32).view(np.int32).astype(np.int64)
-    # Triton's uint_to_uniform_float: the word as int32, negatives folded, times 2^-31 (rounded)
-    folded = np.where(word < 0, -word - 1, word).astype(np.float32)
-    uniform = folded * np.float32(4.6566127342e-10)
-    return torch.from_numpy(uniform >= np.float32(p))
 
 
 def run(dtype, d, tgt, src, p, **kwargs):
@@ -373,3 +347,39 @@ def test_traced_by_torch_compile_with_the_seed_drawn_in_the_graph():
     assert torch.equal(out, eager)
     for a, b in zip(grads, torch.autograd.grad(eager.sum(), (q, k, v))):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("backend", ["triton", "auto"])
+def test_a_dropout_module_the_kernels_cannot_stand_in_for_is_never_skipped(backend, monkeypatch):
+    """The kernels apply dropout from the module's p, without calling it: a hook on the
+    dropout module, or a module of another kind, would be skipped.  Named ``triton``: one
+    clear error naming it; ``auto`` where it takes the kernels (faked on this CPU): the
+    call runs the exact path, which calls the module."""
+    from test_triton_backend import auto_takes_the_kernels_for_training_calls
+
+    from fairseq_sparse_attn.errors import UsageError
+
+    if backend == "auto":
+        auto_takes_the_kernels_for_training_calls(monkeypatch)
+    module = _module("relu", backend, "gated_rmsnorm", p=0.2).train()
+    x = torch.randn(5, 2, 64)
+    seen = []
+    module.dropout_module.register_forward_hook(lambda m, args, out: seen.append(out.shape))
+    if backend == "triton":
+        with pytest.raises(UsageError, match="hooks on the attention dropout module"):
+            module(x, x, x, need_weights=False)
+    else:
+        module(x, x, x, need_weights=False)
+        assert seen == [(2, 2, 5, 5)]  # the exact path called it
+    module.dropout_module._forward_hooks.clear()
+
+    class OtherDropout(torch.nn.Dropout):
+        pass
+
+    module.dropout_module = OtherDropout(0.2)
+    if backend == "triton":
+        with pytest.raises(UsageError, match="attention dropout by a OtherDropout module"):
+            module(x, x, x, need_weights=False)
+    else:
+        out, _ = module(x, x, x, need_weights=False)
+        assert torch.isfinite(out).all()

@@ -236,6 +236,20 @@ GLOBAL_MODULE_HOOKS = (
 )
 
 
+def dropout_reason(dropout) -> Optional[str]:
+    """None when the kernels may apply ``dropout`` (a module that applies to this call) in
+    its place: a plain ``torch.nn.Dropout`` or fairseq's ``FairseqDropout`` without hooks,
+    whose whole effect is its ``p``; else why not (the kernels never call the module, so its
+    hooks, or what another module does, would be skipped)."""
+    from fairseq.modules.fairseq_dropout import FairseqDropout
+
+    if type(dropout) not in (torch.nn.Dropout, FairseqDropout):
+        return f"attention dropout by a {type(dropout).__name__} module (the kernels apply torch.nn.Dropout's and fairseq's)"
+    if not hook_free(dropout):
+        return "hooks on the attention dropout module (the kernels never call it, so its hooks would not run)"
+    return None
+
+
 def hooks_reason(activation) -> str:
     """Which hooks keep a call of a module with this ``activation`` from the kernels (given
     that :func:`~..core.hook_free` is false for it)."""
@@ -261,6 +275,9 @@ def triton_attention(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: C
             raise ValueError(too_large)
         if not hook_free(spec.activation):
             raise ValueError(hooks_reason(spec.activation))
+        not_served = dropout_reason(spec.dropout) if call.dropout else None
+        if not_served is not None:
+            raise ValueError(not_served)
         gamma = kernel_gamma(spec.activation)
     except ValueError as e:
         if spec.backend == "auto":  # auto (a measured family and dtype): the exact path
@@ -276,15 +293,16 @@ def triton_attention(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: C
     return out, Intermediates(backend="triton")
 
 
-def direct_call(activation, output_norm) -> Optional[Callable[..., Optional[torch.Tensor]]]:
+def direct_call(activation, output_norm, dropout) -> Optional[Callable[..., Optional[torch.Tensor]]]:
     """The call plan's direct kernel call for a module whose backend is ``triton`` and
     whose pipeline is plain (``call_plan.plain_pipeline_reason``): ``call(q, k, v, hidden,
     kv_groups, scale)`` on q (bsz, H, tgt, d) *unscaled* and k, v (kv_bsz, H, src, d)
     returns the concatenated heads after the module's ``output_norm``, (tgt * bsz, H * d),
     with attention dropout of probability ``dropout_p`` on the weights (0: none),
     or None for a call the kernels do not serve (a dtype, head dim or mask they do not
-    take, or an activation with hooks: the plan hands it to :func:`~..core.attend`, which
-    says why); the whole function
+    take, an activation with hooks, or a ``dropout`` module they cannot stand in for,
+    :func:`dropout_reason`: the plan hands it to :func:`~..core.attend`, which says why); the
+    whole function
     is None for an activation they do not serve.  The same kernels as
     :func:`triton_attention` without describing the call and choosing the backend at each
     call, the scale applied to the scores inside the kernel instead of a multiply of q,
@@ -306,6 +324,8 @@ def direct_call(activation, output_norm) -> Optional[Callable[..., Optional[torc
         if unserved(v.device.type, v.dtype, v.size(-1)) is not None or unserved_sizes(q, k, v) is not None:
             return None
         if not hook_free(activation):  # attend() says why (hooks_reason), or auto runs it exactly
+            return None
+        if dropout_p and dropout_reason(dropout) is not None:  # attend() says why (or auto runs it exactly)
             return None
         try:  # read at each call, as the materialized path reads it (a dict lookup)
             gamma = kernel_gamma(activation)
