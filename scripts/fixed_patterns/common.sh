@@ -26,19 +26,33 @@ fp_base_args() {
   true
 }
 # fp_require_merges N: the data's BPE has N merge operations (Sec. 4.2: 30,000 for the
-# low-resource tasks), counted in its codes (DATA_ROOT/bpe/codes, or codes.SRC and codes.TGT
-# when learnt per language: Ko-En); other data is refused in one line before any training
-# (prepare_iwslt14_de_en.py's default is fairseq's 10,000, which ReLUFormer's scripts use).
-# MERGES_OK=1 runs anyway; SMOKE skips the check (its data is a small slice).
+# low-resource tasks), as data_prep recorded the number it asked for (the stamp
+# DATA_ROOT/.prepare_*.json, "bpe_merges"), else counted in its codes (DATA_ROOT/bpe/codes,
+# or codes.SRC and codes.TGT when learnt per language: Ko-En; subword-nmt may learn fewer when
+# the data runs out of pairs, so the stamp is read first).  Other data, or data whose BPE
+# cannot be told, is refused in one line before any training (prepare_iwslt14_de_en.py's
+# default is fairseq's 10,000, which ReLUFormer's scripts use).  MERGES_OK=1 runs anyway;
+# SMOKE skips the check (its data is a small slice).
 fp_require_merges() {
-  local want=$1 f n
+  local want=$1 f n stamp found=0
   [[ "$SMOKE" == "1" || "${MERGES_OK:-0}" == "1" ]] && return 0
+  for stamp in "$DATA_ROOT"/.prepare_*.json; do
+    [[ -f "$stamp" ]] || continue
+    n=$("$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); print((d.get("options") or d).get("bpe_merges") or "")' "$stamp")
+    [[ -z "$n" ]] && continue
+    [[ "$n" -eq "$want" ]] || fsa_die "$stamp: the data was prepared with $n BPE merges; Raganato et al. used $want \
+(Sec. 4.2): prepare it with --bpe-merges $want (e.g. python data_prep/prepare_iwslt14_de_en.py --bpe-merges $want), or MERGES_OK=1 to run anyway"
+    return 0
+  done
   for f in "$DATA_ROOT/bpe/codes" "$DATA_ROOT/bpe/codes.$SRC" "$DATA_ROOT/bpe/codes.$TGT"; do
     [[ -f "$f" ]] || continue
+    found=1
     n=$(grep -vc '^#version' "$f" || true)
     [[ "$n" -eq "$want" ]] || fsa_die "$f has $n BPE merges; Raganato et al. used $want (Sec. 4.2): prepare \
 the data with --bpe-merges $want (e.g. python data_prep/prepare_iwslt14_de_en.py --bpe-merges $want), or MERGES_OK=1 to run anyway"
   done
+  [[ $found == 1 ]] || fsa_die "$DATA_ROOT: no data_prep stamp (.prepare_*.json) and no bpe/codes: cannot tell its BPE \
+merges (Raganato et al. used $want, Sec. 4.2); prepare it with data_prep/prepare_*.py --bpe-merges $want, or MERGES_OK=1 to run anyway"
 }
 # fp_config_args CONFIG [low]: encoder attention configuration (docs/fixed_patterns.md)
 fp_config_args() {

@@ -15,7 +15,7 @@
 # trained model shows may not hold for another.
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-fsa_init "Raganato et al. Table 4; env: CONFIG, LAYERS, HEADS, LOW, SEEDS, MAX_UPDATE, SMOKE" "$@"
+fsa_init "Raganato et al. Table 4; env: CONFIG, LAYERS, HEADS, LOW, SEEDS, MAX_UPDATE, MERGES_OK, SMOKE" "$@"
 CONFIG="${CONFIG:-7Ftoken}"
 low="" prefix=""
 [[ "${LOW:-0}" == "1" ]] && { low=low; prefix=low_; FP_TARGET=1000; fp_require_merges 30000; }

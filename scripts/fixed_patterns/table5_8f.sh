@@ -10,10 +10,11 @@
 # same seed), adds a seed column and OUT_DIR/table5.mean.tsv (mean ± std).
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-fsa_init "Raganato et al. Table 5; env: CONFIGS, LAYERS, LOW, SEEDS, MAX_UPDATE, SMOKE" "$@"
+fsa_init "Raganato et al. Table 5; env: CONFIGS, LAYERS, LOW, SEEDS, MAX_UPDATE, MERGES_OK, SMOKE" "$@"
 low=""
 if [[ "${LOW:-0}" == "1" ]]; then
   low=low; FP_TARGET=1000  # fsa_train gives each GPU its share of the 1k tokens
+  fp_require_merges 30000  # Sec. 4.2's BPE
 fi
 TSV="$OUT/table5.tsv.partial"
 rm -f "$TSV" "${TSV%.partial}" "${TSV%.tsv.partial}.mean.tsv"

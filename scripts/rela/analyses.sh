@@ -10,7 +10,9 @@
 # NUM_GPUS table1.sh ran with; a row not trained there is trained first, with table1.sh's
 # flags).  ROWS (default "1 2 3 7": softmax, sparsemax, 1.5-entmax, ReLA-g, the models of
 # the paper's figures).  SEEDS="1 2 3" (as table1.sh: runs rowN_seedS): every seed's model
-# is analysed and the tables give the mean over seeds (the paper averages three runs).
+# is analysed and the tables give the mean over seeds (the paper averages three runs; the
+# figures have one curve per seed); a seed whose training diverged is left out, with a note
+# (the tables' runs column counts the seeds averaged).
 # ALIGN_DIR: data_prep/prepare_europarl_de_en_align.py's output (ALIGN_DIR/gold/test.talp,
 # the RWTH De-En gold alignments the paper scores, and their sentences ALIGN_DIR/tok/test.de,
 # .en); without it the AER is left out (said on stderr).  The gold sentences are encoded with
@@ -25,7 +27,8 @@
 # layer on the same axes; Fig. 6 is ReLA-g's, its hallucinated-set curve of the cross
 # attention in <run>/hallucination/), and OUT_DIR/analyses/table5.tsv (AER in %),
 # table6.tsv and fig4.tsv (per layer: the layer attention's AER and the best head's, the
-# figure's dashed and solid curves) from tools/rela_tables.py.
+# figure's dashed and solid curves; fig4_aer_*/curves.png draws the layer attention's) from
+# tools/rela_tables.py, each the mean over seeds (the figures draw one curve per seed).
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 fsa_init "ReLA §5.2 analyses (Figs. 3-6, Tables 5-6); env: ROWS, ALIGN_DIR, ALIGN_TEXT_DIR, MAX_SENTENCES, FILTER, SMOKE" "$@"
@@ -79,11 +82,18 @@ for row in ${ROWS:-1 2 3 7}; do
   fsa_use_seed "$seed" "row$row"
   rela_base_args
   run=$FSA_RUN
+  # table1.sh with SEEDS names its runs rowN_seedS even for one seed analysed here
+  if [[ ! -e "$OUT/$run" && -f "$OUT/row${row}_seed$seed/.trained" ]]; then run="row${row}_seed$seed"; fi
   if [[ -f "$OUT/$run/.trained" ]]; then  # table1.sh's model, on any number of GPUs
+    grep -q -- "${model[*]} " "$OUT/$run/train.cmd" \
+      || fsa_die "$OUT/$run was not trained as row $row ($name: ${model[*]}; see its train.cmd)"
     fsa_log "$run ($name): trained already ($OUT/$run)"
-  else
-    fsa_train "$run" "$RELA_TARGET_TOKENS" "${model[@]}" "${RELA_ARGS[@]}" "${FSA_SMOKE_MODEL[@]}" \
-      || fsa_die "$run ($name): training diverged, nothing to analyse"
+  elif [[ -f "$OUT/$run/train.log" ]] && grep -q "training diverged" "$OUT/$run/train.log"; then
+    fsa_log "$run ($name): diverged in training (see $OUT/$run/train.log): left out of the analyses"
+    continue
+  elif ! fsa_train "$run" "$RELA_TARGET_TOKENS" "${model[@]}" "${RELA_ARGS[@]}" "${FSA_SMOKE_MODEL[@]}"; then
+    fsa_log "$run ($name): training diverged: left out of the analyses"
+    continue
   fi
   ckpt=$(fsa_average "$run" "${AVERAGE:-5}")
   d="$ANA/$run"
@@ -117,6 +127,7 @@ for row in ${ROWS:-1 2 3 7}; do
  done
 done
 
+[[ ${#labels[@]} -gt 0 ]] || fsa_die "no model to analyse (every run diverged)"
 # the figures: every model per layer on the same axes
 curves() {  # NAME ARGS...
   local name=$1; shift

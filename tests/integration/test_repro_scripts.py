@@ -898,6 +898,13 @@ def test_rela_analyses_script(en_de_smoke_data, tmp_path):
     )
     assert again.returncode == 0, again.stderr[-3000:]
     assert "row1 (softmax): trained already" in again.stderr
+    # a run that diverged in table1.sh is left out with a note, never retrained; nothing left: one line
+    (out / "row1" / ".trained").unlink()
+    with open(out / "row1" / "train.log", "a") as f:
+        f.write("training diverged: loss is inf\n")
+    diverged = run_script("rela/analyses.sh", data, 0, out, ROWS="1", FSA_ANALYZE=_fsa_analyze_wrapper(tmp_path))
+    assert diverged.returncode != 0 and "row1 (softmax): diverged in training" in diverged.stderr
+    assert "no model to analyse (every run diverged)" in diverged.stderr and "training," not in diverged.stderr
 
 
 def test_rela_analyses_refuses_the_other_direction_and_names_its_flags(smoke_data, tmp_path):
@@ -924,16 +931,31 @@ def test_rela_analyses_refuses_the_other_direction_and_names_its_flags(smoke_dat
 
 
 def test_the_low_resource_scripts_refuse_data_without_the_paper_s_bpe(smoke_data, tmp_path):
-    """Raganato et al. Sec. 4.2: 30,000 BPE merges for the low-resource tasks.  Data with
-    others (here the 1,000-merge slice; IWSLT14's default is fairseq's 10,000) is refused in
-    one line naming the file and the flag, before any training; MERGES_OK=1 and SMOKE skip."""
+    """Raganato et al. Sec. 4.2: 30,000 BPE merges for the low-resource tasks.  Data prepared
+    with others (here the 1,000-merge slice, read from data_prep's stamp; IWSLT14's default is
+    fairseq's 10,000) is refused in one line naming the flag, before any training, by every
+    low-resource script; so is data whose BPE cannot be told (no stamp, no codes); MERGES_OK=1
+    and SMOKE skip the check."""
     out = tmp_path / "low"
-    for script, env in (
+    scripts = (
         ("fixed_patterns/table2_low_resource.sh", {}),
         ("fixed_patterns/table4_ablation.sh", {"LOW": "1"}),
-    ):
+        ("fixed_patterns/table5_8f.sh", {"LOW": "1"}),
+    )
+    for script, env in scripts:
         proc = run_script(script, smoke_data, 0, out, SMOKE="0", **env)
         assert proc.returncode != 0, script
-        assert "bpe/codes has 1000 BPE merges; Raganato et al. used 30000 (Sec. 4.2)" in proc.stderr, proc.stderr[-500:]
+        assert "prepared with 1000 BPE merges; Raganato et al. used 30000 (Sec. 4.2)" in proc.stderr, proc.stderr[-500:]
         assert "--bpe-merges 30000" in proc.stderr
         assert not list(out.glob("low_*")), script
+    bare = tmp_path / "bare"  # a data-bin alone: no stamp, no codes
+    bare.mkdir()
+    (bare / "data-bin").symlink_to(smoke_data / "data-bin", target_is_directory=True)
+    proc = run_script("fixed_patterns/table2_low_resource.sh", bare, 0, out, SMOKE="0")
+    assert proc.returncode != 0 and "cannot tell its BPE merges" in proc.stderr, proc.stderr[-500:]
+    codes_only = tmp_path / "codes_only"  # codes, no stamp: the merges counted in them
+    codes_only.mkdir()
+    for name in ("data-bin", "bpe"):
+        (codes_only / name).symlink_to(smoke_data / name, target_is_directory=True)
+    proc = run_script("fixed_patterns/table2_low_resource.sh", codes_only, 0, out, SMOKE="0")
+    assert proc.returncode != 0 and "bpe/codes has 1000 BPE merges" in proc.stderr, proc.stderr[-500:]

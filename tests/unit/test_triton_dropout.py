@@ -383,3 +383,24 @@ def test_a_dropout_module_the_kernels_cannot_stand_in_for_is_never_skipped(backe
     else:
         out, _ = module(x, x, x, need_weights=False)
         assert torch.isfinite(out).all()
+
+
+def test_the_dropout_check_needs_no_fairseq(monkeypatch):
+    """The attention core needs torch only: with fairseq's dropout module not imported, a
+    torch.nn.Dropout is still served (no import is attempted)."""
+    import builtins
+    import sys
+
+    from fairseq_sparse_attn.attention.backends import triton as tb
+
+    monkeypatch.delitem(sys.modules, "fairseq.modules.fairseq_dropout", raising=False)
+    real_import = builtins.__import__
+
+    def no_fairseq(name, *args, **kwargs):
+        if name.startswith("fairseq."):
+            raise ModuleNotFoundError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_fairseq)
+    assert tb.dropout_reason(torch.nn.Dropout(0.1)) is None
+    assert "a Dropout1d module" in tb.dropout_reason(torch.nn.Dropout1d(0.1))

@@ -49,6 +49,7 @@ import functools
 import json
 import math
 import re
+import sys
 from pathlib import Path
 from typing import Callable, Dict, FrozenSet, Hashable, Optional, Tuple
 
@@ -236,14 +237,19 @@ GLOBAL_MODULE_HOOKS = (
 )
 
 
+def _dropout_types() -> Tuple[type, ...]:
+    """``torch.nn.Dropout``, and fairseq's ``FairseqDropout`` where fairseq was imported (the
+    attention core needs torch only; without fairseq imported no such module exists)."""
+    fairseq_dropout = sys.modules.get("fairseq.modules.fairseq_dropout")
+    return (torch.nn.Dropout,) + ((fairseq_dropout.FairseqDropout,) if fairseq_dropout is not None else ())
+
+
 def dropout_reason(dropout) -> Optional[str]:
     """None when the kernels may apply ``dropout`` (a module that applies to this call) in
     its place: a plain ``torch.nn.Dropout`` or fairseq's ``FairseqDropout`` without hooks,
     whose whole effect is its ``p``; else why not (the kernels never call the module, so its
     hooks, or what another module does, would be skipped)."""
-    from fairseq.modules.fairseq_dropout import FairseqDropout
-
-    if type(dropout) not in (torch.nn.Dropout, FairseqDropout):
+    if type(dropout) not in _dropout_types():
         return f"attention dropout by a {type(dropout).__name__} module (the kernels apply torch.nn.Dropout's and fairseq's)"
     if not hook_free(dropout):
         return "hooks on the attention dropout module (the kernels never call it, so its hooks would not run)"
