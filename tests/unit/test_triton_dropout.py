@@ -373,8 +373,12 @@ def test_a_dropout_module_the_kernels_cannot_stand_in_for_is_never_skipped(backe
         assert seen == [(2, 2, 5, 5)]  # the exact path called it
     module.dropout_module._forward_hooks.clear()
 
+    calls = []
+
     class OtherDropout(torch.nn.Dropout):
-        pass
+        def forward(self, x):
+            calls.append(x.shape)
+            return super().forward(x)
 
     module.dropout_module = OtherDropout(0.2)
     if backend == "triton":
@@ -383,6 +387,7 @@ def test_a_dropout_module_the_kernels_cannot_stand_in_for_is_never_skipped(backe
     else:
         out, _ = module(x, x, x, need_weights=False)
         assert torch.isfinite(out).all()
+        assert calls == [(2, 2, 5, 5)]  # the exact path called the module, the kernels did not stand in
 
 
 def test_the_dropout_check_needs_no_fairseq(monkeypatch):

@@ -244,13 +244,22 @@ def _dropout_types() -> Tuple[type, ...]:
     return (torch.nn.Dropout,) + ((fairseq_dropout.FairseqDropout,) if fairseq_dropout is not None else ())
 
 
-def dropout_reason(dropout) -> Optional[str]:
-    """None when the kernels may apply ``dropout`` (a module that applies to this call) in
-    its place: a plain ``torch.nn.Dropout`` or fairseq's ``FairseqDropout`` without hooks,
-    whose whole effect is its ``p``; else why not (the kernels never call the module, so its
-    hooks, or what another module does, would be skipped)."""
+def _dropout_kind_reason(dropout) -> Optional[str]:
+    """None when ``dropout`` is a plain ``torch.nn.Dropout`` or fairseq's ``FairseqDropout``,
+    whose whole effect is its ``p``; else why the kernels cannot stand in for it."""
     if type(dropout) not in _dropout_types():
         return f"attention dropout by a {type(dropout).__name__} module (the kernels apply torch.nn.Dropout's and fairseq's)"
+    return None
+
+
+def dropout_reason(dropout) -> Optional[str]:
+    """None when the kernels may apply ``dropout`` (a module that applies to this call) in
+    its place: a plain ``torch.nn.Dropout`` or fairseq's ``FairseqDropout`` without hooks;
+    else why not (the kernels never call the module, so its hooks, or what another module
+    does, would be skipped)."""
+    kind = _dropout_kind_reason(dropout)
+    if kind is not None:
+        return kind
     if not hook_free(dropout):
         return "hooks on the attention dropout module (the kernels never call it, so its hooks would not run)"
     return None
@@ -325,13 +334,16 @@ def direct_call(activation, output_norm, dropout) -> Optional[Callable[..., Opti
     from ...kernels.relu_attention import relu_attention
 
     kernel_arguments = getattr(output_norm, "kernel_arguments", None)
+    # the module's kind is fixed with the plan (setting dropout_module rebuilds it); its
+    # hooks may change between calls
+    dropout_kind_unserved = _dropout_kind_reason(dropout) is not None
 
     def call(q, k, v, hidden, kv_groups: int, scale: float, dropout_p: float = 0.0) -> Optional[torch.Tensor]:
         if unserved(v.device.type, v.dtype, v.size(-1)) is not None or unserved_sizes(q, k, v) is not None:
             return None
         if not hook_free(activation):  # attend() says why (hooks_reason), or auto runs it exactly
             return None
-        if dropout_p and dropout_reason(dropout) is not None:  # attend() says why (or auto runs it exactly)
+        if dropout_p and (dropout_kind_unserved or not hook_free(dropout)):  # attend() says why, or auto runs it
             return None
         try:  # read at each call, as the materialized path reads it (a dict lookup)
             gamma = kernel_gamma(activation)
