@@ -46,6 +46,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+#: ReLUFormer's criterion (Eq. 7), which the ``reluformer_reg*`` presets name (the others train
+#: with ``label_smoothed_cross_entropy``)
+REGULARIZED = "relu_regularized_label_smoothed_cross_entropy"
 #: preset name -> fairseq-train arguments (iwslt size: 6+6 layers, d 512, 4 heads, head dim
 #: 128).  ``rela_g`` is the eager path, named (``materialized``), not left to ``auto``: auto
 #: takes the triton backend where this benchmark's ``rela_g_triton`` beat ``rela_g`` (the
@@ -69,6 +72,15 @@ PRESETS = {
                        "--attention-dropout", "0.1"],
     "rela_g_triton_dropout": ["--arch", "rela_transformer_iwslt_de_en", "--attn-backend", "triton",
                               "--attention-dropout", "0.1"],
+    # ReLUFormer with its regularized criterion (the row sums, inside the kernels on triton),
+    # without and with attention dropout 0.1 (its paper's setting): auto's "+rowsums" and
+    # "+dropout+rowsums" settings
+    "reluformer_reg": ["--arch", "reluformer_iwslt_de_en", "--attn-backend", "materialized", "--criterion", REGULARIZED],
+    "reluformer_reg_triton": ["--arch", "reluformer_iwslt_de_en", "--attn-backend", "triton", "--criterion", REGULARIZED],
+    "reluformer_reg_dropout": ["--arch", "reluformer_iwslt_de_en", "--attn-backend", "materialized",
+                               "--attention-dropout", "0.1", "--criterion", REGULARIZED],
+    "reluformer_reg_triton_dropout": ["--arch", "reluformer_iwslt_de_en", "--attn-backend", "triton",
+                                      "--attention-dropout", "0.1", "--criterion", REGULARIZED],
     # the base size (6+6 layers, d 512, 8 heads, head dim 64: issue 31's second target size),
     # against stock transformer_wmt_en_de
     "softmax_base": ["--arch", "transformer_wmt_en_de"],
@@ -226,8 +238,7 @@ def train_command(data: Path, preset: str, dtype: str, args, langs=("src", "tgt"
         "inverse_sqrt",
         "--warmup-updates",
         "800",
-        "--criterion",
-        "label_smoothed_cross_entropy",
+        *([] if "--criterion" in PRESETS[preset] else ["--criterion", "label_smoothed_cross_entropy"]),
         "--label-smoothing",
         "0.1",
         "--max-tokens",

@@ -57,9 +57,10 @@ def rel_err(x, ref):
     return num / den if den > 0 else num
 
 
-def plain_relu_attention(q, k, v, pad, causal, scale, gamma, keep=None, dropout_p=0.0):
+def plain_relu_attention(q, k, v, pad, causal, scale, gamma, keep=None, dropout_p=0.0, row_sums=False):
     """The formula in float64 (kernels/relu_attention.py docstring): materialized weights;
-    with ``keep`` ((B, H, T, S) bool, philox_reference.keep_mask), attention dropout."""
+    with ``keep`` ((B, H, T, S) bool, philox_reference.keep_mask), attention dropout; with
+    ``row_sums``, (out, sum_j w_ij, sum_j w_ij log w_ij) of the weights before dropout."""
     s = scale * torch.einsum("bhtd,bhsd->bhts", q, k)
     T, S = q.size(2), k.size(2)
     visible = torch.ones(q.size(0), 1, T, S, dtype=torch.bool, device=q.device)
@@ -73,9 +74,11 @@ def plain_relu_attention(q, k, v, pad, causal, scale, gamma, keep=None, dropout_
     if gamma is not None:
         n = visible.sum(-1, keepdim=True).clamp(min=1).double()
         w = w / (gamma * torch.sqrt(n / 2))
+    sums = (w.sum(-1), torch.where(w > 0, w * torch.log(w.clamp(min=1e-300)), torch.zeros_like(w)).sum(-1))
     if keep is not None:
         w = w * keep.to(w.device, w.dtype) / (1.0 - dropout_p)
-    return torch.einsum("bhts,bhsd->bhtd", w, v)
+    out = torch.einsum("bhts,bhsd->bhtd", w, v)
+    return (out, *sums) if row_sums else out
 
 
 ATTENTION_CASES = {
@@ -92,16 +95,20 @@ ATTENTION_CASES = {
 #: the numpy Philox of philox_reference.py), at this probability
 DROPOUT_CASES = ("cross_padded", "causal_long_scaled")
 DROPOUT_P = 0.3
+#: the cases also checked with ReLUFormer's row sums (``relu_attention_with_row_sums``, the
+#: kernels' ``_rowsums`` forms: a loss of the output and both sums), with and without dropout
+ROW_SUMS_CASES = ("cross_padded", "causal_long_scaled")
 
 
-def check_attention(device, d, dtype_name, case, seed, diagnose=False, dropout_p=0.0):
+def check_attention(device, d, dtype_name, case, seed, diagnose=False, dropout_p=0.0, row_sums=False):
     """One case against float64 (``dropout_p`` > 0: with attention dropout under a seed drawn
-    here, the reference dropping what philox_reference.keep_mask drops).  ``diagnose`` adds
+    here, the reference dropping what philox_reference.keep_mask drops; ``row_sums``: the
+    row sums too, and the gradients of a loss of the output and both sums).  ``diagnose`` adds
     where the forward is wrong: the rows
     (b, h, t) whose own relative error passes the tolerance, the query positions and heads
     they sit at, and whether a second run on the same inputs gives the same output bit for
     bit (an error that moves between runs is a race: METHOD.md)."""
-    from fairseq_sparse_attn.kernels.relu_attention import relu_attention
+    from fairseq_sparse_attn.kernels.relu_attention import relu_attention, relu_attention_with_row_sums
 
     B, H, T, S, causal, gamma, padded = ATTENTION_CASES[case]
     dtype = DTYPES[dtype_name]
@@ -129,12 +136,23 @@ def check_attention(device, d, dtype_name, case, seed, diagnose=False, dropout_p
         dropout = {"dropout_p": dropout_p, "seed": torch.tensor([dropout_seed], device=device)}
         keep = keep_mask(dropout_seed, B, H, T, S, dropout_p)
     leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
-    out = relu_attention(*leaves, key_padding=pad, causal=causal, scale=scale, gamma=gamma, **dropout)
-    out.backward(dout)
     refs = [t.double().clone().requires_grad_(True) for t in (q, k, v)]
-    ref = plain_relu_attention(*refs, pad, causal, scale, gamma, keep, dropout_p)
-    ref.backward(dout.double())
-    errs = {"out": rel_err(out, ref)}
+    errs = {}
+    if row_sums:
+        g_sum, g_log = (torch.randn(B, H, T, generator=g).to(device) for _ in range(2))
+        out, wsum, wlogw = relu_attention_with_row_sums(
+            *leaves, key_padding=pad, causal=causal, scale=scale, gamma=gamma, **dropout
+        )
+        ((out.float() * dout.float()).sum() + (wsum * g_sum).sum() + (wlogw * g_log).sum()).backward()
+        ref, ref_sum, ref_log = plain_relu_attention(*refs, pad, causal, scale, gamma, keep, dropout_p, row_sums=True)
+        ((ref * dout.double()).sum() + (ref_sum * g_sum.double()).sum() + (ref_log * g_log.double()).sum()).backward()
+        errs.update(wsum=rel_err(wsum, ref_sum), wlogw=rel_err(wlogw, ref_log))
+    else:
+        out = relu_attention(*leaves, key_padding=pad, causal=causal, scale=scale, gamma=gamma, **dropout)
+        out.backward(dout)
+        ref = plain_relu_attention(*refs, pad, causal, scale, gamma, keep, dropout_p)
+        ref.backward(dout.double())
+    errs["out"] = rel_err(out, ref)
     for name, a, r in zip(("dq", "dk", "dv"), leaves, refs):
         errs[name] = rel_err(a.grad, r.grad)
     finite = all(torch.isfinite(t).all().item() for t in (out, *(a.grad for a in leaves)))
@@ -259,19 +277,23 @@ def _correctness(device, head_dims, dtype_names, seed, rows, save, shard=(0, 1))
                 seed += 1
                 if not in_shard(group, shard):
                     continue
-                for dropout_p in (0.0, DROPOUT_P) if case in DROPOUT_CASES else (0.0,):
+                forms = [(p, False) for p in ((0.0, DROPOUT_P) if case in DROPOUT_CASES else (0.0,))]
+                if case in ROW_SUMS_CASES:
+                    forms += [(0.0, True), (DROPOUT_P, True)]
+                for dropout_p, row_sums in forms:
                     for backward in _backwards(d, dt, case):
                         t0 = time.time()
                         try:
                             with backward_form(backward):
-                                r = check_attention(device, d, dt, case, seed, dropout_p=dropout_p)
+                                r = check_attention(device, d, dt, case, seed, dropout_p=dropout_p, row_sums=row_sums)
                         except Exception as e:  # recorded, never hidden
                             r = {"ok": False, "error": f"{type(e).__name__}: {e}"}
                         r.update(kernel="relu_attention", head_dim=d, dtype=dt, case=case, backward=backward)
-                        r.update(dropout=dropout_p, seconds=round(time.time() - t0, 2))
+                        r.update(dropout=dropout_p, row_sums=row_sums, seconds=round(time.time() - t0, 2))
                         rows.append(r)
                         save()
                         what = f"{case} {backward}" + (f" dropout {dropout_p}" if dropout_p else "")
+                        what += " row sums" if row_sums else ""
                         print(f"[kernels] check relu_attention d{d} {dt} {what}: {fmt_check(r)}", flush=True)
     group += 1
     for dt in dtype_names:
@@ -616,8 +638,8 @@ def fp32_probe(device, rows=None, save=lambda: None):
     shipped, make = dict(ra._TILES), ra._make_config
 
     def with_precision(precision):
-        def made(kernel, dtype, head_dim, long=False, dropout=False):
-            config = make(kernel, dtype, head_dim, long, dropout)
+        def made(kernel, dtype, head_dim, long=False, dropout=False, row_sums=False):
+            config = make(kernel, dtype, head_dim, long, dropout, row_sums)
             config["constexprs"] = dict(config["constexprs"], PRECISION=precision)
             return config
 

@@ -42,7 +42,7 @@ name            priority  serves
                           ``make bench-gpu`` result showing it faster (2026-11-27:
                           fp16 on H100s, bf16 on H200s; with attention dropout: not
                           yet); padding and causal masks, attention dropout inside the
-                          kernels; no weights, biases, row sums
+                          kernels, ReLUFormer's row sums (named only); no weights, biases
 ``query_block`` 45        relu / relu_scaled without gradients, block by block over the
                           queries (:mod:`.query_block_relu`): in auto for calls with at
                           least ``--attn-flex-min-keys`` keys (long documents on CPU); no

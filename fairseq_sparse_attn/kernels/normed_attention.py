@@ -32,7 +32,7 @@ class _NormedReluAttention(torch.autograd.Function):
     ):  # fmt: skip
         bsz, heads, tgt, d = q.shape
         with torch._C._AutoDispatchBelowAutograd():
-            out, rs = relu_attention_fwd(
+            out, rs, _ = relu_attention_fwd(
                 q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef, seed, dropout_p
             )
             z = out.permute(2, 0, 1, 3).reshape(tgt * bsz, heads * d)  # the kernel's layout: a view

@@ -83,7 +83,17 @@ the one-pass backward (4 head dims x fp16, bf16), and 12 of the long tier: calls
 queries and keys both number :data:`LONG_FROM` or more take larger tiles (:data:`_LONG_TILES`:
 the forward and the dQ pass at head dims 32, 64, 128 in fp16 and bf16); each of these 56
 again with attention dropout (``..._dropout``, some on tiles of their own:
-:data:`_DROPOUT_TILES`), 112 in all.
+:data:`_DROPOUT_TILES`), and each of those 112 again with the row sums (``..._rowsums``,
+:data:`_ROW_SUMS_TILES`), 224 in all.
+
+ReLUFormer's row sums (constexpr ``ROW_SUMS``, :func:`relu_attention_with_row_sums`): the
+regularized criterion needs sum_j w_ij and sum_j w_ij log w_ij of the weights before
+dropout.  The forward adds each tile's sum_j r_ij and sum_j r_ij log r_ij (r = max(s, 0),
+fp32, 0 log 0 = 0) into per-row fp32 sums and stores them as a (B, H, T, 2) tensor; with
+w = c r, torch makes sum w = c sum r and sum w log w = c sum r log r + c log c sum r.  The
+backward's kernels, given the sums' gradients (g_sum, g_log), add g_sum + g_log (log r + 1)
+to dS_ij / scale on every visible key with r > 0 (kept by dropout or not: the sums are of
+the weights before it), in both backwards.
 """
 
 import functools
@@ -100,7 +110,7 @@ from .launch import interpreted, kernel_forms, launch
 from .rounding import rounded
 from .served import DTYPES, HEAD_DIMS, unserved, unserved_sizes
 
-__all__ = ["HEAD_DIMS", "DTYPES", "launch_configs", "relu_attention", "unsupported"]
+__all__ = ["HEAD_DIMS", "DTYPES", "launch_configs", "relu_attention", "relu_attention_with_row_sums", "unsupported"]
 
 _TRITON_DTYPE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
@@ -151,18 +161,29 @@ def _kept(seed, rows, keys, bh, drop_p):
 
 
 @triton.jit
+def _row_sums_grad(r, active, g_sum, g_log):
+    """The gradient that the row sums' gradients (``g_sum`` of sum_j r_ij, ``g_log`` of
+    sum_j r_ij log r_ij) send to the scores r of the ``active`` elements (visible, r > 0;
+    the others' relu passes nothing): g_sum + g_log (log r + 1).  Dropout plays no part:
+    the sums are of the weights before it."""
+    return tl.where(active, g_sum + g_log * (tl.log(tl.maximum(r, 1e-30)) + 1.0), 0.0)
+
+
+@triton.jit
 def _fwd_tile(
-    acc, q, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs,
+    acc, rsum, rlog, q, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs,
     S, shift, scale, seed, bh, drop_p,
     VT: tl.constexpr, PADDED: tl.constexpr, CAUSAL_CUT: tl.constexpr, BLOCK_N: tl.constexpr,
-    UPCAST: tl.constexpr, PRECISION: tl.constexpr, DROPOUT: tl.constexpr,
+    UPCAST: tl.constexpr, PRECISION: tl.constexpr, DROPOUT: tl.constexpr, ROW_SUMS: tl.constexpr,
 ):  # fmt: skip
     """``acc + rne(relu(s)) v`` over the keys [start_n, start_n + BLOCK_N).  Keys past S are
     loaded as zeros (s = 0: nothing added) and so are the rows past T (q = 0), so neither
     needs a mask on the scores; padding is one predicate per key, and the causal cut is
     compared element by element only in the blocks it crosses (``CAUSAL_CUT``).  With
     ``DROPOUT`` the dropped weights are zeroed (:func:`_kept`; the kept ones are scaled by
-    1 / (1 - p) once, on the accumulated row)."""
+    1 / (1 - p) once, on the accumulated row).  With ``ROW_SUMS`` the per-row fp32 ``rsum``
+    and ``rlog`` add the tile's sums of relu(s) and relu(s) log relu(s) before dropout
+    (0 log 0 = 0)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k, v = _kv_tile(k_base, v_base, offs_n, offs_d, S, stride_ks, stride_vs, UPCAST)
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
@@ -172,14 +193,17 @@ def _fwd_tile(
     if CAUSAL_CUT:
         s = tl.where(offs_n[None, :] <= offs_m[:, None] + shift, s, 0.0)
     p = tl.maximum(s, 0.0)
+    if ROW_SUMS:
+        rsum += tl.sum(p, axis=1)
+        rlog += tl.sum(p * tl.log(tl.maximum(p, 1e-30)), axis=1)  # 0 log 0 = 0 (0 * log 1e-30)
     if DROPOUT:
         p = tl.where(_kept(seed, offs_m[:, None], offs_n[None, :], bh, drop_p), p, 0.0)
     p = rounded(p, VT, UPCAST)
-    return tl.dot(p, v, acc, input_precision=PRECISION)
+    return tl.dot(p, v, acc, input_precision=PRECISION), rsum, rlog
 
 
 def _relu_attention_fwd(
-    Q, K, V, PAD, O, RS, SEED,
+    Q, K, V, PAD, O, RS, SEED, SUMS,
     stride_qb, stride_qh, stride_qt,
     stride_kb, stride_kh, stride_ks,
     stride_vb, stride_vh, stride_vs,
@@ -189,11 +213,12 @@ def _relu_attention_fwd(
     scale, row_coef, drop_p, keep_scale,
     has_pad, causal, row_scaled,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    UPCAST: tl.constexpr, PRECISION: tl.constexpr, DROPOUT: tl.constexpr,
+    UPCAST: tl.constexpr, PRECISION: tl.constexpr, DROPOUT: tl.constexpr, ROW_SUMS: tl.constexpr,
 ):  # fmt: skip
     """One program per (query block, batch, head): out = c * sum_j relu(s_ij) v_j; with
     ``DROPOUT``, out = c / (1 - p) * sum_j kept_ij relu(s_ij) v_j (``keep_scale`` = 1 / (1 - p),
-    0 for p = 1)."""
+    0 for p = 1).  With ``ROW_SUMS`` also sum_j relu(s_ij) and sum_j relu(s_ij) log relu(s_ij)
+    (before dropout, without c) into the fp32 (B, H, T, 2) ``SUMS``."""
     pid_m = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
     h = tl.program_id(2).to(tl.int64)
@@ -211,6 +236,10 @@ def _relu_attention_fwd(
     k_base = K + kb * stride_kb + h * stride_kh
     v_base = V + kb * stride_vb + h * stride_vh
     acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
+    # the row sums (summed per tile: (queries, keys) accumulators spilled at the larger tiles;
+    # without ROW_SUMS they are never changed, and the compiler drops them)
+    rsum = tl.zeros([BLOCK_M], dtype=tl.float32)
+    rlog = tl.zeros([BLOCK_M], dtype=tl.float32)
     pad_base = PAD + kb * stride_pb
     shift = S - T  # query i sees keys j <= i + shift when causal
     whole, hi = _key_ranges(pid_m, S, shift, causal, BLOCK_M, BLOCK_N)
@@ -222,18 +251,22 @@ def _relu_attention_fwd(
     # predicate; the causal cut: element by element, only in the blocks it crosses)
     if has_pad != 0:
         for start_n in range(0, whole, BLOCK_N):
-            acc = _fwd_tile(acc, q, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S,
-                shift, scale, seed, bh, drop_p, V.dtype.element_ty, True, False, BLOCK_N, UPCAST, PRECISION, DROPOUT)  # fmt: skip
+            acc, rsum, rlog = _fwd_tile(acc, rsum, rlog, q, k_base, v_base, pad_base, start_n, offs_m, offs_d,
+                stride_ks, stride_vs, S, shift, scale, seed, bh, drop_p, V.dtype.element_ty, True, False, BLOCK_N,
+                UPCAST, PRECISION, DROPOUT, ROW_SUMS)  # fmt: skip
         for start_n in range(whole, hi, BLOCK_N):
-            acc = _fwd_tile(acc, q, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S,
-                shift, scale, seed, bh, drop_p, V.dtype.element_ty, True, True, BLOCK_N, UPCAST, PRECISION, DROPOUT)  # fmt: skip
+            acc, rsum, rlog = _fwd_tile(acc, rsum, rlog, q, k_base, v_base, pad_base, start_n, offs_m, offs_d,
+                stride_ks, stride_vs, S, shift, scale, seed, bh, drop_p, V.dtype.element_ty, True, True, BLOCK_N,
+                UPCAST, PRECISION, DROPOUT, ROW_SUMS)  # fmt: skip
     else:
         for start_n in range(0, whole, BLOCK_N):
-            acc = _fwd_tile(acc, q, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S,
-                shift, scale, seed, bh, drop_p, V.dtype.element_ty, False, False, BLOCK_N, UPCAST, PRECISION, DROPOUT)  # fmt: skip
+            acc, rsum, rlog = _fwd_tile(acc, rsum, rlog, q, k_base, v_base, pad_base, start_n, offs_m, offs_d,
+                stride_ks, stride_vs, S, shift, scale, seed, bh, drop_p, V.dtype.element_ty, False, False, BLOCK_N,
+                UPCAST, PRECISION, DROPOUT, ROW_SUMS)  # fmt: skip
         for start_n in range(whole, hi, BLOCK_N):
-            acc = _fwd_tile(acc, q, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S,
-                shift, scale, seed, bh, drop_p, V.dtype.element_ty, False, True, BLOCK_N, UPCAST, PRECISION, DROPOUT)  # fmt: skip
+            acc, rsum, rlog = _fwd_tile(acc, rsum, rlog, q, k_base, v_base, pad_base, start_n, offs_m, offs_d,
+                stride_ks, stride_vs, S, shift, scale, seed, bh, drop_p, V.dtype.element_ty, False, True, BLOCK_N,
+                UPCAST, PRECISION, DROPOUT, ROW_SUMS)  # fmt: skip
     if row_scaled != 0:
         # n_i, the keys row i sees, in a loop of its own over the padding mask: counted in
         # the loop above, in the dots' register layout, the row sums took 80 shuffles and
@@ -250,6 +283,10 @@ def _relu_attention_fwd(
         c = row_coef / tl.sqrt(tl.maximum(count, 1.0))
         acc = acc * c[:, None]
         tl.store(RS + (b * H + h) * T + offs_m, c, mask=row_ok)
+    if ROW_SUMS:
+        sums_base = SUMS + ((b * H + h) * T + offs_m) * 2
+        tl.store(sums_base, rsum, mask=row_ok)
+        tl.store(sums_base + 1, rlog, mask=row_ok)
     if DROPOUT:
         acc = acc * keep_scale
     tl.store(
@@ -261,17 +298,19 @@ def _relu_attention_fwd(
 
 @triton.jit
 def _dkdv_tile(
-    dk, dv, k, v, q_base, do_base, rs_base, dq_base, start_m, offs_n, offs_d,
+    dk, dv, k, v, q_base, do_base, rs_base, gs_base, dq_base, start_m, offs_n, offs_d,
     stride_qt, stride_dot, stride_dqt, T, shift, scale, row_scaled, seed, bh, drop_p, keep_scale,
     QT: tl.constexpr, DOT: tl.constexpr, CAUSAL_CUT: tl.constexpr, BLOCK_M: tl.constexpr,
     UPCAST: tl.constexpr, PRECISION: tl.constexpr, WITH_DQ: tl.constexpr, DROPOUT: tl.constexpr,
+    ROW_SUMS: tl.constexpr,
 ):  # fmt: skip
     """(dk, dv) plus the queries [start_m, start_m + BLOCK_M)'s share, and with ``WITH_DQ``
     their dQ share added into the fp32 accumulator.  Rows past T are loaded as zeros (s = 0:
     nothing flows), padded keys came as zeros, so only the causal cut needs an element mask,
     in the blocks it crosses (``CAUSAL_CUT``).  With ``DROPOUT`` the weights the forward
     dropped pass nothing (:func:`_kept`, transposed), and dS carries the kept ones' 1 / (1 - p)
-    (``keep_scale``; dV takes it once, at the end of the pass)."""
+    (``keep_scale``; dV takes it once, at the end of the pass).  With ``ROW_SUMS`` dS also
+    carries the row sums' gradients (:func:`_row_sums_grad`)."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
     row_ok = offs_m < T
     q = tl.load(q_base + offs_m[:, None] * stride_qt + offs_d[None, :], mask=row_ok[:, None], other=0.0)
@@ -280,12 +319,13 @@ def _dkdv_tile(
         q = q.to(tl.float32)
         do = do.to(tl.float32)
     st = tl.dot(k, tl.trans(q), input_precision=PRECISION) * scale  # (keys, queries)
-    positive = st > 0.0
+    active = st > 0.0
     if CAUSAL_CUT:
-        positive = positive & (offs_n[:, None] <= offs_m[None, :] + shift)
+        active = active & (offs_n[:, None] <= offs_m[None, :] + shift)
+    positive = active  # ... and kept by dropout
     ds_scale = scale
     if DROPOUT:
-        positive = positive & _kept(seed, offs_m[None, :], offs_n[:, None], bh, drop_p)
+        positive = active & _kept(seed, offs_m[None, :], offs_n[:, None], bh, drop_p)
         ds_scale = scale * keep_scale
     dpt = tl.dot(v, tl.trans(do), input_precision=PRECISION)  # dO_i . v_j
     # c_i loaded without a branch (1 where not row-scaled: the product is exact): a load
@@ -293,7 +333,13 @@ def _dkdv_tile(
     # ("PassManager::run failed"), so this pass ran unpipelined
     c = tl.load(rs_base + offs_m, mask=row_ok & (row_scaled != 0), other=1.0)
     wt = rounded(tl.where(positive, st * c[None, :], 0.0), DOT, UPCAST)
-    dst = rounded(tl.where(positive, dpt * c[None, :], 0.0) * ds_scale, QT, UPCAST)
+    if ROW_SUMS:
+        g_sum = tl.load(gs_base + offs_m * 2, mask=row_ok, other=0.0)
+        g_log = tl.load(gs_base + offs_m * 2 + 1, mask=row_ok, other=0.0)
+        dst = tl.where(positive, dpt * c[None, :], 0.0) * ds_scale
+        dst = rounded(dst + _row_sums_grad(st, active, g_sum[None, :], g_log[None, :]) * scale, QT, UPCAST)
+    else:
+        dst = rounded(tl.where(positive, dpt * c[None, :], 0.0) * ds_scale, QT, UPCAST)
     dv = tl.dot(wt, do, dv, input_precision=PRECISION)
     dk = tl.dot(dst, q, dk, input_precision=PRECISION)
     if WITH_DQ:  # compiled out of the two-pass form
@@ -303,7 +349,7 @@ def _dkdv_tile(
 
 
 def _relu_attention_bwd_dkdv(
-    Q, K, V, PAD, DO, RS, SEED, DK, DV, DQ_ACC,
+    Q, K, V, PAD, DO, RS, SEED, GSUMS, DK, DV, DQ_ACC,
     stride_qb, stride_qh, stride_qt,
     stride_kb, stride_kh, stride_ks,
     stride_vb, stride_vh, stride_vs,
@@ -317,6 +363,7 @@ def _relu_attention_bwd_dkdv(
     has_pad, causal, row_scaled,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     UPCAST: tl.constexpr, PRECISION: tl.constexpr, WITH_DQ: tl.constexpr, DROPOUT: tl.constexpr,
+    ROW_SUMS: tl.constexpr,
 ):  # fmt: skip
     """One program per (key block, key batch, head), looping over the queries of every
     beam group: dV_j = sum_i w_ij dO_i, dK_j = scale sum_i dS_ij q_i (transposed tiles).
@@ -363,15 +410,18 @@ def _relu_attention_bwd_dkdv(
         q_base = Q + b * stride_qb + h * stride_qh
         do_base = DO + b * stride_dob + h * stride_doh
         rs_base = RS + (b * H + h) * T
+        gs_base = GSUMS + (b * H + h) * T * 2
         dq_base = DQ_ACC + b * stride_dqb + h * stride_dqh
         for start_m in range(lo, cut_end, BLOCK_M):
-            dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, rs_base, dq_base, start_m, offs_n, offs_d, stride_qt,
-                stride_dot, stride_dqt, T, shift, scale, row_scaled, seed, bh, drop_p, keep_scale, Q.dtype.element_ty,
-                DO.dtype.element_ty, True, BLOCK_M, UPCAST, PRECISION, WITH_DQ, DROPOUT)  # fmt: skip
+            dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, rs_base, gs_base, dq_base, start_m, offs_n, offs_d,
+                stride_qt, stride_dot, stride_dqt, T, shift, scale, row_scaled, seed, bh, drop_p, keep_scale,
+                Q.dtype.element_ty, DO.dtype.element_ty, True, BLOCK_M, UPCAST, PRECISION, WITH_DQ, DROPOUT,
+                ROW_SUMS)  # fmt: skip
         for start_m in range(cut_end, T, BLOCK_M):
-            dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, rs_base, dq_base, start_m, offs_n, offs_d, stride_qt,
-                stride_dot, stride_dqt, T, shift, scale, row_scaled, seed, bh, drop_p, keep_scale, Q.dtype.element_ty,
-                DO.dtype.element_ty, False, BLOCK_M, UPCAST, PRECISION, WITH_DQ, DROPOUT)  # fmt: skip
+            dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, rs_base, gs_base, dq_base, start_m, offs_n, offs_d,
+                stride_qt, stride_dot, stride_dqt, T, shift, scale, row_scaled, seed, bh, drop_p, keep_scale,
+                Q.dtype.element_ty, DO.dtype.element_ty, False, BLOCK_M, UPCAST, PRECISION, WITH_DQ, DROPOUT,
+                ROW_SUMS)  # fmt: skip
     if DROPOUT:
         dv = dv * keep_scale
     key_in = offs_n < S
@@ -389,32 +439,38 @@ def _relu_attention_bwd_dkdv(
 
 @triton.jit
 def _dq_tile(
-    dq, q, do, c, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S, shift, scale,
-    ds_scale, seed, bh, drop_p,
+    dq, q, do, c, g_sum, g_log, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S, shift,
+    scale, ds_scale, seed, bh, drop_p,
     QT: tl.constexpr, PADDED: tl.constexpr, CAUSAL_CUT: tl.constexpr, BLOCK_N: tl.constexpr,
-    UPCAST: tl.constexpr, PRECISION: tl.constexpr, DROPOUT: tl.constexpr,
+    UPCAST: tl.constexpr, PRECISION: tl.constexpr, DROPOUT: tl.constexpr, ROW_SUMS: tl.constexpr,
 ):  # fmt: skip
     """``dq + dS k`` over the keys [start_n, start_n + BLOCK_N), masked as :func:`_fwd_tile`
     masks (keys past S and rows past T are zeros, no mask needed); dS carries ``ds_scale``
-    (the scale, times 1 / (1 - p) with ``DROPOUT``, whose dropped weights pass nothing)."""
+    (the scale, times 1 / (1 - p) with ``DROPOUT``, whose dropped weights pass nothing), and
+    with ``ROW_SUMS`` the row sums' gradients (:func:`_row_sums_grad`)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k, v = _kv_tile(k_base, v_base, offs_n, offs_d, S, stride_ks, stride_vs, UPCAST)
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
-    positive = s > 0.0
+    active = s > 0.0
     if PADDED:
         pad = tl.load(pad_base + offs_n, mask=offs_n < S, other=0)
-        positive = positive & (pad == 0)[None, :]
+        active = active & (pad == 0)[None, :]
     if CAUSAL_CUT:
-        positive = positive & (offs_n[None, :] <= offs_m[:, None] + shift)
+        active = active & (offs_n[None, :] <= offs_m[:, None] + shift)
+    positive = active  # ... and kept by dropout
     if DROPOUT:
-        positive = positive & _kept(seed, offs_m[:, None], offs_n[None, :], bh, drop_p)
+        positive = active & _kept(seed, offs_m[:, None], offs_n[None, :], bh, drop_p)
     dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
-    ds = rounded(tl.where(positive, dp * c[:, None], 0.0) * ds_scale, QT, UPCAST)
+    if ROW_SUMS:
+        ds = tl.where(positive, dp * c[:, None], 0.0) * ds_scale
+        ds = rounded(ds + _row_sums_grad(s, active, g_sum[:, None], g_log[:, None]) * scale, QT, UPCAST)
+    else:
+        ds = rounded(tl.where(positive, dp * c[:, None], 0.0) * ds_scale, QT, UPCAST)
     return tl.dot(ds, k, dq, input_precision=PRECISION)
 
 
 def _relu_attention_bwd_dq(
-    Q, K, V, PAD, DO, RS, SEED, DQ,
+    Q, K, V, PAD, DO, RS, SEED, GSUMS, DQ,
     stride_qb, stride_qh, stride_qt,
     stride_kb, stride_kh, stride_ks,
     stride_vb, stride_vh, stride_vs,
@@ -425,7 +481,7 @@ def _relu_attention_bwd_dq(
     scale, drop_p, keep_scale,
     has_pad, causal, row_scaled,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    UPCAST: tl.constexpr, PRECISION: tl.constexpr, DROPOUT: tl.constexpr,
+    UPCAST: tl.constexpr, PRECISION: tl.constexpr, DROPOUT: tl.constexpr, ROW_SUMS: tl.constexpr,
 ):  # fmt: skip
     """One program per (query block, batch, head): dQ_i = scale sum_j dS_ij k_j."""
     pid_m = tl.program_id(0)
@@ -451,6 +507,11 @@ def _relu_attention_bwd_dq(
     c = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
     if row_scaled != 0:
         c = tl.load(RS + (b * H + h) * T + offs_m, mask=row_ok, other=0.0)
+    g_sum = tl.zeros([BLOCK_M], dtype=tl.float32)
+    g_log = tl.zeros([BLOCK_M], dtype=tl.float32)
+    if ROW_SUMS:
+        g_sum = tl.load(GSUMS + ((b * H + h) * T + offs_m) * 2, mask=row_ok, other=0.0)
+        g_log = tl.load(GSUMS + ((b * H + h) * T + offs_m) * 2 + 1, mask=row_ok, other=0.0)
     k_base = K + kb * stride_kb + h * stride_kh
     v_base = V + kb * stride_vb + h * stride_vh
     dq = tl.zeros([BLOCK_M, D], dtype=tl.float32)
@@ -465,22 +526,22 @@ def _relu_attention_bwd_dq(
     bh = b * H + h
     if has_pad != 0:
         for start_n in range(0, whole, BLOCK_N):
-            dq = _dq_tile(dq, q, do, c, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S,
-                shift, scale, ds_scale, seed, bh, drop_p, Q.dtype.element_ty, True, False, BLOCK_N, UPCAST, PRECISION,
-                DROPOUT)  # fmt: skip
+            dq = _dq_tile(dq, q, do, c, g_sum, g_log, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks,
+                stride_vs, S, shift, scale, ds_scale, seed, bh, drop_p, Q.dtype.element_ty, True, False, BLOCK_N, UPCAST,
+                PRECISION, DROPOUT, ROW_SUMS)  # fmt: skip
         for start_n in range(whole, hi, BLOCK_N):
-            dq = _dq_tile(dq, q, do, c, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S,
-                shift, scale, ds_scale, seed, bh, drop_p, Q.dtype.element_ty, True, True, BLOCK_N, UPCAST, PRECISION,
-                DROPOUT)  # fmt: skip
+            dq = _dq_tile(dq, q, do, c, g_sum, g_log, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks,
+                stride_vs, S, shift, scale, ds_scale, seed, bh, drop_p, Q.dtype.element_ty, True, True, BLOCK_N, UPCAST,
+                PRECISION, DROPOUT, ROW_SUMS)  # fmt: skip
     else:
         for start_n in range(0, whole, BLOCK_N):
-            dq = _dq_tile(dq, q, do, c, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S,
-                shift, scale, ds_scale, seed, bh, drop_p, Q.dtype.element_ty, False, False, BLOCK_N, UPCAST, PRECISION,
-                DROPOUT)  # fmt: skip
+            dq = _dq_tile(dq, q, do, c, g_sum, g_log, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks,
+                stride_vs, S, shift, scale, ds_scale, seed, bh, drop_p, Q.dtype.element_ty, False, False, BLOCK_N, UPCAST,
+                PRECISION, DROPOUT, ROW_SUMS)  # fmt: skip
         for start_n in range(whole, hi, BLOCK_N):
-            dq = _dq_tile(dq, q, do, c, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks, stride_vs, S,
-                shift, scale, ds_scale, seed, bh, drop_p, Q.dtype.element_ty, False, True, BLOCK_N, UPCAST, PRECISION,
-                DROPOUT)  # fmt: skip
+            dq = _dq_tile(dq, q, do, c, g_sum, g_log, k_base, v_base, pad_base, start_n, offs_m, offs_d, stride_ks,
+                stride_vs, S, shift, scale, ds_scale, seed, bh, drop_p, Q.dtype.element_ty, False, True, BLOCK_N, UPCAST,
+                PRECISION, DROPOUT, ROW_SUMS)  # fmt: skip
     tl.store(
         DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqt + offs_d[None, :],
         rounded(dq, DQ.dtype.element_ty, UPCAST),
@@ -569,6 +630,35 @@ _DROPOUT_TILES: Dict[Tuple[str, bool, int, bool], Tuple[int, int, int, int]] = {
 for (_kernel, _half, _d, _long), _tile_with_dropout in list(_DROPOUT_TILES.items()):
     if _kernel == "relu_attention_bwd_dkdv" and _half:
         _DROPOUT_TILES[("relu_attention_bwd", _half, _d, _long)] = _tile_with_dropout
+#: (kernel, half, head dim, long, dropout) -> the tile of a kernel's row-sums form
+#: (``ROW_SUMS``: ReLUFormer's regularized criterion) where it differs from the tile it
+#: starts from: the form's own without row sums, or for the backward kernels the dropout
+#: form's (:data:`_DROPOUT_TILES`: the sums' gradient, like Philox, takes registers beside
+#: the accumulators).  On those, ``make check-kernels`` found spills in 9 configurations
+#: under Triton 3.7.1 and 17 under 3.6.0: the half-precision dK/dV pass at head dims 32 and
+#: 64 on sm_80, fp32's forward and dK/dV pass.  Each tile below compiled for sm_80 and sm_90
+#: under both versions without spills, the first such among the candidates of a search (8
+#: warps, a stage fewer, half the queries or keys, and their combinations), preferring a
+#: pipelined loop (fp32's dK/dV pass at head dim 128 with dropout had none without spills);
+#: the one-pass backward keeps the dK/dV pass's tile.
+_ROW_SUMS_TILES: Dict[Tuple[str, bool, int, bool, bool], Tuple[int, int, int, int]] = {
+    ("relu_attention_fwd", False, 32, False, True): (32, 32, 8, 2),  # was (32, 32, 4, 2)
+    ("relu_attention_fwd", False, 128, False, False): (16, 32, 8, 2),  # (32, 32, 4, 2)
+    ("relu_attention_fwd", False, 128, False, True): (32, 16, 8, 2),  # (32, 32, 4, 2)
+    ("relu_attention_fwd", False, 256, False, False): (16, 16, 4, 2),  # (32, 16, 8, 1)
+    ("relu_attention_fwd", False, 256, False, True): (16, 16, 8, 1),  # (32, 16, 8, 1)
+    ("relu_attention_bwd_dkdv", False, 32, False, False): (16, 32, 4, 3),  # (32, 32, 4, 3)
+    ("relu_attention_bwd_dkdv", False, 64, False, False): (16, 32, 8, 2),  # (16, 32, 4, 2)
+    ("relu_attention_bwd_dkdv", False, 128, False, False): (16, 32, 4, 2),  # (32, 32, 8, 2)
+    ("relu_attention_bwd_dkdv", False, 128, False, True): (16, 32, 8, 1),  # (32, 32, 8, 2)
+    ("relu_attention_bwd_dkdv", True, 32, False, False): (16, 64, 8, 2),  # (32, 64, 8, 2)
+    ("relu_attention_bwd_dkdv", True, 32, False, True): (16, 64, 8, 2),  # (32, 64, 8, 2)
+    ("relu_attention_bwd_dkdv", True, 64, False, False): (16, 32, 8, 2),  # (16, 64, 8, 2)
+    ("relu_attention_bwd_dkdv", True, 64, False, True): (16, 32, 8, 2),  # (16, 64, 8, 2)
+}
+for (_kernel, _half, _d, _long, _dropout), _tile_with_sums in list(_ROW_SUMS_TILES.items()):
+    if _kernel == "relu_attention_bwd_dkdv" and _half:
+        _ROW_SUMS_TILES[("relu_attention_bwd", _half, _d, _long, _dropout)] = _tile_with_sums
 ONE_PASS_DTYPES = (torch.float16, torch.bfloat16)
 #: key length from which the backward takes the two passes in every dtype.  On an H100
 #: (2026-11-27, docs/results/bench-gpu.json, head dim 64, fp16 and bf16, full and causal) the
@@ -579,7 +669,7 @@ ONE_PASS_DTYPES = (torch.float16, torch.bfloat16)
 TWO_PASS_FROM_KEYS = 1024
 
 _I32 = "i32"
-_CONSTEXPRS = ("D", "BLOCK_M", "BLOCK_N", "UPCAST", "PRECISION", "WITH_DQ", "DROPOUT")
+_CONSTEXPRS = ("D", "BLOCK_M", "BLOCK_N", "UPCAST", "PRECISION", "WITH_DQ", "DROPOUT", "ROW_SUMS")
 _FLOATS = ("scale", "row_coef", "drop_p", "keep_scale")
 _DATA = ("Q", "K", "V", "O", "DO", "DK", "DV", "DQ")  # tensors in the inputs' dtype
 
@@ -596,7 +686,8 @@ def _signature(kernel: str, dtype: torch.dtype) -> Dict[str, str]:
             sig[name] = "fp32"
         elif name == "PAD":  # key padding, viewed as int8
             sig[name] = "*i8"
-        elif name in ("RS", "DQ_ACC"):  # the row factor c, the one-pass backward's dQ sums
+        elif name in ("RS", "DQ_ACC", "SUMS", "GSUMS"):  # the row factor c, the one-pass
+            # backward's dQ sums, the row sums (forward) and their gradients (backward)
             sig[name] = "*fp32"
         elif name == "SEED":  # attention dropout's seed (one int64 on the device)
             sig[name] = "*i64"
@@ -608,22 +699,32 @@ def _signature(kernel: str, dtype: torch.dtype) -> Dict[str, str]:
 
 
 def _tile(
-    kernel: str, dtype: torch.dtype, head_dim: int, long: bool, dropout: bool = False
+    kernel: str, dtype: torch.dtype, head_dim: int, long: bool, dropout: bool = False, row_sums: bool = False
 ) -> Optional[Tuple[int, int, int, int]]:
     """The tile of ``kernel`` in a tier (``long``: :data:`_LONG_TILES`), None where that
     tier has none (the long tier: fp16/bf16, the kernels and head dims it lists); with
-    ``dropout``, the attention-dropout form's (:data:`_DROPOUT_TILES` where it has its own)."""
+    ``dropout``, the attention-dropout form's (:data:`_DROPOUT_TILES` where it has its own);
+    with ``row_sums``, the row-sums form's (:data:`_ROW_SUMS_TILES` where it has its own)."""
+    half = dtype != torch.float32
     if long:
-        tile = _LONG_TILES.get((kernel, head_dim)) if dtype != torch.float32 else None
+        tile = _LONG_TILES.get((kernel, head_dim)) if half else None
     else:
-        tile = _TILES.get((kernel, dtype != torch.float32, head_dim))
-    if dropout and tile is not None:
-        return _DROPOUT_TILES.get((kernel, dtype != torch.float32, head_dim, long), tile)
+        tile = _TILES.get((kernel, half, head_dim))
+    if tile is None:
+        return None
+    if row_sums:
+        own = _ROW_SUMS_TILES.get((kernel, half, head_dim, long, dropout))
+        if own is not None:
+            return own
+    if dropout or row_sums:  # (only backward kernels have dropout tiles: the row sums' need their registers)
+        return _DROPOUT_TILES.get((kernel, half, head_dim, long), tile)
     return tile
 
 
-def _make_config(kernel: str, dtype: torch.dtype, head_dim: int, long: bool = False, dropout: bool = False) -> dict:
-    tile = _tile(kernel, dtype, head_dim, long, dropout)
+def _make_config(
+    kernel: str, dtype: torch.dtype, head_dim: int, long: bool = False, dropout: bool = False, row_sums: bool = False
+) -> dict:
+    tile = _tile(kernel, dtype, head_dim, long, dropout, row_sums)
     assert tile is not None, (kernel, dtype, head_dim, long)
     block_m, block_n, warps, stages = tile
     signature = _signature(kernel, dtype)
@@ -631,10 +732,12 @@ def _make_config(kernel: str, dtype: torch.dtype, head_dim: int, long: bool = Fa
     if "WITH_DQ" in signature:
         constexprs["WITH_DQ"] = kernel == "relu_attention_bwd"
     constexprs["DROPOUT"] = dropout
+    constexprs["ROW_SUMS"] = row_sums
     return {
         "name": f"{kernel}_d{head_dim}_{_TRITON_DTYPE[dtype]}"
         + ("_long" if long else "")
-        + ("_dropout" if dropout else ""),
+        + ("_dropout" if dropout else "")
+        + ("_rowsums" if row_sums else ""),
         "kernel": _KERNELS[kernel][0],
         "signature": signature,
         "constexprs": constexprs,
@@ -644,18 +747,19 @@ def _make_config(kernel: str, dtype: torch.dtype, head_dim: int, long: bool = Fa
 
 
 @functools.lru_cache(maxsize=None)
-def _all_configs() -> Dict[Tuple[str, torch.dtype, int, bool, bool], dict]:
-    """(kernel, dtype, head dim, long, dropout) -> its configuration, built once (a launch
-    looks its configuration up here: a dict lookup, not a search).  Attention dropout is a
-    constexpr (``DROPOUT``), so the kernels without it are those measured before it existed,
-    instruction for instruction."""
+def _all_configs() -> Dict[Tuple[str, torch.dtype, int, bool, bool, bool], dict]:
+    """(kernel, dtype, head dim, long, dropout, row sums) -> its configuration, built once (a
+    launch looks its configuration up here: a dict lookup, not a search).  Attention dropout
+    and the row sums are constexprs (``DROPOUT``, ``ROW_SUMS``), so the kernels without them
+    are those measured before they existed, instruction for instruction."""
     return {
-        (kernel, dtype, d, long, dropout): _make_config(kernel, dtype, d, long, dropout)
+        (kernel, dtype, d, long, dropout, row_sums): _make_config(kernel, dtype, d, long, dropout, row_sums)
         for kernel in _KERNELS
         for d in HEAD_DIMS
         for dtype in DTYPES
         for long in (False, True)
         for dropout in (False, True)
+        for row_sums in (False, True)
         if _tile(kernel, dtype, d, long) is not None
     }
 
@@ -665,13 +769,15 @@ def launch_configs() -> List[dict]:
     return [dict(c) for c in _all_configs().values()]
 
 
-def _config(kernel: str, dtype: torch.dtype, head_dim: int, long: bool = False, dropout: bool = False) -> dict:
+def _config(
+    kernel: str, dtype: torch.dtype, head_dim: int, long: bool = False, dropout: bool = False, row_sums: bool = False
+) -> dict:
     """The configuration a launch takes: an entry of :func:`launch_configs` (``long``: the
     long tier's where it has one, else the sentence tiles'; ``dropout``: the form with
-    attention dropout)."""
+    attention dropout; ``row_sums``: the form with the row sums or their gradients)."""
     configs = _all_configs()
-    config = (long and configs.get((kernel, dtype, head_dim, True, dropout))) or configs.get(
-        (kernel, dtype, head_dim, False, dropout)
+    config = (long and configs.get((kernel, dtype, head_dim, True, dropout, row_sums))) or configs.get(
+        (kernel, dtype, head_dim, False, dropout, row_sums)
     )
     if config is None:  # unsupported() is checked first
         raise AssertionError(f"no launch configuration {kernel}_d{head_dim}_{_TRITON_DTYPE.get(dtype, dtype)}")
@@ -816,16 +922,20 @@ def _fwd_impl(
     row_coef: float,
     seed: Optional[Tensor],
     dropout_p: float,
-) -> Tuple[Tensor, Tensor]:
-    """(out (B, H, T, d), c (B, H, T) fp32 or an empty tensor when not ``row_scaled``)."""
+    row_sums: bool = False,
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """(out (B, H, T, d), c (B, H, T) fp32 or an empty tensor when not ``row_scaled``, the
+    row sums (B, H, T, 2) fp32 of relu(s) and relu(s) log relu(s) before dropout and c, or
+    an empty tensor when not ``row_sums``)."""
     _check(q, k, v, key_padding, kv_groups)
     seed_arg, drop_p, keep_scale, dropout = _dropout_args(seed, dropout_p, q)
     bsz, heads, tgt, d = q.shape
     src = k.size(2)
     out = _heads_like(q)
     rs = q.new_empty((bsz, heads, tgt) if row_scaled else (0,), dtype=torch.float32)
+    sums = q.new_empty((bsz, heads, tgt, 2) if row_sums else (0,), dtype=torch.float32)
     pad, stride_p, has_pad = _pad_arg(key_padding, q)
-    cfg = _config("relu_attention_fwd", q.dtype, d, _is_long(tgt, src), dropout)
+    cfg = _config("relu_attention_fwd", q.dtype, d, _is_long(tgt, src), dropout, row_sums)
     grid = (_blocks(tgt, cfg["constexprs"]["BLOCK_M"]), bsz, heads)
     _launch(
         "relu_attention_fwd",
@@ -833,6 +943,7 @@ def _fwd_impl(
         grid,
         (
             q, k, v, pad, out, rs if row_scaled else _placeholder(q, torch.float32), seed_arg,
+            sums if row_sums else _placeholder(q, torch.float32),
             *q.stride()[:3],
             *k.stride()[:3],
             *v.stride()[:3],
@@ -843,28 +954,43 @@ def _fwd_impl(
             has_pad, int(causal), int(row_scaled),
         ),
     )  # fmt: skip
-    return out, rs
+    return out, rs, sums
 
 
-def _fwd_fake(q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef, seed, dropout_p):
+def _fwd_fake(q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef, seed, dropout_p, row_sums=False):
     bsz, heads, tgt, _ = q.shape
-    return _heads_like(q), q.new_empty((bsz, heads, tgt) if row_scaled else (0,), dtype=torch.float32)
+    return (
+        _heads_like(q),
+        q.new_empty((bsz, heads, tgt) if row_scaled else (0,), dtype=torch.float32),
+        q.new_empty((bsz, heads, tgt, 2) if row_sums else (0,), dtype=torch.float32),
+    )
 
 
 #: the backward ops' arguments (each kernel of the backward reads the forward's inputs, dO,
-#: the row factor c and the dropout seed)
+#: the row factor c, the dropout seed, and the row sums' gradients (B, H, T, 2) fp32 where
+#: the loss used the row sums, else None)
 _BWD_ARGS = (
     "(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor? key_padding, Tensor row_scale, bool causal, "
-    "int kv_groups, float scale, bool row_scaled, Tensor? seed, float dropout_p)"
+    "int kv_groups, float scale, bool row_scaled, Tensor? seed, float dropout_p, Tensor? dsums=None)"
 )
 
 
-def _dkdv_impl(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, seed, dropout_p):
+def _dkdv_impl(
+    dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, seed, dropout_p, dsums=None
+):
     """(dk, dv), each (B_kv, H, S, d) in the dtype of k."""
     return _key_block_pass(
         "relu_attention_bwd_dkdv", dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled,
-        seed, dropout_p, None,
+        seed, dropout_p, None, dsums,
     )  # fmt: skip
+
+
+def _sums_grad_arg(dsums: Optional[Tensor], like: Tensor) -> Tuple[Tensor, bool]:
+    """(GSUMS, ROW_SUMS) of a backward launch: the row sums' gradients as a contiguous fp32
+    (B, H, T, 2) tensor, or none."""
+    if dsums is None:
+        return _placeholder(like, torch.float32), False
+    return dsums.to(torch.float32).contiguous(), True
 
 
 def _key_block_pass(
@@ -882,6 +1008,7 @@ def _key_block_pass(
     seed: Optional[Tensor],
     dropout_p: float,
     dq_acc: Optional[Tensor],
+    dsums: Optional[Tensor] = None,
 ) -> Tuple[Tensor, Tensor]:
     """Launches the key-block kernel (dK, dV; with ``dq_acc``, a zeroed fp32 (B, H, T, d)
     tensor, also the atomic dQ sums); returns (dk, dv)."""
@@ -894,14 +1021,16 @@ def _key_block_pass(
     seed_arg, drop_p, keep_scale, dropout = _dropout_args(seed, dropout_p, q)
     acc = _placeholder(q, torch.float32) if dq_acc is None else dq_acc
     acc_strides = (0, 0, 0) if dq_acc is None else dq_acc.stride()[:3]
-    cfg = _config(kernel, q.dtype, d, _is_long(tgt, src), dropout)
+    gsums, row_sums = _sums_grad_arg(dsums, q)
+    cfg = _config(kernel, q.dtype, d, _is_long(tgt, src), dropout, row_sums)
     grid = (_blocks(src, cfg["constexprs"]["BLOCK_N"]), kv_bsz, heads)
     _launch(
         kernel,
         cfg,
         grid,
         (
-            q, k, v, pad, dout, row_scale if row_scaled else _placeholder(q, torch.float32), seed_arg, dk, dv, acc,
+            q, k, v, pad, dout, row_scale if row_scaled else _placeholder(q, torch.float32), seed_arg, gsums, dk, dv,
+            acc,
             *q.stride()[:3],
             *k.stride()[:3],
             *v.stride()[:3],
@@ -918,14 +1047,18 @@ def _key_block_pass(
     return dk, dv
 
 
-def _dkdv_fake(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, seed, dropout_p):
+def _dkdv_fake(
+    dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, seed, dropout_p, dsums=None
+):
     return (
         torch.empty_like(k, memory_format=torch.contiguous_format),
         torch.empty_like(v, memory_format=torch.contiguous_format),
     )
 
 
-def _one_pass_impl(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, seed, dropout_p):
+def _one_pass_impl(
+    dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, seed, dropout_p, dsums=None
+):
     """(dq, dk, dv) in one pass over the key blocks, fp16/bf16 (:data:`ONE_PASS_DTYPES`): dQ
     summed across programs with fp32 atomic adds (5 dots per tile pair instead of the two
     passes' 7, one kernel launch instead of two; the adds' order varies from run to run, so
@@ -934,12 +1067,14 @@ def _one_pass_impl(dout, q, k, v, key_padding, row_scale, causal, kv_groups, sca
     dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     dk, dv = _key_block_pass(
         "relu_attention_bwd", dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled,
-        seed, dropout_p, dq_acc,
+        seed, dropout_p, dq_acc, dsums,
     )  # fmt: skip
     return dq_acc.to(q.dtype), dk, dv
 
 
-def _one_pass_fake(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, seed, dropout_p):
+def _one_pass_fake(
+    dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, seed, dropout_p, dsums=None
+):
     return (
         torch.empty_like(q, memory_format=torch.contiguous_format),
         torch.empty_like(k, memory_format=torch.contiguous_format),
@@ -947,7 +1082,7 @@ def _one_pass_fake(dout, q, k, v, key_padding, row_scale, causal, kv_groups, sca
     )
 
 
-def _dq_impl(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, seed, dropout_p):
+def _dq_impl(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, seed, dropout_p, dsums=None):
     """dq, (B, H, T, d) in the dtype of q."""
     bsz, heads, tgt, d = q.shape
     src = k.size(2)
@@ -955,14 +1090,15 @@ def _dq_impl(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, ro
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     pad, stride_p, has_pad = _pad_arg(key_padding, q)
     seed_arg, drop_p, keep_scale, dropout = _dropout_args(seed, dropout_p, q)
-    cfg = _config("relu_attention_bwd_dq", q.dtype, d, _is_long(tgt, src), dropout)
+    gsums, row_sums = _sums_grad_arg(dsums, q)
+    cfg = _config("relu_attention_bwd_dq", q.dtype, d, _is_long(tgt, src), dropout, row_sums)
     grid = (_blocks(tgt, cfg["constexprs"]["BLOCK_M"]), bsz, heads)
     _launch(
         "relu_attention_bwd_dq",
         cfg,
         grid,
         (
-            q, k, v, pad, dout, row_scale if row_scaled else _placeholder(q, torch.float32), seed_arg, dq,
+            q, k, v, pad, dout, row_scale if row_scaled else _placeholder(q, torch.float32), seed_arg, gsums, dq,
             *q.stride()[:3],
             *k.stride()[:3],
             *v.stride()[:3],
@@ -977,14 +1113,14 @@ def _dq_impl(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, ro
     return dq
 
 
-def _dq_fake(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, seed, dropout_p):
+def _dq_fake(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, seed, dropout_p, dsums=None):
     return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
 relu_attention_fwd = ops.define(
     "relu_attention_fwd",
     "(Tensor q, Tensor k, Tensor v, Tensor? key_padding, bool causal, int kv_groups, float scale, "
-    "bool row_scaled, float row_coef, Tensor? seed, float dropout_p) -> (Tensor, Tensor)",
+    "bool row_scaled, float row_coef, Tensor? seed, float dropout_p, bool row_sums=False) -> (Tensor, Tensor, Tensor)",
     _fwd_impl,
     _fwd_fake,
 )
@@ -1001,10 +1137,13 @@ class _ReluAttention(torch.autograd.Function):
     """Autograd of ``fsa::relu_attention_fwd`` (:func:`.ops.differentiable`)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef, seed, dropout_p):
-        out, rs = ops.below_autograd(
-            relu_attention_fwd, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef, seed, dropout_p
-        )
+    def forward(
+        ctx, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef, seed, dropout_p, row_sums=False
+    ):  # fmt: skip
+        out, rs, sums = ops.below_autograd(
+            relu_attention_fwd, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef, seed,
+            dropout_p, row_sums,
+        )  # fmt: skip
         # c carries no gradient: marked so, it needs no zero gradient in the backward and
         # may be kept on ctx without a reference cycle
         ctx.mark_non_differentiable(rs)
@@ -1013,17 +1152,22 @@ class _ReluAttention(torch.autograd.Function):
         ctx.row_scale = rs
         ctx.args = (causal, kv_groups, scale, row_scaled)
         ctx.dropout_p = dropout_p
-        return out, rs
+        ctx.row_sums = row_sums
+        return out, rs, sums
 
     @staticmethod
     @torch.autograd.function.once_differentiable  # the backward ops have no autograd: a clear error
-    def backward(ctx, dout, _drs):
-        if dout is None:  # (materialize_grads off) the output took no part in the loss
-            return (None,) * 11
+    def backward(ctx, dout, _drs, dsums):
+        if not ctx.row_sums:
+            dsums = None
+        if dout is None and dsums is None:  # (materialize_grads off) no output took part in the loss
+            return (None,) * 12
         q, k, v, key_padding, seed = ctx.saved_tensors
+        if dout is None:  # only the row sums took part in the loss
+            dout = torch.zeros(q.shape[:-1] + (v.size(-1),), dtype=q.dtype, device=q.device)
         args = (*ctx.args, seed, ctx.dropout_p)
-        dq, dk, dv = gradients(dout, q, k, v, key_padding, ctx.row_scale, args, ctx.needs_input_grad[:3])
-        return dq, dk, dv, None, None, None, None, None, None, None, None
+        dq, dk, dv = gradients(dout, q, k, v, key_padding, ctx.row_scale, args, ctx.needs_input_grad[:3], dsums)
+        return dq, dk, dv, None, None, None, None, None, None, None, None, None
 
 
 def gradients(
@@ -1035,11 +1179,14 @@ def gradients(
     row_scale: Tensor,
     args: tuple,
     needed: Tuple[bool, bool, bool],
+    dsums: Optional[Tensor] = None,
 ) -> Tuple[Optional[Tensor], Optional[Tensor], Optional[Tensor]]:
     """(dq, dk, dv) of the forward (None where not ``needed``), from the backward ops: one
     pass (fp16/bf16, :data:`ONE_PASS_DTYPES`, fewer than :data:`TWO_PASS_FROM_KEYS` keys) or
     the two passes (fp32, long keys, deterministic mode).
-    ``args``: the forward's (causal, kv_groups, scale, row_scaled, seed, dropout_p)."""
+    ``args``: the forward's (causal, kv_groups, scale, row_scaled, seed, dropout_p);
+    ``dsums``: the row sums' gradients (B, H, T, 2), or None."""
+    args = (*args, dsums)
     need_q, need_k, need_v = needed
     dq = dk = dv = None
     one_pass = (
@@ -1085,6 +1232,38 @@ def relu_attention(
         relu_attention_fwd, _ReluAttention, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef,
         seed, float(dropout_p),
     )[0]  # fmt: skip
+
+
+def relu_attention_with_row_sums(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding: Optional[Tensor] = None,
+    causal: bool = False,
+    kv_groups: int = 1,
+    scale: float = 1.0,
+    gamma: Optional[float] = None,
+    dropout_p: float = 0.0,
+    seed: Optional[Tensor] = None,
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """:func:`relu_attention`'s output and the row sums of its weights w_ij = c_i relu(s_ij)
+    (before dropout) that ReLUFormer's regularized loss needs, all differentiable:
+    (out (B, H, T, d), sum_j w_ij, sum_j w_ij log w_ij (0 log 0 = 0)), the sums (B, H, T)
+    fp32, as :func:`fairseq_sparse_attn.attention.scaled_relu.row_sums` computes them from the
+    weights.  The kernels sum r = relu(s) and r log r (fp32, in the forward's loop, no extra
+    pass); with w = c r, sum w = c sum r and sum w log w = c sum r log r + c log c sum r."""
+    row_scaled, row_coef = row_arguments(gamma)
+    if dropout_p and seed is None:
+        seed = draw_seed(q)
+    out, c, sums = ops.call_differentiable(
+        relu_attention_fwd, _ReluAttention, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef,
+        seed, float(dropout_p), True,
+    )  # fmt: skip
+    r_sum, r_log = sums.unbind(-1)
+    if not row_scaled:
+        return out, r_sum, r_log
+    w_sum = c * r_sum
+    return out, w_sum, c * r_log + torch.log(c) * w_sum
 
 
 def row_arguments(gamma: Optional[float]) -> Tuple[bool, float]:

@@ -160,14 +160,14 @@ def test_row_sums_against_formula_materialized_and_key_block():
         torch.testing.assert_close(got_wsum, wsum, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(got_wlogw, wlogw, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(got_n.expand(B, 1, T, 1).squeeze(-1), n)
-    # nothing asked: nothing computed
+    # nothing asked: nothing computed (the fused kernels' row sums: test_triton_row_sums.py)
     _, inter = attend(q, k, v, AttentionInputs(hidden=hidden), spec("relu_scaled"))
     assert inter.row_sums is None and inter.weights is None
-    # the fused kernels return none: the regularized criterion's need is named as such
+    # a backend that cannot return them: the regularized criterion's need is named as such
     from fairseq_sparse_attn.errors import UsageError
 
     with pytest.raises(UsageError, match=r"ReLUFormer row sums \(the relu_regularized_\* criterion's regularizer\)"):
-        attend(q, k, v, inp, spec("relu_scaled", "triton"))
+        attend(q, k, v, inp, spec("relu_scaled", "query_block"))
 
 
 def test_fixed_and_masked_heads():

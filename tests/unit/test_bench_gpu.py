@@ -190,7 +190,8 @@ def test_correctness_checks_both_backwards_in_half_precision(monkeypatch):
     monkeypatch.setattr(gpu_kernels, "ATTENTION_CASES", {"cross_padded": (2, 1, 5, 7, False, 1.0, True)})
     monkeypatch.setattr(ra, "LAUNCH_LOG", [])
     monkeypatch.setattr(gpu_kernels, "check_norm", lambda *a: {"ok": True, "errors": {"out": 0.0}, "tolerance": 1})
-    monkeypatch.setattr(gpu_kernels, "DROPOUT_CASES", ())  # (their own test below)
+    monkeypatch.setattr(gpu_kernels, "DROPOUT_CASES", ())  # (their own tests below)
+    monkeypatch.setattr(gpu_kernels, "ROW_SUMS_CASES", ())
     rows = gpu_kernels._correctness("cpu", [32, 256], ["fp16", "fp32"], 0, None, lambda: None)
     attention = [(r["head_dim"], r["dtype"], r["backward"], r["ok"]) for r in rows if r["kernel"] == "relu_attention"]
     assert attention == [
@@ -468,7 +469,7 @@ def test_correctness_shards_split_the_checks_by_configuration(monkeypatch):
     seeds (fresh inputs per check, the same inputs as one process would draw)."""
     import gpu_kernels
 
-    def check_attention(device, d, dt, case, seed, diagnose=False, dropout_p=0.0):
+    def check_attention(device, d, dt, case, seed, diagnose=False, dropout_p=0.0, row_sums=False):
         return {"ok": True, "errors": {"out": 0.0}, "tolerance": 1, "seed": seed}
 
     def check_norm(device, dt, gated, seed):
@@ -480,7 +481,8 @@ def test_correctness_shards_split_the_checks_by_configuration(monkeypatch):
     def run(shard):
         rows = gpu_kernels.correctness("cpu", [32, 64, 128, 256], ["fp32", "fp16", "bf16"], shard=shard)
         return [
-            (r["kernel"], r.get("head_dim"), r["dtype"], r.get("case"), r.get("backward"), r.get("dropout"), r["seed"])
+            (r["kernel"], r.get("head_dim"), r["dtype"], r.get("case"), r.get("backward"), r.get("dropout"))
+            + (r.get("row_sums"), r["seed"])
             for r in rows
         ]
 
@@ -535,7 +537,7 @@ def test_dropout_and_base_presets_are_divided_by_their_own_softmax(monkeypatch, 
     assert bench_gpu.baseline("rela_g_triton_dropout") == "softmax_dropout"
     assert bench_gpu.baseline("rela_g_base") == "softmax_base" and bench_gpu.baseline("rela_i") == "softmax"
     for name, flags in bench_gpu.PRESETS.items():  # each group's runs differ from the plain ones in that only
-        if name.endswith("_dropout"):
+        if name.endswith("_dropout") and not name.startswith("reluformer_reg"):  # (their own test below)
             assert flags[-2:] == ["--attention-dropout", "0.1"] and flags[:-2] == bench_gpu.PRESETS[name[:-8]]
         if name.endswith("_base"):
             assert "wmt_en_de" in flags[1] and flags[2:] == bench_gpu.PRESETS[name[:-5]][2:]
@@ -573,6 +575,7 @@ def test_correctness_checks_the_dropout_forms_against_the_numpy_philox(monkeypat
     monkeypatch.setattr(gpu_kernels, "ATTENTION_CASES", {"cross_padded": (2, 2, 9, 13, False, 1.0, True)})
     monkeypatch.setattr(ra, "LAUNCH_LOG", [])
     monkeypatch.setattr(gpu_kernels, "check_norm", lambda *a: {"ok": True, "errors": {"out": 0.0}, "tolerance": 1})
+    monkeypatch.setattr(gpu_kernels, "ROW_SUMS_CASES", ())  # (their own test below)
     rows = gpu_kernels._correctness("cpu", [32], ["fp16"], 0, None, lambda: None)
     attention = [(r["backward"], r["dropout"], r["ok"]) for r in rows if r["kernel"] == "relu_attention"]
     forms = ("default", "two_pass", "long_tiles")
@@ -582,3 +585,75 @@ def test_correctness_checks_the_dropout_forms_against_the_numpy_philox(monkeypat
     monkeypatch.setattr(philox_reference, "keep_mask", lambda seed, *a: real(seed + 1, *a))
     wrong = gpu_kernels.check_attention("cpu", 32, "fp16", "cross_padded", 5, dropout_p=0.3)
     assert not wrong["ok"] and wrong["errors"]["out"] > 0.1
+
+
+def test_correctness_checks_the_row_sums_forms(monkeypatch):
+    """The cases of ROW_SUMS_CASES are checked again with the row sums (a loss of the output
+    and both sums), without and with dropout, through every backward form, launching the
+    ``_rowsums`` forms; against a reference whose entropy term is wrong, they fail."""
+    import gpu_kernels
+
+    from fairseq_sparse_attn.kernels import relu_attention as ra
+
+    monkeypatch.setattr(gpu_kernels, "ATTENTION_CASES", {"cross_padded": (2, 2, 9, 13, False, 1.0, True)})
+    monkeypatch.setattr(gpu_kernels, "DROPOUT_CASES", ())
+    monkeypatch.setattr(ra, "LAUNCH_LOG", [])
+    monkeypatch.setattr(gpu_kernels, "check_norm", lambda *a: {"ok": True, "errors": {"out": 0.0}, "tolerance": 1})
+    rows = gpu_kernels._correctness("cpu", [32], ["fp16"], 0, None, lambda: None)
+    attention = [(r["backward"], r["dropout"], r["row_sums"], r["ok"]) for r in rows if r["kernel"] == "relu_attention"]
+    forms = ("default", "two_pass", "long_tiles")
+    p = gpu_kernels.DROPOUT_P
+    assert attention == [(b, 0.0, False, True) for b in forms] + [
+        (b, drop, True, True) for drop in (0.0, p) for b in forms
+    ]
+    assert all(set(r["errors"]) == {"out", "wsum", "wlogw", "dq", "dk", "dv"} for r in rows if r.get("row_sums"))
+    assert sum(name.endswith("_rowsums") for name, *_ in ra.LAUNCH_LOG) == 2 * (2 + 3 + 3)
+    real = gpu_kernels.plain_relu_attention
+
+    def wrong_entropy(*args, row_sums=False):
+        out = real(*args, row_sums=row_sums)
+        return (out[0], out[1], 1.1 * out[2]) if row_sums else out
+
+    monkeypatch.setattr(gpu_kernels, "plain_relu_attention", wrong_entropy)
+    wrong = gpu_kernels.check_attention("cpu", 32, "fp16", "cross_padded", 5, row_sums=True)
+    assert not wrong["ok"] and wrong["errors"]["wlogw"] > 0.05
+
+
+def test_the_regularized_reluformer_presets_decide_the_row_sums_setting(monkeypatch, tmp_path):
+    """``reluformer_reg`` / ``reluformer_reg_dropout`` (eager) and their ``_triton`` forms
+    train with ReLUFormer's regularized criterion (named once in the command, in place of the
+    default), the second pair with attention dropout 0.1, divided by softmax with the same
+    dropout; faster_in reads them as the "+rowsums" and "+dropout+rowsums" settings, which
+    auto looks up for a call with row sums."""
+    import types
+
+    from fairseq_sparse_attn.attention.backends import triton as tb
+
+    assert bench_gpu.baseline("reluformer_reg_triton_dropout") == "softmax_dropout"
+    args = types.SimpleNamespace(max_tokens=4096, max_update=60, log_interval=20, seed=1)
+    assert bench_gpu.baseline("reluformer_reg_triton") == "softmax"
+    for preset in (
+        "reluformer_reg",
+        "reluformer_reg_triton",
+        "reluformer_reg_dropout",
+        "reluformer_reg_triton_dropout",
+    ):
+        cmd = bench_gpu.train_command(tmp_path, preset, "fp16", args)
+        assert cmd.count("--criterion") == 1 and cmd[cmd.index("--criterion") + 1] == bench_gpu.REGULARIZED
+        assert cmd[cmd.index("--attn-backend") + 1] == ("triton" if "triton" in preset else "materialized")
+        assert ("--attention-dropout" in cmd) == preset.endswith("_dropout") and "reluformer_iwslt_de_en" in cmd
+        if preset.endswith("_dropout"):
+            assert cmd[cmd.index("--attention-dropout") + 1] == "0.1"
+    plain = bench_gpu.train_command(tmp_path, "reluformer", "fp16", args)
+    assert plain[plain.index("--criterion") + 1] == "label_smoothed_cross_entropy"
+
+    def ratio(m):
+        return {"median": m, "min": m, "max": m, "rounds": 3}
+
+    ratios = {"reluformer_reg_dropout": ratio(0.8), "reluformer_reg_triton_dropout": ratio(0.9)}
+    ratios.update(reluformer_reg=ratio(0.9), reluformer_reg_triton=ratio(0.85))  # slower without dropout
+    result = {"parts": {"train": {"bf16": {"ratios": ratios}}}, "provenance": {"device": "NVIDIA H200"}}
+    assert tb.faster_in(result) == {"bf16+dropout+rowsums"}
+    ratios["reluformer_reg_triton"] = ratio(0.95)
+    assert tb.faster_in(result) == {"bf16+rowsums", "bf16+dropout+rowsums"}
+    assert tb.measured_setting(torch.bfloat16, True, True) == "bf16+dropout+rowsums"

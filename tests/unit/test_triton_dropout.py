@@ -182,11 +182,11 @@ def test_bad_dropout_arguments_are_one_clear_error():
 def test_dropout_configurations_are_listed_and_launched(monkeypatch):
     """Every kernel has a dropout form in launch_configs() (so the AOT check compiles it),
     named ``..._dropout``, and a call with dropout launches those only."""
-    names = {c["name"] for c in ra.launch_configs()}
+    names = {c["name"] for c in ra.launch_configs() if not c["name"].endswith("_rowsums")}  # test_triton_row_sums.py
     plain = {n for n in names if not n.endswith("_dropout")}
     assert {n + "_dropout" for n in plain} == names - plain
     for c in ra.launch_configs():
-        assert c["constexprs"]["DROPOUT"] == c["name"].endswith("_dropout")
+        assert c["constexprs"]["DROPOUT"] == c["name"].removesuffix("_rowsums").endswith("_dropout")
     monkeypatch.setattr(ra, "LAUNCH_LOG", [])
     q = torch.randn(1, 1, 5, 32, dtype=torch.float16, requires_grad=True)
     ra.relu_attention(q, q, q, dropout_p=0.1).sum().backward()

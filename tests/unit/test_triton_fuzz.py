@@ -6,7 +6,9 @@ decisions from the numpy Philox of test_triton_dropout.py), the long tier's tile
 backwards (``run`` checks the one pass and the two passes, and that their dK and dV agree
 bit for bit).  The cases are drawn from a fixed seed, so a run is reproducible and a
 failure names its case; the ninth session's ad-hoc fuzz (2,485 cases, no defect) is this
-test at a size CI can afford (about half a minute)."""
+test at a size CI can afford (about half a minute).  A second set of cases asks for
+ReLUFormer's row sums too (``relu_attention_with_row_sums``: a loss of the output and both
+sums, test_triton_row_sums.py's reference)."""
 
 import random
 
@@ -17,10 +19,12 @@ pytest.importorskip("triton", reason="triton is not installed (make install inst
 
 from test_triton_dropout import keep_mask  # noqa: E402
 from test_triton_relu_attention import TOL, run  # noqa: E402
+from test_triton_row_sums import run as run_with_row_sums  # noqa: E402
 
 from fairseq_sparse_attn.kernels import relu_attention as ra  # noqa: E402
 
 CASES = 64
+ROW_SUMS_CASES = 24
 
 
 def draw(rng: random.Random) -> dict:
@@ -55,3 +59,13 @@ def test_random_case_against_the_plain_formula(case, monkeypatch):
     dtype = spec["dtype"]
     errors, _ = run(**spec, keep_mask=keep_mask)
     assert max(errors.values()) <= TOL[dtype], (spec, errors)
+
+
+@pytest.mark.parametrize("case", range(ROW_SUMS_CASES))
+def test_random_case_with_row_sums_against_the_plain_formula(case, monkeypatch):
+    spec = draw(random.Random(5000 + case))
+    if spec.pop("long"):
+        monkeypatch.setattr(ra, "LONG_FROM", 1)
+    spec["p"] = spec.pop("dropout_p")
+    errors, _ = run_with_row_sums(**spec)
+    assert max(errors.values()) <= TOL[spec["dtype"]], (spec, errors)

@@ -387,11 +387,13 @@ def test_launch_configs_cover_every_head_dim_and_dtype_once():
     configs = ra.launch_configs()
     names = [c["name"] for c in configs]
     # forward, dK/dV, dQ, and the one-pass backward (the dK/dV kernel with WITH_DQ) in fp16/bf16,
-    # and the long tier's tiles in fp16/bf16; each without and with attention dropout
+    # and the long tier's tiles in fp16/bf16; each without and with attention dropout, and each
+    # of those without and with the row sums
     sentence = (3 * len(ra.DTYPES) + len(ra.ONE_PASS_DTYPES)) * len(ra.HEAD_DIMS)
-    assert len(names) == len(set(names)) == 2 * (sentence + 2 * len(ra._LONG_TILES))
-    assert sum("_long" in name for name in names) == 2 * 2 * len(ra._LONG_TILES)
-    assert sum(name.endswith("_dropout") for name in names) == len(names) // 2
+    assert len(names) == len(set(names)) == 2 * 2 * (sentence + 2 * len(ra._LONG_TILES))
+    assert sum("_long" in name for name in names) == 2 * 2 * 2 * len(ra._LONG_TILES)
+    assert sum(name.removesuffix("_rowsums").endswith("_dropout") for name in names) == len(names) // 2
+    assert sum(name.endswith("_rowsums") for name in names) == len(names) // 2
     for c in configs:
         assert set(c) == {"name", "kernel", "signature", "constexprs", "num_warps", "num_stages"}
         fn = c["kernel"]
@@ -399,12 +401,13 @@ def test_launch_configs_cover_every_head_dim_and_dtype_once():
         assert list(c["signature"]) == fn.arg_names
         assert {a for a, t in c["signature"].items() if t == "constexpr"} == set(c["constexprs"])
         assert c["constexprs"]["UPCAST"] is False and c["constexprs"]["PRECISION"] == "ieee"
-        kernel = c["name"].removesuffix("_dropout").rsplit("_d", 1)[0]
+        kernel = c["name"].removesuffix("_rowsums").removesuffix("_dropout").rsplit("_d", 1)[0]
         if kernel in ("relu_attention_bwd", "relu_attention_bwd_dkdv"):  # one kernel source
             assert c["constexprs"]["WITH_DQ"] is (kernel == "relu_attention_bwd")
         else:
             assert "WITH_DQ" not in c["constexprs"]
-        assert c["constexprs"]["DROPOUT"] is c["name"].endswith("_dropout")
+        assert c["constexprs"]["DROPOUT"] is c["name"].removesuffix("_rowsums").endswith("_dropout")
+        assert c["constexprs"]["ROW_SUMS"] is c["name"].endswith("_rowsums")
         assert all(
             t in ("*fp32", "*fp16", "*bf16", "*i8", "*i64", "i32", "fp32", "constexpr") for t in c["signature"].values()
         )

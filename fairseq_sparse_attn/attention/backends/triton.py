@@ -9,10 +9,12 @@ Serves activations that are rectified, have exact zeros and ReLU's backward
 ``row_scale``); head dims 32, 64, 128, 256 in fp32 / fp16 / bf16 (:mod:`...kernels.served`); masks that are key padding
 and/or causal (:func:`..masks.padding_and_causal`), beam-search key groups, attention
 dropout (inside the kernels, under a seed drawn from torch's generator: ``relu_attention``'s
-``dropout_p``).  Not served, so
+``dropout_p``), ReLUFormer's row sums for its regularized loss (summed in the forward
+kernel's loop, their gradients added to the backward's: ``relu_attention_with_row_sums``).
+Not served, so
 they go to the other backends with the reason: returned weights (analysis, ``need_weights``),
 additive biases, bias providers, fixed-pattern heads, masked
-heads / RHE, ReLUFormer row sums (its regularized loss), an activation module with hooks
+heads / RHE, an activation module with hooks
 (the kernels never call it, so its hooks would not run).  fairseq's own requests for
 weights (``need_weights`` by default, the alignment layer's ``need_head_weights``) get
 None on a module named ``triton``, so ``--print-alignment``, which needs them, is refused
@@ -36,9 +38,10 @@ on an H100 (``docs/results/bench-gpu.json``: ReLA-g's updates/s 0.97x softmax's 
 backend against 0.91x eager, both of 2 rounds) and in bf16 on an H200
 (``bench-gpu-h200.json``: 1.13x against 1.00x, 3 rounds; its fp16 has one round, which
 decides nothing): auto takes it on H100s in fp16 and on H200s in bf16, and nowhere else.
-Those runs had no attention dropout; a call with it is a setting of its own
-(``"fp16+dropout"``, :func:`measured_setting`) that no recorded run has measured yet, so
-auto does not take the kernels for it (``make bench-gpu``'s ``*_dropout`` presets measure it).
+Those runs had no attention dropout and no row sums; a call with either is a setting of its
+own (``"fp16+dropout"``, ``"fp16+rowsums"``, ``"fp16+dropout+rowsums"``: :func:`measured_setting`)
+that no recorded run has measured yet, so auto does not take the kernels for it (``make
+bench-gpu``'s ``*_dropout`` and ``reluformer_reg*`` presets measure them: :data:`DECIDING_PRESETS`).
 Incremental
 decoding steps (no gradients) are served only when named, as no measurement shows the
 kernels faster there (a decoding step of a module with a plain pipeline does not reach
@@ -141,18 +144,31 @@ def device_family(name: str) -> str:
 DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
 
+#: (fused preset, eager preset, setting suffix) of ``make bench-gpu``'s train part that
+#: decide a setting (:func:`measured_setting`): ReLA-g without and with attention dropout, and
+#: ReLUFormer with its regularized criterion (the row sums), without and with the papers'
+#: attention dropout
+DECIDING_PRESETS = (
+    ("rela_g_triton", "rela_g", ""),
+    ("rela_g_triton_dropout", "rela_g_dropout", "+dropout"),
+    ("reluformer_reg_triton", "reluformer_reg", "+rowsums"),
+    ("reluformer_reg_triton_dropout", "reluformer_reg_dropout", "+dropout+rowsums"),
+)
+
+
 def faster_in(result: dict) -> FrozenSet[str]:
     """The settings (:func:`measured_setting`: ``"fp16"``, ``"bf16+dropout"``, ...) in which
-    a ``make bench-gpu`` result shows the triton backend faster: its train part has
-    ``rela_g_triton`` and the eager ``rela_g`` (with attention dropout: ``rela_g_triton_dropout``
-    and ``rela_g_dropout``), each with at least 2 rounds, and the fused one's median
-    updates/s ratio to softmax is above the eager one's of the same rounds."""
+    a ``make bench-gpu`` result shows the triton backend faster: its train part has the
+    fused and the eager preset of :data:`DECIDING_PRESETS` (``rela_g_triton`` and
+    ``rela_g``, ...), each with at least 2 rounds, and the fused one's median updates/s ratio
+    to softmax is above the eager one's of the same rounds."""
     train = result.get("parts", {}).get("train") or {}
     faster = set()
     for dtype, per_dtype in train.items():
         ratios = per_dtype.get("ratios") or {}
-        for suffix, setting in (("", dtype), ("_dropout", dtype + "+dropout")):
-            fused, eager = ratios.get("rela_g_triton" + suffix), ratios.get("rela_g" + suffix)
+        for fused_name, eager_name, suffix in DECIDING_PRESETS:
+            setting = dtype + suffix
+            fused, eager = ratios.get(fused_name), ratios.get(eager_name)
             if fused and eager and min(fused.get("rounds", 0), eager.get("rounds", 0)) >= 2:
                 if fused["median"] > eager["median"]:
                     faster.add(setting)
@@ -201,17 +217,18 @@ def auto_may_take_it() -> bool:
     return bool(MEASURED_FASTER) and torch.cuda.is_available()
 
 
-def measured_setting(dtype: torch.dtype, dropout: bool) -> str:
+def measured_setting(dtype: torch.dtype, dropout: bool, row_sums: bool = False) -> str:
     """The name under which a ``make bench-gpu`` result records a training setting:
-    ``"fp16"``, ``"bf16"``, ... and, with attention dropout, ``"fp16+dropout"``."""
-    return DTYPE_NAMES.get(dtype, "") + ("+dropout" if dropout else "")
+    ``"fp16"``, ``"bf16"``, ... and, with attention dropout, ``"fp16+dropout"``; with the
+    row sums (ReLUFormer's regularized criterion), ``"+rowsums"`` after those."""
+    return DTYPE_NAMES.get(dtype, "") + ("+dropout" if dropout else "") + ("+rowsums" if row_sums else "")
 
 
 def _auto_enabled(spec: AttendSpec, call: Call) -> bool:
     if call.device != "cuda" or not call.grad or call.dtype is None or not torch.cuda.is_available():
         return False
     family = _family_of_device(torch.cuda.current_device())
-    return (family, measured_setting(call.dtype, call.dropout)) in MEASURED_FASTER
+    return (family, measured_setting(call.dtype, call.dropout, call.row_sums)) in MEASURED_FASTER
 
 
 # --------------------------------------------------------------------------- the backend
@@ -278,8 +295,9 @@ def hooks_reason(activation) -> str:
 
 
 def triton_attention(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
-    """The kernels on q (bsz, H, tgt, d) (already scaled), k, v (kv_bsz, H, src, d)."""
-    from ...kernels.relu_attention import relu_attention
+    """The kernels on q (bsz, H, tgt, d) (already scaled), k, v (kv_bsz, H, src, d); with
+    ``call.row_sums`` also the row sums of the weights (the regularized criterion's)."""
+    from ...kernels.relu_attention import relu_attention, relu_attention_with_row_sums
 
     structure = masks.padding_and_causal(inputs.hidden, inputs.kv_groups, k.size(0))
     try:
@@ -304,8 +322,15 @@ def triton_attention(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: C
         ) from None
     key_padding, causal = structure
     dropout_p = float(spec.dropout.p) if call.dropout else 0.0
-    out = relu_attention(q, k, v, key_padding, causal, inputs.kv_groups, 1.0, gamma, dropout_p)
-    return out, Intermediates(backend="triton")
+    if not call.row_sums:
+        out = relu_attention(q, k, v, key_padding, causal, inputs.kv_groups, 1.0, gamma, dropout_p)
+        return out, Intermediates(backend="triton")
+    out, wsum, wlogw = relu_attention_with_row_sums(
+        q, k, v, key_padding, causal, inputs.kv_groups, 1.0, gamma, dropout_p
+    )
+    # n counted in fp32 (in q's fp16 / bf16, a count above 2,048 / 256 would be rounded)
+    n = masks.visible_key_counts(q.new_empty(1, 1, 1, k.size(2), dtype=torch.float32), inputs.hidden)
+    return out, Intermediates(backend="triton", row_sums=(wsum, wlogw, n))
 
 
 def direct_call(activation, output_norm, dropout) -> Optional[Callable[..., Optional[torch.Tensor]]]:
@@ -371,12 +396,12 @@ register_backend(
     Backend(
         "triton",
         triton_attention,
-        Capabilities(activation_traits=TRITON_TRAITS, dropout=True, devices=frozenset({"cpu", "cuda"})),
+        Capabilities(activation_traits=TRITON_TRAITS, dropout=True, row_sums=True, devices=frozenset({"cpu", "cuda"})),
         priority=35,
         enabled=_auto_enabled,
         auto_when=(
             "for training calls on CUDA devices whose family has a recorded make bench-gpu result showing it "
-            "faster in the call's dtype, with attention dropout or without ("
+            "faster in the call's dtype, with attention dropout and row sums or without ("
             + ", ".join(f"{family} {dtype}" for family, dtype in sorted(MEASURED_FASTER))
             + ")"
         ),
