@@ -7,8 +7,8 @@
 #
 # Steps (in the order given):
 #   kernels     CUDA correctness of the Triton kernels (fp16/bf16 through the one-pass and
-#               the two-pass backward, and the long tier's tiles: about 124 checks, in
-#               $SHARDS processes (default 4) that share out the compiles), then their time
+#               the two-pass backward, the long tier's tiles, dropout and row sums: 280 checks, in
+#               $SHARDS processes (default 6) that share out the compiles), then their time
 #               against SDPA flash (both backwards; at every length both tile tiers; and
 #               replayed from a CUDA graph: the GPU's time without the host's), while
 #               the fp16 loss-scale runs (softmax, ReLA-g eager, ReLA-g triton; 1,000 updates
@@ -70,7 +70,8 @@ status() { local rc=$1 log=$2; echo "exit status $rc${3:+ ($3)}"; (( rc != 0 )) 
 keep() { [[ -f "$WORK/$1/bench_gpu.json" ]] && cp "$WORK/$1/bench_gpu.json" "$OUT/$2"; \
          tar -czf "$OUT/logs.tar.gz" --exclude='*.pt' --exclude='./demo/multi30k' -C "$WORK" . 2>/dev/null; }
 PY=${PYTHON:-python3}
-SHARDS=${SHARDS:-4}  # correctness processes (the machine's 16 cores compile their kernels)
+SHARDS=${SHARDS:-6}  # correctness processes (the machine's 16 cores compile their kernels: 6, since the
+# dropout and row-sums forms (twelfth session) quadrupled the configurations a shard may compile)
 
 say "environment and wheels"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
