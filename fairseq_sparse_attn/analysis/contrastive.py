@@ -285,17 +285,40 @@ def _group_key(group: str):
         return (1, 0.0, group)
 
 
-def summarize(decisions: Sequence[Decision]) -> Dict:
+def summarize(decisions: Sequence[Decision], average_groups: Optional[Sequence[str]] = None) -> Dict:
     """{"overall": counts, "by_group": {group: counts}} with counts = correct, total, accuracy.
-    Decisions without a group count in "overall" only."""
+    Decisions without a group count in "overall" only.  With ``average_groups``, also
+    "average": {"groups": [...], "accuracy": the mean of those groups' accuracies} (each
+    group weighs the same, whatever its size: Raganato et al. (2020) report MuCoW as "the
+    average result from the TED and Tatoeba" corpora; docs/fixed_patterns.md)."""
     by_group: Dict[str, List[Decision]] = {}
     for d in decisions:
         if d.group is not None:
             by_group.setdefault(d.group, []).append(d)
-    return {
+    report = {
         "overall": _counts(decisions),
         "by_group": OrderedDict((g, _counts(by_group[g])) for g in sorted(by_group, key=_group_key)),
     }
+    if average_groups:
+        missing = [g for g in average_groups if g not in report["by_group"]]
+        if missing:
+            raise ValueError(f"no decision in the group(s) {', '.join(missing)} to average")
+        accuracies = [report["by_group"][g]["accuracy"] for g in average_groups]
+        report["average"] = {"groups": list(average_groups), "accuracy": sum(accuracies) / len(accuracies)}
+    return report
+
+
+def check_average_groups(items: Sequence[ContrastiveItem], average_groups: Sequence[str]) -> None:
+    """ValueError naming the groups of ``average_groups`` that no item has (and the groups
+    the items do have), before any scoring."""
+    present = {g for item in items for g in item.groups if g is not None}
+    missing = [g for g in average_groups if g not in present]
+    if missing:
+        known = sorted(present, key=_group_key)
+        shown = ", ".join(known[:20]) + (f" and {len(known) - 20} more" if len(known) > 20 else "")
+        raise ValueError(
+            f"--average-groups: no item is in the group(s) {', '.join(missing)}; the groups are: {shown or 'none'}"
+        )
 
 
 def write_json(report: Dict, path):
@@ -330,6 +353,8 @@ def format_report(report: Dict) -> str:
 
     lines = [line("overall", report["overall"])]
     lines += [line(g, c) for g, c in report["by_group"].items()]
+    if "average" in report:
+        lines.append(f"average({','.join(report['average']['groups'])})\t-\t{report['average']['accuracy']:.4f}")
     return "\n".join(lines)
 
 
@@ -345,13 +370,14 @@ def evaluate(
     max_tokens: Optional[int] = None,
     device=None,
     progress: bool = False,
+    average_groups: Optional[Sequence[str]] = None,
 ):
     """Score, decide and summarize: returns (report dict, decisions)."""
     scores = score_items(
         model, items, src_dict, tgt_dict, encode_source, encode_target, batch_size, max_tokens, device, progress
     )
     decisions = decide(items, scores, unit)
-    return summarize(decisions), decisions
+    return summarize(decisions, average_groups), decisions
 
 
 # --------------------------------------------------------------------------- command line
@@ -404,6 +430,13 @@ def get_parser() -> argparse.ArgumentParser:
         "(default: lingeval97 'type', contrawsd/mucow 'ambig word:sense')",
     )
     p.add_argument(
+        "--average-groups",
+        default=None,
+        metavar="G1,G2,...",
+        help="also report the mean of these groups' accuracies, each group weighing the same "
+        "(Raganato et al.'s MuCoW figure: --format mucow --group-by origin --average-groups ted,tatoeba)",
+    )
+    p.add_argument(
         "--decision",
         choices=("variant", "item"),
         default=None,
@@ -444,6 +477,14 @@ def cli_main(argv=None) -> Dict:
         parser.error(str(e))
     if args.max_items is not None:
         items = items[: args.max_items]
+    average_groups = [g.strip() for g in args.average_groups.split(",") if g.strip()] if args.average_groups else None
+    if args.average_groups is not None and not average_groups:
+        parser.error(f"--average-groups: give group names separated by commas, got {args.average_groups!r}")
+    if average_groups:
+        try:
+            check_average_groups(items, average_groups)
+        except ValueError as e:
+            parser.error(str(e))
 
     try:
         model, task = load_model(
@@ -470,6 +511,7 @@ def cli_main(argv=None) -> Dict:
         max_tokens=args.max_tokens,
         device=device,
         progress=not args.no_progress,
+        average_groups=average_groups,
     )
     report["decision"] = args.decision or DEFAULT_DECISION[args.format]
     report["checkpoint"] = os.path.abspath(args.path)

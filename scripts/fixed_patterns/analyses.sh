@@ -10,8 +10,11 @@
 # pieces become <unk>); empty = length analysis only.  contrastive.tsv has each model's
 # overall accuracy (group "all") and one row per group of the suite (fsa-contrastive's
 # by_group: LingEval97's error types, or with --group-by and its distance field the
-# agreement by distance of Fig. 3; MuCoW's ambiguous words, or --group-by its corpus field,
-# of which the paper averages TED and Tatoeba).
+# agreement by distance of Fig. 3; MuCoW's ambiguous words, or --group-by origin, its
+# corpus field), and with --average-groups a row "average:G1+G2" of the mean of those
+# groups' accuracies: the paper's MuCoW figure is the average of TED and Tatoeba, so
+#   CONTRASTIVE="--format mucow --group-by origin --average-groups ted,tatoeba de-en.mucow.scoring.json"
+# (the corpus names as the suite spells them: a name no item has is refused, naming those it has).
 # CONTRASTIVE_NAME labels the suite in the TSV (default: its --format).
 # LAYERS (default "6+6 6+1") and MODELS (default "8L 7Ftoken 7Ftoken_H8off") select.  Writes OUT_DIR/analyses/length.tsv and
 # OUT_DIR/analyses/contrastive.tsv.  SEEDS="1 2 3" analyses the model of every seed
@@ -63,7 +66,9 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 print('all', r.get('accuracy', r.get('overall', {}).get('accuracy', '-')))
 for g, c in (r.get('by_group') or {}).items():
-    print(str(g).replace(' ', '_') or '-', c.get('accuracy', '-'))" "$A/contrastive.$tag.json")
+    print(str(g).replace(' ', '_') or '-', c.get('accuracy', '-'))
+if 'average' in r:  # --average-groups: the mean of those groups' accuracies (MuCoW's TED + Tatoeba)
+    print('average:' + '+'.join(r['average']['groups']).replace(' ', '_'), r['average']['accuracy'])" "$A/contrastive.$tag.json")
       fi
     done
   done

@@ -329,6 +329,23 @@ def test_decisions_per_item_need_every_variant_beaten():
         C.decide(hand_items(), HAND_SCORES, "item")
 
 
+def test_the_average_of_named_groups_weighs_each_group_the_same():
+    """--average-groups (Raganato et al.'s MuCoW figure, the average of the TED and Tatoeba
+    results): the mean of the groups' accuracies, not the accuracy over their union."""
+    decisions = [C.Decision(str(i), "ted", -1.0, -2.0) for i in range(3)] + [C.Decision("3", "tatoeba", -2.0, -1.0)]
+    decisions.append(C.Decision("4", "other", -2.0, -1.0))
+    report = C.summarize(decisions, ["ted", "tatoeba"])
+    assert report["average"] == {"groups": ["ted", "tatoeba"], "accuracy": 0.5}  # (1 + 0) / 2, not 3 / 4
+    assert report["overall"]["accuracy"] == 0.6 and "average" not in C.summarize(decisions)
+    assert "average(ted,tatoeba)\t-\t0.5000" in C.format_report(report)
+    with pytest.raises(ValueError, match="no decision in the group"):
+        C.summarize(decisions, ["ted", "news"])
+    items = [C.ContrastiveItem("0", "s", "c", ["x"], ["ted"]), C.ContrastiveItem("1", "s", "c", ["x"], [None])]
+    C.check_average_groups(items, ["ted"])
+    with pytest.raises(ValueError, match=r"--average-groups: no item is in the group\(s\) TED; the groups are: ted"):
+        C.check_average_groups(items, ["TED"])
+
+
 def test_report_files(tmp_path):
     decisions = C.decide(hand_items(), HAND_SCORES, "variant")
     report = C.summarize(decisions)
@@ -494,6 +511,23 @@ def test_cli_json_format_and_max_items(tmp_path, checkpoint):
     assert report["decision"] == "item"
     assert report["overall"]["total"] == 1
     assert list(report["by_group"]) == ["Bank:bank"]
+    # by corpus, with the average of the two (Raganato et al.'s MuCoW figure)
+    args = [str(data_bin), str(suite), "--format", "mucow", "--path", str(path), "--no-progress", "--cpu"]
+    report = C.cli_main(args + ["--group-by", "origin", "--average-groups", "ted,tatoeba"])
+    by_corpus = report["by_group"]
+    assert report["average"]["groups"] == ["ted", "tatoeba"]
+    assert report["average"]["accuracy"] == (by_corpus["ted"]["accuracy"] + by_corpus["tatoeba"]["accuracy"]) / 2
+
+
+def test_cli_average_of_a_group_no_item_has_is_refused_before_the_model_is_read(tmp_path, capsys):
+    suite = write_json(tmp_path / "wsd.json", WSD)
+    argv = [str(tmp_path), str(suite), "--format", "mucow", "--path", str(tmp_path / "no-such.pt"), "--group-by"]
+    with pytest.raises(SystemExit):
+        C.cli_main(argv + ["origin", "--average-groups", "TED,tatoeba"])
+    assert "--average-groups: no item is in the group(s) TED; the groups are: tatoeba, ted" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        C.cli_main(argv + ["origin", "--average-groups", " , "])
+    assert "--average-groups: give group names separated by commas" in capsys.readouterr().err
 
 
 def test_cli_bad_arguments(tmp_path, checkpoint, capsys):

@@ -451,7 +451,7 @@ def test_fixed_pattern_scripts(smoke_data, tmp_path):
     (suite / "group.txt").write_text("\n".join(str(1 + i % 2) for i in range(20)) + "\n", encoding="utf-8")
     contrastive = (
         f"--format plain {suite}/src.de {suite}/correct.en {suite}/incorrect.en --group-file {suite}/group.txt "
-        f"--tokenizer moses --bpe-codes {smoke_data}/bpe/codes"
+        f"--tokenizer moses --bpe-codes {smoke_data}/bpe/codes --average-groups 1,2"
     )
     proc = run_script(
         "fixed_patterns/analyses.sh",
@@ -467,7 +467,7 @@ def test_fixed_pattern_scripts(smoke_data, tmp_path):
     assert {r["model"] for r in length} == {"7Ftoken", "7Ftoken_H8off"}
     acc = rows(out / "analyses" / "contrastive.tsv")
     assert [(r["model"], r["group"]) for r in acc] == [
-        (m, g) for m in ("7Ftoken", "7Ftoken_H8off") for g in "all 1 2".split()
+        (m, g) for m in ("7Ftoken", "7Ftoken_H8off") for g in "all 1 2 average:1+2".split()
     ]
     assert all(0.0 <= float(r["accuracy"]) <= 1.0 for r in acc)
     for model in ("7Ftoken", "7Ftoken_H8off"):  # the groups' rows are the JSON's by_group
@@ -476,6 +476,7 @@ def test_fixed_pattern_scripts(smoke_data, tmp_path):
         assert got == {
             "all": report["overall"]["accuracy"],
             **{g: c["accuracy"] for g, c in report["by_group"].items()},
+            "average:1+2": (report["by_group"]["1"]["accuracy"] + report["by_group"]["2"]["accuracy"]) / 2,
         }
     full = (out / "analyses" / "gen.7Ftoken_2+1.txt").read_text()
     masked = (out / "analyses" / "gen.7Ftoken_H8off_2+1.txt").read_text()
