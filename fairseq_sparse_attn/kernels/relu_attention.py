@@ -634,9 +634,9 @@ for (_kernel, _half, _d, _long), _tile_with_dropout in list(_DROPOUT_TILES.items
 #: (``ROW_SUMS``: ReLUFormer's regularized criterion) where it differs from the tile it
 #: starts from: the form's own without row sums, or for the backward kernels the dropout
 #: form's (:data:`_DROPOUT_TILES`: the sums' gradient, like Philox, takes registers beside
-#: the accumulators).  On those, ``make check-kernels`` found spills in 9 configurations
-#: under Triton 3.7.1 and 17 under 3.6.0: the half-precision dK/dV pass at head dims 32 and
-#: 64 on sm_80, fp32's forward and dK/dV pass.  Each tile below compiled for sm_80 and sm_90
+#: the accumulators).  On those, ``make check-kernels`` found spills in 8 configurations
+#: under Triton 3.7.1 and 17 under 3.6.0: the half-precision dK/dV pass and one-pass
+#: backward at head dims 32 and 64 on sm_80, fp32's forward and dK/dV pass.  Each tile below compiled for sm_80 and sm_90
 #: under both versions without spills, the first such among the candidates of a search (8
 #: warps, a stage fewer, half the queries or keys, and their combinations), preferring a
 #: pipelined loop (fp32's dK/dV pass at head dim 128 with dropout had none without spills);
