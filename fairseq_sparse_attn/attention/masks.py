@@ -13,7 +13,7 @@ future mask, fairseq's -1e8 conversion of boolean masks, or a user's additive bi
   (bsz, heads, tgt, src), True = the key is not visible (padding | causal | pattern);
 * :func:`hide_more`: a mask with more keys hidden (bias providers' hidden keys);
 * :func:`real_keys`: (bsz, src) True = a real key (fixed patterns, bias providers, RHE);
-* :func:`visible_key_counts`: n_i, the visible keys of every query row (ReLUFormer);
+* :func:`key_counts` / :func:`visible_key_counts`: n_i, the visible keys of every query row (ReLUFormer);
 * :func:`hides_a_whole_row`: some row hides every key;
 * :func:`hiding_bias`: a score bias that hides the hidden keys, per (sentence, head) row,
   for the one-group scores of the call plan (``torch.baddbmm``: scores and mask in one op);
@@ -199,11 +199,19 @@ def real_keys(key_padding: Optional[Tensor], bsz: int, src_len: int, device) -> 
     return ~key_padding.to(torch.bool)
 
 
-def visible_key_counts(scores: Tensor, mask: Optional[Tensor]) -> Tensor:
-    """n_i for every query row, shape broadcastable to ``scores`` with a last dim of 1."""
+def key_counts(mask: Optional[Tensor], src_len: int, device) -> Tensor:
+    """n_i, the keys each query row sees, in float32 (exact for any length; fp16 holds
+    integers exactly only up to 2,048, bf16 up to 256): (…, tgt, 1) from ``mask`` (True =
+    hidden, last dim = the keys), or (1, 1, 1, 1) = ``src_len`` without one."""
     if mask is None:
-        return scores.new_full((1, 1, 1, 1), float(scores.size(-1)))
-    return (~mask).sum(dim=-1, keepdim=True).to(scores.dtype)
+        return torch.full((1, 1, 1, 1), float(src_len), device=device)
+    return (~mask).sum(dim=-1, keepdim=True).float()
+
+
+def visible_key_counts(scores: Tensor, mask: Optional[Tensor]) -> Tensor:
+    """n_i for every query row (:func:`key_counts`) in ``scores``' dtype, shape broadcastable
+    to ``scores`` with a last dim of 1."""
+    return key_counts(mask, scores.size(-1), scores.device).to(scores.dtype)
 
 
 def hides_a_whole_row(mask: Tensor) -> bool:

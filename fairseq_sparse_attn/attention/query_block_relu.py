@@ -31,7 +31,7 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-from .masks import visible_key_counts
+from .masks import key_counts
 
 #: bytes of the score buffer one block may use (float32: 16 MiB = 4M scores; at L = 2048,
 #: batch 2, 8 heads: blocks of 128 queries, 1.47x stock SDPA's memory against 1.97x with
@@ -174,6 +174,6 @@ def _per_head_blocks(
 def _scaled(out: Tensor, row_scale, hidden: Optional[Tensor], src: int, device) -> Tensor:
     if row_scale is not None:
         # n_i counted as the materialized activation counts it (float32 counts)
-        n = visible_key_counts(torch.empty(1, 1, 1, src, device=device), hidden)
+        n = key_counts(hidden, src, device)
         out = out.mul_(row_scale(n).to(out.dtype))
     return out

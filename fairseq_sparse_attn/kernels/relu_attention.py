@@ -1225,13 +1225,7 @@ def relu_attention(
 
     q (B, H, T, d), k and v (B_kv, H, S, d) with B = B_kv * kv_groups, key_padding
     (B_kv, S) bool (True = padding) or None; returns (B, H, T, d) in q's dtype."""
-    row_scaled, row_coef = row_arguments(gamma)
-    if dropout_p and seed is None:
-        seed = draw_seed(q)
-    return ops.call_differentiable(
-        relu_attention_fwd, _ReluAttention, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef,
-        seed, float(dropout_p),
-    )[0]  # fmt: skip
+    return _forward(q, k, v, key_padding, causal, kv_groups, scale, gamma, dropout_p, seed, False)[0]
 
 
 def relu_attention_with_row_sums(
@@ -1252,18 +1246,24 @@ def relu_attention_with_row_sums(
     fp32, as :func:`fairseq_sparse_attn.attention.scaled_relu.row_sums` computes them from the
     weights.  The kernels sum r = relu(s) and r log r (fp32, in the forward's loop, no extra
     pass); with w = c r, sum w = c sum r and sum w log w = c sum r log r + c log c sum r."""
-    row_scaled, row_coef = row_arguments(gamma)
-    if dropout_p and seed is None:
-        seed = draw_seed(q)
-    out, c, sums = ops.call_differentiable(
-        relu_attention_fwd, _ReluAttention, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef,
-        seed, float(dropout_p), True,
-    )  # fmt: skip
+    out, c, sums = _forward(q, k, v, key_padding, causal, kv_groups, scale, gamma, dropout_p, seed, True)
     r_sum, r_log = sums.unbind(-1)
-    if not row_scaled:
+    if c.numel() == 0:  # no row factor (ReLA's relu, or ReLUFormer's no-length-scale ablation)
         return out, r_sum, r_log
     w_sum = c * r_sum
     return out, w_sum, c * r_log + torch.log(c) * w_sum
+
+
+def _forward(q, k, v, key_padding, causal, kv_groups, scale, gamma, dropout_p, seed, row_sums: bool):
+    """The differentiable forward op's (out, c, sums) for the public entries (their arguments;
+    a seed is drawn where dropout needs one and none was given)."""
+    row_scaled, row_coef = row_arguments(gamma)
+    if dropout_p and seed is None:
+        seed = draw_seed(q)
+    return ops.call_differentiable(
+        relu_attention_fwd, _ReluAttention, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef,
+        seed, float(dropout_p), row_sums,
+    )  # fmt: skip
 
 
 def row_arguments(gamma: Optional[float]) -> Tuple[bool, float]:

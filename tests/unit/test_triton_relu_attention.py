@@ -31,14 +31,12 @@ from fairseq_sparse_attn.kernels import relu_attention as ra  # noqa: E402
 TOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
 
 
-def reference(q, k, v, key_padding=None, causal=False, kv_groups=1, scale=1.0, gamma=None, keep=None, p=0.0):
-    """The plain formula in float64: w_ij = c_i relu(scale q_i.k_j) on visible keys; with
-    ``keep`` (bool, (B, H, T, S)), attention dropout: the weights it drops zeroed, the others
-    divided by 1 - p (as ``torch.nn.Dropout`` scales them)."""
-    q, k, v = q.double(), k.double(), v.double()
+def weights(q, k, key_padding=None, causal=False, kv_groups=1, scale=1.0, gamma=None):
+    """The plain formula's weights in float64, (B, H, T, S): w_ij = c_i relu(scale q_i.k_j)
+    on visible keys, 0 elsewhere (c_i = 1 / (gamma sqrt(n_i / 2)) with ``gamma``, else 1)."""
+    q, k = q.double(), k.double()
     if kv_groups > 1:
         k = k.repeat_interleave(kv_groups, dim=0)
-        v = v.repeat_interleave(kv_groups, dim=0)
     bsz, _, tgt, _ = q.shape
     src = k.size(2)
     hidden = torch.zeros(bsz, 1, tgt, src, dtype=torch.bool)
@@ -52,9 +50,17 @@ def reference(q, k, v, key_padding=None, causal=False, kv_groups=1, scale=1.0, g
     if gamma is not None:
         n = (~hidden).sum(-1, keepdim=True).double()
         w = w / (gamma * torch.sqrt(n.clamp(min=1) / 2))
+    return w
+
+
+def reference(q, k, v, key_padding=None, causal=False, kv_groups=1, scale=1.0, gamma=None, keep=None, p=0.0):
+    """The plain formula in float64 (:func:`weights`) times v; with ``keep`` (bool,
+    (B, H, T, S)), attention dropout: the weights it drops zeroed, the others divided by
+    1 - p (as ``torch.nn.Dropout`` scales them)."""
+    w = weights(q, k, key_padding, causal, kv_groups, scale, gamma)
     if keep is not None:
         w = w * keep.double() / (1.0 - p) if p < 1 else w * 0.0
-    return w @ v
+    return w @ v.double().repeat_interleave(kv_groups, dim=0)
 
 
 def rel(x, ref):

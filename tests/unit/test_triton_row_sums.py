@@ -21,7 +21,7 @@ import torch
 
 pytest.importorskip("triton", reason="triton is not installed (make install installs the version torch pins)")
 
-from test_triton_relu_attention import OpCounter, deterministic, padding, rel  # noqa: E402
+from test_triton_relu_attention import OpCounter, deterministic, padding, rel, weights  # noqa: E402
 
 from fairseq_sparse_attn.kernels import relu_attention as ra  # noqa: E402
 
@@ -32,21 +32,10 @@ TOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
 
 
 def reference(q, k, v, key_padding, causal, kv_groups, scale, gamma, keep=None, p=0.0):
-    """(out, sum_j w_ij, sum_j w_ij log w_ij) in float64, the sums before dropout."""
-    q, k, v = q.double(), k.double(), v.double()
-    k = k.repeat_interleave(kv_groups, dim=0)
-    v = v.repeat_interleave(kv_groups, dim=0)
-    bsz, _, tgt, _ = q.shape
-    src = k.size(2)
-    hidden = torch.zeros(bsz, 1, tgt, src, dtype=torch.bool)
-    if key_padding is not None:
-        hidden |= key_padding.repeat_interleave(kv_groups, dim=0)[:, None, None, :]
-    if causal:
-        hidden |= (torch.arange(src)[None, :] > torch.arange(tgt)[:, None] + (src - tgt))[None, None]
-    w = torch.relu(q @ k.transpose(-1, -2) * scale).masked_fill(hidden, 0.0)
-    if gamma is not None:
-        n = (~hidden).sum(-1, keepdim=True).double()
-        w = w / (gamma * torch.sqrt(n.clamp(min=1) / 2))
+    """(out, sum_j w_ij, sum_j w_ij log w_ij) in float64, the sums before dropout (the
+    weights: test_triton_relu_attention.weights)."""
+    w = weights(q, k, key_padding, causal, kv_groups, scale, gamma)
+    v = v.double().repeat_interleave(kv_groups, dim=0)
     wsum = w.sum(-1)
     wlogw = torch.where(w > 0, w * torch.log(w.clamp(min=1e-300)), torch.zeros(())).sum(-1)
     mixed = w if keep is None else w * keep.double() / (1.0 - p)

@@ -7,7 +7,7 @@ from typing import cast
 from ..activations import Rectified
 from ..core import AttendSpec, AttentionInputs, Backend, Call, Capabilities, register_backend
 from ..intermediates import Intermediates
-from ..masks import visible_key_counts
+from ..masks import key_counts
 
 
 def key_block(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
@@ -20,7 +20,7 @@ def key_block(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: Call):
         k = k.repeat_interleave(groups, dim=0)
         v = v.repeat_interleave(groups, dim=0)
     mask = inputs.hidden
-    n = visible_key_counts(q.new_empty(1, 1, 1, k.size(2)).float(), mask)  # counted in fp32: exact
+    n = key_counts(mask, k.size(2), q.device)
     # (served for activations with supports_chunking: rectified, with a row factor)
     scale = cast(Rectified, spec.activation).row_scale(n)
     out, wsum, wlogw = chunked_relu_attention(

@@ -328,8 +328,7 @@ def triton_attention(q, k, v, inputs: AttentionInputs, spec: AttendSpec, call: C
     out, wsum, wlogw = relu_attention_with_row_sums(
         q, k, v, key_padding, causal, inputs.kv_groups, 1.0, gamma, dropout_p
     )
-    # n counted in fp32 (in q's fp16 / bf16, a count above 2,048 / 256 would be rounded)
-    n = masks.visible_key_counts(q.new_empty(1, 1, 1, k.size(2), dtype=torch.float32), inputs.hidden)
+    n = masks.key_counts(inputs.hidden, k.size(2), q.device)
     return out, Intermediates(backend="triton", row_sums=(wsum, wlogw, n))
 
 
