@@ -190,7 +190,7 @@ class Rectified(AttentionActivation):
     def forward(self, scores, mask: Optional[torch.Tensor]):
         weights = self.rectified_weights(scores, mask)
         if self.row_scaled:
-            weights = weights * self.row_scale(visible_key_counts(scores, mask))
+            weights = weights * self.row_scale(visible_key_counts(scores, mask)).to(weights.dtype)
         return weights
 
 

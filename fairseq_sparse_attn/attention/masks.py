@@ -209,9 +209,9 @@ def key_counts(mask: Optional[Tensor], src_len: int, device) -> Tensor:
 
 
 def visible_key_counts(scores: Tensor, mask: Optional[Tensor]) -> Tensor:
-    """n_i for every query row (:func:`key_counts`) in ``scores``' dtype, shape broadcastable
-    to ``scores`` with a last dim of 1."""
-    return key_counts(mask, scores.size(-1), scores.device).to(scores.dtype)
+    """n_i for every query row of ``scores`` (:func:`key_counts`: float32, whatever
+    ``scores``' dtype), shape broadcastable to ``scores`` with a last dim of 1."""
+    return key_counts(mask, scores.size(-1), scores.device)
 
 
 def hides_a_whole_row(mask: Tensor) -> bool:
@@ -243,16 +243,18 @@ def hiding_bias(hidden: Tensor, bsz: int, heads: int, value: float, dtype: torch
 def row_factor(
     hidden: Optional[Tensor], bsz: int, heads: int, src_len: int, dtype: torch.dtype, device, scale, key
 ) -> Tensor:
-    """``scale(n)`` of the visible key counts n (:func:`visible_key_counts`) as (bsz * heads
-    or 1, tgt or 1, 1) in ``dtype``, for weights of shape (bsz * heads, tgt, src); computed
-    once per mask and ``key`` (what ``scale`` depends on besides n) for every module."""
+    """``scale(n)`` of the visible key counts n (:func:`key_counts`) as (bsz * heads or 1,
+    tgt or 1, 1) in ``dtype``, for weights of shape (bsz * heads, tgt, src); computed once
+    per mask and ``key`` (what ``scale`` depends on besides n) for every module.  n and
+    ``scale(n)`` are float32, rounded to ``dtype`` once at the end (as the key-block and
+    Triton paths compute them): counted in bf16, 301 keys would be 300."""
 
     def compute(*h: Tensor) -> Tensor:
         if not h:
-            return scale(torch.full((1, 1, 1), float(src_len), dtype=dtype, device=device))
-        n = (~h[0]).sum(dim=-1, keepdim=True).to(dtype)
+            return scale(torch.full((1, 1, 1), float(src_len), device=device)).to(dtype)
+        n = key_counts(h[0], src_len, device)
         b, k = _rows_shape(h[0], bsz, heads)
-        return scale(n).expand(b, k, n.size(2), 1).reshape(b * k, n.size(2), 1)
+        return scale(n).to(dtype).expand(b, k, n.size(2), 1).reshape(b * k, n.size(2), 1)
 
     tensors = () if hidden is None else (hidden,)
     return cached("row_factor", tensors, (bsz, heads, src_len, dtype, str(device), key), compute)

@@ -67,7 +67,7 @@ class ScaledReLU(ReLU):
         weights = self.rectified_weights(scores, mask)
         n = visible_key_counts(scores, mask)
         if self.length_scale:
-            weights = weights * self.row_scale(n)
+            weights = weights * self.row_scale(n).to(weights.dtype)  # n and the factor in float32
         return weights
 
     def extra_repr(self):

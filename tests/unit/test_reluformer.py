@@ -35,6 +35,25 @@ def test_scaled_relu_by_hand_with_padding_and_causal_mask():
     torch.testing.assert_close(w[0, 0], expected)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_row_factor_counts_keys_in_float32(dtype):
+    """c_i = 1 / (gamma sqrt(n_i / 2)) with n_i counted and c_i computed in float32, rounded
+    to the weights' dtype once: 301 visible keys of 310 (bf16 holds integers exactly only to
+    256, fp16 to 2,048: counted in bf16, 301 would be 300), through the activation's
+    forward and the core's masked path (``masks.row_factor``), as the Triton and key-block
+    paths compute it."""
+    act = build_activation(ActivationConfig("relu_scaled", relu_scale_gamma=2.0), 1)
+    scores = torch.full((1, 1, 2, 310), 3.0, dtype=dtype)
+    hidden = torch.zeros(1, 1, 1, 310, dtype=torch.bool)
+    hidden[..., 301:] = True
+    for n, mask in ((301, hidden), (310, None)):
+        factor = torch.tensor(1 / (2.0 * math.sqrt(n / 2)), dtype=torch.float32).to(dtype)
+        assert act(scores, mask)[0, 0, :, 0].tolist() == (scores[0, 0, :, 0] * factor).tolist()
+        w = act.weights_of_hiding_scores(scores.view(1, 2, 310).masked_fill(hidden.view(1, 1, 310), 0.0)
+                                         if mask is not None else scores.view(1, 2, 310), mask, 1)  # fmt: skip
+        assert w.dtype == dtype and w[0, :, 0].tolist() == (scores[0, 0, :, 0] * factor).tolist()
+
+
 def test_no_length_scale_ablation_is_plain_relu():
     act = build_activation(ActivationConfig("relu_scaled", relu_no_length_scale=True), 1)
     s = torch.randn(1, 1, 3, 5)

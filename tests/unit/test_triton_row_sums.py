@@ -296,9 +296,10 @@ def test_attend_on_triton_returns_the_materialized_row_sums():
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_the_visible_key_counts_are_exact_in_half_precision():
-    """n_i (the criterion's entropy bound c log n_i) is counted in fp32: 301 visible keys stay
-    301 with bf16 inputs (bf16 holds integers exactly only up to 256)."""
+@pytest.mark.parametrize("backend", ["triton", "materialized"])
+def test_the_visible_key_counts_are_exact_in_half_precision(backend):
+    """n_i (the criterion's entropy bound c log n_i) is counted in fp32 on either backend:
+    301 visible keys stay 301 with bf16 inputs (bf16 holds integers exactly only up to 256)."""
     from torch import nn
 
     from fairseq_sparse_attn.attention import build_activation
@@ -309,7 +310,7 @@ def test_the_visible_key_counts_are_exact_in_half_precision():
     k = torch.randn(1, 1, 310, 32).bfloat16()
     hidden = padding(1, 310, [301]).view(1, 1, 1, 310)
     spec = AttendSpec(
-        activation=build_activation("relu_scaled", 1), dropout=nn.Dropout(0.0), heads=HeadPlan(1), backend="triton"
+        activation=build_activation("relu_scaled", 1), dropout=nn.Dropout(0.0), heads=HeadPlan(1), backend=backend
     )
     _, inter = attend(q, k, k, AttentionInputs(hidden=hidden, collect=frozenset({"row_sums"})), spec)
     assert inter.row_sums[2].dtype == torch.float32 and inter.row_sums[2].flatten().tolist() == [301.0]
