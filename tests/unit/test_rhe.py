@@ -859,3 +859,37 @@ def test_rule2_task_flag():
     cfg = parser.parse_args(["data", "--local-phrase-rule2", "transitive"])
     with pytest.raises(ValueError, match="--local-phrase-rule2"):
         ParseAnnotatedTranslationTask.setup_task(cfg)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(
+    "bias",
+    [
+        dict(encoder_syntax_attention="dea", rhe=True),
+        dict(encoder_syntax_attention="lpea", rhe=True, lpea_max_distance=2),
+        dict(encoder_localness=True),
+        dict(encoder_rel_pos_k=2, encoder_rel_pos_values=True),
+    ],
+    ids=["dea+rhe", "lpea+rhe", "localness", "rel_pos"],
+)
+def test_half_precision_models_train_with_every_encoder_bias(bias, dtype):
+    """A model cast to fp16/bf16 (what ``--fp16`` / ``--bf16`` and ``fsa-generate --fp16`` do)
+    runs every encoder bias: LPEA's and Localness's projections once fed float32 inputs to
+    half-precision weights and crashed ("mat1 and mat2 must have the same dtype").  The
+    half model's output is the float32 model's within the dtype's rounding, and a backward
+    gives every bias parameter a finite gradient in the parameters' dtype."""
+    model, d = build_model(**bias)
+    src, lengths, prev = random_batch(d, bsz=3, src_len=7)
+    dep, rp = batch_annotations(src, d.pad())
+    net_input = {"src_tokens": src, "src_lengths": lengths, "src_dep": dep, "src_rp": rp}
+    want = model.get_normalized_probs(model(prev_output_tokens=prev, **net_input), log_probs=False)
+    half = model.to(dtype)
+    out = half(prev_output_tokens=prev, **net_input)
+    got = half.get_normalized_probs(out, log_probs=False)
+    assert out[0].dtype == dtype
+    torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=0)
+    out[0].float().logsumexp(-1).sum().backward()
+    biases = [(n, p) for n, p in half.named_parameters() if ".biases." in n]
+    assert bool(biases) == (bias.get("encoder_syntax_attention") != "dea")  # DEA: a mask, no parameter
+    for name, p in biases:
+        assert p.grad is not None and p.grad.dtype == dtype and torch.isfinite(p.grad).all(), name

@@ -4,6 +4,7 @@ import math
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from ..config import BiasProviderConfig
 from .provider import BiasProvider, register_bias
@@ -36,8 +37,9 @@ class GaussianLocalness(BiasProvider):
         nn.init.normal_(self.window, std=head_dim**-0.5)
 
     def center_and_sigma(self, q, valid):
-        """P_i and σ_i, each (bsz, heads, T), from the scaled query q."""
-        hidden = torch.tanh(self.proj(q.float() * math.sqrt(self.head_dim)))
+        """P_i and σ_i, each (bsz, heads, T), from the scaled query q; in float32 whatever
+        the parameters' dtype (an fp16/bf16 model: ``--fp16``, ``--bf16``)."""
+        hidden = torch.tanh(F.linear(q.float() * math.sqrt(self.head_dim), self.proj.weight.float()))
         length = valid.sum(dim=1).float().view(-1, 1, 1)
         center = length * torch.sigmoid(hidden @ self.center.float())
         sigma = length * torch.sigmoid(hidden @ self.window.float()) / 2

@@ -3,6 +3,7 @@
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch import Tensor
 
 from ...syntax import NO_PHRASE
@@ -13,8 +14,10 @@ from .provider import BiasProvider, register_bias
 def relative_label_bias(rel_embed: Tensor, proj: nn.Linear, out: Tensor) -> Tensor:
     """Eq. 8 once per label: −|tanh(W_P w_r + b_P) · U_P| for r = −k..k, shape (2k+1,).
     P_ij is this vector looked up at clip(RP_ij); computing it per label instead of per
-    (i, j) pair gives the same numbers at (2k+1)/T² of the cost."""
-    return -(torch.tanh(proj(rel_embed.float())) @ out.float()).abs()
+    (i, j) pair gives the same numbers at (2k+1)/T² of the cost.  Computed in float32
+    whatever the parameters' dtype (an fp16/bf16 model: ``--fp16``, ``--bf16``)."""
+    hidden = F.linear(rel_embed.float(), proj.weight.float(), proj.bias.float())
+    return -(torch.tanh(hidden) @ out.float()).abs()
 
 
 @register_bias("lpea")
