@@ -111,14 +111,22 @@ def _group_by_field(entry, error, field) -> Optional[str]:
     return None
 
 
-def read_json_suite(path, fmt, group_by: Optional[str] = None) -> List[ContrastiveItem]:
-    """A LingEval97 / ContraWSD / MuCoW JSON file (see the module docstring for the fields)."""
+def read_json_suite(
+    path, fmt, group_by: Optional[str] = None, error_types: Optional[Sequence[str]] = None
+) -> List[ContrastiveItem]:
+    """A LingEval97 / ContraWSD / MuCoW JSON file (see the module docstring for the fields).
+    ``error_types`` (LingEval97 only, its ``evaluate.py --categories``): keep only the errors
+    of these types, and the items that have one; a type no error has is refused, naming
+    the suite's types."""
     if fmt not in FORMATS[1:]:
         raise ValueError(f"unknown JSON format {fmt!r}; expected one of {FORMATS[1:]}")
+    if error_types is not None and fmt != "lingeval97":
+        raise ValueError(f"--error-types is for --format lingeval97 (its errors' 'type'), not {fmt}")
     data = load_json(path)
     if not isinstance(data, list):
         raise ValueError(f"{path}: expected a JSON list of items, found {type(data).__name__}")
     items = []
+    types_seen = set()
     for index, entry in enumerate(data):
         where = f"{path}, item {index}"
         source = _field(entry, "source", str, where)
@@ -127,12 +135,26 @@ def read_json_suite(path, fmt, group_by: Optional[str] = None) -> List[Contrasti
         contrastives, groups = [], []
         for k, error in enumerate(errors):
             where_error = f"{where}, errors[{k}]"
-            contrastives.append(_field(error, "contrastive", str, where_error))
+            contrastive = _field(error, "contrastive", str, where_error)
+            if error_types is not None:
+                kind = _field(error, "type", str, where_error)
+                types_seen.add(kind)
+                if kind not in error_types:
+                    continue
+            contrastives.append(contrastive)
             if group_by is None:
                 groups.append(_default_group(fmt, entry, error, where_error))
             else:
                 groups.append(_group_by_field(entry, error, group_by))
-        items.append(ContrastiveItem(str(index), source, reference, contrastives, groups))
+        if contrastives or error_types is None:
+            items.append(ContrastiveItem(str(index), source, reference, contrastives, groups))
+    if error_types is not None:
+        missing = [t for t in error_types if t not in types_seen]
+        if missing:
+            raise ValueError(
+                f"{path}: no error has the type {', '.join(map(repr, missing))} given to --error-types; "
+                f"the suite's types: {', '.join(sorted(types_seen)) or 'none'}"
+            )
     if group_by is not None and items and all(g is None for item in items for g in item.groups):
         raise ValueError(f"{path}: no item or error has the field {group_by!r} given to --group-by")
     return items
@@ -383,18 +405,22 @@ def evaluate(
 # --------------------------------------------------------------------------- command line
 
 
-def read_items(fmt: str, inputs: Sequence[str], group_file=None, group_by=None) -> List[ContrastiveItem]:
+def read_items(
+    fmt: str, inputs: Sequence[str], group_file=None, group_by=None, error_types=None
+) -> List[ContrastiveItem]:
     if fmt == "plain":
         if len(inputs) != 3:
             raise ValueError(f"--format plain needs 3 input files (source, correct, incorrect), got {len(inputs)}")
         if group_by is not None:
             raise ValueError("--group-by is for the JSON formats; use --group-file with --format plain")
+        if error_types is not None:
+            raise ValueError("--error-types is for --format lingeval97 (its errors' 'type'), not plain")
         return read_plain(*inputs, group_path=group_file)
     if len(inputs) != 1:
         raise ValueError(f"--format {fmt} needs 1 JSON input file, got {len(inputs)}")
     if group_file is not None:
         raise ValueError("--group-file is for --format plain; use --group-by FIELD with JSON formats")
-    return read_json_suite(inputs[0], fmt, group_by)
+    return read_json_suite(inputs[0], fmt, group_by, error_types)
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -428,6 +454,13 @@ def get_parser() -> argparse.ArgumentParser:
         metavar="FIELD",
         help="JSON formats: group by this field of each error (or item) "
         "(default: lingeval97 'type', contrawsd/mucow 'ambig word:sense')",
+    )
+    p.add_argument(
+        "--error-types",
+        default=None,
+        metavar="T1,T2,...",
+        help="lingeval97: score only the errors of these types (LingEval97's evaluate.py "
+        "--categories); Raganato et al.'s Fig. 3: --error-types subj_verb_agreement --group-by distance",
     )
     p.add_argument(
         "--average-groups",
@@ -471,8 +504,13 @@ def cli_main(argv=None) -> Dict:
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    error_types = None
+    if args.error_types is not None:
+        error_types = [t.strip() for t in args.error_types.split(",") if t.strip()]
+        if not error_types:
+            parser.error(f"--error-types: give error types separated by commas, got {args.error_types!r}")
     try:
-        items = read_items(args.format, args.inputs, args.group_file, args.group_by)
+        items = read_items(args.format, args.inputs, args.group_file, args.group_by, error_types)
     except (ValueError, FileNotFoundError) as e:
         parser.error(str(e))
     if args.max_items is not None:

@@ -146,8 +146,10 @@ class ParseAnnotatedDataset(BaseWrapperDataset):
 
     ``side[i]`` must be the parse of example ``i`` (a :class:`ParseSideData`, or fairseq's
     ``ConcatDataset`` of them mirroring a combined split).  ``features``: which of
-    ``dep`` / ``rp`` to build.  ``allow_truncated``: sources may stop inside the parsed
-    sentence (``--truncate-source``).  ``rule2``: LPEA Rule 2 reading of ``src_rp``
+    ``dep`` / ``rp`` to build.  ``truncated_length``: with ``--truncate-source``, the
+    length (tokens, EOS included: ``--max-source-positions``) of the sources it cut; those
+    may stop inside their parsed sentence, and every other source must spell its whole
+    parse (None: every source must).  ``rule2``: LPEA Rule 2 reading of ``src_rp``
     (``symmetric`` or ``literal``, see :func:`..syntax.structure.word_phrase_mask`)."""
 
     def __init__(
@@ -156,7 +158,7 @@ class ParseAnnotatedDataset(BaseWrapperDataset):
         side,
         src_dict,
         features: Sequence[str] = FEATURES,
-        allow_truncated: bool = False,
+        truncated_length: Optional[int] = None,
         source_desc: str = "",
         rule2: str = "symmetric",
     ):
@@ -169,7 +171,7 @@ class ParseAnnotatedDataset(BaseWrapperDataset):
         self.side = side
         self.src_dict = src_dict
         self.features = tuple(features)
-        self.allow_truncated = allow_truncated
+        self.truncated_length = truncated_length
         self.rule2 = check_rule2(rule2)
         self.source_desc = source_desc
         self.eos = getattr(dataset, "eos", src_dict.eos())
@@ -193,13 +195,14 @@ class ParseAnnotatedDataset(BaseWrapperDataset):
         the first mismatch.  The task runs this for every example at load time."""
         parse = self.side[index]
         tokens = source[source != self.src_dict.pad()].tolist()
+        truncated = self.truncated_length is not None and len(tokens) >= self.truncated_length
         with_eos = bool(tokens) and tokens[-1] == self.eos
         if with_eos:
             tokens = tokens[:-1]
         symbols = self.src_dict.symbols
         pieces = [symbols[t] for t in tokens]
         try:
-            word_ids = align_pieces(pieces, parse.words, "@@", self.src_dict.unk_word, self.allow_truncated)
+            word_ids = align_pieces(pieces, parse.words, "@@", self.src_dict.unk_word, truncated)
         except AlignmentError as e:
             src = f" ({self.source_desc}, example {index})" if self.source_desc else f" (example {index})"
             raise ParseFormatError(f"{parse.where}: the parse does not match the binarized source{src}: {e}") from None

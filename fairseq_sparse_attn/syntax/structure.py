@@ -263,12 +263,12 @@ def align_pieces(
     else:
         final = (n_words, 0)
         if final not in states:
-            w, off = max(states)
-            missing = words[w] if w < n_words else ""
-            raise AlignmentError(
-                f"the BPE pieces end at word {w + 1} of {n_words} (next parse word "
-                f"{missing!r}): the sentence has fewer words than its parse"
-            )
+            w, off = max(states)  # w < n_words: the pieces stop before the parse's end
+            if off:
+                where = f"inside word {w + 1} {words[w]!r} of {n_words} (after {words[w][:off]!r})"
+            else:
+                where = f"after word {w} of {n_words} (next parse word {words[w]!r})"
+            raise AlignmentError(f"the BPE pieces end {where}: the sentence has fewer words than its parse")
     ids = [0] * len(pieces)
     state = final
     for p in range(len(pieces) - 1, -1, -1):

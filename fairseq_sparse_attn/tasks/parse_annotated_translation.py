@@ -151,7 +151,7 @@ class ParseAnnotatedTranslationTask(TranslationTask):
             side,
             self.src_dict,
             features,
-            allow_truncated=self.cfg.truncate_source,
+            truncated_length=self.cfg.max_source_positions if self.cfg.truncate_source else None,
             source_desc=desc,
             rule2=self.cfg.local_phrase_rule2,
         )

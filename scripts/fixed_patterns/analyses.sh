@@ -9,8 +9,10 @@
 # German->English; give --tokenizer / --bpe-codes as the data was prepared, else unknown
 # pieces become <unk>); empty = length analysis only.  contrastive.tsv has each model's
 # overall accuracy (group "all") and one row per group of the suite (fsa-contrastive's
-# by_group: LingEval97's error types, or with --group-by and its distance field the
-# agreement by distance of Fig. 3; MuCoW's ambiguous words, or --group-by origin, its
+# by_group: LingEval97's error types, or the agreement by distance of Fig. 3 with
+#   CONTRASTIVE="--format lingeval97 --error-types subj_verb_agreement --group-by distance lingeval97.json"
+# (--group-by distance alone would also bin the other types with a distance field, noun
+# phrase agreement among them); MuCoW's ambiguous words, or --group-by origin, its
 # corpus field), and with --average-groups a row "average:G1+G2" of the mean of those
 # groups' accuracies: the paper's MuCoW figure is the average of TED and Tatoeba, so
 #   CONTRASTIVE="--format mucow --group-by origin --average-groups ted,tatoeba de-en.mucow.scoring.json"
@@ -40,8 +42,14 @@ for layers in ${LAYERS:-6+6 6+1}; do
       [[ -f "$OUT/$name/.trained" ]] || fp_run "$name" "$OUT/$name.eval.tsv" "Fig. 2" "$config" "$layers"
       ckpt=$(fsa_average "$name" "$AVERAGE")
       mask=()
-      [[ "$model" == *_H8off ]] && mask=(--model-overrides "{'encoder_masked_heads': '7'}")
-      gen=$(fsa_generate "$name" "$ckpt" test "${GEN_ARGS[@]}" "${mask[@]}")
+      gen_name=$name  # the masked model's output in a folder of its own: table1.sh's
+      # $OUT/$name/gen.test.txt stays the unmasked model's, beside its bleu.test.json
+      if [[ "$model" == *_H8off ]]; then
+        mask=(--model-overrides "{'encoder_masked_heads': '7'}")
+        gen_name="${name}_H8off"
+        mkdir -p "$OUT/$gen_name"
+      fi
+      gen=$(fsa_generate "$gen_name" "$ckpt" test "${GEN_ARGS[@]}" "${mask[@]}")
       cp "$gen" "$A/gen.$tag.txt"
       "$PY" -m fairseq_sparse_attn.analysis.length_bleu "$A/gen.$tag.txt" --tsv "$A/length.$tag.tsv" \
         > /dev/null || fsa_die "fsa-length-bleu failed on $A/gen.$tag.txt"

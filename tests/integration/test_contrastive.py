@@ -126,6 +126,27 @@ def test_lingeval97_reader_groups_by_type_and_by_distance(tmp_path):
     assert by_origin[1].groups == ["newstest2009.2"]
 
 
+def test_lingeval97_error_types_keep_one_kind_for_fig3(tmp_path):
+    """Raganato et al.'s Fig. 3 is subject-verb agreement by distance: ``--group-by
+    distance`` alone also bins the other types' errors that carry a distance (np_agreement
+    at distance 1 here), so ``error_types`` keeps only the named types' errors, and the
+    items that have one (LingEval97's evaluate.py --categories)."""
+    path = write_json(tmp_path / "lingeval97.json", LINGEVAL)
+    items = C.read_json_suite(path, "lingeval97", group_by="distance", error_types=["subj_verb_agreement"])
+    assert [(i.item_id, i.contrastives, i.groups) for i in items] == [("0", ["Das Haus sind alt ."], ["2"])]
+    two = C.read_json_suite(path, "lingeval97", error_types=["subj_adequacy", "np_agreement"])
+    assert [(i.item_id, i.groups) for i in two] == [("0", ["np_agreement"]), ("1", ["subj_adequacy"])]
+    with pytest.raises(
+        ValueError, match=r"no error has the type 'subj_verb_agrement'.*the suite's types: np_agreement, "
+    ):
+        C.read_json_suite(path, "lingeval97", error_types=["subj_verb_agrement"])
+    wsd = write_json(tmp_path / "wsd.json", WSD)
+    with pytest.raises(ValueError, match="--error-types is for --format lingeval97"):
+        C.read_json_suite(wsd, "mucow", error_types=["word_sense"])
+    with pytest.raises(ValueError, match="--error-types is for --format lingeval97"):
+        C.read_items("plain", ["a", "b", "c"], error_types=["x"])
+
+
 def test_group_by_a_field_nobody_has_is_an_error(tmp_path):
     path = write_json(tmp_path / "lingeval97.json", LINGEVAL)
     with pytest.raises(ValueError, match=r"lingeval97\.json: no item or error has the field 'distanse'"):
@@ -528,6 +549,17 @@ def test_cli_average_of_a_group_no_item_has_is_refused_before_the_model_is_read(
     with pytest.raises(SystemExit):
         C.cli_main(argv + ["origin", "--average-groups", " , "])
     assert "--average-groups: give group names separated by commas" in capsys.readouterr().err
+
+
+def test_cli_error_types_refused_before_the_model_is_read(tmp_path, capsys):
+    suite = write_json(tmp_path / "lingeval97.json", LINGEVAL)
+    argv = [str(tmp_path), str(suite), "--format", "lingeval97", "--path", str(tmp_path / "no-such.pt")]
+    with pytest.raises(SystemExit):
+        C.cli_main(argv + ["--group-by", "distance", "--error-types", "subj_verb_agrement"])
+    assert "no error has the type 'subj_verb_agrement' given to --error-types" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        C.cli_main(argv + ["--error-types", " , "])
+    assert "--error-types: give error types separated by commas" in capsys.readouterr().err
 
 
 def test_cli_bad_arguments(tmp_path, checkpoint, capsys):

@@ -481,6 +481,9 @@ def test_fixed_pattern_scripts(smoke_data, tmp_path):
     full = (out / "analyses" / "gen.7Ftoken_2+1.txt").read_text()
     masked = (out / "analyses" / "gen.7Ftoken_H8off_2+1.txt").read_text()
     assert "encoder_masked_heads" not in full and full != masked
+    # the run's own output (beside table1's bleu.test.json) stays the unmasked model's
+    assert (out / "7Ftoken_2+1" / "gen.test.txt").read_text() == full
+    assert (out / "7Ftoken_2+1_H8off" / "gen.test.txt").read_text() == masked
 
     # Table 5 with SEEDS="1 2": every row once per seed, compared with 8L of the same depth
     # and seed; stand-in 8L_2+1_seed1/2 outputs of the same test set (different per seed)

@@ -843,6 +843,38 @@ def test_rule2_reaches_the_dataset_src_rp(rule2, expected):
     assert rp.tolist() == [[expected[a][b] for b in words] for a in words]
 
 
+def test_truncate_source_accepts_a_shorter_source_only_where_it_cut():
+    """With --truncate-source (--max-source-positions 4 here) a source cut to the limit may
+    stop inside its parse, and a shorter source, which nothing cut, must still spell its
+    whole parse: "the c@@ at sat" against "the cat sat down" is a side file of another
+    sentence, refused naming its line (it was accepted as a truncation)."""
+    from fairseq.data import Dictionary
+
+    from fairseq_sparse_attn.data.parse_annotated_dataset import (
+        ParseAnnotatedDataset,
+        ParseFormatError,
+        SentenceParse,
+    )
+
+    d = Dictionary()
+    for piece in ("the", "c@@", "at", "sat", "down"):
+        d.add_symbol(piece)
+    parse = SentenceParse(["the", "cat", "sat", "down"], [2, 3, 0, 3], None, "x.dep line 2")
+    dataset = ParseAnnotatedDataset([None], [parse], d, features=("dep",), truncated_length=4)
+    encode = lambda *pieces: torch.tensor([d.index(p) for p in pieces] + [d.eos()])  # noqa: E731
+    _, word_ids, _ = dataset.aligned_parse(0, encode("the", "c@@", "at"))  # 4 tokens: cut here
+    assert word_ids == [0, 1, 1]
+    short = ParseAnnotatedDataset([None], [parse], d, features=("dep",), truncated_length=6)
+    with pytest.raises(
+        ParseFormatError,
+        match=r"x\.dep line 2: the parse does not match .*end after word 3 of 4 \(next parse word 'down'\)",
+    ):
+        short.aligned_parse(0, encode("the", "c@@", "at", "sat"))  # 5 tokens < 6: not cut
+    uncut = ParseAnnotatedDataset([None], [parse], d, features=("dep",))
+    with pytest.raises(ParseFormatError, match="fewer words than its parse"):
+        uncut.aligned_parse(0, encode("the", "c@@", "at"))
+
+
 def test_rule2_task_flag():
     import argparse
 
