@@ -1,5 +1,7 @@
 """Learning curves of several training runs on one plot: validation loss (and BLEU where
 fairseq computed it, ``--eval-bleu``) against updates, read from ``fairseq-train`` logs.
+Where a run trained with ReLUFormer's regularized criterion (its validations log ``reg``),
+every run's NLL is drawn instead of its loss (:func:`loss_panel`).
 
     python -m fairseq_sparse_attn.tools.learning_curves --out OUT/curves \\
         softmax=OUT/softmax/train.log rela_g=OUT/rela_g/train.log
@@ -21,11 +23,14 @@ from pathlib import Path
 
 _VALID = re.compile(r"\| valid \| .*?valid on '([^']+)' subset(.*)$")
 _FIELD = re.compile(r"\|\s*([a-z_]+)\s+(-?[\d.]+(?:e[-+]?\d+)?|nan|inf)\s*(?=\||$)")
-COLUMNS = ("num_updates", "loss", "nll_loss", "ppl", "bleu")
+COLUMNS = ("num_updates", "loss", "nll_loss", "ppl", "reg", "bleu")
+#: columns written only when some validation logged them: ``bleu`` (``--eval-bleu``) and
+#: ``reg`` (ReLUFormer's regularized criterion, whose ``loss`` adds lambda * reg)
+OPTIONAL = ("reg", "bleu")
 
 
 def parse_validation(log, subset="valid"):
-    """[{num_updates, loss, nll_loss, ppl, bleu?}] of every validation of ``subset`` in a
+    """[{num_updates, loss, nll_loss, ppl, reg?, bleu?}] of every validation of ``subset`` in a
     fairseq-train log, in log order (a run that resumed may repeat an update count; the last
     one wins)."""
     points = {}
@@ -69,11 +74,23 @@ def read_runs(named_logs, subset="valid", skip_empty=False):
 
 
 def csv_columns(runs):
-    """The CSV's columns of :data:`COLUMNS`: ``bleu`` only when some validation logged it
-    (fairseq-train ``--eval-bleu``); an empty column would read as "BLEU was not computed
-    yet".  A run or a validation without BLEU among others with it leaves its cell empty."""
-    has_bleu = any("bleu" in p for points in runs.values() for p in points)
-    return COLUMNS if has_bleu else tuple(k for k in COLUMNS if k != "bleu")
+    """The CSV's columns of :data:`COLUMNS`: ``bleu`` and ``reg`` only when some validation
+    logged them (fairseq-train ``--eval-bleu``; ReLUFormer's regularized criterion); an
+    empty column would read as "BLEU was not computed yet".  A run or a validation without
+    one among others with it leaves its cell empty."""
+    logged = {k for points in runs.values() for p in points for k in p}
+    return tuple(k for k in COLUMNS if k not in OPTIONAL or k in logged)
+
+
+def loss_panel(runs):
+    """(key, axis label) of the loss panel.  The validation ``loss`` is the criterion's
+    objective in bits: with ReLUFormer's regularized criterion it is label-smoothed cross
+    entropy + lambda * reg / ln 2, so beside a plain run it would not compare like with
+    like; when some run logs ``reg``, every run is drawn by its ``nll_loss`` (the NLL alone,
+    base 2, what both criteria log the same way)."""
+    if any("reg" in p for points in runs.values() for p in points):
+        return "nll_loss", "validation NLL (base 2, no label smoothing, no regularizer)"
+    return "loss", "validation loss (the criterion's, base 2)"
 
 
 def write_curves(runs, prefix, title=None, seed=None):
@@ -110,7 +127,7 @@ def plot(runs, path, title=None):
 
     has_bleu = any("bleu" in p for pts in runs.values() for p in pts)
     fig, axes = plt.subplots(1, 2 if has_bleu else 1, figsize=(11 if has_bleu else 6, 4), squeeze=False)
-    panels = [("loss", "validation loss (label-smoothed, base 2)")] + (
+    panels = [loss_panel(runs)] + (
         [("bleu", "validation BLEU")] if has_bleu else []
     )
     for ax, (key, label) in zip(axes[0], panels):

@@ -79,6 +79,29 @@ def test_bleu_column_only_when_some_validation_logged_it(tmp_path):
         assert [r["valid_bleu"] for r in csv.DictReader(f)] == ["1.5", "", "4.21"]
 
 
+def test_a_regularized_run_is_drawn_by_its_nll_beside_a_plain_one(tmp_path):
+    """ReLUFormer's regularized criterion logs loss = (label-smoothed CE + lambda reg) / ln 2
+    and reg (nats): beside a plain run its loss is not the same quantity, so the panel
+    draws every run's nll_loss, and the CSV gains valid_reg (empty for the plain run)."""
+    plain, reg = tmp_path / "plain.log", tmp_path / "reg.log"
+    plain.write_text(LOG.replace(" | bleu 4.21", ""))
+    reg.write_text(LOG.replace(" | bleu 4.21", "").replace("| ppl 247.45 |", "| ppl 247.45 | reg 1.1619 |"))
+    runs = lc.read_runs([f"softmax={plain}", f"reluformer={reg}"])
+    assert lc.loss_panel(runs) == ("nll_loss", "validation NLL (base 2, no label smoothing, no regularizer)")
+    assert lc.loss_panel({"softmax": runs["softmax"]})[0] == "loss"
+    csv_path, _, _ = lc.write_curves(runs, tmp_path / "out" / "curves")
+    with open(csv_path, encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+    assert reader.fieldnames == ["variant", "num_updates", "valid_loss", "valid_nll_loss", "valid_ppl", "valid_reg"]
+    assert [(r["variant"], r["num_updates"], r["valid_reg"]) for r in rows][:4] == [
+        ("softmax", "50", ""),
+        ("softmax", "100", ""),
+        ("softmax", "150", ""),
+        ("reluformer", "50", "1.1619"),
+    ]
+
+
 def test_errors(tmp_path):
     empty = tmp_path / "empty.log"
     empty.write_text("2026-11-23 | INFO | train_inner | epoch 001: 25 / 247 loss=1.0, num_updates=25\n")
