@@ -4,7 +4,11 @@
 Input: the document-level Europarl7 set of Maruf et al. (2019): per split, line-aligned
 ``<split>.en`` / ``<split>.de`` (optionally .gz) where a line ``<d>`` starts a document,
 already tokenized as released.  ``--raw-dir DIR`` (or $EUROPARL_DOC_DIR) points to them;
-without it the files are downloaded from the selective-attn repository into <out>/raw.
+without it the dev and test files are downloaded from the selective-attn repository into
+<out>/raw (``data/Europarl7/concatenated_en2de_<split>_<lang>.txt``, the same format).  The
+training split is not published there (its readme: the author sends it on request, being
+over 500 MB), so a run without ``--raw-dir`` needs ``--train-split dev`` (a small run) and
+is refused otherwise, before anything is downloaded.
 
 For every L in ``--max-doc-length`` (e.g. 128 256 512 1024 2048):
 1. learn a joint BPE (subword-nmt) on the training sentences (once, shared by all L);
@@ -55,6 +59,8 @@ URL_BASE = os.environ.get(
     "EUROPARL_DOC_URL_BASE", "https://raw.githubusercontent.com/sameenmaruf/selective-attn/master/data/Europarl7/"
 )
 HOMEPAGE = "https://github.com/sameenmaruf/selective-attn (data/Europarl7); pass --raw-dir DIR or set EUROPARL_DOC_DIR"
+#: the splits the repository publishes (data/Europarl7: dev and test; no training split)
+PUBLISHED_SPLITS = ("dev", "test")
 TAG = "[europarl-docs]"
 say = make_logger(TAG)
 
@@ -70,8 +76,9 @@ def find_raw(raw_dir: Path, split: str, lang: str) -> Path:
 
 
 def fetch(out_raw: Path, split: str, lang: str) -> Path:
-    """Download ``<split>.<lang>`` (no published checksum or size: not verified)."""
-    name = f"{split}.{lang}"
+    """Download the repository's ``concatenated_en2de_<split>_<lang>.txt`` (dev, test; no
+    published checksum or size: not verified)."""
+    name = f"concatenated_en2de_{split}_{lang}.txt"
     return download(
         Source(name=name, urls=(URL_BASE + name,), homepage=HOMEPAGE), out_raw, say, what="Europarl7 documents"
     )
@@ -107,9 +114,19 @@ def run(args):
             "token such as <sep>"
         )
 
+    splits = {"train": args.train_split, "valid": args.valid_split, "test": args.test_split}
+    unpublished = {n: s for n, s in splits.items() if s not in PUBLISHED_SPLITS}
+    if not args.raw_dir and unpublished:
+        flags = ", ".join(f"--{n}-split {s}" for n, s in unpublished.items())
+        raise PrepError(
+            f"{flags}: the document-level Europarl7 set publishes only {' and '.join(PUBLISHED_SPLITS)} "
+            "(github.com/sameenmaruf/selective-attn, data/Europarl7: the training set, over 500 MB, "
+            "comes from the author on request); pass --raw-dir DIR with "
+            f"{args.train_split}.{args.src} / {args.train_split}.{args.tgt} ('<d>' starts each document), "
+            "or --train-split dev for a small run"
+        )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    splits = {"train": args.train_split, "valid": args.valid_split, "test": args.test_split}
     docs = {}
     for name, split in splits.items():
         if args.raw_dir:

@@ -2,7 +2,9 @@
 # ReLUFormer Table 6: document-level translation on Europarl7 En-De with documents packed
 # to L = 128..2048 BPE tokens: Transformer, Sparsemax, ReLUFormer.
 #   scripts/reluformer/table6_documents.sh DATA_DIR NUM_GPUS OUT_DIR
-# DATA_DIR: data_prep/prepare_europarl_docs.py --out DATA_DIR --max-doc-length 128 256 512 1024 2048
+# DATA_DIR: data_prep/prepare_europarl_docs.py --raw-dir DOCS --out DATA_DIR --max-doc-length 128 256 512 1024 2048
+# (DOCS: the document-level Europarl7 train/dev/test.{en,de}; the training split is not
+# published, Maruf et al. send it on request)
 # (one DATA_DIR/L<L>/data-bin per length).  LENGTHS / MODELS select; KEY_BLOCK=N runs the
 # ReLUFormer with the memory-bounded key-block path (--attn-key-block-size N, attention
 # dropout 0).  BLEU is tokenized BLEU over whole documents (H- against T- lines), with its

@@ -384,6 +384,8 @@ def test_bad_arguments(tmp_path):
 
 
 def test_europarl_docs_dead_url(tmp_path):
+    """The published dev/test files under the repository's names
+    (data/Europarl7/concatenated_en2de_<split>_<lang>.txt); a dead URL is one line naming it."""
     env = {"EUROPARL_DOC_URL_BASE": "http://127.0.0.1:9/europarl/"}
     e = dict(os.environ, **env)
     proc = subprocess.run(
@@ -394,6 +396,8 @@ def test_europarl_docs_dead_url(tmp_path):
             str(tmp_path),
             "--max-doc-length",
             "128",
+            "--train-split",
+            "dev",
         ],
         capture_output=True,
         text=True,
@@ -401,9 +405,26 @@ def test_europarl_docs_dead_url(tmp_path):
         timeout=120,
     )
     assert proc.returncode == 1
-    assert "could not download train.en" in proc.stderr and "http://127.0.0.1:9/europarl/train.en" in proc.stderr
+    name = "concatenated_en2de_dev_en.txt"
+    assert f"could not download {name}" in proc.stderr and f"http://127.0.0.1:9/europarl/{name}" in proc.stderr
     assert "github.com/sameenmaruf/selective-attn" in proc.stderr and "--raw-dir" in proc.stderr
     assert list(tmp_path.rglob("*.part")) == []
+
+
+def test_europarl_docs_training_split_is_not_published(tmp_path):
+    """The repository has no training split (its readme: from the author on request): the
+    default --train-split train without --raw-dir is refused in one line before anything is
+    downloaded (it requested a file that does not exist)."""
+    env = dict(os.environ, EUROPARL_DOC_URL_BASE="http://127.0.0.1:9/europarl/")
+    proc = subprocess.run(
+        [sys.executable, str(DATA_PREP / "prepare_europarl_docs.py"), "--out", str(tmp_path / "o"),
+         "--max-doc-length", "128"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert "--train-split train: the document-level Europarl7 set publishes only dev and test" in proc.stderr
+    assert "--raw-dir DIR with train.en / train.de" in proc.stderr and "could not download" not in proc.stderr
+    assert not (tmp_path / "o").exists()
 
 
 def test_europarl_gold_blank_lines_are_dropped_as_lilt_alignment_scripts_do(tmp_path):
