@@ -89,7 +89,10 @@ def test_unknown_sentences_are_not_range_checked_and_are_left_out_of_the_aer(tmp
 # ------------------------------------------------------------------ Table 3 rows
 
 
-def align_json(checkpoint, aers):
+DATA = {"data_bin": "/data-bin", "split": "test", "sentences": 6, "sentences_in_data": 6}
+
+
+def align_json(checkpoint, aers, data=DATA):
     """aers[(method, setting)] = {(layer, head): aer}"""
     results = []
     for (method, setting), table in aers.items():
@@ -105,13 +108,20 @@ def align_json(checkpoint, aers):
                 "layer_mean_aer": sum(layer_rows.values()) / len(layer_rows),
             }
         )
-    return {"command": "align", "gold": "/gold.talp", "model": {"checkpoint": checkpoint}, "results": results}
+    return {
+        "command": "align",
+        "gold": "/gold.talp",
+        "model": {"checkpoint": checkpoint},
+        "data": dict(data),
+        "results": results,
+    }
 
 
-def norms_json(checkpoint, alpha_f):
+def norms_json(checkpoint, alpha_f, data=DATA):
     return {
         "command": "norms",
         "model": {"checkpoint": checkpoint},
+        "data": dict(data),
         "layers": {"cross": [{"layer": layer, "alpha_f_norm": values} for layer, values in enumerate(alpha_f)]},
     }
 
@@ -195,3 +205,22 @@ def test_aer_table_refuses_mismatched_or_incomplete_runs(tmp_path):
     no_gold = dict(align_json("/a.pt", aers), gold=None)
     with pytest.raises(cli.UsageError, match="without --gold"):
         run_rows(no_gold, norms_json("/a.pt", [[1.0]]), "run")
+    # the norms of other sentences than the aligned ones (norms --max-sentences 1): the
+    # highest-norm rows would take their layer and head from other data
+    fewer = dict(DATA, sentences=1)
+    with pytest.raises(
+        cli.UsageError, match=r"align.json and norms.json are not of the same data \(sentences: 6 against 1\)"
+    ):
+        run_rows(align_json("/a.pt", aers), norms_json("/a.pt", [[1.0]], data=fewer), "run")
+    with pytest.raises(cli.UsageError, match="not of the same data"):
+        run_rows(align_json("/a.pt", aers), norms_json("/a.pt", [[1.0]], data=dict(DATA, split="valid")), "run")
+    texts = dict(DATA, raw_source="/text/test.de")  # text input (--source-text): the files count too
+    with pytest.raises(cli.UsageError, match="raw_source: /text/test.de against /text/other.de"):
+        run_rows(
+            align_json("/a.pt", aers, texts),
+            norms_json("/a.pt", [[1.0]], dict(texts, raw_source="/text/other.de")),
+            "run",
+        )
+    assert run_rows(
+        align_json("/a.pt", aers), norms_json("/a.pt", [[1.0]], data=dict(DATA, data_bin="/x/../data-bin")), "run"
+    )

@@ -22,6 +22,7 @@ percent).
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -85,6 +86,23 @@ def highest_norm_choices(norms: Dict, where: str) -> Tuple[int, Tuple[int, int]]
     return best_layer, best_head
 
 
+#: what a result's ``data`` block says about the sentences it read (paths compared resolved)
+DATA_KEYS = ("data_bin", "split", "raw_source", "raw_target", "tokenizer", "bpe_codes", "sentences")
+_PATHS = ("data_bin", "raw_source", "raw_target", "bpe_codes")
+
+
+def _data_of(run: Dict, name: str, where: str) -> Dict:
+    """The sentences a result was computed on, as its ``data`` block records them."""
+    data = run.get("data")
+    if not isinstance(data, dict) or "sentences" not in data:
+        raise UsageError(f"{where}: {name} does not record its data (a 'data' block with 'sentences')")
+    return {
+        k: (os.path.realpath(data[k]) if k in _PATHS and isinstance(data[k], str) else data[k])
+        for k in DATA_KEYS
+        if k in data
+    }
+
+
 def run_rows(align: Dict, norms: Dict, where: str) -> List[Dict]:
     """The Table 3 rows of one run: ``{setting, method, row, layer, head, aer}``."""
     if align.get("gold") is None:
@@ -93,6 +111,14 @@ def run_rows(align: Dict, norms: Dict, where: str) -> List[Dict]:
         raise UsageError(
             f"{where}: align.json ({align['model']['checkpoint']}) and norms.json "
             f"({norms['model']['checkpoint']}) are not of the same checkpoint"
+        )
+    a, n = _data_of(align, "align.json", where), _data_of(norms, "norms.json", where)
+    if a != n:
+        differ = "; ".join(f"{k}: {a.get(k)} against {n.get(k)}" for k in DATA_KEYS if a.get(k) != n.get(k))
+        raise UsageError(
+            f"{where}: align.json and norms.json are not of the same data ({differ}): the rows by "
+            "highest norm would take their layer and head from other sentences than the ones "
+            "aligned (run both on the same data, split or text files, and --max-sentences)"
         )
     top_layer, top_head = highest_norm_choices(norms, where)
     results = {(r["method"], r["setting"]): r for r in align["results"]}
