@@ -127,9 +127,7 @@ def plot(runs, path, title=None):
 
     has_bleu = any("bleu" in p for pts in runs.values() for p in pts)
     fig, axes = plt.subplots(1, 2 if has_bleu else 1, figsize=(11 if has_bleu else 6, 4), squeeze=False)
-    panels = [loss_panel(runs)] + (
-        [("bleu", "validation BLEU")] if has_bleu else []
-    )
+    panels = [loss_panel(runs)] + ([("bleu", "validation BLEU")] if has_bleu else [])
     for ax, (key, label) in zip(axes[0], panels):
         for name, pts in runs.items():
             xs = [p["num_updates"] for p in pts if key in p]
