@@ -66,6 +66,13 @@ class Corpus:
     papers: str = ""
     notes: str = ""
     extra: Dict[str, str] = field(default_factory=dict)
+    # "src-tgt" -> the test set of that direction, where it is not ``test`` with the sides
+    # swapped: from WMT19 on, each direction's newstest is source-original text of its own
+    test_by_direction: Dict[str, Tuple[Part, ...]] = field(default_factory=dict)
+
+    def test_parts(self, src: str, tgt: str) -> Tuple[Part, ...]:
+        """The test set translated from ``src`` into ``tgt``."""
+        return self.test_by_direction.get(f"{src}-{tgt}", self.test)
 
     def source(self, name: str) -> Source:
         for s in self.sources:
@@ -512,11 +519,26 @@ _add(
                 },
             ),
         ),
+        # English->German (Raganato et al. Table 1's other direction, Table 5) is scored on
+        # newstest2019-ende, English-original text (sacreBLEU's wmt19 en-de, 1,997 lines), not
+        # on the German-original de-en set with its sides swapped
+        test_by_direction={
+            "en-de": (
+                Part(
+                    "newstest2019",
+                    {
+                        "en": Text(WMT19_TEST.name, "sgm/newstest2019-ende-src.en.sgm", "sgm"),
+                        "de": Text(WMT19_TEST.name, "sgm/newstest2019-ende-ref.de.sgm", "sgm"),
+                    },
+                ),
+            )
+        },
         bpe_merges=35000,
         papers="Raganato et al. (Tables 1, 4, 5, Fig. 2, Tables 5/6 analyses)",
         notes="The paper reports 2.9M training pairs from WMT19 without naming the corpora; we take "
         "Europarl v9 + News Commentary v14 + Rapid 2019 (no CommonCrawl / ParaCrawl), 35k joint "
-        "BPE merges as the paper; newstest2018 / newstest2019.",
+        "BPE merges as the paper; newstest2018 / newstest2019 (de-en, or en-de with --src en: each "
+        "direction's own newstest2019).",
     )
 )
 

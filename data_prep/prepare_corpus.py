@@ -183,6 +183,10 @@ def run(args: argparse.Namespace) -> None:
             else {"download": True}
         ),
     }
+    if f"{src}-{tgt}" in corpus.test_by_direction:  # (a stamp from before it existed rebuilds)
+        options["test_set"] = [
+            f"{t.source}:{t.member}" for part in corpus.test_parts(src, tgt) for t in part.files.values()
+        ]
     stamp_path = out / STAMP_NAME
     if not args.force and not args.download_only and outputs_complete(out, src, tgt, corpus):
         old = read_stamp(stamp_path)
@@ -202,7 +206,7 @@ def run(args: argparse.Namespace) -> None:
     # ---- read
     text: Dict[str, Dict[str, List[str]]] = {}
     for split in SPLITS:
-        parts = getattr(corpus, split)
+        parts = corpus.test_parts(src, tgt) if split == "test" else getattr(corpus, split)
         if split == "valid" and not parts:
             continue
         text[split] = {lang: [] for lang in langs}

@@ -8,9 +8,9 @@
 # sentences/s); decode_sent_per_s stays in the table.
 #   scripts/rela/table2_speed.sh DATA_DIR NUM_GPUS OUT_DIR      (MODELS="softmax rela_g")
 # Writes OUT_DIR/table2.tsv (params, train words/s, decode sentences/s, ratios to softmax).
+MAX_UPDATE="${MAX_UPDATE:-500}"  # before common.sh, whose default is the 100k of Table 1
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-MAX_UPDATE="${MAX_UPDATE:-500}"
 fsa_init "ReLA Table 2 (speed); env: MODELS, MAX_UPDATE (500), SMOKE" "$@"
 rela_base_args
 TSV="$OUT/table2.tsv.partial"

@@ -119,6 +119,19 @@ def test_paper_settings():
     ]
 
 
+@pytest.mark.parametrize("src, tgt", [("de", "en"), ("en", "de")])
+def test_wmt19_each_direction_is_scored_on_its_own_newstest2019(src, tgt):
+    """From WMT19 on, each direction's test set is source-original text of its own:
+    English->German (Raganato et al.'s other direction, Table 5) reads the en-de files, not
+    the de-en set with its sides swapped.  The files are sacreBLEU's for that pair."""
+    from sacrebleu.dataset import DATASETS
+
+    (part,) = CORPORA["wmt19_de_en"].test_parts(src, tgt)
+    src_file, ref_file = DATASETS["wmt19"].langpairs[f"{src}-{tgt}"]
+    assert (part.files[src].member, part.files[tgt].member) == (src_file, ref_file)
+    assert CORPORA["wmt14_en_de"].test_parts("en", "de") == CORPORA["wmt14_en_de"].test  # before 2019: one set
+
+
 def test_text_formats():
     tmx = (
         b'<?xml version="1.0"?><tmx><body><tu><tuv xml:lang="en"><seg>Hello</seg></tuv>'

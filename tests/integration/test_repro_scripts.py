@@ -253,6 +253,19 @@ def _check_mean_tsv(path, table, keys, metrics):
             assert m[f"{metric}_mean_std"] == f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
+@pytest.mark.parametrize("env, want", [({}, "500"), ({"MAX_UPDATE": "700"}, "700")])
+def test_rela_table2_trains_500_updates_by_default(env, want, tmp_path):
+    """Table 2 measures speed over 500 steps: the script's default, which common.sh's
+    Table 1 default (100k) once replaced because it was set first."""
+    head = (SCRIPTS / "rela" / "table2_speed.sh").read_text().split("fsa_init")[0]
+    head = head.replace('$(dirname "${BASH_SOURCE[0]}")', str(SCRIPTS / "rela"))
+    script = tmp_path / "head.sh"
+    script.write_text(head + 'echo "$MAX_UPDATE"\n')
+    clean = {k: v for k, v in os.environ.items() if k not in ("MAX_UPDATE", "SMOKE")}
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={**clean, **env}, check=True)
+    assert out.stdout.split() == [want]
+
+
 def test_rela_scripts(smoke_data, tmp_path):
     out = tmp_path / "rela"
     proc = run_script("rela/table1.sh", smoke_data, 0, out, ROWS="1 7", FSA_STATUS_INTERVAL="0.5")
