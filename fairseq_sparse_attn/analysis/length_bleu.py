@@ -19,6 +19,7 @@ import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..subwords import word_count
+from ..text_lines import read_lines
 
 BINS: Tuple[Tuple[int, Optional[int]], ...] = (
     (0, 10),
@@ -46,30 +47,26 @@ def read_generate_output(path: str) -> Tuple[List[str], List[str]]:
     refs: Dict[int, str] = {}
     hyps: Dict[int, str] = {}
     detok: Dict[int, str] = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.rstrip("\n")
-            if line[:2] not in ("T-", "H-", "D-"):
-                continue
-            m = _LINE.match(line)
-            if m is None:
-                raise ValueError(
-                    f"{path}:{lineno}: expected 'T-<id>\\t<text>' or 'H-/D-<id>\\t<score>\\t<text>', got {line[:80]!r}"
-                )
-            kind, sid, rest = m.group(1), int(m.group(2)), m.group(3)
-            if kind == "T":
-                refs[sid] = rest
-                continue
-            parts = rest.split("\t", 1)
-            try:
-                float(parts[0])
-            except ValueError:
-                raise ValueError(
-                    f"{path}:{lineno}: expected a score after '{kind}-{sid}', got {parts[0][:40]!r}"
-                ) from None
-            text = parts[1] if len(parts) > 1 else ""
-            # the first hypothesis of a sentence is the best one (--nbest > 1 prints more)
-            (detok if kind == "D" else hyps).setdefault(sid, text)
+    for lineno, line in enumerate(read_lines(path), 1):  # split on "\n" only (text_lines)
+        if line[:2] not in ("T-", "H-", "D-"):
+            continue
+        m = _LINE.match(line)
+        if m is None:
+            raise ValueError(
+                f"{path}:{lineno}: expected 'T-<id>\\t<text>' or 'H-/D-<id>\\t<score>\\t<text>', got {line[:80]!r}"
+            )
+        kind, sid, rest = m.group(1), int(m.group(2)), m.group(3)
+        if kind == "T":
+            refs[sid] = rest
+            continue
+        parts = rest.split("\t", 1)
+        try:
+            float(parts[0])
+        except ValueError:
+            raise ValueError(f"{path}:{lineno}: expected a score after '{kind}-{sid}', got {parts[0][:40]!r}") from None
+        text = parts[1] if len(parts) > 1 else ""
+        # the first hypothesis of a sentence is the best one (--nbest > 1 prints more)
+        (detok if kind == "D" else hyps).setdefault(sid, text)
     hyps.update(detok)
     if not refs:
         raise ValueError(

@@ -10,7 +10,9 @@ fairseq's own ``scripts/average_checkpoints.py`` is not installed with the fairs
 
 With a directory, the update checkpoints ``checkpoint_<epoch>_<updates>.pt``
 (``--save-interval-updates``) are used, the N with the most updates; without any, the
-epoch checkpoints ``checkpoint<epoch>.pt``.  The output is the newest input's checkpoint
+epoch checkpoints ``checkpoint<epoch>.pt``; fewer than N is an error, as in fairseq's script
+(``--allow-fewer``: average those there are, said in the output line; the scripts' smoke
+runs, which save 2).  The output is the newest input's checkpoint
 (configuration, optimizer history) with ``model`` replaced by the element-wise mean of the
 models' tensors, computed in float64 and cast back to each tensor's dtype; integer
 tensors (buffers such as step counters) must be equal and are copied.
@@ -28,16 +30,26 @@ _UPDATE = re.compile(r"^checkpoint_(\d+)_(\d+)\.pt$")
 _EPOCH = re.compile(r"^checkpoint(\d+)\.pt$")
 
 
-def last_checkpoints(directory: Path, n: int) -> List[Path]:
+def last_checkpoints(directory: Path, n: int, allow_fewer: bool = False) -> List[Path]:
     """The n newest update checkpoints of ``directory`` (else epoch checkpoints), oldest
-    first; raises ValueError when it has none."""
+    first; raises ValueError when it has none, or fewer than n (unless ``allow_fewer``)."""
+    if n < 1:
+        raise ValueError(f"--num {n}: average at least 1 checkpoint")
     names = os.listdir(directory)
     updates = sorted((int(m.group(2)), name) for name in names if (m := _UPDATE.match(name)))
-    if updates:
-        return [directory / name for _, name in updates[-n:]]
     epochs = sorted((int(m.group(1)), name) for name in names if (m := _EPOCH.match(name)))
-    if epochs:
-        return [directory / name for _, name in epochs[-n:]]
+    found, kind = (
+        (updates, "update checkpoints checkpoint_<epoch>_<updates>.pt")
+        if updates
+        else (epochs, "epoch checkpoints checkpoint<epoch>.pt")
+    )
+    if found and len(found) < n and not allow_fewer:
+        raise ValueError(
+            f"{directory}: --num {n} but it has {len(found)} {kind} "
+            "(keep more with --keep-interval-updates, or average fewer)"
+        )
+    if found:
+        return [directory / name for _, name in found[-n:]]
     raise ValueError(
         f"{directory}: no checkpoint_<epoch>_<updates>.pt or checkpoint<epoch>.pt files "
         "(train with --save-interval-updates N --keep-interval-updates K)"
@@ -85,13 +97,18 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--inputs", nargs="+", required=True, help="a save directory, or checkpoint files")
     p.add_argument("--num", type=int, default=5, help="with a directory: how many of the newest checkpoints")
+    p.add_argument(
+        "--allow-fewer",
+        action="store_true",
+        help="with a directory: average the checkpoints there are when fewer than --num",
+    )
     p.add_argument("--output", required=True)
     args = p.parse_args(argv)
     import torch
 
     try:
         if len(args.inputs) == 1 and Path(args.inputs[0]).is_dir():
-            paths = last_checkpoints(Path(args.inputs[0]), args.num)
+            paths = last_checkpoints(Path(args.inputs[0]), args.num, args.allow_fewer)
         else:
             paths = [Path(x) for x in args.inputs]
             missing = [str(x) for x in paths if not x.is_file()]
@@ -104,7 +121,8 @@ def main(argv=None):
     tmp = args.output + ".tmp"
     torch.save(state, tmp)
     os.replace(tmp, args.output)
-    print(f"averaged {len(paths)} checkpoints: {' '.join(x.name for x in paths)} -> {args.output}")
+    asked = f" (of --num {args.num}: the directory has no more)" if args.allow_fewer and len(paths) < args.num else ""
+    print(f"averaged {len(paths)} checkpoints{asked}: {' '.join(x.name for x in paths)} -> {args.output}")
     return 0
 
 

@@ -9,24 +9,53 @@ every run's NLL is drawn instead of its loss (:func:`loss_panel`).
 writes ``OUT/curves.csv`` (one row per variant and validation; the ``valid_bleu`` column only
 when a log has validation BLEU, i.e. the run trained with ``--eval-bleu``), ``OUT/curves.json`` (the
 same points per variant, with provenance) and ``OUT/curves.png``.  The logs are fairseq's
-``simple`` or ``tqdm``/``none`` format (``--log-format simple``); a validation line looks like
-``... | valid | epoch 001 | valid on 'valid' subset | loss 7.1 | nll_loss 6.5 | ... |
-num_updates 50``.  Runs validate at regular intervals with ``--validate-interval-updates N``.
+``simple`` format (``--log-format simple``, and ``tqdm``, which logs its validations the
+same way), a validation line ``... | valid | epoch 001 | valid on 'valid' subset | loss 7.1
+| nll_loss 6.5 | ... | num_updates 50`` (``| test |`` ... ``'test' subset`` for another
+``--valid-subset``), or ``json`` (``... | valid | {"epoch": 1, "valid_loss": "7.1", ...,
+"valid_num_updates": "50"}``).  ``--log-format none`` logs no validation at all.  Runs
+validate at regular intervals with ``--validate-interval-updates N``.
 """
 
 import argparse
 import csv
+import json
 import math
 import re
 import sys
 from pathlib import Path
 
-_VALID = re.compile(r"\| valid \| .*?valid on '([^']+)' subset(.*)$")
+_VALID = re.compile(r"\| [^|]+ \| .*?valid on '([^']+)' subset(.*)$")  # simple: "| <subset> | ..."
+_JSON = re.compile(r"\| ([^|\s]+) \| (\{.*\})\s*$")  # json: "| <subset> | {"<subset>_loss": ...}"
 _FIELD = re.compile(r"\|\s*([a-z_]+)\s+(-?[\d.]+(?:e[-+]?\d+)?|nan|inf)\s*(?=\||$)")
 COLUMNS = ("num_updates", "loss", "nll_loss", "ppl", "reg", "bleu")
 #: columns written only when some validation logged them: ``bleu`` (``--eval-bleu``) and
 #: ``reg`` (ReLUFormer's regularized criterion, whose ``loss`` adds lambda * reg)
 OPTIONAL = ("reg", "bleu")
+
+
+def _validation_fields(line, subset):
+    """{stat: value} of a validation of ``subset`` logged on ``line`` (simple or json
+    format), else None."""
+    m = _VALID.search(line)
+    if m is not None:
+        return {k: float(v) for k, v in _FIELD.findall(m.group(2))} if m.group(1) == subset else None
+    m = _JSON.search(line)
+    if m is None or m.group(1) != subset:
+        return None
+    try:
+        record = json.loads(m.group(2))
+    except json.JSONDecodeError:
+        return None
+    prefix = subset + "_"
+    fields = {}
+    for key, value in record.items():
+        if key.startswith(prefix):
+            try:
+                fields[key[len(prefix) :]] = float(value)
+            except (TypeError, ValueError):
+                pass
+    return fields
 
 
 def parse_validation(log, subset="valid"):
@@ -36,10 +65,9 @@ def parse_validation(log, subset="valid"):
     points = {}
     with open(log, encoding="utf-8", errors="replace") as f:
         for line in f:
-            m = _VALID.search(line)
-            if m is None or m.group(1) != subset:
+            fields = _validation_fields(line, subset)
+            if fields is None:
                 continue
-            fields = {k: float(v) for k, v in _FIELD.findall(m.group(2))}
             if "num_updates" not in fields or "loss" not in fields:
                 continue
             point = {k: fields[k] for k in COLUMNS if k in fields}
@@ -65,7 +93,7 @@ def read_runs(named_logs, subset="valid", skip_empty=False):
         if not points:
             raise ValueError(
                 f"{path}: no '{subset}' validation lines (train with validation, e.g. "
-                f"--validate-interval-updates N, and --log-format simple)"
+                f"--validate-interval-updates N, and --log-format simple or json; 'none' logs none)"
             )
         runs[name] = points
     if not runs:

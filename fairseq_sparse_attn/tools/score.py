@@ -32,26 +32,24 @@ _TARGET = re.compile(r"^T-(\d+)\t(.*)$")
 def read_targets(path):
     """{id: T text}: the references fairseq-generate printed."""
     refs = {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            m = _TARGET.match(line.rstrip("\n"))
-            if m:
-                refs[int(m.group(1))] = m.group(2)
+    for line in _read(path):  # split on "\n" only: a "\r" inside a sentence is text
+        m = _TARGET.match(line)
+        if m:
+            refs[int(m.group(1))] = m.group(2)
     return refs
 
 
 def read_hypotheses(path):
     """({id: H text}, {id: D text}); the first hypothesis of a sentence (nbest order)."""
     hyps, detok = {}, {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.startswith(("H-", "D-")):
-                continue
-            m = _LINE.match(line.rstrip("\n"))
-            if m is None:
-                raise ValueError(f"{path}:{lineno}: expected 'H-/D-<id>\\t<score>\\t<text>', got {line[:80]!r}")
-            kind, sid, text = m.group(1), int(m.group(2)), m.group(4)
-            (detok if kind == "D" else hyps).setdefault(sid, text)
+    for lineno, line in enumerate(_read(path), 1):  # split on "\n" only (text_lines)
+        if not line.startswith(("H-", "D-")):
+            continue
+        m = _LINE.match(line)
+        if m is None:
+            raise ValueError(f"{path}:{lineno}: expected 'H-/D-<id>\\t<score>\\t<text>', got {line[:80]!r}")
+        kind, sid, text = m.group(1), int(m.group(2)), m.group(4)
+        (detok if kind == "D" else hyps).setdefault(sid, text)
     if not hyps:
         raise ValueError(f"{path}: no H-/D- lines (not a fairseq-generate output?)")
     return hyps, detok
@@ -108,6 +106,8 @@ def _systems_for(gen, ref, tok_ref, t_lines):
     if t_lines:
         by_id = read_targets(gen)
         ids = sorted(hyps)
+        if sorted(by_id) != ids:
+            raise ValueError(f"{gen}: T- lines for {len(by_id)} sentences, H- lines for {len(ids)} (--t-lines)")
         return "tok_bleu", [hyps[i] for i in ids], [by_id[i] for i in ids], {"tokenize": "none", "force": True}
     refs = _read(tok_ref)
     return "tok_bleu", _ordered(hyps, len(refs), gen, tok_ref), refs, {"tokenize": "none", "force": True}

@@ -102,6 +102,33 @@ def test_a_regularized_run_is_drawn_by_its_nll_beside_a_plain_one(tmp_path):
     ]
 
 
+def test_other_subsets_and_the_json_log_format(tmp_path):
+    """fairseq logs a validation of --valid-subset X under the logger name X ("| test |"),
+    and with --log-format json as one JSON record whose keys carry the subset's prefix."""
+    simple = tmp_path / "simple.log"
+    simple.write_text(
+        "2026-11-27 21:56:56 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 10.7 | nll_loss 10.5 | ppl 1462 | num_updates 10\n"
+        "2026-11-27 21:56:56 | INFO | test | epoch 001 | valid on 'test' subset | loss 10.6 | nll_loss 10.4 | ppl 1300 | num_updates 10\n"
+    )
+    assert lc.parse_validation(simple, subset="test") == [
+        {"num_updates": 10, "loss": 10.6, "nll_loss": 10.4, "ppl": 1300.0}
+    ]
+    js = tmp_path / "json.log"
+    js.write_text(
+        "2026-11-27 21:53:21 | INFO | fairseq_cli.train | {'_name': None}\n"
+        '2026-11-27 21:53:30 | INFO | train_inner | {"epoch": 1, "update": 0.5, "loss": "11.0", "num_updates": "5"}\n'
+        '2026-11-27 21:53:38 | INFO | valid | {"epoch": 1, "valid_loss": "10.684", "valid_nll_loss": "10.514", '
+        '"valid_ppl": "1461.96", "valid_wps": "1889.9", "valid_num_updates": "10"}\n'
+        '2026-11-27 21:53:41 | INFO | valid | {"epoch": 1, "valid_loss": "10.005", "valid_nll_loss": "9.757", '
+        '"valid_ppl": "865.52", "valid_reg": "1.16", "valid_num_updates": "20", "valid_best_loss": "10.005"}\n'
+    )
+    assert lc.parse_validation(js) == [
+        {"num_updates": 10, "loss": 10.684, "nll_loss": 10.514, "ppl": 1461.96},
+        {"num_updates": 20, "loss": 10.005, "nll_loss": 9.757, "ppl": 865.52, "reg": 1.16},
+    ]
+    assert lc.parse_validation(js, subset="test") == []
+
+
 def test_errors(tmp_path):
     empty = tmp_path / "empty.log"
     empty.write_text("2026-11-23 | INFO | train_inner | epoch 001: 25 / 247 loss=1.0, num_updates=25\n")

@@ -36,8 +36,8 @@ def test_average_epoch_checkpoints_half_precision_and_errors(tmp_path, capsys):
     a, b = torch.tensor([1.0, 2.0], dtype=torch.float16), torch.tensor([2.0, 5.0], dtype=torch.float16)
     _ckpt(tmp_path / "checkpoint9.pt", a, 1)
     _ckpt(tmp_path / "checkpoint10.pt", b, 1)
-    assert [p.name for p in average_checkpoints.last_checkpoints(tmp_path, 5)] == ["checkpoint9.pt", "checkpoint10.pt"]
-    avg = average_checkpoints.average(average_checkpoints.last_checkpoints(tmp_path, 5))
+    assert [p.name for p in average_checkpoints.last_checkpoints(tmp_path, 2)] == ["checkpoint9.pt", "checkpoint10.pt"]
+    avg = average_checkpoints.average(average_checkpoints.last_checkpoints(tmp_path, 2))
     assert avg["model"]["w"].dtype == torch.float16 and avg["model"]["w"].tolist() == [1.5, 3.5]
 
     _ckpt(tmp_path / "checkpoint11.pt", b, 2)
@@ -48,6 +48,24 @@ def test_average_epoch_checkpoints_half_precision_and_errors(tmp_path, capsys):
     assert average_checkpoints.main(["--inputs", str(empty), "--output", str(tmp_path / "x.pt")]) == 1
     assert "no checkpoint_<epoch>_<updates>.pt" in capsys.readouterr().err
     assert not (tmp_path / "x.pt").exists()
+
+
+def test_average_refuses_fewer_checkpoints_than_asked(tmp_path, capsys):
+    """fairseq's script raises when the directory has fewer than --num checkpoints; an
+    "avg5" of 3 checkpoints would be misnamed.  --allow-fewer (the scripts' smoke runs)
+    averages those there are and says so; --num below 1 is refused."""
+    for upd in (10, 20, 30):
+        _ckpt(tmp_path / f"checkpoint_1_{upd}.pt", torch.full((2,), float(upd)), 1)
+    out = tmp_path / "avg5.pt"
+    assert average_checkpoints.main(["--inputs", str(tmp_path), "--num", "5", "--output", str(out)]) == 1
+    assert "--num 5 but it has 3 update checkpoints" in capsys.readouterr().err and not out.exists()
+    argv = ["--inputs", str(tmp_path), "--num", "5", "--output", str(out), "--allow-fewer"]
+    assert average_checkpoints.main(argv) == 0
+    assert "averaged 3 checkpoints (of --num 5: the directory has no more)" in capsys.readouterr().out
+    assert torch.load(out, weights_only=False)["model"]["w"].tolist() == [20.0, 20.0]
+    for n in ("0", "-2"):
+        assert average_checkpoints.main(["--inputs", str(tmp_path), "--num", n, "--output", str(out)]) == 1
+        assert f"--num {n}: average at least 1 checkpoint" in capsys.readouterr().err
 
 
 def test_score_orders_by_id_and_reports_both_bleus(tmp_path):
@@ -95,3 +113,26 @@ def test_score_count_mismatch_names_both_files(tmp_path, capsys):
     (tmp_path / "empty").write_text("nothing\n")
     assert score.main([str(tmp_path / "empty"), "--ref", str(ref)]) == 1
     assert "no H-/D- lines" in capsys.readouterr().err
+
+
+def test_generate_output_is_split_on_newlines_only(tmp_path):
+    """A "\\r" inside a hypothesis is text, as the references' reader (text_lines) reads
+    it: Python's universal newlines cut the hypothesis there and scored 0 BLEU."""
+    from fairseq_sparse_attn.analysis.length_bleu import read_generate_output
+
+    gen = tmp_path / "gen.txt"
+    gen.write_bytes(b"T-0\ta cat\rsits here\nH-0\t-0.5\ta cat\rsits here\nT-1\ta dog\nH-1\t-0.5\ta dog\n")
+    assert score.read_hypotheses(str(gen))[0] == {0: "a cat\rsits here", 1: "a dog"}
+    assert score.read_targets(str(gen)) == {0: "a cat\rsits here", 1: "a dog"}
+    assert read_generate_output(str(gen)) == (["a cat\rsits here", "a dog"], ["a cat\rsits here", "a dog"])
+    ref = tmp_path / "ref"
+    ref.write_bytes(b"a cat\rsits here\na dog\n")
+    assert score.score(str(gen), ref=str(ref), tok_ref=str(ref))["tok_bleu"] == 100.0
+
+
+def test_t_lines_baseline_without_targets_is_one_error(tmp_path, capsys):
+    gen, base = tmp_path / "gen.txt", tmp_path / "base.txt"
+    gen.write_text("T-0\ta b c d\nH-0\t-1\ta b c d\n")
+    base.write_text("H-0\t-1\ta b c\n")  # generated without T- lines
+    assert score.main([str(gen), "--t-lines", "--baseline", str(base)]) == 1
+    assert f"{base}: T- lines for 0 sentences, H- lines for 1 (--t-lines)" in capsys.readouterr().err
