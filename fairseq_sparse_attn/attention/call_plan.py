@@ -68,6 +68,7 @@ from .core import (
     choose_backend,
     hook_free,
     is_stock,
+    serves_weight_requests,
     streamed,
 )
 from .intermediates import Intermediates
@@ -183,6 +184,8 @@ class CallPlan(NamedTuple):
     #: triton backend (:meth:`auto_backend`), the others go on as without it
     kernel_if_auto_takes_it: bool
     streamed_min_keys: int  # inline calls over at least this many keys go to attend() (0 = never)
+    #: fairseq's own weight requests are answered with weights (:func:`~.core.serves_weight_requests`)
+    weights_on_request: bool
 
     # ------------------------------------------------------------------ stock fairseq or the plan
     def delegates_to_stock(self, collect, need_head_weights: bool) -> bool:
@@ -290,13 +293,14 @@ class CallPlan(NamedTuple):
                 scores = scores.masked_fill(mask, float("-inf"))
             return scores.view(bsz * heads, tgt_len, src_len).type_as(q), v, None  # type: ignore[arg-type]
 
-        # a forced fused kernel (triton) returns no weights unless an analysis collector asks
-        # for them (then the forced backend's error says why): fairseq's own requests (the
-        # alignment layer's need_head_weights, need_weights by default) get None.  With
+        # a named backend that returns no weights (triton, key_block, query_block, sdpa)
+        # returns none unless an analysis collector asks for them (then the backend's error
+        # says why): fairseq's own requests (the alignment layer's need_head_weights, which
+        # its decoder makes at every forward, and need_weights by default) get None.  With
         # --attn-key-block-size, head-averaged weights are returned only when the call ran
         # materialized (the key-block path returns none)
         backend = self.config.backend
-        if backend.name != "triton" and (need_head_weights or (need_weights and not backend.key_block_size)):
+        if self.weights_on_request and (need_head_weights or (need_weights and not backend.key_block_size)):
             collect = collect | {"weights"}
         if attn_inputs is None:  # the usual call (decoder, cross-attention): no copy of defaults
             inputs = AttentionInputs(
@@ -634,4 +638,5 @@ def build_plan(config: AttentionConfig, module) -> CallPlan:
         kernel=kernel,
         kernel_if_auto_takes_it=kernel is not None and backend.name == "auto",
         streamed_min_keys=max(int(streamed_min_keys), 0),
+        weights_on_request=serves_weight_requests(backend.name),
     )

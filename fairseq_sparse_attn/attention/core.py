@@ -329,6 +329,17 @@ def backend_names():
     return ["auto"] + sorted(BACKENDS)
 
 
+def serves_weight_requests(name: str) -> bool:
+    """Whether a module on backend ``name`` answers fairseq's own weight requests
+    (``need_weights``, the alignment layer's ``need_head_weights``) with weights: ``auto``
+    (such a call takes a backend that returns them) and the backends that return weights.
+    A named backend that returns none (triton, key_block, query_block, sdpa) answers them
+    with None, as fairseq's fused attention does; an analysis that collects weights still
+    gets the backend's one-line refusal."""
+    backend = BACKENDS.get(name)
+    return name == "auto" or backend is None or backend.capabilities.returns_weights
+
+
 #: backends that were removed: name -> what to use instead (one line for the user)
 REMOVED_BACKENDS = {
     "flex": (

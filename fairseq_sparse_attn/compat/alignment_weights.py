@@ -1,6 +1,7 @@
 """``--print-alignment`` (``fairseq-generate``, ``fairseq-interactive``) refused in one line
-before any sentence is translated, for a model whose cross-attention runs on the triton
-backend (``--attn-backend triton``, which a checkpoint keeps).  fairseq reads each
+before any sentence is translated, for a model whose cross-attention runs on a named
+backend that computes no weights (``--attn-backend triton``, ``key_block``, ``query_block``
+or ``sdpa``, which a checkpoint keeps; ``attention.core.serves_weight_requests``).  fairseq reads each
 hypothesis's alignment from the attention weights of the alignment layer's
 cross-attention, recorded at every decoding step, and the fused kernels compute no weights
 (``attention/backends/triton.py``): every hypothesis came back with an empty attention
@@ -15,17 +16,19 @@ import functools
 BEHAVIOUR_CHANGE = False
 
 
-def triton_cross_attention(models) -> list:
-    """The names of the cross-attention modules of ``models`` on the triton backend."""
+def cross_attention_without_weights(models) -> list:
+    """(name, backend) of the cross-attention modules of ``models`` on a named backend that
+    computes no weights."""
+    from ..attention.core import serves_weight_requests
     from ..attention.multihead import SparseMultiheadAttention
 
     return [
-        name if len(models) == 1 else f"model {i}: {name}"
+        (name if len(models) == 1 else f"model {i}: {name}", module.backend)
         for i, model in enumerate(models)
         for name, module in model.named_modules()
         if isinstance(module, SparseMultiheadAttention)
         and module.encoder_decoder_attention
-        and module.backend == "triton"
+        and not serves_weight_requests(module.backend)
     ]
 
 
@@ -33,13 +36,14 @@ def refuse_without_weights(models) -> None:
     """UsageError when a cross-attention module of ``models`` computes no weights."""
     from ..errors import UsageError
 
-    names = triton_cross_attention(models)
-    if names:
-        which = f"{names[0]} and {len(names) - 1} more run" if len(names) > 1 else f"{names[0]} runs"
+    found = cross_attention_without_weights(models)
+    if found:
+        (name, backend), more = found[0], len(found) - 1
+        which = f"{name} and {more} more run" if more else f"{name} runs"
         raise UsageError(
             f"--print-alignment needs the cross-attention weights, and {which} on "
-            "--attn-backend triton, whose fused kernels compute none; add "
-            "--model-overrides \"{'attn_backend': 'auto'}\" (auto runs decoding steps without the kernels)"
+            f"--attn-backend {backend}, which computes none; add "
+            "--model-overrides \"{'attn_backend': 'auto'}\" (auto gives these calls a backend that computes them)"
         )
 
 

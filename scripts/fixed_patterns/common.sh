@@ -80,7 +80,6 @@ fp_run() {
   local flags
   # shellcheck disable=SC2207
   flags=($(fp_config_args "$config" "$low") $(fp_layer_args "$layers"))
-  if [[ "$config" == 1L ]]; then flags+=(--encoder-attention-heads 1); fi
   if fsa_train "$name" "${FP_TARGET:-$FP_TARGET_TOKENS}" "${FP_ARGS[@]}" "${FP_SMOKE[@]}" "${flags[@]}"; then
     fsa_eval_row "$name" "$tsv" "config=$config" "layers=$layers" "${FSA_SEED_COL[@]}" "paper=see $table"
   else

@@ -1,5 +1,10 @@
 # RHE ("Enlivening Redundant Heads in Multi-head Self-attention for MT") settings shared
-# by its scripts (sourced).  Transformer base, 32k BPE, BLEU (4-gram, tokenized).  The
+# by its scripts (sourced).  Transformer base, 32k BPE, BLEU: the paper's "4-gram NIST
+# BLEU" is mteval-v13a's on detokenized text, which sacreBLEU's 13a (our sacrebleu column)
+# reproduces; tok_bleu is Moses-tokenized BLEU and does not.  Embeddings untied: the paper
+# builds on OpenNMT (whose default ties nothing), and its Table 1 parameter counts (71.82M
+# on NC11 En-De, 88.00M on WMT14 with 32k merges) leave room for three embedding matrices,
+# not for one shared one (44.1M + 512 V: an 86k vocabulary for 88.00M).  The
 # paper's training hyper-parameters are in an appendix our copy lacks: Adam (0.9, 0.98),
 # LR 7e-4, inverse-sqrt with 4k warmup, label smoothing 0.1, 25k tokens per batch,
 # MAX_UPDATE (default 100000), beam 4, length penalty 0.6 are our choices.
@@ -31,7 +36,7 @@ rhe_base_args() {
   RHE_ARGS=(--task parse_annotated_translation --optimizer adam --adam-betas '(0.9,0.98)' --lr "${LR:-7e-4}"
             --lr-scheduler inverse_sqrt --warmup-updates 4000 --warmup-init-lr 1e-7 --dropout 0.1
             --attention-dropout 0.1 --criterion label_smoothed_cross_entropy --label-smoothing 0.1
-            $(fsa_share_args) --max-update "$MAX_UPDATE" --save-interval-updates "${SAVE_INTERVAL:-1000}"
+            --max-update "$MAX_UPDATE" --save-interval-updates "${SAVE_INTERVAL:-1000}"
             --keep-interval-updates 5 --no-epoch-checkpoints --seed "${SEED:-1}")
   GEN_ARGS=(--task parse_annotated_translation --beam 4 --lenpen 0.6 --batch-size "${GEN_BATCH:-128}")
   SCORE_ARGS=()

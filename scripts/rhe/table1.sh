@@ -4,7 +4,7 @@
 #   TASK=nc11_en_de scripts/rhe/table1.sh DATA_DIR NUM_GPUS OUT_DIR   (also wmt14_en_de, nc11_en_cs)
 # DATA_DIR: data_prep/prepare_<TASK>.py output, parsed with data_prep/parse_source.py.
 # ROWS selects; SEEDS="1 2 3" trains every row per seed (+ table1.mean.tsv, mean ± std).
-# Writes OUT_DIR/table1.tsv (compare tok_bleu: the paper reports 4-gram BLEU); every row has
+# Writes OUT_DIR/table1.tsv (compare sacrebleu: the paper reports NIST BLEU, mteval-v13a); every row has
 # sacreBLEU's 95% CI and the paired-bootstrap p-value against the Transformer row.
 # Needs the RHE flags (another branch): see scripts/rhe/common.sh.
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"

@@ -70,7 +70,7 @@ import sys  # noqa: E402
 SMALL = {"encoder_embed_dim": 64, "decoder_embed_dim": 64, "encoder_ffn_embed_dim": 128, "decoder_ffn_embed_dim": 128}
 # config -> the flags the script passes for the same model (scripts/<paper>/*.sh)
 EQUIVALENT = {
-    "rela/rela_g.yaml": ["--arch", "rela_transformer_wmt_en_de", "--share-all-embeddings"],
+    "rela/rela_g.yaml": ["--arch", "rela_transformer_wmt_en_de", "--share-decoder-input-output-embed"],
     "reluformer/iwslt14_reluformer.yaml": [
         "--arch",
         "reluformer_iwslt_de_en",
@@ -85,7 +85,6 @@ EQUIVALENT = {
         "6",
         "--decoder-layers",
         "1",
-        "--share-all-embeddings",
     ],
 }
 
@@ -194,11 +193,12 @@ SCRIPT_ARGS = {
 }
 
 
-def _script_args(common, call, array):
-    """The flags ``call`` puts in ``array`` (``fsa_share_args`` reads a DATA_BIN: the
-    embedding-sharing flag it gives is not compared)."""
+def _script_args(common, call, array, data_bin):
+    """The flags ``call`` puts in ``array`` for a data directory with one joined
+    dictionary (``data_bin``: what the configs are written for; ``fsa_share_args`` then ties
+    all embeddings)."""
     env = {k: v for k, v in os.environ.items() if k not in ("LR", "MAX_UPDATE", "SMOKE")}
-    data = "DATA_BIN=/nonexistent SRC=x TGT=x"
+    data = f"DATA_BIN={data_bin} SRC=x TGT=y"
     bash = f'source scripts/lib.sh; source {common}; {data}; {call}; printf "%s\\0" "${{{array}[@]}}"'
     out = subprocess.run(["bash", "-c", bash], cwd=REPO, capture_output=True, text=True, env=env, check=True).stdout
     args = out.split("\0")[:-1]
@@ -217,12 +217,14 @@ def _config_of(rel):
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_config_trains_with_the_scripts_settings(path):
+def test_config_trains_with_the_scripts_settings(path, tmp_path):
     rel = f"{path.parent.name}/{path.name}"
     script = _config_of(rel)
     if script is None:
         pytest.skip(f"{rel}: its script passes its flags inline (scripts/norm_analysis/aer.sh)")
-    flags = _script_args(*script)
+    for lang in ("x", "y"):  # one joined dictionary
+        (tmp_path / f"dict.{lang}.txt").write_text("a 1\n")
+    flags = _script_args(*script, tmp_path)
     cfg = OmegaConf.load(path)
     want = {
         "--lr": float(cfg.optimization.lr[0]),
@@ -238,3 +240,25 @@ def test_config_trains_with_the_scripts_settings(path):
     cast = {k: type(v) for k, v in want.items()}
     got = {k: cast[k](flags[k]) if cast[k] is not str else flags[k].replace(" ", "") for k in want}
     assert got == want, f"{rel} against {script[0]} ({script[1]})"
+    # embedding tying (the configs once tied all embeddings where ReLA's scripts tie the
+    # decoder's and Raganato et al.'s standard rows tie nothing); the low-resource rows
+    # tie through their preset (fixed_pattern_*_iwslt_de_en) and fp_config_args ... low
+    if rel != "fixed_patterns/low_resource_7f_word.yaml":
+        tying = {
+            name: bool(cfg.model.get(name.replace("-", "_"), False))
+            for name in ("share-all-embeddings", "share-decoder-input-output-embed")
+        }
+        assert tying == {name: f"--{name}" in flags for name in tying}, rel
+
+
+def test_the_norm_analysis_config_trains_as_aer_sh():
+    """aer.sh passes its flags inline: Kobayashi et al.'s batch size 80 (Table 5) and the
+    checkpoint with the highest validation BLEU (App. E.1) must be in the config too."""
+    script = (REPO / "scripts" / "norm_analysis" / "aer.sh").read_text()
+    for flag in ("--batch-size 80", "--eval-bleu", "--eval-bleu-remove-bpe", "--eval-tokenized-bleu",
+                 "--best-checkpoint-metric bleu", "--maximize-best-checkpoint-metric", "--lr 1e-3"):  # fmt: skip
+        assert flag in script, flag
+    cfg = OmegaConf.load(REPO / "configs" / "norm_analysis" / "europarl_de_en.yaml")
+    assert cfg.dataset.batch_size == 80 and cfg.optimization.lr[0] == 1e-3
+    assert cfg.task.eval_bleu and cfg.task.eval_bleu_remove_bpe == "@@ " and cfg.task.eval_tokenized_bleu
+    assert cfg.checkpoint.best_checkpoint_metric == "bleu" and cfg.checkpoint.maximize_best_checkpoint_metric

@@ -717,6 +717,7 @@ def test_rhe_scripts(rhe_smoke_data, tmp_path):
     _check_row(row, out)
     cmd = (out / "lpea_rhe" / "train.cmd").read_text()
     assert "--task parse_annotated_translation" in cmd and "--arch sparse_transformer" in cmd
+    assert "--share" not in cmd  # OpenNMT's default, and the paper's parameter counts: untied
     gen = (out / "lpea_rhe" / "gen.test.txt").read_text()
     assert len([line for line in gen.splitlines() if line.startswith("H-")]) == 50
 

@@ -226,3 +226,46 @@ def test_models_on_query_blocks_equal_materialized(name, monkeypatch):
             real = prev[:, t].ne(d.pad())
             torch.testing.assert_close(step[real, 0], full_ref[real, t], atol=2e-5, rtol=2e-5)
         assert len(calls) - before >= 2 * prev.size(1)  # self- and cross-attention of each step
+
+
+@pytest.mark.parametrize(
+    "arch, backend, extra",
+    [
+        ("rela_transformer_iwslt_de_en", "key_block", {"attn_key_block_size": 3}),
+        ("reluformer_iwslt_de_en", "query_block", {}),
+        ("softmax_transformer_iwslt_de_en", "sdpa", {}),
+    ],
+)
+def test_a_named_backend_without_weights_runs_whole_models(arch, backend, extra):
+    """fairseq's decoder asks its alignment layer's cross-attention for per-head weights at
+    every forward (need_head_weights), which key_block, query_block and sdpa do not compute:
+    a model on one of them by name (--attn-backend, or --model-overrides at generate time)
+    stopped at its first step with "cannot serve this configuration: returning attention
+    weights (analysis)".  Those requests now get None, as on the triton backend: training,
+    teacher forcing and beam search give auto's results, and --print-alignment, which needs
+    the weights, is one error naming the backend."""
+    from fairseq.sequence_generator import SequenceGenerator, SequenceGeneratorWithAlignment
+
+    from fairseq_sparse_attn.errors import UsageError
+
+    from helpers import build_model, random_batch
+
+    named, d = build_model(arch, attn_backend=backend, attention_dropout=0.0, **extra)
+    auto, _ = build_model(arch, attention_dropout=0.0, **extra)
+    src, lengths, prev = random_batch(d)
+    with torch.no_grad():
+        got, extra_out = named(src, lengths, prev)
+        want, _ = auto(src, lengths, prev)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert extra_out["attn"] == [None]
+    if backend != "query_block":  # (query_block serves calls without gradients only)
+        named.train()
+        named(src, lengths, prev)[0].sum().backward()
+        named.eval()
+    sample = {"net_input": {"src_tokens": src, "src_lengths": lengths}}
+    hyps = [SequenceGenerator([m], d, beam_size=3, max_len_b=5).forward(sample) for m in (named, auto)]
+    for a, b in zip(*hyps):
+        assert [h["tokens"].tolist() for h in a] == [h["tokens"].tolist() for h in b]
+        torch.testing.assert_close(torch.stack([h["score"] for h in a]), torch.stack([h["score"] for h in b]))
+    with pytest.raises(UsageError, match=f"1 more run on --attn-backend {backend}, which computes none"):
+        SequenceGeneratorWithAlignment([named], d, beam_size=2, max_len_b=4)
