@@ -267,8 +267,12 @@ def backward_form(backward):
             yield
 
 
-def _correctness(device, head_dims, dtype_names, seed, rows, save, shard=(0, 1)):
-    rows = [] if rows is None else rows
+def planned_checks(head_dims, dtype_names, seed=0, shard=(0, 1)):
+    """The correctness checks of a run (of ``shard``), in order, each with the seed it has in
+    the whole run: ("attention", d, dtype, case, seed, dropout_p, row_sums, backward) and
+    ("norm", dtype, gated, seed).  Their number is written first (``expected_checks``), so
+    that a run cut off by its time limit shows as incomplete."""
+    plan = []
     group = -1
     for d in head_dims:
         for dt in dtype_names:
@@ -282,27 +286,38 @@ def _correctness(device, head_dims, dtype_names, seed, rows, save, shard=(0, 1))
                     forms += [(0.0, True), (DROPOUT_P, True)]
                 for dropout_p, row_sums in forms:
                     for backward in _backwards(d, dt, case):
-                        t0 = time.time()
-                        try:
-                            with backward_form(backward):
-                                r = check_attention(device, d, dt, case, seed, dropout_p=dropout_p, row_sums=row_sums)
-                        except Exception as e:  # recorded, never hidden
-                            r = {"ok": False, "error": f"{type(e).__name__}: {e}"}
-                        r.update(kernel="relu_attention", head_dim=d, dtype=dt, case=case, backward=backward)
-                        r.update(dropout=dropout_p, row_sums=row_sums, seconds=round(time.time() - t0, 2))
-                        rows.append(r)
-                        save()
-                        what = f"{case} {backward}" + (f" dropout {dropout_p}" if dropout_p else "")
-                        what += " row sums" if row_sums else ""
-                        print(f"[kernels] check relu_attention d{d} {dt} {what}: {fmt_check(r)}", flush=True)
+                        plan.append(("attention", d, dt, case, seed, dropout_p, row_sums, backward))
     group += 1
     for dt in dtype_names:
         for gated in (False, True):
             seed += 1
-            if not in_shard(group, shard):
-                continue
+            if in_shard(group, shard):
+                plan.append(("norm", dt, gated, seed))
+    return plan
+
+
+def _correctness(device, head_dims, dtype_names, seed, rows, save, shard=(0, 1)):
+    rows = [] if rows is None else rows
+    for check in planned_checks(head_dims, dtype_names, seed, shard):
+        if check[0] == "attention":
+            _, d, dt, case, check_seed, dropout_p, row_sums, backward = check
+            t0 = time.time()
             try:
-                r = check_norm(device, dt, gated, seed)
+                with backward_form(backward):
+                    r = check_attention(device, d, dt, case, check_seed, dropout_p=dropout_p, row_sums=row_sums)
+            except Exception as e:  # recorded, never hidden
+                r = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+            r.update(kernel="relu_attention", head_dim=d, dtype=dt, case=case, backward=backward)
+            r.update(dropout=dropout_p, row_sums=row_sums, seconds=round(time.time() - t0, 2))
+            rows.append(r)
+            save()
+            what = f"{case} {backward}" + (f" dropout {dropout_p}" if dropout_p else "")
+            what += " row sums" if row_sums else ""
+            print(f"[kernels] check relu_attention d{d} {dt} {what}: {fmt_check(r)}", flush=True)
+        else:
+            _, dt, gated, check_seed = check
+            try:
+                r = check_norm(device, dt, gated, check_seed)
             except Exception as e:
                 r = {"ok": False, "error": f"{type(e).__name__}: {e}"}
             r.update(kernel="gated_rmsnorm" if gated else "rmsnorm", dtype=dt)
@@ -310,6 +325,43 @@ def _correctness(device, head_dims, dtype_names, seed, rows, save, shard=(0, 1))
             save()
             print(f"[kernels] check {r['kernel']} {dt}: {fmt_check(r)}", flush=True)
     return rows
+
+
+def merge_results(work, out, shards) -> dict:
+    """``out``: the correctness shards' JSON (``work/kernels_correctness_*.json``) merged,
+    with the timing part's (``work/kernels_timing.json``) where it ran.  A shard cut off by
+    its time limit ran fewer checks than it planned (``expected_checks``, written first), one
+    that wrote nothing planned an unknown number: either way ``correctness_ok`` is false and
+    the part decides nothing (``attention.backends.triton.kernels_verified``)."""
+    work, out, shards = Path(work), Path(out), int(shards)
+    merged = {"correctness": [], "expected_checks": 0}
+    found = 0
+    for p in sorted(work.glob("kernels_correctness_*.json")):
+        shard = json.loads(p.read_text())
+        found += 1
+        merged["correctness"] += shard.pop("correctness", [])
+        merged["expected_checks"] += shard.pop("expected_checks", 0)
+        shard.pop("correctness_ok", None)
+        merged.setdefault("shards", []).append(shard.pop("shard", None))
+        merged.update(shard)
+    merged["shards_missing"] = shards - found
+    if merged["shards_missing"]:
+        merged["expected_checks"] = None
+    checks = merged["correctness"]
+    merged["correctness_ok"] = (
+        bool(checks) and merged["expected_checks"] == len(checks) and all(r["ok"] for r in checks)
+    )
+    timing = work / "kernels_timing.json"
+    if timing.exists():
+        merged.update({k: v for k, v in json.loads(timing.read_text()).items() if k != "shard"})
+    out.write_text(json.dumps(merged, indent=1) + "\n")
+    planned = merged["expected_checks"]
+    print(
+        f"correctness: {sum(r['ok'] for r in checks)} of {len(checks)} checks ok, "
+        f"{planned if planned is not None else 'an unknown number'} planned"
+        + (f" ({merged['shards_missing']} shard(s) wrote nothing)" if merged["shards_missing"] else "")
+    )
+    return merged
 
 
 def fmt_check(r):
@@ -773,6 +825,9 @@ def main(argv=None):
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "shard": args.shard,
     }
+    from fairseq_sparse_attn.provenance import git_state
+
+    result["git_commit"], result["git_dirty"] = git_state()  # the kernels measured, by commit
 
     def save():
         out.write_text(json.dumps(result, indent=1) + "\n")
@@ -780,6 +835,8 @@ def main(argv=None):
     if "correctness" in parts:
         dims = (32,) if args.smoke else HEAD_DIMS
         result["correctness"] = []
+        result["expected_checks"] = len(planned_checks(dims, list(DTYPES), shard=(k, n)))
+        save()  # (a shard cut off by its time limit shows fewer checks than expected)
         correctness(args.device, dims, list(DTYPES), rows=result["correctness"], save=save, shard=(k, n))
         result["correctness_ok"] = all(r["ok"] for r in result["correctness"])
         save()

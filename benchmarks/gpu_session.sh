@@ -8,14 +8,17 @@
 # Steps (in the order given):
 #   kernels     CUDA correctness of the Triton kernels (fp16/bf16 through the one-pass and
 #               the two-pass backward, the long tier's tiles, dropout and row sums: 280 checks, in
-#               $SHARDS processes (default 6) that share out the compiles), then their time
+#               $SHARDS processes (default 6) that share out the compiles; each writes how many
+#               it planned first, so a shard cut off shows as incomplete), then their time
 #               against SDPA flash (both backwards; at every length both tile tiers; and
 #               replayed from a CUDA graph: the GPU's time without the host's), while
 #               the fp16 loss-scale runs (softmax, ReLA-g eager, ReLA-g triton; 1,000 updates
 #               on Multi30k, ~200 s) share the GPU; limits 240 s + 180 s, each cut to what
 #               the total leaves (2026-11-27's code, 66 checks in one process: ~200 s)
-#   train-fp16  fairseq-train updates/s, softmax, rela_g, rela_g_triton, rela_i,
-#               reluformer, three alternating rounds: ~8 min on an H100
+#   train-fp16  fairseq-train updates/s, softmax, rela_g, rela_g_triton, reluformer,
+#               reluformer_triton (each pair decides auto for its activation: at least 3
+#               rounds, the kernels faster in every one), three alternating rounds: ~8 min
+#               on an H100; a round is started only when the time left holds it whole
 #   train-bf16  the same for softmax, rela_g, rela_g_triton in bf16: ~5 min
 #               ($TRAIN_PRESETS: another comma list of bench_gpu.PRESETS, for either step,
 #               e.g. rela_g_dropout,rela_g_triton_dropout or rela_g_base,rela_g_triton_base:
@@ -106,27 +109,12 @@ for step in ${STEPS//,/ }; do
       timeout $(limit 180) $PY benchmarks/gpu_kernels.py --parts timing --out "$WORK/kernels_timing.json" \
         > "$WORK/kernels_timing.log" 2>&1; status $? "$WORK/kernels_timing.log" timing
       grep "^\[kernels\] time" "$WORK/kernels_timing.log"
-      $PY - "$WORK" "$OUT/kernels.json" <<'PYEOF'
-import json, sys, pathlib
-work, out = pathlib.Path(sys.argv[1]), sys.argv[2]
-merged = {"correctness": []}
-for p in sorted(work.glob("kernels_correctness_*.json")):  # the shards
-    shard = json.loads(p.read_text())
-    merged["correctness"] += shard.pop("correctness", [])
-    shard.pop("correctness_ok", None)
-    merged.setdefault("shards", []).append(shard.pop("shard", None))
-    merged.update(shard)
-merged["correctness_ok"] = bool(merged["correctness"]) and all(r["ok"] for r in merged["correctness"])
-p = work / "kernels_timing.json"
-if p.exists():
-    merged.update({k: v for k, v in json.loads(p.read_text()).items() if k != "shard"})
-json.dump(merged, open(out, "w"), indent=1)
-print(f"correctness: {sum(r['ok'] for r in merged['correctness'])} of {len(merged['correctness'])} checks ok")
-PYEOF
+      $PY -c 'import sys; sys.path.insert(0, "benchmarks"); import gpu_kernels; gpu_kernels.merge_results(*sys.argv[1:])' \
+        "$WORK" "$OUT/kernels.json" "$SHARDS"
       keep none none ;;
     train-fp16|train-bf16)
       dtype=${step#train-}
-      presets=softmax,rela_g,rela_g_triton,rela_i,reluformer
+      presets=softmax,rela_g,rela_g_triton,reluformer,reluformer_triton
       [[ $dtype == bf16 ]] && presets=softmax,rela_g,rela_g_triton
       presets=${TRAIN_PRESETS:-$presets}
       B=$(( $(left) - 20 ))

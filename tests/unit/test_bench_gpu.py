@@ -497,10 +497,11 @@ def test_correctness_shards_split_the_checks_by_configuration(monkeypatch):
 
 
 def test_a_train_run_that_would_be_cut_off_is_not_started(monkeypatch, tmp_path):
-    """The train part starts a run only while the budget left exceeds the median time of the
-    runs that ended (a run cut off by the budget costs its time and gives nothing), and
-    appends each run to the progress file as it ends (a call cut off keeps them).  A fake
-    clock: each fairseq-train takes 30 s."""
+    """The train part starts a round only while the budget left holds the whole round (the
+    median run time of the runs that ended times the presets: a round cut off in the middle
+    leaves runs without the same round's softmax, which give no ratio), and a run only while
+    the budget left exceeds the median time; it appends each run to the progress file as it
+    ends (a call cut off keeps them).  A fake clock: each fairseq-train takes 30 s."""
     import json
     import types
 
@@ -515,13 +516,20 @@ def test_a_train_run_that_would_be_cut_off_is_not_started(monkeypatch, tmp_path)
     args = types.SimpleNamespace(
         presets=["softmax", "rela_g"], dtypes=["bf16"], rounds=3, max_update=120, log_interval=2, max_tokens=4096
     )
-    budget = bench_gpu.Budget(100)  # three runs of 30 s fit, the fourth would be cut off
+    budget = bench_gpu.Budget(100)  # three runs of 30 s fit, but not a second round of two
     progress = tmp_path / "train.jsonl"
     out = bench_gpu.train_part(args, budget, tmp_path, progress)
     runs = out["bf16"]["runs"]
-    assert sum(x is not None for x in runs["softmax"] + runs["rela_g"]) == 3
-    assert [json.loads(line)["preset"] for line in progress.read_text().splitlines()] == ["softmax", "rela_g", "rela_g"]
-    assert clock.now == 90
+    assert runs == {
+        "softmax": [pytest.approx(runs["softmax"][0]), None, None],
+        "rela_g": [runs["rela_g"][0], None, None],
+    }
+    assert [json.loads(line)["preset"] for line in progress.read_text().splitlines()] == ["softmax", "rela_g"]
+    assert clock.now == 60  # (before: a third run, rela_g of round 2 without its softmax)
+    clock.now = 0.0
+    out = bench_gpu.train_part(args, bench_gpu.Budget(130), tmp_path)  # two whole rounds fit
+    assert [x is not None for x in out["bf16"]["runs"]["softmax"]] == [True, True, False]
+    assert clock.now == 120
     assert bench_gpu.expected_run_seconds([]) == 0 and bench_gpu.expected_run_seconds([30, 10, 40]) == 30
 
 
@@ -554,12 +562,13 @@ def test_dropout_and_base_presets_are_divided_by_their_own_softmax(monkeypatch, 
     presets = ["softmax_dropout", "rela_g_dropout", "rela_g_triton_dropout", "softmax_base", "rela_g_base"]
     args = types.SimpleNamespace(presets=presets, dtypes=["fp16"], rounds=3, max_update=60, log_interval=20,
                                  max_tokens=4096)  # fmt: skip
-    ratios = bench_gpu.train_part(args, bench_gpu.Budget(1000), tmp_path)["fp16"]["ratios"]
+    train = bench_gpu.train_part(args, bench_gpu.Budget(1000), tmp_path)["fp16"]
+    ratios = train["ratios"]
     assert ratios["rela_g_dropout"]["median"] == pytest.approx(0.9)
     assert ratios["rela_g_triton_dropout"]["median"] == pytest.approx(0.99)
     assert ratios["rela_g_base"]["median"] == pytest.approx(1.1)
-    result = {"parts": {"train": {"fp16": {"ratios": ratios}}}, "provenance": {"device": "NVIDIA H100"}}
-    assert tb.faster_in(result) == {"fp16+dropout"}
+    result = {"parts": {"train": {"fp16": train}, "kernels": {"correctness": [{"ok": True}]}}}
+    assert tb.faster_in(result) == {("relu", "fp16+dropout")}
 
 
 def test_correctness_checks_the_dropout_forms_against_the_numpy_philox(monkeypatch):
@@ -647,13 +656,55 @@ def test_the_regularized_reluformer_presets_decide_the_row_sums_setting(monkeypa
     plain = bench_gpu.train_command(tmp_path, "reluformer", "fp16", args)
     assert plain[plain.index("--criterion") + 1] == "label_smoothed_cross_entropy"
 
-    def ratio(m):
-        return {"median": m, "min": m, "max": m, "rounds": 3}
-
-    ratios = {"reluformer_reg_dropout": ratio(0.8), "reluformer_reg_triton_dropout": ratio(0.9)}
-    ratios.update(reluformer_reg=ratio(0.9), reluformer_reg_triton=ratio(0.85))  # slower without dropout
-    result = {"parts": {"train": {"bf16": {"ratios": ratios}}}, "provenance": {"device": "NVIDIA H200"}}
-    assert tb.faster_in(result) == {"bf16+dropout+rowsums"}
-    ratios["reluformer_reg_triton"] = ratio(0.95)
-    assert tb.faster_in(result) == {"bf16+rowsums", "bf16+dropout+rowsums"}
+    runs = {"reluformer_reg_dropout": [8.0] * 3, "reluformer_reg_triton_dropout": [9.0] * 3}
+    runs.update(reluformer_reg=[9.0] * 3, reluformer_reg_triton=[8.5] * 3)  # slower without dropout
+    kernels = {"correctness": [{"ok": True}]}
+    result = {"parts": {"train": {"bf16": {"runs": runs}}, "kernels": kernels}, "provenance": {"device": "NVIDIA H200"}}
+    assert tb.faster_in(result) == {("relu_scaled", "bf16+dropout+rowsums")}
+    runs["reluformer_reg_triton"] = [9.5] * 3
+    assert tb.faster_in(result) == {("relu_scaled", "bf16+rowsums"), ("relu_scaled", "bf16+dropout+rowsums")}
     assert tb.measured_setting(torch.bfloat16, True, True) == "bf16+dropout+rowsums"
+
+
+def test_merged_correctness_is_complete_only_when_every_shard_ran_its_plan(tmp_path):
+    """gpu_session.sh merges the correctness shards (gpu_kernels.merge_results).  Each shard
+    writes how many checks it planned before the first: a shard cut off by its time limit
+    ran fewer, one that wrote nothing planned an unknown number, and either way the part is
+    not complete (correctness_ok false: auto's kernels_verified refuses the result; the
+    README says it was cut off).  Before, "N of N checks pass" counted only what ran."""
+    import json
+    import runpy
+
+    import gpu_kernels
+
+    from fairseq_sparse_attn.attention.backends import triton as tb
+
+    readme = runpy.run_path(str(Path(__file__).resolve().parents[2] / "scripts" / "check_readme.py"))
+
+    def text(kernels):
+        prov = {"device": "NVIDIA H100", "date": "2026-11-28", "git_commit": "abc", "versions": {}}
+        return readme["text_of"](readme["render_gpu"]({"provenance": prov, "parts": {"kernels": kernels}}, "b.json"))
+
+    def shard(k, planned, ran, ok=True):
+        rows = [{"ok": ok, "kernel": "relu_attention", "dtype": "fp16", "head_dim": 64}] * ran
+        data = {"shard": f"{k}/3", "expected_checks": planned, "correctness": rows, "git_commit": "abc"}
+        (tmp_path / f"kernels_correctness_{k}.json").write_text(json.dumps(data))
+
+    shard(0, 4, 4)
+    shard(1, 5, 5)
+    shard(2, 6, 6)
+    merged = gpu_kernels.merge_results(tmp_path, tmp_path / "kernels.json", 3)
+    assert merged["expected_checks"] == 15 and merged["correctness_ok"] and merged["git_commit"] == "abc"
+    assert tb.kernels_verified({"parts": {"kernels": merged}})
+    shard(2, 6, 2)  # cut off after 2 of its 6
+    merged = gpu_kernels.merge_results(tmp_path, tmp_path / "kernels.json", 3)
+    assert (merged["expected_checks"], len(merged["correctness"]), merged["correctness_ok"]) == (15, 11, False)
+    assert not tb.kernels_verified({"parts": {"kernels": merged}})
+    assert (
+        "11 of 11 correctness checks pass (output and gradients against float64, of 15 planned: the part was cut off"
+        in text(merged)
+    )
+    (tmp_path / "kernels_correctness_2.json").unlink()  # a shard that wrote nothing
+    merged = gpu_kernels.merge_results(tmp_path, tmp_path / "kernels.json", 3)
+    assert merged["expected_checks"] is None and merged["shards_missing"] == 1 and not merged["correctness_ok"]
+    assert "of more planned: the part was cut off" in text(merged)

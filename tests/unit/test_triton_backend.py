@@ -298,37 +298,59 @@ def test_a_gamma_set_after_the_first_call_reaches_the_kernels():
     run_both(ref, fused, x, x, **kw)
 
 
-def bench_result(tmp_path, device, rela_g, rela_g_triton, name="bench-gpu-h100.json", rounds=3, dtype="fp16"):
-    ratio = lambda m: {"median": m, "ci95_low": m, "ci95_high": m, "min": m, "max": m, "rounds": rounds}
+def bench_result(tmp_path, device, eager, fused, name="bench-gpu-h100.json", dtype="fp16", checks=None, pair=None):
+    """A make bench-gpu result whose train part ran ``pair`` (fused, eager presets; ReLA-g's
+    by default) with the given updates/s per round, and whose kernels passed ``checks``."""
+    fused_name, eager_name = pair or ("rela_g_triton", "rela_g")
     train = {"fp16": {"runs": {}, "ratios": {}, "valid": False}, "bf16": {"runs": {}, "ratios": {}, "valid": False}}
-    train[dtype] = {"runs": {}, "ratios": {"rela_g": ratio(rela_g), "rela_g_triton": ratio(rela_g_triton)}}
-    data = {"parts": {"train": train}, "provenance": {"device": device}}
+    train[dtype] = {"runs": {"softmax": [10.0] * len(eager), eager_name: eager, fused_name: fused}, "ratios": {}}
+    checks = [{"ok": True}] * 3 if checks is None else checks
+    data = {"parts": {"train": train, "kernels": {"correctness": checks}}, "provenance": {"device": device}}
     (tmp_path / name).write_text(json.dumps(data))
 
 
 def test_auto_takes_it_only_where_a_recorded_gpu_result_shows_it_faster(tmp_path):
-    # docs/results/bench-gpu.json (H100, 2026-11-27): rela_g_triton above eager rela_g in fp16;
-    # bench-gpu-h200.json (H200, 2026-11-27): above it in bf16 (3 rounds), fp16 one round only
-    recorded = json.loads((tb.RESULTS / "bench-gpu.json").read_text())["parts"]["train"]["fp16"]["ratios"]
-    assert recorded["rela_g_triton"]["median"] > recorded["rela_g"]["median"]
+    # docs/results/bench-gpu-h200.json (H200, 2026-11-27): ReLA-g on the kernels faster than
+    # eager in each of 3 bf16 rounds; its fp16 has one round.  bench-gpu.json (H100): fp16 in
+    # 2 rounds whose ranges overlap, which decided H100 fp16 until the rule asked for 3
     h200 = json.loads((tb.RESULTS / "bench-gpu-h200.json").read_text())["parts"]["train"]
-    assert h200["bf16"]["ratios"]["rela_g_triton"]["median"] > h200["bf16"]["ratios"]["rela_g"]["median"]
-    assert h200["fp16"]["ratios"]["rela_g_triton"]["rounds"] == 1
-    assert tb.measured_faster() == {("H100", "fp16"): "bench-gpu.json", ("H200", "bf16"): "bench-gpu-h200.json"}
+    assert all(f > e for f, e in tb.paired_rounds(h200["bf16"], "rela_g_triton", "rela_g"))
+    assert len(tb.paired_rounds(h200["fp16"], "rela_g_triton", "rela_g")) == 1
+    h100 = json.loads((tb.RESULTS / "bench-gpu.json").read_text())["parts"]["train"]["fp16"]
+    assert len(tb.paired_rounds(h100, "rela_g_triton", "rela_g")) == 2
+    assert tb.measured_faster() == {("H200", "relu", "bf16"): "bench-gpu-h200.json"}
     # what auto reads at run time: the package's table, the same as the recorded results
     assert tb.MEASURED_FASTER == tb.measured_faster()
     assert tb.device_family("NVIDIA H200") == "H200"
     assert tb.device_family("NVIDIA H100 80GB HBM3") == "H100"
+    assert tb.device_family("NVIDIA H100 PCIe") == "H100 PCIe"  # another board: decided apart
+    assert tb.device_family("NVIDIA H100 NVL") == "H100 NVL"
     assert tb.device_family("NVIDIA A100-SXM4-80GB") == "A100"
-    bench_result(tmp_path, "NVIDIA H100 80GB HBM3", 0.9, 1.05)
-    bench_result(tmp_path, "NVIDIA A100-SXM4-80GB", 0.9, 0.85, name="bench-gpu-a100.json")
-    bench_result(tmp_path, "NVIDIA L4", 0.9, 1.2, name="bench-gpu-l4.json", rounds=1)  # one round: not enough
-    bench_result(tmp_path, "NVIDIA H200", 0.9, 1.2, name="bench-gpu-h200.json", dtype="bf16")
-    bench_result(tmp_path, "cpu", 0.5, 2.0, name="bench-gpu-cpu.json")
+    assert tb.device_family("NVIDIA A100-PCIE-40GB") == "A100 PCIe"
+    bench_result(tmp_path, "NVIDIA H100 80GB HBM3", [9.0, 9.1, 8.8], [9.5, 9.4, 9.0])  # faster in all 3
+    bench_result(tmp_path, "NVIDIA A100-SXM4-80GB", [9.0] * 3, [8.5] * 3, name="bench-gpu-a100.json")
+    bench_result(tmp_path, "NVIDIA L4", [8.6, 9.1], [10.8, 9.6], name="bench-gpu-l4.json")  # 2 rounds: not enough
+    # faster by the median, slower in one round: one lucky round does not decide
+    bench_result(tmp_path, "NVIDIA H100 PCIe", [9.0, 9.6, 9.0], [10.0, 9.5, 10.0], name="bench-gpu-pcie.json")
+    bench_result(tmp_path, "NVIDIA H200", [9.0, 8.0, 9.0], [9.5, 9.0, 9.1], name="bench-gpu-h200.json", dtype="bf16")
+    # a round cut off (None) does not count; the correctness part must have passed, whole
+    bench_result(tmp_path, "NVIDIA B200", [9.0, 9.0, None, 9.0], [9.5, 9.5, 9.5, 9.5], name="bench-gpu-b200.json")
+    bench_result(tmp_path, "NVIDIA GH200", [9.0] * 3, [9.5] * 3, name="bench-gpu-gh200.json", checks=[{"ok": False}])
+    bench_result(tmp_path, "NVIDIA H800", [9.0] * 3, [9.5] * 3, name="bench-gpu-h800.json", checks=[])
+    # ReLUFormer's pair decides relu_scaled, not relu
+    bench_result(tmp_path, "NVIDIA L40S", [9.0] * 3, [9.5] * 3, name="bench-gpu-l40s.json",
+                 pair=("reluformer_triton", "reluformer"))  # fmt: skip
+    bench_result(tmp_path, "cpu", [5.0] * 3, [20.0] * 3, name="bench-gpu-cpu.json")
     assert tb.measured_faster(tmp_path) == {
-        ("H100", "fp16"): "bench-gpu-h100.json",
-        ("H200", "bf16"): "bench-gpu-h200.json",
+        ("H100", "relu", "fp16"): "bench-gpu-h100.json",
+        ("H200", "relu", "bf16"): "bench-gpu-h200.json",
+        ("B200", "relu", "fp16"): "bench-gpu-b200.json",
+        ("L40S", "relu_scaled", "fp16"): "bench-gpu-l40s.json",
     }
+    # a correctness part cut off (fewer checks than it planned) decides nothing either
+    data = json.loads((tmp_path / "bench-gpu-h100.json").read_text())
+    data["parts"]["kernels"]["expected_checks"] = 4
+    assert tb.faster_in(data) == frozenset()
     # on CPU auto never takes it, even when named nowhere
     spec = AttendSpec(build_activation("relu", H), torch.nn.Dropout(0.0), HeadPlan(H), backend="auto")
     q = torch.randn(1, H, 3, 32, requires_grad=True)
@@ -343,23 +365,27 @@ def _call(device, dtype, head_dim=64, grad=True):
 
 
 def test_auto_on_cuda_takes_it_only_in_the_measured_family_and_dtype(monkeypatch):
-    """_auto_enabled asks for the current device's family and the call's dtype: a training
-    call in fp16 on an H100 (the recorded result) takes it; bf16 and fp32 there, another
-    family, an inference call and a CPU call do not."""
+    """_auto_enabled asks for the current device's family, the call's activation and its
+    dtype: a ReLA training call in bf16 on an H200 (the recorded result) takes it; fp16 and
+    fp32 there, ReLUFormer's relu_scaled (not measured), another family (the H100, whose fp16
+    had 2 rounds), an inference call and a CPU call do not."""
+    from fairseq_sparse_attn.attention.core import Call
+
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    family = {"name": "H100"}
+    family = {"name": "H200"}
     monkeypatch.setattr(tb, "_family_of_device", lambda index: family["name"])
-    assert tb._auto_enabled(None, _call("cuda", torch.float16))
-    assert not tb._auto_enabled(None, _call("cuda", torch.bfloat16))
-    assert not tb._auto_enabled(None, _call("cuda", torch.float32))
-    assert not tb._auto_enabled(None, _call("cuda", torch.float16, grad=False))
-    assert not tb._auto_enabled(None, _call("cpu", torch.float16))
-    family["name"] = "H200"  # the recorded H200 run: bf16 (3 rounds), not fp16 (1 round)
     assert tb._auto_enabled(None, _call("cuda", torch.bfloat16))
     assert not tb._auto_enabled(None, _call("cuda", torch.float16))
-    family["name"] = "A100"
+    assert not tb._auto_enabled(None, _call("cuda", torch.float32))
+    assert not tb._auto_enabled(None, _call("cuda", torch.bfloat16, grad=False))
+    assert not tb._auto_enabled(None, _call("cpu", torch.bfloat16))
+    scaled = _call("cuda", torch.bfloat16)._replace(activation="relu_scaled")
+    assert isinstance(scaled, Call) and not tb._auto_enabled(None, scaled)
+    family["name"] = "H100"
     assert not tb._auto_enabled(None, _call("cuda", torch.float16))
+    monkeypatch.setitem(tb.MEASURED_FASTER, ("H100", "relu", "fp16"), "bench-gpu.json")
+    assert tb._auto_enabled(None, _call("cuda", torch.float16))
 
 
 def test_float32_on_cuda_is_served_as_the_recorded_gpu_run_showed_it_right(monkeypatch):

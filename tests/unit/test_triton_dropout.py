@@ -309,19 +309,18 @@ def test_auto_takes_the_kernels_with_dropout_only_where_dropout_was_measured(mon
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(tb, "_family_of_device", lambda index: "H100")
+    monkeypatch.setitem(tb.MEASURED_FASTER, ("H100", "relu", "fp16"), "bench-gpu.json")
     assert tb._auto_enabled(None, call(False)) and not tb._auto_enabled(None, call(True))
-    monkeypatch.setitem(tb.MEASURED_FASTER, ("H100", "fp16+dropout"), "bench-gpu.json")
+    monkeypatch.setitem(tb.MEASURED_FASTER, ("H100", "relu", "fp16+dropout"), "bench-gpu.json")
     assert tb._auto_enabled(None, call(True))
 
-    def ratio(m, rounds=3):
-        return {"median": m, "min": m, "max": m, "rounds": rounds}
-
-    ratios = {"rela_g": ratio(0.9), "rela_g_triton": ratio(0.8), "rela_g_dropout": ratio(0.8)}
-    ratios["rela_g_triton_dropout"] = ratio(0.95)
-    result = {"parts": {"train": {"bf16": {"ratios": ratios}}}, "provenance": {"device": "NVIDIA H200"}}
+    runs = {"softmax_dropout": [7.0] * 3, "rela_g_dropout": [7.0, 7.2, 6.9], "rela_g_triton_dropout": [7.5, 7.6, 7.1]}
+    runs.update(rela_g=[8.0] * 3, rela_g_triton=[7.5] * 3)  # slower without dropout: not decided
+    kernels = {"correctness": [{"ok": True}]}
+    result = {"parts": {"train": {"bf16": {"runs": runs}}, "kernels": kernels}, "provenance": {"device": "NVIDIA H200"}}
     (tmp_path / "bench-gpu-h200.json").write_text(json.dumps(result))
-    assert tb.measured_faster(tmp_path) == {("H200", "bf16+dropout"): "bench-gpu-h200.json"}
-    ratios["rela_g_triton_dropout"] = ratio(0.95, rounds=1)  # one round decides nothing
+    assert tb.measured_faster(tmp_path) == {("H200", "relu", "bf16+dropout"): "bench-gpu-h200.json"}
+    runs["rela_g_triton_dropout"] = [7.5, None, None]  # one round decides nothing
     (tmp_path / "bench-gpu-h200.json").write_text(json.dumps(result))
     assert tb.measured_faster(tmp_path) == {}
 

@@ -330,9 +330,10 @@ def test_auto_takes_the_kernels_for_row_sums_only_where_measured(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(tb, "_family_of_device", lambda index: "H100")
+    monkeypatch.setitem(tb.MEASURED_FASTER, ("H100", "relu_scaled", "fp16"), "bench-gpu.json")
     assert tb._auto_enabled(None, call(False, False))
     assert not tb._auto_enabled(None, call(False, True)) and not tb._auto_enabled(None, call(True, True))
-    monkeypatch.setitem(tb.MEASURED_FASTER, ("H100", "fp16+dropout+rowsums"), "bench-gpu.json")
+    monkeypatch.setitem(tb.MEASURED_FASTER, ("H100", "relu_scaled", "fp16+dropout+rowsums"), "bench-gpu.json")
     assert tb._auto_enabled(None, call(True, True)) and not tb._auto_enabled(None, call(False, True))
 
 

@@ -132,11 +132,19 @@ def kernel_gamma(activation) -> Optional[float]:
 
 
 # --------------------------------------------------------------------------- auto
+_BOARDS = {"PCIE": "PCIe", "NVL": "NVL"}  # board variants named apart (device_family)
+
+
 def device_family(name: str) -> str:
-    """The family of a CUDA device name: "NVIDIA H100 80GB HBM3" -> "H100"."""
-    for token in re.split(r"[\s,-]+", name):
+    """The family of a CUDA device name: "NVIDIA H100 80GB HBM3" -> "H100" (the SXM
+    board), "NVIDIA H100 PCIe" -> "H100 PCIe", "NVIDIA H100 NVL" -> "H100 NVL": boards of
+    one chip with other memory and clocks are families of their own, so that one board's
+    measurement does not decide for another."""
+    tokens = re.split(r"[\s,-]+", name)
+    for i, token in enumerate(tokens):
         if re.fullmatch(r"[A-Z]*\d{2,}[A-Z]*", token) and not token.endswith("GB"):
-            return token
+            variant = next((_BOARDS[t.upper()] for t in tokens[i + 1 :] if t.upper() in _BOARDS), None)
+            return f"{token} {variant}" if variant else token
     return name
 
 
@@ -144,42 +152,67 @@ def device_family(name: str) -> str:
 DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
 
-#: (fused preset, eager preset, setting suffix) of ``make bench-gpu``'s train part that
-#: decide a setting (:func:`measured_setting`): ReLA-g without and with attention dropout, and
-#: ReLUFormer with its regularized criterion (the row sums), without and with the papers'
-#: attention dropout
+#: (fused preset, eager preset, activation, setting suffix) of ``make bench-gpu``'s train part
+#: that decide a setting (:func:`measured_setting`) for modules of that activation: ReLA's
+#: ``relu`` by ReLA-g without and with attention dropout (ReLA-i, the same kernels with the
+#: norm kernel's ungated form, shares the decision), ReLUFormer's ``relu_scaled`` by
+#: ReLUFormer, and with its regularized criterion (the row sums), without and with the
+#: papers' attention dropout
 DECIDING_PRESETS = (
-    ("rela_g_triton", "rela_g", ""),
-    ("rela_g_triton_dropout", "rela_g_dropout", "+dropout"),
-    ("reluformer_reg_triton", "reluformer_reg", "+rowsums"),
-    ("reluformer_reg_triton_dropout", "reluformer_reg_dropout", "+dropout+rowsums"),
+    ("rela_g_triton", "rela_g", "relu", ""),
+    ("rela_g_triton_dropout", "rela_g_dropout", "relu", "+dropout"),
+    ("reluformer_triton", "reluformer", "relu_scaled", ""),
+    ("reluformer_reg_triton", "reluformer_reg", "relu_scaled", "+rowsums"),
+    ("reluformer_reg_triton_dropout", "reluformer_reg_dropout", "relu_scaled", "+dropout+rowsums"),
 )
+#: paired rounds a decision needs: with 3, the fused run faster in every one has probability
+#: 1/8 under no difference (a one-sided sign test); two rounds whose ranges overlap decided
+#: H100 fp16 until 2026-11-27
+MIN_DECIDING_ROUNDS = 3
 
 
-def faster_in(result: dict) -> FrozenSet[str]:
-    """The settings (:func:`measured_setting`: ``"fp16"``, ``"bf16+dropout"``, ...) in which
-    a ``make bench-gpu`` result shows the triton backend faster: its train part has the
-    fused and the eager preset of :data:`DECIDING_PRESETS` (``rela_g_triton`` and
-    ``rela_g``, ...), each with at least 2 rounds, and the fused one's median updates/s ratio
-    to softmax is above the eager one's of the same rounds."""
-    train = result.get("parts", {}).get("train") or {}
+def paired_rounds(train_dtype: dict, fused: str, eager: str) -> list:
+    """[(fused updates/s, eager updates/s)] of the rounds of a train part's dtype in which
+    both presets ran (``runs[preset][round]``; a round cut off by the budget is None)."""
+    runs = train_dtype.get("runs") or {}
+    pairs = zip(runs.get(fused) or [], runs.get(eager) or [])
+    return [(f, e) for f, e in pairs if f is not None and e is not None]
+
+
+def kernels_verified(result: dict) -> bool:
+    """The result's CUDA correctness part ran every check it planned and each passed (a
+    result without one, or with a shard cut off, decides nothing)."""
+    kernels = (result.get("parts") or {}).get("kernels") or {}
+    checks = kernels.get("correctness") or []
+    expected = kernels.get("expected_checks")
+    if not checks or (expected is not None and len(checks) < expected):
+        return False
+    return all(c.get("ok") for c in checks)
+
+
+def faster_in(result: dict) -> FrozenSet[Tuple[str, str]]:
+    """The (activation, setting) pairs (:func:`measured_setting`: ``"fp16"``,
+    ``"bf16+dropout"``, ...) in which a ``make bench-gpu`` result shows the triton backend
+    faster: its kernels passed their CUDA correctness checks (:func:`kernels_verified`),
+    and the fused and the eager preset of :data:`DECIDING_PRESETS` ran side by side in at
+    least :data:`MIN_DECIDING_ROUNDS` rounds, the fused one faster in every one of them."""
+    if not kernels_verified(result):
+        return frozenset()
+    train = (result.get("parts") or {}).get("train") or {}
     faster = set()
     for dtype, per_dtype in train.items():
-        ratios = per_dtype.get("ratios") or {}
-        for fused_name, eager_name, suffix in DECIDING_PRESETS:
-            setting = dtype + suffix
-            fused, eager = ratios.get(fused_name), ratios.get(eager_name)
-            if fused and eager and min(fused.get("rounds", 0), eager.get("rounds", 0)) >= 2:
-                if fused["median"] > eager["median"]:
-                    faster.add(setting)
+        for fused, eager, activation, suffix in DECIDING_PRESETS:
+            pairs = paired_rounds(per_dtype, fused, eager)
+            if len(pairs) >= MIN_DECIDING_ROUNDS and all(f > e for f, e in pairs):
+                faster.add((activation, dtype + suffix))
     return frozenset(faster)
 
 
-def measured_faster(results: Path = RESULTS) -> Dict[Tuple[str, str], str]:
-    """{(device family, setting): result file} for every recorded ``make bench-gpu`` result
-    (``docs/results/bench-gpu*.json``) that shows the triton backend faster there (a setting:
-    :func:`measured_setting`)."""
-    found: Dict[Tuple[str, str], str] = {}
+def measured_faster(results: Path = RESULTS) -> Dict[Tuple[str, str, str], str]:
+    """{(device family, activation, setting): result file} for every recorded ``make
+    bench-gpu`` result (``docs/results/bench-gpu*.json``) that shows the triton backend
+    faster there (:func:`faster_in`)."""
+    found: Dict[Tuple[str, str, str], str] = {}
     for path in sorted(results.glob("bench-gpu*.json")) if results.is_dir() else ():
         try:
             data = json.loads(path.read_text())
@@ -187,21 +220,22 @@ def measured_faster(results: Path = RESULTS) -> Dict[Tuple[str, str], str]:
             continue
         device = (data.get("provenance") or {}).get("device", "")
         if device and device != "cpu":
-            for dtype in faster_in(data):
+            for activation, setting in faster_in(data):
                 for name in device.split(", "):
-                    found[(device_family(name), dtype)] = path.name
+                    found[(device_family(name), activation, setting)] = path.name
     return found
 
 
-#: where auto takes this backend: {(device family, setting): the result file that shows it
-#: faster} (a setting: the dtype, with "+dropout" for calls with attention dropout,
-#: :func:`measured_setting`), what :func:`measured_faster` reads from ``docs/results/`` (a
-#: test keeps the two equal, so a new recorded result changes auto only with this table).  Kept in the package
-#: because an installed wheel (``make install OFFLINE=...``, the GPU nodes' install) has no
-#: ``docs/``: read from there, auto never took the kernels on any GPU.
-MEASURED_FASTER: Dict[Tuple[str, str], str] = {
-    ("H100", "fp16"): "bench-gpu.json",
-    ("H200", "bf16"): "bench-gpu-h200.json",
+#: where auto takes this backend: {(device family, activation, setting): the result file
+#: that shows it faster} (a setting: the dtype, with "+dropout" for calls with attention
+#: dropout and "+rowsums" with ReLUFormer's row sums, :func:`measured_setting`), what
+#: :func:`measured_faster` reads from ``docs/results/`` (a test keeps the two equal, so a
+#: new recorded result changes auto only with this table).  Kept in the package because an
+#: installed wheel (``make install OFFLINE=...``, the GPU nodes' install) has no ``docs/``:
+#: read from there, auto never took the kernels on any GPU.  (H100 fp16 was here until
+#: 2026-11-27 on 2 rounds whose ranges overlapped; it needs a third.)
+MEASURED_FASTER: Dict[Tuple[str, str, str], str] = {
+    ("H200", "relu", "bf16"): "bench-gpu-h200.json",
 }
 
 
@@ -228,7 +262,7 @@ def _auto_enabled(spec: AttendSpec, call: Call) -> bool:
     if call.device != "cuda" or not call.grad or call.dtype is None or not torch.cuda.is_available():
         return False
     family = _family_of_device(torch.cuda.current_device())
-    return (family, measured_setting(call.dtype, call.dropout, call.row_sums)) in MEASURED_FASTER
+    return (family, call.activation, measured_setting(call.dtype, call.dropout, call.row_sums)) in MEASURED_FASTER
 
 
 # --------------------------------------------------------------------------- the backend
@@ -400,8 +434,8 @@ register_backend(
         enabled=_auto_enabled,
         auto_when=(
             "for training calls on CUDA devices whose family has a recorded make bench-gpu result showing it "
-            "faster in the call's dtype, with attention dropout and row sums or without ("
-            + ", ".join(f"{family} {dtype}" for family, dtype in sorted(MEASURED_FASTER))
+            "faster for the call's activation in its dtype, with attention dropout and row sums or without ("
+            + (", ".join(f"{family} {act} {setting}" for family, act, setting in sorted(MEASURED_FASTER)) or "none")
             + ")"
         ),
         unavailable=_unavailable,
