@@ -398,7 +398,7 @@ def parse_text(
     if fmt in ("sgm", "iwslt_xml"):
         out = []
         for line in lines:
-            if "<seg" not in line:
+            if "<seg" not in line.lower():  # (as _SEG: any case, <SEG ...> too)
                 continue
             m = _SEG.search(line)
             if m is None:
@@ -536,14 +536,16 @@ def detokenize(lines: Sequence[str], lang: str) -> List[str]:
 
 
 def clean_pairs(
-    src: Sequence[str], tgt: Sequence[str], min_len: int, max_len: int, ratio: float
+    src: Sequence[str], tgt: Sequence[str], min_len: int, max_len: int, ratio: Optional[float]
 ) -> Tuple[List[str], List[str], int]:
     """Moses clean-corpus-n: keep pairs whose token counts lie in [min_len, max_len] on
-    both sides and whose length ratio (either way) is at most ``ratio``."""
+    both sides and whose length ratio (either way) is at most ``ratio`` (None: no ratio
+    filter, for a language pair whose token counts differ by nature)."""
     out_s, out_t, dropped = [], [], 0
     for s, t in zip(src, tgt):
         ns, nt = len(s.split()), len(t.split())
-        if min_len <= ns <= max_len and min_len <= nt <= max_len and ns <= ratio * nt and nt <= ratio * ns:
+        ratio_ok = ratio is None or (ns <= ratio * nt and nt <= ratio * ns)
+        if min_len <= ns <= max_len and min_len <= nt <= max_len and ratio_ok:
             out_s.append(s)
             out_t.append(t)
         else:

@@ -183,6 +183,8 @@ def run(args: argparse.Namespace) -> None:
             else {"download": True}
         ),
     }
+    if corpus.recipe > 1:  # a recipe change the options do not show: an older prepared copy rebuilds
+        options["recipe"] = corpus.recipe
     if f"{src}-{tgt}" in corpus.test_by_direction:  # (a stamp from before it existed rebuilds)
         options["test_set"] = [
             f"{t.source}:{t.member}" for part in corpus.test_parts(src, tgt) for t in part.files.values()
@@ -283,7 +285,7 @@ def run(args: argparse.Namespace) -> None:
         lo, hi, ratio = corpus.clean
         s_, t_, dropped = clean_pairs(train[src], train[tgt], lo, hi, ratio)
         train = {src: s_, tgt: t_}
-        log(f"clean (tokens {lo}..{hi}, ratio {ratio}): dropped {dropped} of {n_before} pairs")
+        log(f"clean (tokens {lo}..{hi}, ratio {ratio or 'any'}): dropped {dropped} of {n_before} pairs")
     else:
         keep = [i for i, (a, b) in enumerate(zip(train[src], train[tgt])) if a.strip() and b.strip()]
         log(f"dropped {n_before - len(keep)} pairs with an empty side")
