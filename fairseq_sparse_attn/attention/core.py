@@ -39,9 +39,9 @@ name            priority  serves
 ``triton``      35        relu / relu_scaled through the fused Triton kernels
                           (:mod:`fairseq_sparse_attn.kernels.relu_attention`): in auto only
                           for training calls on CUDA devices whose family has a recorded
-                          ``make bench-gpu`` result showing it faster (2026-11-27:
-                          fp16 on H100s, bf16 on H200s; with attention dropout: not
-                          yet); padding and causal masks, attention dropout inside the
+                          ``make bench-gpu`` result showing it faster for the
+                          call's activation (2026-11-27: ReLA's relu in bf16 on
+                          H200s); padding and causal masks, attention dropout inside the
                           kernels, ReLUFormer's row sums (named only); no weights, biases
 ``query_block`` 45        relu / relu_scaled without gradients, block by block over the
                           queries (:mod:`.query_block_relu`): in auto for calls with at

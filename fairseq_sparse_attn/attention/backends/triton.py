@@ -31,17 +31,16 @@ Devices: CUDA runs the compiled kernels.  On CPU the same kernels run through Tr
 interpreter (slow: for tests), only when the backend is named (``--attn-backend triton``).
 
 ``auto`` (:func:`_auto_enabled`) takes it only for a training call on a CUDA device whose
-family has a recorded ``make bench-gpu`` result in ``docs/results/`` that shows it faster in
-the call's dtype (:data:`MEASURED_FASTER`, what :func:`measured_faster` reads from the
-results).  The recorded runs (2026-11-27) show it in fp16
-on an H100 (``docs/results/bench-gpu.json``: ReLA-g's updates/s 0.97x softmax's on the triton
-backend against 0.91x eager, both of 2 rounds) and in bf16 on an H200
-(``bench-gpu-h200.json``: 1.13x against 1.00x, 3 rounds; its fp16 has one round, which
-decides nothing): auto takes it on H100s in fp16 and on H200s in bf16, and nowhere else.
-Those runs had no attention dropout and no row sums; a call with either is a setting of its
-own (``"fp16+dropout"``, ``"fp16+rowsums"``, ``"fp16+dropout+rowsums"``: :func:`measured_setting`)
-that no recorded run has measured yet, so auto does not take the kernels for it (``make
-bench-gpu``'s ``*_dropout`` and ``reluformer_reg*`` presets measure them: :data:`DECIDING_PRESETS`).
+family (board) has a recorded ``make bench-gpu`` result in ``docs/results/`` that shows it
+faster for the call's activation in its dtype (:data:`MEASURED_FASTER`, what
+:func:`measured_faster` reads from the results: at least 3 paired rounds, the kernels faster
+in each, and a complete, passing correctness part: :func:`faster_in`).  The recorded runs
+(2026-11-27) show it for ReLA's ``relu`` in bf16 on an H200 (``bench-gpu-h200.json``:
+ReLA-g's updates/s ahead of eager in each of 3 rounds); the H100's fp16 (2 rounds, ranges
+overlapping) and the H200's fp16 (1 round) decide nothing.  A call with attention dropout or
+row sums is a setting of its own (``"fp16+dropout"``, ``"fp16+rowsums"``,
+``"fp16+dropout+rowsums"``: :func:`measured_setting`) that no recorded run has measured yet
+(``make bench-gpu``'s ``*_dropout`` and ``reluformer*`` presets: :data:`DECIDING_PRESETS`).
 Incremental
 decoding steps (no gradients) are served only when named, as no measurement shows the
 kernels faster there (a decoding step of a module with a plain pipeline does not reach
