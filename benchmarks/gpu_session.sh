@@ -15,11 +15,12 @@
 #               the fp16 loss-scale runs (softmax, ReLA-g eager, ReLA-g triton; 1,000 updates
 #               on Multi30k, ~200 s) share the GPU; limits 240 s + 180 s, each cut to what
 #               the total leaves (2026-11-27's code, 66 checks in one process: ~200 s)
-#   train-fp16  fairseq-train updates/s, softmax, rela_g, rela_g_triton, reluformer,
-#               reluformer_triton (each pair decides auto for its activation: at least 3
-#               rounds, the kernels faster in every one), three alternating rounds: ~8 min
-#               on an H100; a round is started only when the time left holds it whole
-#   train-bf16  the same for softmax, rela_g, rela_g_triton in bf16: ~5 min
+#   train-fp16  fairseq-train updates/s of softmax, rela_g, rela_g_triton, three alternating
+#               rounds (~6 min: the pair decides auto for ReLA's relu only from at least 3
+#               rounds, the kernels faster in each; a round starts only when the time left
+#               holds it whole); ReLUFormer's pair in a call of its own:
+#               TRAIN_PRESETS=reluformer,reluformer_triton
+#   train-bf16  the same in bf16
 #               ($TRAIN_PRESETS: another comma list of bench_gpu.PRESETS, for either step,
 #               e.g. rela_g_dropout,rela_g_triton_dropout or rela_g_base,rela_g_triton_base:
 #               each preset's softmax baseline is added)
@@ -114,8 +115,7 @@ for step in ${STEPS//,/ }; do
       keep none none ;;
     train-fp16|train-bf16)
       dtype=${step#train-}
-      presets=softmax,rela_g,rela_g_triton,reluformer,reluformer_triton
-      [[ $dtype == bf16 ]] && presets=softmax,rela_g,rela_g_triton
+      presets=softmax,rela_g,rela_g_triton  # 3 whole rounds fit one call (9 runs of ~40 s)
       presets=${TRAIN_PRESETS:-$presets}
       B=$(( $(left) - 20 ))
       say "$step: $presets, budget ${B}s"
