@@ -312,7 +312,7 @@ def train_part(args, budget, data, progress=None):
             # softmax, whose ratios cannot be formed (the H200's fp16 round 2, 2026-11-27:
             # two runs, a minute of the budget, no ratio)
             whole = expected_run_seconds(took) * len(presets)
-            start_round = r == 0 or budget.left() > whole
+            start_round = not took or budget.left() > whole  # (the very first round: no estimate yet)
             for preset in alternating(presets, r):
                 if not start_round or budget.left() <= expected_run_seconds(took):  # it would be cut off
                     runs[preset].append(None)

@@ -118,12 +118,13 @@ def run(args):
     unpublished = {n: s for n, s in splits.items() if s not in PUBLISHED_SPLITS}
     if not args.raw_dir and unpublished:
         flags = ", ".join(f"--{n}-split {s}" for n, s in unpublished.items())
+        files = " and ".join(sorted({f"{s}.{args.src} / {s}.{args.tgt}" for s in unpublished.values()}))
+        small = "" if "train" not in unpublished else ", or --train-split dev for a small run"
         raise PrepError(
             f"{flags}: the document-level Europarl7 set publishes only {' and '.join(PUBLISHED_SPLITS)} "
             "(github.com/sameenmaruf/selective-attn, data/Europarl7: the training set, over 500 MB, "
-            "comes from the author on request); pass --raw-dir DIR with "
-            f"{args.train_split}.{args.src} / {args.train_split}.{args.tgt} ('<d>' starts each document), "
-            "or --train-split dev for a small run"
+            f"comes from the author on request); pass --raw-dir DIR with {files} ('<d>' starts each "
+            f"document){small}"
         )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

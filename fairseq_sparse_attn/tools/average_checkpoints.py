@@ -121,7 +121,9 @@ def main(argv=None):
     tmp = args.output + ".tmp"
     torch.save(state, tmp)
     os.replace(tmp, args.output)
-    asked = f" (of --num {args.num}: the directory has no more)" if args.allow_fewer and len(paths) < args.num else ""
+    from_directory = len(args.inputs) == 1 and Path(args.inputs[0]).is_dir()
+    fewer = from_directory and len(paths) < args.num
+    asked = f" (of --num {args.num}: the directory has no more)" if fewer else ""
     print(f"averaged {len(paths)} checkpoints{asked}: {' '.join(x.name for x in paths)} -> {args.output}")
     return 0
 

@@ -456,6 +456,14 @@ def test_europarl_docs_training_split_is_not_published(tmp_path):
     assert "--train-split train: the document-level Europarl7 set publishes only dev and test" in proc.stderr
     assert "--raw-dir DIR with train.en / train.de" in proc.stderr and "could not download" not in proc.stderr
     assert not (tmp_path / "o").exists()
+    proc = subprocess.run(
+        [sys.executable, str(DATA_PREP / "prepare_europarl_docs.py"), "--out", str(tmp_path / "o"),
+         "--max-doc-length", "128", "--train-split", "dev", "--valid-split", "train"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "--valid-split train:" in proc.stderr
+    assert "--raw-dir DIR with train.en / train.de ('<d>' starts each document)" in proc.stderr
+    assert "--train-split dev for a small run" not in proc.stderr
 
 
 def test_europarl_gold_blank_lines_are_dropped_as_lilt_alignment_scripts_do(tmp_path):

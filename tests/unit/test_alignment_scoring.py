@@ -214,6 +214,13 @@ def test_aer_table_refuses_mismatched_or_incomplete_runs(tmp_path):
         run_rows(align_json("/a.pt", aers), norms_json("/a.pt", [[1.0]], data=fewer), "run")
     with pytest.raises(cli.UsageError, match="not of the same data"):
         run_rows(align_json("/a.pt", aers), norms_json("/a.pt", [[1.0]], data=dict(DATA, split="valid")), "run")
+    codes = dict(DATA, bpe_codes="/bpe/codes.de", target_bpe_codes="/bpe/codes.en")  # per-language BPE
+    with pytest.raises(cli.UsageError, match="target_bpe_codes: /bpe/codes.en against /bpe/other.en"):
+        run_rows(
+            align_json("/a.pt", aers, codes),
+            norms_json("/a.pt", [[1.0]], dict(codes, target_bpe_codes="/bpe/other.en")),
+            "run",
+        )
     texts = dict(DATA, raw_source="/text/test.de")  # text input (--source-text): the files count too
     with pytest.raises(cli.UsageError, match="raw_source: /text/test.de against /text/other.de"):
         run_rows(

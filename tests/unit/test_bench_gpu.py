@@ -530,6 +530,12 @@ def test_a_train_run_that_would_be_cut_off_is_not_started(monkeypatch, tmp_path)
     out = bench_gpu.train_part(args, bench_gpu.Budget(130), tmp_path)  # two whole rounds fit
     assert [x is not None for x in out["bf16"]["runs"]["softmax"]] == [True, True, False]
     assert clock.now == 120
+    # the next dtype's first round must fit as well (it started whatever was left)
+    clock.now = 0.0
+    args.dtypes = ["fp16", "bf16"]
+    out = bench_gpu.train_part(args, bench_gpu.Budget(150), tmp_path)  # fp16's 2 rounds, then 30 s
+    assert [x is not None for x in out["fp16"]["runs"]["softmax"]] == [True, True, False]
+    assert out["bf16"]["runs"] == {"softmax": [None] * 3, "rela_g": [None] * 3} and clock.now == 120
     assert bench_gpu.expected_run_seconds([]) == 0 and bench_gpu.expected_run_seconds([30, 10, 40]) == 30
 
 
@@ -708,3 +714,8 @@ def test_merged_correctness_is_complete_only_when_every_shard_ran_its_plan(tmp_p
     merged = gpu_kernels.merge_results(tmp_path, tmp_path / "kernels.json", 3)
     assert merged["expected_checks"] is None and merged["shards_missing"] == 1 and not merged["correctness_ok"]
     assert "of more planned: the part was cut off" in text(merged)
+    # ... and auto does not decide from it, although every check that ran passed
+    runs = {"softmax": [1.0] * 3, "rela_g": [1.0] * 3, "rela_g_triton": [2.0] * 3}
+    result = {"parts": {"kernels": merged, "train": {"bf16": {"runs": runs}}}}
+    assert all(r["ok"] for r in merged["correctness"]) and not tb.kernels_verified(result)
+    assert tb.faster_in(result) == frozenset()

@@ -66,6 +66,9 @@ def test_average_refuses_fewer_checkpoints_than_asked(tmp_path, capsys):
     for n in ("0", "-2"):
         assert average_checkpoints.main(["--inputs", str(tmp_path), "--num", n, "--output", str(out)]) == 1
         assert f"--num {n}: average at least 1 checkpoint" in capsys.readouterr().err
+    files = [str(tmp_path / "checkpoint_1_10.pt"), str(tmp_path / "checkpoint_1_20.pt")]  # files: --num applies not
+    assert average_checkpoints.main(["--inputs", *files, "--output", str(out), "--allow-fewer"]) == 0
+    assert "averaged 2 checkpoints: checkpoint_1_10.pt" in capsys.readouterr().out
 
 
 def test_score_orders_by_id_and_reports_both_bleus(tmp_path):

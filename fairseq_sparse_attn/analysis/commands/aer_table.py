@@ -87,8 +87,8 @@ def highest_norm_choices(norms: Dict, where: str) -> Tuple[int, Tuple[int, int]]
 
 
 #: what a result's ``data`` block says about the sentences it read (paths compared resolved)
-DATA_KEYS = ("data_bin", "split", "raw_source", "raw_target", "tokenizer", "bpe_codes", "sentences")
-_PATHS = ("data_bin", "raw_source", "raw_target", "bpe_codes")
+DATA_KEYS = ("data_bin", "split", "raw_source", "raw_target", "tokenizer", "bpe_codes", "target_bpe_codes", "sentences")
+_PATHS = ("data_bin", "raw_source", "raw_target", "bpe_codes", "target_bpe_codes")
 
 
 def _data_of(run: Dict, name: str, where: str) -> Dict:

@@ -183,8 +183,10 @@ def kernels_verified(result: dict) -> bool:
     result without one, or with a shard cut off, decides nothing)."""
     kernels = (result.get("parts") or {}).get("kernels") or {}
     checks = kernels.get("correctness") or []
+    if not checks or kernels.get("shards_missing") or kernels.get("correctness_ok") is False:
+        return False  # (a shard that wrote nothing: its plan, and so the count, is unknown)
     expected = kernels.get("expected_checks")
-    if not checks or (expected is not None and len(checks) < expected):
+    if expected is not None and len(checks) < expected:
         return False
     return all(c.get("ok") for c in checks)
 
