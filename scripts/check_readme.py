@@ -197,11 +197,9 @@ def render_gpu(data, json_name):
         wrong = sorted({(r["dtype"], r["head_dim"]) for r in checks if not r["ok"] and r.get("head_dim")})
         dims = ", ".join(str(d) for _, d in wrong)
         dtypes = sorted({dt for dt, _ in wrong})
-        planned = (
-            kernels.get("expected_checks", len(checks))
-            if "shards_missing" not in kernels or not kernels["shards_missing"]
-            else None
-        )
+        # a shard that wrote nothing: its plan is unknown; a result from before plans were
+        # recorded: what ran
+        planned = None if kernels.get("shards_missing") else kernels.get("expected_checks", len(checks))
         ran = (
             ""
             if planned == len(checks)

@@ -170,3 +170,23 @@ class OpLog(torch.utils._python_dispatch.TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops.append(str(func.overloadpacket))
         return func(*args, **(kwargs or {}))
+
+
+def kernel_call(device="cuda", dtype=torch.float16, activation="relu", dropout=False, row_sums=False, grad=True,
+                head_dim=64):  # fmt: skip
+    """The ``attention.core.Call`` of a plain ReLU-family module's call (no weights, biases
+    or head policy), as the backends' choice sees it."""
+    from fairseq_sparse_attn.attention.core import Call
+
+    return Call(activation, frozenset(), False, dropout, False, False, False, False, grad, device, row_sums,
+                keys=10, dtype=dtype, head_dim=head_dim)  # fmt: skip
+
+
+def on_cuda_device(monkeypatch, family):
+    """CUDA looks available and its current device is of ``family`` (a name, or a callable
+    giving it at each call): what auto's per-family decisions read, without a GPU."""
+    from fairseq_sparse_attn.attention.backends import triton as tb
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(tb, "_family_of_device", lambda index: family() if callable(family) else family)

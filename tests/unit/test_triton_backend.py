@@ -358,10 +358,9 @@ def test_auto_takes_it_only_where_a_recorded_gpu_result_shows_it_faster(tmp_path
 
 
 def _call(device, dtype, head_dim=64, grad=True):
-    from fairseq_sparse_attn.attention.core import Call
+    from helpers import kernel_call
 
-    return Call("relu", frozenset(), False, False, False, False, False, False, grad, device, False,
-                keys=10, dtype=dtype, head_dim=head_dim)  # fmt: skip
+    return kernel_call(device, dtype, grad=grad, head_dim=head_dim)
 
 
 def test_auto_on_cuda_takes_it_only_in_the_measured_family_and_dtype(monkeypatch):
@@ -371,10 +370,10 @@ def test_auto_on_cuda_takes_it_only_in_the_measured_family_and_dtype(monkeypatch
     had 2 rounds), an inference call and a CPU call do not."""
     from fairseq_sparse_attn.attention.core import Call
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    from helpers import on_cuda_device
+
     family = {"name": "H200"}
-    monkeypatch.setattr(tb, "_family_of_device", lambda index: family["name"])
+    on_cuda_device(monkeypatch, lambda: family["name"])
     assert tb._auto_enabled(None, _call("cuda", torch.bfloat16))
     assert not tb._auto_enabled(None, _call("cuda", torch.float16))
     assert not tb._auto_enabled(None, _call("cuda", torch.float32))

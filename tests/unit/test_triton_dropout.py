@@ -300,15 +300,13 @@ def test_auto_takes_the_kernels_with_dropout_only_where_dropout_was_measured(mon
     import json
 
     from fairseq_sparse_attn.attention.backends import triton as tb
-    from fairseq_sparse_attn.attention.core import Call
+
+    from helpers import kernel_call, on_cuda_device
 
     def call(dropout):
-        return Call("relu", frozenset(), False, dropout, False, False, False, False, True, "cuda", False,
-                    keys=10, dtype=torch.float16, head_dim=64)  # fmt: skip
+        return kernel_call(dropout=dropout)
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(tb, "_family_of_device", lambda index: "H100")
+    on_cuda_device(monkeypatch, "H100")
     monkeypatch.setitem(tb.MEASURED_FASTER, ("H100", "relu", "fp16"), "bench-gpu.json")
     assert tb._auto_enabled(None, call(False)) and not tb._auto_enabled(None, call(True))
     monkeypatch.setitem(tb.MEASURED_FASTER, ("H100", "relu", "fp16+dropout"), "bench-gpu.json")

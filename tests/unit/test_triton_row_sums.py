@@ -321,15 +321,13 @@ def test_auto_takes_the_kernels_for_row_sums_only_where_measured(monkeypatch):
     no recorded run has measured it, so auto does not take the kernels for it, until one
     does (``make bench-gpu``'s ``reluformer_reg*`` presets)."""
     from fairseq_sparse_attn.attention.backends import triton as tb
-    from fairseq_sparse_attn.attention.core import Call
+
+    from helpers import kernel_call, on_cuda_device
 
     def call(dropout, row_sums):
-        return Call("relu_scaled", frozenset(), False, dropout, False, False, False, False, True, "cuda", row_sums,
-                    keys=10, dtype=torch.float16, head_dim=64)  # fmt: skip
+        return kernel_call(activation="relu_scaled", dropout=dropout, row_sums=row_sums)
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(tb, "_family_of_device", lambda index: "H100")
+    on_cuda_device(monkeypatch, "H100")
     monkeypatch.setitem(tb.MEASURED_FASTER, ("H100", "relu_scaled", "fp16"), "bench-gpu.json")
     assert tb._auto_enabled(None, call(False, False))
     assert not tb._auto_enabled(None, call(False, True)) and not tb._auto_enabled(None, call(True, True))
