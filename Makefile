@@ -27,7 +27,7 @@ test-fast:          ## tests/unit only: no training run (about two minutes on 2 
 test-fairseq:       ## fairseq 0.12.3's own tests (FAIRSEQ_TESTS_DIR, from a temporary copy) stock and with the plugin; fails on an unlisted difference (docs/install.md)
 	OMP_NUM_THREADS=1 $(PYTHON) scripts/ci/test_fairseq.py --fairseq $(FAIRSEQ_TESTS_DIR) --out test-fairseq-out
 
-lint:               ## ruff check + ruff format --check (whole tree) + mypy (attention/, kernels/, options.py); config in pyproject.toml
+lint:               ## ruff check + ruff format --check (whole tree) + mypy (attention/, kernels/, options/); config in pyproject.toml
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
 	$(PYTHON) -m mypy

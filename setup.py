@@ -42,8 +42,8 @@ setup(
             "fsa-generate = fairseq_sparse_attn.cli:generate",
             "fsa-interactive = fairseq_sparse_attn.cli:interactive",
             "fsa-validate = fairseq_sparse_attn.cli:validate",
-            "fsa-length-bleu = fairseq_sparse_attn.analysis.length_bleu:cli_main",
-            "fsa-contrastive = fairseq_sparse_attn.analysis.contrastive:cli_main",
+            "fsa-length-bleu = fairseq_sparse_attn.analysis.length_bleu:main",
+            "fsa-contrastive = fairseq_sparse_attn.analysis.contrastive:main",
             "fsa-analyze = fairseq_sparse_attn.analysis.cli:main",
         ]
     },

@@ -92,3 +92,35 @@ def writer_gone(tmp):
     if writer is not None:
         return writer_running(writer[1], writer[2]) is False
     return open_by_a_process(tmp) is False
+
+
+def unwritable_file(path, flag):
+    """None when a file can be written at ``path`` (its missing parent folders created),
+    else the reason in one line naming ``flag``: checked before any work, so that a command
+    does not fail at its last write, after the model, or with some outputs written."""
+    target = os.path.abspath(os.fspath(path))
+    if os.path.isdir(target):
+        return f"{flag} {path} is a directory, not a file"
+    parent = os.path.dirname(target)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return f"{flag} {path}: {parent} is a file, not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{flag} {path}: {parent} is not writable"
+    return None
+
+
+def write_text(path, text):
+    """``text`` into ``path`` (UTF-8; missing parent folders created) by a rename: a
+    reader, or a run that is killed, never leaves a part of it."""
+    parent = os.path.dirname(os.path.abspath(os.fspath(path)))
+    os.makedirs(parent, exist_ok=True)
+    tmp = temporary_name(os.fspath(path))
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

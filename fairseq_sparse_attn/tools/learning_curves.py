@@ -25,6 +25,8 @@ import re
 import sys
 from pathlib import Path
 
+from ..writers import unwritable_file
+
 _VALID = re.compile(r"\| [^|]+ \| .*?valid on '([^']+)' subset(.*)$")  # simple: "| <subset> | ..."
 _JSON = re.compile(r"\| ([^|\s]+) \| (\{.*\})\s*$")  # json: "| <subset> | {"<subset>_loss": ...}"
 _FIELD = re.compile(r"\|\s*([a-z_]+)\s+(-?[\d.]+(?:e[-+]?\d+)?|nan|inf)\s*(?=\||$)")
@@ -79,11 +81,14 @@ def parse_validation(log, subset="valid"):
 def read_runs(named_logs, subset="valid", skip_empty=False):
     """{name: points} for ``name=path`` strings; a log without validations is an error
     (``skip_empty``: left out with a note on stderr, an error only when every log is)."""
-    runs = {}
+    runs, given = {}, {}
     for item in named_logs:
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
             raise ValueError(f"expected NAME=TRAIN_LOG, got {item!r}")
+        if name in given:
+            raise ValueError(f"the name {name!r} is given twice ({given[name]} and {path}): one curve per name")
+        given[name] = path
         if not Path(path).is_file():
             raise ValueError(f"{path}: no such training log (variant {name})")
         points = parse_validation(path, subset)
@@ -181,6 +186,9 @@ def main(argv=None):
     p.add_argument("--skip-empty", action="store_true", help="leave out logs without validation lines")
     args = p.parse_args(argv)
     try:
+        reason = unwritable_file(args.out + ".csv", "--out")
+        if reason:
+            raise ValueError(reason)
         runs = read_runs(args.logs, args.subset, args.skip_empty)
     except ValueError as e:
         print(f"learning_curves: error: {e}", file=sys.stderr)

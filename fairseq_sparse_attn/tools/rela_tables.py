@@ -148,6 +148,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     five = Table(("model", "attention", "AoL_percent", "AoH_percent"))
     four = Table(("model", "attention", "layer", "layer_attention_aer_percent", "best_head_aer_percent"))
     six = Table(("model", "kind", "tau", "js_mean_over_layers"))
+    read = 0
     for label, run in args.runs:
         for name, title, tables in (
             ("align/align.json", "Table 5 and Fig. 4", ((five, table5_values), (four, fig4_values))),
@@ -164,6 +165,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             except (ValueError, KeyError, AttributeError) as e:
                 print(f"rela_tables: error: {f}: {e}", file=sys.stderr)
                 return 2
+            read += 1
+    if not read:  # header-only tables would read as results
+        print(
+            f"rela_tables: error: none of the {len(args.runs)} run(s) has align/align.json or stats/stats.json "
+            "(fsa-analyze align / stats --output-dir RUN_DIR/align, RUN_DIR/stats): nothing to tabulate",
+            file=sys.stderr,
+        )
+        return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     five.write(out / "table5.tsv")

@@ -25,6 +25,9 @@ import sys
 from ..provenance import write_json
 from .significance import N_RESAMPLES, paired_bootstrap
 
+#: fewer resamples than this give no 95% interval worth reading (--paired-bs-n)
+MIN_RESAMPLES = 100
+
 _LINE = re.compile(r"^([HD])-(\d+)\t([^\t]*)\t?(.*)$")
 _TARGET = re.compile(r"^T-(\d+)\t(.*)$")
 
@@ -169,6 +172,11 @@ def main(argv=None):
     args = p.parse_args(argv)
     if not args.ref and not args.tok_ref and not args.t_lines:
         p.error("give --ref and/or --tok-ref, or --t-lines")
+    if args.paired_bs_n < MIN_RESAMPLES:
+        p.error(
+            f"--paired-bs-n {args.paired_bs_n}: give at least {MIN_RESAMPLES} (default {N_RESAMPLES}; the 95% "
+            "interval and the p-value are read off the resamples)"
+        )
     try:
         result = score(args.gen, args.ref, args.tok_ref, args.lowercase, args.t_lines, args.baseline, args.paired_bs_n)
     except (ValueError, OSError) as e:

@@ -13,7 +13,9 @@ A system whose hypotheses equal the baseline's, line for line, gets p = 1.0 and
 ``identical_to_baseline``: sacreBLEU counts only resamples whose difference *exceeds* the
 observed one (multeval's rule), so with every difference 0 it reports its smallest p,
 1/(n+1) = 0.001, and two identical outputs (a run against its own copy, two backends with
-the same translations) read as a significant difference.
+the same translations) read as a significant difference.  The same holds for different
+hypotheses of exactly the same BLEU (two systems at 0.0, as small smoke runs are): an
+observed difference of 0 is no evidence either, so p = 1.0 there too.
 """
 
 from typing import Dict, List, Sequence, Tuple
@@ -45,8 +47,9 @@ def paired_bootstrap(
         [baseline] + list(systems), {"BLEU": metric}, references=[list(references)], test_type="bs", n_samples=n
     )
     signatures, scores = test()
-    out = {}
+    out, exact = {}, {}
     for name, result in zip(scores["System"], scores["BLEU"]):
+        exact[name] = result.score
         out[name] = {
             "bleu": round(result.score, 2),
             "mean": round(float(result.mean), 2),
@@ -57,4 +60,6 @@ def paired_bootstrap(
     for name, hyps in systems:
         if list(hyps) == list(baseline[1]):  # nothing differs: no evidence of a difference
             out[name].update(p_value=1.0, identical_to_baseline=True)
+        elif exact[name] == exact[baseline[0]]:  # the same BLEU: an observed difference of 0
+            out[name].update(p_value=1.0)
     return out, str(signatures["BLEU"])

@@ -3,7 +3,7 @@
 (the same index in every encoder layer) at test time and report the BLEU change.
 
     python scripts/fixed_patterns/head_ablation.py DATA_BIN --path checkpoint_best.pt \
-        --out ablation/ -- --beam 5 --remove-bpe --tokenizer moses --batch-size 128
+        --out ablation/ -- -s de -t en --beam 5 --remove-bpe --tokenizer moses --batch-size 128
 
 Runs ``fairseq-generate`` once with every head active and once per head with
 ``--model-overrides "{'encoder_masked_heads': '<h>'}"`` (what ``fsa-generate
@@ -100,6 +100,10 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    from fairseq_sparse_attn.cli import _check_tokenizer_languages
+
+    # fairseq-generate's hydra traceback after the model loaded, once per run: one line first
+    _check_tokenizer_languages("head_ablation.py", [args.data, *extra])
     os.makedirs(args.out, exist_ok=True)
     heads = encoder_heads(args.path)
     if args.heads:

@@ -20,6 +20,7 @@ case $TASK in
   nc11_en_cs)  P=(15.46 15.60 15.65 15.84 15.96 15.97 16.27) ;;
   *) fsa_die "TASK must be nc11_en_de, wmt14_en_de or nc11_en_cs" ;;
 esac
+fsa_check_selection ROWS "${ROWS:-}" transformer rel_pos localness dea dea_rhe lpea lpea_rhe
 rm -f "$OUT/table1.tsv" "$OUT/table1.tsv.partial"
 RHE_BASELINE=transformer  # every row against the Transformer row (paired bootstrap, same seed)
 rhe_rows "$OUT/table1.tsv.partial" \

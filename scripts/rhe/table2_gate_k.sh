@@ -16,6 +16,10 @@ rhe_check
 rhe_base_args
 K="${K:-6}"
 PARTS="${PARTS:-table2 gate k}"
+fsa_check_selection PARTS "$PARTS" table2 gate k
+# shellcheck disable=SC2046
+fsa_check_selection ROWS "${ROWS:-}" rel_pos rel_pos_rhe localness localness_rhe lpea_rhe lpea_rhe_pruned \
+  $(printf 'gate_%s ' dynamic 0.1 0.2 0.3 0.4 0.5) $(printf 'k%s ' "$K" $(seq 0 6))
 if fsa_selected table2 "$PARTS"; then
   rm -f "$OUT/table2.tsv" "$OUT/table2.tsv.partial"
   # the paper gives differences: RHE lifts Rel_Pos by +0.28 and Localness by +0.20;

@@ -572,11 +572,12 @@ def test_cli_bad_arguments(tmp_path, checkpoint, capsys):
     with pytest.raises(SystemExit):
         C.cli_main([str(data_bin), str(src), str(src), str(short), "--path", str(path)])
     assert "short.de has 0 lines" in capsys.readouterr().err
+    other = write(tmp_path / "other.de", "b\n")
     with pytest.raises(SystemExit):
-        C.cli_main([str(data_bin), str(src), str(src), str(src), "--path", str(path), "--model-overrides", "[1]"])
+        C.cli_main([str(data_bin), str(src), str(src), str(other), "--path", str(path), "--model-overrides", "[1]"])
     assert "--model-overrides must be a Python dict literal, got '[1]'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        C.cli_main([str(data_bin), str(src), str(src), str(src), "--path", str(tmp_path / "nope.pt")])
+        C.cli_main([str(data_bin), str(src), str(src), str(other), "--path", str(tmp_path / "nope.pt")])
     assert "checkpoint not found: " in capsys.readouterr().err
 
 
@@ -618,3 +619,63 @@ def test_cli_json_has_provenance_and_the_file_is_announced(tmp_path, checkpoint,
     assert "--output-json" in record["command"] and record["sacrebleu_signature"] is None
     assert {k: v for k, v in written.items() if k != "provenance"} == json.loads(json.dumps(report))
     assert f"wrote {out}" in capsys.readouterr().out
+
+
+def test_cli_refuses_what_it_cannot_score_before_the_model_loads(tmp_path, checkpoint, capsys):
+    """An empty suite (accuracy null), a contrastive line equal to the correct one (a tie,
+    counted as the model's error) and an output that cannot be written are one line naming
+    the file, before the checkpoint is read (a missing one here)."""
+    _, data_bin, _, _ = checkpoint
+    nope = ["--path", str(tmp_path / "nope.pt")]
+    empty = write(tmp_path / "empty.json", "[]")
+    no_errors = write(tmp_path / "no_errors.json", json.dumps([{"source": "a", "reference": "b", "errors": []}]))
+    for suite in (empty, no_errors):
+        with pytest.raises(SystemExit):
+            C.cli_main([str(data_bin), str(suite), "--format", "lingeval97", *nope])
+        assert f"{suite}: no contrastive pair to score" in capsys.readouterr().err
+    src = write(tmp_path / "src.en", "the dog runs .\nthe dogs run .\n")
+    good = write(tmp_path / "good.de", "der hund läuft .\ndie hunde laufen .\n")
+    bad = write(tmp_path / "bad.de", "der hund laufen .\ndie hunde laufen .\n")
+    with pytest.raises(SystemExit):
+        C.cli_main([str(data_bin), str(src), str(good), str(bad), *nope])
+    assert f"{bad} line 2: the contrastive translation equals the correct one" in capsys.readouterr().err
+    suite = write(
+        tmp_path / "tie.json",
+        json.dumps(
+            [
+                {
+                    "source": "a",
+                    "reference": "b",
+                    "errors": [{"contrastive": "c", "type": "t"}, {"contrastive": "b", "type": "t"}],
+                }
+            ]
+        ),
+    )
+    with pytest.raises(SystemExit):
+        C.cli_main([str(data_bin), str(suite), "--format", "lingeval97", *nope])
+    assert f"{suite}, item 0, contrastive 2: the contrastive translation equals" in capsys.readouterr().err
+    bad = write(tmp_path / "bad.de", "der hund laufen .\ndie hunde läuft .\n")
+    for flags in (["--output-tsv", str(tmp_path)], ["--output-json", str(good / "x.json")]):
+        with pytest.raises(SystemExit):
+            C.cli_main([str(data_bin), str(src), str(good), str(bad), *nope, *flags])
+        err = capsys.readouterr().err
+        assert "is a directory, not a file" in err or "is a file, not a directory" in err
+        assert "checkpoint not found" not in err
+
+
+def test_the_command_exits_0_and_writes_both_outputs(tmp_path, checkpoint, capsys):
+    """The console script is ``main``: ``sys.exit`` of cli_main's report was status 1 after
+    every run, with the report's repr on stderr."""
+    from pathlib import Path
+
+    path, data_bin, _, _ = checkpoint
+    repo = Path(__file__).resolve().parents[2]
+    assert '"fsa-contrastive = fairseq_sparse_attn.analysis.contrastive:main"' in (repo / "setup.py").read_text()
+    src = write(tmp_path / "src.en", "the dog runs .\n")
+    good = write(tmp_path / "good.de", "der hund läuft .\n")
+    bad = write(tmp_path / "bad.de", "der hund laufen .\n")
+    out = tmp_path / "out"
+    args = [str(data_bin), str(src), str(good), str(bad), "--path", str(path), "--no-progress", "--cpu"]
+    assert C.main(args + ["--output-json", str(out / "r.json"), "--output-tsv", str(out / "d.tsv")]) is None
+    assert sorted(p.name for p in out.iterdir()) == ["d.tsv", "r.json"]
+    assert (out / "d.tsv").read_text().splitlines()[0] == "item_id\tgroup\tscore_correct\tscore_incorrect\tcorrect"

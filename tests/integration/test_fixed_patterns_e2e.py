@@ -157,8 +157,20 @@ def test_head_ablation_script(data, fixed_checkpoint, tmp_path):
         assert abs(float(row[2]) - sacrebleu.corpus_bleu(hyps, [refs]).score) < 1e-3
         lo, hi = map(float, row[4].split("-"))
         assert abs(lo - (result.mean - result.ci)) < 0.011 and abs(hi - (result.mean + result.ci)) < 0.011
-        assert row[5] == ("-" if result.p_value is None else f"{result.p_value:.4f}")
+        same_bleu = result.p_value is not None and result.score == res["BLEU"][0].score  # p = 1.0 then
+        assert row[5] == ("-" if result.p_value is None else "1.0000" if same_bleu else f"{result.p_value:.4f}")
     assert "previous (token)" in proc.stdout
+
+
+def test_head_ablation_needs_the_languages_for_moses_before_any_run(data, fixed_checkpoint, tmp_path):
+    """fairseq-generate's multi-line hydra traceback (tokenizer.source_lang=null) came after
+    the model loaded; now one line, before any output."""
+    args = [sys.executable, REPO / "scripts" / "fixed_patterns" / "head_ablation.py", data / "data-bin"]
+    args += ["--path", fixed_checkpoint, "--out", tmp_path / "ablation", "--", "--tokenizer", "moses"]
+    proc = run(args)
+    assert proc.returncode == 1 and proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "head_ablation.py: error: --tokenizer moses needs -s/--source-lang and -t/--target-lang" in proc.stderr
+    assert not (tmp_path / "ablation").exists()
 
 
 @pytest.fixture(scope="module")

@@ -982,3 +982,20 @@ def test_the_low_resource_scripts_refuse_data_without_the_paper_s_bpe(smoke_data
         (codes_only / name).symlink_to(smoke_data / name, target_is_directory=True)
     proc = run_script("fixed_patterns/table2_low_resource.sh", codes_only, 0, out, SMOKE="0")
     assert proc.returncode != 0 and "bpe/codes has 1000 BPE merges" in proc.stderr, proc.stderr[-500:]
+
+
+@pytest.mark.parametrize(
+    "script,data_name,selection,message",
+    [
+        ("rela/table1.sh", "smoke_data", {"ROWS": "1,7"}, "ROWS='1,7': '1,7' is not one of: 1 2 3"),
+        ("rela/table1.sh", "smoke_data", {"ROWS": "1 99"}, "ROWS='1 99': '99' is not one of"),
+        ("rhe/table1.sh", "rhe_smoke_data", {"ROWS": "lpea-rhe"}, "ROWS='lpea-rhe': 'lpea-rhe' is not one of"),
+        ("rhe/table2_gate_k.sh", "rhe_smoke_data", {"PARTS": "table2,gate"}, "PARTS='table2,gate'"),
+        ("rhe/table2_gate_k.sh", "rhe_smoke_data", {"ROWS": "gate_0.7"}, "ROWS='gate_0.7': 'gate_0.7' is not one of"),
+    ],
+)
+def test_a_selection_that_names_no_row_stops_before_any_work(request, tmp_path, script, data_name, selection, message):
+    """ROWS='1,7' (a comma) or a row the table lacks ran nothing and exited 0."""
+    proc = run_script(script, request.getfixturevalue(data_name), 0, tmp_path / "out", **selection)
+    assert proc.returncode == 1 and message in proc.stderr and "(separate them with spaces)" in proc.stderr, proc.stderr
+    assert not list((tmp_path / "out").rglob("*.pt")) and not list((tmp_path / "out").rglob("*.tsv*"))

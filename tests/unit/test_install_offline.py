@@ -128,3 +128,23 @@ def test_the_plugin_s_wheel_keeps_auto_s_measured_choices(tmp_path):
     where, has_docs, faster = json.loads(out.stdout.strip().splitlines()[-1])
     assert where.startswith(str(site)) and not has_docs
     assert [tuple(x) for x in faster] == sorted(tb.measured_faster()) != []
+
+
+def test_make_install_reinstalls_the_plugin_when_its_commands_changed(tmp_path):
+    """An installed plugin was kept by ``make install`` whatever setup.py said, so a command
+    pointed at another function (fsa-length-bleu at ``main``, whose ``cli_main`` exited 1
+    after every run) kept calling the old one.  The check reads the installed metadata, not
+    a stale egg-info in the checkout."""
+    script = REPO / "scripts" / "installed_commands_current.py"
+    assert (
+        'commands_current() { "$PY" scripts/installed_commands_current.py; }'
+        in (REPO / "scripts" / "install.sh").read_text()
+    )
+    run = lambda setup: subprocess.run([sys.executable, str(script), str(setup)], cwd=REPO).returncode  # noqa: E731
+    assert run(REPO / "setup.py") == 0  # this checkout, installed (make install)
+    changed = tmp_path / "setup.py"
+    text = (REPO / "setup.py").read_text()
+    changed.write_text(text.replace("length_bleu:main", "length_bleu:cli_main"))
+    assert run(changed) == 1
+    changed.write_text(text.replace('"fsa-analyze =', '"fsa-new = fairseq_sparse_attn.cli:train",\n"fsa-analyze ='))
+    assert run(changed) == 1

@@ -142,3 +142,18 @@ def test_errors(tmp_path):
     good.write_text(LOG)
     assert list(lc.read_runs([f"x={empty}", f"y={good}"], skip_empty=True)) == ["y"]
     assert lc.main(["--out", str(tmp_path / "c"), f"x={empty}"]) == 1 and not (tmp_path / "c.csv").exists()
+
+
+def test_a_name_given_twice_or_an_unwritable_prefix_is_one_line(tmp_path, capsys):
+    """The second log of a name replaced the first with nothing said; an --out under a file
+    failed after the logs were read, in a traceback."""
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_text(LOG)
+    b.write_text(LOG)
+    with pytest.raises(ValueError, match=rf"the name 'base' is given twice \({a} and {b}\)"):
+        lc.read_runs([f"base={a}", f"base={b}"])
+    assert lc.main(["--out", str(tmp_path / "lc"), f"base={a}", f"base={b}"]) == 1
+    assert "the name 'base' is given twice" in capsys.readouterr().err
+    assert lc.main(["--out", str(a / "lc"), f"base={a}"]) == 1
+    assert f"--out {a}/lc.csv: {a} is a file, not a directory" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.log", "b.log"]

@@ -1,6 +1,7 @@
 """BLEU by reference length (fsa-length-bleu) and the --mask-encoder-heads wrapper flag."""
 
 import json
+from pathlib import Path
 
 import pytest
 import sacrebleu
@@ -121,3 +122,35 @@ def test_mask_encoder_heads_becomes_model_overrides():
         with_head_masking(["d", "--model-overrides", "[1]", "--mask-encoder-heads", "0"])
     with pytest.raises(SystemExit, match=r"^fsa-generate: error: --model-overrides must be a Python dict"):
         with_head_masking(["d", "--model-overrides", "{'beam': ", "--mask-encoder-heads", "0"])
+
+
+def test_the_command_exits_0_and_checks_its_outputs_before_reading(tmp_path, capsys):
+    """The console script is ``main`` (``sys.exit`` of cli_main's rows was status 1 after
+    every run); a bad --tokenize or an output that cannot be written is one line before
+    any reading, and nothing is written."""
+    import shutil
+    import subprocess
+
+    from fairseq_sparse_attn.analysis.length_bleu import main
+
+    repo = Path(__file__).resolve().parents[2]
+    assert '"fsa-length-bleu = fairseq_sparse_attn.analysis.length_bleu:main"' in (repo / "setup.py").read_text()
+    log = tmp_path / "gen.out"
+    write_log(log, [(words(12), words(12))])
+    if shutil.which("fsa-length-bleu"):  # the installed command (make install)
+        proc = subprocess.run(["fsa-length-bleu", str(log)], capture_output=True, text=True)
+        assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert main([str(log), "--tsv", str(tmp_path / "out" / "b.tsv")]) is None
+    assert (tmp_path / "out" / "b.tsv").read_text().startswith("bin\tsentences")
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["b.tsv"]  # no temporary file left
+
+    with pytest.raises(SystemExit):
+        main([str(log), "--tokenize", "bogus"])
+    assert "error: --tokenize bogus: not a sacreBLEU tokenizer" in capsys.readouterr().err
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    for flags in (["--json", str(tmp_path / "j.json"), "--tsv", str(blocker / "t.tsv")], ["--json", str(tmp_path)]):
+        with pytest.raises(SystemExit) as e:
+            main([str(tmp_path / "missing.out"), *flags])  # checked before the input is read
+        assert "is a file, not a directory" in str(e.value) or "is a directory, not a file" in str(e.value)
+    assert not (tmp_path / "j.json").exists()

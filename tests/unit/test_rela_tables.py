@@ -94,3 +94,13 @@ def test_an_align_result_without_gold_is_one_clear_error(tmp_path, capsys):
     run = write_run(tmp_path, "r", align={"results": [{"method": "weights", "setting": "awo", "rows": []}]})
     assert rela_tables.main(["--out", str(tmp_path / "out"), f"r={run}"]) == 2
     assert "align.json has no AER (was it run with --gold?)" in capsys.readouterr().err
+
+
+def test_no_run_with_results_is_an_error_not_empty_tables(tmp_path, capsys):
+    """Every run left out wrote three header-only tables with exit status 0."""
+    empty = tmp_path / "empty"
+    (empty / "stats").mkdir(parents=True)
+    (empty / "stats.json").write_text("{}")  # at the top, not in stats/
+    assert rela_tables.main(["--out", str(tmp_path / "out"), f"a={empty}"]) == 2
+    assert "none of the 1 run(s) has align/align.json or stats/stats.json" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

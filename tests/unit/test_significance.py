@@ -50,3 +50,52 @@ def test_identical_outputs_are_no_evidence_of_a_difference(systems, tmp_path):
     # a different system keeps sacreBLEU's p-value
     assert score.main([files["close"][0], "--ref", ref, "--baseline", files["base"][0], "--json", str(out)]) == 0
     assert json.loads(out.read_text())["significance"]["p_value"] < 1.0
+
+
+def test_too_few_resamples_are_refused_before_scoring(systems, tmp_path, capsys):
+    """--paired-bs-n 0 or -5 recorded its value while sacreBLEU fell back to 1000; 1 gave a
+    "95% CI" of 0.00-0.00."""
+    import pytest
+
+    ref, files = systems
+    out = tmp_path / "bleu.json"
+    for n in ("-5", "0", "1", "99"):
+        with pytest.raises(SystemExit):
+            score.main(
+                [files["base"][0], "--ref", ref, "--baseline", files["base"][0], "--paired-bs-n", n, "--json", str(out)]
+            )
+        assert f"--paired-bs-n {n}: give at least 100" in capsys.readouterr().err
+    assert not out.exists()
+    assert (
+        score.main(
+            [
+                files["base"][0],
+                "--ref",
+                ref,
+                "--baseline",
+                files["close"][0],
+                "--paired-bs-n",
+                "100",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    assert json.loads(out.read_text())["significance"]["n_resamples"] == 100
+    assert "bs:100|" in json.loads(out.read_text())["significance"]["signature"]
+
+
+def test_different_outputs_of_the_same_bleu_are_no_evidence_either():
+    """Two smoke runs at BLEU 0.0 with different hypotheses read p = 0.001 (every resampled
+    difference 0, none exceeding the observed 0): a zero difference now gives p = 1.0,
+    without the identical mark; a real difference keeps sacreBLEU's p."""
+    from fairseq_sparse_attn.tools.significance import paired_bootstrap
+
+    refs = [f"the cat number {i} sat on the mat today" for i in range(30)]
+    a = [f"x{i} y{i}" for i in range(30)]
+    b = [f"z{i} w{i} v{i}" for i in range(30)]
+    out, _ = paired_bootstrap(("a", a), [("b", b), ("good", refs)], refs)
+    assert out["a"]["bleu"] == out["b"]["bleu"] == 0.0
+    assert out["b"]["p_value"] == 1.0 and not out["b"].get("identical_to_baseline")
+    assert out["good"]["p_value"] < 0.01

@@ -341,6 +341,28 @@ def test_dictionary_record_and_check(tmp_path):
         check_dictionaries("model.pt", state, Task(data, "en", "de"))
 
 
+def test_a_swapped_direction_is_refused_even_where_the_dictionaries_match(tmp_path):
+    """With a joined dictionary a de->en task reads an en->de model's ids as its own: the
+    record's languages, swapped, are one line naming -s/-t; other names are allowed."""
+    data = tmp_path / "joined"
+    data.mkdir()
+    joined = (REPO / "tests" / "fixtures" / "checkpoints" / "data-bin" / "dict.en.txt").read_text()
+    for lang in ("en", "de", "eng", "deu"):
+        (data / f"dict.{lang}.txt").write_text(joined)
+    task = Task(data, "en", "de")
+    digest = dictionary_digest(task.source_dictionary)
+    entry = {"size": len(task.source_dictionary), "sha256": digest}
+    state = {"fsa_record": {"dictionaries": {"source": {"lang": "en", **entry}, "target": {"lang": "de", **entry}}}}
+    check_dictionaries("model.pt", state, task)
+    check_dictionaries("model.pt", state, Task(data, "eng", "deu"))  # renamed, not swapped
+    for src, tgt in (("de", "en"), ("de", "deu"), ("eng", "en")):
+        with pytest.raises(DictionaryMismatch) as e:
+            check_dictionaries("model.pt", state, Task(data, src, tgt))
+        assert str(e.value).startswith(
+            f"-s {src} -t {tgt}: model.pt was trained en->de (its recorded source language is en)"
+        )
+
+
 def test_stock_checkpoint_counts_as_softmax_for_the_resume_guard():
     """Issue 24: a stock transformer save dir restarted with ReLA flags trained on as ReLA."""
     from argparse import Namespace
