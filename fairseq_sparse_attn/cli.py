@@ -182,6 +182,7 @@ def _required_flags(command, argv):
     if _flag_given(argv, "-h", "--help"):
         return
     _check_user_dir(command, argv)
+    _check_values(command, argv)
     if command == "fsa-train" and not _flag_given(argv, "--arch", "-a"):
         raise SystemExit(
             "fsa-train: error: --arch is required, e.g. --arch "
@@ -212,6 +213,58 @@ def _required_flags(command, argv):
             "fsa-validate: error: --task is required (fairseq-validate has no "
             "default): " + (f"the checkpoint was trained with --task {task}" if task else "e.g. --task translation")
         )
+
+
+def _number(text):
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+#: (commands, flag, test, what the value must be): fairseq takes these values and fails
+#: after the model or the data loaded (a traceback), or does something else with nothing
+#: said (--lr -1 exits 0 without training; --max-update -5 trains one update; a
+#: --label-smoothing above 1 trains); a flag fairseq gives a list (--lr, --update-freq)
+#: is checked per entry
+_VALUE_RULES = (
+    (("fsa-train",), "--lr", lambda x: x > 0, "> 0"),
+    (("fsa-train",), "--max-update", lambda x: x >= 0 and x == int(x), "a whole number >= 0"),
+    (("fsa-train",), "--max-epoch", lambda x: x >= 0 and x == int(x), "a whole number >= 0"),
+    (("fsa-train",), "--update-freq", lambda x: x >= 1 and x == int(x), "a whole number >= 1"),
+    (("fsa-train",), "--label-smoothing", lambda x: 0 <= x < 1, "in [0, 1)"),
+    (("fsa-train", "fsa-validate", "fsa-generate"), "--max-tokens", lambda x: x >= 1, ">= 1"),
+    (("fsa-train", "fsa-validate", "fsa-generate", "fsa-interactive"), "--batch-size", lambda x: x >= 1, ">= 1"),
+    (("fsa-train", "fsa-validate", "fsa-generate", "fsa-interactive"), "--max-sentences", lambda x: x >= 1, ">= 1"),
+    (("fsa-generate", "fsa-interactive"), "--beam", lambda x: x >= 1 and x == int(x), "a whole number >= 1"),
+    (("fsa-generate", "fsa-interactive"), "--nbest", lambda x: x >= 1 and x == int(x), "a whole number >= 1"),
+    (("fsa-generate", "fsa-interactive"), "--temperature", lambda x: x > 0, "> 0"),
+    (("fsa-generate", "fsa-interactive"), "--sampling-topp", lambda x: x == -1 or 0 < x <= 1, "in (0, 1], or -1 (off)"),
+)
+
+
+def _check_values(command, argv):
+    """One line naming the flag for a value fairseq would take and then fail on, or
+    misuse, after the work began (:data:`_VALUE_RULES`); and files the wrappers read or
+    write that cannot be (``--input``, ``--results-path``)."""
+    for commands, flag, ok, must in _VALUE_RULES:
+        value = _option_value(argv, flag, last=True) if command in commands else None
+        if value is None:
+            continue
+        listed = flag in ("--lr", "--update-freq")  # fairseq evals these (a list): a word is a NameError
+        for entry in value.split(",") if listed else [value]:
+            number = _number(entry)
+            if number is None and not listed:
+                continue  # argparse names a value of the wrong type itself
+            if number is None or not ok(number):
+                raise SystemExit(f"{command}: error: {flag} {value}: must be {must}")
+    source = _option_value(argv, "--input", last=True) if command == "fsa-interactive" else None
+    if source not in (None, "-") and not os.path.isfile(source):
+        why = "is a directory" if os.path.isdir(source) else "does not exist"
+        raise SystemExit(f"{command}: error: --input {source} {why} (a text file, or - for standard input)")
+    results = _option_value(argv, "--results-path", last=True) if command == "fsa-generate" else None
+    if results is not None and os.path.exists(results) and not os.path.isdir(results):
+        raise SystemExit(f"{command}: error: --results-path {results} is a file (a directory, created when missing)")
 
 
 def _check_user_dir(command, argv):
@@ -253,13 +306,20 @@ def _check_tokenizer_languages(command, argv):
     )
 
 
-def _option_value(argv, name):
+def _option_value(argv, name, last=False):
+    """The value of option ``name`` in ``argv`` (its first; ``last``: its last, the one
+    argparse keeps), or None."""
+    found = None
     for i, arg in enumerate(argv):
         if arg == name and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith(name + "="):
-            return arg.split("=", 1)[1]
-    return None
+            found = argv[i + 1]
+        elif arg.startswith(name + "="):
+            found = arg.split("=", 1)[1]
+        else:
+            continue
+        if not last:
+            return found
+    return found
 
 
 def _checkpoint_task(path):

@@ -17,10 +17,13 @@ them too (every training example in every epoch).
 
 import contextlib
 import functools
+import logging
 import os
 import threading
 
 BEHAVIOUR_CHANGE = True
+
+logger = logging.getLogger(__name__)
 
 COMPLETE_TRAIN = "FSA_COMPLETE_TRAIN_BATCHES"
 
@@ -126,7 +129,15 @@ def install_batching_fix():
         )
         if fixed_shapes is not None or _stock_now():
             return batches
-        return _complete_batches(batches, indices, num_tokens_fn, max_tokens, max_sentences, num_tokens_vec)
+        completed = _complete_batches(batches, indices, num_tokens_fn, max_tokens, max_sentences, num_tokens_vec)
+        if len(completed) > len(batches):  # said: stock fairseq's figures are of fewer examples
+            restored = sum(len(b) for b in completed[len(batches) :])
+            logger.info(
+                f"fairseq's batch_by_size left out {restored} of {len(indices)} examples (--required-batch-size-"
+                f"multiple {required_batch_size_multiple}); the plugin added them back in {len(completed) - len(batches)} "
+                "batch(es), so this loss or BLEU covers every example (stock fairseq's covers the others only)"
+            )
+        return completed
 
     batch_by_size._fsa_complete = True
     data_utils.batch_by_size = batch_by_size

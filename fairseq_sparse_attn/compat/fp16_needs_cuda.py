@@ -1,5 +1,5 @@
-"""``--fp16`` (or ``--memory-efficient-fp16``) training without a CUDA device refused in one
-line before any work.
+"""``--fp16`` training (flat master weights, fairseq's default) without a CUDA device refused
+in one line before any work.
 
 fairseq trains in fp16 through its ``FP16Optimizer``, which asks CUDA for the device of its
 fp32 master weights: on a machine without a GPU, or with ``--cpu``, the run loaded the data,
@@ -20,10 +20,13 @@ def fp16_without_cuda(args):
     where there is no CUDA device, else None."""
     import torch
 
-    # (fairseq sets fp16 for --memory-efficient-fp16 too: the flag given is named)
-    flag = next((f for f in ("memory_efficient_fp16", "fp16") if getattr(args, f, False)), None)
-    if flag is None or not hasattr(args, "update_freq"):  # not fp16, or not a training parser
+    # fairseq's MemoryEfficientFP16Optimizer, and FP16Optimizer with
+    # --fp16-no-flatten-grads, train on a CPU (slowly): only the flat fp32 master copy asks
+    # CUDA for its device, so only that path is refused (stock fairseq trains the others)
+    if not getattr(args, "fp16", False) or getattr(args, "memory_efficient_fp16", False):
         return None
+    if getattr(args, "fp16_no_flatten_grads", False) or not hasattr(args, "update_freq"):
+        return None  # ... or not a training parser
     if getattr(args, "cpu", False):
         where = "--cpu is given"
     elif not torch.cuda.is_available():
@@ -31,7 +34,7 @@ def fp16_without_cuda(args):
     else:
         return None
     return (
-        f"--{flag.replace('_', '-')} trains on a CUDA GPU (fairseq's FP16Optimizer), and {where}: "
+        f"--fp16 trains on a CUDA GPU (fairseq's FP16Optimizer, flat fp32 master weights), and {where}: "
         "use --bf16 for half precision on the CPU, or leave --fp16 out"
     )
 

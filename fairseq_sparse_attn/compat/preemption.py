@@ -55,6 +55,8 @@ logger = logging.getLogger("fairseq_sparse_attn.preemption")
 class _State:
     signum = 0  # the first signal received, 0 for none
     previous = None  # {signum: handler} while ours are installed
+    forked = False  # a process was forked while training (its signals blocked: _forked_child)
+    trained = False  # this process's training loop has started (train() was entered)
 
 
 _STATE = _State()
@@ -82,6 +84,38 @@ def install_handlers():
         return False
     _STATE.previous = previous
     return True
+
+
+def _forked_child():
+    """In a process forked while training (a DataLoader worker, ``--num-workers`` >= 1:
+    fairseq's default is 1), SIGUSR1 and SIGTERM are blocked.  A cluster signals every
+    process of the job (SLURM's ``scancel``, its time limit, ``srun``), and torch's worker
+    dies of a SIGTERM that its parent did not send; the trainer then failed in the middle
+    of its update (``DataLoader worker ... exited unexpectedly``, ``ConnectionResetError``)
+    and saved nothing.  Blocked, the signal is the trainer's alone; the worker ends when the
+    trainer shuts its loader down or exits."""
+    if _STATE.previous is not None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+
+
+def _forked_parent():
+    if _STATE.previous is not None:
+        _STATE.forked = True
+
+
+def end_forked_children():
+    """At exit, SIGKILL the daemon processes (DataLoader workers) of this process: those
+    forked while training cannot receive the SIGTERM with which ``multiprocessing`` ends
+    them at exit before it joins them (it would wait for ever); a worker holds nothing to
+    save.  Registered after ``multiprocessing``'s own exit function, so it runs first."""
+    if not _STATE.forked:
+        return
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        if child.daemon:
+            child.kill()
+            child.join(5)
 
 
 def restore_handlers():
@@ -159,6 +193,33 @@ def stop(cfg, trainer, epoch_itr, signum):
 
         save_dir_lock.release_all()  # a requeued job may start on another node
     _barrier(trainer)  # no rank leaves before the checkpoint is on disk
+    _exit(cfg, signum, master, last)
+
+
+def stop_before_training(cfg, trainer, signum):
+    """A signal that came before the run's first update: nothing was trained since the
+    checkpoint it loaded (or since nothing), so nothing is saved; then as :func:`stop`."""
+    from fairseq.distributed import utils as distributed_utils
+
+    name = _name(signum)
+    updates = trainer.get_num_updates()
+    logger.info(
+        f"{name}: received before the first update of this run: nothing trained since "
+        + (f"update {updates} (the checkpoint it loaded)" if updates else "the start")
+        + ", nothing to save"
+    )
+    master = distributed_utils.is_master(cfg.distributed_training)
+    if master:
+        from . import save_dir_lock
+
+        save_dir_lock.release_all()
+    _barrier(trainer)
+    _exit(cfg, signum, master, os.path.join(cfg.checkpoint.save_dir, "checkpoint_last.pt"))
+
+
+def _exit(cfg, signum, master, last):
+    """Requeue (SIGUSR1 under SLURM, master rank) and exit with 128 + signum."""
+    name = _name(signum)
     restore_handlers()
     if signum == REQUEUE_SIGNAL and master:
         problem = slurm_requeue()
@@ -186,6 +247,11 @@ def _patch_training_loop(module_globals):
     @functools.wraps(original_train)
     def train(cfg, trainer, task, epoch_itr, *args, **kwargs):
         install_handlers()
+        if not _STATE.trained:  # a signal while the run started (data, model, checkpoint)
+            _STATE.trained = True
+            signum = agreed_signal(trainer)
+            if signum:
+                stop_before_training(cfg, trainer, signum)
         try:
             valid_losses, should_stop = original_train(cfg, trainer, task, epoch_itr, *args, **kwargs)
         except BaseException:
@@ -222,6 +288,25 @@ def install():
     original = checkpoint_utils.load_checkpoint
     if getattr(original, "_fsa_preemption", False):
         return
+    import atexit
+    import multiprocessing.util  # noqa: F401  (its exit function first, so ours runs before it)
+
+    os.register_at_fork(after_in_child=_forked_child, after_in_parent=_forked_parent)
+    atexit.register(end_forked_children)
+
+    from fairseq import tasks
+
+    setup_task = tasks.setup_task
+
+    @functools.wraps(setup_task)
+    def setup_task_with_handlers(*args, **kwargs):
+        """fairseq_cli.train's main calls this on every rank before the data and the model:
+        from here a signal is held until the first update boundary (or the loop's start)."""
+        if training_main_frame(sys._getframe(1)) is not None:
+            install_handlers()
+        return setup_task(*args, **kwargs)
+
+    tasks.setup_task = setup_task_with_handlers
 
     @functools.wraps(original)
     def load_checkpoint(*args, **kwargs):

@@ -108,6 +108,30 @@ def check_against_checkpoint(filename, saved, given, given_class):
     check_resume_config(label, saved, given, SparseTransformerModel)
 
 
+def check_epoch_position(filename, extra_state, trainer):
+    """UsageError when a checkpoint saved inside an epoch by W processes is resumed by
+    another number: fairseq records the epoch's position as the batches each process read,
+    so W' processes would repeat or skip examples of that epoch (measured 2026-11-28: 488
+    examples trained twice and 32 never, or 344 never, or fairseq's "dataloader mismatch"
+    error), where the docs called the two trainings the same."""
+    position = (extra_state or {}).get("train_iterator") or {}
+    if not position.get("iterations_in_epoch") or getattr(trainer.cfg.checkpoint, "reset_dataloader", False):
+        return
+    cfg = read_checkpoint_config(filename) or {}
+    distributed = cfg.get("distributed_training") if hasattr(cfg, "get") else None
+    saved = distributed.get("distributed_world_size") if distributed is not None else None
+    now = trainer.data_parallel_world_size
+    if saved is not None and int(saved) != now:
+        from ..errors import UsageError
+
+        raise UsageError(
+            f"{filename} was saved inside epoch {position.get('epoch')} (after {position['iterations_in_epoch']} "
+            f"batches of each of {saved} processes); resumed by {now} process(es), the rest of that epoch would "
+            f"repeat or skip examples: resume it with {saved} processes (--update-freq may change), resume from an "
+            "end-of-epoch checkpoint, or add --reset-dataloader to start the epoch over"
+        )
+
+
 def install():
     from fairseq.models import ARCH_MODEL_REGISTRY
     from fairseq.trainer import Trainer
@@ -124,7 +148,10 @@ def install():
             saved = saved_model_args(filename)
             if saved is not None:
                 check_against_checkpoint(filename, saved, given, model_class)
-        return original(self, filename, reset_optimizer, *args, **kwargs)
+        extra_state = original(self, filename, reset_optimizer, *args, **kwargs)
+        if extra_state is not None:
+            check_epoch_position(filename, extra_state, self)
+        return extra_state
 
     load_checkpoint._fsa_resume_check = True
     Trainer.load_checkpoint = load_checkpoint

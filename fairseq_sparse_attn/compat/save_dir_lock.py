@@ -17,9 +17,14 @@ The lock is an exclusive ``flock`` on the file, which also records the holder (p
 start time, command).  It is released when the run ends (normal end, error, SIGINT,
 SIGTERM: the file is removed) and by the kernel when the process dies (SIGKILL, OOM:
 the file stays).  A lock file whose holder is gone (its pid no longer runs on this host)
-is taken over with one WARNING line.  A lock file written on another host is not taken
-over (whether its holder runs cannot be checked from here): the error says to remove the
-file when that job is gone.  On a file system without ``flock`` the recorded pid decides.
+is taken over with one WARNING line.  Whether a holder on another host runs cannot be
+checked from here, so the holder refreshes the file's time every :data:`HEARTBEAT_S`
+seconds: a lock file of another host that was not refreshed for :data:`STALE_AFTER_S`
+seconds is taken over with one WARNING line (a job requeued onto another node after its
+node died: until 2026-11-28 it was refused until the file was removed by hand); a fresher
+one is refused, the error giving its age.  A lock file without the refresh (plugin versions
+before it) is not taken over from another host.  On a file system without ``flock`` the
+recorded pid decides.
 """
 
 import atexit
@@ -30,6 +35,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 
 from ..errors import SaveDirInUse, UsageError
@@ -38,6 +44,11 @@ from .training_main import training_main_frame
 
 BEHAVIOUR_CHANGE = True
 LOCK_NAME = ".fsa-train.lock"
+#: the holder refreshes the lock file's time this often (seconds)
+HEARTBEAT_S = 30
+#: a lock file of another host not refreshed for this long has no live holder (seconds;
+#: room for the hosts' clocks to differ and a busy file system)
+STALE_AFTER_S = 180
 
 logger = logging.getLogger(__name__)
 
@@ -125,20 +136,39 @@ class SaveDirLock:
             me = {"pid": os.getpid(), "host": this_host()}
             if holder and {k: holder.get(k) for k in me} != me:
                 if holder.get("host") != me["host"]:
-                    raise self._busy(
-                        holder,
-                        ": it was written on another host, so whether that "
-                        "job runs cannot be checked from here; remove the "
-                        "file if it has ended",
+                    age = time.time() - os.fstat(fd).st_mtime
+                    if not holder.get("heartbeat_s"):
+                        raise self._busy(
+                            holder,
+                            ": it was written on another host by a plugin version that does not "
+                            "refresh it, so whether that job runs cannot be checked from here; "
+                            "remove the file if it has ended",
+                        )
+                    if age < STALE_AFTER_S:
+                        raise self._busy(
+                            holder,
+                            f": it was written on another host and refreshed {age:.0f} s ago (a running "
+                            f"training refreshes it every {HEARTBEAT_S} s); if that job has ended, start "
+                            f"again after {STALE_AFTER_S - age:.0f} s, or remove the file",
+                        )
+                    logger.warning(
+                        f"{self.path}: the training that held {self.save_dir} ({describe(holder)}) "
+                        f"has not refreshed it for {age:.0f} s; taking the lock over"
                     )
-                pid = holder.get("pid")
-                if not flocked and isinstance(pid, int) and process_running(pid):
-                    raise self._busy(holder)
-                logger.warning(
-                    f"{self.path}: the training that held {self.save_dir} "
-                    f"({describe(holder)}) no longer runs; taking the lock over"
-                )
-            record = {**me, "started": time.time(), "command": " ".join(sys.argv)[:500]}
+                else:
+                    pid = holder.get("pid")
+                    if not flocked and isinstance(pid, int) and process_running(pid):
+                        raise self._busy(holder)
+                    logger.warning(
+                        f"{self.path}: the training that held {self.save_dir} "
+                        f"({describe(holder)}) no longer runs; taking the lock over"
+                    )
+            record = {
+                **me,
+                "started": time.time(),
+                "heartbeat_s": HEARTBEAT_S,
+                "command": " ".join(sys.argv)[:500],
+            }
             os.ftruncate(fd, 0)
             os.lseek(fd, 0, os.SEEK_SET)
             os.write(fd, (json.dumps(record) + "\n").encode("utf-8"))
@@ -147,12 +177,23 @@ class SaveDirLock:
             os.close(fd)
             raise
         self.fd, self.owner = fd, os.getpid()
+        self._refreshing = threading.Event()
+        threading.Thread(target=self._refresh, args=(fd, self._refreshing), daemon=True, name="fsa-lock").start()
         return self
+
+    def _refresh(self, fd, stop):
+        """Touch the lock file every HEARTBEAT_S seconds until released."""
+        while not stop.wait(HEARTBEAT_S):
+            try:
+                os.utime(fd)
+            except OSError:  # a file system that refuses it: the lock still holds on this host
+                return
 
     def release(self):
         """Remove the lock file and unlock (only in the process that took it)."""
         if self.fd is None or self.owner != os.getpid():
             return
+        self._refreshing.set()
         try:
             os.remove(self.path)
         except OSError:

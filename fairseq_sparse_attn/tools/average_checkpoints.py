@@ -26,6 +26,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import List
 
+from ..writers import temporary_name, unwritable_file
+
 _UPDATE = re.compile(r"^checkpoint_(\d+)_(\d+)\.pt$")
 _EPOCH = re.compile(r"^checkpoint(\d+)\.pt$")
 
@@ -61,8 +63,13 @@ def average(paths: List[Path]):
 
     states = []
     for p in paths:
-        state = torch.load(p, map_location="cpu", weights_only=False)
-        if "model" not in state:
+        try:
+            state = torch.load(p, map_location="cpu", weights_only=False)
+        except Exception as e:  # a truncated or foreign file: torch's error names no file
+            raise ValueError(
+                f"{p}: not a readable checkpoint ({type(e).__name__}: {e}); a run killed while saving?"
+            ) from None
+        if not isinstance(state, dict) or "model" not in state:
             raise ValueError(f"{p}: not a fairseq checkpoint (no 'model' entry)")
         states.append(state)
     keys = list(states[0]["model"].keys())
@@ -107,6 +114,9 @@ def main(argv=None):
     import torch
 
     try:
+        reason = unwritable_file(args.output, "--output")
+        if reason:
+            raise ValueError(reason)
         if len(args.inputs) == 1 and Path(args.inputs[0]).is_dir():
             paths = last_checkpoints(Path(args.inputs[0]), args.num, args.allow_fewer)
         else:
@@ -118,9 +128,14 @@ def main(argv=None):
     except ValueError as e:
         print(f"average_checkpoints: error: {e}", file=sys.stderr)
         return 1
-    tmp = args.output + ".tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, args.output)
+    Path(args.output).absolute().parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_name(args.output)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, args.output)
+    finally:  # a failed or interrupted save leaves no part behind
+        if os.path.exists(tmp):
+            os.unlink(tmp)
     from_directory = len(args.inputs) == 1 and Path(args.inputs[0]).is_dir()
     fewer = from_directory and len(paths) < args.num
     asked = f" (of --num {args.num}: the directory has no more)" if fewer else ""

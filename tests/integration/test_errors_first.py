@@ -77,7 +77,12 @@ def cases(data_bin, tmp):
             "--leaky-relu-slope -0.1: must be in [0, 1)",
         ),
         (*train("--encoder-embed-dim", "0"), "--encoder-embed-dim 0: must be >= 1"),
-        (*train("--fp16", "--cpu"), "--fp16 trains on a CUDA GPU (fairseq's FP16Optimizer), and "),
+        (*train("--lr", "-1"), "--lr -1: must be > 0"),
+        ("generate", [f, "--path", model, "--beam", "0"], "--beam 0: must be a whole number >= 1"),
+        (
+            *train("--fp16", "--cpu"),
+            "--fp16 trains on a CUDA GPU (fairseq's FP16Optimizer, flat fp32 master weights), and ",
+        ),
         (*train("--rhe", "--rhe-gate", "1.5"), "--rhe-gate must be 'dynamic' or a number in (0, 1], got 1.5"),
         (*train("--decoder-embed-dim", "64"), "--share-all-embeddings needs --encoder-embed-dim"),
         ("train", [d, *TRAIN, "--save-dir", str(notes)], "is a file, not a directory"),

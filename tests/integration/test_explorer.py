@@ -199,6 +199,11 @@ def test_bad_input_gives_one_line(tmp_path, capsys):
     assert "differ" in capsys.readouterr().err
     assert cli.main([*args[:-3], "--out", str(tmp_path), "--data", str(DATA)]) == 2
     assert "is a directory" in capsys.readouterr().err
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    nope = ["--path", str(tmp_path / "nope.pt")]  # checked before the model is read
+    assert cli.main(["explore", *nope, "--out", str(blocker / "x.html"), "--data", str(DATA)]) == 2
+    assert f"--out {blocker}/x.html: {blocker} is a file, not a directory" in capsys.readouterr().err
     assert not (tmp_path / "x.html").exists()
     with pytest.raises(SystemExit):
         cli.get_parser().parse_args([*args, "--data", str(DATA), "--n", "0"])

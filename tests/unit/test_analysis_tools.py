@@ -643,3 +643,15 @@ def test_console_script_and_every_flag_documented():
             for flag in action.option_strings:
                 if flag.startswith("--") and flag != "--help":
                     assert f"`{flag}" in docs or f" {flag}" in docs, (name, flag)
+
+
+def test_temperatures_are_checked_when_parsed(capsys):
+    """--temperatures -1 was recorded in stats.json on a softmax model, and on a ReLU model
+    failed after the model and the data loaded, without naming the flag."""
+    parser = cli.get_parser()
+    for bad in ("-1", "0.5,0"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["stats", "--path", "m.pt", "--output-dir", "o", f"--temperatures={bad}"])
+        assert f"argument --temperatures: every value must be > 0, got '{bad}'" in capsys.readouterr().err
+    good = parser.parse_args(["stats", "data-bin", "--path", "m.pt", "--output-dir", "o", "--temperatures", "1,0.5"])
+    assert good.temperatures == [1.0, 0.5]

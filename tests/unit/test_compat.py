@@ -363,9 +363,11 @@ def test_asked_for_tpu_reads_the_command_line_as_fairseq_does(monkeypatch):
 
 
 def test_fp16_training_without_cuda_is_refused_and_generation_is_not(monkeypatch):
-    """A training command line with --fp16 (or --memory-efficient-fp16) and no CUDA device,
-    or --cpu, is one UsageError at parse time naming --bf16; on a CUDA machine it passes;
-    fairseq-generate's --fp16 (half precision on any device) is left alone."""
+    """A training command line with --fp16 (flat master weights) and no CUDA device, or
+    --cpu, is one UsageError at parse time naming --bf16; on a CUDA machine it passes;
+    fairseq-generate's --fp16 (half precision on any device) is left alone, and so are
+    --memory-efficient-fp16 and --fp16 --fp16-no-flatten-grads, which stock fairseq trains
+    on a CPU (refused until 2026-11-28)."""
     import torch
     from fairseq import options
 
@@ -381,8 +383,9 @@ def test_fp16_training_without_cuda_is_refused_and_generation_is_not(monkeypatch
         UsageError, match=r"^--fp16 trains on a CUDA GPU .* this machine has no CUDA device: use --bf16"
     ):
         train("--fp16")
-    with pytest.raises(UsageError, match=r"^--memory-efficient-fp16 trains on a CUDA GPU"):
-        train("--memory-efficient-fp16")
+    assert train("--memory-efficient-fp16").memory_efficient_fp16 is True
+    assert train("--fp16", "--fp16-no-flatten-grads").fp16 is True
+    assert train("--memory-efficient-fp16", "--cpu").cpu is True
     assert train().fp16 is False
     generate = options.parse_args_and_arch(options.get_generation_parser(), ["data", "--path", "m.pt", "--fp16"])
     assert generate.fp16 is True

@@ -112,3 +112,34 @@ def test_validate_and_save_stops_only_when_a_signal_came(fresh_state, monkeypatc
 def test_the_patch_can_be_turned_off():
     assert "preemption" in patches_off({"FSA_COMPAT_OFF": "preemption"})
     assert "preemption" in patches_off({"FSA_COMPAT_OFF": "behaviour"})
+
+
+def test_a_mid_epoch_checkpoint_resumed_by_another_number_of_processes_is_refused(tmp_path):
+    """fairseq counts the epoch's position in batches per process: 2 -> 1 processes trained
+    488 examples twice and 32 never in that epoch (2026-11-28), with nothing said."""
+    from types import SimpleNamespace
+
+    import pytest
+    import torch
+
+    from fairseq_sparse_attn.compat.resume_config_check import check_epoch_position
+    from fairseq_sparse_attn.errors import UsageError
+
+    path = tmp_path / "checkpoint_last.pt"
+    torch.save({"cfg": {"distributed_training": {"distributed_world_size": 2}}}, path)
+
+    def trainer(world, reset=False):
+        return SimpleNamespace(
+            cfg=SimpleNamespace(checkpoint=SimpleNamespace(reset_dataloader=reset)), data_parallel_world_size=world
+        )
+
+    inside = {"train_iterator": {"epoch": 3, "iterations_in_epoch": 17}}
+    with pytest.raises(UsageError) as e:
+        check_epoch_position(str(path), inside, trainer(1))
+    assert str(e.value).startswith(
+        f"{path} was saved inside epoch 3 (after 17 batches of each of 2 processes); resumed by 1"
+    )
+    assert "--reset-dataloader" in str(e.value)
+    check_epoch_position(str(path), inside, trainer(2))  # the same world
+    check_epoch_position(str(path), inside, trainer(1, reset=True))  # the epoch starts over
+    check_epoch_position(str(path), {"train_iterator": {"epoch": 4, "iterations_in_epoch": 0}}, trainer(1))

@@ -139,3 +139,22 @@ def test_t_lines_baseline_without_targets_is_one_error(tmp_path, capsys):
     base.write_text("H-0\t-1\ta b c\n")  # generated without T- lines
     assert score.main([str(gen), "--t-lines", "--baseline", str(base)]) == 1
     assert f"{base}: T- lines for 0 sentences, H- lines for 1 (--t-lines)" in capsys.readouterr().err
+
+
+def test_average_checks_its_output_first_and_names_an_unreadable_input(tmp_path, capsys):
+    """--output a directory gave a traceback after every input was averaged and left a whole
+    checkpoint in DIR.tmp; a truncated input gave torch's OSError without a file name."""
+    a, b = tmp_path / "a.pt", tmp_path / "b.pt"
+    _ckpt(a, torch.ones(2), 1)
+    _ckpt(b, torch.zeros(2), 1)
+    assert average_checkpoints.main(["--inputs", str(a), str(b), "--output", str(tmp_path)]) == 1
+    assert f"--output {tmp_path} is a directory, not a file" in capsys.readouterr().err
+    assert average_checkpoints.main(["--inputs", str(a), str(b), "--output", str(a / "avg.pt")]) == 1
+    assert "is a file, not a directory" in capsys.readouterr().err
+    truncated = tmp_path / "cut.pt"
+    truncated.write_bytes(a.read_bytes()[:100])
+    assert average_checkpoints.main(["--inputs", str(a), str(truncated), "--output", str(tmp_path / "avg.pt")]) == 1
+    assert f"{truncated}: not a readable checkpoint" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pt", "b.pt", "cut.pt"]  # nothing else written
+    assert average_checkpoints.main(["--inputs", str(a), str(b), "--output", str(tmp_path / "out" / "avg.pt")]) == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["avg.pt"]

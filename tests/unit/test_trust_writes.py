@@ -13,6 +13,8 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -231,9 +233,44 @@ def test_lock_written_on_another_host_is_not_taken_over(tmp_path):
     (tmp_path / ".fsa-train.lock").write_text(json.dumps({"pid": 1234, "host": "gpu-node-3"}))
     with pytest.raises(
         save_dir_lock.SaveDirInUse,
-        match="pid 1234 on host gpu-node-3 .*written on another host.*remove the file if it has ended",
+        match="pid 1234 on host gpu-node-3 .*written on another host by a plugin version that does not refresh "
+        "it.*remove the file if it has ended",
     ):
         save_dir_lock.SaveDirLock(str(tmp_path)).acquire()
+
+
+def test_lock_of_another_host_is_taken_over_once_it_is_no_longer_refreshed(tmp_path, caplog, monkeypatch):
+    """A job requeued onto another node after its node died was refused until the file was
+    removed by hand: a holder refreshes the file's time; one that stopped is gone."""
+    lock_file = tmp_path / ".fsa-train.lock"
+    lock_file.write_text(json.dumps({"pid": 1234, "host": "gpu-node-3", "heartbeat_s": 30}))
+    fresh = time.time() - 60
+    os.utime(lock_file, (fresh, fresh))
+    with pytest.raises(save_dir_lock.SaveDirInUse, match=r"refreshed 6\d s ago .*start again after 1[12]\d s"):
+        save_dir_lock.SaveDirLock(str(tmp_path)).acquire()
+    stale = time.time() - save_dir_lock.STALE_AFTER_S - 5
+    os.utime(lock_file, (stale, stale))
+    with caplog.at_level(logging.WARNING):
+        lock = save_dir_lock.SaveDirLock(str(tmp_path)).acquire()
+    try:
+        notices = [r.getMessage() for r in caplog.records if "taking the lock over" in r.getMessage()]
+        assert (
+            len(notices) == 1 and "pid 1234 on host gpu-node-3" in notices[0] and "has not refreshed it" in notices[0]
+        )
+        record = json.loads(lock_file.read_text())
+        assert record["pid"] == os.getpid() and record["heartbeat_s"] == save_dir_lock.HEARTBEAT_S
+        # the holder refreshes it (HEARTBEAT_S shortened for the test)
+        old = time.time() - 1000
+        os.utime(lock_file, (old, old))
+        lock._refreshing.set()
+        monkeypatch.setattr(save_dir_lock, "HEARTBEAT_S", 0.05)
+        lock._refreshing = threading.Event()
+        threading.Thread(target=lock._refresh, args=(lock.fd, lock._refreshing), daemon=True).start()
+        time.sleep(0.3)
+        assert time.time() - lock_file.stat().st_mtime < 5
+    finally:
+        lock.release()
+    assert not lock_file.exists()
 
 
 def test_lock_without_flock_decides_by_the_recorded_pid(tmp_path, sleeper, monkeypatch):

@@ -26,6 +26,16 @@ def float_list(text: str) -> List[float]:
     return values
 
 
+def positive_float_list(text: str) -> List[float]:
+    """Comma-separated numbers, each > 0 (``--temperatures``: a temperature of 0 or below was
+    recorded on a softmax model, and on a ReLU one failed after the model and data loaded)."""
+    values = float_list(text)
+    bad = [v for v in values if not v > 0]
+    if bad:
+        raise argparse.ArgumentTypeError(f"every value must be > 0, got {text!r}")
+    return values
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)

@@ -27,12 +27,16 @@ def add_arguments(p) -> None:
 
 def run(args) -> Dict:
     from ...provenance import provenance
+    from ...writers import unwritable_file, write_text
     from ..explorer import ExplorerCollector, explorer_data, norm_support
     from ..explorer_html import render
 
     resolve_data(args)
     if os.path.isdir(args.out):
         raise UsageError(f"--out {args.out}: is a directory; give the HTML file to write")
+    reason = unwritable_file(args.out, "--out")  # before the model and the data load
+    if reason:
+        raise UsageError(reason)
     args.output_dir = os.path.dirname(os.path.abspath(args.out))
     args.max_sentences = args.n
     ctx = Context(args)
@@ -43,10 +47,7 @@ def run(args) -> Dict:
     header["provenance"] = provenance(argv=getattr(args, "argv", None))
     data = explorer_data(ctx.model, ctx.examples, collector, args.subword_scheme, ctx.title, header)
     path = os.path.abspath(args.out)
-    tmp = path + ".partial"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(render(data))
-    os.replace(tmp, path)
+    write_text(path, render(data))
     size = os.path.getsize(path)
     ctx.out.wrote(path, note=f"{len(data['sentences'])} sentences, {size / 1024:.0f} KiB")
     return data

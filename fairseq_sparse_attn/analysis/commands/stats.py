@@ -3,7 +3,7 @@ layer / head; head JS per layer; FFN statistics (ReLUFormer)."""
 
 from typing import Dict
 
-from .base import Context, add_model_args, add_plots_flag, float_list
+from .base import Context, add_model_args, add_plots_flag, float_list, positive_float_list
 
 NAME = "stats"
 HELP = "sparsity, null rate, entropy, top-p%%, head JS divergence, FFN anisotropy / variance ratio / top-p mass"
@@ -20,7 +20,7 @@ def add_arguments(p) -> None:
     )
     p.add_argument(
         "--temperatures",
-        type=float_list,
+        type=positive_float_list,
         default=[1.0, 0.5, 0.25, 0.1],
         metavar="T,...",
         help="JS re-normalization temperatures of ReLU-type attention (ReLA Table 6; default 1,0.5,0.25,0.1)",
