@@ -232,6 +232,20 @@ def _install_sigterm_release():
         pass
 
 
+def _close_in_forked_child():
+    """A forked child (a DataLoader worker) shares the lock's open file, and the flock holds
+    while any process has it open: after a SIGKILL of the trainer its workers kept the save
+    dir locked for seconds, and an immediate restart was refused.  The child closes its copy
+    (the parent's lock is unchanged; only the parent removes the file)."""
+    for lock in _HELD.values():
+        if lock.fd is not None:
+            try:
+                os.close(lock.fd)
+            except OSError:
+                pass
+            lock.fd = None
+
+
 def lock_save_dir(save_dir):
     """Take the lock of ``save_dir`` for this process (once; SaveDirInUse when held)."""
     key = os.path.realpath(save_dir)
@@ -241,8 +255,14 @@ def lock_save_dir(save_dir):
     if not _HELD:
         atexit.register(release_all)
         _install_sigterm_release()
+        if not _FORK_HOOK:
+            os.register_at_fork(after_in_child=_close_in_forked_child)
+            _FORK_HOOK.append(True)
     _HELD[key] = lock
     return lock
+
+
+_FORK_HOOK: list = []  # the at-fork hook is registered once per process
 
 
 def check_save_dir(save_dir):

@@ -454,6 +454,46 @@ def test_lock_is_released_by_sigterm(tmp_path):
     assert not (tmp_path / LOCK).exists()
 
 
+HOLD_WITH_WORKER = """
+import sys, time, multiprocessing
+from fairseq_sparse_attn.compat import save_dir_lock
+if sys.argv[2] == "without-hook":
+    save_dir_lock._FORK_HOOK.append(True)  # the hook not registered: how it was
+save_dir_lock.lock_save_dir(sys.argv[1])
+child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,), daemon=True)
+child.start()
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_restart_right_after_sigkill_is_not_held_up_by_the_workers(tmp_path):
+    """A SIGKILLed trainer's DataLoader workers shared its lock file and kept the flock for
+    seconds: an immediate restart was refused.  The forked child closes its copy."""
+    from fairseq_sparse_attn.compat import save_dir_lock
+
+    outcomes = {}
+    for mode in ("with-hook", "without-hook"):
+        save = tmp_path / mode
+        save.mkdir()
+        holder = subprocess.Popen(
+            [sys.executable, "-c", HOLD_WITH_WORKER, str(save), mode], env=env(), stdout=subprocess.PIPE, text=True
+        )
+        worker = int(holder.stdout.readline())
+        try:
+            holder.kill()
+            holder.wait()
+            assert os.path.exists(f"/proc/{worker}")  # the worker outlives its trainer
+            try:
+                save_dir_lock.SaveDirLock(str(save)).acquire().release()
+                outcomes[mode] = "taken over"
+            except save_dir_lock.SaveDirInUse:
+                outcomes[mode] = "refused"
+        finally:
+            os.kill(worker, signal.SIGKILL)
+    assert outcomes == {"with-hook": "taken over", "without-hook": "refused"}
+
+
 # --- disk --------------------------------------------------------------------------------------
 
 FULL_DISK = """
