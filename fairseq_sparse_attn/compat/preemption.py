@@ -113,9 +113,21 @@ def end_forked_children():
     import multiprocessing
 
     for child in multiprocessing.active_children():
-        if child.daemon:
+        if child.daemon and _sigterm_blocked(child.pid) is not False:
             child.kill()
             child.join(5)
+
+
+def _sigterm_blocked(pid):
+    """Whether process ``pid`` blocks SIGTERM (Linux's /proc), or None when it cannot be read:
+    only the children forked while training are SIGKILLed, others (a logger's process) are
+    left to ``multiprocessing``'s SIGTERM."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            blocked = next(int(line.split()[1], 16) for line in f if line.startswith("SigBlk:"))
+    except (OSError, StopIteration, ValueError):
+        return None
+    return bool(blocked >> (signal.SIGTERM - 1) & 1)
 
 
 def restore_handlers():

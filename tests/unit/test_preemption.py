@@ -143,3 +143,43 @@ def test_a_mid_epoch_checkpoint_resumed_by_another_number_of_processes_is_refuse
     check_epoch_position(str(path), inside, trainer(2))  # the same world
     check_epoch_position(str(path), inside, trainer(1, reset=True))  # the epoch starts over
     check_epoch_position(str(path), {"train_iterator": {"epoch": 4, "iterations_in_epoch": 0}}, trainer(1))
+
+
+def test_only_children_that_block_sigterm_are_killed_at_exit():
+    """end_forked_children SIGKILLs the DataLoader workers forked while training (their
+    SIGTERM is blocked, so multiprocessing's exit would wait for ever) and leaves others."""
+    import multiprocessing
+    import signal
+    import time
+
+    from fairseq_sparse_attn.compat import preemption
+
+    context = multiprocessing.get_context("fork")
+    plain = context.Process(target=time.sleep, args=(30,), daemon=True)
+    plain.start()
+    blocked = context.Process(target=_sleep_blocked, daemon=True)
+    blocked.start()
+    try:
+        deadline = time.time() + 10
+        while preemption._sigterm_blocked(blocked.pid) is not True and time.time() < deadline:
+            time.sleep(0.05)
+        assert preemption._sigterm_blocked(blocked.pid) is True
+        assert preemption._sigterm_blocked(plain.pid) is False
+        preemption._STATE.forked = True
+        preemption.end_forked_children()
+        assert not blocked.is_alive() and blocked.exitcode == -signal.SIGKILL
+        assert plain.is_alive()
+    finally:
+        preemption._STATE.forked = False
+        for p in (plain, blocked):
+            if p.is_alive():
+                p.kill()
+                p.join()
+
+
+def _sleep_blocked():
+    import signal
+    import time
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    time.sleep(30)
