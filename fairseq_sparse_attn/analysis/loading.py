@@ -234,7 +234,10 @@ def _load_split(task, split: str):
     try:
         task.load_dataset(split)
     except FileNotFoundError as e:
-        raise FileNotFoundError(f"split {split!r} not found in {data}: {e}") from e
+        said = str(e)  # the plugin's own data check already names the split and the folder
+        raise FileNotFoundError(
+            said if said.startswith(f"split {split!r}") else f"split {split!r} not found in {data}: {said}"
+        ) from e
     dataset = task.dataset(split)
     if getattr(dataset, "tgt", None) is None:
         raise ValueError(f"split {split!r} of {data} has no target side; teacher-forced analysis needs sentence pairs")

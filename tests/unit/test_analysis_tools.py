@@ -655,3 +655,24 @@ def test_temperatures_are_checked_when_parsed(capsys):
         assert f"argument --temperatures: every value must be > 0, got '{bad}'" in capsys.readouterr().err
     good = parser.parse_args(["stats", "data-bin", "--path", "m.pt", "--output-dir", "o", "--temperatures", "1,0.5"])
     assert good.temperatures == [1.0, 0.5]
+
+
+def test_a_missing_split_is_said_once():
+    """fsa-analyze --split valid printed "split 'valid' not found in D: split 'valid' not
+    found in D: expected ..." (the data check's message, wrapped again)."""
+    from types import SimpleNamespace
+
+    from fairseq_sparse_attn.analysis.loading import _load_split
+
+    def task(message):
+        def load_dataset(split):
+            raise FileNotFoundError(message)
+
+        return SimpleNamespace(cfg=SimpleNamespace(data="D"), load_dataset=load_dataset)
+
+    with pytest.raises(FileNotFoundError) as e:
+        _load_split(task("split 'valid' not found in D: expected valid.en-de.en.idx"), "valid")
+    assert str(e.value) == "split 'valid' not found in D: expected valid.en-de.en.idx"
+    with pytest.raises(FileNotFoundError) as e:
+        _load_split(task("[Errno 2] No such file: 'D/valid.bin'"), "valid")
+    assert str(e.value) == "split 'valid' not found in D: [Errno 2] No such file: 'D/valid.bin'"
