@@ -61,4 +61,18 @@ def sacrebleu_paired(ref, base, system):
         # identical outputs: the package reports p = 1.0 where sacreBLEU reports its smallest
         # p, 1/(n+1) (tools/significance.py; test_identical_outputs_are_no_evidence_of_a_difference)
         records[1]["p_value"] = 1.0
+    elif _exact_bleu(ref, base) == _exact_bleu(ref, system):
+        # the same BLEU from other hypotheses (two tiny runs at 0.0): an observed difference of
+        # 0, p = 1.0 in the package (test_different_outputs_of_the_same_bleu_are_no_evidence_either)
+        records[1]["p_value"] = 1.0
     return records
+
+
+def _exact_bleu(ref, hyp):
+    """sacreBLEU's corpus BLEU of the files, unrounded (the CLI's JSON rounds it)."""
+    from sacrebleu.metrics import BLEU
+
+    def lines(path):
+        return Path(path).read_text(encoding="utf-8").splitlines()
+
+    return BLEU().corpus_score(lines(hyp), [lines(ref)]).score
