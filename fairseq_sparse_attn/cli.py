@@ -239,7 +239,7 @@ _VALUE_RULES = (
     (("fsa-generate", "fsa-interactive"), "--beam", lambda x: x >= 1 and x == int(x), "a whole number >= 1"),
     (("fsa-generate", "fsa-interactive"), "--nbest", lambda x: x >= 1 and x == int(x), "a whole number >= 1"),
     (("fsa-generate", "fsa-interactive"), "--temperature", lambda x: x > 0, "> 0"),
-    (("fsa-generate", "fsa-interactive"), "--sampling-topp", lambda x: x == -1 or 0 < x <= 1, "in (0, 1], or -1 (off)"),
+    (("fsa-generate", "fsa-interactive"), "--sampling-topp", lambda x: x <= 1, "<= 1 (0 or below: off)"),
 )
 
 
@@ -252,15 +252,15 @@ def _check_values(command, argv):
         if value is None:
             continue
         listed = flag in ("--lr", "--update-freq")  # fairseq evals these (a list): a word is a NameError
-        for entry in value.split(",") if listed else [value]:
+        for entry in value.strip("[]() ").split(",") if listed else [value]:
             number = _number(entry)
             if number is None and not listed:
                 continue  # argparse names a value of the wrong type itself
             if number is None or not ok(number):
                 raise SystemExit(f"{command}: error: {flag} {value}: must be {must}")
     source = _option_value(argv, "--input", last=True) if command == "fsa-interactive" else None
-    if source not in (None, "-") and not os.path.isfile(source):
-        why = "is a directory" if os.path.isdir(source) else "does not exist"
+    if source not in (None, "-") and (os.path.isdir(source) or not os.path.exists(source)):
+        why = "is a directory" if os.path.isdir(source) else "does not exist"  # a pipe (<(zcat ...)) is read
         raise SystemExit(f"{command}: error: --input {source} {why} (a text file, or - for standard input)")
     results = _option_value(argv, "--results-path", last=True) if command == "fsa-generate" else None
     if results is not None and os.path.exists(results) and not os.path.isdir(results):

@@ -113,7 +113,7 @@ def end_forked_children():
     import multiprocessing
 
     for child in multiprocessing.active_children():
-        if child.daemon and _sigterm_blocked(child.pid) is not False:
+        if child.daemon and _sigterm_blocked(child.pid) is not False:  # None (no /proc): it may block it
             child.kill()
             child.join(5)
 

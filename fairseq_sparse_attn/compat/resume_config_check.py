@@ -115,12 +115,18 @@ def check_epoch_position(filename, extra_state, trainer):
     examples trained twice and 32 never, or 344 never, or fairseq's "dataloader mismatch"
     error), where the docs called the two trainings the same."""
     position = (extra_state or {}).get("train_iterator") or {}
-    if not position.get("iterations_in_epoch") or getattr(trainer.cfg.checkpoint, "reset_dataloader", False):
+    checkpoint_cfg = trainer.cfg.checkpoint
+    if not position.get("iterations_in_epoch") or getattr(checkpoint_cfg, "reset_dataloader", False):
         return
+    finetune = getattr(checkpoint_cfg, "finetune_from_model", None)
+    if finetune and os.path.abspath(finetune) == os.path.abspath(filename):
+        return  # fairseq starts a fine-tuning at epoch 1 whatever the checkpoint's position
+    if not os.path.isfile(filename):
+        return  # a rank without the file (fairseq loads on rank 0 and broadcasts); rank 0 decides
     cfg = read_checkpoint_config(filename) or {}
     distributed = cfg.get("distributed_training") if hasattr(cfg, "get") else None
     saved = distributed.get("distributed_world_size") if distributed is not None else None
-    now = trainer.data_parallel_world_size
+    now = getattr(trainer.cfg.distributed_training, "distributed_world_size", None) or trainer.data_parallel_world_size
     if saved is not None and int(saved) != now:
         from ..errors import UsageError
 

@@ -178,15 +178,18 @@ class SaveDirLock:
             raise
         self.fd, self.owner = fd, os.getpid()
         self._refreshing = threading.Event()
-        threading.Thread(target=self._refresh, args=(fd, self._refreshing), daemon=True, name="fsa-lock").start()
+        threading.Thread(target=self._refresh, args=(self.path, self._refreshing), daemon=True, name="fsa-lock").start()
         return self
 
-    def _refresh(self, fd, stop):
-        """Touch the lock file every HEARTBEAT_S seconds until released."""
+    def _refresh(self, path, stop):
+        """Touch the lock file every HEARTBEAT_S seconds until released (by its path: the
+        descriptor may be closed and its number reused by then).  A job suspended (SIGSTOP)
+        for longer than STALE_AFTER_S stops refreshing too, and may lose the lock to another
+        host: documented in docs/distributed.md."""
         while not stop.wait(HEARTBEAT_S):
             try:
-                os.utime(fd)
-            except OSError:  # a file system that refuses it: the lock still holds on this host
+                os.utime(path)
+            except OSError:  # removed, or a file system that refuses it: the lock holds on this host
                 return
 
     def release(self):

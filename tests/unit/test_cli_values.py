@@ -28,7 +28,7 @@ GENERATE = ["data-bin", "--path", "model.pt"]
         ),
         ("fsa-generate", GENERATE + ["--beam", "0"], "--beam 0: must be a whole number >= 1"),
         ("fsa-generate", GENERATE + ["--temperature", "0"], "--temperature 0: must be > 0"),
-        ("fsa-generate", GENERATE + ["--sampling-topp", "1.5"], "--sampling-topp 1.5: must be in (0, 1], or -1 (off)"),
+        ("fsa-generate", GENERATE + ["--sampling-topp", "1.5"], "--sampling-topp 1.5: must be <= 1 (0 or below: off)"),
         ("fsa-interactive", GENERATE + ["--nbest", "0"], "--nbest 0: must be a whole number >= 1"),
     ],
 )

@@ -130,7 +130,11 @@ def test_a_mid_epoch_checkpoint_resumed_by_another_number_of_processes_is_refuse
 
     def trainer(world, reset=False):
         return SimpleNamespace(
-            cfg=SimpleNamespace(checkpoint=SimpleNamespace(reset_dataloader=reset)), data_parallel_world_size=world
+            cfg=SimpleNamespace(
+                checkpoint=SimpleNamespace(reset_dataloader=reset, finetune_from_model=None),
+                distributed_training=SimpleNamespace(distributed_world_size=world),
+            ),
+            data_parallel_world_size=world,
         )
 
     inside = {"train_iterator": {"epoch": 3, "iterations_in_epoch": 17}}
@@ -143,6 +147,12 @@ def test_a_mid_epoch_checkpoint_resumed_by_another_number_of_processes_is_refuse
     check_epoch_position(str(path), inside, trainer(2))  # the same world
     check_epoch_position(str(path), inside, trainer(1, reset=True))  # the epoch starts over
     check_epoch_position(str(path), {"train_iterator": {"epoch": 4, "iterations_in_epoch": 0}}, trainer(1))
+    # a fine-tuning starts at epoch 1 (fairseq resets the loader itself); a rank without
+    # the file (loaded on rank 0 and broadcast) leaves the decision to rank 0
+    finetuning = trainer(1)
+    finetuning.cfg.checkpoint.finetune_from_model = str(path)
+    check_epoch_position(str(path), inside, finetuning)
+    check_epoch_position(str(tmp_path / "on_rank_0_only.pt"), inside, trainer(1))
 
 
 def test_only_children_that_block_sigterm_are_killed_at_exit():

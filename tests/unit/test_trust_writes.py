@@ -265,7 +265,7 @@ def test_lock_of_another_host_is_taken_over_once_it_is_no_longer_refreshed(tmp_p
         lock._refreshing.set()
         monkeypatch.setattr(save_dir_lock, "HEARTBEAT_S", 0.05)
         lock._refreshing = threading.Event()
-        threading.Thread(target=lock._refresh, args=(lock.fd, lock._refreshing), daemon=True).start()
+        threading.Thread(target=lock._refresh, args=(lock.path, lock._refreshing), daemon=True).start()
         time.sleep(0.3)
         assert time.time() - lock_file.stat().st_mtime < 5
     finally:
