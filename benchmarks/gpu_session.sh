@@ -17,13 +17,22 @@
 #               the total leaves (2026-11-27's code, 66 checks in one process: ~200 s)
 #   train-fp16  fairseq-train updates/s of softmax, rela_g, rela_g_triton, three alternating
 #               rounds (~6 min: the pair decides auto for ReLA's relu only from at least 3
-#               rounds, the kernels faster in each; a round starts only when the time left
+#               rounds, the kernels faster in all 3; a round starts only when the time left
 #               holds it whole); ReLUFormer's pair in a call of its own:
 #               TRAIN_PRESETS=reluformer,reluformer_triton
 #   train-bf16  the same in bf16
 #               ($TRAIN_PRESETS: another comma list of bench_gpu.PRESETS, for either step,
 #               e.g. rela_g_dropout,rela_g_triton_dropout or rela_g_base,rela_g_triton_base:
 #               each preset's softmax baseline is added)
+#   ab-fp16     benchmarks/train_ab.py: fairseq's own Trainer for softmax, ReLA-g (eager and
+#               triton) and ReLUFormer (eager and triton) in one process, blocks of 10 updates
+#               in alternating order, as many rounds as the time allows (up to $AB_BLOCKS,
+#               default 60): tens of paired ratios where train-fp16 gets three, and without
+#               a process start per run; train_ab.json comes back as ab-fp16.json (its
+#               parts.train_ab goes into docs/results/bench-gpu*.json beside a kernels part;
+#               auto's rule reads it) ($AB_PRESETS: another comma list; not measured yet:
+#               ~1 min of set-up and compiles, then ~3 s a round of five presets)
+#   ab-bf16     the same in bf16
 #   sweep       the ReLU kernels' tiles of gpu_kernels.SWEEP (fp16, head dim 64, at 4,096 and
 #               1,024 tokens, $SWEEP_LENGTHS), each checked once then timed against flash at
 #               each length, the backward's tiles first: ~4 min (not measured; 1,024 alone
@@ -44,12 +53,13 @@
 #               a rerun on the same inputs moves the error (a race) (~1 min with compiles)
 #
 # A call returns at most 8 files from $OUT (seen 2026-11-26: files in subfolders and past
-# the count came back as "left out"), so this writes at most: session.log, kernels.json,
-# loss_scale.json, train-fp16.json, train-bf16.json (the bench_gpu.json of each step),
-# sweep.json, fp32probe.json and logs.tar.gz (every log, without checkpoints): 8, and
-# demo-results.json: so a call that runs the demo runs at most five other steps.  A train
-# step also writes each run to train-*.jsonl as it ends and removes that file once its JSON
-# is there: only a call cut off inside the step returns it (with the runs that ended).
+# the count came back as "left out"): session.log and logs.tar.gz (every log, without
+# checkpoints) always, and one file per step: kernels.json with loss_scale.json (kernels),
+# train-fp16.json, train-bf16.json (the bench_gpu.json of each step), ab-fp16.json,
+# ab-bf16.json, sweep.json, fp32probe.json, demo-results.json: so a call runs at most six
+# steps (five with kernels).  A train or ab step also writes each run or round to
+# train-*.jsonl / ab-*.jsonl as it ends and removes that file once its JSON is there: only a
+# call cut off inside the step returns it (with what ended).
 # Every command's exit status is in session.log (124: its time limit), with its log's tail
 # when it failed.
 #
@@ -130,6 +140,22 @@ for step in ${STEPS//,/ }; do
       fi
       grep "updates/s\|not started\|failed\|Error" "$WORK/$step.log" 2>/dev/null | cut -c1-200 | tail -20
       keep "$step" "$step.json"; [[ -f "$OUT/$step.json" ]] && rm -f "$OUT/$step.jsonl" ;;
+    ab-fp16|ab-bf16)
+      dtype=${step#ab-}
+      presets=${AB_PRESETS:-softmax,rela_g,rela_g_triton,reluformer,reluformer_triton}
+      B=$(( $(left) - 20 ))
+      say "$step: $presets, budget ${B}s"
+      if (( B > 60 )); then
+        # every round in $OUT as it ends (a call cut off keeps them); removed once the JSON is there
+        timeout $(( B + 15 )) $PY benchmarks/train_ab.py --dtype "$dtype" --presets "$presets" \
+          --blocks "${AB_BLOCKS:-60}" --block-updates 10 --budget "$B" --out "$WORK/$step" \
+          --progress "$OUT/$step.jsonl" > "$WORK/$step.log" 2>&1; status $? "$WORK/$step.log" "$step"
+      else
+        echo "$step: not run (${B}s left)"
+      fi
+      grep "^|\|^paired\|not started\|Error" "$WORK/$step.log" 2>/dev/null | cut -c1-200 | tail -12
+      [[ -f "$WORK/$step/train_ab.json" ]] && cp "$WORK/$step/train_ab.json" "$OUT/$step.json" && rm -f "$OUT/$step.jsonl"
+      keep none none ;;
     sweep)
       say "sweep: kernel tiles ($(left)s left)"
       timeout $(limit 600) $PY benchmarks/gpu_kernels.py --parts sweep --sweep-lengths "${SWEEP_LENGTHS:-4096,1024}" \
@@ -159,7 +185,7 @@ for step in ${STEPS//,/ }; do
       timeout $(limit 600) $PY benchmarks/gpu_kernels.py --parts fp32probe --out "$OUT/fp32probe.json" \
         > "$WORK/fp32probe.log" 2>&1; status $? "$WORK/fp32probe.log" fp32-probe
       grep "^\[kernels\] fp32probe" "$WORK/fp32probe.log"; keep none none ;;
-    *) say "unknown step $step (kernels, train-fp16, train-bf16, sweep, host, demo, fp32-probe)" ;;
+    *) say "unknown step $step (kernels, train-fp16, train-bf16, ab-fp16, ab-bf16, sweep, host, demo, fp32-probe)" ;;
   esac
 done
 say "done"

@@ -254,6 +254,33 @@ def render_gpu(data, json_name):
                 what = f"{dtype} {name} updates/s ratio"
                 line += [", " if j else "", f"{name} ", *_times(v["median"], what), *_spread(v, what, rounds=True)]
         lines.append(line + ["."])
+    ab = parts.get("train_ab") or {}
+    if ab:
+        line = [
+            "- Paired training blocks in one process (`benchmarks/train_ab.py`: fairseq's `Trainer`, blocks of "
+            "updates in alternating order; median [95% CI] of per-block ratios to softmax of the same size): "
+        ]
+        for i, (dtype, r) in enumerate(ab.items()):
+            line.append("; " if i else "")
+            summary = {k: v for k, v in (r.get("summary") or {}).items() if not k.startswith("softmax")}
+            if not summary:
+                line.append(f"{dtype} not measured (no complete round)")
+                continue
+            line += [f"{dtype}, ", Figure(len(r.get("blocks") or []), ".0f", f"{dtype} train_ab rounds"), " rounds: "]
+            for j, (name, e) in enumerate(summary.items()):
+                v = next((x for k, x in e.items() if k.startswith("ratio_to_")), None)
+                what = f"{dtype} {name} train_ab ratio"
+                line += [", " if j else "", f"{name} ", *_times(v and v["median"], what)]
+                if v:
+                    line += [" [", Figure(v["ci95_low"], ".2f", f"{what} low"), "–"]
+                    line += [Figure(v["ci95_high"], ".2f", f"{what} high"), "]"]
+                k = next((x for key, x in e.items() if key.startswith("against_")), None)
+                if k:
+                    line += [" (faster than eager in ", Figure(k["faster_blocks"], ".0f", f"{what} wins"), " of "]
+                    line += [Figure(k["blocks"], ".0f", f"{what} blocks"), ", sign test p "]
+                    p = k["sign_test_p"]
+                    line += ["< 0.001)"] if p < 0.001 else ["= ", Figure(p, ".3f", f"{what} p"), ")"]
+        lines.append(line + ["."])
     for line in lines:  # a figure named with its file: the block renders several
         for part in line:
             if isinstance(part, Figure):

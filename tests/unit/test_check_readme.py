@@ -294,3 +294,42 @@ def test_gpu_block_renders_each_device_familys_file_after_bench_gpu_json(repo):
     tool["write"](repo / "README.md", repo / "results")
     text = (repo / "README.md").read_text()
     assert text.index("Not measured yet: `docs/results/bench-gpu.json`") < text.index("\n\nGPU: NVIDIA H200,")
+
+
+def test_gpu_block_renders_a_recorded_train_ab_part(repo):
+    """A result with train_ab.py's paired blocks (parts -> train_ab -> dtype) gets a line of
+    its own: per preset the median and 95% interval of its per-block ratios to softmax, and
+    for the kernels their wins against eager with the sign test; an edited figure is named."""
+    result = gpu_result()
+    ratio = {"median": 0.962, "ci95_low": 0.951, "ci95_high": 0.975, "min": 0.9, "max": 1.02, "rounds": 40}
+    result["parts"]["train_ab"] = {
+        "fp16": {
+            "blocks": [{"round": r + 1, "ups": {}} for r in range(40)],
+            "summary": {
+                "softmax": {"ups_median": 14.0, "ratio_to_softmax": {**ratio, "median": 1.0}},
+                "rela_g": {"ups_median": 13.4, "ratio_to_softmax": ratio},
+                "rela_g_triton": {
+                    "ups_median": 13.9,
+                    "ratio_to_softmax": {**ratio, "median": 0.991, "ci95_low": 0.98, "ci95_high": 1.004},
+                    "against_rela_g": {"faster_blocks": 31, "blocks": 40, "sign_test_p": 0.00027},
+                },
+                "reluformer_triton": {
+                    "ups_median": 14.1,
+                    "ratio_to_softmax": {**ratio, "median": 1.01},
+                    "against_reluformer": {"faster_blocks": 22, "blocks": 40, "sign_test_p": 0.318},
+                },
+            },
+        }
+    }
+    (repo / "results" / "bench-gpu.json").write_text(json.dumps(result))
+    tool["write"](repo / "README.md", repo / "results")
+    text = (repo / "README.md").read_text()
+    assert check(repo) == []
+    assert (
+        "fp16, 40 rounds: rela_g 0.96× [0.95–0.97], rela_g_triton 0.99× [0.98–1.00] (faster than eager in 31 "
+        "of 40, sign test p < 0.001), reluformer_triton 1.01× [0.95–0.97] (faster than eager in 22 of 40, "
+        "sign test p = 0.318)." in text
+    )
+    (repo / "README.md").write_text(text.replace("in 31 of 40", "in 33 of 40"))
+    problems = check(repo)
+    assert len(problems) == 1 and "fp16 rela_g_triton train_ab ratio wins is 33 in the README, 31" in problems[0]

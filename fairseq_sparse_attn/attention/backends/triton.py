@@ -33,8 +33,10 @@ interpreter (slow: for tests), only when the backend is named (``--attn-backend 
 ``auto`` (:func:`_auto_enabled`) takes it only for a training call on a CUDA device whose
 family (board) has a recorded ``make bench-gpu`` result in ``docs/results/`` that shows it
 faster for the call's activation in its dtype (:data:`MEASURED_FASTER`, what
-:func:`measured_faster` reads from the results: at least 3 paired rounds, the kernels faster
-in each, and a complete, passing correctness part: :func:`faster_in`).  The recorded runs
+:func:`measured_faster` reads from the results: at least 3 paired rounds, of
+``fairseq-train`` runs or of ``benchmarks/train_ab.py``'s blocks, the kernels faster in
+enough of them for a one-sided sign test at 1/8 (all of 3), and a complete, passing
+correctness part: :func:`faster_in`).  The recorded runs
 (2026-11-27) show it for ReLA's ``relu`` in bf16 on an H200 (``bench-gpu-h200.json``:
 ReLA-g's updates/s ahead of eager in each of 3 rounds); the H100's fp16 (2 rounds, ranges
 overlapping) and the H200's fp16 (1 round) decide nothing.  A call with attention dropout or
@@ -164,18 +166,41 @@ DECIDING_PRESETS = (
     ("reluformer_reg_triton", "reluformer_reg", "relu_scaled", "+rowsums"),
     ("reluformer_reg_triton_dropout", "reluformer_reg_dropout", "relu_scaled", "+dropout+rowsums"),
 )
-#: paired rounds a decision needs: with 3, the fused run faster in every one has probability
-#: 1/8 under no difference (a one-sided sign test); two rounds whose ranges overlap decided
-#: H100 fp16 until 2026-11-27
+#: paired rounds a decision needs, and the evidence it needs from them: the fused preset
+#: faster in so many of the rounds that a one-sided sign test gives at most
+#: :data:`DECIDING_SIGN_P` under no difference.  With 3 rounds (``make bench-gpu``'s train
+#: part) that is all three (1/8); with the tens of paired blocks of ``benchmarks/train_ab.py``
+#: it is a clear majority (e.g. 26 of 40).  Two rounds whose ranges overlapped decided H100
+#: fp16 until 2026-11-27.
 MIN_DECIDING_ROUNDS = 3
+DECIDING_SIGN_P = 0.125
+
+
+def sign_test_p(wins: int, n: int) -> float:
+    """One-sided sign test: the probability of at least ``wins`` of ``n`` paired rounds
+    under no difference (each side 1/2)."""
+    if n <= 0:
+        return 1.0
+    return sum(math.comb(n, k) for k in range(wins, n + 1)) / 2**n
 
 
 def paired_rounds(train_dtype: dict, fused: str, eager: str) -> list:
-    """[(fused updates/s, eager updates/s)] of the rounds of a train part's dtype in which
-    both presets ran (``runs[preset][round]``; a round cut off by the budget is None)."""
+    """[(fused updates/s, eager updates/s)] of the rounds of a result's dtype in which both
+    presets ran: the train part's ``runs[preset][round]`` (a round cut off by the budget is
+    None), or the paired blocks of a ``train_ab`` part (``blocks[i]["ups"][preset]``)."""
+    if "blocks" in train_dtype:
+        blocks = train_dtype.get("blocks") or []
+        return [(b["ups"][fused], b["ups"][eager]) for b in blocks if fused in b.get("ups", {}) and eager in b["ups"]]
     runs = train_dtype.get("runs") or {}
     pairs = zip(runs.get(fused) or [], runs.get(eager) or [])
     return [(f, e) for f, e in pairs if f is not None and e is not None]
+
+
+def shows_faster(pairs) -> bool:
+    """At least :data:`MIN_DECIDING_ROUNDS` paired rounds, the fused preset faster in enough
+    of them for a one-sided sign test at :data:`DECIDING_SIGN_P`."""
+    wins = sum(f > e for f, e in pairs)
+    return len(pairs) >= MIN_DECIDING_ROUNDS and sign_test_p(wins, len(pairs)) <= DECIDING_SIGN_P
 
 
 def kernels_verified(result: dict) -> bool:
@@ -191,21 +216,26 @@ def kernels_verified(result: dict) -> bool:
     return all(c.get("ok") for c in checks)
 
 
+#: the parts of a recorded result whose paired rounds decide: ``make bench-gpu``'s
+#: ``fairseq-train`` rounds and ``benchmarks/train_ab.py``'s paired blocks
+DECIDING_PARTS = ("train", "train_ab")
+
+
 def faster_in(result: dict) -> FrozenSet[Tuple[str, str]]:
     """The (activation, setting) pairs (:func:`measured_setting`: ``"fp16"``,
-    ``"bf16+dropout"``, ...) in which a ``make bench-gpu`` result shows the triton backend
-    faster: its kernels passed their CUDA correctness checks (:func:`kernels_verified`),
-    and the fused and the eager preset of :data:`DECIDING_PRESETS` ran side by side in at
-    least :data:`MIN_DECIDING_ROUNDS` rounds, the fused one faster in every one of them."""
+    ``"bf16+dropout"``, ...) in which a recorded result shows the triton backend faster:
+    its kernels passed their CUDA correctness checks (:func:`kernels_verified`), and the
+    fused and the eager preset of :data:`DECIDING_PRESETS` ran side by side in paired
+    rounds of one of :data:`DECIDING_PARTS` that show the fused one faster
+    (:func:`shows_faster`)."""
     if not kernels_verified(result):
         return frozenset()
-    train = (result.get("parts") or {}).get("train") or {}
     faster = set()
-    for dtype, per_dtype in train.items():
-        for fused, eager, activation, suffix in DECIDING_PRESETS:
-            pairs = paired_rounds(per_dtype, fused, eager)
-            if len(pairs) >= MIN_DECIDING_ROUNDS and all(f > e for f, e in pairs):
-                faster.add((activation, dtype + suffix))
+    for part in DECIDING_PARTS:
+        for dtype, per_dtype in ((result.get("parts") or {}).get(part) or {}).items():
+            for fused, eager, activation, suffix in DECIDING_PRESETS:
+                if shows_faster(paired_rounds(per_dtype, fused, eager)):
+                    faster.add((activation, dtype + suffix))
     return frozenset(faster)
 
 

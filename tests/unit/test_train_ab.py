@@ -1,0 +1,136 @@
+"""``benchmarks/train_ab.py`` without training: its pairing of blocks, its summary against
+a hand count, the sign test, what auto's rule makes of its rounds, and its refusals
+(before any work).  The training itself: tests/integration/test_train_ab.py."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fairseq_sparse_attn.attention.backends import triton as tb
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import train_ab  # noqa: E402
+
+
+def test_a_triton_preset_is_paired_with_its_eager_form():
+    assert train_ab.eager_form("rela_g_triton") == "rela_g"
+    assert train_ab.eager_form("rela_g_triton_dropout") == "rela_g_dropout"
+    assert train_ab.eager_form("reluformer_reg_triton_dropout") == "reluformer_reg_dropout"
+    assert train_ab.eager_form("rela_g_triton_base") == "rela_g_base"
+    assert train_ab.eager_form("softmax") is None and train_ab.eager_form("rela_g") is None
+    # every pair auto's rule reads is a pair the harness forms
+    for fused, eager, _, _ in tb.DECIDING_PRESETS:
+        assert train_ab.eager_form(fused) == eager
+
+
+def test_the_sign_test_against_a_hand_count():
+    assert tb.sign_test_p(3, 3) == 1 / 8
+    assert tb.sign_test_p(0, 3) == 1.0
+    assert tb.sign_test_p(5, 6) == pytest.approx(7 / 64)  # C(6,5) + C(6,6) = 7
+    assert tb.sign_test_p(26, 40) == pytest.approx(0.0403, abs=5e-4)
+    assert tb.sign_test_p(0, 0) == 1.0
+
+
+def test_auto_s_rule_is_the_sign_test_at_one_eighth():
+    """With 3 to 5 rounds the rule is "faster in every one" (what it was before the paired
+    blocks); with more, a clear majority."""
+    for n in (3, 4, 5):
+        assert tb.shows_faster([(2.0, 1.0)] * n)
+        assert not tb.shows_faster([(2.0, 1.0)] * (n - 1) + [(1.0, 2.0)])
+    assert not tb.shows_faster([(2.0, 1.0)] * 2)  # two rounds decide nothing
+    assert tb.shows_faster([(2.0, 1.0)] * 5 + [(1.0, 2.0)])  # 5 of 6: p = 7/64
+    assert tb.shows_faster([(2.0, 1.0)] * 26 + [(1.0, 2.0)] * 14)  # 26 of 40: p = 0.04
+    assert not tb.shows_faster([(2.0, 1.0)] * 24 + [(1.0, 2.0)] * 16)  # 24 of 40: p = 0.13
+    assert not tb.shows_faster([(1.0, 1.0)] * 10)  # ties are not wins
+
+
+def blocks_of(ups_by_preset):
+    """Rounds of blocks as train_ab writes them: [{"round": r, "ups": {preset: ups}}]."""
+    n = len(next(iter(ups_by_preset.values())))
+    return [{"round": r + 1, "ups": {p: v[r] for p, v in ups_by_preset.items() if v[r] is not None}} for r in range(n)]
+
+
+def test_the_summary_pairs_blocks_of_the_same_round():
+    blocks = blocks_of(
+        {
+            "softmax": [10.0, 12.0, 11.0, 8.0],
+            "rela_g": [9.0, 12.0, 10.0, 8.8],
+            "rela_g_triton": [9.5, 11.0, 11.0, None],  # its last block did not run
+        }
+    )
+    summary = train_ab.summarize(blocks, ["softmax", "rela_g", "rela_g_triton"])
+    assert summary["softmax"]["ratio_to_softmax"]["median"] == 1.0
+    rela_g = summary["rela_g"]["ratio_to_softmax"]
+    assert rela_g["rounds"] == 4 and rela_g["median"] == pytest.approx((10 / 11 + 1.0) / 2)  # 0.9, 1.0, 0.909, 1.1
+    assert rela_g["min"] == pytest.approx(0.9) and rela_g["max"] == pytest.approx(1.1)
+    k = summary["rela_g_triton"]["against_rela_g"]
+    assert (k["faster_blocks"], k["blocks"]) == (2, 3)  # 9.5 > 9, 11 < 12, 11 > 10
+    assert k["sign_test_p"] == pytest.approx(4 / 8) and not k["shows_faster"]
+    assert summary["rela_g_triton"]["ratio_to_softmax"]["rounds"] == 3
+    assert summary["rela_g_triton"]["ups_median"] == 11.0
+    table = train_ab.format_table(
+        {"settings": {"dtype": "fp16", "block_updates": 10}, "blocks": blocks, "summary": summary}
+    )
+    assert "| rela_g_triton | 11.00 |" in table and "2 of 3, p = 0.5 |" in table
+
+
+def test_auto_reads_the_paired_blocks_of_a_recorded_result(tmp_path):
+    """A recorded result with a train_ab part (train_ab.py's layout: parts -> train_ab ->
+    dtype) and a passing kernels part decides where its blocks show the kernels faster."""
+    won = [10.0 + (i % 3) for i in range(40)]
+    blocks = blocks_of(
+        {
+            "softmax": [12.0] * 40,
+            "rela_g": won,
+            # faster in 30 of 40 blocks: p < 1/8
+            "rela_g_triton": [w + (0.5 if i < 30 else -0.5) for i, w in enumerate(won)],
+            "reluformer": won,
+            # faster in 22 of 40: p = 0.32, decides nothing
+            "reluformer_triton": [w + (0.5 if i < 22 else -0.5) for i, w in enumerate(won)],
+        }
+    )
+    result = {
+        "parts": {"train_ab": {"fp16": {"blocks": blocks}}, "kernels": {"correctness": [{"ok": True}]}},
+        "provenance": {"device": "NVIDIA H100 80GB HBM3"},
+    }
+    assert tb.faster_in(result) == {("relu", "fp16")}
+    (tmp_path / "bench-gpu.json").write_text(json.dumps(result))
+    assert tb.measured_faster(tmp_path) == {("H100", "relu", "fp16"): "bench-gpu.json"}
+    # without a passing correctness part, no blocks decide
+    result["parts"]["kernels"] = {"correctness": [{"ok": False}]}
+    assert tb.faster_in(result) == frozenset()
+
+
+def run_script(*args):
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "train_ab.py"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--presets", "softmax,rela_x"], "--presets: unknown rela_x"),
+        (["--blocks", "2", "--cpu"], "--blocks must be >= 3, got 2"),
+        (["--block-updates", "0", "--cpu"], "--block-updates must be >= 1, got 0"),
+        (["--data", "/nonexistent", "--cpu"], "--data /nonexistent: no dict.src.txt"),
+        ([], "no CUDA device"),
+    ],
+)
+def test_bad_input_is_refused_in_one_line_before_any_work(tmp_path, args, message):
+    p = run_script(*args, "--out", str(tmp_path / "o"))
+    assert p.returncode == 2, p.stderr
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("train_ab.py: error:") and message in last
+    assert not (tmp_path / "o").exists()  # nothing written
