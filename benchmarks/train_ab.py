@@ -181,6 +181,68 @@ def format_table(part) -> str:
     return "\n".join(lines)
 
 
+def _failure(failed, preset, e) -> None:
+    failed[preset] = f"{type(e).__name__}: {e}"[:500]
+    print(f"[train-ab] {preset} failed, left out of the rounds: {failed[preset]}", flush=True)
+
+
+def set_up(presets, data, args):
+    """({preset: Run} of the presets set up, {preset: why} of those that failed)."""
+    runs, failed = {}, {}
+    for preset in presets:
+        try:
+            runs[preset] = Run(preset, fairseq_args(data, preset, args.dtype, args))
+        except Exception as e:  # one preset's failure (a flag, memory) leaves the others their rounds
+            _failure(failed, preset, e)
+    return runs, failed
+
+
+def paired_blocks(runs, presets, failed, args, sync, progress, start):
+    """The warm-up, then up to ``--blocks`` rounds of one block per preset in alternating
+    order, each appended to ``progress`` as it ends: [{"round": r, "ups": {preset: ups}}].
+    A preset whose training fails (diverged, out of memory) is recorded in ``failed`` and
+    left out of the later rounds; without its baseline a preset has no ratio, so the
+    rounds end when a baseline fails.  No round starts that the budget would not hold."""
+    bases = {baseline(p) for p in presets}
+
+    def attempt(preset, updates) -> bool:
+        try:
+            runs[preset].train(updates)
+            return True
+        except Exception as e:
+            _failure(failed, preset, e)
+            return False
+
+    for preset in presets:  # warm-up: Triton's compiles, the allocator; not recorded
+        if preset in runs and preset not in failed:
+            attempt(preset, args.warmup_updates)
+    sync()
+    blocks, took = [], []
+    for b in range(args.blocks):
+        active = [p for p in presets if p in runs and p not in failed]
+        if bases & set(failed) or not active:
+            print(f"[train-ab] round {b + 1}: not started (failed: {', '.join(failed)})", flush=True)
+            break
+        if args.budget and took and time.monotonic() - start + statistics.median(took) * len(active) > args.budget:
+            print(f"[train-ab] round {b + 1}: not started (--budget {args.budget:.0f} s)", flush=True)
+            break
+        block = {"round": b + 1, "ups": {}}
+        for preset in alternating(active, b):
+            sync()
+            t0 = time.perf_counter()
+            if not attempt(preset, args.block_updates):
+                continue
+            sync()
+            seconds = time.perf_counter() - t0
+            took.append(seconds)
+            block["ups"][preset] = args.block_updates / seconds
+        blocks.append(block)
+        with open(progress, "a") as f:
+            f.write(json.dumps(block) + "\n")
+        print(f"[train-ab] round {b + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in block["ups"].items()), flush=True)
+    return blocks
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--presets", default="softmax,rela_g,rela_g_triton", help=f"comma list of {', '.join(PRESETS)}")
@@ -244,37 +306,16 @@ def main(argv=None) -> int:
     data = Path(args.data) if args.data else synthetic_corpus(out / "corpus", args.pairs)
     # bench_gpu's flags; log-interval/max-update are read by train_command, not used here
     args.max_update, args.log_interval = 10**9, 10**9
-    runs = {preset: Run(preset, fairseq_args(data, preset, args.dtype, args)) for preset in presets}
     sync = synchronizer(args.cpu)
-    for preset in presets:  # warm-up (compiles, the allocator), alternating as the blocks
-        runs[preset].train(args.warmup_updates)
-    sync()
-    blocks, took = [], []
-    for b in range(args.blocks):
-        if args.budget and took:
-            need = statistics.median(took) * len(presets)
-            if time.monotonic() - start + need > args.budget:
-                print(f"[train-ab] round {b + 1}: not started (--budget {args.budget:.0f} s)", flush=True)
-                break
-        block = {"round": b + 1, "ups": {}}
-        for preset in alternating(presets, b):
-            sync()
-            t0 = time.perf_counter()
-            runs[preset].train(args.block_updates)
-            sync()
-            seconds = time.perf_counter() - t0
-            took.append(seconds)
-            block["ups"][preset] = args.block_updates / seconds
-        blocks.append(block)
-        with open(progress, "a") as f:
-            f.write(json.dumps(block) + "\n")
-        print(f"[train-ab] round {b + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in block["ups"].items()), flush=True)
+    runs, failed = set_up(presets, data, args)
+    blocks = paired_blocks(runs, presets, failed, args, sync, progress, start)
     settings = {k: v for k, v in vars(args).items() if k not in ("max_update", "log_interval")}
     settings["presets"] = presets
     part = {
         "settings": settings,
         "blocks": blocks,
-        "overflows": {p: runs[p].overflows for p in presets},
+        "overflows": {p: run.overflows for p, run in runs.items()},
+        "failed": failed,
         "summary": summarize(blocks, presets) if blocks else {},
     }
     # the layout of a make bench-gpu result (parts -> part -> dtype), so that a recorded
@@ -284,7 +325,7 @@ def main(argv=None) -> int:
     if blocks:
         print(format_table(part))
     print(f"[train-ab] wrote {path}", flush=True)
-    return 0 if blocks else 1
+    return 0 if blocks and not failed else 1
 
 
 if __name__ == "__main__":

@@ -134,3 +134,62 @@ def test_bad_input_is_refused_in_one_line_before_any_work(tmp_path, args, messag
     last = p.stderr.strip().splitlines()[-1]
     assert last.startswith("train_ab.py: error:") and message in last
     assert not (tmp_path / "o").exists()  # nothing written
+
+
+class FakeRun:
+    """Stands in for train_ab.Run (no training): counts updates; ``FAIL`` names a preset
+    and the call of ``train`` that raises (0: its set-up)."""
+
+    FAIL = {}
+
+    def __init__(self, preset, argv):
+        self.preset, self.calls, self.overflows = preset, 0, 0
+        if self.FAIL.get(preset) == 0:
+            raise RuntimeError(f"{preset}: set-up failed")
+
+    def train(self, updates):
+        self.calls += 1
+        if self.FAIL.get(self.preset) == self.calls:
+            raise FloatingPointError("Minimum loss scale reached (0.0001).")
+
+
+@pytest.fixture
+def fake(monkeypatch, tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "dict.src.txt").write_text("w0 1\n")
+    monkeypatch.setattr(train_ab, "Run", FakeRun)
+    FakeRun.FAIL = {}
+
+    def main(*args):
+        out = tmp_path / "out"
+        code = train_ab.main(["--cpu", "--dtype", "fp32", "--data", str(tmp_path / "data"), "--out", str(out), *args])
+        return code, json.loads((out / "train_ab.json").read_text())["parts"]["train_ab"]["fp32"]
+
+    return main
+
+
+def test_a_preset_that_fails_leaves_the_others_their_rounds(fake):
+    """A diverged kernels run (its 3rd call: warm-up, then two blocks) drops out with its
+    reason; the other presets keep every round; the run exits 1 (something failed)."""
+    FakeRun.FAIL = {"rela_g_triton": 3}
+    code, part = fake("--presets", "rela_g,rela_g_triton", "--blocks", "4")
+    assert code == 1
+    assert part["failed"] == {"rela_g_triton": "FloatingPointError: Minimum loss scale reached (0.0001)."}
+    assert [sorted(b["ups"]) for b in part["blocks"]] == [
+        ["rela_g", "rela_g_triton", "softmax"],
+        ["rela_g", "softmax"],
+        ["rela_g", "softmax"],
+        ["rela_g", "softmax"],
+    ]
+    assert part["summary"]["rela_g"]["ratio_to_softmax"]["rounds"] == 4
+    assert part["summary"]["rela_g_triton"]["against_rela_g"]["blocks"] == 1
+
+
+def test_without_its_baseline_no_round_runs(fake):
+    FakeRun.FAIL = {"softmax": 0}  # the baseline's set-up fails: no ratio could be formed
+    code, part = fake("--presets", "rela_g", "--blocks", "3")
+    assert code == 1 and part["blocks"] == [] and part["summary"] == {}
+    assert part["failed"] == {"softmax": "RuntimeError: softmax: set-up failed"}
+    FakeRun.FAIL = {}
+    code, part = fake("--presets", "rela_g", "--blocks", "3")
+    assert code == 0 and len(part["blocks"]) == 3 and part["failed"] == {}
