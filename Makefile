@@ -61,7 +61,7 @@ bench-host:         ## host time of a training step per preset vs stock fairseq:
 
 BENCH_GPU_DIR ?= bench_gpu_out
 BENCH_GPU_ARGS ?=
-bench-gpu:          ## GPU only: attention, long sequences, fairseq-train updates/s of every preset vs softmax (fp16, bf16); JSON + table in $(BENCH_GPU_DIR)
+bench-gpu:          ## GPU only: kernels, attention, long sequences, fairseq-train updates/s of every preset vs softmax (fp16, bf16), paired training blocks; JSON + table in $(BENCH_GPU_DIR)
 	$(PYTHON) benchmarks/bench_gpu.py --out $(BENCH_GPU_DIR) $(BENCH_GPU_ARGS)
 
 clean:

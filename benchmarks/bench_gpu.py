@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """``make bench-gpu``: the GPU benchmark of issue 22 in one call, on one CUDA device.
 
-Three parts, each a ratio against softmax measured in the same run, with its spread:
+Its parts, each a ratio against softmax measured in the same run, with its spread:
 
 1. ``attention``: ``bench_attention.py --device cuda --measures train_step`` (one train
    step of the base-size model per variant, interleaved rounds);
@@ -16,7 +16,12 @@ Three parts, each a ratio against softmax measured in the same run, with its spr
    dictionary: no download; speed does not depend on the words).  updates/s of one run is
    the mean of fairseq's ``ups`` over its log intervals after the first (the first holds
    CUDA start-up and the allocator's warm-up); the ratio of a round is ups(preset) /
-   ups(softmax) of that round; reported as the median over rounds with min-max.
+   ups(softmax) of that round; reported as the median over rounds with min-max;
+4. ``train_ab``: ``benchmarks/train_ab.py`` per dtype: the same presets' training steps
+   (fairseq's ``Trainer``, the train part's arguments) in one process, blocks of updates in
+   alternating order: tens of paired ratios where the train part gets ``--rounds``
+   (docs/performance.md, "Paired training blocks in one process"); plus ``kernels`` (the
+   Triton kernels' CUDA correctness and time against flash) and ``loss_scale``.
 
 Writes ``OUT/bench_gpu.json`` (every run's ups, the ratios, provenance: device, torch,
 commit, date) and ``OUT/bench_gpu.md`` (the README table with device, date and commit).
@@ -120,7 +125,9 @@ def baseline(preset: str) -> str:
 
 
 DTYPE_FLAGS = {"fp16": ["--fp16"], "bf16": ["--bf16"], "fp32": []}
-PARTS = ("kernels", "attention", "long", "train", "loss_scale")
+PARTS = ("kernels", "attention", "long", "train", "loss_scale", "train_ab")
+#: the least budget a dtype's train_ab part is started with (set-up, compiles and 3 rounds)
+TRAIN_AB_MIN_SECONDS = 90
 #: the loss-scale part: fp16 runs over --loss-scale-updates updates, side by side
 LOSS_SCALE_PRESETS = ("softmax", "rela_g", "rela_g_triton")
 
@@ -346,6 +353,36 @@ def train_part(args, budget, data, progress=None):
     return out
 
 
+def train_ab_part(args, budget, out: Path) -> dict:
+    """{dtype: the ``train_ab`` part of ``benchmarks/train_ab.py``'s result}: the presets'
+    paired training blocks in one process per dtype, each given the budget left (a dtype
+    that no longer has :data:`TRAIN_AB_MIN_SECONDS` is recorded as skipped)."""
+    results = {}
+    for dtype in args.dtypes:
+        left = budget.left()
+        if left < TRAIN_AB_MIN_SECONDS:
+            results[dtype] = {"skipped": "--budget spent"}
+            print(f"[bench-gpu] train_ab {dtype}: skipped (--budget spent)", flush=True)
+            continue
+        dest = out / f"train_ab_{dtype}"
+        cmd = [sys.executable, str(REPO / "benchmarks" / "train_ab.py"), "--dtype", dtype, "--presets"]
+        cmd += [",".join(args.presets), "--max-tokens", str(args.max_tokens), "--pairs", str(args.pairs)]
+        cmd += ["--budget", str(int(left - 15)), "--out", str(dest)]
+        print(f"[bench-gpu] train_ab {dtype}: {' '.join(cmd[1:])}", flush=True)
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=left)
+            print(p.stdout[-3000:], flush=True)
+            if p.returncode != 0:
+                print(f"[bench-gpu] train_ab {dtype}: exit status {p.returncode}\n{p.stderr[-1500:]}", flush=True)
+        except subprocess.TimeoutExpired:
+            print(f"[bench-gpu] train_ab {dtype}: timed out at --budget", flush=True)
+        try:
+            results[dtype] = json.loads((dest / "train_ab.json").read_text())["parts"]["train_ab"][dtype]
+        except (OSError, ValueError, KeyError):
+            results[dtype] = {"skipped": "its run wrote no result"}
+    return results
+
+
 _OVERFLOW = "gradient overflow detected"
 
 
@@ -569,6 +606,9 @@ def main(argv=None):
                 results["parts"]["train"] = train_part(args, budget, data, progress)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+    if "train_ab" in parts:
+        results["parts"]["train_ab"] = train_ab_part(args, budget, out)
+        write_json(out / "bench_gpu.json", results, argv=sys.argv)
     device = torch.cuda.get_device_name(0)
     commit = git_state()[0] or "?"
     date = time.strftime("%Y-%m-%d", time.gmtime())

@@ -719,3 +719,41 @@ def test_merged_correctness_is_complete_only_when_every_shard_ran_its_plan(tmp_p
     result = {"parts": {"kernels": merged, "train": {"bf16": {"runs": runs}}}}
     assert all(r["ok"] for r in merged["correctness"]) and not tb.kernels_verified(result)
     assert tb.faster_in(result) == frozenset()
+
+
+def test_the_train_ab_part_runs_train_ab_per_dtype_within_the_budget(monkeypatch, tmp_path):
+    """Each dtype's train_ab.py gets the train part's presets and settings and the budget
+    left; its result's train_ab part is taken as it is; a dtype without the least budget,
+    or whose run wrote nothing, is recorded as skipped (auto's rule reads no blocks there)."""
+    import json
+    import types
+
+    from fairseq_sparse_attn.attention.backends import triton as tb
+
+    clock = types.SimpleNamespace(now=0.0)
+    monkeypatch.setattr(bench_gpu.time, "monotonic", lambda: clock.now)
+    seen = []
+
+    def run(cmd, **kwargs):
+        seen.append(cmd)
+        dtype, out = cmd[cmd.index("--dtype") + 1], Path(cmd[cmd.index("--out") + 1])
+        clock.now += 100
+        if dtype == "fp16":
+            out.mkdir(parents=True)
+            part = {"blocks": [{"round": 1, "ups": {"softmax": 10.0, "rela_g": 9.0}}]}
+            (out / "train_ab.json").write_text(json.dumps({"parts": {"train_ab": {dtype: part}}}))
+        return subprocess.CompletedProcess(cmd, 0, stdout="", stderr="")
+
+    monkeypatch.setattr(bench_gpu.subprocess, "run", run)
+    args = types.SimpleNamespace(presets=["softmax", "rela_g"], dtypes=["fp16", "bf16"], max_tokens=4096, pairs=6000)
+    out = bench_gpu.train_ab_part(args, bench_gpu.Budget(300), tmp_path)
+    assert out["fp16"] == {"blocks": [{"round": 1, "ups": {"softmax": 10.0, "rela_g": 9.0}}]}
+    assert out["bf16"] == {"skipped": "its run wrote no result"}
+    first = seen[0]
+    assert first[first.index("--presets") + 1] == "softmax,rela_g" and first[first.index("--budget") + 1] == "285"
+    assert seen[1][seen[1].index("--budget") + 1] == "185"  # what the first left
+    clock.now = 0.0
+    out = bench_gpu.train_ab_part(args, bench_gpu.Budget(150), tmp_path / "again")
+    assert out["bf16"] == {"skipped": "--budget spent"} and len(seen) == 3  # 50 s left: not started
+    # a skipped dtype decides nothing (no blocks, no runs)
+    assert tb.paired_rounds(out["bf16"], "rela_g_triton", "rela_g") == []
