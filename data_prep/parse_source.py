@@ -63,6 +63,7 @@ from fairseq_sparse_attn.syntax.readers import (  # noqa: E402
     read_ptb,
 )
 from fairseq_sparse_attn.syntax.structure import tree_from_dependencies  # noqa: E402
+from fairseq_sparse_attn.writers import unwritable_file  # noqa: E402
 
 TAG = "[parse_source]"
 _END = object()
@@ -123,6 +124,18 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         path = getattr(args, name)
         if path is not None and not path.is_file():
             p.error(f"--{name}: file not found: {path}")
+    for flag, path in (("--dep-out", args.dep_out), ("--tree-out", args.tree_out)):
+        # before any parsing (spaCy's model loads for minutes): where the output can be written
+        reason = unwritable_file(path, flag) if path is not None else None
+        if reason is None and path is not None:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                reason = f"{flag} {path}: {e.strerror or e}"
+        if reason is not None:
+            p.error(reason)
+    if args.dep_out is not None and args.dep_out.resolve() == (args.tree_out or Path()).resolve():
+        p.error("--dep-out and --tree-out name the same file")
     return args
 
 

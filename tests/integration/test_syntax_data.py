@@ -1092,3 +1092,37 @@ def test_parsed_multi30k_task_against_independent_computation(parsed_data):
         assert not net["src_dep"][~pair].any() and (net["src_rp"][~pair] == X).all()
         n += bsz
     assert n == 1014
+
+
+@pytest.mark.parametrize(
+    "flag, target, message",
+    [
+        ("--dep-out", "/proc/x/x.dep", "--dep-out /proc/x/x.dep: No such file or directory"),
+        ("--dep-out", "{tmp}", "--dep-out {tmp} is a directory, not a file"),
+        ("--tree-out", "{tmp}/tok.en/x.tree", "--tree-out {tmp}/tok.en/x.tree: {tmp}/tok.en is a file, not a directory"),
+    ],
+)
+def test_cli_an_output_that_cannot_be_written_is_one_line_before_parsing(tmp_path, capsys, flag, target, message):
+    cli = load_cli()
+    (tmp_path / "tok.en").write_text(TOKENS)
+    (tmp_path / "d.conllu").write_text(CONLLU_3)
+    argv = ["--input", str(tmp_path / "tok.en"), "--conllu", str(tmp_path / "d.conllu"), "--no-progress"]
+    argv += [flag, target.format(tmp=tmp_path)]
+    if flag == "--tree-out":
+        argv.append("--trees-from-dependencies")
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(message.format(tmp=tmp_path))
+
+
+def test_cli_dependencies_and_trees_into_one_file_is_refused(tmp_path, capsys):
+    cli = load_cli()
+    (tmp_path / "tok.en").write_text(TOKENS)
+    (tmp_path / "d.conllu").write_text(CONLLU_3)
+    same = str(tmp_path / "x.out")
+    argv = ["--input", str(tmp_path / "tok.en"), "--conllu", str(tmp_path / "d.conllu"), "--no-progress"]
+    with pytest.raises(SystemExit) as e:
+        cli.main([*argv, "--dep-out", same, "--tree-out", same, "--trees-from-dependencies"])
+    assert e.value.code == 2 and "--dep-out and --tree-out name the same file" in capsys.readouterr().err
+    assert not (tmp_path / "x.out").exists()
