@@ -1099,7 +1099,11 @@ def test_parsed_multi30k_task_against_independent_computation(parsed_data):
     [
         ("--dep-out", "/proc/x/x.dep", "--dep-out /proc/x/x.dep: No such file or directory"),
         ("--dep-out", "{tmp}", "--dep-out {tmp} is a directory, not a file"),
-        ("--tree-out", "{tmp}/tok.en/x.tree", "--tree-out {tmp}/tok.en/x.tree: {tmp}/tok.en is a file, not a directory"),
+        (
+            "--tree-out",
+            "{tmp}/tok.en/x.tree",
+            "--tree-out {tmp}/tok.en/x.tree: {tmp}/tok.en is a file, not a directory",
+        ),
     ],
 )
 def test_cli_an_output_that_cannot_be_written_is_one_line_before_parsing(tmp_path, capsys, flag, target, message):
