@@ -462,6 +462,9 @@ def interactive():
 
     interactive_input.install()  # input split on \n only; a bad line is reported and skipped
     _run("fairseq_cli.interactive", log_stream=sys.stderr, checks_input=True)
+    summary = interactive_input.skipped_summary()
+    if summary is not None:  # the other lines are translated; the status says some are not
+        raise SystemExit(summary)
 
 
 def validate():

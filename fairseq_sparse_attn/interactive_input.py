@@ -14,7 +14,10 @@ whitespace to the tokenizer; a CRLF line ending is stripped like any trailing sp
 line is decoded on its own, and :func:`make_batches` leaves out a line that cannot be
 decoded or is too long, with one line on stderr naming its number
 (``fsa-interactive: error: input line 3: ...; skipped``).  The ids of the other lines stay
-their input line numbers (0-based, as fairseq counts them).
+their input line numbers (0-based, as fairseq counts them).  The session translates every
+other line, then ends with one line counting the lines left out and exit status 1
+(:func:`skipped_summary`), so that a batch run over ``--input FILE`` can tell from its
+status that a line has no translation.
 """
 
 import sys
@@ -67,8 +70,22 @@ def buffered_read(input, buffer_size):
         yield buffer
 
 
+#: the numbers of the input lines left out in this process (:func:`report`)
+SKIPPED = []
+
+
 def report(line, message, out=None):
+    SKIPPED.append(line.number)
     print(f"{PREFIX}input line {line.number}: {message}; skipped", file=out or sys.stderr, flush=True)
+
+
+def skipped_summary():
+    """The error that ends a session in which lines were left out (None when none was)."""
+    if not SKIPPED:
+        return None
+    numbers = ", ".join(str(n) for n in SKIPPED[:10]) + (", ..." if len(SKIPPED) > 10 else "")
+    lines = "line" if len(SKIPPED) == 1 else "lines"
+    return f"{PREFIX}{len(SKIPPED)} input {lines} left out, without a translation ({lines} {numbers}; see above)"
 
 
 def source_limit(max_positions):

@@ -235,6 +235,19 @@ def test_bad_lines_left_out_and_ids_kept(capsys):
     ]
 
 
+def test_a_session_that_left_lines_out_ends_with_their_count(monkeypatch):
+    from fairseq_sparse_attn import interactive_input
+
+    monkeypatch.setattr(interactive_input, "SKIPPED", [])
+    assert interactive_input.skipped_summary() is None
+    interactive_input.SKIPPED.extend([2, 7])
+    assert interactive_input.skipped_summary() == (
+        "fsa-interactive: error: 2 input lines left out, without a translation (lines 2, 7; see above)"
+    )
+    interactive_input.SKIPPED[:] = list(range(1, 13))
+    assert "(lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, ...; see above)" in interactive_input.skipped_summary()
+
+
 # --- raw text the plugin reads itself -------------------------------------------------
 
 
