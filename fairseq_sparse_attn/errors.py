@@ -10,6 +10,8 @@ it is the last line of fairseq's traceback.  docs/errors.md lists them with thei
 The modules that raise them re-export their names (``compat.data_checks.DataError``).
 """
 
+import argparse
+
 
 class UsageError(ValueError):
     """Bad input (data, checkpoint, flags) with a one-line explanation."""
@@ -64,3 +66,16 @@ class DistributedSetupError(RuntimeError):
 
 class TrainingDivergedError(FloatingPointError):
     """Raised when training produces NaN/inf; nothing is saved from that state."""
+
+
+# ---------------------------------------------------------------- command lines
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An ``argparse`` parser whose errors are one line, ``PROG: error: <message> (`PROG
+    --help` lists the flags)``, exit status 2, without the usage block argparse prints
+    first (as the ``fsa-train`` family's wrappers report theirs); its subcommands' parsers
+    are of this class too."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the flags)\n")

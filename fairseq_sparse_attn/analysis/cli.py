@@ -30,6 +30,7 @@ import argparse
 import sys
 from typing import Dict, Optional, Sequence
 
+from ..errors import OneLineErrorParser
 from . import commands
 from .commands.align import read_gold  # noqa: F401  (public API)
 from .commands.base import KINDS, Context, UsageError, add_model_args  # noqa: F401
@@ -41,7 +42,7 @@ COMMANDS = {name: module.run for name, module in _MODULES.items()}
 
 
 def get_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="fsa-analyze",
         description="Attention analyses of a fairseq_sparse_attn (or stock fairseq transformer) "
         "checkpoint: teacher-forced passes over a data split, JSON/TSV/PNG results.",

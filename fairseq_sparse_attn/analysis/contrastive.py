@@ -16,6 +16,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from ..errors import OneLineErrorParser
 from ..writers import unwritable_file, write_text
 
 # text, encoders, batches and the checkpoint loader are the analyses' own (re-exported here)
@@ -447,7 +448,7 @@ def check_items(items: Sequence[ContrastiveItem], fmt: str, inputs: Sequence[str
 
 
 def get_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineErrorParser(
         prog="fsa-contrastive",
         description="Contrastive evaluation: accuracy of a fairseq translation model at scoring "
         "correct translations above contrastive ones (LingEval97 protocol).",

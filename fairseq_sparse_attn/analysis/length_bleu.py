@@ -13,11 +13,11 @@ sacreBLEU's own default).  Run generate with ``--remove-bpe`` (and ``--tokenizer
 when the data was Moses-tokenized) so that both sides are plain text.
 """
 
-import argparse
 import re
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..errors import OneLineErrorParser
 from ..subwords import word_count
 from ..text_lines import read_lines
 
@@ -136,7 +136,7 @@ def cli_main(argv=None):
 
     from ..writers import unwritable_file, write_text
 
-    parser = argparse.ArgumentParser(prog="fsa-length-bleu", description=__doc__.split("\n\n")[0])
+    parser = OneLineErrorParser(prog="fsa-length-bleu", description=__doc__.split("\n\n")[0])
     parser.add_argument("generate_output", help="stdout of fairseq-generate (T-/H-/D- lines)")
     parser.add_argument("--tokenize", default="13a", help="sacreBLEU tokenizer (default 13a)")
     parser.add_argument("--json", help="write the rows as JSON here")

@@ -284,3 +284,36 @@ def test_document_corpus_lines_end_at_newline_only(tmp_path):
     tgt.write_bytes(b"<d>\nx\n\xff\n")
     with pytest.raises(DocumentFormatError, match=f"{tgt}:3: not valid UTF-8"):
         read_lines(tgt)
+
+
+@pytest.mark.parametrize(
+    "module, argv, line",
+    [
+        (
+            "fairseq_sparse_attn.analysis.cli",
+            ["stats", "data-bin", "--path", "m.pt", "--batch-size", "0"],
+            "fsa-analyze stats: error: argument --batch-size: expected a positive integer, got 0 "
+            "(`fsa-analyze stats --help` lists the flags)",
+        ),
+        (
+            "fairseq_sparse_attn.analysis.contrastive",
+            ["data-bin", "a", "b", "c", "--path", "m.pt", "--max-items", "x"],
+            "fsa-contrastive: error: argument --max-items: invalid int value: 'x' "
+            "(`fsa-contrastive --help` lists the flags)",
+        ),
+        (
+            "fairseq_sparse_attn.analysis.length_bleu",
+            [],
+            "fsa-length-bleu: error: the following arguments are required: generate_output "
+            "(`fsa-length-bleu --help` lists the flags)",
+        ),
+    ],
+)
+def test_analysis_commands_report_a_bad_flag_in_one_line(capsys, module, argv, line):
+    """As the fsa-train family: the error alone, without argparse's usage block first."""
+    import importlib
+
+    with pytest.raises(SystemExit) as e:
+        importlib.import_module(module).main(argv)
+    assert e.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [line]
