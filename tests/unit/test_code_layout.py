@@ -113,3 +113,13 @@ def test_the_parser_reads_nested_entries_and_several_names_per_line():
         f"{p}/cli.py",
     }
     assert folders == {f"{p}/attention", f"{p}/attention/biases"}
+
+
+def test_no_two_test_files_share_a_name():
+    """tests/ has no __init__.py: pytest imports test files by their base name, so two of one
+    name in unit/ and integration/ stop `make test` at collection ("import file mismatch"),
+    which `make test-fast` (unit only) never sees (a CI rehearsal, 2026-11-28)."""
+    from collections import Counter
+
+    names = Counter(p.name for p in (REPO / "tests").rglob("test_*.py"))
+    assert [name for name, n in names.items() if n > 1] == []

@@ -1,6 +1,6 @@
 """``benchmarks/train_ab.py`` without training: its pairing of blocks, its summary against
 a hand count, the sign test, what auto's rule makes of its rounds, and its refusals
-(before any work).  The training itself: tests/integration/test_train_ab.py."""
+(before any work).  The training itself: tests/integration/test_train_ab_runs.py."""
 
 import json
 import os
