@@ -190,3 +190,28 @@ def on_cuda_device(monkeypatch, family):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(tb, "_family_of_device", lambda index: family() if callable(family) else family)
+
+
+def make_examples(dictionary, n=7, seed=0, min_len=2, max_len=9):
+    """``n`` random sentence pairs of ``fsa-analyze``'s :class:`Example` (lengths
+    ``min_len``..``max_len`` before EOS), reproducible by ``seed``."""
+    from fairseq_sparse_attn.analysis.loading import Example
+
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        pair = []
+        for _ in range(2):
+            length = int(torch.randint(min_len, max_len + 1, (1,), generator=g))
+            toks = torch.randint(dictionary.nspecial, len(dictionary), (length,), generator=g)
+            pair.append(torch.cat([toks, torch.tensor([dictionary.eos()])]))
+        out.append(
+            Example(
+                i,
+                pair[0],
+                pair[1],
+                [dictionary[int(t)] for t in pair[0][:-1]],
+                [dictionary[int(t)] for t in pair[1][:-1]],
+            )
+        )
+    return out

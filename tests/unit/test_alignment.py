@@ -250,3 +250,48 @@ def test_layer_head_report_best_and_averages():
     assert heads_only.best_layer is None and heads_only.layer_mean_aer is None
     with pytest.raises(ValueError, match="no \\(layer, head\\) predictions"):
         layer_head_report({}, gold)
+
+
+@pytest.mark.parametrize("methods", [("weights",), ("weights", "norms")])
+def test_the_collector_aligns_each_sentence_s_own_matrices(methods):
+    """``fsa-analyze align``'s collector over padded batches of 4, against
+    :func:`sentence_alignment` of each sentence's matrices recorded one sentence at a time
+    (NormRecorder, checked against the parameters in test_norms.py): the weights' layer is
+    Σ_h α_h and its heads α_h; the norms' layer is ‖Σ_h α_h f_h(x)‖, not Σ_h ‖α_h f_h(x)‖,
+    and its heads ‖α_h f_h(x)‖."""
+    from fairseq_sparse_attn.analysis.alignment import AlignmentCollector
+    from fairseq_sparse_attn.analysis.collect import run_passes
+    from fairseq_sparse_attn.analysis.norms import NormRecorder
+
+    from helpers import build_model, make_examples
+
+    model, d = build_model("softmax_transformer_wmt_en_de")
+    examples = make_examples(d, n=8, seed=2, min_len=4, max_len=9)
+    collector = AlignmentCollector(model, examples, methods=methods, settings=("awo", "awi"), scheme="word")
+    run_passes(model, examples, [collector], d.pad(), d.pad(), d.eos(), batch_size=4)
+    compared, layer_sum_differs = 0, 0
+    for ex in examples:
+        alone = NormRecorder(model, ("cross",))
+        run_passes(model, [ex], [alone], d.pad(), d.pad(), d.eos(), batch_size=1)
+        for (_, layer), (r,) in alone.records.items():
+            matrices = {("weights", None): r.weights.sum(0), ("norms", None): r.layer}
+            for h in range(r.head.shape[0]):
+                matrices[("weights", h)], matrices[("norms", h)] = r.weights[h], r.head[h]
+            for (method, head), m in matrices.items():
+                if method not in methods:
+                    continue
+                for setting in ("awo", "awi"):
+                    want = sentence_alignment(m, ex.source_pieces, ex.target_pieces, setting, "word")
+                    assert collector.links[(method, setting, layer, head)][ex.index] == want, (
+                        method,
+                        setting,
+                        layer,
+                        head,
+                    )
+                    compared += 1
+            summed = sentence_alignment(r.head.sum(0), ex.source_pieces, ex.target_pieces, "awo", "word")
+            layer_sum_differs += summed != sentence_alignment(
+                r.layer, ex.source_pieces, ex.target_pieces, "awo", "word"
+            )
+    assert compared == 8 * len(alone.records) * (model.decoder.layers[0].encoder_attn.num_heads + 1) * 2 * len(methods)
+    assert layer_sum_differs > 0  # the two layer norms give other links here: the comparison sees a swap

@@ -32,7 +32,7 @@ from fairseq_sparse_attn.analysis.recording import AttentionSite, Batch, record_
 from fairseq_sparse_attn.analysis.results import number_key
 from fairseq_sparse_attn.attention.intermediates import Intermediates, collect
 
-from helpers import build_model, model_args, random_batch
+from helpers import build_model, make_examples, model_args, random_batch
 
 # ------------------------------------------------------------------ checkpoints
 
@@ -177,27 +177,6 @@ def test_missing_and_unreadable_checkpoints(tmp_path):
 
 
 # ------------------------------------------------------------------ examples
-
-
-def make_examples(dictionary, n=7, seed=0, min_len=2, max_len=9):
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for i in range(n):
-        pair = []
-        for _ in range(2):
-            length = int(torch.randint(min_len, max_len + 1, (1,), generator=g))
-            toks = torch.randint(dictionary.nspecial, len(dictionary), (length,), generator=g)
-            pair.append(torch.cat([toks, torch.tensor([dictionary.eos()])]))
-        out.append(
-            Example(
-                i,
-                pair[0],
-                pair[1],
-                [dictionary[int(t)] for t in pair[0][:-1]],
-                [dictionary[int(t)] for t in pair[1][:-1]],
-            )
-        )
-    return out
 
 
 def test_batches_cover_every_example_once_within_limits():
@@ -356,6 +335,9 @@ def test_attention_statistics_over_padded_batches_match_per_sentence_loops(activ
         assert ph["null_rate"] == pytest.approx(ref["null_rate"], abs=1e-9)
         assert ph["entropy"] == pytest.approx(ref["entropy"], abs=1e-6)
         assert entry["entropy"] == pytest.approx(ref["entropy_layer"], abs=1e-6)
+        # the layer's figures (what fsa-analyze curves plots) are the means over its heads
+        assert entry["sparsity"] == pytest.approx(sum(ref["sparsity"]) / len(ref["sparsity"]), abs=1e-9)
+        assert entry["null_rate"] == pytest.approx(sum(ref["null_rate"]) / len(ref["null_rate"]), abs=1e-9)
         for p in p_values:
             assert ph["top_p"][number_key(p)] == pytest.approx(ref["top_p"][p], abs=1e-6)
         if activation == "softmax":

@@ -1,5 +1,6 @@
 """Sparsity and null rate against a hand-computed example; recording is free when off."""
 
+import pytest
 import torch
 
 from fairseq_sparse_attn.analysis.attention_stats import SparsityStats, collect_sparsity
@@ -26,6 +27,18 @@ def test_hand_computed_sparsity_and_null_rate():
     assert got["sparsity"] == [2 / 3, 1 / 3]
     assert got["null_rate"] == [0.5, 0.5]
     assert stats.per_layer()[("decoder_self", 0)] == {"sparsity": 0.5, "null_rate": 0.5}
+    # a second layer whose heads differ in null rate: the layer's figure is their mean (not
+    # the max or one head), and a kind's is the mean over its layers
+    site1 = AttentionSite("decoder_self", 1, "x", 2)
+    w1 = torch.tensor([[[[0.5, 0.0, 0.0], [0.0, 0.0, 0.0], [9.0] * 3], [[0.4, 0.0, 0.0], [0.2, 0.3, 0.0], [0.0] * 3]]])
+    stats.collect(site1, Intermediates(weights=w1, mask=causal))
+    # head 0 as above (2/3, 1/2); head 1: zeros none of 3 -> 0, null rows none -> 0
+    assert stats.per_head()[("decoder_self", 1)] == {"sparsity": [2 / 3, 0.0], "null_rate": [0.5, 0.0]}
+    assert stats.per_layer()[("decoder_self", 1)] == {"sparsity": pytest.approx(1 / 3), "null_rate": 0.25}
+    assert stats.per_kind()["decoder_self"] == {
+        "sparsity": pytest.approx((0.5 + 1 / 3) / 2),
+        "null_rate": pytest.approx((0.5 + 0.25) / 2),
+    }
 
 
 def test_softmax_model_has_zero_sparsity_and_recording_does_not_change_outputs():

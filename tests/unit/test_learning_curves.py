@@ -157,3 +157,12 @@ def test_a_name_given_twice_or_an_unwritable_prefix_is_one_line(tmp_path, capsys
     assert lc.main(["--out", str(a / "lc"), f"base={a}"]) == 1
     assert f"--out {a}/lc.csv: {a} is a file, not a directory" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.log", "b.log"]
+
+
+def test_a_resumed_run_s_repeated_update_count_takes_the_last_validation(tmp_path):
+    """A run resumed from a checkpoint before its last validation logs that update count
+    again: the curve keeps the later value (the one of the run that went on)."""
+    log = tmp_path / "train.log"
+    line = "2026-11-23 15:17:04 | INFO | valid | epoch 001 | valid on 'valid' subset | loss {} | num_updates {}\n"
+    log.write_text(line.format(5.0, 50) + line.format(9.9, 100) + "(resumed)\n" + line.format(4.0, 100))
+    assert lc.parse_validation(log) == [{"num_updates": 50, "loss": 5.0}, {"num_updates": 100, "loss": 4.0}]

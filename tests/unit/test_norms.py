@@ -430,3 +430,26 @@ def test_cross_records_plug_into_norm_based_alignment():
             if j != len(source):
                 want.add((j, k))
         assert links == want
+
+
+def test_corpus_means_of_the_norms_summary_by_hand():
+    """``fsa-analyze norms``' per-layer means on one hand-made decoder self-attention record
+    (2 heads, 2 x 2 causal: 3 visible pairs, 2 keys): ‖f(x)‖ averaged over the keys; α,
+    ‖αf(x)‖ and ‖Σ_h α_h f_h(x)‖ averaged over the visible (query, key) pairs only."""
+    from fairseq_sparse_attn.analysis.norms import NormSummary
+
+    model, _ = build_model()
+    summary = NormSummary(model, lambda token: "other", kinds=("decoder_self",))
+    weights = torch.tensor([[[1.0, 0.0], [0.25, 0.75]], [[1.0, 0.0], [0.5, 0.5]]])
+    f = torch.tensor([[2.0, 4.0], [1.0, 3.0]])  # ‖f^h(x_j)‖ per head and key
+    visible = torch.tensor([[True, False], [True, True]])
+    layer = torch.tensor([[2.5, 7.0], [1.0, 4.0]])  # the hidden pair's 7 must not count
+    record = SentenceNorms(0, 1, weights, f, weights * f[:, None, :], layer, visible, None, torch.tensor([5, 6]))
+    summary.records = {("decoder_self", 0): [record]}
+    summary.end_batch()
+    entry = summary.results()["layers"]["decoder_self"][0]
+    assert entry["heads"] == 2
+    assert entry["f_norm"] == pytest.approx([(2 + 4) / 2, (1 + 3) / 2])
+    assert entry["alpha"] == pytest.approx([(1 + 0.25 + 0.75) / 3, (1 + 0.5 + 0.5) / 3])
+    assert entry["alpha_f_norm"] == pytest.approx([(2 + 0.25 * 2 + 0.75 * 4) / 3, (1 + 0.5 * 1 + 0.5 * 3) / 3])
+    assert entry["layer_norm"] == pytest.approx((2.5 + 1.0 + 4.0) / 3)

@@ -104,3 +104,25 @@ def test_no_run_with_results_is_an_error_not_empty_tables(tmp_path, capsys):
     assert rela_tables.main(["--out", str(tmp_path / "out"), f"a={empty}"]) == 2
     assert "none of the 1 run(s) has align/align.json or stats/stats.json" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_value_makes_its_mean_missing_not_a_mean_over_fewer(tmp_path):
+    """An undefined JS (None: negative weights, say) in one layer, or in one run, leaves the
+    Table 6 cell empty ("-"): a mean over the other layers or runs would be another
+    quantity."""
+    run1 = write_run(
+        tmp_path,
+        "a",
+        {"attention": {"encoder_self": [layer(0.1, {"1": None, "0.5": 0.4}), layer(0.3, {"1": 0.4, "0.5": 0.8})]}},
+    )
+    run2 = write_run(
+        tmp_path,
+        "b",
+        {"attention": {"encoder_self": [layer(0.1, {"1": 0.2, "0.5": 0.4}), layer(0.3, {"1": 0.4, "0.5": 0.8})]}},
+    )
+    assert rela_tables.main(["--out", str(tmp_path / "out"), f"ReLA-g={run1}", f"ReLA-g={run2}"]) == 0
+    six = {(r["tau"]): r["js_mean_over_layers"] for r in read(tmp_path / "out" / "table6.tsv")}
+    assert six == {"1": "-", "0.5": "0.6000"}
+    assert rela_tables.table6_values("x", {"attention": {"encoder_self": [layer(0.2), layer(None)]}}) == {
+        ("x", "enc", "-"): (None,)
+    }

@@ -99,3 +99,29 @@ def test_different_outputs_of_the_same_bleu_are_no_evidence_either():
     assert out["a"]["bleu"] == out["b"]["bleu"] == 0.0
     assert out["b"]["p_value"] == 1.0 and not out["b"].get("identical_to_baseline")
     assert out["good"]["p_value"] < 0.01
+
+
+def test_bleus_equal_only_when_rounded_keep_sacrebleu_s_p_value():
+    """The p = 1.0 of a zero difference is for exactly equal BLEU: two systems 0.002 BLEU
+    apart that print alike (40.92) keep sacreBLEU's own p-value."""
+    import random
+
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    from fairseq_sparse_attn.tools.significance import paired_bootstrap
+
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(300)]
+    refs = [" ".join(rng.choice(words) for _ in range(12)) for _ in range(600)]
+    base = [" ".join(rng.choice(words) if rng.random() < 0.3 else w for w in r.split()) for r in refs]
+    system = list(base)
+    system[171] = "zzz " + base[171].split(" ", 1)[1]  # one word of one sentence
+    exact = [BLEU().corpus_score(h, [refs]).score for h in (base, system)]
+    assert exact[0] != exact[1] and round(exact[0], 2) == round(exact[1], 2)  # the case under test
+    out, _ = paired_bootstrap(("base", base), [("system", system)], refs, n=200)
+    assert out["base"]["bleu"] == out["system"]["bleu"]
+    _, scores = PairedTest(
+        [("base", base), ("system", system)], {"BLEU": BLEU()}, references=[refs], test_type="bs", n_samples=200
+    )()
+    assert out["system"]["p_value"] == round(float(scores["BLEU"][1].p_value), 4) < 1.0

@@ -30,6 +30,12 @@ def test_average_picks_the_newest_update_checkpoints(tmp_path):
     assert avg["model"]["w"].dtype == torch.float32
     assert avg["model"]["num_batches"].item() == 7
     assert avg["cfg"] == {"tag": "checkpoint_3_100.pt"}  # the newest checkpoint's configuration
+    # within one epoch the update count orders them, not the name ("3_105" < "3_90" as text)
+    for upd in (90, 95, 105):
+        ws[upd] = torch.randn(3, 4, generator=torch.Generator().manual_seed(upd))
+        _ckpt(tmp_path / f"checkpoint_3_{upd}.pt", ws[upd], 7)
+    chosen = average_checkpoints.last_checkpoints(tmp_path, 2)
+    assert [p.name for p in chosen] == ["checkpoint_3_100.pt", "checkpoint_3_105.pt"]
 
 
 def test_average_epoch_checkpoints_half_precision_and_errors(tmp_path, capsys):
@@ -158,3 +164,31 @@ def test_average_checks_its_output_first_and_names_an_unreadable_input(tmp_path,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pt", "b.pt", "cut.pt"]  # nothing else written
     assert average_checkpoints.main(["--inputs", str(a), str(b), "--output", str(tmp_path / "out" / "avg.pt")]) == 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["avg.pt"]
+
+
+def test_with_nbest_the_first_hypothesis_of_a_sentence_is_scored(tmp_path):
+    """``--nbest 2`` prints each sentence's hypotheses best first: score.py and
+    fsa-length-bleu score the first one (H and D alike), not the last."""
+    from fairseq_sparse_attn.analysis.length_bleu import main as length_bleu
+    from fairseq_sparse_attn.analysis.length_bleu import read_generate_output
+
+    gen = tmp_path / "gen.txt"
+    gen.write_text(
+        "S-0\tdie Katze saß auf der Matte\nT-0\tthe cat sat on the mat\n"
+        "H-0\t-0.2\tthe cat sat on the mat\nD-0\t-0.2\tthe cat sat on the mat\nP-0\t-0.1 -0.1\n"
+        "H-0\t-1.5\ta dog ran\nD-0\t-1.5\ta dog ran\nP-0\t-0.7 -0.8\n"
+    )
+    hyps, detok = score.read_hypotheses(str(gen))
+    assert hyps == {0: "the cat sat on the mat"} and detok == {0: "the cat sat on the mat"}
+    assert read_generate_output(str(gen)) == (["the cat sat on the mat"], ["the cat sat on the mat"])
+    ref = tmp_path / "ref"
+    ref.write_text("the cat sat on the mat\n")
+    assert score.score(str(gen), ref=str(ref), tok_ref=str(ref))["sacrebleu"] == 100.0
+    out = tmp_path / "rows.json"
+    length_bleu([str(gen), "--json", str(out)])
+    rows = json.loads(out.read_text())["bins"]
+    assert (
+        rows[0]["bleu"] == pytest.approx(100.0)
+        and rows[-1]["bin"] == "all"
+        and rows[-1]["bleu"] == pytest.approx(100.0)
+    )
