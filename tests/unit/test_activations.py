@@ -121,6 +121,23 @@ def test_entmax_bisect_rejects_bad_alpha():
 
 
 @pytest.mark.parametrize("name", ["sparsemax", "entmax15", "entmax_bisect"])
+def test_the_training_call_s_weights_equal_forward_s_with_a_fully_hidden_row(name):
+    """The call plan's training call takes the weights from ``weights_of_hiding_scores``
+    on scores whose hidden keys hold the hiding score: the same weights as ``forward`` on the
+    scores and the mask, a row whose keys are all hidden included (all zeros, not spread
+    over the hidden keys)."""
+    act = build_activation(name, HEADS)
+    scores, mask = scores_and_mask(4)
+    mask = mask.clone()
+    mask[1, :, 0] = True  # sentence 1, query 0: every key hidden
+    fill = act.hiding_score(torch.float32)
+    hiding = (scores + torch.zeros_like(scores).masked_fill(mask, fill)).view(BSZ * HEADS, TGT, SRC)
+    weights = act.weights_of_hiding_scores(hiding, mask, HEADS).view(BSZ, HEADS, TGT, SRC)
+    assert torch.all(weights[1, :, 0] == 0)
+    torch.testing.assert_close(weights, act(scores, mask), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["sparsemax", "entmax15", "entmax_bisect"])
 def test_entmax_family_zeroes_hidden_keys_and_fully_hidden_rows(name):
     """Hidden keys get exactly 0 whatever their score (here far above the visible ones), and
     a row whose keys are all hidden gets all zeros (the package alone would spread it

@@ -634,6 +634,31 @@ def test_incremental_self_attention_cache_equals_stock_fairseq(extra, projected)
     assert projected == [plugin] * 5
 
 
+def test_incremental_self_attention_with_a_padding_mask_that_comes_and_goes_equals_stock(projected):
+    """fairseq's decoder passes a step's key padding mask only when a pad is among the step's
+    tokens: the cached mask is extended with the new step's (or a filler of False) in
+    order, as stock fairseq's ``_append_prev_key_padding_mask`` does: outputs, weights and
+    cache equal."""
+    stock, plugin = stock_and_plugin(self_attention=True)
+    xs = torch.randn(5, 3, E)
+    pads = [None, [[False], [True], [False]], [[True], [False], [False]], None, [[False], [False], [True]]]
+    state_s, state_p = {}, {}
+    with torch.no_grad():
+        for t in range(5):
+            x, pad = xs[t : t + 1], (None if pads[t] is None else torch.tensor(pads[t]))
+            out_s, w_s = stock(x, x, x, key_padding_mask=pad, incremental_state=state_s)
+            out_p, w_p = plugin(x, x, x, key_padding_mask=pad, incremental_state=state_p)
+            torch.testing.assert_close(out_p, out_s, rtol=0, atol=1e-6)
+            torch.testing.assert_close(w_p, w_s, rtol=0, atol=1e-6)
+            assert_cache_equals_stock(stock, plugin, state_s, state_p)
+    assert plugin._get_input_buffer(state_p)["prev_key_padding_mask"].tolist() == [
+        [False, False, True, False, False],
+        [False, True, False, False, False],
+        [False, False, False, False, True],
+    ]
+    assert projected == [plugin] * 5
+
+
 def test_incremental_cross_attention_with_beams_cache_equals_stock_fairseq(projected):
     stock, plugin = stock_and_plugin(kdim=E, vdim=E, encoder_decoder_attention=True)
     for m in (stock, plugin):

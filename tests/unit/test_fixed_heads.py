@@ -164,10 +164,12 @@ def dictionary(words):
 @pytest.mark.parametrize("left_pad", [True, False])
 def test_source_word_ids_bpe(left_pad):
     d = dictionary("a master of science fic@@ tion . un@@ believ@@ able x".split())
-    sents = ["a master of science fic@@ tion .", "un@@ believ@@ able x", "x"]
-    expected = [[0, 1, 2, 3, 4, 4, 5, 6], [0, 0, 0, 1, 2], [0, 1]]
+    # the last: a source cut inside a word (--truncate-source) before its EOS, which is
+    # still a word of its own
+    sents = ["a master of science fic@@ tion .", "un@@ believ@@ able x", "x", "a science fic@@"]
+    expected = [[0, 1, 2, 3, 4, 4, 5, 6], [0, 0, 0, 1, 2], [0, 1], [0, 1, 2, 3]]
     T = 8
-    src = torch.full((3, T), d.pad())
+    src = torch.full((4, T), d.pad())
     for b, s in enumerate(sents):
         ids = [d.index(w) for w in s.split()] + [d.eos()]
         start = T - len(ids) if left_pad else 0
@@ -362,3 +364,29 @@ def test_encoder_right_context_reading_and_exclude_eos_flags():
     bad[0, -1] = d.index("w4")
     with pytest.raises(ValueError, match="must end in EOS"):
         model(bad, torch.tensor([5]), prev)
+
+
+def test_attention_dropout_in_training_leaves_the_fixed_heads_exact():
+    """Attention dropout (training) applies to the learned heads' weights only: the fixed
+    heads' output is their pattern weights times v exactly, with left padding."""
+    import torch.nn as nn
+
+    from fairseq_sparse_attn.attention import build_activation
+    from fairseq_sparse_attn.attention.core import AttendSpec, AttentionInputs, attend
+    from fairseq_sparse_attn.attention.fixed_patterns import pattern_weights
+    from fairseq_sparse_attn.attention.heads import FixedPatternHeads, HeadPlan
+
+    torch.manual_seed(0)
+    B, H, F, T, d = 2, 4, 2, 5, 8
+    heads = HeadPlan(H, fixed=FixedPatternHeads(("previous", "next")))
+    spec = AttendSpec(activation=build_activation("softmax", H - F), dropout=nn.Dropout(0.5).train(), heads=heads)
+    q, k = torch.randn(B, H - F, T, d, requires_grad=True), torch.randn(B, H - F, T, d)
+    v = torch.randn(B, H, T, d)
+    pad = torch.tensor([[False] * 5, [True, False, False, False, False]])
+    out, _ = attend(q, k, v, AttentionInputs(hidden=pad.view(B, 1, 1, T), key_padding=pad), spec)
+    ids = (~pad).long().cumsum(1) - 1
+    torch.testing.assert_close(out[:, :F], pattern_weights(["previous", "next"], ids, ~pad) @ v[:, :F])
+    # the learned heads did get dropout: not their output without it
+    spec_eval = AttendSpec(activation=build_activation("softmax", H - F), dropout=nn.Dropout(0.5).eval(), heads=heads)
+    plain, _ = attend(q, k, v, AttentionInputs(hidden=pad.view(B, 1, 1, T), key_padding=pad), spec_eval)
+    assert not torch.allclose(out[:, F:], plain[:, F:])

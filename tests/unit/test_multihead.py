@@ -322,3 +322,49 @@ def test_all_false_padding_mask_is_no_mask():
     pad[1, 3:] = True
     _, w = m(x, enc, enc, key_padding_mask=pad, need_head_weights=True)
     assert seen[-1] is not None and bool((w[:, 1, :, 3:] == 0).all())
+
+
+@pytest.mark.parametrize("fill", [-1e8, -1e4])
+def test_fairseq_s_float_masks_hide_keys_even_from_the_row_factor(fill):
+    """fairseq's encoder layer turns a boolean attn_mask into -1e8 (fp32) or -1e4 (fp16)
+    floats: those keys are hidden, not a bias: ReLUFormer's relu_scaled weights are
+    relu(q k / sqrt(d)) / sqrt(n / 2) with n = the 3 visible keys, not the 5 keys."""
+    torch.manual_seed(0)
+    E, H, T = 16, 4, 5
+    m = SparseMultiheadAttention(E, H, self_attention=True, config=attention_config("relu_scaled")).eval()
+    x = torch.randn(T, 1, E)
+    hide = torch.zeros(T, T, dtype=torch.bool)
+    hide[:, 3:] = True
+    with torch.no_grad():
+        _, w = m(x, x, x, attn_mask=torch.zeros(T, T).masked_fill(hide, fill), need_head_weights=True)
+        d = E // H
+        q = (m.q_proj(x)[:, 0] * d**-0.5).view(T, H, d).transpose(0, 1)
+        k = m.k_proj(x)[:, 0].view(T, H, d).transpose(0, 1)
+        expected = torch.relu(q @ k.transpose(1, 2)).masked_fill(hide, 0) / math.sqrt(3 / 2)
+    torch.testing.assert_close(w[:, 0], expected, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("mask", ["padding", "causal"])
+def test_scores_before_the_activation_carry_minus_infinity_at_hidden_keys(mask):
+    """``before_softmax=True`` (fairseq's contract): q k / sqrt(d) with -inf where a key is
+    hidden, by key padding or by a causal mask."""
+    torch.manual_seed(0)
+    E, H, T, B = 16, 4, 4, 2
+    m = SparseMultiheadAttention(E, H, self_attention=True, config=attention_config("relu")).eval()
+    x = torch.randn(T, B, E)
+    pad = torch.tensor([[False, False, True, True], [False] * 4])
+    hidden = pad.view(B, 1, 1, T) if mask == "padding" else torch.ones(T, T, dtype=torch.bool).triu(1)
+    kwargs = (
+        {"key_padding_mask": pad}
+        if mask == "padding"
+        else {"attn_mask": utils.fill_with_neg_inf(torch.zeros(T, T)).triu(1)}
+    )
+    with torch.no_grad():
+        scores, _ = m(x, x, x, before_softmax=True, **kwargs)
+        d = E // H
+        q = (m.q_proj(x) * d**-0.5).view(T, B * H, d).transpose(0, 1)
+        k = m.k_proj(x).view(T, B * H, d).transpose(0, 1)
+        expected = (q @ k.transpose(1, 2)).view(B, H, T, T).masked_fill(hidden, float("-inf")).view(B * H, T, T)
+    assert torch.equal(torch.isinf(scores), torch.isinf(expected)) and torch.isinf(expected).any()
+    finite = torch.isfinite(expected)
+    torch.testing.assert_close(scores[finite], expected[finite], atol=1e-6, rtol=1e-5)

@@ -175,3 +175,24 @@ def test_rms_forward_without_torchs_fused_op_is_the_same(gated, monkeypatch):
             assert b is None
         else:
             torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("name", ["rmsnorm", "rmsnorm_i", "gated_rmsnorm"])
+def test_the_no_gradient_path_of_decoding_and_validation_is_the_formula(name, dtype):
+    """Decoding and fairseq's validation run the norms without gradients (their own path,
+    not the autograd Function): the same formula, z / RMS(z) * g [* sigmoid(w z)]."""
+    torch.manual_seed(1)
+    norm = build_output_norm(name, D, DH).to(dtype)
+    z = torch.randn(3, D).to(dtype)
+    with torch.no_grad():
+        out = norm(z)
+    assert out.dtype == dtype
+    gate = getattr(norm, "gate_weight", None)
+    for i in range(3):
+        x = z[i].float().tolist()
+        expected = [r * g for r, g in zip(plain_rms(x), norm.weight.float().tolist())]
+        if gate is not None:
+            expected = [e / (1 + math.exp(-w * v)) for e, w, v in zip(expected, gate.float().tolist(), x)]
+        tol = 1e-5 if dtype == torch.float32 else 2e-3
+        torch.testing.assert_close(out[i].float(), torch.tensor(expected), atol=tol, rtol=tol)

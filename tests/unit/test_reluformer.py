@@ -294,3 +294,55 @@ def test_reg_lambda_0_trains_as_cross_entropy_and_logs_the_entropy_in_validation
         assert vlog0[f"reg_{kind}_entropy"] == pytest.approx(vlog1[f"reg_{kind}_entropy"], rel=1e-6)
         assert vlog0[f"reg_{kind}_rows"] > 0
     assert vlog0["reg_loss"] == pytest.approx(vlog1["reg_loss"], rel=1e-6)
+
+
+@pytest.mark.parametrize("lam", [1.0, 0.3])
+def test_the_criterion_s_total_loss_is_eq_7_written_out(lam):
+    """The regularized criterion's loss minus the label-smoothed cross entropy equals
+    λ · sample_size · (mean over the relu_scaled modules of the mean over real-query,
+    non-null rows of |log S_i| + max(H_i − c log n_i, 0)), computed here in plain Python
+    from the weights: the layer mean, the sample_size factor and the query padding of each
+    kind (source padding for encoder self-attention, target padding for decoder self and
+    cross attention) included; the rows logged per kind are those rows."""
+    import argparse
+
+    from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
+
+    from fairseq_sparse_attn.criterions.relu_regularized import ReLURegularizedCriterion
+
+    model, d = build_model("reluformer_iwslt_de_en", dropout=0.0, attention_dropout=0.0)
+    model = model.double().eval()
+    src, lengths, prev = random_batch(d, bsz=3, src_len=7, tgt_len=6)
+    target = torch.cat([prev[:, 1:], torch.full((3, 1), d.eos())], dim=1)
+    target[prev.eq(d.pad())] = d.pad()
+    net_input = {"src_tokens": src, "src_lengths": lengths, "prev_output_tokens": prev}
+    sample = {"net_input": net_input, "target": target, "ntokens": int(target.ne(d.pad()).sum()), "nsentences": 3}
+    task = argparse.Namespace(target_dictionary=d)
+    with torch.no_grad():
+        ce, sample_size, _ = LabelSmoothedCrossEntropyCriterion(task, False, 0.1)(model, sample)
+        total, _, log = ReLURegularizedCriterion(task, False, 0.1, relu_reg_lambda=lam)(model, sample)
+        with collect("weights") as records:
+            model(**net_input)
+    query_padding = {"encoder_self": src.eq(d.pad()), "decoder_self": prev.eq(d.pad()), "cross": prev.eq(d.pad())}
+    per_module, rows = [], {}
+    for module, inter in records:
+        w, hidden = inter.weights.double(), inter.mask  # (bsz, H, tgt, src), True = hidden
+        n = torch.broadcast_to((~hidden).sum(-1), w.shape[:-1]) if hidden is not None else None
+        pad, kind = query_padding[module.config.kind], module.config.kind
+        terms = []
+        for b in range(w.size(0)):
+            for h in range(w.size(1)):
+                for t in range(w.size(2)):
+                    row = w[b, h, t].tolist()
+                    s = sum(row)
+                    if pad[b, t] or s == 0:
+                        continue
+                    entropy = -sum(x / s * math.log(x / s) for x in row if x > 0)
+                    keys = w.size(-1) if n is None else int(n[b, h, t])
+                    terms.append(abs(math.log(s)) + max(entropy - 0.7 * math.log(keys), 0.0))
+        per_module.append(sum(terms) / len(terms))
+        rows[kind] = rows.get(kind, 0) + len(terms)
+    assert sorted(rows) == ["cross", "decoder_self", "encoder_self"] and len(per_module) == 6  # 2 layers each
+    expected = lam * sample_size * sum(per_module) / len(per_module)
+    assert float(total - ce) == pytest.approx(expected, rel=1e-6)
+    assert {k: log[f"reg_{k}_rows"] for k in rows} == rows

@@ -299,3 +299,26 @@ def test_fake_tensors_give_shapes_and_dtypes_without_a_kernel():
         dz, dw, dgw = torch.ops.fsa.rms_norm_bwd(out, z, w, w, rstd, 1e-2)
     assert (out.shape, out.dtype, rstd.shape, rstd.dtype) == (z.shape, z.dtype, (4, 6), torch.float32)
     assert (dz.shape, dz.dtype, dw.shape, dw.dtype, dgw.shape) == (z.shape, z.dtype, (320,), torch.float32, (320,))
+
+
+@pytest.mark.parametrize("name", ["gated_rmsnorm", "rmsnorm_i"])
+def test_a_configured_eps_reaches_the_kernel(name):
+    """``--attn-norm-eps``: the fused norm (and the fused attention + norm, which reads
+    ``kernel_arguments``) computes with the module's eps, not the default 1e-8: small z,
+    eps 1e-2, where the two differ by most of the output."""
+    from fairseq_sparse_attn.attention.config import OutputNormConfig
+
+    torch.manual_seed(0)
+    eps = 1e-2
+    norm = build_output_norm(OutputNormConfig(name=name, eps=eps), 16, 4, fused=True)
+    assert norm.fused and norm.kernel_arguments(torch.float32)[2] == eps
+    z = torch.randn(3, 16) * 0.05
+    gate = getattr(norm, "gate_weight", None)
+    expected = z.double() / torch.sqrt((z.double() ** 2).mean(-1, keepdim=True) + eps) * norm.weight.double()
+    if gate is not None:
+        expected = expected * torch.sigmoid(gate.double() * z.double())
+    with torch.no_grad():
+        assert rel_err(norm(z), expected) < 1e-5
+        unfused = build_output_norm(OutputNormConfig(name=name, eps=eps), 16, 4)
+        unfused.load_state_dict(norm.state_dict())
+        assert rel_err(unfused(z), expected) < 1e-5
