@@ -294,8 +294,6 @@ def main(argv=None) -> int:
 
     from fairseq_sparse_attn.provenance import write_json
 
-    logging.basicConfig(level=logging.WARNING, force=True)  # fairseq's INFO records of every set-up
-
     start = time.monotonic()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -329,6 +327,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING, force=True)  # not fairseq's INFO records of every set-up
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()
