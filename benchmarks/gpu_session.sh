@@ -61,7 +61,8 @@
 # train-*.jsonl / ab-*.jsonl as it ends and removes that file once its JSON is there: only a
 # call cut off inside the step returns it (with what ended).
 # Every command's exit status is in session.log (124: its time limit), with its log's tail
-# when it failed.
+# when it failed.  Back here, `python benchmarks/record_gpu_session.py <returned *.json>`
+# writes them as the device family's docs/results/bench-gpu*.json (with kernels.json).
 #
 # It needs, carried with the checkout (ignored paths), what benchmarks/gpu_session_prepare.sh
 # makes on a machine with PyPI: gpu_wheels/ (the cp312 wheels the GPU image lacks) and
