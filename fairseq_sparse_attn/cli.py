@@ -92,11 +92,12 @@ def one_line_usage_errors(command):
 
     def error(self, message):
         from .attention.core import REMOVED_BACKENDS, unknown_backend_message
+        from .errors import usage_error_line
 
         for name in REMOVED_BACKENDS:  # a removed value: what to use instead
             if f"--attn-backend: invalid choice: '{name}'" in message:
                 message = unknown_backend_message(name)
-        self.exit(2, f"{command}: error: {message} (`{command} --help` lists the flags)\n")
+        self.exit(2, usage_error_line(command, message))
 
     argparse.ArgumentParser.error = error  # type: ignore[method-assign]
 

@@ -71,11 +71,16 @@ class TrainingDivergedError(FloatingPointError):
 # ---------------------------------------------------------------- command lines
 
 
+def usage_error_line(prog: str, message: str) -> str:
+    """A bad flag of the command ``prog`` as one line, without argparse's usage block (the
+    ``fsa-*`` commands' form; printed with exit status 2)."""
+    return f"{prog}: error: {message} (`{prog} --help` lists the flags)\n"
+
+
 class OneLineErrorParser(argparse.ArgumentParser):
-    """An ``argparse`` parser whose errors are one line, ``PROG: error: <message> (`PROG
-    --help` lists the flags)``, exit status 2, without the usage block argparse prints
-    first (as the ``fsa-train`` family's wrappers report theirs); its subcommands' parsers
-    are of this class too."""
+    """An ``argparse`` parser whose errors are :func:`usage_error_line`, exit status 2 (as the
+    ``fsa-train`` family's wrappers report theirs); its subcommands' parsers are of this
+    class too."""
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the flags)\n")
+        self.exit(2, usage_error_line(self.prog, message))
