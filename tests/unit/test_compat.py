@@ -69,30 +69,138 @@ def test_extra_batches_sized_from_true_lengths():
 
 
 def test_training_batches_are_stock_unless_asked(monkeypatch):
-    """Inside Trainer.get_train_iterator batch_by_size returns fairseq's own batches;
-    FSA_COMPLETE_TRAIN_BATCHES=1 completes them too."""
+    """Inside Trainer.get_train_iterator batch_by_size returns fairseq's own batches, also
+    where fairseq makes them later, every epoch, through the iterator's batch_sampler
+    (--update-epoch-batch-itr); FSA_COMPLETE_TRAIN_BATCHES=1 completes them, =0 does not."""
+    from types import SimpleNamespace
+
     from fairseq import trainer
 
     from fairseq_sparse_attn.compat import batching
 
     sizes = np.random.RandomState(0).randint(5, 50, 203)
-    seen = []
+
+    def make_batches(dataset, epoch):
+        return data_utils.batch_by_size(np.arange(203), lambda i: sizes[i], sizes, None, 8, 8)
 
     def fake_get_train_iterator(self, epoch):
-        seen.append(data_utils.batch_by_size(np.arange(203), lambda i: sizes[i], sizes, None, 8, 8))
-        return None
+        return SimpleNamespace(first=make_batches(None, epoch), batch_sampler=make_batches)
+
+    def covered(batches):
+        return sum(len(b) for b in batches)
 
     monkeypatch.setattr(trainer.Trainer, "get_train_iterator", fake_get_train_iterator)
     monkeypatch.delattr(data_utils.batch_by_size, "_fsa_complete")
     monkeypatch.setattr(data_utils, "batch_by_size", data_utils.batch_by_size.__wrapped__)
     batching.install_batching_fix()
-    monkeypatch.delenv(batching.COMPLETE_TRAIN, raising=False)
-    trainer.Trainer.get_train_iterator(None, 1)
-    monkeypatch.setenv(batching.COMPLETE_TRAIN, "1")
-    trainer.Trainer.get_train_iterator(None, 1)
-    assert sum(len(b) for b in seen[0]) == 200  # fairseq's batching: 203 % 8 left out
-    assert sum(len(b) for b in seen[1]) == 203
-    assert sum(len(b) for b in data_utils.batch_by_size(np.arange(203), lambda i: sizes[i], sizes, None, 8, 8)) == 203
+    for setting, expected in ((None, 200), ("0", 200), ("1", 203)):  # fairseq's batching: 203 % 8 left out
+        if setting is None:
+            monkeypatch.delenv(batching.COMPLETE_TRAIN, raising=False)
+        else:
+            monkeypatch.setenv(batching.COMPLETE_TRAIN, setting)
+        itr = trainer.Trainer.get_train_iterator(None, 1)
+        assert covered(itr.first) == expected, setting
+        assert covered(itr.batch_sampler(None, 2)) == expected, setting  # called after get_train_iterator returned
+    assert covered(data_utils.batch_by_size(np.arange(203), lambda i: sizes[i], sizes, None, 8, 8)) == 203
+
+
+def test_resumed_epoch_trains_the_batches_of_an_uninterrupted_run():
+    """A process started at epoch 3 (a resume) trains epoch 3's batches, in the order, of a
+    process that started at epoch 1: fairseq built them with seed + 3 and shuffled them
+    with the same seed + 3."""
+    from types import SimpleNamespace
+
+    import torch
+    from fairseq.data import Dictionary, LanguagePairDataset
+    from fairseq.tasks import FairseqTask
+
+    d = Dictionary()
+    for w in "abcdef":
+        d.add_symbol(w)
+    lengths = np.random.RandomState(1).randint(2, 6, 120)  # many equal lengths: ties for the seed to break
+    src = [torch.full((int(n),), d.index("a")) for n in lengths]
+    ds = LanguagePairDataset(src, lengths, d, [t.clone() for t in src], lengths, d)
+
+    def epoch_batches(itr):
+        return [sample["id"].tolist() for sample in itr.next_epoch_itr(shuffle=True)]
+
+    uninterrupted = FairseqTask(SimpleNamespace()).get_batch_iterator(ds, max_tokens=40, seed=7, epoch=1)
+    epochs = [epoch_batches(uninterrupted) for _ in range(3)]
+    resumed = FairseqTask(SimpleNamespace()).get_batch_iterator(ds, max_tokens=40, seed=7, epoch=3)
+    assert epochs[0] != epochs[2]  # the epochs do differ
+    assert epoch_batches(resumed) == epochs[2]
+
+
+def _trainer_stub(value):
+    import torch
+
+    model = torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        model.weight.fill_(value)
+    from types import SimpleNamespace
+
+    return SimpleNamespace(get_model=lambda: model, get_num_updates=lambda: 7)
+
+
+def test_no_checkpoint_from_a_diverged_model(monkeypatch):
+    """checkpoint_utils.save_checkpoint refuses an infinite or NaN validation loss, and
+    NaN/inf parameters (also without a validation loss, e.g. --disable-validation)."""
+    import math
+
+    from fairseq import checkpoint_utils
+    from fairseq.trainer import Trainer
+
+    from fairseq_sparse_attn.compat import divergence_guard
+    from fairseq_sparse_attn.errors import TrainingDivergedError
+
+    saved = []
+    monkeypatch.setattr(checkpoint_utils, "save_checkpoint", lambda cfg, trainer, itr, loss: saved.append(loss))
+    monkeypatch.setattr(Trainer, "train_step", Trainer.train_step)  # put back after the test
+    divergence_guard.install_divergence_guard()
+    for loss in (math.inf, -math.inf, math.nan):
+        with pytest.raises(TrainingDivergedError, match=f"validation loss is {loss} at update 7"):
+            checkpoint_utils.save_checkpoint(None, _trainer_stub(0.0), None, loss)
+    for value in (math.nan, math.inf):
+        with pytest.raises(TrainingDivergedError, match="NaN/inf parameters at update 7"):
+            checkpoint_utils.save_checkpoint(None, _trainer_stub(value), None, None)
+    checkpoint_utils.save_checkpoint(None, _trainer_stub(0.0), None, 1.5)
+    checkpoint_utils.save_checkpoint(None, _trainer_stub(0.0), None, None)
+    assert saved == [1.5, None]
+
+
+def test_divergence_found_behind_the_nan_detector_rerun(monkeypatch):
+    """fairseq re-runs a step whose gradients are NaN/inf under its NanDetector, inside
+    ``except FloatingPointError``; when that re-run fails too (StopIteration on torch 2)
+    the FloatingPointError is only the new error's __context__.  The user still gets the
+    one "training diverged" line."""
+    from types import SimpleNamespace
+
+    from fairseq import checkpoint_utils
+    from fairseq.trainer import Trainer
+
+    from fairseq_sparse_attn.compat import divergence_guard
+    from fairseq_sparse_attn.errors import TrainingDivergedError
+
+    def failing_step(self, samples, raise_oom=False):
+        try:
+            raise FloatingPointError("gradients are Nan/Inf")
+        except FloatingPointError:
+            raise StopIteration  # noqa: B904  (implicit: the FloatingPointError is its __context__)
+
+    def other_failure(self, samples, raise_oom=False):
+        raise StopIteration
+
+    monkeypatch.setattr(checkpoint_utils, "save_checkpoint", lambda *a: None)
+    stub = SimpleNamespace(get_num_updates=lambda: 12)
+    monkeypatch.setattr(Trainer, "train_step", failing_step)
+    divergence_guard.install_divergence_guard()
+    with pytest.raises(TrainingDivergedError, match="training diverged at update 12: gradients are Nan/Inf"):
+        Trainer.train_step(stub, [])
+    monkeypatch.setattr(Trainer, "train_step", other_failure)
+    monkeypatch.setattr(checkpoint_utils, "save_checkpoint", lambda *a: None)
+    divergence_guard.install_divergence_guard()
+    with pytest.raises(StopIteration):  # no FloatingPointError in its chain: passed on as it is
+        Trainer.train_step(stub, [])
 
 
 def test_checkpoint_loader_trusts_fairseq_checkpoints_only(tmp_path):

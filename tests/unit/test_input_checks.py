@@ -5,6 +5,7 @@ test_resume.py."""
 import argparse
 import gzip
 import logging
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -18,7 +19,7 @@ from fairseq.data import Dictionary, indexed_dataset
 import fairseq_sparse_attn.plugin  # noqa: F401  (installs the patches)
 from fairseq_sparse_attn import compat, validation
 from fairseq_sparse_attn.compat import quiet_logs
-from fairseq_sparse_attn.compat.crash_safe_checkpoints import atomic_copy, checkpoint_problem
+from fairseq_sparse_attn.compat.crash_safe_checkpoints import atomic_copy, atomic_write, checkpoint_problem
 from fairseq_sparse_attn.compat.data_checks import DataError, check_indexed_pair
 from fairseq_sparse_attn.errors import UsageError
 from fairseq_sparse_attn.options.resolve import resolve_model
@@ -115,6 +116,27 @@ def test_fairseq_copy_and_save_go_through_a_temporary_file(tmp_path, monkeypatch
     assert torch.equal(torch.load(tmp_path / "checkpoint_last.pt")["x"], torch.ones(3))
 
 
+def test_checkpoint_bytes_reach_the_disk_before_the_rename(tmp_path, monkeypatch):
+    """The temporary file is fsynced before it replaces the checkpoint (a power loss
+    after the rename must not leave an empty checkpoint_last.pt)."""
+    synced = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def spy_fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    def spy_replace(src, dst):
+        assert os.path.abspath(src) in synced, "renamed before fsync"
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", spy_fsync)
+    monkeypatch.setattr(os, "replace", spy_replace)
+    atomic_write({"x": torch.ones(2)}, str(tmp_path / "checkpoint1.pt"))
+    atomic_copy(str(tmp_path / "checkpoint1.pt"), str(tmp_path / "checkpoint_last.pt"))
+    assert len(synced) == 2 and all(path.endswith(".tmp") for path in synced)
+
+
 # --- binarized data --------------------------------------------------------------------
 
 
@@ -146,7 +168,8 @@ def test_indexed_pair_accepts_fairseq_output(tmp_path):
         ("negative_size", r"\.idx is damaged: entry 1 has length -1"),
         ("pointer", r"\.idx is damaged: entry 2 starts at byte 7, expected 10"),
         ("magic", r"\.idx is not a fairseq mmap index"),
-        ("vocab", r"\.bin holds token id 11 but its dictionary has 10 entries"),
+        ("extend_idx", r"\.idx is damaged: it says 3 entries, which take 62 bytes, but the file has 63"),
+        ("vocab", r"\.bin holds token id 11 but its dictionary has 11 entries"),  # ids 0..10
     ],
 )
 def test_indexed_pair_damage(tmp_path, damage, message):
@@ -161,6 +184,8 @@ def test_indexed_pair_damage(tmp_path, damage, message):
         binf.write_bytes(binf.read_bytes() + b"\0\0")
     elif damage == "truncate_idx":
         idx.write_bytes(bytes(raw[:-1]))
+    elif damage == "extend_idx":
+        idx.write_bytes(bytes(raw) + b"\0")
     elif damage == "negative_size":
         raw[header + 4 : header + 8] = np.int32(-1).tobytes()
         idx.write_bytes(bytes(raw))
@@ -171,7 +196,7 @@ def test_indexed_pair_damage(tmp_path, damage, message):
         raw[:4] = b"JUNK"
         idx.write_bytes(bytes(raw))
     with pytest.raises(DataError, match=message):
-        check_indexed_pair(str(prefix), vocab_size=10 if damage == "vocab" else 12)
+        check_indexed_pair(str(prefix), vocab_size=11 if damage == "vocab" else 12)
 
 
 # --- model flags ---------------------------------------------------------------------

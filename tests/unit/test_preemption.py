@@ -153,6 +153,11 @@ def test_a_mid_epoch_checkpoint_resumed_by_another_number_of_processes_is_refuse
     finetuning.cfg.checkpoint.finetune_from_model = str(path)
     check_epoch_position(str(path), inside, finetuning)
     check_epoch_position(str(tmp_path / "on_rank_0_only.pt"), inside, trainer(1))
+    # and the other way: saved by 1 process, resumed by 2
+    torch.save({"cfg": {"distributed_training": {"distributed_world_size": 1}}}, path)
+    with pytest.raises(UsageError, match="after 17 batches of each of 1 processes\\); resumed by 2 process"):
+        check_epoch_position(str(path), inside, trainer(2))
+    check_epoch_position(str(path), inside, trainer(1))
 
 
 def test_only_children_that_block_sigterm_are_killed_at_exit():

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from argparse import Namespace
 from pathlib import Path
 
 import pytest
@@ -176,6 +177,47 @@ def test_full_disk_during_the_copy_to_checkpoint_last(tmp_path, monkeypatch):
 # --- checkpoint paths that are not checkpoints -------------------------------------------
 
 
+def test_damaged_last_checkpoint_resumes_from_the_newest_intact_one(tmp_path, caplog):
+    """checkpoint_last.pt damaged (a crash during a copy by another tool, a full disk):
+    the resume takes the newest checkpoint that loads, named in a warning, never an older
+    one (that would lose epochs) nor a newer damaged one."""
+    from types import SimpleNamespace
+
+    from fairseq import checkpoint_utils
+
+    class LoadCalled(Exception):
+        pass
+
+    loaded = []
+
+    def load(path, *args, **kwargs):
+        loaded.append(path)
+        raise LoadCalled
+
+    for age, name in enumerate(["checkpoint2.pt", "checkpoint1.pt", "checkpoint3.pt", "checkpoint4.pt"]):
+        if name == "checkpoint4.pt":
+            (tmp_path / name).write_bytes(b"PK\x03\x04 cut short")
+        else:
+            torch.save({"model": {}, "args": None}, tmp_path / name)
+        os.utime(tmp_path / name, (1000 + age, 1000 + age))  # 2, 1, 3, 4: mtime order, not the names'
+    (tmp_path / "checkpoint_last.pt").write_bytes(b"PK\x03\x04 cut short")
+    cfg = SimpleNamespace(
+        save_dir=str(tmp_path),
+        restore_file="checkpoint_last.pt",
+        finetune_from_model=None,
+        reset_optimizer=False,
+        reset_lr_scheduler=False,
+        reset_meters=False,
+        reset_dataloader=False,
+        optimizer_overrides="{}",
+    )
+    with caplog.at_level(logging.WARNING), pytest.raises(LoadCalled):
+        checkpoint_utils.load_checkpoint(cfg, SimpleNamespace(checkpoint_suffix="", load_checkpoint=load))
+    assert loaded == [str(tmp_path / "checkpoint3.pt")]
+    assert f"resuming from {tmp_path}/checkpoint3.pt, the newest checkpoint" in caplog.text
+    assert cfg.restore_file == "checkpoint_last.pt"  # the flag as given, for the next load
+
+
 def test_paths_that_are_not_checkpoint_files(tmp_path):
     (tmp_path / "checkpoint_best.pt").write_bytes(b"")
     with pytest.raises(
@@ -295,6 +337,25 @@ def main(cfg):
 """
 
 
+def test_forked_worker_does_not_keep_the_save_dir_locked(tmp_path):
+    """A DataLoader worker is a fork of the trainer and would inherit the lock's open file,
+    keeping the flock after a SIGKILL of the trainer (a restart was refused for seconds).
+    The child closes its copy; the parent still holds the lock."""
+    lock = save_dir_lock.lock_save_dir(str(tmp_path))
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: its copy closed, and the flock is the parent's alone
+            os._exit(0 if lock.fd is None else 3)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert lock.fd is not None
+        with pytest.raises(save_dir_lock.SaveDirInUse):
+            save_dir_lock.SaveDirLock(str(tmp_path)).acquire()
+    finally:
+        save_dir_lock.release_all()
+    assert not (tmp_path / ".fsa-train.lock").exists()
+
+
 @pytest.mark.parametrize("no_save", [False, True])
 def test_lock_only_for_a_training_that_saves(tmp_path, monkeypatch, no_save):
     """fairseq_cli.train's main asks for the save dir's lock: taken unless its config says
@@ -402,8 +463,6 @@ def test_a_swapped_direction_is_refused_even_where_the_dictionaries_match(tmp_pa
 
 def test_stock_checkpoint_counts_as_softmax_for_the_resume_guard():
     """Issue 24: a stock transformer save dir restarted with ReLA flags trained on as ReLA."""
-    from argparse import Namespace
-
     from fairseq.models import ARCH_MODEL_REGISTRY
 
     from tests.helpers import model_args
@@ -427,8 +486,41 @@ def test_stock_checkpoint_counts_as_softmax_for_the_resume_guard():
     # the converse: a ReLA checkpoint restarted with a stock --arch
     with pytest.raises(UsageError, match="--attn-activation: checkpoint 'relu', given 'softmax'"):
         check_against_checkpoint("c.pt", rela, Namespace(arch="transformer"), ARCH_MODEL_REGISTRY["transformer"])
+    # --allow-attention-change resumes anyway, with a plugin --arch or a stock one
+    stock_class = ARCH_MODEL_REGISTRY["transformer"]
+    check_against_checkpoint("c.pt", rela, Namespace(arch="transformer", allow_attention_change=True), stock_class)
     rela.allow_attention_change = True
     check_against_checkpoint("c.pt", stock, rela, plugin)
+
+
+def test_resume_guard_runs_before_a_resume_and_not_for_a_fresh_optimizer(tmp_path):
+    """Trainer.load_checkpoint compares the attention options before fairseq loads anything
+    when the optimizer state is kept (a resume); --reset-optimizer starts a new training
+    from the weights, where a changed attention is the point."""
+    from fairseq.trainer import Trainer
+
+    from tests.helpers import model_args
+
+    class FairseqLoadBegan(Exception):
+        pass
+
+    rela = model_args("rela_transformer_wmt_en_de")
+    rela.arch = "rela_transformer_wmt_en_de"
+
+    class TrainerStub:
+        cfg = Namespace(model=rela)
+        task = None
+
+        @property
+        def data_parallel_world_size(self):  # the first thing fairseq's own load reads
+            raise FairseqLoadBegan
+
+    path = tmp_path / "checkpoint_last.pt"
+    torch.save({"args": Namespace(arch="transformer", encoder_embed_dim=16)}, path)
+    with pytest.raises(UsageError, match="a stock fairseq transformer checkpoint: softmax attention"):
+        Trainer.load_checkpoint(TrainerStub(), str(path), False)
+    with pytest.raises(FairseqLoadBegan):
+        Trainer.load_checkpoint(TrainerStub(), str(path), True)
 
 
 # --- atomic fsa-analyze outputs ----------------------------------------------------------
@@ -500,10 +592,9 @@ def test_staging_folder_of_a_killed_run_is_removed_once_its_writer_is_gone(tmp_p
     assert live.exists() and other.exists()  # a running writer's; another target's
 
 
-def test_fsa_analyze_refuses_other_dictionaries(tmp_path):
-    """fsa-analyze loads checkpoints its own way: the same check applies."""
-    from fairseq_sparse_attn.analysis.loading import load_checkpoint
-
+def recorded_fixture_and_swapped_data(tmp_path):
+    """The rela_g fixture checkpoint with its dictionary record, and a copy of its data-bin
+    whose source dictionary has two symbols swapped (same size)."""
     fixtures = REPO / "tests" / "fixtures" / "checkpoints"
     state = torch.load(fixtures / "rela_g.pt", map_location="cpu", weights_only=False)
     state["fsa_record"] = {
@@ -517,16 +608,36 @@ def test_fsa_analyze_refuses_other_dictionaries(tmp_path):
     }
     path = tmp_path / "model.pt"
     torch.save(state, path)
-    assert load_checkpoint(str(path), str(fixtures / "data-bin"), "en", "de").model is not None
     data = tmp_path / "data-bin"
     shutil.copytree(fixtures / "data-bin", data)
     lines = (data / "dict.en.txt").read_text().splitlines()
     lines[2], lines[3] = lines[3], lines[2]
     (data / "dict.en.txt").write_text("\n".join(lines) + "\n")
+    return path, fixtures / "data-bin", data
+
+
+def test_fsa_analyze_refuses_other_dictionaries(tmp_path):
+    """fsa-analyze loads checkpoints its own way: the same check applies."""
+    from fairseq_sparse_attn.analysis.loading import load_checkpoint
+
+    path, own, data = recorded_fixture_and_swapped_data(tmp_path)
+    assert load_checkpoint(str(path), str(own), "en", "de").model is not None
     with pytest.raises(
         DictionaryMismatch, match=f"{data}/dict.en.txt is not the source dictionary {path} was trained with: both have"
     ):
         load_checkpoint(str(path), str(data), "en", "de")
+
+
+def test_a_task_set_up_from_the_checkpoint_is_checked_too(tmp_path):
+    """fairseq-validate lets load_model_ensemble_and_task set the task up from the
+    checkpoint (task=None) with --data as an override: the dictionaries it reads are checked."""
+    from fairseq import checkpoint_utils
+
+    path, own, data = recorded_fixture_and_swapped_data(tmp_path)
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides={"data": str(own)})
+    assert len(models) == 1 and len(task.source_dictionary) == 32
+    with pytest.raises(DictionaryMismatch, match=f"{data}/dict.en.txt is not the source dictionary {path}"):
+        checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides={"data": str(data)})
 
 
 def test_outputs_outside_a_command_are_written_in_place(tmp_path, capsys):

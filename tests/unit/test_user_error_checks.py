@@ -100,14 +100,12 @@ def make_split(d, name, src, tgt, vocab=("a", "b", "c", "d")):
     write_index(d / f"{name}.de-en.en", tgt)
 
 
-def test_sentence_counts_differ(tmp_path):
+@pytest.mark.parametrize("src,tgt", [("de", "en"), ("en", "de")])
+def test_sentence_counts_differ(tmp_path, src, tgt):
+    """Also for the reverse direction: fairseq reads train.de-en.* for an en-de run."""
     make_split(tmp_path, "train", [[4, 2], [5, 2], [6, 2]], [[4, 2], [5, 2]])
-    with pytest.raises(
-        DataError,
-        match=r"train.de-en.de.idx has 3 sentences but \S*train.de-en"
-        r".en.idx has 2",
-    ):
-        check_split(str(tmp_path), "train", "de", "en")
+    with pytest.raises(DataError, match=rf"train.de-en.{src}.idx has \d sentences but \S*train.de-en.{tgt}.idx has"):
+        check_split(str(tmp_path), "train", src, tgt)
 
 
 def test_empty_split(tmp_path):
@@ -164,6 +162,11 @@ def test_embedding_rows_against_dictionary_size():
         check_embedding_sizes(
             state, {"source": 40, "target": 40}, {"source": "d/dict.de.txt", "target": "d/dict.en.txt"}
         )
+    # more rows than the dictionary has entries: refused too (not torch's size-mismatch traceback)
+    with pytest.raises(
+        DataError, match="the source dictionary has 38 entries .* encoder.embed_tokens.weight has 40 rows"
+    ):
+        check_embedding_sizes(state, {"source": 38, "target": 32}, {})
 
 
 def state_of(arch):
@@ -182,6 +185,11 @@ def test_plugin_overrides_refused_for_a_stock_model():
     # plugin models, fairseq options, default values: nothing to refuse
     check_overrides_apply("m.pt", state_of("rela_transformer_wmt_en_de"), {"encoder_masked_heads": "0,1"})
     check_overrides_apply("m.pt", state_of("transformer"), {"beam": 4, "encoder_masked_heads": ""})
+    # a plugin option at its default value changes nothing on a stock model: accepted
+    check_overrides_apply("m.pt", state_of("transformer"), {"attn_activation": "softmax", "attn_output_norm": "none"})
+    # a configuration that names its model by _name only (fairseq's dataclass configs)
+    with pytest.raises(UsageError, match=r"--model-overrides 'attn_activation' relu: m.pt .* --arch transformer"):
+        check_overrides_apply("m.pt", {"cfg": {"model": Namespace(_name="transformer")}}, {"attn_activation": "relu"})
 
 
 def test_crash_dump_skipped_only_for_usage_errors():
