@@ -67,3 +67,46 @@ def test_summary_and_bootstrap_interval():
     assert 0.9 <= s["ci95_low"] <= s["median"] <= s["ci95_high"] <= 1.1
     assert timing.summarize_ratios(ratios) == s  # seeded
     assert timing.bootstrap_median_interval([2.0]) == (2.0, 2.0)
+
+
+def test_bootstrap_interval_against_the_exact_distribution_of_the_median():
+    """For an odd n the bootstrap median is at most the k-th smallest value exactly when at
+    least (n + 1) / 2 of the n draws are, each with probability k / n: the interval's ends
+    are that binomial distribution's 2.5% and 97.5% quantiles (within one order statistic:
+    2,000 resamples)."""
+    from math import comb
+
+    n = 201
+    values = [float(v) for v in range(1, n + 1)]  # the k-th smallest is k
+
+    def cdf(k):
+        p = k / n
+        return sum(comb(n, j) * p**j * (1 - p) ** (n - j) for j in range((n + 1) // 2, n + 1))
+
+    def quantile(level):
+        return next(k for k in range(1, n + 1) if cdf(k) >= level)
+
+    lo, hi = quantile(0.025), quantile(0.975)  # 87 and 115
+    for seed in range(3):
+        got_lo, got_hi = timing.bootstrap_median_interval(values, seed=seed)
+        assert abs(got_lo - lo) <= 1 and abs(got_hi - hi) <= 1, (seed, got_lo, got_hi)
+
+
+def test_repetitions_are_chosen_from_the_baseline(monkeypatch):
+    """One timing of the baseline lasts at least min_time: reps from the baseline's
+    warm-up, whatever the other jobs take (a fake clock that the jobs advance)."""
+    now = [0.0]
+
+    def job(seconds):
+        def run():
+            now[0] += seconds
+
+        return run
+
+    monkeypatch.setitem(timing.CLOCKS, "fake", lambda: now[0])
+    result = timing.interleaved_rounds(
+        {"base": job(0.01), "fast": job(0.001), "slow": job(0.05)}, "base", rounds=2, min_time=0.1, clock="fake"
+    )
+    assert result["reps"] == 10
+    assert result["times"]["base"] == pytest.approx([0.01, 0.01])
+    assert result["speed"]["slow"] == pytest.approx([0.2, 0.2])

@@ -193,3 +193,82 @@ def test_without_its_baseline_no_round_runs(fake):
     FakeRun.FAIL = {}
     code, part = fake("--presets", "rela_g", "--blocks", "3")
     assert code == 0 and len(part["blocks"]) == 3 and part["failed"] == {}
+
+
+class TimedRun(FakeRun):
+    """A FakeRun whose updates take SECONDS[preset] each on a fake clock, in the order
+    recorded in CALLS."""
+
+    SECONDS = {}
+    CALLS = []
+    NOW = [0.0]
+
+    def train(self, updates):
+        super().train(updates)
+        self.CALLS.append(self.preset)
+        self.NOW[0] += self.SECONDS.get(self.preset, 1.0) * updates
+
+
+@pytest.fixture
+def timed(fake, monkeypatch):
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(train_ab, "Run", TimedRun)
+    TimedRun.CALLS.clear()
+    TimedRun.NOW[0] = 0.0
+    clock = SimpleNamespace(monotonic=lambda: TimedRun.NOW[0], perf_counter=lambda: TimedRun.NOW[0])
+    monkeypatch.setattr(train_ab, "time", clock)
+    return fake
+
+
+def test_blocks_take_turns_in_alternating_order(timed):
+    """Round 1 softmax, rela_g, rela_g_triton; round 2 the reverse; ... (a drift of the
+    machine hits every preset alike)."""
+    code, part = timed("--presets", "rela_g,rela_g_triton", "--blocks", "3", "--warmup-updates", "1")
+    assert code == 0
+    order = ["softmax", "rela_g", "rela_g_triton"]
+    assert TimedRun.CALLS == order + order + order[::-1] + order  # the warm-up, then 3 rounds
+
+
+def test_no_round_starts_that_the_budget_would_not_hold(timed):
+    """Blocks of 10 s (2 presets): after 2 rounds (40 s) a third would end at 60 s, past
+    --budget 45, so it does not start; the time of the set-up and warm-up counts."""
+    TimedRun.SECONDS = {"softmax": 1.0, "rela_g": 1.0}
+    code, part = timed("--presets", "rela_g", "--blocks", "5", "--block-updates", "10", "--warmup-updates", "0",
+                       "--budget", "45")  # fmt: skip
+    assert len(part["blocks"]) == 2
+    assert [b["ups"] for b in part["blocks"]] == [{"softmax": 1.0, "rela_g": 1.0}] * 2
+    TimedRun.SECONDS = {}
+
+
+def test_overflows_are_the_updates_fairseq_skipped():
+    """Run.train counts an fp16 overflow when train_step leaves the update count as it was
+    (fairseq skips the update and lowers the loss scale)."""
+    from types import SimpleNamespace
+
+    counts = iter([1, 1, 2, 2])  # the update count after each step
+    trainer = SimpleNamespace(state=[0], get_num_updates=None, train_step=None)
+    trainer.get_num_updates = lambda: trainer.state[0]
+    trainer.train_step = lambda samples: trainer.state.__setitem__(0, next(counts))
+    run = train_ab.Run.__new__(train_ab.Run)
+    run.trainer, run.updates, run.overflows = trainer, 0, 0
+    run.next_batch = lambda: {}
+    run.train(4)  # updates 0->1, 1->1 (skipped), 1->2, 2->2 (skipped)
+    assert (run.updates, run.overflows) == (4, 2)
+
+
+def test_batches_go_on_into_the_next_epoch():
+    """next_batch starts the next epoch of the iterator when one ends (a block may span
+    epochs of a small corpus)."""
+    from types import SimpleNamespace
+
+    epochs = []
+
+    def next_epoch_itr(shuffle):
+        epochs.append(shuffle)
+        return iter([f"e{len(epochs)}b1", f"e{len(epochs)}b2"])
+
+    run = train_ab.Run.__new__(train_ab.Run)
+    run.epoch_itr, run._batches = SimpleNamespace(next_epoch_itr=next_epoch_itr), None
+    assert [run.next_batch() for _ in range(5)] == ["e1b1", "e1b2", "e2b1", "e2b2", "e3b1"]
+    assert epochs == [True, True, True]

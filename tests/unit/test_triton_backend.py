@@ -347,10 +347,16 @@ def test_auto_takes_it_only_where_a_recorded_gpu_result_shows_it_faster(tmp_path
         ("B200", "relu", "fp16"): "bench-gpu-b200.json",
         ("L40S", "relu_scaled", "fp16"): "bench-gpu-l40s.json",
     }
-    # a correctness part cut off (fewer checks than it planned) decides nothing either
+    # a correctness part cut off (fewer checks than it planned, or a shard that wrote
+    # nothing) decides nothing either
     data = json.loads((tmp_path / "bench-gpu-h100.json").read_text())
     data["parts"]["kernels"]["expected_checks"] = 4
     assert tb.faster_in(data) == frozenset()
+    data["parts"]["kernels"].update(expected_checks=None, shards_missing=1)
+    assert tb.faster_in(data) == frozenset()
+    # a round in which the eager preset has no figure (cut off) is no round: one pair left
+    runs = {"rela_g_triton": [9.5, 9.5, 9.5], "rela_g": [9.0, None, None]}
+    assert tb.paired_rounds({"runs": runs}, "rela_g_triton", "rela_g") == [(9.5, 9.0)]
     # on CPU auto never takes it, even when named nowhere
     spec = AttendSpec(build_activation("relu", H), torch.nn.Dropout(0.0), HeadPlan(H), backend="auto")
     q = torch.randn(1, H, 3, 32, requires_grad=True)
