@@ -757,3 +757,27 @@ def test_the_train_ab_part_runs_train_ab_per_dtype_within_the_budget(monkeypatch
     assert out["bf16"] == {"skipped": "--budget spent"} and len(seen) == 3  # 50 s left: not started
     # a skipped dtype decides nothing (no blocks, no runs)
     assert tb.paired_rounds(out["bf16"], "rela_g_triton", "rela_g") == []
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
+def test_train_command_as_fairseq_reads_it(tmp_path, monkeypatch, dtype):
+    """fairseq's own parser on the command: the dtype asked for and no other, and nothing
+    but training updates in the timed run (no validation, no checkpoint writes).  (A GPU
+    machine is what it runs on: --fp16 is refused without one.)"""
+    import types
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+    from fairseq import options
+
+    import fairseq_sparse_attn.plugin  # noqa: F401
+
+    args = types.SimpleNamespace(max_tokens=4096, max_update=60, log_interval=20, seed=1)
+    cmd = bench_gpu.train_command(tmp_path, "rela_g_triton", dtype, args)
+    parsed = options.parse_args_and_arch(
+        options.get_training_parser(), input_args=cmd[cmd.index("fairseq_cli.train") + 1 :]
+    )
+    assert (parsed.fp16, parsed.bf16) == (dtype == "fp16", dtype == "bf16")
+    assert parsed.disable_validation and parsed.no_save
+    assert parsed.arch == "rela_transformer_iwslt_de_en" and parsed.attn_backend == "triton"
+    assert (parsed.max_tokens, parsed.max_update, parsed.seed) == (4096, 60, 1)

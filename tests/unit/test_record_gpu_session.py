@@ -107,6 +107,8 @@ def test_the_recorded_h200_result_is_what_its_files_compose_to():
         ("no kernels", "no kernels.json among the files"),
         ("commits", "the files are of different commits"),
         ("devices", "the files are of different devices"),
+        ("kernels commit", "kernels.json is of commit def456, the others of abc123"),
+        ("kernels device", "the files are of different devices"),
         ("not a result", "not a GPU session result"),
         ("unreadable", "cannot read it as JSON"),
     ],
@@ -122,6 +124,10 @@ def test_refusals_write_nothing(tmp_path, capsys, case, message):
             session_files(other, commit="def456") if case == "commits" else session_files(other, device="NVIDIA H200")
         )
         paths = paths[:2] + extra[2:]
+    elif case in ("kernels commit", "kernels device"):  # the correctness part of another call
+        kernels = json.loads((tmp_path / "kernels.json").read_text())
+        kernels.update(commit="def456") if case == "kernels commit" else kernels.update(device="NVIDIA H200")
+        (tmp_path / "kernels.json").write_text(json.dumps(kernels))
     elif case == "not a result":
         (tmp_path / "x.json").write_text(json.dumps({"seeds": []}))
         paths.append(str(tmp_path / "x.json"))
@@ -132,3 +138,19 @@ def test_refusals_write_nothing(tmp_path, capsys, case, message):
     assert record.main([*paths, "--results", str(results)]) == 2
     assert message in capsys.readouterr().err
     assert not results.exists()
+
+
+def test_each_dtype_s_steps_add_to_one_part(tmp_path):
+    """train-fp16.json and train-bf16.json (and ab-*): one train part with both dtypes, not
+    the last file's alone."""
+    paths = session_files(tmp_path)
+    bf16 = json.loads((tmp_path / "train-fp16.json").read_text())
+    bf16["parts"]["train"] = {"bf16": bf16["parts"]["train"]["fp16"]}
+    (tmp_path / "train-bf16.json").write_text(json.dumps(bf16))
+    ab = json.loads((tmp_path / "ab-fp16.json").read_text())
+    ab["parts"]["train_ab"] = {"bf16": ab["parts"]["train_ab"]["fp16"]}
+    (tmp_path / "ab-bf16.json").write_text(json.dumps(ab))
+    composed = record.compose([*paths, str(tmp_path / "train-bf16.json"), str(tmp_path / "ab-bf16.json")])
+    assert sorted(composed["parts"]["train"]) == ["bf16", "fp16"]
+    assert sorted(composed["parts"]["train_ab"]) == ["bf16", "fp16"]
+    assert tb.faster_in(composed) == {("relu", "fp16"), ("relu", "bf16")}
