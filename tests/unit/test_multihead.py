@@ -184,6 +184,27 @@ def test_softmax_pipeline_matches_stock_module():
     torch.testing.assert_close(wc.mean(0), wa, atol=1e-6, rtol=1e-6)
 
 
+def test_per_head_weights_asked_without_need_weights_as_stock_fairseq():
+    """need_head_weights implies need_weights in stock fairseq: a training call (gradients,
+    the plan's general path) asking for per-head weights only gets them too (stock's fused
+    path averages them over the heads, as test_softmax_pipeline_matches_stock_module notes)."""
+    from fairseq.modules import MultiheadAttention
+
+    torch.manual_seed(0)
+    stock = MultiheadAttention(E, H, self_attention=True).train()
+    ours = make("softmax", self_attention=True).train()
+    ours.load_state_dict(stock.state_dict())
+    ours.backend = "materialized"  # not stock fairseq's own path
+    x = torch.randn(5, 2, E, requires_grad=True)
+    pad = torch.zeros(2, 5, dtype=torch.bool)
+    pad[0, 0] = True
+    a, wa = stock(x, x, x, key_padding_mask=pad, need_weights=False, need_head_weights=True)
+    b, wb = ours(x, x, x, key_padding_mask=pad, need_weights=False, need_head_weights=True)
+    assert wa.shape == (2, 5, 5) and wb is not None and wb.shape == (H, 2, 5, 5)
+    torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(wb.mean(0), wa, atol=1e-6, rtol=1e-6)
+
+
 def test_stock_configuration_delegates_and_others_never_take_fused_path(monkeypatch):
     import torch.nn.functional as F
 

@@ -501,6 +501,45 @@ def test_auto_where_it_takes_the_kernels_calls_them_directly(monkeypatch):
     assert torch.equal(out, want)
 
 
+def test_a_training_call_auto_does_not_give_the_kernels_runs_as_materialized(monkeypatch):
+    """A module whose plan holds the direct call for auto (a measured family) and a training
+    call that auto gives another backend (a setting not measured): the call runs as on
+    materialized, q scaled (the direct call leaves the scale to the kernels)."""
+    from fairseq_sparse_attn.attention import core
+
+    auto_takes_the_kernels_for_training_calls(monkeypatch)
+    torch.manual_seed(0)
+    auto = SparseMultiheadAttention(E, H, config=_config("relu", "auto", "gated_rmsnorm"), self_attention=True)
+    ref = SparseMultiheadAttention(E, H, config=_config("relu", "materialized", "gated_rmsnorm"), self_attention=True)
+    ref.load_state_dict(auto.state_dict())
+    assert auto.plan().kernel_if_auto_takes_it
+    declines = dataclasses.replace(core.BACKENDS["triton"], enabled=lambda spec, call: False)
+    monkeypatch.setitem(core.BACKENDS, "triton", declines)
+    x = torch.randn(7, 2, E)
+    pad = padding(2, 7, [7, 4])
+    (out, _), (want, _) = (m(x, x, x, key_padding_mask=pad, need_weights=False) for m in (auto, ref))
+    assert torch.equal(out, want)
+
+
+def test_an_additive_mask_is_never_dropped_by_the_kernels(monkeypatch):
+    """The kernels take key padding and causal masks, not an additive float mask: named
+    triton refuses the call in one line, and auto where it takes the kernels runs it on the
+    exact path (the numbers of materialized)."""
+    torch.manual_seed(0)
+    named = SparseMultiheadAttention(E, H, config=_config("relu", "triton", "gated_rmsnorm"), self_attention=True)
+    ref = SparseMultiheadAttention(E, H, config=_config("relu", "materialized", "gated_rmsnorm"), self_attention=True)
+    ref.load_state_dict(named.state_dict())
+    x = torch.randn(5, 2, E, requires_grad=True)
+    bias = torch.randn(5, 5)  # finite: a bias on the scores, not a mask that hides keys
+    with pytest.raises(UsageError, match="an additive attention-mask bias"):
+        named(x, x, x, attn_mask=bias, need_weights=False)
+    auto_takes_the_kernels_for_training_calls(monkeypatch)
+    auto = SparseMultiheadAttention(E, H, config=_config("relu", "auto", "gated_rmsnorm"), self_attention=True)
+    auto.load_state_dict(named.state_dict())
+    (out, _), (want, _) = (m(x, x, x, attn_mask=bias, need_weights=False) for m in (auto, ref))
+    assert rel(out, want) <= 1e-6
+
+
 def test_a_hooked_activation_is_never_skipped_by_the_kernels(monkeypatch):
     """The kernels compute the activation inside, so a hook on the activation module would
     never run there.  Named ``triton``: one clear error naming the hooks.  ``auto`` where it

@@ -292,6 +292,11 @@ def test_attend_on_triton_and_retain_dropout_in_inference():
         fairseq_like.dropout_module.apply_during_inference = False
         plain, _ = fairseq_like(x, x, x, need_weights=False)
     assert not torch.equal(first, second) and not torch.equal(first, plain)
+    # attend() on triton with the dropout module in eval mode (a gradient taken at
+    # inference, e.g. an attribution): no dropout, the formula's numbers
+    dropout.eval()
+    out, _ = attend(q, k, v, AttentionInputs(), spec)
+    assert rel(out, reference(q, k, v)) <= 1e-5
 
 
 def test_auto_takes_the_kernels_with_dropout_only_where_dropout_was_measured(monkeypatch, tmp_path):
