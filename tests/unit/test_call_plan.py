@@ -724,3 +724,20 @@ def test_projection_and_cache_code_exists_once():
         if re.search(pat, path.read_text())
     }
     assert owners == {"call_plan.py"}, owners
+
+
+def test_key_blocks_answer_fairseq_s_default_weight_request_with_none():
+    """fairseq asks every attention call for head-averaged weights (need_weights defaults to
+    True); with --attn-key-block-size the call stays on the key blocks (never materializing
+    the (tgt, src) weights it exists to avoid) and returns None, with the materialized
+    path's output."""
+    torch.manual_seed(0)
+    blocks = SparseMultiheadAttention(E, H, self_attention=True, config=attention_config("relu_scaled", "none"))
+    ref = SparseMultiheadAttention(E, H, self_attention=True, config=attention_config("relu_scaled", "none"))
+    ref.load_state_dict(blocks.state_dict())
+    blocks.key_block_size = 4
+    x = torch.randn(9, 2, E, requires_grad=True)
+    out, weights = blocks(x, x, x)
+    want, want_weights = ref(x, x, x)
+    assert weights is None and want_weights.shape == (2, 9, 9)
+    torch.testing.assert_close(out, want, atol=1e-6, rtol=1e-6)
