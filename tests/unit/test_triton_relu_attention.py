@@ -510,3 +510,16 @@ def test_an_interpreted_launch_leaves_triton_language_as_it_found_it():
         after = vars(ns)
         changed = sorted(n for n in set(attrs) | set(after) if attrs.get(n, None) is not after.get(n, None))
         assert changed == [], f"{ns}: {changed[:5]}"
+
+
+def test_a_padding_mask_laid_out_with_other_strides():
+    """A key-padding mask that is a view with a non-unit last stride (made transposed,
+    (S, B).t()) hides the same keys as its contiguous copy: the kernels read one byte per
+    key, so the mask is laid out contiguously first."""
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(3, 2, 7, 32, generator=g) for _ in range(3))
+    pad = padding(3, 7, [7, 4, 2])
+    transposed = pad.t().contiguous().t()
+    assert transposed.stride() == (1, 3) and torch.equal(transposed, pad)
+    out = ra.relu_attention(q, k, v, transposed)
+    assert rel(out, reference(q, k, v, pad)) <= 1e-5
