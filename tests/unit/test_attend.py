@@ -340,3 +340,25 @@ def test_dropout_retained_in_inference_is_applied():
             dropped, inter = attend(q, k, v, AttentionInputs(), sp)
         assert inter.backend == backend
         assert not torch.allclose(dropped, plain_out)
+
+
+def test_sdpa_drops_nothing_in_eval_mode():
+    """A dropout module with p > 0 in eval mode (validation, generation): the sdpa backend
+    gives the plain softmax formula, the same on every call."""
+    q, k, v = inputs_qkv()
+    eval_spec = dataclasses.replace(spec("softmax", "sdpa"), dropout=nn.Dropout(0.5).eval())
+    expected = torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v
+    for _ in range(3):
+        out, inter = attend(q, k, v, AttentionInputs(), eval_spec)
+        assert inter.backend == "sdpa"
+        torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_key_blocks_refuse_training_dropout_they_cannot_apply():
+    """The key-block path has no attention dropout: a training call with p > 0 is refused
+    (the flags refuse the combination first; this is the call through the API), never
+    trained without it."""
+    q, k, v = inputs_qkv(1)
+    training = dataclasses.replace(spec("relu", key_block_size=2), dropout=nn.Dropout(0.5).train())
+    with pytest.raises(ValueError, match="attention-dropout 0"):
+        attend(q, k, v, AttentionInputs(), training)

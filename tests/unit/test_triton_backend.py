@@ -765,3 +765,16 @@ def test_print_alignment_on_the_triton_backend_is_refused_before_decoding():
     for sentence in hyps:
         for h in sentence:  # one hard alignment link per target token but the final eos
             assert len(h["alignment"]) == len(h["tokens"]) - 1
+
+
+def test_auto_needs_a_measurement_with_row_sums_for_a_row_sums_call(monkeypatch):
+    """The H200's recorded result is ReLA's relu in bf16 without row sums: a bf16 training
+    call that also needs the row sums (ReLUFormer's regularized criterion) was not measured
+    that way, so auto does not take the kernels for it."""
+    from helpers import kernel_call, on_cuda_device
+
+    assert ("H200", "relu", "bf16+rowsums") not in tb.MEASURED_FASTER
+    on_cuda_device(monkeypatch, "H200")
+    measured = kernel_call("cuda", torch.bfloat16, grad=True, head_dim=64)
+    assert tb._auto_enabled(None, measured)
+    assert not tb._auto_enabled(None, measured._replace(row_sums=True))

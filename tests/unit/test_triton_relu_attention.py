@@ -523,3 +523,17 @@ def test_a_padding_mask_laid_out_with_other_strides():
     assert transposed.stride() == (1, 3) and torch.equal(transposed, pad)
     out = ra.relu_attention(q, k, v, transposed)
     assert rel(out, reference(q, k, v, pad)) <= 1e-5
+
+
+def test_the_launch_grid_serves_exactly_65535_batch_entries_and_heads():
+    """CUDA's grid holds at most 65,535 in its second and third dimensions: 65,535 batch
+    entries (or heads) are served, 65,536 are not (expanded views: no memory)."""
+    from fairseq_sparse_attn.kernels.served import unserved_sizes
+
+    def t(b, h):
+        return torch.empty(1, 1, 1, 32).expand(b, h, 1, 32)
+
+    assert unserved_sizes(t(65535, 1), t(65535, 1), t(65535, 1)) is None
+    assert unserved_sizes(t(1, 65535), t(1, 65535), t(1, 65535)) is None
+    assert "65,536 batch entries" in unserved_sizes(t(65536, 1), t(65536, 1), t(65536, 1))
+    assert "65,536 heads" in unserved_sizes(t(1, 65536), t(1, 65536), t(1, 65536))
