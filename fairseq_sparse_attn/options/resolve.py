@@ -285,8 +285,8 @@ def resolve_model(cfg) -> ModelConfig:
     opts = plugin_options(cfg)
     if opts.ffn_type not in FFN_TYPES:
         raise UsageError(f"unknown --ffn-type {opts.ffn_type!r}; valid values: {', '.join(FFN_TYPES)}")
-    heads = {
-        kind: int(_number(cfg, f"{'decoder' if kind == 'decoder_self' else 'encoder'}_attention_heads", 1))
+    heads = {  # cross-attention is the decoder's: fairseq builds it with the decoder's heads
+        kind: int(_number(cfg, f"{'encoder' if kind == 'encoder_self' else 'decoder'}_attention_heads", 1))
         for kind in ATTENTION_KINDS
     }
     activations = {kind: activation_config(opts, kind) for kind in ATTENTION_KINDS}

@@ -135,3 +135,13 @@ def test_a_named_backend_that_can_serve_no_call_is_refused_when_the_model_is_bui
     resolve_model(model_args(attn_backend="triton", attention_dropout=0.1, **relu))
     for backend in ("auto", "materialized"):
         resolve_model(model_args(attn_backend=backend, attn_activation="softmax", encoder_rel_pos_k=2))
+    # cross-attention has the decoder's heads (fairseq's build_encoder_attention): 512 / 8 =
+    # 64, served, where the encoder's 1 head would make it 512 (refused until 2026-11-28)
+    asymmetric = dict(encoder_embed_dim=32, encoder_attention_heads=1, decoder_embed_dim=512, decoder_attention_heads=8)
+    resolve_model(model_args(attn_backend="triton", attn_activation="relu", **asymmetric))
+    built = build_model("rela_transformer_wmt_en_de", attn_backend="triton", **asymmetric)[0]
+    cross = built.decoder.layers[0].encoder_attn
+    assert (cross.num_heads, cross.head_dim) == (8, 64)
+    # and the other way: the cross-attention's head dim 512 / 1 is refused, whatever the encoder's
+    asymmetric.update(encoder_embed_dim=512, encoder_attention_heads=8, decoder_attention_heads=1)
+    assert "self-attention: head dim 512" in refusal(attn_backend="triton", attn_activation="relu", **asymmetric)
