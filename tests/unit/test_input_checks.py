@@ -220,6 +220,11 @@ def flags(**kw):
 
 def test_fixed_pattern_and_head_flags():
     validation.validate_model_args(flags(encoder_fixed_patterns="7F", encoder_attention_heads=8))
+    validation.validate_model_args(flags(encoder_fixed_patterns="7F", encoder_attention_heads=7))  # 7F, no learned head
+    with pytest.raises(UsageError, match="7 fixed patterns do not fit in --encoder-attention-heads 6"):
+        validation.validate_model_args(
+            flags(encoder_fixed_patterns="7F", encoder_attention_heads=6, encoder_embed_dim=12)
+        )
     with pytest.raises(UsageError, match="7 fixed patterns do not fit in --encoder-attention-heads 4"):
         validation.validate_model_args(flags(encoder_fixed_patterns="7F"))
     with pytest.raises(UsageError, match="unknown fixed attention pattern 'bogus'"):

@@ -644,6 +644,7 @@ def test_layer_selection_and_flag_errors():
     for kw, msg in (
         (dict(rhe_layers="0"), "needs --rhe"),
         (dict(prune_redundant_heads=True), "needs --rhe"),
+        (dict(rhe=True, prune_skip_in_training=True), "--prune-skip-in-training needs --prune-redundant-heads"),
         (dict(encoder_bias_layers="2"), "out of range"),
         (dict(encoder_bias_layers="first"), "layer indices"),
         (dict(encoder_rel_pos_values=True), "encoder-rel-pos-k"),
