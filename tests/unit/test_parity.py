@@ -60,6 +60,16 @@ def test_rela_preset_is_rela_g_and_sizes():
         "rela_transformer_iwslt_de_en", encoder_embed_dim=None, encoder_ffn_embed_dim=None, encoder_attention_heads=None
     )
     assert (args.encoder_embed_dim, args.encoder_ffn_embed_dim, args.encoder_attention_heads) == (512, 1024, 4)
+    # the other papers' presets: ReLUFormer's scaled ReLU (its Eq. 6) without an output norm,
+    # the entmax family and softmax without one
+    for arch, pair in (
+        ("reluformer_wmt_en_de", ("relu_scaled", "none")),
+        ("sparsemax_transformer_wmt_en_de", ("sparsemax", "none")),
+        ("entmax15_transformer_iwslt_de_en", ("entmax15", "none")),
+        ("softmax_transformer_wmt_en_de", ("softmax", "none")),
+    ):
+        args = model_args(arch)
+        assert (args.attn_activation, args.attn_output_norm) == pair, arch
 
 
 def test_encoder_layer_never_takes_bettertransformer_path():
