@@ -176,5 +176,10 @@ def test_shared_embeddings_need_equal_dims_and_one_dictionary():
         "--joined-dictionary",
     ):
         validate_model_args(model_args(share_all_embeddings=True), task)
+    same_size = Dictionary()
+    same_size.add_symbol("b")  # as many entries, another symbol: still two dictionaries
+    task.target_dictionary = same_size
+    with pytest.raises(UsageError, match=r"dictionaries in bin differ \(5 and 5 entries\)"):
+        validate_model_args(model_args(share_all_embeddings=True), task)
     task.target_dictionary = src
     validate_model_args(model_args(share_all_embeddings=True), task)
