@@ -132,13 +132,15 @@ def test_resumed_epoch_trains_the_batches_of_an_uninterrupted_run():
 
 
 def _trainer_stub(value):
+    """What the guarded save reads of a trainer: its model (weights filled with ``value``)
+    and its update count."""
+    from types import SimpleNamespace
+
     import torch
 
     model = torch.nn.Linear(2, 2)
     with torch.no_grad():
         model.weight.fill_(value)
-    from types import SimpleNamespace
-
     return SimpleNamespace(get_model=lambda: model, get_num_updates=lambda: 7)
 
 
@@ -197,6 +199,8 @@ def test_divergence_found_behind_the_nan_detector_rerun(monkeypatch):
     with pytest.raises(TrainingDivergedError, match="training diverged at update 12: gradients are Nan/Inf"):
         Trainer.train_step(stub, [])
     monkeypatch.setattr(Trainer, "train_step", other_failure)
+    # an unguarded save_checkpoint again, or install_divergence_guard would see itself
+    # installed and leave other_failure unwrapped
     monkeypatch.setattr(checkpoint_utils, "save_checkpoint", lambda *a: None)
     divergence_guard.install_divergence_guard()
     with pytest.raises(StopIteration):  # no FloatingPointError in its chain: passed on as it is

@@ -196,17 +196,15 @@ def test_without_its_baseline_no_round_runs(fake):
 
 
 class TimedRun(FakeRun):
-    """A FakeRun whose updates take SECONDS[preset] each on a fake clock, in the order
-    recorded in CALLS."""
+    """A FakeRun whose updates take 1 s each on a fake clock, its calls recorded in CALLS."""
 
-    SECONDS = {}
     CALLS = []
     NOW = [0.0]
 
     def train(self, updates):
         super().train(updates)
         self.CALLS.append(self.preset)
-        self.NOW[0] += self.SECONDS.get(self.preset, 1.0) * updates
+        self.NOW[0] += 1.0 * updates
 
 
 @pytest.fixture
@@ -233,25 +231,28 @@ def test_blocks_take_turns_in_alternating_order(timed):
 def test_no_round_starts_that_the_budget_would_not_hold(timed):
     """Blocks of 10 s (2 presets): after 2 rounds (40 s) a third would end at 60 s, past
     --budget 45, so it does not start; the time of the set-up and warm-up counts."""
-    TimedRun.SECONDS = {"softmax": 1.0, "rela_g": 1.0}
     code, part = timed("--presets", "rela_g", "--blocks", "5", "--block-updates", "10", "--warmup-updates", "0",
                        "--budget", "45")  # fmt: skip
     assert len(part["blocks"]) == 2
     assert [b["ups"] for b in part["blocks"]] == [{"softmax": 1.0, "rela_g": 1.0}] * 2
-    TimedRun.SECONDS = {}
 
 
 def test_overflows_are_the_updates_fairseq_skipped():
     """Run.train counts an fp16 overflow when train_step leaves the update count as it was
     (fairseq skips the update and lowers the loss scale)."""
-    from types import SimpleNamespace
-
     counts = iter([1, 1, 2, 2])  # the update count after each step
-    trainer = SimpleNamespace(state=[0], get_num_updates=None, train_step=None)
-    trainer.get_num_updates = lambda: trainer.state[0]
-    trainer.train_step = lambda samples: trainer.state.__setitem__(0, next(counts))
+
+    class Trainer:
+        updates = 0
+
+        def get_num_updates(self):
+            return self.updates
+
+        def train_step(self, samples):
+            self.updates = next(counts)
+
     run = train_ab.Run.__new__(train_ab.Run)
-    run.trainer, run.updates, run.overflows = trainer, 0, 0
+    run.trainer, run.updates, run.overflows = Trainer(), 0, 0
     run.next_batch = lambda: {}
     run.train(4)  # updates 0->1, 1->1 (skipped), 1->2, 2->2 (skipped)
     assert (run.updates, run.overflows) == (4, 2)
