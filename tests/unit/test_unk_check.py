@@ -77,3 +77,87 @@ def test_warnings_name_the_likely_cause(tmp_path):
     assert out.getvalue() == ""
     c.check("input line 1", "wiese baum".split(), is_unk)
     assert "a model trained on BPE input needs its codes file" in out.getvalue()
+
+
+def test_a_last_word_cut_after_a_continuation_piece_is_a_word():
+    assert unknown_words("ein hund x@@".split(), is_unk) == (["x@@"], 3)
+    assert unknown_words("ein l@@".split(), is_unk) == ([], 2)
+
+
+def test_codes_record_reads_beside_the_first_data_bin_of_a_list(tmp_path):
+    for name in ("first", "second"):
+        (tmp_path / name / "bpe").mkdir(parents=True)
+        (tmp_path / name / "bpe" / "codes").write_text(f"#version: 0.2\\n{name[0]} n\\n")
+    data = f"{tmp_path / 'first' / 'data-bin'}:{tmp_path / 'second' / 'data-bin'}"
+    assert codes_record(None, data)["path"] == str(tmp_path / "first" / "bpe" / "codes")
+
+
+def test_a_missing_codes_file_is_a_warning_not_a_crash(tmp_path):
+    codes = tmp_path / "codes"
+    codes.write_text("#version: 0.2\\ne n\\n")
+    record = {"path": str(codes), "sha256": hashlib.sha256(codes.read_bytes()).hexdigest()}
+    c, out = check(bpe="subword_nmt", codes=str(tmp_path / "missing"), record=record)
+    c.start()
+    assert f"--bpe-codes {tmp_path / 'missing'} is not the codes file m.pt was trained with" in out.getvalue()
+
+
+def test_fsa_generate_reads_binarized_input_and_is_not_told_to_pass_bpe(tmp_path):
+    codes = tmp_path / "codes"
+    codes.write_text("#version: 0.2\\ne n\\n")
+    record = {"path": str(codes), "sha256": hashlib.sha256(codes.read_bytes()).hexdigest()}
+    out = io.StringIO()
+    c = InputCheck("fsa-generate", records={"m.pt": {"bpe": record}}, stream=out)
+    c.start()
+    assert out.getvalue() == ""
+
+
+def test_fsa_generate_checks_sentences_until_the_first_report():
+    """The sentences of each batch, specials (padding, BOS, EOS) left out, until one is
+    reported; later batches are translated unchecked."""
+    import torch
+    from fairseq.data import Dictionary
+
+    from fairseq_sparse_attn.unk_check import generate_inference_step
+
+    dictionary = Dictionary()
+    for word in ("ein", "hund", "."):
+        dictionary.add_symbol(word)
+    calls = []
+
+    class Task:
+        source_dictionary = dictionary
+
+        def inference_step(self, generator, models, sample, *args, **kwargs):
+            calls.append(sample["id"].tolist())
+            return "hypotheses"
+
+    out = io.StringIO()
+    c = InputCheck("fsa-generate", records={}, stream=out)
+    task = generate_inference_step(Task(), c)
+    ids = [dictionary.index(w) for w in ("ein", "hund", ".")]
+    bos, pad, eos, unk = dictionary.bos(), dictionary.pad(), dictionary.eos(), dictionary.unk()
+
+    def sample(sids, rows):
+        return {"id": torch.tensor(sids), "net_input": {"src_tokens": torch.tensor(rows)}}
+
+    # BOS, EOS and padding are not words: 1 <unk> of 3 words is not more than a third
+    assert task.inference_step(None, [], sample([4], [[pad, bos, ids[0], unk, ids[2], eos]])) == "hypotheses"
+    assert out.getvalue() == ""
+    task.inference_step(None, [], sample([5, 6], [[pad, bos, unk, ids[2], eos], [pad, unk, unk, unk, eos]]))
+    warned = out.getvalue().splitlines()
+    assert len(warned) == 1, warned
+    assert warned[0].startswith(
+        "fsa-generate: warning: sentence 5 (S-5; later sentences are not checked): 1 of its 2 words"
+    )
+    task.inference_step(None, [], sample([7], [[unk, unk, unk, eos]]))
+    assert len(out.getvalue().splitlines()) == 1 and calls == [[4], [5, 6], [7]]
+
+
+def test_the_codes_warning_is_given_once_per_run(tmp_path):
+    codes = tmp_path / "codes"
+    codes.write_text("#version: 0.2\ne n\n")
+    record = {"path": str(codes), "sha256": hashlib.sha256(codes.read_bytes()).hexdigest()}
+    c, out = check(record=record)  # trained on BPE, no --bpe: warned before the first batch only
+    c.start()
+    c.start()
+    assert len(out.getvalue().splitlines()) == 1

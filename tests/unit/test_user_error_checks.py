@@ -243,6 +243,46 @@ def test_bad_lines_left_out_and_ids_kept(capsys):
     ]
 
 
+def test_input_is_read_in_buffers_of_the_given_size_to_the_last_line(tmp_path):
+    """``--buffer-size 1`` translates each line as it comes (an interactive session waits
+    for no second line), and the last, partial buffer is translated too."""
+    from fairseq_sparse_attn.interactive_input import buffered_read
+
+    path = tmp_path / "input.txt"
+    path.write_bytes(b"a\nb\nc\n")
+    assert [[str(x) for x in b] for b in buffered_read(str(path), 2)] == [["a", "b"], ["c"]]
+    assert [[x.number for x in b] for b in buffered_read(str(path), 1)] == [[1], [2], [3]]
+
+
+def test_a_line_is_measured_against_the_source_positions_only(capsys):
+    """A line of exactly the model's source positions (EOS included) is translated, one
+    token more is left out; the target's limit plays no part."""
+    from collections import namedtuple
+
+    Batch = namedtuple("Batch", "ids src_tokens src_lengths constraints")
+    seen = []
+
+    def original(lines, cfg, task, max_positions, encode_fn):
+        seen.append(list(lines))
+        yield Batch(torch.arange(len(lines)), None, None, None)
+
+    lines = [InputLine.make("a b", 1), InputLine.make("a b c", 2)]
+    list(make_batches_skipping_bad_lines(original)(lines, None, _Task(), (3, 100), lambda x: x))
+    assert seen == [["a b"]]
+    assert capsys.readouterr().err.splitlines() == [
+        "fsa-interactive: error: input line 2: 4 tokens (with the end of sentence), "
+        "more than the model's 3 source positions; skipped"
+    ]
+
+
+def test_plain_lines_are_reported_by_their_1_based_number(capsys):
+    def original(lines, cfg, task, max_positions, encode_fn):
+        yield from ()
+
+    list(make_batches_skipping_bad_lines(original)(["a", "a b c d"], None, _Task(), 3, lambda x: x))
+    assert capsys.readouterr().err.startswith("fsa-interactive: error: input line 2: 5 tokens")
+
+
 def test_a_session_that_left_lines_out_ends_with_their_count(monkeypatch):
     from fairseq_sparse_attn import interactive_input
 
