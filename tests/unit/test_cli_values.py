@@ -2,7 +2,9 @@
 the model or the data loaded) or misuses with nothing said: ``--lr -1`` exited 0 without
 training, ``--max-update -5`` trained one update, ``--label-smoothing 1.5`` trained,
 ``--beam 0`` and ``--temperature 0`` failed after the model loaded, a missing
-``fsa-interactive --input`` after the model loaded (a black-box sweep, 2026-11-28)."""
+``fsa-interactive --input`` after the model loaded (a black-box sweep, 2026-11-28).  Then
+the wrappers' own argv handling (head masking, ``--user-dir``, ``-v``, the one-line error),
+each test checked to fail on a small bug planted in ``cli.py`` (docs/testing.md)."""
 
 import pytest
 
@@ -65,3 +67,142 @@ def test_the_last_value_counts_as_for_argparse():
     with pytest.raises(SystemExit, match="--lr -1: must be > 0"):
         _required_flags("fsa-train", TRAIN + ["--lr", "5e-4", "--lr", "-1"])
     _required_flags("fsa-train", TRAIN + ["--lr", "-1", "--lr", "5e-4"])
+
+
+# --------------------------------------------------------------------------- the wrappers' argv
+def test_head_masking_becomes_one_model_override():
+    """``--mask-encoder-heads H`` (both spellings) leaves argv with its value and merges into
+    ``--model-overrides``, where the flag's heads win over an override naming them too."""
+    from fairseq_sparse_attn.cli import with_head_masking
+
+    argv = ["data-bin", "--mask-encoder-heads", "0,7", "--path", "m.pt"]
+    assert with_head_masking(argv) == [
+        "data-bin",
+        "--path",
+        "m.pt",
+        "--model-overrides",
+        "{'encoder_masked_heads': '0,7'}",
+    ]
+    given = ["data-bin", "--model-overrides", "{'encoder_masked_heads': '1', 'beam': 2}", "--mask-encoder-heads=3"]
+    assert with_head_masking(given) == ["data-bin", "--model-overrides", "{'encoder_masked_heads': '3', 'beam': 2}"]
+    assert with_head_masking(["data-bin"]) == ["data-bin"]
+
+
+@pytest.mark.parametrize("overrides", ["[1, 2]", "{'a':", "abc"])
+def test_model_overrides_must_be_a_dict(overrides):
+    from fairseq_sparse_attn.cli import with_head_masking
+
+    with pytest.raises(SystemExit, match=r"fsa-validate: error: --model-overrides must be a Python dict literal"):
+        with_head_masking(["d", "--model-overrides", overrides, "--mask-encoder-heads", "0"], "fsa-validate")
+
+
+def test_the_plugin_dir_is_added_unless_one_is_given():
+    from fairseq_sparse_attn import user_dir
+    from fairseq_sparse_attn.cli import _with_user_dir
+
+    assert _with_user_dir(["d"]) == ["d", "--user-dir", user_dir()]
+    assert _with_user_dir(["d", "--user-dir", "mine"]) == ["d", "--user-dir", "mine"]
+    assert _with_user_dir(["d", "--user-dir=mine"]) == ["d", "--user-dir=mine"]
+
+
+def test_option_values_as_argparse_reads_them():
+    from fairseq_sparse_attn.cli import _flag_given, _option_value
+
+    argv = ["--x", "1", "--y=2", "--x", "3"]
+    assert (_option_value(argv, "--x"), _option_value(argv, "--x", last=True)) == ("1", "3")
+    assert _option_value(argv, "--y") == "2" and _option_value(argv, "--z") is None
+    assert _flag_given(argv, "--y") and _flag_given(["--arch=t"], "--arch", "-a") and not _flag_given(argv, "--z")
+
+
+def test_verbose_flags_are_the_wrapper_s(monkeypatch):
+    import os
+
+    from fairseq_sparse_attn.cli import _pop_verbose
+
+    monkeypatch.delenv("FSA_VERBOSE", raising=False)
+    assert _pop_verbose(["d", "--lr", "1"]) == ["d", "--lr", "1"] and "FSA_VERBOSE" not in os.environ
+    assert _pop_verbose(["d", "-v", "--verbose"]) == ["d"] and os.environ["FSA_VERBOSE"] == "1"
+
+
+@pytest.mark.parametrize(
+    "command,argv,message",
+    [
+        ("fsa-train", TRAIN + ["--max-update", "2.5"], "--max-update 2.5: must be a whole number >= 0"),
+        ("fsa-train", TRAIN + ["--label-smoothing", "1"], "--label-smoothing 1: must be in [0, 1)"),
+        ("fsa-train", TRAIN + ["--update-freq", "two"], "--update-freq two: must be a whole number >= 1"),
+        ("fsa-train", ["d", "--arch", "t", "--max-tokens", "9"], "--optimizer is required"),
+        ("fsa-train", ["d", "--optimizer", "adam", "--max-tokens", "9"], "--arch is required"),
+        (
+            "fsa-validate",
+            ["d", "--path", "m.pt", "--task", "translation"],
+            "--max-tokens N or --batch-size N is required",
+        ),
+        (
+            "fsa-interactive",
+            ["d", "--path", "m.pt", "--tokenizer", "moses", "-s", "de"],
+            "--tokenizer moses needs -t/--target-lang",
+        ),
+    ],
+)
+def test_more_values_and_flags_refused_before_any_work(command, argv, message):
+    with pytest.raises(SystemExit) as e:
+        _required_flags(command, argv)
+    assert str(e.value).startswith(f"{command}: error: {message}"), str(e.value)
+
+
+def test_flags_given_in_the_equals_form_count():
+    _required_flags("fsa-train", ["d", "--arch=t", "--optimizer=adam", "--max-tokens=9"])
+    _required_flags("fsa-interactive", ["d", "--path", "m.pt", "--tokenizer", "moses", "-s", "de", "-t", "en"])
+
+
+def test_fsa_validate_names_the_checkpoint_s_task():
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints" / "dea.pt"
+    with pytest.raises(SystemExit, match=r"the checkpoint was trained with --task parse_annotated_translation"):
+        _required_flags("fsa-validate", ["d", "--path", str(path), "--max-tokens", "9"])
+
+
+def test_a_user_error_is_one_line_with_its_whitespace_folded(monkeypatch):
+    """A UsageError raised inside fairseq's CLI: ``<command>: error: <message>`` on one line,
+    its line breaks and runs of blanks folded into single blanks; FSA_TRACEBACK=1 raises it."""
+    import argparse
+    import sys
+    import types
+
+    from fairseq_sparse_attn import cli
+    from fairseq_sparse_attn.errors import UsageError
+
+    module = types.ModuleType("fsa_fake_cli")
+
+    def cli_main():
+        raise UsageError("data-bin/x.idx:\n  does not   match")
+
+    module.cli_main = cli_main
+    monkeypatch.setitem(sys.modules, "fsa_fake_cli", module)
+    monkeypatch.setattr(sys, "argv", ["/bin/fsa-train", "d", "--arch", "t", "--optimizer", "adam", "--max-tokens", "9"])
+    monkeypatch.setattr(cli, "configure_logging", lambda stream=None: None)
+    monkeypatch.setattr(argparse.ArgumentParser, "error", argparse.ArgumentParser.error)  # _run replaces it
+    monkeypatch.delenv("FSA_TRACEBACK", raising=False)
+    with pytest.raises(SystemExit) as e:
+        cli._run("fsa_fake_cli")
+    assert str(e.value) == "fsa-train: error: data-bin/x.idx: does not match"
+    monkeypatch.setattr(sys, "argv", ["/bin/fsa-train", "d", "--arch", "t", "--optimizer", "adam", "--max-tokens", "9"])
+    monkeypatch.setenv("FSA_TRACEBACK", "1")
+    with pytest.raises(UsageError):
+        cli._run("fsa_fake_cli")
+
+
+def test_the_user_dir_notice_shows_only_when_verbose(monkeypatch):
+    import logging
+
+    from fairseq_sparse_attn.cli import _UserDirNotice
+
+    notice = logging.LogRecord(
+        "fairseq.utils", logging.INFO, "", 0, "--user-dir=/x has already been imported.", None, None
+    )
+    other = logging.LogRecord("fairseq.utils", logging.INFO, "", 0, "--user-dir=/x loaded", None, None)
+    monkeypatch.delenv("FSA_VERBOSE", raising=False)
+    assert not _UserDirNotice().filter(notice) and _UserDirNotice().filter(other)
+    monkeypatch.setenv("FSA_VERBOSE", "1")
+    assert _UserDirNotice().filter(notice)
