@@ -34,6 +34,17 @@ def test_crlf_and_a_trailing_blank_line_read_as_the_same_content(tmp_path, endin
     assert [side.line(i) for i in range(len(side))] == DEP
 
 
+def test_a_gzip_file_reads_as_its_text(tmp_path):
+    import gzip
+
+    path = tmp_path / "ref.de.gz"
+    path.write_bytes(gzip.compress("ein Satz\r\nzwei\n\n".encode("utf-8")))
+    assert read_lines(path) == ["ein Satz", "zwei"]
+    path.write_bytes(gzip.compress(b"ok\n\xff\n"))
+    with pytest.raises(TextFileError, match=r"ref\.de\.gz, line 2: not valid UTF-8"):
+        read_lines(path)
+
+
 def test_parse_side_file_with_crlf_and_blank_line_loads_in_the_task(tmp_path):
     """The side file's line count is compared with the binarized sentences: with Windows
     line ends and one trailing blank line it has the same 3 lines."""
