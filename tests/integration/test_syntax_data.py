@@ -910,6 +910,76 @@ def test_task_missing_and_miscounted_side_files(tiny_bin):
         task.load_dataset("train")
 
 
+SHE_LEFT = (["She left"], ["Sie ging"], ["She left\t2 0"], ["(S (NP (PRP She)) (VP (VBD left)))"])
+
+
+def test_task_combined_shards_follow_fairseq_s_concatenation(tmp_path):
+    """train + train1 with --upsample-primary 2: the side files are concatenated as fairseq
+    concatenates the binarized shards (the primary twice), so every example keeps its own
+    parse; a split loaded without combining (valid) reads its first shard only."""
+    src1, tgt1, dep1, tree1 = SHE_LEFT
+    d = tmp_path / "bin"
+    write_databin(d, {"train": (SRC_BPE, TGT), "train1": (src1, tgt1), "valid": (SRC_BPE, TGT), "valid1": (src1, tgt1)})
+    for split in ("train", "valid"):
+        write_side(d, split)
+        write_side(d, split + "1", dep1, tree1)
+    task, _ = make_task(d, "--upsample-primary", "2")
+    task.load_dataset("train", combine=True)
+    ds = task.dataset("train")
+    assert len(ds) == 7
+    alone = tmp_path / "alone"  # the second shard's sentence as a data set of its own
+    write_databin(alone, {"train": (src1, tgt1)})
+    write_side(alone, "train", dep1, tree1)
+    single, _ = make_task(alone)
+    single.load_dataset("train")
+    one = single.dataset("train")[0]
+    assert task.src_dict.string(ds[6]["source"]) == "She left"
+    assert torch.equal(ds[6]["src_dep"], one["src_dep"]) and torch.equal(ds[6]["src_rp"], one["src_rp"])
+    for i in range(3):  # the primary, twice
+        for key in ("src_dep", "src_rp"):
+            assert torch.equal(ds[i][key], ds[i + 3][key])
+        dep, rp = EXPECTED_RIGHT[i]
+        n = ds[i]["source"].numel()
+        assert ds[i]["src_dep"].tolist() == [[bool(v) for v in row[:n]] for row in dep[:n]]
+    task.load_dataset("valid")
+    assert len(task.dataset("valid")) == 3
+
+
+def test_task_reads_valid_parses_from_the_first_data_dir(tmp_path):
+    """DATA1:DATA2 rotates training data by epoch; valid and test come from DATA1 in every
+    epoch (fairseq's rule), and so do their parses."""
+    src1, tgt1, dep1, tree1 = SHE_LEFT
+    first, second = tmp_path / "first", tmp_path / "second"
+    write_databin(first, {"train": (SRC_BPE, TGT), "valid": (SRC_BPE, TGT)})
+    write_databin(second, {"train": (src1, tgt1), "valid": (src1, tgt1)})
+    for d, dep, tree in ((first, DEP_LINES, TREE_LINES), (second, dep1, tree1)):
+        for split in ("train", "valid"):
+            write_side(d, split, dep, tree)
+    task, _ = make_task(f"{first}:{second}")
+    task.load_dataset("valid", epoch=2)
+    assert len(task.dataset("valid")) == 3
+
+
+@pytest.mark.parametrize("value", ["", " , ", "dep,tree"])
+def test_task_syntax_inputs_must_name_one_or_both(value):
+    from fairseq_sparse_attn.tasks.parse_annotated_translation import parse_features
+
+    with pytest.raises(ValueError, match="--syntax-inputs .*: expected a comma-separated subset of dep, rp"):
+        parse_features(value)
+    assert parse_features("rp, dep") == ["dep", "rp"]
+
+
+def test_task_tree_only_reads_escaped_brackets_as_the_source_s(tmp_path):
+    """``--syntax-inputs rp`` takes the words from the tree, whose leaves spell brackets
+    as -LRB- / -RRB- (PTB): they are the source's ( and )."""
+    d = tmp_path / "bin"
+    write_databin(d, {"train": (["( He ) left"], ["( Er ) ging"])})
+    write_side(d, "train", None, ["(S (-LRB- -LRB-) (NP (PRP He)) (-RRB- -RRB-) (VP (VBD left)))"])
+    task, _ = make_task(d, "--syntax-inputs", "rp")
+    task.load_dataset("train")
+    assert task.dataset("train")[0]["src_rp"].shape == (5, 5)
+
+
 def test_task_mismatched_parse_names_file_and_line(tmp_path):
     d = tmp_path / "bin"
     src = SRC_BPE + ["He left", "He left"]
