@@ -119,7 +119,8 @@ def test_verbose_flags_are_the_wrapper_s(monkeypatch):
 
     from fairseq_sparse_attn.cli import _pop_verbose
 
-    monkeypatch.delenv("FSA_VERBOSE", raising=False)
+    monkeypatch.setenv("FSA_VERBOSE", "")  # recorded, so that the value _pop_verbose sets is undone after
+    monkeypatch.delenv("FSA_VERBOSE")
     assert _pop_verbose(["d", "--lr", "1"]) == ["d", "--lr", "1"] and "FSA_VERBOSE" not in os.environ
     assert _pop_verbose(["d", "-v", "--verbose"]) == ["d"] and os.environ["FSA_VERBOSE"] == "1"
 
