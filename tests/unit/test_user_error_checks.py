@@ -254,10 +254,14 @@ def test_input_is_read_in_buffers_of_the_given_size_to_the_last_line(tmp_path):
     assert [[x.number for x in b] for b in buffered_read(str(path), 1)] == [[1], [2], [3]]
 
 
-def test_a_line_is_measured_against_the_source_positions_only(capsys):
+def test_a_line_is_measured_against_the_source_positions_only(capsys, monkeypatch):
     """A line of exactly the model's source positions (EOS included) is translated, one
     token more is left out; the target's limit plays no part."""
     from collections import namedtuple
+
+    from fairseq_sparse_attn import interactive_input
+
+    monkeypatch.setattr(interactive_input, "SKIPPED", [])
 
     Batch = namedtuple("Batch", "ids src_tokens src_lengths constraints")
     seen = []
@@ -275,7 +279,11 @@ def test_a_line_is_measured_against_the_source_positions_only(capsys):
     ]
 
 
-def test_plain_lines_are_reported_by_their_1_based_number(capsys):
+def test_plain_lines_are_reported_by_their_1_based_number(capsys, monkeypatch):
+    from fairseq_sparse_attn import interactive_input
+
+    monkeypatch.setattr(interactive_input, "SKIPPED", [])
+
     def original(lines, cfg, task, max_positions, encode_fn):
         yield from ()
 
