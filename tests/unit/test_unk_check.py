@@ -79,6 +79,13 @@ def test_warnings_name_the_likely_cause(tmp_path):
     assert "a model trained on BPE input needs its codes file" in out.getvalue()
 
 
+def recorded_codes(tmp_path):
+    """A codes file and the record a checkpoint keeps of it."""
+    codes = tmp_path / "codes"
+    codes.write_text("#version: 0.2\ne n\n")
+    return {"path": str(codes), "sha256": hashlib.sha256(codes.read_bytes()).hexdigest()}
+
+
 def test_a_last_word_cut_after_a_continuation_piece_is_a_word():
     assert unknown_words("ein hund x@@".split(), is_unk) == (["x@@"], 3)
     assert unknown_words("ein l@@".split(), is_unk) == ([], 2)
@@ -87,24 +94,20 @@ def test_a_last_word_cut_after_a_continuation_piece_is_a_word():
 def test_codes_record_reads_beside_the_first_data_bin_of_a_list(tmp_path):
     for name in ("first", "second"):
         (tmp_path / name / "bpe").mkdir(parents=True)
-        (tmp_path / name / "bpe" / "codes").write_text(f"#version: 0.2\\n{name[0]} n\\n")
+        (tmp_path / name / "bpe" / "codes").write_text(f"#version: 0.2\n{name[0]} n\n")
     data = f"{tmp_path / 'first' / 'data-bin'}:{tmp_path / 'second' / 'data-bin'}"
     assert codes_record(None, data)["path"] == str(tmp_path / "first" / "bpe" / "codes")
 
 
 def test_a_missing_codes_file_is_a_warning_not_a_crash(tmp_path):
-    codes = tmp_path / "codes"
-    codes.write_text("#version: 0.2\\ne n\\n")
-    record = {"path": str(codes), "sha256": hashlib.sha256(codes.read_bytes()).hexdigest()}
+    record = recorded_codes(tmp_path)
     c, out = check(bpe="subword_nmt", codes=str(tmp_path / "missing"), record=record)
     c.start()
     assert f"--bpe-codes {tmp_path / 'missing'} is not the codes file m.pt was trained with" in out.getvalue()
 
 
 def test_fsa_generate_reads_binarized_input_and_is_not_told_to_pass_bpe(tmp_path):
-    codes = tmp_path / "codes"
-    codes.write_text("#version: 0.2\\ne n\\n")
-    record = {"path": str(codes), "sha256": hashlib.sha256(codes.read_bytes()).hexdigest()}
+    record = recorded_codes(tmp_path)
     out = io.StringIO()
     c = InputCheck("fsa-generate", records={"m.pt": {"bpe": record}}, stream=out)
     c.start()
@@ -154,10 +157,7 @@ def test_fsa_generate_checks_sentences_until_the_first_report():
 
 
 def test_the_codes_warning_is_given_once_per_run(tmp_path):
-    codes = tmp_path / "codes"
-    codes.write_text("#version: 0.2\ne n\n")
-    record = {"path": str(codes), "sha256": hashlib.sha256(codes.read_bytes()).hexdigest()}
-    c, out = check(record=record)  # trained on BPE, no --bpe: warned before the first batch only
+    c, out = check(record=recorded_codes(tmp_path))  # trained on BPE, no --bpe: warned before the first batch only
     c.start()
     c.start()
     assert len(out.getvalue().splitlines()) == 1
