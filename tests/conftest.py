@@ -22,11 +22,26 @@ def shared_data_dir() -> Path:
     return Path(env) if env else REPO.parent / "shared" / "data"
 
 
+#: set by .ci/run: a test whose shared corpus is missing fails instead of skipping, so a
+#: wrong path cannot turn an end-to-end test into a skip that CI never shows
+REQUIRE_SHARED_DATA_ENV = "FSA_REQUIRE_SHARED_DATA"
+
+
+def require_shared_data(path: Path, what: str) -> Path:
+    """``path`` (a file of ../shared/data); when it is missing the test skips, or fails
+    where ``$FSA_REQUIRE_SHARED_DATA`` is 1 (CI)."""
+    if not path.exists():
+        message = f"{what} not found at {path} (set FSA_SHARED_DATA)"
+        if os.environ.get(REQUIRE_SHARED_DATA_ENV) == "1":
+            pytest.fail(f"{message}; {REQUIRE_SHARED_DATA_ENV}=1 requires it", pytrace=False)
+        pytest.skip(message)
+    return path
+
+
 @pytest.fixture(scope="session")
 def multi30k_raw():
     d = shared_data_dir() / "multi30k"
-    if not (d / "train.de.gz").exists():
-        pytest.skip(f"Multi30k raw data not found at {d} (set FSA_SHARED_DATA)")
+    require_shared_data(d / "train.de.gz", "Multi30k raw data")
     return d
 
 

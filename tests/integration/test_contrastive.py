@@ -44,11 +44,10 @@ def test_plain_reader_gz_and_group_file(tmp_path):
 
 
 def test_plain_reader_reads_the_shared_subject_verb_set():
-    from conftest import shared_data_dir
+    from conftest import require_shared_data, shared_data_dir
 
     d = shared_data_dir() / "contrastive" / "subj_verb_agreement"
-    if not (d / "src.en.gz").exists():
-        pytest.skip(f"contrastive data not found at {d}")
+    require_shared_data(d / "src.en.gz", "contrastive data")
     items = C.read_plain(d / "src.en.gz", d / "tgt.correct.de.gz", d / "tgt.incorrect.de.gz")
     assert len(items) == 6701
     assert all(i.correct != i.contrastives[0] for i in items)

@@ -23,15 +23,14 @@ sys.path.insert(0, str(DATA_PREP))
 from common import parse_text  # noqa: E402
 from corpora import CORPORA  # noqa: E402
 
-from conftest import shared_data_dir  # noqa: E402
+from conftest import require_shared_data, shared_data_dir  # noqa: E402
 
 
 def _sentences(n):
     """n real sentence pairs (Multi30k) of similar length (no pair trips the length-ratio
     filter), else skip."""
     d = shared_data_dir() / "multi30k"
-    if not (d / "train.de.gz").exists():
-        pytest.skip(f"Multi30k raw data not found at {d}")
+    require_shared_data(d / "train.de.gz", "Multi30k raw data")
     with gzip.open(d / "train.de.gz", "rt", encoding="utf-8") as f_de, gzip.open(
         d / "train.en.gz", "rt", encoding="utf-8"
     ) as f_en:

@@ -19,7 +19,7 @@ from fairseq_sparse_attn.data.documents import (
     pack_lengths,
 )
 
-from conftest import shared_data_dir
+from conftest import require_shared_data, shared_data_dir
 from helpers import model_size_flags
 
 REPO = Path(__file__).resolve().parents[2]
@@ -249,8 +249,7 @@ def test_line_count_mismatch_names_both_files(tmp_path):
 
 def test_shared_europarl_boundaries_agree():
     d = shared_data_dir() / "europarl7_doc"
-    if not (d / "dev.en.gz").exists():
-        pytest.skip(f"Europarl documents not found at {d}")
+    require_shared_data(d / "dev.en.gz", "Europarl documents")
     docs = documents_from_marked_files(d / "dev.en.gz", d / "dev.de.gz")
     assert len(docs) == 240
     with gzip.open(d / "dev.en.gz", "rt") as f:
@@ -264,8 +263,7 @@ def run(cmd, **kw):
 @pytest.fixture(scope="module")
 def doc_data(tmp_path_factory):
     d = shared_data_dir() / "europarl7_doc"
-    if not (d / "dev.en.gz").exists():
-        pytest.skip(f"Europarl documents not found at {d}")
+    require_shared_data(d / "dev.en.gz", "Europarl documents")
     out = tmp_path_factory.mktemp("europarl_docs")
     proc = run(
         [

@@ -182,11 +182,10 @@ def en_de_checkpoint(data, tmp_path_factory):
 
 
 def test_contrastive_subject_verb_agreement(data, en_de_checkpoint, tmp_path):
-    from conftest import shared_data_dir
+    from conftest import require_shared_data, shared_data_dir
 
     pairs = shared_data_dir() / "contrastive" / "subj_verb_agreement"
-    if not (pairs / "src.en.gz").exists():
-        pytest.skip(f"contrastive pairs not found at {pairs}")
+    require_shared_data(pairs / "src.en.gz", "contrastive pairs")
     out_json = tmp_path / "acc.json"
     proc = run(
         [

@@ -346,11 +346,10 @@ def test_reluformer_scripts(smoke_data, tmp_path, multi30k_raw):
 
 
 def test_reluformer_documents_script(tmp_path):
-    from conftest import shared_data_dir
+    from conftest import require_shared_data, shared_data_dir
 
     docs = shared_data_dir() / "europarl7_doc"
-    if not (docs / "dev.en.gz").exists():
-        pytest.skip(f"Europarl documents not found at {docs}")
+    require_shared_data(docs / "dev.en.gz", "Europarl documents")
     data = tmp_path / "docs"
     proc = subprocess.run(
         [
