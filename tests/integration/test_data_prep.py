@@ -222,3 +222,157 @@ def test_download_checks_sizes(tmp_path):
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+# --------------------------------------------------------------------------- a tiny corpus
+
+
+def _tiny_raw(raw: Path, n_train: int = 40, n_eval: int = 8) -> Path:
+    """Multi30k's six files, made up: English with apostrophes, which Moses splits one way
+    for English ("dog 's") and another for German ("dog ' s")."""
+    raw.mkdir(parents=True, exist_ok=True)
+    for stem, n in (("train", n_train), ("val", n_eval), ("test_2016_flickr", n_eval)):
+        _write_gz(raw / f"{stem}.de.gz", [f"Ein Hund läuft im Park , Nummer {i} ." for i in range(n)])
+        _write_gz(raw / f"{stem}.en.gz", [f"It's a dog's walk in park number {i} ." for i in range(n)])
+    return raw
+
+
+def _stamp_options(out: Path) -> dict:
+    import json
+
+    return json.loads((out / ".prepare_multi30k.json").read_text())["options"]
+
+
+def test_tiny_corpus_is_tokenized_per_language_with_a_joint_bpe(tmp_path):
+    sys.path.insert(0, str(REPO / "data_prep"))
+    from common import learn_bpe
+    from sacremoses import MosesTokenizer
+
+    raw = _tiny_raw(tmp_path / "raw")
+    out = tmp_path / "out"
+    proc = run_prep("--raw-dir", str(raw), "--out", str(out), "--bpe-merges", "30", "--workers", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for lang in ("de", "en"):
+        raw_train = [line.rstrip("\n") for line in gzip.open(raw / f"train.{lang}.gz", "rt", encoding="utf-8")]
+        tok = MosesTokenizer(lang=lang)
+        expected = [tok.tokenize(line, escape=False, return_str=True) for line in raw_train]
+        assert (out / "tok" / f"train.{lang}").read_text(encoding="utf-8").splitlines() == expected
+    assert "It 's a dog 's walk" in (out / "tok" / "train.en").read_text(encoding="utf-8")
+    # the codes are those learned on both tokenized training sides
+    joint = tmp_path / "joint_codes"
+    learn_bpe(
+        (out / "tok" / "train.de").read_text(encoding="utf-8").splitlines()
+        + (out / "tok" / "train.en").read_text(encoding="utf-8").splitlines(),
+        joint,
+        30,
+    )
+    assert (out / "bpe" / "codes").read_text(encoding="utf-8") == joint.read_text(encoding="utf-8")
+
+
+def test_each_changed_option_or_input_rebuilds(tmp_path):
+    raw = _tiny_raw(tmp_path / "raw")
+    out = tmp_path / "out"
+    base = ("--raw-dir", str(raw), "--out", str(out), "--workers", "1", "--max-train-lines", "30")
+
+    def prep(*extra):
+        proc = run_prep(*base, *extra)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return "up to date, skipping" in proc.stderr
+
+    assert not prep("--bpe-merges", "20", "--max-eval-lines", "5")
+    assert _count_lines(out / "bpe" / "train.de") == 30
+    assert _count_lines(out / "bpe" / "valid.en") == _count_lines(out / "raw" / "test.en") == 5
+    assert prep("--bpe-merges", "20", "--max-eval-lines", "5")
+    assert not prep("--bpe-merges", "20", "--max-eval-lines", "6")
+    assert _count_lines(out / "bpe" / "test.de") == 6
+    assert not prep("--bpe-merges", "25", "--max-eval-lines", "6")
+    assert _stamp_options(out)["bpe_merges"] == 25
+    assert not prep("--bpe-merges", "25", "--max-eval-lines", "6", "--force")
+    # a raw file that changed in place (another size)
+    _write_gz(raw / "val.en.gz", [f"It's another walk {i} ." for i in range(8)])
+    assert not prep("--bpe-merges", "25", "--max-eval-lines", "6")
+    # an output that went missing
+    for missing in ("raw/test.en", "bpe/codes", "bpe/valid.de", "data-bin/dict.de.txt"):
+        (out / missing).unlink()
+        assert not prep("--bpe-merges", "25", "--max-eval-lines", "6"), missing
+        assert (out / missing).is_file()
+
+
+def test_a_failed_rebuild_leaves_no_stamp(tmp_path):
+    raw = _tiny_raw(tmp_path / "raw")
+    out = tmp_path / "out"
+    args = ("--raw-dir", str(raw), "--out", str(out), "--workers", "1", "--bpe-merges", "20")
+    assert run_prep(*args).returncode == 0
+    # a rebuild with other merges that fails at binarization, after the text outputs were
+    # rewritten (fairseq-preprocess cannot create its directory where a file stands)
+    (out / "data-bin.tmp").write_text("in the way")
+    proc = run_prep(*args[:-1], "25")
+    assert proc.returncode == 1 and "fairseq-preprocess failed" in proc.stderr
+    assert not (out / ".prepare_multi30k.json").exists()
+    (out / "data-bin.tmp").unlink()
+    proc = run_prep(*args)  # the first options again: rebuilt, not taken as up to date
+    assert proc.returncode == 0 and "skipping" not in proc.stderr
+    assert _stamp_options(out)["bpe_merges"] == 20
+
+
+def test_an_empty_split_is_refused(tmp_path):
+    raw = _tiny_raw(tmp_path / "raw")
+    for lang in ("de", "en"):
+        _write_gz(raw / f"test_2016_flickr.{lang}.gz", [])
+    proc = run_prep("--raw-dir", str(raw), "--out", str(tmp_path / "out"), "--workers", "1")
+    assert proc.returncode == 1
+    assert "split 'test_2016_flickr' is empty" in proc.stderr
+
+
+def _multi30k_module():
+    spec = importlib.util.spec_from_file_location("prepare_multi30k_under_test", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--bpe-merges", "0"], "--bpe-merges must be >= 1"),
+        (["--max-train-lines", "0"], "--max-train-lines must be >= 1"),
+        (["--max-eval-lines", "0"], "--max-eval-lines must be >= 1"),
+        (["--workers", "0"], "--workers must be >= 1"),
+        (["--src", "en", "--tgt", "en"], "--src and --tgt must differ"),
+    ],
+)
+def test_bad_arguments_are_refused(tmp_path, capsys, argv, flag):
+    m = _multi30k_module()
+    with pytest.raises(SystemExit) as e:
+        m.parse_args(["--out", str(tmp_path), *argv])
+    assert e.value.code == 2 and flag in capsys.readouterr().err
+
+
+def test_raw_dir_flag_comes_before_the_environment(tmp_path, monkeypatch):
+    m = _multi30k_module()
+    monkeypatch.setenv("MULTI30K_DIR", str(tmp_path / "from_env"))
+    args = m.parse_args(["--out", str(tmp_path / "out"), "--raw-dir", str(tmp_path / "from_flag")])
+    assert m.resolve_raw_source(args) == ((tmp_path / "from_flag").resolve(), None)
+    args = m.parse_args(["--out", str(tmp_path / "out")])
+    assert m.resolve_raw_source(args) == ((tmp_path / "from_env").resolve(), None)
+    monkeypatch.delenv("MULTI30K_DIR")
+    monkeypatch.setenv("MULTI30K_URL_BASE", "http://mirror/m30k")
+    assert m.resolve_raw_source(args) == ((tmp_path / "out" / "raw").resolve(), "http://mirror/m30k")
+    assert m.source_for("val.de.gz", "http://mirror/m30k").urls == ("http://mirror/m30k/val.de.gz",)
+
+
+def test_a_downloaded_file_that_is_not_gzip_is_removed(tmp_path, monkeypatch):
+    m = _multi30k_module()
+    monkeypatch.setattr(m, "SIZES", {})  # no size to check: the gzip check must catch it
+    served = tmp_path / "served"
+    served.mkdir()
+    for name in m.expected_names():
+        (served / name).write_bytes(b"not gzip")
+    srv, base = _serve(served)
+    try:
+        with pytest.raises(m.PrepError, match="train.de.gz is not a readable gzip file"):
+            m.download_raw(tmp_path / "raw", base)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert not (tmp_path / "raw" / "train.de.gz").exists()
