@@ -181,3 +181,13 @@ def test_verify_file_reports_both_values(tmp_path):
     with pytest.raises(PrepError, match=rf"{p}: size 3 bytes, expected 4 bytes \(doc\)"):
         common.verify_file(p, Source("f", (), "x", size=4, checksum_from="doc"))
     common.verify_file(p, Source("f", (), "x", sha256=hashlib.sha256(b"abc").hexdigest(), size=3))
+
+
+def test_a_connection_closed_before_the_first_byte_leaves_no_partial_file(server, tmp_path):
+    server.files["/corpus.tgz"] = DATA
+    server.drop_after["/corpus.tgz"] = 0
+    with pytest.raises(PrepError) as e:
+        download(_source(server.base + "/corpus.tgz"), tmp_path, _log([]))
+    assert f"connection closed after 0 of {len(DATA)} bytes" in str(e.value)
+    assert "bytes are kept" not in str(e.value)
+    assert list(tmp_path.iterdir()) == []
