@@ -497,3 +497,56 @@ def test_europarl_gold_blank_lines_are_dropped_as_lilt_alignment_scripts_do(tmp_
     proc = run_prep("europarl_de_en_align", "--raw-dir", raw, "--out", tmp_path / "bad", "--bpe-merges", "50")
     assert proc.returncode == 1
     assert "1 alignment lines but 2 test sentences after dropping blank lines" in proc.stderr
+
+
+# ------------------------------------------------------------------------ binarize
+
+
+def test_binarize_checks_every_split_and_swaps_in_only_a_complete_directory(tmp_path, monkeypatch):
+    import common
+
+    text = tmp_path / "bpe"
+    text.mkdir()
+    for split in ("train", "valid", "test"):
+        (text / f"{split}.de").write_text("ein Hund\nzwei Hunde\n", encoding="utf-8")
+        (text / f"{split}.en").write_text("one dog\ntwo dogs\n", encoding="utf-8")
+    databin = tmp_path / "data-bin"
+    logs = []
+    common.binarize(text, databin, "de", "en", True, 1, logs.append, extra_files={"info.json": '{"a": 1}'})
+    assert sorted(p.name for p in databin.iterdir()) == sorted(
+        common.binarized_files("de", "en") + ["info.json", "preprocess.log"]
+    )
+    assert (databin / "info.json").read_text() == '{"a": 1}'
+    assert (databin / "dict.de.txt").read_text() == (databin / "dict.en.txt").read_text()  # joined
+    common.binarize(text, tmp_path / "sep", "de", "en", False, 1, logs.append)
+    assert (tmp_path / "sep" / "dict.de.txt").read_text() != (tmp_path / "sep" / "dict.en.txt").read_text()
+    complete = {p.name: p.read_bytes() for p in databin.iterdir()}
+
+    def unchanged():
+        return {p.name: p.read_bytes() for p in databin.iterdir()} == complete and not (
+            tmp_path / "data-bin.tmp"
+        ).exists()
+
+    # a special symbol in the test split is named before fairseq-preprocess runs
+    (text / "test.en").write_text("one dog\ntwo </s> dogs\n", encoding="utf-8")
+    with pytest.raises(common.PrepError, match=r"test.en:2: the word '</s>' is fairseq's special symbol"):
+        common.binarize(text, databin, "de", "en", True, 1, logs.append)
+    assert unchanged()
+    (text / "test.en").write_text("one dog\ntwo dogs\n", encoding="utf-8")
+    # fairseq-preprocess fails: the previous directory stays, no temporary one is left
+    (text / "valid.en").unlink()
+    with pytest.raises(common.PrepError, match="fairseq-preprocess failed with exit status"):
+        common.binarize(text, databin, "de", "en", True, 1, logs.append)
+    assert unchanged()
+
+    # fairseq-preprocess exits 0 without writing every file
+    def partial_preprocess(cmd, **kw):
+        out = Path(cmd[cmd.index("--destdir") + 1])
+        out.mkdir()
+        (out / "dict.de.txt").write_text("x 1\n")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(common.subprocess, "run", partial_preprocess)
+    with pytest.raises(common.PrepError, match=r"fairseq-preprocess did not produce: dict.en.txt, train.de-en.de.bin"):
+        common.binarize(text, databin, "de", "en", True, 1, logs.append)
+    assert unchanged()
