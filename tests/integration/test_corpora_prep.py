@@ -550,3 +550,30 @@ def test_binarize_checks_every_split_and_swaps_in_only_a_complete_directory(tmp_
     with pytest.raises(common.PrepError, match=r"fairseq-preprocess did not produce: dict.en.txt, train.de-en.de.bin"):
         common.binarize(text, databin, "de", "en", True, 1, logs.append)
     assert unchanged()
+
+
+# ------------------------------------------------------------------------ prepare_corpus in-process
+
+
+def test_arguments_default_the_target_to_the_other_language_and_refuse_zero(tmp_path, capsys):
+    import prepare_corpus
+
+    corpus = CORPORA["wmt14_en_de"]  # pair (en, de)
+    args = prepare_corpus.parse_args(corpus, ["--out", str(tmp_path), "--src", "de"])
+    assert (args.src, args.tgt) == ("de", "en")
+    args = prepare_corpus.parse_args(corpus, ["--out", str(tmp_path)])
+    assert (args.src, args.tgt) == ("en", "de")
+    for flag in ("--bpe-merges", "--max-train-lines", "--max-eval-lines", "--workers"):
+        with pytest.raises(SystemExit) as e:
+            prepare_corpus.parse_args(corpus, ["--out", str(tmp_path), flag, "0"])
+        assert e.value.code == 2 and f"{flag} must be >= 1" in capsys.readouterr().err
+
+
+def test_a_part_without_sentences_is_refused(tmp_path):
+    import prepare_corpus
+    from corpora import Part, Text
+
+    _tar(tmp_path / "c.tgz", {"x.de": "", "x.en": ""})
+    part = Part("empty-part", {lang: Text("c.tgz", f"x.{lang}") for lang in ("de", "en")})
+    with pytest.raises(prepare_corpus.PrepError, match=r"empty-part: no sentences in .*c.tgz \[x.de\]"):
+        prepare_corpus.read_part(part, ("de", "en"), {"c.tgz": tmp_path / "c.tgz"})
