@@ -155,21 +155,17 @@ def outputs_complete(out: Path, src: str, tgt: str, corpus: Corpus) -> bool:
     return all((out / "raw" / f"test.{lang}").is_file() for lang in (src, tgt))
 
 
-def run(args: argparse.Namespace) -> None:
+def stamp_options(args: argparse.Namespace, raw_dir: Optional[Path]) -> dict:
+    """What the outputs are made from: a rerun whose options equal the stamp's is a no-op.
+    ``raw_dir``: ``--raw-dir`` resolved (its files are recorded by size), or None."""
     corpus: Corpus = args.corpus_spec
-    log = make_logger(f"[{corpus.name}]")
-    t_start = time.time()
     src, tgt = args.src, args.tgt
-    langs = (src, tgt)
-    out = args.out.expanduser().resolve()
-    raw_dir = args.raw_dir.expanduser().resolve() if args.raw_dir else None
-    merges = args.bpe_merges or corpus.bpe_merges
     options = {
         "version": STAMP_VERSION,
         "corpus": corpus.name,
         "src": src,
         "tgt": tgt,
-        "bpe_merges": merges,
+        "bpe_merges": args.bpe_merges or corpus.bpe_merges,
         "max_train_lines": args.max_train_lines,
         "max_eval_lines": args.max_eval_lines,
         "source": (
@@ -189,6 +185,19 @@ def run(args: argparse.Namespace) -> None:
         options["test_set"] = [
             f"{t.source}:{t.member}" for part in corpus.test_parts(src, tgt) for t in part.files.values()
         ]
+    return options
+
+
+def run(args: argparse.Namespace) -> None:
+    corpus: Corpus = args.corpus_spec
+    log = make_logger(f"[{corpus.name}]")
+    t_start = time.time()
+    src, tgt = args.src, args.tgt
+    langs = (src, tgt)
+    out = args.out.expanduser().resolve()
+    raw_dir = args.raw_dir.expanduser().resolve() if args.raw_dir else None
+    merges = args.bpe_merges or corpus.bpe_merges
+    options = stamp_options(args, raw_dir)
     stamp_path = out / STAMP_NAME
     if not args.force and not args.download_only and outputs_complete(out, src, tgt, corpus):
         old = read_stamp(stamp_path)

@@ -323,11 +323,14 @@ def test_wmt14_en_de_from_raw_dir(tmp_path):
         "--bpe-merges",
         "80",
         "--max-eval-lines",
-        "8",
+        "3",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "deen" / "data-bin" / "train.de-en.de.bin").is_file()
-    assert lines(tmp_path / "deen" / "raw" / "test.en") == en[50:58]
+    # --max-eval-lines cuts the validation set too, and not the training set
+    assert lines(tmp_path / "deen" / "raw" / "test.en") == en[50:53]
+    assert lines(tmp_path / "deen" / "raw" / "valid.en") == en[45:48]
+    assert len(lines(tmp_path / "deen" / "tok" / "train.en")) == 45
 
     # a member with a different number of lines is named with both counts
     _tar(
@@ -498,6 +501,11 @@ def test_europarl_gold_blank_lines_are_dropped_as_lilt_alignment_scripts_do(tmp_
     assert proc.returncode == 1
     assert "1 alignment lines but 2 test sentences after dropping blank lines" in proc.stderr
 
+    gold_archive("Das ist schön .\n\nJa .\n", "That is nice .\nYes .\nNo .\n", "1-1 2-2\n1-1\n")
+    proc = run_prep("europarl_de_en_align", "--raw-dir", raw, "--out", tmp_path / "bad", "--bpe-merges", "50")
+    assert proc.returncode == 1
+    assert "after dropping blank lines the test sides differ: 2 de and 3 en sentences" in proc.stderr
+
 
 # ------------------------------------------------------------------------ binarize
 
@@ -577,3 +585,45 @@ def test_a_part_without_sentences_is_refused(tmp_path):
     part = Part("empty-part", {lang: Text("c.tgz", f"x.{lang}") for lang in ("de", "en")})
     with pytest.raises(prepare_corpus.PrepError, match=r"empty-part: no sentences in .*c.tgz \[x.de\]"):
         prepare_corpus.read_part(part, ("de", "en"), {"c.tgz": tmp_path / "c.tgz"})
+
+
+def test_stamp_options_record_what_the_outputs_are_made_from(tmp_path):
+    import prepare_corpus
+
+    def options(name, *argv, raw_dir=None):
+        args = prepare_corpus.parse_args(CORPORA[name], ["--out", str(tmp_path / "out"), *argv])
+        return prepare_corpus.stamp_options(args, raw_dir)
+
+    plain = options("wmt14_en_de")
+    assert plain["bpe_merges"] == 32000 and plain["source"] == {"download": True}
+    assert "recipe" not in plain and "test_set" not in plain
+    assert options("wmt14_en_de", "--bpe-merges", "500")["bpe_merges"] == 500
+    assert options("korean_en")["recipe"] == 2  # a recipe change rebuilds an older copy
+    # en->de is scored on its own newstest2019 (a stamp from before that rebuilds)
+    assert "test_set" not in options("wmt19_de_en")
+    assert sorted(options("wmt19_de_en", "--src", "en")["test_set"]) == [
+        "wmt19-test.tgz:sgm/newstest2019-ende-ref.de.sgm",
+        "wmt19-test.tgz:sgm/newstest2019-ende-src.en.sgm",
+    ]
+    (tmp_path / "training-parallel-nc-v9.tgz").write_bytes(b"12345")
+    raw = options("wmt14_en_de", raw_dir=tmp_path)["source"]
+    assert raw == {"raw_dir": str(tmp_path), "files": {"training-parallel-nc-v9.tgz": 5}}
+
+
+def test_outputs_are_complete_only_with_the_gold_alignments_a_corpus_has(tmp_path):
+    import prepare_corpus
+    from common import binarized_files
+
+    for name in binarized_files("de", "en"):
+        (tmp_path / "data-bin").mkdir(exist_ok=True)
+        (tmp_path / "data-bin" / name).write_text("x")
+    (tmp_path / "raw").mkdir()
+    for lang in ("de", "en"):
+        (tmp_path / "raw" / f"test.{lang}").write_text("x")
+    assert prepare_corpus.outputs_complete(tmp_path, "de", "en", CORPORA["wmt14_en_de"])
+    assert not prepare_corpus.outputs_complete(tmp_path, "de", "en", CORPORA["europarl_de_en_align"])
+    (tmp_path / "gold").mkdir()
+    (tmp_path / "gold" / "test.talp").write_text("1-1\n")
+    assert prepare_corpus.outputs_complete(tmp_path, "de", "en", CORPORA["europarl_de_en_align"])
+    (tmp_path / "raw" / "test.en").unlink()
+    assert not prepare_corpus.outputs_complete(tmp_path, "de", "en", CORPORA["europarl_de_en_align"])
