@@ -365,8 +365,8 @@ def test_europarl_alignment_corpus(tmp_path):
     raw.mkdir()
     gold_de = ["Das ist schön .", "Über die Tagesordnung,ja ."]  # released tokenized: kept as is
     gold_en = ["That is nice .", "On the agenda ."]
-    train_de = s["de"][:1100] + ["", "Das ist schön ."] + s["de"][1100:]
-    train_en = s["en"][:1100] + ["Only one side", "That is nice ."] + s["en"][1100:]
+    train_de = s["de"][:1100] + ["", "Das ist schön .", "Nur eine Seite"] + s["de"][1100:]
+    train_en = s["en"][:1100] + ["Only one side", "That is nice .", " "] + s["en"][1100:]
     _tar(
         raw / "europarl-v7.de-en.tgz",
         {"europarl-v7.de-en.de": "\n".join(train_de) + "\n", "europarl-v7.de-en.en": "\n".join(train_en) + "\n"},
@@ -383,7 +383,7 @@ def test_europarl_alignment_corpus(tmp_path):
     proc = run_prep("europarl_de_en_align", "--raw-dir", raw, "--out", out, "--bpe-merges", "100")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "removed 1 test pairs from the training data" in proc.stderr
-    assert "dropped 1 pairs with an empty side" in proc.stderr
+    assert "dropped 2 pairs with an empty side" in proc.stderr  # either side
     # latin-1 -> utf-8, lowercased, not re-tokenized (the gold alignments index its tokens)
     assert lines(out / "tok" / "test.de") == ["das ist schön .", "über die tagesordnung,ja ."]
     # raw/ (sacreBLEU's references, against Moses-detokenized hypotheses): the test side as
