@@ -221,6 +221,11 @@ def test_iwslt14_from_raw_dir(iwslt_raw, tmp_path):
         assert (out / "data-bin" / f"{split}.de-en.de.bin").stat().st_size > 0
     assert (out / "data-bin" / "dict.de.txt").read_text() == (out / "data-bin" / "dict.en.txt").read_text()
     assert "@@ " in (out / "bpe" / "train.de").read_text()
+    # the joint codes are those learned on both tokenized training sides
+    from common import learn_bpe
+
+    learn_bpe(lines(out / "tok" / "train.de") + lines(out / "tok" / "train.en"), tmp_path / "joint", 60)
+    assert (out / "bpe" / "codes").read_text() == (tmp_path / "joint").read_text()
     # rerun: skipped
     proc = run_prep("iwslt14_de_en", "--raw-dir", raw, "--out", out, "--bpe-merges", "60")
     assert proc.returncode == 0 and "up to date, skipping" in proc.stderr
@@ -398,6 +403,12 @@ def test_europarl_alignment_corpus(tmp_path):
     # separate BPE per language: two dictionaries
     assert (out / "bpe" / "codes.de").is_file() and (out / "bpe" / "codes.en").is_file()
     assert (out / "data-bin" / "dict.de.txt").read_text() != (out / "data-bin" / "dict.en.txt").read_text()
+    from common import apply_bpe
+
+    for lang in ("de", "en"):  # each side segmented with its own codes
+        assert lines(out / "bpe" / f"train.{lang}") == apply_bpe(
+            lines(out / "tok" / f"train.{lang}"), out / "bpe" / f"codes.{lang}"
+        )
 
     (raw / "DeEnGoldAlignment.tar.gz").unlink()
     proc = run_prep("europarl_de_en_align", "--out", tmp_path / "dl")
@@ -495,6 +506,18 @@ def test_europarl_gold_blank_lines_are_dropped_as_lilt_alignment_scripts_do(tmp_
     assert lines(out / "tok_cased" / "test.de") == ["Das ist schön .", "Ja ."]
     assert lines(out / "gold" / "test.talp") == ["1-1 2-2", "1-1"]
     assert "test.de: dropped 2 blank lines" in proc.stderr and "gold alignments: dropped 2 blank lines" in proc.stderr
+
+    # --max-eval-lines cuts the validation pairs taken from training, the test set and the gold
+    # alignments alike
+    small = tmp_path / "small"
+    proc = run_prep(
+        "europarl_de_en_align", "--raw-dir", raw, "--out", small, "--bpe-merges", "50", "--max-eval-lines", "1"
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(lines(small / "tok" / "valid.de")) == len(lines(small / "raw" / "valid.en")) == 1
+    assert lines(small / "raw" / "valid.en") == lines(small / "tok" / "valid.en")
+    assert lines(small / "tok" / "test.en") == ["that is nice ."] and lines(small / "gold" / "test.talp") == ["1-1 2-2"]
+    assert len(lines(small / "tok" / "train.de")) == 2010 - 1000
 
     gold_archive("Das ist schön .\nJa .\n", "That is nice .\nYes .\n", "1-1 2-2\n")  # a line short
     proc = run_prep("europarl_de_en_align", "--raw-dir", raw, "--out", tmp_path / "bad", "--bpe-merges", "50")
@@ -627,3 +650,22 @@ def test_outputs_are_complete_only_with_the_gold_alignments_a_corpus_has(tmp_pat
     assert prepare_corpus.outputs_complete(tmp_path, "de", "en", CORPORA["europarl_de_en_align"])
     (tmp_path / "raw" / "test.en").unlink()
     assert not prepare_corpus.outputs_complete(tmp_path, "de", "en", CORPORA["europarl_de_en_align"])
+
+
+def test_too_few_training_pairs_for_the_validation_set_are_refused(tmp_path):
+    """europarl_de_en_align takes its validation set from the last 1,000 training pairs:
+    a corpus of fewer than 2,000 pairs is refused, naming the count."""
+    s = _sentences(50)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    _tar(
+        raw / "europarl-v7.de-en.tgz",
+        {"europarl-v7.de-en.de": "\n".join(s["de"]) + "\n", "europarl-v7.de-en.en": "\n".join(s["en"]) + "\n"},
+    )
+    _tar(
+        raw / "DeEnGoldAlignment.tar.gz",
+        {"DeEn/de": b"Ja .\n", "DeEn/en": b"Yes .\n", "DeEn/alignmentDeEn.talp": "1-1\n"},
+    )
+    proc = run_prep("europarl_de_en_align", "--raw-dir", raw, "--out", tmp_path / "out", "--bpe-merges", "50")
+    assert proc.returncode == 1
+    assert "only 50 training pairs: too few to take the validation set (the last 1000 pairs)" in proc.stderr
