@@ -229,6 +229,8 @@ def test_iwslt14_from_raw_dir(iwslt_raw, tmp_path):
     # rerun: skipped
     proc = run_prep("iwslt14_de_en", "--raw-dir", raw, "--out", out, "--bpe-merges", "60")
     assert proc.returncode == 0 and "up to date, skipping" in proc.stderr
+    proc = run_prep("iwslt14_de_en", "--raw-dir", raw, "--out", out, "--bpe-merges", "60", "--force")
+    assert proc.returncode == 0 and "skipping" not in proc.stderr and "done: train 92" in proc.stderr
 
 
 def test_download_through_mirror_then_checksum_mismatch(iwslt_raw, tmp_path):
