@@ -55,6 +55,16 @@ def _tar(path, members):
             t.addfile(info, io.BytesIO(data))
 
 
+def _europarl_training_archive(raw, de, en):
+    """``raw``/europarl-v7.de-en.tgz holding the line-aligned ``de`` and ``en`` sentences."""
+    raw.mkdir()
+    _tar(
+        raw / "europarl-v7.de-en.tgz",
+        {"europarl-v7.de-en.de": "\n".join(de) + "\n", "europarl-v7.de-en.en": "\n".join(en) + "\n"},
+    )
+    return raw
+
+
 def _sgm(lines, lang):
     body = "".join(f'<seg id="{i + 1}">{s}</seg>\n' for i, s in enumerate(lines))
     return f'<srcset setid="x" srclang="any">\n<doc docid="d" genre="news" origlang="{lang}">\n<p>\n{body}</p>\n</doc>\n</srcset>\n'
@@ -368,16 +378,11 @@ def test_wmt14_en_de_from_raw_dir(tmp_path):
 
 def test_europarl_alignment_corpus(tmp_path):
     s = _sentences(2130)
-    raw = tmp_path / "raw"
-    raw.mkdir()
     gold_de = ["Das ist schön .", "Über die Tagesordnung,ja ."]  # released tokenized: kept as is
     gold_en = ["That is nice .", "On the agenda ."]
     train_de = s["de"][:1100] + ["", "Das ist schön .", "Nur eine Seite"] + s["de"][1100:]
     train_en = s["en"][:1100] + ["Only one side", "That is nice .", " "] + s["en"][1100:]
-    _tar(
-        raw / "europarl-v7.de-en.tgz",
-        {"europarl-v7.de-en.de": "\n".join(train_de) + "\n", "europarl-v7.de-en.en": "\n".join(train_en) + "\n"},
-    )
+    raw = _europarl_training_archive(tmp_path / "raw", train_de, train_en)
     _tar(
         raw / "DeEnGoldAlignment.tar.gz",
         {
@@ -485,12 +490,7 @@ def test_europarl_gold_blank_lines_are_dropped_as_lilt_alignment_scripts_do(tmp_
     """lilt/alignment-scripts preprocess/deen-test.sh: sed '/^[[:space:]]*$/d' on the talp
     file and on both text files, each on its own; the sentences and links stay paired."""
     s = _sentences(2010)
-    raw = tmp_path / "raw"
-    raw.mkdir()
-    _tar(
-        raw / "europarl-v7.de-en.tgz",
-        {"europarl-v7.de-en.de": "\n".join(s["de"]) + "\n", "europarl-v7.de-en.en": "\n".join(s["en"]) + "\n"},
-    )
+    raw = _europarl_training_archive(tmp_path / "raw", s["de"], s["en"])
 
     def gold_archive(de, en, talp):
         _tar(
@@ -658,12 +658,7 @@ def test_too_few_training_pairs_for_the_validation_set_are_refused(tmp_path):
     """europarl_de_en_align takes its validation set from the last 1,000 training pairs:
     a corpus of fewer than 2,000 pairs is refused, naming the count."""
     s = _sentences(50)
-    raw = tmp_path / "raw"
-    raw.mkdir()
-    _tar(
-        raw / "europarl-v7.de-en.tgz",
-        {"europarl-v7.de-en.de": "\n".join(s["de"]) + "\n", "europarl-v7.de-en.en": "\n".join(s["en"]) + "\n"},
-    )
+    raw = _europarl_training_archive(tmp_path / "raw", s["de"], s["en"])
     _tar(
         raw / "DeEnGoldAlignment.tar.gz",
         {"DeEn/de": b"Ja .\n", "DeEn/en": b"Yes .\n", "DeEn/alignmentDeEn.talp": "1-1\n"},
