@@ -196,8 +196,8 @@ def run(args: argparse.Namespace) -> None:
     langs = (src, tgt)
     out = args.out.expanduser().resolve()
     raw_dir = args.raw_dir.expanduser().resolve() if args.raw_dir else None
-    merges = args.bpe_merges or corpus.bpe_merges
     options = stamp_options(args, raw_dir)
+    merges = options["bpe_merges"]  # --bpe-merges, else the paper's
     stamp_path = out / STAMP_NAME
     if not args.force and not args.download_only and outputs_complete(out, src, tgt, corpus):
         old = read_stamp(stamp_path)
