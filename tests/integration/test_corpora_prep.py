@@ -20,8 +20,10 @@ REPO = Path(__file__).resolve().parents[2]
 DATA_PREP = REPO / "data_prep"
 sys.path.insert(0, str(DATA_PREP))
 
-from common import parse_text  # noqa: E402
-from corpora import CORPORA  # noqa: E402
+import common  # noqa: E402
+import prepare_corpus  # noqa: E402
+from common import apply_bpe, binarized_files, learn_bpe, parse_text  # noqa: E402
+from corpora import CORPORA, Part, Text  # noqa: E402
 
 from conftest import require_shared_data, shared_data_dir  # noqa: E402
 
@@ -232,8 +234,6 @@ def test_iwslt14_from_raw_dir(iwslt_raw, tmp_path):
     assert (out / "data-bin" / "dict.de.txt").read_text() == (out / "data-bin" / "dict.en.txt").read_text()
     assert "@@ " in (out / "bpe" / "train.de").read_text()
     # the joint codes are those learned on both tokenized training sides
-    from common import learn_bpe
-
     learn_bpe(lines(out / "tok" / "train.de") + lines(out / "tok" / "train.en"), tmp_path / "joint", 60)
     assert (out / "bpe" / "codes").read_text() == (tmp_path / "joint").read_text()
     # rerun: skipped
@@ -410,8 +410,6 @@ def test_europarl_alignment_corpus(tmp_path):
     # separate BPE per language: two dictionaries
     assert (out / "bpe" / "codes.de").is_file() and (out / "bpe" / "codes.en").is_file()
     assert (out / "data-bin" / "dict.de.txt").read_text() != (out / "data-bin" / "dict.en.txt").read_text()
-    from common import apply_bpe
-
     for lang in ("de", "en"):  # each side segmented with its own codes
         assert lines(out / "bpe" / f"train.{lang}") == apply_bpe(
             lines(out / "tok" / f"train.{lang}"), out / "bpe" / f"codes.{lang}"
@@ -536,8 +534,6 @@ def test_europarl_gold_blank_lines_are_dropped_as_lilt_alignment_scripts_do(tmp_
 
 
 def test_binarize_checks_every_split_and_swaps_in_only_a_complete_directory(tmp_path, monkeypatch):
-    import common
-
     text = tmp_path / "bpe"
     text.mkdir()
     for split in ("train", "valid", "test"):
@@ -589,8 +585,6 @@ def test_binarize_checks_every_split_and_swaps_in_only_a_complete_directory(tmp_
 
 
 def test_arguments_default_the_target_to_the_other_language_and_refuse_zero(tmp_path, capsys):
-    import prepare_corpus
-
     corpus = CORPORA["wmt14_en_de"]  # pair (en, de)
     args = prepare_corpus.parse_args(corpus, ["--out", str(tmp_path), "--src", "de"])
     assert (args.src, args.tgt) == ("de", "en")
@@ -603,9 +597,6 @@ def test_arguments_default_the_target_to_the_other_language_and_refuse_zero(tmp_
 
 
 def test_a_part_without_sentences_is_refused(tmp_path):
-    import prepare_corpus
-    from corpora import Part, Text
-
     _tar(tmp_path / "c.tgz", {"x.de": "", "x.en": ""})
     part = Part("empty-part", {lang: Text("c.tgz", f"x.{lang}") for lang in ("de", "en")})
     with pytest.raises(prepare_corpus.PrepError, match=r"empty-part: no sentences in .*c.tgz \[x.de\]"):
@@ -613,8 +604,6 @@ def test_a_part_without_sentences_is_refused(tmp_path):
 
 
 def test_stamp_options_record_what_the_outputs_are_made_from(tmp_path):
-    import prepare_corpus
-
     def options(name, *argv, raw_dir=None):
         args = prepare_corpus.parse_args(CORPORA[name], ["--out", str(tmp_path / "out"), *argv])
         return prepare_corpus.stamp_options(args, raw_dir)
@@ -636,11 +625,8 @@ def test_stamp_options_record_what_the_outputs_are_made_from(tmp_path):
 
 
 def test_outputs_are_complete_only_with_the_gold_alignments_a_corpus_has(tmp_path):
-    import prepare_corpus
-    from common import binarized_files
-
+    (tmp_path / "data-bin").mkdir()
     for name in binarized_files("de", "en"):
-        (tmp_path / "data-bin").mkdir(exist_ok=True)
         (tmp_path / "data-bin" / name).write_text("x")
     (tmp_path / "raw").mkdir()
     for lang in ("de", "en"):

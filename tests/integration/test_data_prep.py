@@ -1,9 +1,11 @@
-"""Tests for data_prep/prepare_multi30k.py (run as a subprocess, like a user would)."""
+"""Tests for data_prep/prepare_multi30k.py: run as a subprocess, like a user would, and its
+argument, source and download checks in-process."""
 
 from __future__ import annotations
 
 import gzip
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -15,7 +17,10 @@ from conftest import require_shared_data, shared_data_dir
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "data_prep" / "prepare_multi30k.py"
+sys.path.insert(0, str(REPO / "data_prep"))
 
+import prepare_multi30k  # noqa: E402
+from common import learn_bpe  # noqa: E402
 
 # ../shared/data beside the checkout (or $FSA_SHARED_DATA), where every other test finds
 # it: until 2026-11-28 this file looked inside the checkout, so its Multi30k tests skipped
@@ -238,14 +243,10 @@ def _tiny_raw(raw: Path, n_train: int = 40, n_eval: int = 8) -> Path:
 
 
 def _stamp_options(out: Path) -> dict:
-    import json
-
     return json.loads((out / ".prepare_multi30k.json").read_text())["options"]
 
 
 def test_tiny_corpus_is_tokenized_per_language_with_a_joint_bpe(tmp_path):
-    sys.path.insert(0, str(REPO / "data_prep"))
-    from common import learn_bpe
     from sacremoses import MosesTokenizer
 
     raw = _tiny_raw(tmp_path / "raw")
@@ -253,7 +254,8 @@ def test_tiny_corpus_is_tokenized_per_language_with_a_joint_bpe(tmp_path):
     proc = run_prep("--raw-dir", str(raw), "--out", str(out), "--bpe-merges", "30", "--workers", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     for lang in ("de", "en"):
-        raw_train = [line.rstrip("\n") for line in gzip.open(raw / f"train.{lang}.gz", "rt", encoding="utf-8")]
+        with gzip.open(raw / f"train.{lang}.gz", "rt", encoding="utf-8") as f:
+            raw_train = f.read().splitlines()
         tok = MosesTokenizer(lang=lang)
         expected = [tok.tokenize(line, escape=False, return_str=True) for line in raw_train]
         assert (out / "tok" / f"train.{lang}").read_text(encoding="utf-8").splitlines() == expected
@@ -324,13 +326,6 @@ def test_an_empty_split_is_refused(tmp_path):
     assert "split 'test_2016_flickr' is empty" in proc.stderr
 
 
-def _multi30k_module():
-    spec = importlib.util.spec_from_file_location("prepare_multi30k_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize(
     "argv, flag",
     [
@@ -342,36 +337,33 @@ def _multi30k_module():
     ],
 )
 def test_bad_arguments_are_refused(tmp_path, capsys, argv, flag):
-    m = _multi30k_module()
     with pytest.raises(SystemExit) as e:
-        m.parse_args(["--out", str(tmp_path), *argv])
+        prepare_multi30k.parse_args(["--out", str(tmp_path), *argv])
     assert e.value.code == 2 and flag in capsys.readouterr().err
 
 
 def test_raw_dir_flag_comes_before_the_environment(tmp_path, monkeypatch):
-    m = _multi30k_module()
     monkeypatch.setenv("MULTI30K_DIR", str(tmp_path / "from_env"))
-    args = m.parse_args(["--out", str(tmp_path / "out"), "--raw-dir", str(tmp_path / "from_flag")])
-    assert m.resolve_raw_source(args) == ((tmp_path / "from_flag").resolve(), None)
-    args = m.parse_args(["--out", str(tmp_path / "out")])
-    assert m.resolve_raw_source(args) == ((tmp_path / "from_env").resolve(), None)
+    args = prepare_multi30k.parse_args(["--out", str(tmp_path / "out"), "--raw-dir", str(tmp_path / "from_flag")])
+    assert prepare_multi30k.resolve_raw_source(args) == ((tmp_path / "from_flag").resolve(), None)
+    args = prepare_multi30k.parse_args(["--out", str(tmp_path / "out")])
+    assert prepare_multi30k.resolve_raw_source(args) == ((tmp_path / "from_env").resolve(), None)
     monkeypatch.delenv("MULTI30K_DIR")
     monkeypatch.setenv("MULTI30K_URL_BASE", "http://mirror/m30k")
-    assert m.resolve_raw_source(args) == ((tmp_path / "out" / "raw").resolve(), "http://mirror/m30k")
-    assert m.source_for("val.de.gz", "http://mirror/m30k").urls == ("http://mirror/m30k/val.de.gz",)
+    assert prepare_multi30k.resolve_raw_source(args) == ((tmp_path / "out" / "raw").resolve(), "http://mirror/m30k")
+    assert prepare_multi30k.source_for("val.de.gz", "http://mirror/m30k").urls == ("http://mirror/m30k/val.de.gz",)
 
 
 def test_a_downloaded_file_that_is_not_gzip_is_removed(tmp_path, monkeypatch):
-    m = _multi30k_module()
-    monkeypatch.setattr(m, "SIZES", {})  # no size to check: the gzip check must catch it
+    monkeypatch.setattr(prepare_multi30k, "SIZES", {})  # no size to check: the gzip check must catch it
     served = tmp_path / "served"
     served.mkdir()
-    for name in m.expected_names():
+    for name in prepare_multi30k.expected_names():
         (served / name).write_bytes(b"not gzip")
     srv, base = _serve(served)
     try:
-        with pytest.raises(m.PrepError, match="train.de.gz is not a readable gzip file"):
-            m.download_raw(tmp_path / "raw", base)
+        with pytest.raises(prepare_multi30k.PrepError, match="train.de.gz is not a readable gzip file"):
+            prepare_multi30k.download_raw(tmp_path / "raw", base)
     finally:
         srv.shutdown()
         srv.server_close()
