@@ -333,3 +333,227 @@ def test_gpu_block_renders_a_recorded_train_ab_part(repo):
     (repo / "README.md").write_text(text.replace("in 31 of 40", "in 33 of 40"))
     problems = check(repo)
     assert len(problems) == 1 and "fp16 rela_g_triton train_ab ratio wins is 33 in the README, 31" in problems[0]
+
+
+def block_text(text, block):
+    return text.split(f"<!-- BEGIN {block} -->\n", 1)[1].split(f"<!-- END {block} -->", 1)[0]
+
+
+def test_demo_block_line_by_line(repo):
+    """Every line of a two-seed GPU demo block, written out by hand from RESULTS: the regime
+    as a sentence, the baseline named in the header and the footnote, "–" for the
+    baseline's own p-value, the CI as low–high, the null rates in encoder / decoder / cross
+    order, and a mean row per model (sacreBLEU, valid loss, repetition, length ratio,
+    null rates) after the seeds."""
+    tool["write"](repo / "README.md", repo / "results")
+    text = (repo / "README.md").read_text()
+    assert block_text(text, "demo-cuda").splitlines() == [
+        "Real budget on a GPU.",
+        "Device NVIDIA H100 80GB HBM3, torch 2.5.1, fairseq 0.12.3; 2026-11-25; commit `0123456789`; "
+        "`Multi30k test_2016_flickr`, 1000 sentences; sacreBLEU `nrefs:1|bs:1000`.",
+        "",
+        "| seed | model | sacreBLEU | 95% CI | p vs softmax | valid loss | repetition rate | length ratio "
+        "| null rate enc / dec / cross |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| 1 | softmax | 27.99 | 27.1–28.9 | – | 3.100 | 0.220 | 1.006 | 0.000 / 0.000 / 0.000 |",
+        "| 1 | rela_g | 31.66 | 30.8–32.5 | 0.001 | 3.000 | 0.310 | 1.046 | 0.200 / 0.300 / 0.123 |",
+        "| 2 | softmax | 29.83 | 28.9–30.7 | – | 3.200 | 0.250 | 1.000 | 0.000 / 0.000 / 0.000 |",
+        "| 2 | rela_g | 30.42 | 29.5–31.3 | 0.031 | 3.050 | 0.300 | 1.040 | 0.200 / 0.300 / 0.100 |",
+        "| mean | softmax | 28.91 | | | 3.000 | 0.300 | 1.000 | 0.000 / 0.000 / 0.000 |",
+        "| mean | rela_g | 31.04 | | | 3.000 | 0.300 | 1.000 | 0.000 / 0.000 / 0.000 |",
+        "",
+        "p: paired bootstrap against softmax of the same seed (sacreBLEU, 1000 resamples).  "
+        "Command: `scripts/demo.py --out demo_out --recipe auto`.",
+    ]
+
+
+def test_mean_row_figures_each_come_from_their_own_field(repo):
+    """The mean row's valid loss, repetition rate, length ratio and null rates are each
+    read from their own field (distinct values here, so a swapped field shows)."""
+    results = copy.deepcopy(RESULTS)
+    results["models"]["rela_g"].update(final_valid_loss_mean=3.111, repetition_rate_mean=0.222, length_ratio_mean=1.033)
+    results["models"]["rela_g"]["attention_mean"] = {k: {"null_rate": v} for k, v in zip(KINDS, (0.101, 0.202, 0.303))}
+    (repo / "results" / "demo-cuda.json").write_text(json.dumps(results))
+    tool["write"](repo / "README.md", repo / "results")
+    text = (repo / "README.md").read_text()
+    assert "| mean | rela_g | 31.04 | | | 3.111 | 0.222 | 1.033 | 0.101 / 0.202 / 0.303 |\n" in text
+
+
+def test_cpu_device_names_threads_and_cores(repo):
+    """A demo run on the CPU is described by its threads and cores (the provenance's
+    ``threads`` and ``cpu_count``), a GPU by its name."""
+    cpu = copy.deepcopy(RESULTS)
+    cpu.update(recipe="cpu", seeds=[1], per_seed={"1": RESULTS["per_seed"]["1"]})
+    cpu["provenance"].update(device="cpu", threads=2, cpu_count=16)
+    (repo / "results" / "demo-cpu.json").write_text(json.dumps(cpu))
+    tool["write"](repo / "README.md", repo / "results")
+    text = (repo / "README.md").read_text()
+    assert "Device CPU (2 threads of 16 cores), torch 2.5.1" in block_text(text, "demo-cpu")
+    assert "Device NVIDIA H100 80GB HBM3, torch" in block_text(text, "demo-cuda")
+
+
+def test_every_end_marker_keeps_a_line_of_its_own_and_no_temporary_file_is_left(repo):
+    tool["write"](repo / "README.md", repo / "results")
+    text = (repo / "README.md").read_text()
+    for block in ("demo-cpu", "demo-cuda", "bench-gpu"):
+        assert f"\n<!-- END {block} -->\n" in text
+    assert sorted(p.name for p in repo.iterdir()) == ["README.md", "results"]
+
+
+def test_a_line_with_more_text_than_the_rendering_differs(repo):
+    tool["write"](repo / "README.md", repo / "results")
+    text = (repo / "README.md").read_text()
+    line = "| 2 | rela_g | 30.42 | 29.5–31.3 | 0.031 | 3.050 | 0.300 | 1.040 | 0.200 / 0.300 / 0.100 |"
+    (repo / "README.md").write_text(text.replace(line, line + " (best)"))
+    problems = check(repo)
+    assert len(problems) == 1 and "the text differs from the JSON's rendering" in problems[0]
+
+
+def test_markers_in_the_wrong_order_are_one_line(repo, capsys):
+    (repo / "README.md").write_text(
+        README.replace(
+            "<!-- BEGIN demo-cpu -->\nold\n<!-- END demo-cpu -->", "<!-- END demo-cpu -->\nold\n<!-- BEGIN demo-cpu -->"
+        )
+    )
+    assert tool["main"](["--write", "--readme", str(repo / "README.md"), "--results", str(repo / "results")]) == 1
+    assert "no <!-- BEGIN demo-cpu --> ... <!-- END demo-cpu --> pair" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("block", ["demo-cuda", "bench-gpu"])
+def test_a_result_without_provenance_is_refused(repo, block, capsys):
+    """A published figure names where it was measured: a results file without provenance
+    is refused in one line, for the demo blocks and the GPU block alike."""
+    data = copy.deepcopy(RESULTS) if block == "demo-cuda" else gpu_result()
+    del data["provenance"]
+    (repo / "results" / f"{block}.json").write_text(json.dumps(data))
+    assert tool["main"](["--write", "--readme", str(repo / "README.md"), "--results", str(repo / "results")]) == 1
+    err = capsys.readouterr().err
+    assert f"{block}.json: not a" in err and "provenance" in err and "Traceback" not in err
+    assert (repo / "README.md").read_text() == README
+
+
+def test_a_malformed_field_is_one_line_naming_the_file(repo, capsys):
+    results = copy.deepcopy(RESULTS)
+    results["per_seed"]["1"]["rela_g"]["bleu_ci95"] = None
+    (repo / "results" / "demo-cuda.json").write_text(json.dumps(results))
+    assert tool["main"](["--readme", str(repo / "README.md"), "--results", str(repo / "results")]) == 1
+    err = capsys.readouterr().err
+    assert "demo-cuda.json: missing or malformed field" in err and "re-run make publish-demo" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_an_unreadable_readme_is_one_line(repo, capsys):
+    assert tool["main"](["--readme", str(repo / "missing.md"), "--results", str(repo / "results")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "missing.md" in err and "Traceback" not in err
+
+
+def test_publishing_a_gpu_demo_writes_the_cuda_table_only(repo, tmp_path):
+    """What the next GPU session does: the cuda recipe's results.json, from a GPU, goes to
+    demo-cuda.json, and the cpu table's JSON is left as it was."""
+    cpu = copy.deepcopy(RESULTS)
+    cpu.update(recipe="cpu", seeds=[1], per_seed={"1": RESULTS["per_seed"]["1"]})
+    cpu["provenance"]["device"] = "cpu"
+    (repo / "results" / "demo-cpu.json").write_text(json.dumps(cpu))
+    (repo / "results" / "demo-cuda.json").unlink()
+    gpu = copy.deepcopy(RESULTS)
+    gpu["per_seed"]["1"]["rela_g"]["bleu"] = 33.33
+    (tmp_path / "results.json").write_text(json.dumps(gpu))
+    args = ["--readme", str(repo / "README.md"), "--results", str(repo / "results")]
+    assert tool["main"](["--publish", str(tmp_path / "results.json"), *args]) == 0
+    assert json.loads((repo / "results" / "demo-cuda.json").read_text()) == gpu
+    assert json.loads((repo / "results" / "demo-cpu.json").read_text()) == cpu
+    text = (repo / "README.md").read_text()
+    assert "| 1 | rela_g | 33.33 |" in block_text(text, "demo-cuda")
+    assert "| 1 | rela_g | 31.66 |" in block_text(text, "demo-cpu") and check(repo) == []
+
+
+@pytest.mark.parametrize("recipe", [None, "gpu"])
+def test_publishing_a_result_of_no_known_recipe_is_refused(repo, tmp_path, recipe, capsys):
+    data = copy.deepcopy(RESULTS)
+    if recipe is None:
+        del data["recipe"]
+    else:
+        data["recipe"] = recipe
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    args = ["--readme", str(repo / "README.md"), "--results", str(repo / "results")]
+    assert tool["main"](["--publish", str(tmp_path / "results.json"), *args]) == 1
+    assert f"recipe is {recipe!r}, expected cpu or cuda" in capsys.readouterr().err
+    assert sorted(p.name for p in (repo / "results").iterdir()) == ["demo-cuda.json"]
+
+
+def gpu_line(text, start):
+    return next(line for line in text.splitlines() if line.startswith(start))
+
+
+def test_gpu_block_lines_in_full(repo):
+    """The kernel-speed line takes the non-causal fp16 rows only, and ends there; a failed
+    loss-scale run as bench_gpu.py records it (overflows counted, no median) says so."""
+    result = gpu_result()
+    result["parts"]["loss_scale"]["presets"]["rela_g_triton"] = {
+        "returncode": "timed out at --budget",
+        "scales": [],
+        "overflows": 0,
+        "median": None,
+    }
+    (repo / "results" / "bench-gpu.json").write_text(json.dumps(result))
+    tool["write"](repo / "README.md", repo / "results")
+    text = (repo / "README.md").read_text()
+    assert check(repo) == []
+    assert gpu_line(text, "- ReLU attention forward+backward") == (
+        "- ReLU attention forward+backward (Triton) against SDPA flash, head dim 64, fp16: 0.41× [0.40–0.42] at "
+        "1,024 tokens, 0.68× at 4,096 tokens (mean [min–max] of paired repeats; target ≥ 1.15× from 1,024)."
+    )
+    assert gpu_line(text, "- fp16 loss scale") == (
+        "- fp16 loss scale over 1,000 updates: softmax 64 (1 overflows); rela_g 16 (3 overflows); "
+        "rela_g_triton not measured (its run failed)."
+    )
+
+
+def test_gpu_spread_needs_both_ends_and_an_invalid_dtype_is_not_measured(repo):
+    """A ratio with a minimum and no maximum gets no [min–max]; a dtype whose training part
+    is marked invalid says "not measured" with its reason, even with ratios recorded."""
+    result = gpu_result()
+    result["parts"]["kernels"]["timing"][0]["speedup_vs_flash"] = {"mean": 0.41, "min": 0.40}
+    result["parts"]["train"]["bf16"] = {
+        "valid": False,
+        "why_short": "a round was cut off",
+        "ratios": {"rela_g": {"median": 1.2, "min": 1.1, "max": 1.3, "rounds": 3}},
+    }
+    (repo / "results" / "bench-gpu.json").write_text(json.dumps(result))
+    tool["write"](repo / "README.md", repo / "results")
+    text = (repo / "README.md").read_text()
+    assert check(repo) == []
+    assert "fp16: 0.41× at 1,024 tokens, 0.68× at 4,096 tokens (" in text
+    assert "; bf16 not measured (a round was cut off)." in text and "1.20×" not in text
+
+
+@pytest.mark.parametrize("p, printed", [(0.0009, "p < 0.001"), (0.004, "p = 0.004"), (0.001, "p = 0.001")])
+def test_train_ab_sign_test_p_is_bounded_only_below_a_thousandth(repo, p, printed):
+    result = gpu_result()
+    result["parts"]["train_ab"] = {
+        "fp16": {
+            "blocks": [{"round": r + 1} for r in range(12)],
+            "summary": {
+                "rela_g_triton": {
+                    "ratio_to_softmax": {"median": 0.99, "ci95_low": 0.98, "ci95_high": 1.0},
+                    "against_rela_g": {"faster_blocks": 11, "blocks": 12, "sign_test_p": p},
+                }
+            },
+        }
+    }
+    (repo / "results" / "bench-gpu.json").write_text(json.dumps(result))
+    tool["write"](repo / "README.md", repo / "results")
+    assert f"(faster than eager in 11 of 12, sign test {printed})." in (repo / "README.md").read_text()
+
+
+def test_gpu_family_files_render_in_name_order(repo):
+    (repo / "results" / "bench-gpu.json").write_text(json.dumps(gpu_result()))
+    for family, device in (("h200", "NVIDIA H200"), ("a100", "NVIDIA A100")):
+        result = gpu_result()
+        result["provenance"]["device"] = device
+        (repo / "results" / f"bench-gpu-{family}.json").write_text(json.dumps(result))
+    tool["write"](repo / "README.md", repo / "results")
+    text = (repo / "README.md").read_text()
+    order = [text.index(f"GPU: {d},") for d in ("NVIDIA H100 80GB HBM3", "NVIDIA A100", "NVIDIA H200")]
+    assert order == sorted(order)
