@@ -44,6 +44,18 @@ def encoder_heads(checkpoint):
     return [(h, f"{fixed[h]} ({unit})" if h < len(fixed) else "learned") for h in range(heads)]
 
 
+def parse_heads(text):
+    """The set of head indices of ``--heads`` ("1,7"); SystemExit with one line for
+    anything else."""
+    try:
+        wanted = {int(h) for h in text.split(",")}
+    except ValueError:
+        wanted = set()
+    if not wanted or min(wanted) < 0:
+        raise SystemExit(f"--heads {text!r}: expected comma-separated head indices (e.g. 1,7)")
+    return wanted
+
+
 def generate(data, checkpoint, masked, out_file, extra):
     from fairseq_sparse_attn import user_dir
 
@@ -104,14 +116,14 @@ def main(argv=None):
 
     # fairseq-generate's hydra traceback after the model loaded, once per run: one line first
     _check_tokenizer_languages("head_ablation.py", [args.data, *extra])
-    os.makedirs(args.out, exist_ok=True)
+    wanted = parse_heads(args.heads) if args.heads else None
     heads = encoder_heads(args.path)
-    if args.heads:
-        wanted = {int(h) for h in args.heads.split(",")}
+    if wanted is not None:
         bad = wanted - {h for h, _ in heads}
         if bad:
             raise SystemExit(f"--heads {sorted(bad)}: the encoder has heads 0..{len(heads) - 1}")
         heads = [(h, lab) for h, lab in heads if h in wanted]
+    os.makedirs(args.out, exist_ok=True)  # (after every check: a refused run leaves no folder)
 
     full_out = Path(args.out) / "gen.full.txt"
     generate(args.data, args.path, None, full_out, extra)
