@@ -766,6 +766,18 @@ def pooled(per_seed, names):
     return out
 
 
+def seed_pair(seed, base, name, results):
+    """The comparison of ``name`` with ``base`` on one seed: BLEU difference (``name``
+    minus ``base``) and the paired-bootstrap p-value, from that seed's ``results``."""
+    return {
+        "seed": seed,
+        "baseline": base,
+        "model": name,
+        "bleu_difference": round(results[name]["bleu"] - results[base]["bleu"], 2),
+        "p_value": results[name]["p_value_vs_baseline"],
+    }
+
+
 def train_and_translate(name, seed, args, data_bin, out, total):
     """One model and seed: trained, then the test set translated; (checkpoint, training
     words/s, training log, hypotheses, decoding sentences/s)."""
@@ -843,16 +855,7 @@ def demo(args, out, data_bin):
             results[name].update(
                 bleu=sig[name]["bleu"], bleu_ci95=sig[name]["ci95"], p_value_vs_baseline=sig[name]["p_value"]
             )  # vs the first model (softmax)
-        for name in names[1:]:
-            pairs.append(
-                {
-                    "seed": seed,
-                    "baseline": names[0],
-                    "model": name,
-                    "bleu_difference": round(results[name]["bleu"] - results[names[0]]["bleu"], 2),
-                    "p_value": results[name]["p_value_vs_baseline"],
-                }
-            )
+        pairs += [seed_pair(seed, names[0], name, results) for name in names[1:]]
         per_seed[str(seed)] = results
     png = out / "cross_attention_heatmap.png"
     heatmap(panels, png)

@@ -164,6 +164,9 @@ def test_demo_learning_curves(demo_out):
     assert [p["loss"] for p in data["variants"]["rela_g"]] == [
         loss for _, loss in validations_in(out / "train_rela_g.log")
     ]
+    results = json.loads((out / "results.json").read_text())["per_seed"]["1"]
+    for name in ("softmax", "rela_g"):  # the last validation's loss (update 12), not the first
+        assert results[name]["final_valid_loss"] == validations_in(out / f"train_{name}.log")[-1][1]
     assert is_png(out / "learning_curves.png")
     # the printed reading of the curves: the loss gap at the last validation and at the one a
     # quarter of the run earlier (updates 12 and 8 here), as the training logs have them

@@ -62,6 +62,20 @@ def test_run_file_names():
     assert demo["run_tag"]("softmax", 3, 3) == "softmax_seed3"
 
 
+def test_seed_pair_is_the_model_minus_its_baseline():
+    results = {
+        "softmax": {"bleu": 30.0, "p_value_vs_baseline": None},
+        "rela_g": {"bleu": 28.756, "p_value_vs_baseline": 0.02},
+    }
+    assert demo["seed_pair"](2, "softmax", "rela_g", results) == {
+        "seed": 2,
+        "baseline": "softmax",
+        "model": "rela_g",
+        "bleu_difference": -1.24,
+        "p_value": 0.02,
+    }
+
+
 def test_verdict_in_words():
     verdict = demo["verdict"]
     below = verdict("softmax", "rela_g", -1.234, 0.01, seed=2)
