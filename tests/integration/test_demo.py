@@ -274,6 +274,19 @@ def test_demo_two_seeds_pairs_and_mean(tmp_path, multi30k_raw):
     assert "seed 1 (" in proc.stdout and "seed 2 (" in proc.stdout and "mean over seeds 1, 2:" in proc.stdout
     assert "seed 2: rela_g" in proc.stdout  # the reading names every seed pair
     assert "4 runs, 2 at a time (--jobs)" in proc.stdout and data["settings"]["jobs"] == 2
+    # make publish-demo on this result: a two-seed table (the cuda recipe's shape) with its
+    # mean rows, rendered from the fields demo.py writes, and checked figure by figure
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        "".join(f"<!-- BEGIN {b} -->\n<!-- END {b} -->\n" for b in ("demo-cpu", "demo-cuda", "bench-gpu"))
+    )
+    check_readme = runpy.run_path(str(REPO / "scripts" / "check_readme.py"))
+    argv = ["--readme", str(readme), "--results", str(tmp_path / "results")]
+    assert check_readme["main"](["--publish", str(out / "results.json"), *argv]) == 0
+    table = readme.read_text().split("<!-- END demo-cpu -->")[0]
+    assert table.count("| 1 | ") == 2 and table.count("| 2 | ") == 2 and table.count("| mean | ") == 2
+    assert f"| mean | rela_g | {data['models']['rela_g']['bleu_mean']:.2f} |" in table
+    assert check_readme["main"](argv) == 0
 
 
 FAKE_FAIRSEQ = """
