@@ -47,6 +47,11 @@ def files(tmp_path):
     return tmp_path
 
 
+def run_on(cli, files, *argv):
+    """parse_source.py's exit status on ``files/tok.en`` with ``argv`` (paths as they are)."""
+    return cli.main(["--input", str(files / "tok.en"), *map(str, argv), "--no-progress"])
+
+
 def leftovers(folder):
     return sorted(p.name for p in Path(folder).rglob("*") if ".tmp-" in p.name)
 
@@ -66,15 +71,13 @@ def test_line_count_with_and_without_a_final_newline(cli, tmp_path):
 def test_too_few_parses_name_both_counts(cli, files, capsys):
     (files / "tok.en").write_text(TOKENS.rstrip("\n"))  # no final newline: still 3 lines
     (files / "short.ptb").write_text(PTB.splitlines()[0] + "\n")
-    rc = cli.main(["--input", str(files / "tok.en"), "--ptb", str(files / "short.ptb"),
-                   "--tree-out", str(files / "x.tree"), "--no-progress"])  # fmt: skip
+    rc = run_on(cli, files, "--ptb", files / "short.ptb", "--tree-out", files / "x.tree")
     assert rc == 1
     assert error_of(capsys).endswith(
         "short.ptb has 1 trees but " + str(files / "tok.en") + " has 3 lines (ran out at line 2)"
     )
     (files / "two.conllu").write_text(conllu(SENTENCES[:2]))
-    rc = cli.main(["--input", str(files / "tok.en"), "--conllu", str(files / "two.conllu"),
-                   "--dep-out", str(files / "x.dep"), "--no-progress"])  # fmt: skip
+    rc = run_on(cli, files, "--conllu", files / "two.conllu", "--dep-out", files / "x.dep")
     assert rc == 1
     assert error_of(capsys).endswith(
         "two.conllu has 2 sentences but " + str(files / "tok.en") + " has 3 lines (ran out at line 3)"
@@ -90,7 +93,7 @@ def test_more_parses_than_lines_is_an_error(cli, files, flag, capsys):
     else:
         (files / "long").write_text(conllu(SENTENCES + ["1\textra\t_\t_\t_\t_\t0\troot\t_\t_\n"]))
         out = ["--dep-out", str(files / "x.out")]
-    assert cli.main(["--input", str(files / "tok.en"), flag, str(files / "long"), *out, "--no-progress"]) == 1
+    assert run_on(cli, files, flag, files / "long", *out) == 1
     what = "trees" if flag == "--ptb" else "sentences"
     assert error_of(capsys).endswith(f"long has more {what} than {files / 'tok.en'} has lines (3)")
     assert not (files / "x.out").exists() and leftovers(files) == []
@@ -99,8 +102,7 @@ def test_more_parses_than_lines_is_an_error(cli, files, flag, capsys):
 def test_a_failed_run_keeps_the_earlier_output(cli, files, capsys):
     (files / "x.tree").write_text("the earlier trees\n")
     (files / "bad.ptb").write_text(PTB.replace("(NNS talks)", "(NNS talk)"))
-    rc = cli.main(["--input", str(files / "tok.en"), "--ptb", str(files / "bad.ptb"),
-                   "--tree-out", str(files / "x.tree"), "--no-progress"])  # fmt: skip
+    rc = run_on(cli, files, "--ptb", files / "bad.ptb", "--tree-out", files / "x.tree")
     assert rc == 1 and "does not match" in error_of(capsys)
     assert (files / "x.tree").read_text() == "the earlier trees\n" and leftovers(files) == []
 
@@ -115,8 +117,7 @@ def test_a_failed_run_keeps_the_earlier_output(cli, files, capsys):
 )
 def test_a_parse_must_have_the_sentence_s_words_exactly(cli, files, edit, message, capsys):
     (files / "d.conllu").write_text(edit(conllu(SENTENCES)))
-    rc = cli.main(["--input", str(files / "tok.en"), "--conllu", str(files / "d.conllu"),
-                   "--dep-out", str(files / "x.dep"), "--no-progress"])  # fmt: skip
+    rc = run_on(cli, files, "--conllu", files / "d.conllu", "--dep-out", files / "x.dep")
     assert rc == 1
     err = error_of(capsys)
     assert f"tok.en:1: the CoNLL-U sentence ({files / 'd.conllu'}:1) does not match" in err and message in err
@@ -127,8 +128,7 @@ def test_ptb_bracket_escapes_match_the_brackets_of_the_input(cli, files):
     (files / "tok.en").write_text("a ( b )\n")
     tree = "(S (X a) (-LRB- -LRB-) (X b) (-RRB- -RRB-))\n"
     (files / "p.ptb").write_text(tree)
-    rc = cli.main(["--input", str(files / "tok.en"), "--ptb", str(files / "p.ptb"),
-                   "--tree-out", str(files / "x.tree"), "--no-progress"])  # fmt: skip
+    rc = run_on(cli, files, "--ptb", files / "p.ptb", "--tree-out", files / "x.tree")
     assert rc == 0 and (files / "x.tree").read_text() == tree
 
 
@@ -162,8 +162,7 @@ def test_bad_flags_are_one_line_before_any_work(cli, files, capsys):
 
 def test_a_malformed_tree_is_one_line(cli, files, capsys):
     (files / "p.ptb").write_text("(S (X a)\n")
-    rc = cli.main(["--input", str(files / "tok.en"), "--ptb", str(files / "p.ptb"),
-                   "--tree-out", str(files / "x.tree"), "--no-progress"])  # fmt: skip
+    rc = run_on(cli, files, "--ptb", files / "p.ptb", "--tree-out", files / "x.tree")
     assert rc == 1 and error_of(capsys).startswith("[parse_source] error:")
     assert not (files / "x.tree").exists() and leftovers(files) == []
 
@@ -178,8 +177,7 @@ def test_ctrl_c_exits_130_and_leaves_nothing_behind(cli, files, monkeypatch, cap
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli, "read_ptb", interrupted)
-    rc = cli.main(["--input", str(files / "tok.en"), "--ptb", str(files / "p.ptb"),
-                   "--tree-out", str(files / "x.tree"), "--no-progress"])  # fmt: skip
+    rc = run_on(cli, files, "--ptb", files / "p.ptb", "--tree-out", files / "x.tree")
     assert rc == 130 and "interrupted" in capsys.readouterr().err
     assert (files / "x.tree").read_text() == "the earlier trees\n" and leftovers(files) == []
 
@@ -221,8 +219,7 @@ def test_trees_from_spacy_dependencies_alone_carry_its_tags(cli, files, monkeypa
     (no benepar), and the derived trees' preterminals are spaCy's tags."""
     stand_in = StandIn(GOOD)
     stand_in.install(cli, monkeypatch)
-    rc = cli.main(["--input", str(files / "tok.en"), "--tree-out", str(files / "x.tree"),
-                   "--trees-from-dependencies", "--no-progress"])  # fmt: skip
+    rc = run_on(cli, files, "--tree-out", files / "x.tree", "--trees-from-dependencies")
     assert rc == 0 and stand_in.loaded == [(True, None)]
     trees = (files / "x.tree").read_text().splitlines()
     assert trees[0] == "(XP (NNP Bush) (VBD held) (NNS talks) (. .))" and trees[2] == "(UH Hello)"
@@ -242,6 +239,6 @@ def test_trees_from_spacy_dependencies_alone_carry_its_tags(cli, files, monkeypa
 )
 def test_a_pipeline_that_does_not_answer_the_input_is_an_error(cli, files, monkeypatch, parses, message, capsys):
     StandIn(parses).install(cli, monkeypatch)
-    rc = cli.main(["--input", str(files / "tok.en"), "--dep-out", str(files / "x.dep"), "--no-progress"])
+    rc = run_on(cli, files, "--dep-out", files / "x.dep")
     assert rc == 1 and message in error_of(capsys)
     assert not (files / "x.dep").exists() and leftovers(files) == []
