@@ -44,18 +44,6 @@ def encoder_heads(checkpoint):
     return [(h, f"{fixed[h]} ({unit})" if h < len(fixed) else "learned") for h in range(heads)]
 
 
-def parse_heads(text):
-    """The set of head indices of ``--heads`` ("1,7"); SystemExit with one line for
-    anything else."""
-    try:
-        wanted = {int(h) for h in text.split(",")}
-    except ValueError:
-        wanted = set()
-    if not wanted or min(wanted) < 0:
-        raise SystemExit(f"--heads {text!r}: expected comma-separated head indices (e.g. 1,7)")
-    return wanted
-
-
 def generate(data, checkpoint, masked, out_file, extra):
     from fairseq_sparse_attn import user_dir
 
@@ -113,10 +101,18 @@ def main(argv=None):
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     from fairseq_sparse_attn.cli import _check_tokenizer_languages
+    from fairseq_sparse_attn.options.cli import parse_head_list
 
     # fairseq-generate's hydra traceback after the model loaded, once per run: one line first
     _check_tokenizer_languages("head_ablation.py", [args.data, *extra])
-    wanted = parse_heads(args.heads) if args.heads else None
+    wanted = None
+    if args.heads:  # read as --mask-encoder-heads reads its value
+        try:
+            wanted = set(parse_head_list(args.heads))
+        except ValueError:
+            wanted = set()
+        if not wanted:
+            raise SystemExit(f"--heads {args.heads!r}: expected comma-separated head indices (e.g. 1,7)")
     heads = encoder_heads(args.path)
     if wanted is not None:
         bad = wanted - {h for h, _ in heads}

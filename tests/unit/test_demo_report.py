@@ -5,6 +5,7 @@ recipe, the learning rates of --sweep, and the printed report with one seed and 
 several.  Expected values are worked out by hand from the inputs."""
 
 import argparse
+import copy
 import math
 import runpy
 from pathlib import Path
@@ -91,7 +92,7 @@ def test_verdict_in_words():
 
 
 def report_of(seeds, pairs, lrs=(1e-3, 1e-3)):
-    per_seed = {str(s): PER_SEED[str(s)] for s in seeds}
+    per_seed = {str(s): copy.deepcopy(PER_SEED[str(s)]) for s in seeds}
     for s in seeds:
         per_seed[str(s)]["softmax"]["lr"], per_seed[str(s)]["rela_g"]["lr"] = lrs
     return {

@@ -39,8 +39,8 @@ def test_heads_and_their_patterns(checkpoint):
     "heads, message",
     [
         ("1,x", "--heads '1,x': expected comma-separated head indices (e.g. 1,7)"),
-        ("1,", "--heads '1,': expected comma-separated head indices"),
-        ("-1", "--heads '-1': expected comma-separated head indices"),
+        ("none", "--heads 'none': expected comma-separated head indices"),
+        ("-1", "--heads [-1]: the encoder has heads 0..3"),
         ("2,4,5", "--heads [4, 5]: the encoder has heads 0..3"),
     ],
 )

@@ -5,7 +5,7 @@ leaves an earlier output as it was and no temporary file), and its spaCy/benepar
 with a stand-in pipeline (which parser is asked for, the tags in derived trees, parses
 that do not match the input)."""
 
-import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +13,10 @@ import pytest
 from fairseq_sparse_attn.syntax.parsing import ParsedSentence
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "data_prep"))
+
+import parse_source  # noqa: E402
+
 TOKENS = "Bush held talks .\ndo n't go\nHello\n"
 PTB = (
     "(S (NP (NNP Bush)) (VP (VBD held) (NP (NNS talks))) (. .))\n"
@@ -33,10 +37,8 @@ def conllu(sentences):
 
 @pytest.fixture
 def cli():
-    spec = importlib.util.spec_from_file_location("parse_source_under_test", REPO / "data_prep" / "parse_source.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The script's module (its helpers replaced through monkeypatch, which puts them back)."""
+    return parse_source
 
 
 @pytest.fixture
