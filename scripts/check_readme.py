@@ -37,8 +37,8 @@ REPO = Path(__file__).resolve().parents[1]
 BLOCKS = ("demo-cpu", "demo-cuda", "bench-gpu")
 COMMANDS = {
     "demo-cpu": "`make demo DEMO_RECIPE=cpu && make publish-demo` (about 15 minutes on 2 CPU cores)",
-    "demo-cuda": "`make demo && make publish-demo` on a machine where torch sees a CUDA GPU (about 10 minutes "
-    "on one H100)",
+    "demo-cuda": "`make demo && make publish-demo` on a machine where torch sees a CUDA GPU (about 7 minutes "
+    "on one H200)",
     "bench-gpu": '`make bench-gpu` on a CUDA machine (docs/performance.md "GPU")',
 }
 KINDS = ("encoder_self", "decoder_self", "cross")
