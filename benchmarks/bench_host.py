@@ -29,6 +29,7 @@ tests/unit/test_op_count.py counts them), to tell a cost per op from a number of
     python benchmarks/bench_host.py                       # every preset (minutes)
     python benchmarks/bench_host.py --presets stock,rela_g,rela_g_triton --rounds 11
     python benchmarks/bench_host.py --json docs/results/host-time-cpu.json
+    python benchmarks/bench_host.py --device cuda --presets stock,rela_g --profile 5   # where it goes
 """
 
 import argparse
@@ -49,6 +50,8 @@ import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 pin_threads(1)
+
+from host_profile import format_profiles, profile_steps  # noqa: E402  (imports torch: after the threads are pinned)
 
 BASELINE = "stock"
 
@@ -188,6 +191,14 @@ def main(argv=None):
         default=0.0,
         help="attention dropout of every preset, stock included (default 0, the presets' own; 0.1: the papers')",
     )
+    p.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after the timing, profile N steps of each preset (torch.profiler): where the host time goes "
+        "(benchmarks/host_profile.py; default 0: no profile)",
+    )
     p.add_argument("--json", default=None, help="write the results here (with provenance)")
     args = p.parse_args(argv)
 
@@ -206,6 +217,8 @@ def main(argv=None):
     dtype = getattr(torch, args.dtype or "float16")
     if not 0.0 <= args.attention_dropout < 1.0:
         p.error(f"--attention-dropout {args.attention_dropout}: must be in [0, 1)")
+    if args.profile < 0:
+        p.error(f"--profile {args.profile}: must be 0 (no profile) or a number of steps")
 
     import fairseq_sparse_attn.plugin  # noqa: F401  (registers the architectures)
     from fairseq_sparse_attn.models.standalone import synthetic_dictionary
@@ -239,6 +252,9 @@ def main(argv=None):
             clock="wall" if on_cuda else "cpu",
             progress=lambda msg: print(msg, file=sys.stderr, flush=True),
         )
+        profiles = (
+            {name: profile_steps(jobs[name], args.profile, sync, on_cuda) for name in names} if args.profile else None
+        )
 
     rows = {}
     for name in names:
@@ -269,7 +285,11 @@ def main(argv=None):
         "reps_per_timing": timed["reps"],
         "presets": rows,
     }
+    if profiles:
+        result["profile"] = profiles
     print(format_table(result))
+    if profiles:
+        print(format_profiles(profiles))
     if args.json:
         from fairseq_sparse_attn.provenance import finite, write_json
 

@@ -41,8 +41,10 @@
 #               forward + backward of every preset against stock fairseq, at the base size
 #               (8 heads, d 512, 8 x 24 tokens) and at the CPU proxy's shape (1 head, d 32,
 #               2 x 6 tokens): whether the CPU's host-time ratios (docs/performance.md,
-#               "Host time of a training step") predict the GPU's (~2 min with compiles;
-#               JSON in logs.tar.gz, the tables in session.log)
+#               "Host time of a training step") predict the GPU's, and at the base size
+#               where each preset's host time goes (--profile 5: aten ops, the kernels' ops,
+#               CUDA launches and syncs, Python between ops; benchmarks/host_profile.py)
+#               (~2.5 min with compiles; JSON in logs.tar.gz, the tables in session.log)
 #   demo        make demo's cuda recipe (scripts/demo.py --recipe cuda: softmax against ReLA-g,
 #               iwslt size, 1,500 updates, seeds 1 and 2, its four runs side by side), from the
 #               carried shipped Multi30k; results.json comes back as demo-results.json, for
@@ -165,12 +167,12 @@ for step in ${STEPS//,/ }; do
     host)
       say "host: bench_host on CUDA, base size and proxy shape ($(left)s left)"
       for shape in base proxy; do
-        args="--heads 1 --batch 2 --length 6"
-        [[ $shape == base ]] && args="--heads 8 --width 512 --batch 8 --length 24"
-        timeout $(limit 80) $PY benchmarks/bench_host.py --device cuda $args \
+        args="--heads 1 --batch 2 --length 6" lim=80
+        [[ $shape == base ]] && args="--heads 8 --width 512 --batch 8 --length 24 --profile 5" lim=110
+        timeout $(limit $lim) $PY benchmarks/bench_host.py --device cuda $args \
           --presets stock,softmax,rela_g,rela_g_triton,rela_i,reluformer,reluformer_triton --rounds 11 \
           --json "$WORK/host-$shape.json" > "$WORK/host-$shape.log" 2>&1
-        grep -v "^round" "$WORK/host-$shape.log" | grep "^|\|^host\|Error\|error" | cut -c1-200
+        grep -v "^round" "$WORK/host-$shape.log" | grep "^|\|^host\|^where\|top host:\|Error\|error" | cut -c1-400
       done
       keep none none ;;
     demo)

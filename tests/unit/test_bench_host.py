@@ -67,6 +67,7 @@ def test_a_triton_row_that_ran_no_kernel_is_refused(monkeypatch):
     [
         (["--presets", "stock,nope"], "--presets: unknown nope"),
         (["--heads", "2", "--width", "96"], "the head dim must be 32, 64, 128 or 256"),
+        (["--profile", "-1"], "--profile -1: must be 0 (no profile) or a number of steps"),
     ],
 )
 def test_bad_arguments_get_one_line(args, message, capsys):
@@ -91,3 +92,19 @@ def test_with_attention_dropout_every_preset_applies_it():
     assert rows["stock"]["ops_per_step"] > without["stock"]["ops_per_step"]
     with pytest.raises(SystemExit):
         bench_host.main(["--presets", "rela_g", *QUICK, "--attention-dropout", "1.5"])
+
+
+def test_with_profile_every_preset_gets_where_its_host_time_goes(tmp_path, capsys):
+    """--profile N: each preset's profile of N steps in the JSON (benchmarks/host_profile.py)
+    and its row in the printed table; the kernels' ops show up as the triton row's own
+    share (stubbed launches: they do nothing but their host work), stock has none."""
+    out = tmp_path / "host.json"
+    result = bench_host.main(["--presets", "rela_g_triton", *QUICK, "--profile", "2", "--json", str(out)])
+    profiles = result["profile"]
+    assert list(profiles) == ["stock", "rela_g_triton"] and all(p["steps"] == 2 for p in profiles.values())
+    assert profiles["stock"]["host_ms_per_step"]["package_ops"] == 0.0
+    assert profiles["rela_g_triton"]["host_ms_per_step"]["package_ops"] > 0.0
+    assert json.loads(out.read_text())["profile"]["rela_g_triton"]["steps"] == 2
+    table = capsys.readouterr().out
+    assert "where the host time of a profiled step goes" in table and "rela_g_triton top host:" in table
+    assert "profile" not in bench_host.main(["--presets", "rela_g_triton", *QUICK])  # off by default

@@ -1,0 +1,132 @@
+"""benchmarks/host_profile.py (``bench_host.py --profile``): where the host time of a step
+goes.  ``summarize`` is checked against a hand count on made-up profiler events (the CUDA
+runtime's and the device's events included, which a CPU run never has), and a real CPU
+profile against an independent count of the host reads (a TorchDispatchMode).  No timing is
+asserted."""
+
+import collections
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import host_profile  # noqa: E402
+
+CPU, CUDA = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
+
+
+def event(name, self_us=0.0, device=CPU, elapsed_us=0.0):
+    return SimpleNamespace(
+        name=name,
+        self_cpu_time_total=self_us,
+        device_type=device,
+        time_range=SimpleNamespace(elapsed_us=lambda: elapsed_us),
+    )
+
+
+@pytest.mark.parametrize(
+    "name, share",
+    [
+        ("aten::mm", "ops"),
+        ("aten::_local_scalar_dense", "ops"),
+        ("fsa::relu_attention_fwd", "package_ops"),
+        ("cudaLaunchKernel", "runtime"),
+        ("cuLaunchKernelEx", "runtime"),
+        ("cudaStreamSynchronize", "runtime"),
+        ("autograd::engine::evaluate_function: MmBackward0", "autograd"),
+        ("_RMSNormFunctionBackward", "autograd"),
+        ("_RMSNormFunction", "other"),
+        ("custom_range", "other"),
+        ("cute_helper", "other"),  # "cu" then a lower-case letter: not a runtime call
+    ],
+)
+def test_each_event_counts_towards_one_share(name, share):
+    assert host_profile.category(name) == share
+
+
+def test_a_summary_is_the_hand_count_per_step():
+    events = [
+        event("aten::mm", 30.0),
+        event("aten::mm", 10.0),
+        event("cudaLaunchKernel", 4.0),
+        event("cudaLaunchKernel", 4.0),
+        event("cuLaunchKernelEx", 6.0),
+        event("fsa::relu_attention_fwd", 20.0),
+        event("aten::_local_scalar_dense", 2.0),
+        event("cudaStreamSynchronize", 50.0),
+        event("MmBackward0", 8.0),
+        event("_RMSNormFunction", 6.0),
+        event("ampere_gemm_kernel", device=CUDA, elapsed_us=100.0),
+        event("relu_attention_fwd_kernel", device=CUDA, elapsed_us=60.0),
+    ]
+    s = host_profile.summarize(events, steps=2, wall_us=400.0, top=3)
+    assert s["steps"] == 2 and s["wall_ms_per_step"] == pytest.approx(0.2)
+    h = s["host_ms_per_step"]
+    assert h["ops"] == pytest.approx((30 + 10 + 2) / 2 / 1e3)
+    assert h["package_ops"] == pytest.approx(20 / 2 / 1e3)
+    assert h["runtime"] == pytest.approx((4 + 4 + 6 + 50) / 2 / 1e3)
+    assert h["autograd"] == pytest.approx(8 / 2 / 1e3)
+    assert h["other"] == pytest.approx(6 / 2 / 1e3)
+    covered = 30 + 10 + 4 + 4 + 6 + 20 + 2 + 50 + 8 + 6
+    assert h["outside_ops"] == pytest.approx((400 - covered) / 2 / 1e3)
+    assert s["launches_per_step"] == 1.5 and s["syncs_per_step"] == 0.5 and s["host_reads_per_step"] == 0.5
+    assert s["events_per_step"] == 5.0  # the host events only
+    assert s["device_events_per_step"] == 1.0 and s["device_ms_per_step"] == pytest.approx(0.08)
+    # the host ops with the most self time, per call and per step
+    assert [t["name"] for t in s["top_host"]] == ["cudaStreamSynchronize", "aten::mm", "fsa::relu_attention_fwd"]
+    assert s["top_host"][1] == {"name": "aten::mm", "calls_per_step": 1.0, "self_us_per_call": 20.0}
+
+
+def test_time_the_events_cover_beyond_the_wall_time_leaves_nothing_outside():
+    """Events of two threads (the autograd engine's) can cover more than the wall time."""
+    s = host_profile.summarize([event("aten::mm", 300.0)], steps=1, wall_us=200.0)
+    assert s["host_ms_per_step"]["outside_ops"] == 0.0
+
+
+def test_no_steps_is_refused():
+    with pytest.raises(ValueError, match="steps must be >= 1"):
+        host_profile.summarize([], steps=0, wall_us=1.0)
+
+
+class _Reads(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.counts = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.counts[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_real_profile_counts_the_host_reads_a_dispatch_counter_sees():
+    pytest.importorskip("triton", reason="triton is not installed")
+    import bench_host
+
+    import fairseq_sparse_attn.plugin  # noqa: F401
+    from fairseq_sparse_attn.models.standalone import synthetic_dictionary
+
+    d = synthetic_dictionary(100)
+    batch = bench_host.make_batch(d, 2, 6, torch.device("cpu"))
+    with bench_host.stubbed_launches():
+        model = bench_host.build("rela_g_triton", d, 1, 32, torch.device("cpu"), torch.float16)
+        step = bench_host.step_fn(model, batch)
+        step()
+        counter = _Reads()
+        with counter:
+            step()
+        p = host_profile.profile_steps(step, 2, lambda: None, on_cuda=False)
+    assert counter.counts["_local_scalar_dense"] > 0
+    assert p["host_reads_per_step"] == counter.counts["_local_scalar_dense"]
+    # 18 attention calls: the kernels' forward and backward, the norm's forward and backward
+    assert [t for t in p["top_host"] if t["name"].startswith("fsa::")]
+    assert p["host_ms_per_step"]["package_ops"] > 0
+    assert p["launches_per_step"] == 0 and p["device_events_per_step"] == 0  # a CPU run
+    assert sum(p["host_ms_per_step"].values()) == pytest.approx(p["wall_ms_per_step"], rel=1e-6) or (
+        p["host_ms_per_step"]["outside_ops"] == 0.0
+    )
