@@ -13,6 +13,7 @@ import os
 import re
 import runpy
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -274,6 +275,11 @@ def test_demo_two_seeds_pairs_and_mean(tmp_path, multi30k_raw):
     assert "seed 1 (" in proc.stdout and "seed 2 (" in proc.stdout and "mean over seeds 1, 2:" in proc.stdout
     assert "seed 2: rela_g" in proc.stdout  # the reading names every seed pair
     assert "4 runs, 2 at a time (--jobs)" in proc.stdout and data["settings"]["jobs"] == 2
+    # the heatmap shows the first seed's models, one row each (2 heads): its size in pixels
+    # is demo.heatmap's figure size at its 110 dpi, (3.4 x 2 + 1.6) x (3.6 x 2 rows + 0.8)
+    png = (out / "cross_attention_heatmap.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert struct.unpack(">II", png[16:24]) == (round(8.4 * 110), round(8.0 * 110))
     # make publish-demo on this result: a two-seed table (the cuda recipe's shape) with its
     # mean rows, rendered from the fields demo.py writes, and checked figure by figure
     readme = tmp_path / "README.md"
