@@ -4,19 +4,19 @@ runtime's and the device's events included, which a CPU run never has), and a re
 profile against an independent count of the host reads (a TorchDispatchMode).  No timing is
 asserted."""
 
-import collections
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import host_profile  # noqa: E402
+
+from helpers import OpLog  # noqa: E402
 
 CPU, CUDA = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
 
@@ -94,16 +94,6 @@ def test_no_steps_is_refused():
         host_profile.summarize([], steps=0, wall_us=1.0)
 
 
-class _Reads(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.counts = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.counts[func.overloadpacket.__name__] += 1
-        return func(*args, **(kwargs or {}))
-
-
 def test_a_real_profile_counts_the_host_reads_a_dispatch_counter_sees():
     pytest.importorskip("triton", reason="triton is not installed")
     import bench_host
@@ -117,16 +107,13 @@ def test_a_real_profile_counts_the_host_reads_a_dispatch_counter_sees():
         model = bench_host.build("rela_g_triton", d, 1, 32, torch.device("cpu"), torch.float16)
         step = bench_host.step_fn(model, batch)
         step()
-        counter = _Reads()
-        with counter:
+        log = OpLog()
+        with log:
             step()
         p = host_profile.profile_steps(step, 2, lambda: None, on_cuda=False)
-    assert counter.counts["_local_scalar_dense"] > 0
-    assert p["host_reads_per_step"] == counter.counts["_local_scalar_dense"]
-    # 18 attention calls: the kernels' forward and backward, the norm's forward and backward
+    reads = log.ops.count("aten._local_scalar_dense")
+    assert reads > 0 and p["host_reads_per_step"] == reads
+    # the kernels' ops (stubbed launches: their host work only) are a share of their own
     assert [t for t in p["top_host"] if t["name"].startswith("fsa::")]
     assert p["host_ms_per_step"]["package_ops"] > 0
     assert p["launches_per_step"] == 0 and p["device_events_per_step"] == 0  # a CPU run
-    assert sum(p["host_ms_per_step"].values()) == pytest.approx(p["wall_ms_per_step"], rel=1e-6) or (
-        p["host_ms_per_step"]["outside_ops"] == 0.0
-    )
