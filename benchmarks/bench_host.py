@@ -51,7 +51,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 pin_threads(1)
 
-from host_profile import format_profiles, profile_steps  # noqa: E402  (imports torch: after the threads are pinned)
+from host_profile import format_profiles, profile_presets  # noqa: E402  (imports torch: after the threads are pinned)
 
 BASELINE = "stock"
 
@@ -252,9 +252,7 @@ def main(argv=None):
             clock="wall" if on_cuda else "cpu",
             progress=lambda msg: print(msg, file=sys.stderr, flush=True),
         )
-        profiles = (
-            {name: profile_steps(jobs[name], args.profile, sync, on_cuda) for name in names} if args.profile else None
-        )
+        profiles = profile_presets(jobs, args.profile, sync, on_cuda) if args.profile else None
 
     rows = {}
     for name in names:

@@ -115,6 +115,21 @@ def profile_steps(step: Callable[[], None], steps: int, sync: Callable[[], None]
     return summarize(prof.events(), steps, wall_us)
 
 
+def profile_presets(
+    jobs: Dict[str, Callable[[], None]], steps: int, sync: Callable[[], None], on_cuda: bool
+) -> Dict[str, Dict[str, object]]:
+    """:func:`profile_steps` of every preset's step; a preset whose profile fails (a
+    profiler that cannot start on the machine) gets ``{"error": ...}`` and the others go on,
+    so the timing before it is never lost to it."""
+    profiles: Dict[str, Dict[str, object]] = {}
+    for name, step in jobs.items():
+        try:
+            profiles[name] = profile_steps(step, steps, sync, on_cuda)
+        except Exception as e:  # noqa: BLE001  (reported in the result, with its type)
+            profiles[name] = {"error": f"{type(e).__name__}: {e}"}
+    return profiles
+
+
 def format_profiles(profiles: Dict[str, Dict[str, object]], top: int = 5) -> str:
     """The per-preset table (ms per profiled step), then each preset's top host ops."""
     head = "| preset | wall | " + " | ".join(CATEGORIES) + " | launches | syncs | host reads | device ms |"
@@ -124,6 +139,9 @@ def format_profiles(profiles: Dict[str, Dict[str, object]], top: int = 5) -> str
         "|" + "---|" * (len(CATEGORIES) + 6),
     ]
     for name, p in profiles.items():
+        if "error" in p:
+            lines.append(f"| {name} | profile failed: {p['error']} |")
+            continue
         h = p["host_ms_per_step"]
         lines.append(
             f"| {name} | {p['wall_ms_per_step']:.2f} | "
@@ -132,6 +150,8 @@ def format_profiles(profiles: Dict[str, Dict[str, object]], top: int = 5) -> str
             f" | {p['device_ms_per_step']:.2f} |"
         )
     for name, p in profiles.items():
+        if "error" in p:
+            continue
         tops: List[str] = [
             f"{t['name']} {t['calls_per_step']:.0f}x{t['self_us_per_call']:.1f}us" for t in p["top_host"][:top]
         ]

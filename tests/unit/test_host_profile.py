@@ -117,3 +117,15 @@ def test_a_real_profile_counts_the_host_reads_a_dispatch_counter_sees():
     assert [t for t in p["top_host"] if t["name"].startswith("fsa::")]
     assert p["host_ms_per_step"]["package_ops"] > 0
     assert p["launches_per_step"] == 0 and p["device_events_per_step"] == 0  # a CPU run
+
+
+def test_a_profile_that_fails_is_reported_and_the_others_go_on():
+    def fails():
+        raise RuntimeError("CUPTI is not available")
+
+    profiles = host_profile.profile_presets({"stock": lambda: None, "rela_g": fails}, 1, lambda: None, on_cuda=False)
+    assert list(profiles) == ["stock", "rela_g"] and profiles["stock"]["steps"] == 1
+    assert profiles["rela_g"] == {"error": "RuntimeError: CUPTI is not available"}
+    table = host_profile.format_profiles(profiles)
+    assert "| rela_g | profile failed: RuntimeError: CUPTI is not available |" in table
+    assert "stock top host:" in table and "rela_g top host:" not in table
