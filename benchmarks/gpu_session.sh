@@ -98,6 +98,12 @@ export PYTHONPATH=/tmp/site:$PWD
 export TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1
 $PY -c "import sys, torch, triton, fairseq, numpy; print('python', sys.version.split()[0], 'torch', torch.__version__, \
 'triton', triton.__version__, 'fairseq', fairseq.__version__, 'numpy', numpy.__version__, torch.cuda.get_device_name(0))" 2>&1 | tail -1
+# the SDPA backend of a call like stock fairseq's training attention (fp16, a float mask, head
+# dim 128): one that builds a plan per new shape, as cuDNN's does, would slow stock softmax's
+# first updates (2026-11-28's paired blocks: its first three blocks at a third to a half of its speed)
+$PY -c "import torch; from torch.nn.attention import SDPBackend; q = torch.randn(8, 4, 24, 128, device='cuda', \
+dtype=torch.half); m = torch.zeros(8, 1, 24, 24, device='cuda', dtype=torch.half); \
+print('sdpa backend of a masked fp16 call:', SDPBackend(torch._fused_sdp_choice(q, q, q, m, 0.0, False)).name)" 2>&1 | tail -1
 
 for step in ${STEPS//,/ }; do
   case $step in
