@@ -79,3 +79,69 @@ def test_half_gradient_of_rows_above_the_floor_is_unchanged(dtype):
     assert z.square().mean().sqrt() > HALF_BACKWARD_RMS_FLOOR
     expected = formula_grad(norm, v, o, z, False)
     torch.testing.assert_close(got, expected, rtol=2e-2, atol=2e-2 * expected.abs().max().item())
+
+
+def plain_formula_grads(z, g, w, o, eps):
+    """float64 autograd of the plain formula z r g [* sigmoid(w z)], r = 1/sqrt(mean(z^2) +
+    eps), with the bound on the normalization's part of grad_z only: (grad_z, grad_g,
+    grad_w); the parameters' gradients are exact at every dtype."""
+    z, g, o = z.double().requires_grad_(True), g.double().requires_grad_(True), o.double()
+    w = None if w is None else w.double().requires_grad_(True)
+
+    def parts():
+        r = 1 / torch.sqrt((z * z).mean(-1, keepdim=True) + eps)
+        return r, z * r * g, (torch.sigmoid(w * z) if w is not None else torch.ones_like(z))
+
+    r, normed, gate = parts()
+    (gz_norm,) = torch.autograd.grad((normed * gate.detach() * o).sum(), z)
+    r, normed, gate = parts()
+    gz_gate = torch.autograd.grad((normed.detach() * gate * o).sum(), z)[0] if w is not None else 0.0
+    r, normed, gate = parts()
+    params = [g] + ([w] if w is not None else [])
+    grads = torch.autograd.grad((normed * gate * o).sum(), params)
+    c = torch.clamp(1 / (r.detach() * HALF_BACKWARD_RMS_FLOOR), max=1.0)
+    return (c * gz_norm + gz_gate, grads[0], grads[1] if w is not None else None)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("kind", ["gated_rmsnorm", "rmsnorm_i"])
+def test_half_backward_gives_every_gradient_of_the_plain_formula(dtype, kind):
+    """The fp16/bf16 backward (the bound folded into r, ``_bounded_gradients``): the input's
+    gradient is the plain formula's with its normalization part scaled by c, the gain's and
+    the gate's gradients are the plain formula's, on rows of every scale (near-null rows
+    included), with and without the gate; the parameters keep their dtype (float32)."""
+    torch.manual_seed(1)
+    norm = build_output_norm(kind, D, D // 4)
+    z = torch.randn(5, 7, D) * torch.tensor([1.0, 1e-1, 1e-2, 1e-3, 1e-5]).view(5, 1, 1)
+    z = z.to(dtype)
+    o = torch.randn(5, 7, D).to(dtype)
+    zg = z.clone().requires_grad_(True)
+    norm(zg).backward(o)
+    gate_weight = getattr(norm, "gate_weight", None)
+    want_z, want_g, want_w = plain_formula_grads(
+        z.float(), norm.weight.detach(), None if gate_weight is None else gate_weight.detach(), o.float(), norm.eps
+    )
+    assert zg.grad.dtype == dtype and norm.weight.grad.dtype == torch.float32
+    torch.testing.assert_close(zg.grad.double(), want_z, rtol=2e-2, atol=2e-2 * want_z.abs().max().item())
+    torch.testing.assert_close(norm.weight.grad.double(), want_g, rtol=1e-4, atol=1e-4 * want_g.abs().max().item())
+    if gate_weight is not None:
+        torch.testing.assert_close(gate_weight.grad.double(), want_w, rtol=1e-4, atol=1e-4 * want_w.abs().max().item())
+
+
+def test_half_backward_dispatches_three_ops_fewer_than_scaling_after():
+    """The bound folded into r (``_bounded_gradients``): a gated fp16 backward dispatches 17
+    ops besides the gradients' accumulation (the two casts, gy, t, the mean, the gate's
+    part, the gain's gradient 3, the gate weight's 2, the input's 5 and the clamp), where
+    the float32 order with the scale by c after it took 20."""
+    from helpers import OpLog
+
+    torch.manual_seed(0)
+    norm = build_output_norm("gated_rmsnorm", D, D // 4)
+    z = torch.randn(3, 4, D).to(torch.float16).requires_grad_(True)
+    out = norm(z)
+    grad = torch.ones_like(out)
+    log = OpLog()
+    with log:
+        out.backward(grad)
+    computed = [op for op in log.ops if op != "aten.detach"]  # detach: a fresh gradient's accumulation
+    assert len(computed) == 17, computed
