@@ -116,14 +116,6 @@ HALF_BACKWARD_RMS_FLOOR = 1e-2
 _HALF = (torch.float16, torch.bfloat16)
 
 
-def half_backward_scale(r: torch.Tensor, floor: Optional[float] = None) -> torch.Tensor:
-    """min(1, RMS(z) / floor) per row, from r = 1 / RMS(z): 1 for rows at or above the
-    floor, smaller for near-null rows (z = 0 exactly: RMS = sqrt(eps)).  ``floor``
-    defaults to :data:`HALF_BACKWARD_RMS_FLOOR` as it is at the call."""
-    floor = HALF_BACKWARD_RMS_FLOOR if floor is None else floor
-    return (r * floor).reciprocal_().clamp_(max=1.0)
-
-
 class _RMSNormFunction(torch.autograd.Function):
     """out = z / sqrt(mean(z^2) + eps) * g [* sigmoid(w * z)] with a hand-written backward.
 
@@ -143,9 +135,9 @@ class _RMSNormFunction(torch.autograd.Function):
         grad_w = sum over rows of ga z
 
     c = 1 for float32/float64 inputs (the exact gradient); for fp16/bf16 inputs c =
-    :func:`half_backward_scale` (min(1, RMS(z) / HALF_BACKWARD_RMS_FLOOR)): the
-    normalization's gradient grows as 1/RMS(z) for near-null rows, which in fp16 overflows
-    and makes the loss scaler collapse (docs/rela.md, "fp16 and bf16").
+    min(1, RMS(z) / HALF_BACKWARD_RMS_FLOOR) (:func:`_bounded_gradients`, with c folded
+    into r): the normalization's gradient grows as 1/RMS(z) for near-null rows, which in
+    fp16 overflows and makes the loss scaler collapse (docs/rela.md, "fp16 and bf16").
     """
 
     @staticmethod
@@ -180,7 +172,7 @@ class _RMSNormFunction(torch.autograd.Function):
             t = y * gy  # a new tensor: y is saved (a second backward must find it intact)
         proj = t.mean(dim=-1, keepdim=True) if need_z else None
         ga = t.addcmul_(t, s, value=-1.0) if s is not None else None  # t (1 - s) = o y s (1 - s)
-        if need_z and ctx.in_dtype in _HALF:
+        if need_z and ctx.in_dtype in _HALF:  # the bounded gradient (class docstring)
             grad_z, grad_w, grad_gw = _bounded_gradients(
                 z, r, w, gw, gy, s is not None, proj, ga, need_w, need_gw, lead
             )
@@ -199,8 +191,6 @@ class _RMSNormFunction(torch.autograd.Function):
         if need_z:
             grad_z = u.mul_(w) if w is not None else u
             grad_z.addcmul_(z, r.square().mul_(proj), value=-1.0)
-            if ctx.in_dtype in _HALF:
-                grad_z.mul_(half_backward_scale(r))
             if ga is not None:
                 grad_z.addcmul_(ga, gw)
             grad_z = _as(grad_z, ctx.in_dtype)
@@ -212,9 +202,10 @@ def _bounded_gradients(z, r, w, gw, gy, gy_is_new, proj, ga, need_w, need_gw, le
     compute dtype (``gy_is_new``: ``gy`` may be updated in place, else it is the incoming
     gradient itself).  The bound c = min(1, 1 / (r floor)) folds into r: c r = min(r,
     1 / floor) = r~, so the normalization's part c (gy r g - z r^2 proj) is r~ (gy g - z r
-    proj): one op for the bound (the clamp of r) where scaling by c takes four (20 ops
-    per fp16 backward instead of 23, tests/unit/test_half_norm_gradient.py); float32 keeps
-    the plain order (its exact gradient, bit for bit as before)."""
+    proj): one op for the bound (the clamp of r) where scaling by c takes four (17 ops
+    per fp16 backward instead of 20, besides the gradients' accumulation;
+    tests/unit/test_half_norm_gradient.py); float32 keeps the plain order (its exact
+    gradient, bit for bit as before)."""
     scratch = grad_w = grad_gw = None
     if need_w:
         scratch = torch.mul(gy, z).mul_(r)
