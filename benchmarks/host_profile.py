@@ -101,12 +101,15 @@ def summarize(events: Iterable, steps: int, wall_us: float, top: int = 12) -> Di
 
 def profile_steps(step: Callable[[], None], steps: int, sync: Callable[[], None], on_cuda: bool) -> Dict[str, object]:
     """Runs ``step`` ``steps`` times under ``torch.profiler`` (CPU, and CUDA when
-    ``on_cuda``; a sync after the last step, inside the wall time) and summarizes it."""
+    ``on_cuda``) and summarizes it.  The device is idle when the profile starts (a sync
+    before it, outside the profile: earlier work would count as this run's runtime time
+    without being in its wall time); the sync after the last step is inside the wall time
+    (it is among the syncs: one per profile, not per step)."""
     activities = [torch.profiler.ProfilerActivity.CPU]
     if on_cuda:
         activities.append(torch.profiler.ProfilerActivity.CUDA)
+    sync()
     with torch.profiler.profile(activities=activities) as prof:
-        sync()
         t0 = time.perf_counter()
         for _ in range(steps):
             step()

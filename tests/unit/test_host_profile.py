@@ -129,3 +129,15 @@ def test_a_profile_that_fails_is_reported_and_the_others_go_on():
     table = host_profile.format_profiles(profiles)
     assert "| rela_g | profile failed: RuntimeError: CUPTI is not available |" in table
     assert "stock top host:" in table and "rela_g top host:" not in table
+
+
+def test_the_device_is_synced_before_the_profile_and_after_the_last_step_inside_it():
+    """Earlier work waited for outside the profile (it would count as runtime time without
+    being in the wall time); the last step's work waited for inside it."""
+    seen = []
+
+    def sync():
+        seen.append(torch.autograd.profiler._is_profiler_enabled)
+
+    p = host_profile.profile_steps(lambda: None, 3, sync, on_cuda=False)
+    assert seen == [False, True] and p["steps"] == 3
