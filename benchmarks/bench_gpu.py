@@ -14,8 +14,10 @@ Its parts, each a ratio against softmax measured in the same run, with its sprea
    ``--rounds`` rounds, each round runs every preset once in an order that alternates
    between rounds (A B C, then C B A, ...), on a synthetic corpus (random tokens, joined
    dictionary: no download; speed does not depend on the words).  updates/s of one run is
-   the mean of fairseq's ``ups`` over its log intervals after the first (the first holds
-   CUDA start-up and the allocator's warm-up); the ratio of a round is ups(preset) /
+   the mean of fairseq's ``ups`` over its log intervals that lie wholly after its first
+   epoch (:func:`steady_updates_per_second`: the first epoch holds CUDA start-up, the
+   allocator's warm-up and the first call of every batch shape, which cost stock softmax
+   2-3x its later updates on the H200, docs/performance.md); the ratio of a round is ups(preset) /
    ups(softmax) of that round; reported as the median over rounds with min-max;
 4. ``train_ab``: ``benchmarks/train_ab.py`` per dtype: the same presets' training steps
    (fairseq's ``Trainer``, the train part's arguments) in one process, blocks of updates in
@@ -46,6 +48,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -172,12 +175,42 @@ def parse_ups(log: str):
     return train_inner_records(log, "ups")
 
 
-def run_updates_per_second(records):
-    """Mean ups over the log intervals after the first (the first holds the start-up)."""
-    later = [ups for _, ups in records[1:]]
+#: what a train part's updates/s cover (its ``window``; scripts/check_readme.py says it)
+AFTER_FIRST_EPOCH = "after_first_epoch"
+
+_EPOCH_SUMMARY = re.compile(r"\| train \| (\{.*\})")
+
+
+def first_epoch_updates(log: str) -> Optional[int]:
+    """The updates of epoch 1 (``train_num_updates`` of fairseq's end-of-epoch ``train``
+    record), None when the log has no end of epoch 1."""
+    for m in _EPOCH_SUMMARY.finditer(log):
+        rec = json.loads(m.group(1))
+        if int(rec.get("epoch", 0)) == 1 and "train_num_updates" in rec:
+            return int(rec["train_num_updates"])
+    return None
+
+
+def run_updates_per_second(records, after: int = 0):
+    """Mean ups over the log intervals that start at or after update ``after`` (an
+    interval is the updates since the previous record; the first record's interval starts
+    at the run's start-up and is never taken)."""
+    later = [ups for (prev, _), (_, ups) in zip(records, records[1:]) if prev >= after]
     if not later:
-        raise ValueError(f"need at least two train_inner records, got {len(records)}")
+        raise ValueError(
+            f"no log interval starts at or after update {after} ({len(records)} train_inner records, "
+            f"at updates {[u for u, _ in records]}): --max-update too small for the corpus's epoch"
+        )
     return statistics.fmean(later)
+
+
+def steady_updates_per_second(log: str) -> float:
+    """updates/s of a ``fairseq-train`` run after its first epoch (module docstring, part
+    3); ValueError when the run did not get past it with a whole log interval."""
+    epoch = first_epoch_updates(log)
+    if epoch is None:
+        raise ValueError("the run did not finish its first epoch: --max-update too small for the corpus's epoch")
+    return run_updates_per_second(parse_ups(log), after=epoch)
 
 
 def alternating(names, round_index):
@@ -330,7 +363,7 @@ def train_part(args, budget, data, progress=None):
                 t0 = time.monotonic()
                 try:
                     p = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1, budget.left()))
-                    ups = run_updates_per_second(parse_ups(p.stdout + p.stderr)) if p.returncode == 0 else None
+                    ups = steady_updates_per_second(p.stdout + p.stderr) if p.returncode == 0 else None
                     if p.returncode != 0:
                         print(f"[bench-gpu] {dtype} {preset}: fairseq-train failed:\n{p.stderr[-1500:]}", flush=True)
                 except (subprocess.TimeoutExpired, ValueError) as e:
@@ -349,7 +382,7 @@ def train_part(args, budget, data, progress=None):
         for preset in presets:
             pairs = [a / b for a, b in zip(runs[preset], runs[baseline(preset)]) if a and b]
             ratios[preset] = summarize_ratios(pairs) if pairs else None
-        out[dtype] = {"runs": runs, "ratios": ratios}
+        out[dtype] = {"runs": runs, "ratios": ratios, "window": AFTER_FIRST_EPOCH}
     return out
 
 

@@ -19,8 +19,14 @@ region as with ``--num-workers 0``, then ``trainer.train_step``), between two de
 synchronisations, on a wall clock.  Every preset's iterator is built from the same data,
 seed and ``--max-tokens``, so block b of each preset trains on the same batches: the
 ratio of a block is paired.  Not timed: fairseq's progress bar and its log records, the
-same for every preset.  ``--warmup-updates`` updates of each preset come first (Triton's
-compiles, the allocator's warm-up), in the same alternating order, not recorded.
+same for every preset.  A warm-up of each preset comes first, in the same order, not
+recorded: by default one epoch of its batches (``--warmup-updates epoch``), so that every
+batch shape the blocks meet has been met once.  The first call of a shape costs more than
+the later ones (Triton's compiles; kernel plans and the allocator's blocks per shape), and
+not alike for every preset: on the H200 (2026-11-28, a warm-up of 20 updates, about half an
+epoch) stock softmax ran its first three blocks at 4.9-7.4 updates/s and every later one at
+11-18, while the ReLU presets' first blocks were as fast as their later ones.  A training of
+many epochs meets each shape once in its first epoch; the blocks time the later ones.
 
 Reported per preset: updates/s of every block, the paired ratios to the baseline
 (``bench_gpu.baseline``: softmax of the same group) with their median, bootstrap 95%
@@ -114,12 +120,33 @@ class Run:
             except StopIteration:
                 self._batches = None
 
+    def epoch_batches(self) -> int:
+        """The batches of one epoch (every batch shape this preset's blocks meet)."""
+        return len(self.epoch_itr)
+
     def train(self, updates: int) -> None:
         for _ in range(updates):
             before = self.trainer.get_num_updates()
             self.trainer.train_step([self.next_batch()])
             self.updates += 1
             self.overflows += self.trainer.get_num_updates() == before  # fp16: an overflow skips the update
+
+
+#: ``--warmup-updates epoch``: one epoch of each preset's batches
+EPOCH = "epoch"
+
+
+def warmup_updates(value: str):
+    """``--warmup-updates``: ``epoch`` or a count >= 0."""
+    if value == EPOCH:
+        return value
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be a count >= 0 or 'epoch', got {value!r}")
+    return n
 
 
 def synchronizer(cpu: bool):
@@ -197,8 +224,8 @@ def set_up(presets, data, args):
     return runs, failed
 
 
-def paired_blocks(runs, presets, failed, args, sync, progress, start):
-    """The warm-up, then up to ``--blocks`` rounds of one block per preset in alternating
+def paired_blocks(runs, presets, failed, args, sync, progress, start, warmed):
+    """The warm-up (its updates per preset recorded in ``warmed``), then up to ``--blocks`` rounds of one block per preset in alternating
     order, each appended to ``progress`` as it ends: [{"round": r, "ups": {preset: ups}}].
     A preset whose training fails (diverged, out of memory) is recorded in ``failed`` and
     left out of the later rounds; without its baseline a preset has no ratio, so the
@@ -213,9 +240,11 @@ def paired_blocks(runs, presets, failed, args, sync, progress, start):
             _failure(failed, preset, e)
             return False
 
-    for preset in presets:  # warm-up: Triton's compiles, the allocator; not recorded
+    for preset in presets:  # the warm-up (module docstring); not recorded
         if preset in runs and preset not in failed:
-            attempt(preset, args.warmup_updates)
+            updates = runs[preset].epoch_batches() if args.warmup_updates == EPOCH else args.warmup_updates
+            warmed[preset] = updates
+            attempt(preset, updates)
     sync()
     blocks, took = [], []
     for b in range(args.blocks):
@@ -249,7 +278,13 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default="fp16", choices=sorted(DTYPE_FLAGS))
     p.add_argument("--blocks", type=int, default=30, help="rounds of one block per preset (>= 3)")
     p.add_argument("--block-updates", type=int, default=10, help="updates per timed block (>= 1)")
-    p.add_argument("--warmup-updates", type=int, default=20, help="updates per preset before the first block")
+    p.add_argument(
+        "--warmup-updates",
+        type=warmup_updates,
+        default=EPOCH,
+        metavar="N|epoch",
+        help="updates per preset before the first block, not timed (default: epoch, one epoch of its batches)",
+    )
     p.add_argument("--max-tokens", type=int, default=4096)
     p.add_argument("--pairs", type=int, default=6000, help="sentence pairs of the synthetic corpus (no --data)")
     p.add_argument("--data", default="", help="a binarized corpus (default: a synthetic one, as bench_gpu's)")
@@ -306,12 +341,14 @@ def main(argv=None) -> int:
     args.max_update, args.log_interval = 10**9, 10**9
     sync = synchronizer(args.cpu)
     runs, failed = set_up(presets, data, args)
-    blocks = paired_blocks(runs, presets, failed, args, sync, progress, start)
+    warmed = {}
+    blocks = paired_blocks(runs, presets, failed, args, sync, progress, start, warmed)
     settings = {k: v for k, v in vars(args).items() if k not in ("max_update", "log_interval")}
     settings["presets"] = presets
     part = {
         "settings": settings,
         "blocks": blocks,
+        "warmup_updates": warmed,
         "overflows": {p: run.overflows for p, run in runs.items()},
         "failed": failed,
         "summary": summarize(blocks, presets) if blocks else {},

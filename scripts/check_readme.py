@@ -177,6 +177,11 @@ def _spread(stats, name, rounds=False):
     return out + ["]"]
 
 
+#: a ``make bench-gpu`` train part's ``window``: updates/s after each run's first epoch
+#: (benchmarks/bench_gpu.py ``steady_updates_per_second``)
+AFTER_FIRST_EPOCH = "after_first_epoch"
+
+
 def render_gpu(data, json_name):
     """The README's GPU lines from a ``make bench-gpu`` result: kernel correctness, kernel
     time against SDPA flash, the fp16 loss scale, fairseq-train updates/s."""
@@ -239,9 +244,17 @@ def render_gpu(data, json_name):
         lines.append(line + ["."])
     train = parts.get("train") or {}
     if train:
+        if all(r.get("window") == AFTER_FIRST_EPOCH for r in train.values()):
+            window = "each run's updates/s after its first epoch"
+        else:  # (results recorded before bench_gpu measured after the first epoch, 2026-11-29)
+            window = (
+                "each run's updates/s from its second log interval, its first epoch included, in which stock "
+                "softmax ran 2–3× slower than later in the H200's fp16 paired blocks (docs/performance.md)"
+            )
         line = [
             "- `fairseq-train` updates/s against stock softmax of the same size and attention dropout "
-            "(`*_dropout`: 0.1 on both sides, `*_base`: `transformer_wmt_en_de`; median [min–max] of per-round ratios): "
+            f"(`*_dropout`: 0.1 on both sides, `*_base`: `transformer_wmt_en_de`; {window}; "
+            "median [min–max] of per-round ratios): "
         ]
         for i, (dtype, r) in enumerate(train.items()):
             line.append("; " if i else "")

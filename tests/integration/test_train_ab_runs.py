@@ -45,6 +45,31 @@ print("updates", run.trainer.get_num_updates())
 """
 
 
+EPOCH_SHAPES = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import train_ab
+run = train_ab.Run("softmax", sys.argv[2:])
+n = run.epoch_batches()
+shape = lambda b: (tuple(b["net_input"]["src_tokens"].shape), tuple(b["target"].shape))
+first = [shape(run.next_batch()) for _ in range(n)]
+epoch = run.epoch_itr.epoch
+second = [shape(run.next_batch()) for _ in range(n)]
+print(n, len(set(first)), epoch, run.epoch_itr.epoch, sorted(first) == sorted(second))
+"""
+
+
+def test_the_epoch_warm_up_meets_every_batch_shape_the_blocks_meet(corpus):
+    """``--warmup-updates epoch`` (the default): the warm-up's updates are one epoch's
+    batches, so the first timed block starts the next epoch, whose batches have the shapes
+    the warm-up met (fairseq's batches are fixed and only their order shuffled)."""
+    argv = train_ab.fairseq_args(corpus, "softmax", "fp32", SETTINGS)
+    out = python(EPOCH_SHAPES, str(REPO / "benchmarks"), *argv)
+    n, shapes, epoch, then, same = out.stdout.split()[-5:]
+    assert int(n) > 3 and int(shapes) > 3  # several batches of several shapes
+    assert (epoch, then, same) == ("1", "2", "True")
+
+
 @pytest.mark.parametrize("preset", ["rela_g"])
 def test_a_block_trains_what_fairseq_train_trains(corpus, tmp_path, preset):
     """Three updates of the harness give the very weights ``fairseq-train`` saves after

@@ -22,11 +22,67 @@ LOG = """\
 """
 
 
+#: LOG as a run whose first epoch ends after update 2 logs it: fairseq's end-of-epoch record
+#: (a real one of fairseq-fixed 0.12.3.1, 2026-11-29, its update count set to 2)
+EPOCH_END = (
+    '2026-11-29 00:13:46 | INFO | train | {"epoch": 1, "train_loss": "11.372", "train_nll_loss": "11.351", '
+    '"train_ppl": "2612.91", "train_wps": "356.5", "train_ups": "2.15", "train_wpb": "165.9", "train_bsz": "8", '
+    '"train_num_updates": "2", "train_lr": "1.225e-05", "train_gnorm": "7.063", "train_train_wall": "7", '
+    '"train_wall": "8"}'
+)
+RUN_LOG = LOG.replace("\n", "\n" + EPOCH_END + "\n", 1)
+
+
 def test_parse_ups_reads_train_inner_records_only():
     assert bench_gpu.parse_ups(LOG) == [(2, 3.24), (4, 3.48)]
     assert bench_gpu.run_updates_per_second(bench_gpu.parse_ups(LOG)) == pytest.approx(3.48)
-    with pytest.raises(ValueError, match="at least two"):
+    with pytest.raises(ValueError, match="no log interval"):
         bench_gpu.run_updates_per_second([(2, 3.24)])
+
+
+def _inner(epoch, updates, ups):
+    return (
+        f'2026-11-29 00:13:40 | INFO | train_inner | {{"epoch": {epoch}, "update": 0.5, "ups": "{ups}", '
+        f'"num_updates": "{updates}", "lr": "1e-05"}}'
+    )
+
+
+def _summary(epoch, updates):
+    # the end-of-epoch record as fairseq-fixed 0.12.3.1 writes it (--log-format json)
+    return (
+        f'2026-11-29 00:13:46 | INFO | train | {{"epoch": {epoch}, "train_loss": "11.372", "train_ups": "2.15", '
+        f'"train_num_updates": "{updates}", "train_wall": "8"}}'
+    )
+
+
+def test_the_first_epoch_ends_where_fairseq_s_record_says():
+    assert bench_gpu.first_epoch_updates(RUN_LOG) == 2
+    assert bench_gpu.steady_updates_per_second(RUN_LOG) == pytest.approx(3.48)
+    assert bench_gpu.first_epoch_updates(LOG) is None  # (its summary has no update count)
+
+
+def test_updates_per_second_are_those_after_the_first_epoch():
+    """Epoch 1 ends at update 45 (its summary record); log interval 20: the intervals
+    (0, 20], (20, 40], (40, 60] hold first-epoch updates, (60, 80], (80, 100], (100, 120]
+    do not, so the rate is their mean (a hand count), not the slow first epoch's."""
+    log = "\n".join(
+        [_inner(1, 20, 1.0), _inner(1, 40, 5.0), _summary(1, 45), _inner(2, 60, 9.0)]
+        + [_inner(2, 80, 14.0), _summary(2, 90), _inner(3, 100, 15.0), _inner(3, 120, 16.0)]
+    )
+    assert bench_gpu.first_epoch_updates(log) == 45
+    assert bench_gpu.steady_updates_per_second(log) == pytest.approx(15.0)
+    # an interval that starts exactly where the epoch ends is taken
+    assert bench_gpu.run_updates_per_second(bench_gpu.parse_ups(log), after=40) == pytest.approx((9 + 14 + 15 + 16) / 4)
+
+
+def test_a_run_that_stays_in_its_first_epoch_gives_no_rate():
+    log = "\n".join([_inner(1, 20, 1.0), _inner(1, 40, 5.0), _inner(1, 60, 9.0)])
+    assert bench_gpu.first_epoch_updates(log) is None
+    with pytest.raises(ValueError, match="did not finish its first epoch"):
+        bench_gpu.steady_updates_per_second(log)
+    short = "\n".join([_inner(1, 20, 1.0), _inner(1, 40, 5.0), _summary(1, 45), _inner(2, 60, 9.0)])
+    with pytest.raises(ValueError, match="no log interval starts at or after update 45"):
+        bench_gpu.steady_updates_per_second(short)
 
 
 def test_rounds_alternate_the_order():
@@ -510,7 +566,7 @@ def test_a_train_run_that_would_be_cut_off_is_not_started(monkeypatch, tmp_path)
 
     def run(cmd, **kwargs):
         clock.now += 30
-        return subprocess.CompletedProcess(cmd, 0, stdout=LOG, stderr="")
+        return subprocess.CompletedProcess(cmd, 0, stdout=RUN_LOG, stderr="")
 
     monkeypatch.setattr(bench_gpu.subprocess, "run", run)
     args = types.SimpleNamespace(
@@ -562,6 +618,7 @@ def test_dropout_and_base_presets_are_divided_by_their_own_softmax(monkeypatch, 
         ups = speed[cmd[cmd.index("--arch") + 1]] / (2 if "--attention-dropout" in cmd else 1)
         ups *= 1.1 if "triton" in cmd else 1.0
         log = "\n".join(f'train_inner | {{"num_updates": "{u}", "ups": "{ups}"}}' for u in (20, 40, 60))
+        log = log.replace("\n", '\n| train | {"epoch": 1, "train_num_updates": "20"}\n', 1)  # epoch 1: 20 updates
         return subprocess.CompletedProcess(cmd, 0, stdout=log, stderr="")
 
     monkeypatch.setattr(bench_gpu.subprocess, "run", run)
@@ -569,6 +626,7 @@ def test_dropout_and_base_presets_are_divided_by_their_own_softmax(monkeypatch, 
     args = types.SimpleNamespace(presets=presets, dtypes=["fp16"], rounds=3, max_update=60, log_interval=20,
                                  max_tokens=4096)  # fmt: skip
     train = bench_gpu.train_part(args, bench_gpu.Budget(1000), tmp_path)["fp16"]
+    assert train["window"] == bench_gpu.AFTER_FIRST_EPOCH  # what the README's line says of it
     ratios = train["ratios"]
     assert ratios["rela_g_dropout"]["median"] == pytest.approx(0.9)
     assert ratios["rela_g_triton_dropout"]["median"] == pytest.approx(0.99)
@@ -781,3 +839,10 @@ def test_train_command_as_fairseq_reads_it(tmp_path, monkeypatch, dtype):
     assert parsed.disable_validation and parsed.no_save
     assert parsed.arch == "rela_transformer_iwslt_de_en" and parsed.attn_backend == "triton"
     assert (parsed.max_tokens, parsed.max_update, parsed.seed) == (4096, 60, 1)
+
+
+def test_the_readme_reads_the_window_bench_gpu_writes():
+    import runpy
+
+    readme = runpy.run_path(str(Path(__file__).resolve().parents[2] / "scripts" / "check_readme.py"))
+    assert readme["AFTER_FIRST_EPOCH"] == bench_gpu.AFTER_FIRST_EPOCH

@@ -260,6 +260,24 @@ def test_gpu_block_renders_the_bench_gpu_result_and_names_an_edited_figure(repo)
     assert len(problems) == 1 and "kernel speed at 4096 tokens is 0.78 in the README, 0.68 in the JSON" in problems[0]
 
 
+def test_the_train_line_says_what_its_updates_per_second_cover(repo):
+    """A train part recorded since bench_gpu measures after each run's first epoch says so;
+    one recorded before (no ``window``) says its rates include the first epoch."""
+    result = gpu_result()
+    (repo / "results" / "bench-gpu.json").write_text(json.dumps(result))
+    tool["write"](repo / "README.md", repo / "results")
+    text = (repo / "README.md").read_text()
+    assert "from its second log interval, its first epoch included" in text and "after its first epoch" not in text
+    for part in result["parts"]["train"].values():
+        part["window"] = "after_first_epoch"
+    (repo / "results" / "bench-gpu.json").write_text(json.dumps(result))
+    assert len(check(repo)) == 1  # the README still says the old window
+    tool["write"](repo / "README.md", repo / "results")
+    text = (repo / "README.md").read_text()
+    assert "each run's updates/s after its first epoch;" in text and "first epoch included" not in text
+    assert check(repo) == []
+
+
 def test_gpu_json_that_is_not_a_bench_gpu_result_is_one_line(repo):
     (repo / "results" / "bench-gpu.json").write_text(json.dumps({"seeds": []}))
     with pytest.raises(tool["ReadmeError"], match="not a make bench-gpu result"):

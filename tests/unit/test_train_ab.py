@@ -125,6 +125,8 @@ def run_script(*args):
         (["--blocks", "2", "--cpu"], "--blocks must be >= 3, got 2"),
         (["--block-updates", "0", "--cpu"], "--block-updates must be >= 1, got 0"),
         (["--data", "/nonexistent", "--cpu"], "--data /nonexistent: no dict.src.txt"),
+        (["--warmup-updates", "-1", "--cpu"], "--warmup-updates: must be a count >= 0 or 'epoch', got '-1'"),
+        (["--warmup-updates", "half", "--cpu"], "--warmup-updates: must be a count >= 0 or 'epoch', got 'half'"),
         ([], "no CUDA device"),
     ],
 )
@@ -146,6 +148,9 @@ class FakeRun:
         self.preset, self.calls, self.overflows = preset, 0, 0
         if self.FAIL.get(preset) == 0:
             raise RuntimeError(f"{preset}: set-up failed")
+
+    def epoch_batches(self):
+        return {"softmax": 7}.get(self.preset, 5)
 
     def train(self, updates):
         self.calls += 1
@@ -226,6 +231,26 @@ def test_blocks_take_turns_in_alternating_order(timed):
     assert code == 0
     order = ["softmax", "rela_g", "rela_g_triton"]
     assert TimedRun.CALLS == order + order + order[::-1] + order  # the warm-up, then 3 rounds
+
+
+def test_the_warm_up_is_one_epoch_of_each_preset_unless_counted(timed, monkeypatch):
+    """By default each preset warms up on one epoch of its batches (its own count), in the
+    blocks' order, recorded in the result; ``--warmup-updates N`` warms up N each."""
+    sizes = []
+    monkeypatch.setattr(
+        TimedRun,
+        "train",
+        lambda self, n: (sizes.append((self.preset, n)), TimedRun.NOW.__setitem__(0, TimedRun.NOW[0] + n)),
+    )
+    code, part = timed("--presets", "rela_g", "--blocks", "3", "--block-updates", "2")
+    assert code == 0 and part["settings"]["warmup_updates"] == "epoch"
+    assert sizes[:2] == [("softmax", 7), ("rela_g", 5)] and sizes[2:] == [
+        (p, 2) for p in ("softmax", "rela_g", "rela_g", "softmax", "softmax", "rela_g")
+    ]
+    assert part["warmup_updates"] == {"softmax": 7, "rela_g": 5}
+    sizes.clear()
+    code, part = timed("--presets", "rela_g", "--blocks", "3", "--warmup-updates", "0")
+    assert sizes[:2] == [("softmax", 0), ("rela_g", 0)] and part["warmup_updates"] == {"softmax": 0, "rela_g": 0}
 
 
 def test_no_round_starts_that_the_budget_would_not_hold(timed):
