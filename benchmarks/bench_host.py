@@ -16,8 +16,11 @@ The fused Triton kernels (``*_triton``: ``--attn-backend triton``) would run in 
 interpreter on a CPU, which is not what a GPU runs; their launches are **stubbed** (the
 kernels' launch function does nothing), so those rows time everything a GPU step runs
 on the host around the kernels, ops, autograd and the launchers' own Python included, but
-not Triton's launch itself (its argument binding and the driver call: measured only on a
-GPU).  ``--device cuda`` runs the real kernels and times wall clock with a sync per timing:
+not Triton's launch itself (its argument binding and the driver call).  ``--launches
+triton`` adds Triton's own launch path (``JITFunction.run`` up to the C launcher, with a
+driver that compiles the kernels for sm_90 and launches nothing:
+``benchmarks/triton_host_launch.py``); only the C launcher and the driver's
+``cuLaunchKernel`` are then left out.  ``--device cuda`` runs the real kernels and times wall clock with a sync per timing:
 a whole step as the GPU runs it.
 
 Method (benchmarks/timing.py): one thread, the CPU clock (steady on a shared machine),
@@ -199,6 +202,13 @@ def main(argv=None):
         help="after the timing, profile N steps of each preset (torch.profiler): where the host time goes "
         "(benchmarks/host_profile.py; default 0: no profile)",
     )
+    p.add_argument(
+        "--launches",
+        default="stubbed",
+        choices=("stubbed", "triton"),
+        help="on a CPU, the kernels' launches: stubbed (default), or through Triton's own launch path with a "
+        "null driver (benchmarks/triton_host_launch.py; compiles each kernel for sm_90 on first use)",
+    )
     p.add_argument("--json", default=None, help="write the results here (with provenance)")
     args = p.parse_args(argv)
 
@@ -226,7 +236,19 @@ def main(argv=None):
     device = torch.device(args.device)
     dictionary = synthetic_dictionary(100)
     batch = make_batch(dictionary, args.batch, args.length, device)
-    stub = contextlib.nullcontext() if on_cuda else stubbed_launches()
+    if on_cuda and args.launches != "stubbed":
+        p.error("--launches: for a CPU run (--device cuda launches the kernels)")
+    if on_cuda:
+        launches = "real"
+        stub = contextlib.nullcontext()
+    elif args.launches == "triton":
+        from triton_host_launch import host_only_launches
+
+        launches = "triton launch path, null driver (sm_90)"
+        stub = host_only_launches()
+    else:
+        launches = "stubbed"
+        stub = stubbed_launches()
     with stub:
         jobs, ops = {}, {}
         for name in names:
@@ -268,7 +290,7 @@ def main(argv=None):
         "what": "host time of one training step (forward + backward), per preset, against stock fairseq's transformer",
         "device": args.device,
         "dtype": str(dtype).replace("torch.", ""),
-        "kernel_launches": "real" if on_cuda else "stubbed",
+        "kernel_launches": launches,
         "clock": "wall" if on_cuda else "cpu",
         "attention_dropout": args.attention_dropout,
         "shape": {

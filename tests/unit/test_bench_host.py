@@ -108,3 +108,29 @@ def test_with_profile_every_preset_gets_where_its_host_time_goes(tmp_path, capsy
     table = capsys.readouterr().out
     assert "where the host time of a profiled step goes" in table and "rela_g_triton top host:" in table
     assert "profile" not in bench_host.main(["--presets", "rela_g_triton", *QUICK])  # off by default
+
+
+def test_with_triton_launches_the_kernels_go_through_triton_s_launch_path():
+    """``--launches triton``: the launches run Triton's compiled launch path with a null
+    driver (benchmarks/triton_host_launch.py), and Triton's driver is restored after."""
+    import triton
+
+    import triton_host_launch
+
+    seen = []
+    real = triton_host_launch._NullLauncher.__call__
+
+    def counting(self, *args):
+        seen.append(self.name)
+        return real(self, *args)
+
+    driver = triton.runtime.driver._active
+    triton_host_launch._NullLauncher.__call__ = counting
+    try:
+        result = bench_host.main(["--presets", "reluformer_triton", *QUICK, "--launches", "triton"])
+    finally:
+        triton_host_launch._NullLauncher.__call__ = real
+    assert result["kernel_launches"] == "triton launch path, null driver (sm_90)"
+    assert result["presets"]["reluformer_triton"]["kernel_ops_per_step"] == 2 * 18
+    assert seen and set(seen) <= {"_relu_attention_fwd", "_relu_attention_bwd_dkdv"}
+    assert triton.runtime.driver._active is driver
