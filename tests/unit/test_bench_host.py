@@ -114,7 +114,6 @@ def test_with_triton_launches_the_kernels_go_through_triton_s_launch_path():
     """``--launches triton``: the launches run Triton's compiled launch path with a null
     driver (benchmarks/triton_host_launch.py), and Triton's driver is restored after."""
     import triton
-
     import triton_host_launch
 
     seen = []
