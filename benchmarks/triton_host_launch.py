@@ -1,6 +1,6 @@
 """Triton's own launch path, timed on a machine without a GPU: the package's kernels launched
-through their compiled form (``JITFunction.run``: argument binding, specialization, the
-kernel-cache lookup, the launcher's Python) with a driver that compiles for an sm_90 GPU and
+through their compiled form (``kernels/launch.py``'s ``launch_compiled``: Triton's
+``JITFunction.run`` the first time, then the compiled kernel's launcher) with a driver that compiles for an sm_90 GPU and
 launches nothing.
 
 ``bench_host.py`` on a CPU stubs the kernels' launches: it times everything a GPU step runs
@@ -30,6 +30,8 @@ class Launches:
 
     def __init__(self):
         self.count = 0
+        #: the last launch: (grid, the launcher's arguments after the grid and stream)
+        self.last = None
 
 
 class _NullLauncher:
@@ -47,6 +49,7 @@ class _NullLauncher:
         if self.scratch != (0, 0):
             raise RuntimeError(f"{self.name}: needs scratch buffers {self.scratch}: not timed by a null launcher")
         self.launches.count += 1
+        self.launches.last = ((grid_x, grid_y, grid_z), (function, *args))
 
 
 class _Utils:
@@ -102,12 +105,14 @@ def host_only_launches(capability: int = CAPABILITY) -> Iterator[Launches]:
     kernels' per-device caches on the way out."""
     import triton
 
+    from fairseq_sparse_attn.kernels import launch as kernel_launch
     from fairseq_sparse_attn.kernels import output_norm, relu_attention
 
     launches = Launches()
 
     def compiled(forms, grid, device, args, constexprs, num_warps, num_stages):
-        forms.compiled[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
+        # what a launch on CUDA tensors runs (kernels/launch.py)
+        kernel_launch.launch_compiled(forms.compiled, grid, args, constexprs, num_warps, num_stages)
 
     config = triton.runtime.driver
     saved_driver = config._active
@@ -121,5 +126,7 @@ def host_only_launches(capability: int = CAPABILITY) -> Iterator[Launches]:
         for module, launch in saved_launch:
             module.launch = launch
         config._active = saved_driver
-        for forms in _kernel_forms():  # (their binders and kernels are the null driver's)
+        # (the binders and kernels they hold are the null driver's)
+        kernel_launch._DIRECT.clear()
+        for forms in _kernel_forms():
             forms.compiled.device_caches.clear()

@@ -11,6 +11,13 @@ interpreter while it runs (:func:`interpreting_nested_jit`), so ``TRITON_INTERPR
 neither read nor needed, and the choice does not depend on the order in which modules
 were imported.
 
+On CUDA a launch goes through Triton's own launch path (``JITFunction.run``: binding and
+specializing every argument, the kernel-cache key) once per kernel, configuration and
+argument specialization, and after that straight to the compiled kernel's launcher
+(:func:`launch_compiled`): the same kernel, launched the way ``JITFunction.run`` launches
+it, without redoing the binding (about three quarters of that path's host time, measured
+on a CPU with ``benchmarks/triton_host_launch.py``).
+
 Interpreter limits the callers handle: bf16 ``tl.dot`` is wrong there (relu_attention
 upcasts its dot operands, see its docstring; the norm kernels have no dot); races never
 show (programs run one after another).
@@ -20,6 +27,8 @@ import contextlib
 from typing import Dict, NamedTuple, Sequence, Tuple
 
 import torch
+from triton import knobs
+from triton.runtime import driver
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
@@ -63,7 +72,77 @@ def launch(
         with interpreting_nested_jit():
             forms.interpreted[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
     else:
-        forms.compiled[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
+        launch_compiled(forms.compiled, grid, args, constexprs, num_warps, num_stages)
+
+
+#: (id of the kernel's JITFunction, the current device, options, constexprs, argument key)
+#: -> (the compiled kernel Triton's launch path found for them, the constexpr values that
+#: follow the arguments in the kernel's parameters, the JITFunction: held, so that its id is
+#: not reused); cleared when it holds :data:`DIRECT_MAX` entries
+_DIRECT: Dict[tuple, tuple] = {}
+DIRECT_MAX = 4096
+
+
+def argument_key(args: tuple) -> tuple:
+    """What Triton's specialization of a launch's arguments depends on, and more: a tensor's
+    dtype and whether its address is 16-byte aligned, an int's value (Triton specializes
+    ints on their value: equal to 1, divisible by 16, 32- or 64-bit), the type of anything
+    else (floats and bools are not specialized).  Equal keys: equal specializations."""
+    return tuple(
+        [
+            a if type(a) is int else (a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor) else type(a)
+            for a in args
+        ]
+    )
+
+
+def launch_compiled(
+    jit: JITFunction, grid: Tuple[int, ...], args: tuple, constexprs: Dict[str, object], num_warps: int, num_stages: int
+) -> None:
+    """``jit[grid](*args, **constexprs, num_warps=, num_stages=)``: through Triton's launch
+    path the first time for these options, constexprs and argument key (:func:`argument_key`;
+    Triton compiles or finds the kernel and checks its globals), then straight to that
+    compiled kernel's launcher, called as ``JITFunction.run`` calls it (Triton 3.6 and 3.7:
+    the launch metadata and the launch hooks included) on the current device's current
+    stream.  Triton's kernel cache is per current device; so is this one."""
+    runtime = knobs.runtime
+    active = driver.active
+    device = active.get_current_device()
+    key = (
+        id(jit),
+        device,
+        num_warps,
+        num_stages,
+        runtime.debug,
+        knobs.compilation.instrumentation_mode,
+        tuple(constexprs.items()),
+        argument_key(args),
+    )
+    hit = _DIRECT.get(key)
+    if hit is None:
+        kernel = jit[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
+        if kernel is not None and not jit.pre_run_hooks:
+            if len(_DIRECT) >= DIRECT_MAX:
+                _DIRECT.clear()
+            tail = tuple(constexprs[p.name] if p.name in constexprs else p.default for p in jit.params[len(args) :])
+            _DIRECT[key] = (kernel, tail, jit)
+        return
+    kernel, tail, _ = hit
+    stream = active.get_current_stream(device)
+    n = len(grid)
+    values = (*args, *tail)
+    kernel.run(
+        grid[0],
+        grid[1] if n > 1 else 1,
+        grid[2] if n > 2 else 1,
+        stream,
+        kernel.function,
+        kernel.packed_metadata,
+        kernel.launch_metadata(grid, stream, *values),
+        runtime.launch_enter_hook,
+        runtime.launch_exit_hook,
+        *values,
+    )
 
 
 @contextlib.contextmanager
