@@ -184,8 +184,8 @@ def test_fp32_probe_checks_each_tile_with_both_precisions(monkeypatch):
         for name, _, c, warps, stages, _ in ra.LAUNCH_LOG
         if name.startswith("relu_attention_fwd_d32_fp32")
     ]
-    # each case runs the forward twice (the rerun of the diagnosis)
-    assert forward == [(16, 16, 4, 1, "ieee")] * 2 + [(16, 16, 4, 1, "tf32")] * 2
+    # each case runs the forward three times (the check's relaunch, the rerun of the diagnosis)
+    assert forward == [(16, 16, 4, 1, "ieee")] * 3 + [(16, 16, 4, 1, "tf32")] * 3
     assert [(r["head_dim"], r["tile"], r["precision"]) for r in rows] == [
         (32, (16, 16, 4, 1), "ieee"),
         (32, (16, 16, 4, 1), "tf32"),
@@ -263,13 +263,16 @@ def test_correctness_checks_both_backwards_in_half_precision(monkeypatch):
     kernels = [name.rsplit("_d", 1)[0] for name in names]
     two_passes = ["relu_attention_fwd", "relu_attention_bwd_dkdv", "relu_attention_bwd_dq"]
     one_pass = ["relu_attention_fwd", "relu_attention_bwd"]
-    assert kernels == one_pass + two_passes * 3 + one_pass + two_passes * 2  # fp32: the two passes
-    assert names[5:8] == [
+    # every check calls the kernels twice (the relaunch): each form's launches come in pairs
+    twice = lambda form: form * 2  # noqa: E731
+    assert kernels == twice(one_pass) + twice(two_passes) * 3 + twice(one_pass) + twice(two_passes) * 2
+    long_form = [
         "relu_attention_fwd_d32_fp16_long",
         "relu_attention_bwd_dkdv_d32_fp16",
         "relu_attention_bwd_dq_d32_fp16_long",
     ]
-    assert not any(name.endswith("_long") for name in names[:5] + names[8:])
+    assert names[10:16] == long_form * 2  # fp32: the two passes
+    assert not any(name.endswith("_long") for name in names[:10] + names[16:])
     assert not torch.are_deterministic_algorithms_enabled() and ra.LONG_FROM == 1024
 
 
@@ -653,7 +656,8 @@ def test_correctness_checks_the_dropout_forms_against_the_numpy_philox(monkeypat
     attention = [(r["backward"], r["dropout"], r["ok"]) for r in rows if r["kernel"] == "relu_attention"]
     forms = ("default", "two_pass", "long_tiles")
     assert attention == [(b, 0.0, True) for b in forms] + [(b, gpu_kernels.DROPOUT_P, True) for b in forms]
-    assert sum(name.endswith("_dropout") for name, *_ in ra.LAUNCH_LOG) == 2 + 3 + 3  # one pass, two passes, long
+    # one pass, two passes, long; each call twice (the check's relaunch)
+    assert sum(name.endswith("_dropout") for name, *_ in ra.LAUNCH_LOG) == 2 * (2 + 3 + 3)
     real = philox_reference.keep_mask
     monkeypatch.setattr(philox_reference, "keep_mask", lambda seed, *a: real(seed + 1, *a))
     wrong = gpu_kernels.check_attention("cpu", 32, "fp16", "cross_padded", 5, dropout_p=0.3)
@@ -680,7 +684,7 @@ def test_correctness_checks_the_row_sums_forms(monkeypatch):
         (b, drop, True, True) for drop in (0.0, p) for b in forms
     ]
     assert all(set(r["errors"]) == {"out", "wsum", "wlogw", "dq", "dk", "dv"} for r in rows if r.get("row_sums"))
-    assert sum(name.endswith("_rowsums") for name, *_ in ra.LAUNCH_LOG) == 2 * (2 + 3 + 3)
+    assert sum(name.endswith("_rowsums") for name, *_ in ra.LAUNCH_LOG) == 2 * 2 * (2 + 3 + 3)  # (the relaunch)
     real = gpu_kernels.plain_relu_attention
 
     def wrong_entropy(*args, row_sums=False):
