@@ -225,8 +225,9 @@ def set_up(presets, data, args):
 
 
 def paired_blocks(runs, presets, failed, args, sync, progress, start, warmed):
-    """The warm-up (its updates per preset recorded in ``warmed``), then up to ``--blocks`` rounds of one block per preset in alternating
-    order, each appended to ``progress`` as it ends: [{"round": r, "ups": {preset: ups}}].
+    """The warm-up (its updates per preset recorded in ``warmed``), then up to ``--blocks``
+    rounds of one block per preset in alternating order, each appended to ``progress`` as it
+    ends: [{"round": r, "ups": {preset: ups}}].
     A preset whose training fails (diverged, out of memory) is recorded in ``failed`` and
     left out of the later rounds; without its baseline a preset has no ratio, so the
     rounds end when a baseline fails.  No round starts that the budget would not hold."""
