@@ -37,7 +37,7 @@ import urllib.request
 import zipfile
 import zlib
 from dataclasses import dataclass, field
-from multiprocessing import Pool
+import multiprocessing
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
@@ -497,6 +497,13 @@ def chunks(lines: Sequence, n: int = CHUNK_LINES) -> Iterator[list]:
         yield list(lines[i : i + n])
 
 
+#: the worker pools' processes are spawned, not forked: a fork copies the parent's threads'
+#: locks as they are at that moment (a pytest worker's, a logger's, torch's), and a worker
+#: that starts with one held never runs; its parent then waited for ever in the pool's
+#: join (CI, 2026-11-29: test_tokenize_in_worker_processes_keeps_the_order timed out there)
+POOL_CONTEXT = multiprocessing.get_context("spawn")
+
+
 def pmap(pool, fn: Callable, jobs: Iterable) -> List[str]:
     """Order-preserving chunked map; ``pool=None`` runs inline."""
     out: List[str] = []
@@ -520,7 +527,7 @@ def tokenize(
         opts = {"escape": escape, "aggressive_dash_splits": aggressive_dash_splits}
         fn, jobs = _tokenize_chunk, ((lang, opts, c) for c in chunks(lines))
     if workers > 1 and len(lines) > CHUNK_LINES:
-        with Pool(workers) as pool:
+        with POOL_CONTEXT.Pool(workers) as pool:
             return pmap(pool, fn, jobs)
     return pmap(None, fn, jobs)
 
@@ -581,7 +588,7 @@ def learn_bpe(lines: Sequence[str], codes: Path, merges: int) -> int:
 
 def apply_bpe(lines: Sequence[str], codes: Path, workers: int = 1) -> List[str]:
     if workers > 1 and len(lines) > CHUNK_LINES:
-        with Pool(workers, initializer=_init_bpe, initargs=(str(codes),)) as pool:
+        with POOL_CONTEXT.Pool(workers, initializer=_init_bpe, initargs=(str(codes),)) as pool:
             return pmap(pool, _bpe_chunk, chunks(lines))
     _init_bpe(str(codes))
     return pmap(None, _bpe_chunk, chunks(lines))

@@ -212,3 +212,10 @@ def test_main_wrapper_exit_statuses(capsys):
     assert capsys.readouterr().err == "[x] error: bad input\n"
     assert common.main_wrapper("[x]", interrupted) == 130
     assert capsys.readouterr().err == "[x] interrupted\n"
+
+
+def test_the_worker_pools_spawn_their_processes():
+    """Not forked: a fork copies the parent's threads' locks as they are (CI, 2026-11-29: a
+    forked tokenize worker never ran, and the pool's join waited for ever); spawned workers
+    start clean, and give the same tokens (the order test above runs through them)."""
+    assert common.POOL_CONTEXT.get_start_method() == "spawn"

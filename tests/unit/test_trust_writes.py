@@ -341,6 +341,9 @@ def test_forked_worker_does_not_keep_the_save_dir_locked(tmp_path):
     """A DataLoader worker is a fork of the trainer and would inherit the lock's open file,
     keeping the flock after a SIGKILL of the trainer (a restart was refused for seconds).
     The child closes its copy; the parent still holds the lock."""
+    import signal
+
+    sigterm = signal.getsignal(signal.SIGTERM)  # the lock installs its SIGTERM release: put back after
     lock = save_dir_lock.lock_save_dir(str(tmp_path))
     try:
         pid = os.fork()
@@ -353,6 +356,7 @@ def test_forked_worker_does_not_keep_the_save_dir_locked(tmp_path):
             save_dir_lock.SaveDirLock(str(tmp_path)).acquire()
     finally:
         save_dir_lock.release_all()
+        signal.signal(signal.SIGTERM, sigterm)
     assert not (tmp_path / ".fsa-train.lock").exists()
 
 
