@@ -24,6 +24,7 @@ import hashlib
 import http.client
 import io
 import json
+import multiprocessing
 import os
 import re
 import shutil
@@ -37,7 +38,6 @@ import urllib.request
 import zipfile
 import zlib
 from dataclasses import dataclass, field
-import multiprocessing
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
