@@ -499,8 +499,9 @@ def chunks(lines: Sequence, n: int = CHUNK_LINES) -> Iterator[list]:
 
 #: the worker pools' processes are spawned, not forked: a fork copies the parent's threads'
 #: locks as they are at that moment (a pytest worker's, a logger's, torch's), and a worker
-#: that starts with one held never runs; its parent then waited for ever in the pool's
-#: join (CI, 2026-11-29: test_tokenize_in_worker_processes_keeps_the_order timed out there)
+#: that starts with one held can never run, nor die of a SIGTERM a handler it inherited
+#: catches.  The likely cause, not reproduced alone, of CI's hang of 2026-11-29
+#: (test_tokenize_in_worker_processes_keeps_the_order timed out in the pool's join)
 POOL_CONTEXT = multiprocessing.get_context("spawn")
 
 

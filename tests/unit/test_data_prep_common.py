@@ -219,3 +219,22 @@ def test_the_worker_pools_spawn_their_processes():
     forked tokenize worker never ran, and the pool's join waited for ever); spawned workers
     start clean, and give the same tokens (the order test above runs through them)."""
     assert common.POOL_CONTEXT.get_start_method() == "spawn"
+
+
+def test_tokenize_and_bpe_take_their_pools_from_the_spawn_context(monkeypatch, tmp_path):
+    """Both pools come from ``POOL_CONTEXT`` (a plain ``multiprocessing.Pool`` would fork)."""
+    made = []
+    context = common.POOL_CONTEXT
+
+    class Recording:
+        def Pool(self, *args, **kwargs):
+            made.append(kwargs.get("initializer"))
+            return context.Pool(*args, **kwargs)
+
+    monkeypatch.setattr(common, "POOL_CONTEXT", Recording())
+    lines = [f"Satz {i}." for i in range(2 * common.CHUNK_LINES)]
+    tokens = common.tokenize(lines, "de", workers=2)
+    codes = tmp_path / "codes"
+    common.learn_bpe(tokens, codes, 20)
+    common.apply_bpe(tokens, codes, workers=2)
+    assert made == [None, common._init_bpe]
