@@ -162,8 +162,9 @@ def check_attention(device, d, dtype_name, case, seed, diagnose=False, dropout_p
     else:
         ref = plain_relu_attention(*refs, pad, causal, scale, gamma, keep, dropout_p)
         ref.backward(dout.double())
-    # the same call again: on CUDA its launches take kernels/launch.py's direct launcher
-    # (launch_compiled), where the first call's took Triton's own launch path; the output
+    # the same call again: on CUDA its launches take the plans made by the first call and
+    # their direct launcher (kernels/launch.py: LaunchPlan), where the first call's took
+    # Triton's own launch path; the output
     # and dK, dV must be the same bit for bit (dQ of the one-pass backward sums with atomics:
     # the same to rounding, within the tolerance)
     again, again_leaves, again_sums = run()
@@ -629,7 +630,7 @@ def sweep(device, dtype_name="fp16", d=64, lengths=SWEEP_LENGTHS, tokens=16384, 
         ra._TILES.update(shipped)
         ra._LONG_TILES.clear()
         ra._LONG_TILES.update(shipped_long)
-        ra._all_configs.cache_clear()
+        ra.configurations_changed()
 
     def taken(kernel, length):
         """The tile a call of ``length`` tokens takes as shipped."""
@@ -642,7 +643,7 @@ def sweep(device, dtype_name="fp16", d=64, lengths=SWEEP_LENGTHS, tokens=16384, 
                 # both tiers: the check below runs a short call, the timing a long one
                 ra._TILES[(kernel, True, d)] = tile
                 ra._LONG_TILES[(kernel, d)] = tile
-                ra._all_configs.cache_clear()
+                ra.configurations_changed()
                 two_pass = kernel in ("relu_attention_bwd_dkdv", "relu_attention_bwd_dq")
                 check = None
                 for length in lengths:
@@ -736,7 +737,7 @@ def fp32_probe(device, rows=None, save=lambda: None):
                         ra._TILES.update(shipped)
                         ra._TILES[("relu_attention_fwd", False, d)] = tile
                         ra._make_config = with_precision(precision)
-                        ra._all_configs.cache_clear()
+                        ra.configurations_changed()
                         r = {"head_dim": d, "tile": tile, "precision": precision}
                         errors, diagnoses = {}, {}
                         for case in ATTENTION_CASES:
@@ -764,7 +765,7 @@ def fp32_probe(device, rows=None, save=lambda: None):
         ra._TILES.clear()
         ra._TILES.update(shipped)
         ra._make_config = make
-        ra._all_configs.cache_clear()
+        ra.configurations_changed()
     return rows
 
 

@@ -1,7 +1,7 @@
 """Triton's own launch path, timed on a machine without a GPU: the package's kernels launched
-through their compiled form (``kernels/launch.py``'s ``launch_compiled``: Triton's
-``JITFunction.run`` the first time, then the compiled kernel's launcher) with a driver that compiles for an sm_90 GPU and
-launches nothing.
+through their compiled form (``kernels/launch.py``'s ``LaunchPlan``: Triton's
+``JITFunction.run`` the first time, then the compiled kernel's launcher) with a driver that
+compiles for an sm_90 GPU and launches nothing.
 
 ``bench_host.py`` on a CPU stubs the kernels' launches: it times everything a GPU step runs
 on the host around the kernels, but not Triton's launch itself.  Inside
@@ -101,32 +101,26 @@ def _kernel_forms():
 @contextlib.contextmanager
 def host_only_launches(capability: int = CAPABILITY) -> Iterator[Launches]:
     """Inside: the kernels' launches on CPU tensors run Triton's compiled launch path with
-    a null driver (module docstring).  Restores Triton's driver, the launchers and the
-    kernels' per-device caches on the way out."""
+    a null driver (module docstring).  Restores Triton's driver and the choice of the
+    interpreter, and forgets the plans and kernels made inside, on the way out."""
     import triton
 
     from fairseq_sparse_attn.kernels import launch as kernel_launch
-    from fairseq_sparse_attn.kernels import output_norm, relu_attention
 
     launches = Launches()
-
-    def compiled(forms, grid, device, args, constexprs, num_warps, num_stages):
-        # what a launch on CUDA tensors runs (kernels/launch.py)
-        kernel_launch.launch_compiled(forms.compiled, grid, args, constexprs, num_warps, num_stages)
-
     config = triton.runtime.driver
     saved_driver = config._active
-    saved_launch = [(m, m.launch) for m in (relu_attention, output_norm)]
+    saved_interpreted = kernel_launch.interpreted
+    kernel_launch.clear_plans()  # (plans made before run in the interpreter)
     config.set_active(_NullDriver(launches, capability))
     try:
-        for module, _ in saved_launch:
-            module.launch = compiled
+        # what a launch on CUDA tensors runs (kernels/launch.py: LaunchPlan)
+        kernel_launch.interpreted = lambda device: False
         yield launches
     finally:
-        for module, launch in saved_launch:
-            module.launch = launch
+        kernel_launch.interpreted = saved_interpreted
         config._active = saved_driver
-        # (the binders and kernels they hold are the null driver's)
-        kernel_launch._DIRECT.clear()
+        # (the plans, binders and kernels made inside are the null driver's)
+        kernel_launch.clear_plans()
         for forms in _kernel_forms():
             forms.compiled.device_caches.clear()

@@ -4,19 +4,22 @@
 Each kernel has two forms built from the same Python source (:func:`kernel_forms`): the
 compiled form (a ``JITFunction``: CUDA tensors, and what ``launch_configs()`` lists for the
 ahead-of-time check) and the interpreted form (an ``InterpretedFunction``: CPU tensors,
-slow, for tests and CI).  :func:`launch` picks the form by the tensors' device.  The
+slow, for tests and CI), picked by the tensors' device (:func:`interpreted`).  The
 interpreted form is built explicitly and the ``@triton.jit`` functions a kernel calls
 (Triton's own ``tl.sum``, ``tl.zeros``, ... and the package's helpers) run through the
 interpreter while it runs (:func:`interpreting_nested_jit`), so ``TRITON_INTERPRET`` is
 neither read nor needed, and the choice does not depend on the order in which modules
 were imported.
 
-On CUDA a launch goes through Triton's own launch path (``JITFunction.run``: binding and
-specializing every argument, the kernel-cache key) once per kernel, configuration and
-argument specialization, and after that straight to the compiled kernel's launcher
-(:func:`launch_compiled`): the same kernel, launched the way ``JITFunction.run`` launches
-it, without redoing the binding (about three quarters of that path's host time, measured
-on a CPU with ``benchmarks/triton_host_launch.py``).
+A kernel op launches through a :class:`LaunchPlan`: what it computes from its inputs'
+shapes, strides, dtypes, devices and flags (the checks, the configuration, the grid, the
+scalar arguments) is made once per call signature and kept in the op's plan cache
+(:func:`plan_cache`), so a call with a known signature allocates its outputs and passes its
+tensors.  On CUDA a plan launches through Triton's own launch path (``JITFunction.run``:
+binding and specializing every argument, the kernel-cache key) the first time, and after
+that straight to the compiled kernel's launcher: the same kernel, launched the way
+``JITFunction.run`` launches it, without redoing the binding.  A launch-bound GPU step pays
+the host time of every call (docs/performance.md, "Launch plans").
 
 Interpreter limits the callers handle: bf16 ``tl.dot`` is wrong there (relu_attention
 upcasts its dot operands, see its docstring; the norm kernels have no dot); races never
@@ -24,7 +27,7 @@ show (programs run one after another).
 """
 
 import contextlib
-from typing import Dict, NamedTuple, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from triton import knobs
@@ -67,82 +70,124 @@ def launch(
     num_warps: int,
     num_stages: int,
 ) -> None:
-    """Runs the kernel on ``grid``: compiled on CUDA, interpreted on CPU (module docstring)."""
+    """Runs the kernel on ``grid`` once, through Triton's own launch path: compiled on CUDA,
+    interpreted on CPU (module docstring).  The kernel ops launch through their
+    :class:`LaunchPlan` instead."""
     if interpreted(device):
         with interpreting_nested_jit():
             forms.interpreted[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
     else:
-        launch_compiled(forms.compiled, grid, args, constexprs, num_warps, num_stages)
+        forms.compiled[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
 
 
-#: (id of the kernel's JITFunction, the current device, options, constexprs, argument key)
-#: -> (the compiled kernel Triton's launch path found for them, the constexpr values that
-#: follow the arguments in the kernel's parameters, the JITFunction: held, so that its id is
-#: not reused); cleared when it holds :data:`DIRECT_MAX` entries
-_DIRECT: Dict[tuple, tuple] = {}
-DIRECT_MAX = 4096
+class LaunchPlan:
+    """A launch of one kernel whose configuration, grid and scalar arguments are fixed: what
+    a kernel op computes once per call signature (its inputs' shapes, strides, dtypes,
+    devices and flags) and reuses at every call of that signature, so that a call passes
+    only its tensors (the kernel's leading parameters) and launches.
 
+    Interpreted (CPU tensors): Triton's interpreter, every time.  Compiled (CUDA): through
+    Triton's own launch path (``JITFunction.run``: binding and specializing every argument,
+    the kernel-cache key, compiling or finding the kernel) the first time, and again whenever
+    what that kernel was found for changes: the current device (Triton's kernel cache and
+    the loaded module are per device), Triton's debug and instrumentation options, or the
+    tensors' 16-byte alignment (Triton specializes a pointer on it; the scalars, and so their
+    specializations, are the plan's own).  Otherwise straight to the compiled kernel's
+    launcher, called as ``JITFunction.run`` calls it (Triton 3.6 and 3.7: the launch
+    metadata and the launch hooks included) on the current device's current stream."""
 
-def argument_key(args: tuple) -> tuple:
-    """What Triton's specialization of a launch's arguments depends on, and more: a tensor's
-    dtype and whether its address is 16-byte aligned, an int's value (Triton specializes
-    ints on their value: equal to 1, divisible by 16, 32- or 64-bit), the type of anything
-    else (floats and bools are not specialized).  Equal keys: equal specializations."""
-    return tuple(
-        [
-            a if type(a) is int else (a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor) else type(a)
-            for a in args
-        ]
-    )
+    __slots__ = ("forms", "grid", "scalars", "constexprs", "num_warps", "num_stages", "interpreted", "direct")
 
+    def __init__(
+        self,
+        forms: KernelForms,
+        grid: Tuple[int, ...],
+        scalars: tuple,
+        constexprs: Dict[str, object],
+        num_warps: int,
+        num_stages: int,
+        device: torch.device,
+    ):
+        self.forms = forms
+        self.grid = tuple(grid)
+        self.scalars = tuple(scalars)
+        self.constexprs = dict(constexprs)
+        self.num_warps = num_warps
+        self.num_stages = num_stages
+        self.interpreted = interpreted(device)
+        #: (current device, debug, instrumentation mode, the compiled kernel Triton's path
+        #: found for aligned tensors, the constexpr values that follow the arguments)
+        self.direct: Optional[tuple] = None
 
-def launch_compiled(
-    jit: JITFunction, grid: Tuple[int, ...], args: tuple, constexprs: Dict[str, object], num_warps: int, num_stages: int
-) -> None:
-    """``jit[grid](*args, **constexprs, num_warps=, num_stages=)``: through Triton's launch
-    path the first time for these options, constexprs and argument key (:func:`argument_key`;
-    Triton compiles or finds the kernel and checks its globals), then straight to that
-    compiled kernel's launcher, called as ``JITFunction.run`` calls it (Triton 3.6 and 3.7:
-    the launch metadata and the launch hooks included) on the current device's current
-    stream.  Triton's kernel cache is per current device; so is this one."""
-    runtime = knobs.runtime
-    active = driver.active
-    device = active.get_current_device()
-    key = (
-        id(jit),
-        device,
-        num_warps,
-        num_stages,
-        runtime.debug,
-        knobs.compilation.instrumentation_mode,
-        tuple(constexprs.items()),
-        argument_key(args),
-    )
-    hit = _DIRECT.get(key)
-    if hit is None:
-        kernel = jit[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
-        if kernel is not None and not jit.pre_run_hooks:
-            if len(_DIRECT) >= DIRECT_MAX:
-                _DIRECT.clear()
+    def __call__(self, tensors: tuple) -> None:
+        """Launches the kernel on ``(*tensors, *scalars)``."""
+        args = (*tensors, *self.scalars)
+        if self.interpreted:
+            with interpreting_nested_jit():
+                self.forms.interpreted[self.grid](
+                    *args, **self.constexprs, num_warps=self.num_warps, num_stages=self.num_stages
+                )
+            return
+        active = driver.active
+        device = active.get_current_device()
+        runtime = knobs.runtime
+        address = 0
+        for t in tensors:
+            address |= t.data_ptr()
+        options = (device, runtime.debug, knobs.compilation.instrumentation_mode)
+        direct = self.direct
+        if direct is not None and not address & 15 and direct[:3] == options:
+            kernel, tail = direct[3], direct[4]
+            stream = active.get_current_stream(device)
+            grid = self.grid
+            n = len(grid)
+            values = (*args, *tail)
+            kernel.run(
+                grid[0],
+                grid[1] if n > 1 else 1,
+                grid[2] if n > 2 else 1,
+                stream,
+                kernel.function,
+                kernel.packed_metadata,
+                kernel.launch_metadata(grid, stream, *values),
+                runtime.launch_enter_hook,
+                runtime.launch_exit_hook,
+                *values,
+            )
+            return
+        jit = self.forms.compiled
+        kernel = jit[self.grid](*args, **self.constexprs, num_warps=self.num_warps, num_stages=self.num_stages)
+        if kernel is not None and not jit.pre_run_hooks and not address & 15:
+            constexprs = self.constexprs
             tail = tuple(constexprs[p.name] if p.name in constexprs else p.default for p in jit.params[len(args) :])
-            _DIRECT[key] = (kernel, tail, jit)
-        return
-    kernel, tail, _ = hit
-    stream = active.get_current_stream(device)
-    n = len(grid)
-    values = (*args, *tail)
-    kernel.run(
-        grid[0],
-        grid[1] if n > 1 else 1,
-        grid[2] if n > 2 else 1,
-        stream,
-        kernel.function,
-        kernel.packed_metadata,
-        kernel.launch_metadata(grid, stream, *values),
-        runtime.launch_enter_hook,
-        runtime.launch_exit_hook,
-        *values,
-    )
+            self.direct = (*options, kernel, tail)
+
+
+#: every plan cache (:func:`plan_cache`), for :func:`clear_plans`
+_PLAN_CACHES: List[Dict[tuple, object]] = []
+#: a cache holding this many plans is emptied before the next one is added
+PLANS_MAX = 4096
+
+
+def plan_cache() -> Dict[tuple, object]:
+    """A new cache of a kernel op's plans (call signature -> plan), emptied by :func:`clear_plans`."""
+    cache: Dict[tuple, object] = {}
+    _PLAN_CACHES.append(cache)
+    return cache
+
+
+def remember(cache: Dict[tuple, object], signature: tuple, plan):
+    """``cache[signature] = plan`` (the cache emptied first when full); returns ``plan``."""
+    if len(cache) >= PLANS_MAX:
+        cache.clear()
+    cache[signature] = plan
+    return plan
+
+
+def clear_plans() -> None:
+    """Forgets every plan (each is made again at its signature's next call)."""
+    for cache in _PLAN_CACHES:
+        cache.clear()
 
 
 @contextlib.contextmanager

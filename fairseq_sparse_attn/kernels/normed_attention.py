@@ -20,16 +20,17 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from .ops import once_differentiable
 from .output_norm import rms_norm_bwd, rms_norm_fwd
 from .relu_attention import draw_seed, gradients, relu_attention_fwd, row_arguments
 
 
 class _NormedReluAttention(torch.autograd.Function):
     @staticmethod
-    def forward(
-        ctx, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef, seed, dropout_p, weight,
-        gate_weight, eps, half_floor,
-    ):  # fmt: skip
+    def forward(ctx, q, k, v, key_padding, seed, weight, gate_weight, settings):
+        # (the arguments that are not tensors in one tuple: Function.apply's Python handles
+        # each argument, at every call)
+        causal, kv_groups, scale, row_scaled, row_coef, dropout_p, eps, half_floor = settings
         bsz, heads, tgt, d = q.shape
         with torch._C._AutoDispatchBelowAutograd():
             out, rs, _ = relu_attention_fwd(
@@ -46,10 +47,10 @@ class _NormedReluAttention(torch.autograd.Function):
         return normed
 
     @staticmethod
-    @torch.autograd.function.once_differentiable  # the backward ops have no autograd: a clear error
+    @once_differentiable  # the backward ops have no autograd: a clear error
     def backward(ctx, grad):
         if grad is None:  # (materialize_grads off) the output took no part in the loss
-            return (None,) * 15
+            return (None,) * 8
         q, k, v, key_padding, weight, gate_weight, seed = ctx.saved_tensors
         rs, z, rstd = ctx.inner
         dz, dw, dgw = rms_norm_bwd(grad, z, weight, gate_weight, rstd, ctx.half_floor)
@@ -58,7 +59,7 @@ class _NormedReluAttention(torch.autograd.Function):
         args = (*ctx.args, seed, ctx.dropout_p)
         dq, dk, dv = gradients(dout, q, k, v, key_padding, rs, args, ctx.needs_input_grad[:3])
         dgw = dgw if gate_weight is not None else None
-        return dq, dk, dv, None, None, None, None, None, None, None, None, dw, dgw, None, None
+        return dq, dk, dv, None, None, dw, dgw, None
 
 
 def normed_relu_attention(
@@ -82,5 +83,5 @@ def normed_relu_attention(
     a seed drawn here); returns (T * B, H * d) in q's dtype."""
     row_scaled, row_coef = row_arguments(gamma)
     seed = draw_seed(q) if dropout_p else None
-    args = (q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef, seed, float(dropout_p))
-    return _NormedReluAttention.apply(*args, weight, gate_weight, float(eps), float(half_floor))
+    settings = (causal, kv_groups, scale, row_scaled, row_coef, float(dropout_p), float(eps), float(half_floor))
+    return _NormedReluAttention.apply(q, k, v, key_padding, seed, weight, gate_weight, settings)

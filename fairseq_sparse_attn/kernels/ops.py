@@ -21,6 +21,7 @@ the ``custom_op`` ones met (tests/unit/test_triton_relu_attention.py,
 test_triton_output_norm.py).
 """
 
+import functools
 from typing import Callable, Type
 
 import torch
@@ -65,3 +66,19 @@ def below_autograd(op: torch._ops.OpOverload, *args):
     ``forward``: the op's own implementation, not its autograd kernel again)."""
     with torch._C._AutoDispatchBelowAutograd():
         return op(*args)
+
+
+def once_differentiable(backward: Callable) -> Callable:
+    """``torch.autograd.function.once_differentiable`` for a ``Function``'s ``backward``,
+    without its ``torch.no_grad()`` block where grad mode is off already (the autograd engine
+    runs a backward so, unless ``create_graph``): one Python context fewer per backward, the
+    same result; with grad mode on, torch's own wrapper (the outputs raise if differentiated)."""
+    wrapped = torch.autograd.function.once_differentiable(backward)
+
+    @functools.wraps(backward)
+    def run(ctx, *grads):
+        if torch.is_grad_enabled():
+            return wrapped(ctx, *grads)
+        return backward(ctx, *grads)
+
+    return run

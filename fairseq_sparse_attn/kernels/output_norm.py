@@ -45,8 +45,9 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from . import launch as launching
 from . import ops
-from .launch import interpreted, kernel_forms, launch
+from .launch import LaunchPlan, kernel_forms, plan_cache, remember
 from .rounding import rounded
 from .served import NORM_MAX_WIDTH
 
@@ -242,12 +243,28 @@ def pick_config(direction: str, dtype: torch.dtype, wdtype: torch.dtype, gated: 
     return _configs_by_name()[_config_name(direction, dtype, wdtype, gated, block)]
 
 
-def _launch(config: dict, grid: Tuple[int, ...], device: torch.device, *args) -> None:
+def _plan(config: dict, grid: Tuple[int, ...], device: torch.device, dtype: torch.dtype, scalars: tuple) -> LaunchPlan:
+    """The launch plan of ``config`` (:func:`pick_config`) for inputs of ``dtype`` on ``device``."""
     forms = _FORMS[id(config["kernel"])]
     constexprs = config["constexprs"]
-    if interpreted(device) and args[0].dtype == torch.bfloat16:  # round as a GPU does (.rounding)
+    if launching.interpreted(device) and dtype == torch.bfloat16:  # round as a GPU does (.rounding)
         constexprs = dict(constexprs, UPCAST=True)
-    launch(forms, grid, device, args, constexprs, config["num_warps"], config["num_stages"])
+    return LaunchPlan(forms, grid, scalars, constexprs, config["num_warps"], config["num_stages"], device)
+
+
+def _launch(plan: LaunchPlan, tensors: tuple) -> None:
+    """Launches ``plan`` on ``tensors`` (its kernel's pointer arguments): where the norm
+    kernels launch (the op counter and the host-time tools stub it)."""
+    plan(tensors)
+
+
+#: each op's plans, by call signature (:mod:`.launch`)
+_FWD_PLANS = plan_cache()
+_BWD_PLANS = plan_cache()
+
+
+def _signature(t: Optional[Tensor]) -> Optional[tuple]:
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
 
 
 @functools.lru_cache(maxsize=None)
@@ -301,18 +318,25 @@ def _fwd_impl(
 ) -> Tuple[Tensor, Tensor]:
     """(z r g [* sigmoid(w z)] in z's dtype, r = 1 / RMS(z) in float32, shape z.shape[:-1]).
     ``half_floor`` is the backward's (kept for it by autograd; the forward does not use it)."""
-    _check(z, weight, gate_weight)
-    gated = gate_weight is not None
-    config = pick_config("fwd", z.dtype, weight.dtype, gated, z.shape[-1])
-    z2 = _rows(z)
+    signature = (_signature(z), _signature(weight), _signature(gate_weight), eps)
+    plan = _FWD_PLANS.get(signature)
+    if plan is None:
+        plan = remember(_FWD_PLANS, signature, _fwd_plan(z, weight, gate_weight, eps))
     out = _empty_as(z)
     rstd = torch.empty(z.shape[:-1], dtype=torch.float32, device=z.device)
-    n_rows, n_cols = z2.shape
-    if n_rows:
-        out2 = out if out.dim() == 2 else out.view(-1, n_cols)
+    if z.numel():
+        n_cols = z.shape[-1]
         weight, gw = _params(weight, gate_weight)
-        _launch(config, (n_rows,), z.device, z2, weight, gw, out2, rstd, n_cols, z2.stride(0), out2.stride(0), eps)
+        _launch(plan, (_rows(z), weight, gw, out if out.dim() == 2 else out.view(-1, n_cols), rstd))
     return out, rstd
+
+
+def _fwd_plan(z: Tensor, weight: Tensor, gate_weight: Optional[Tensor], eps: float) -> LaunchPlan:
+    _check(z, weight, gate_weight)
+    config = pick_config("fwd", z.dtype, weight.dtype, gate_weight is not None, z.shape[-1])
+    z2 = _rows(z)  # (its layout follows from z's shape and strides: the same at every call of the plan)
+    n_rows, n_cols = z2.shape
+    return _plan(config, (n_rows,), z.device, z.dtype, (n_cols, z2.stride(0), n_cols, eps))  # the output: contiguous
 
 
 def _fwd_fake(z, weight, gate_weight, eps, half_floor):
@@ -326,25 +350,45 @@ def _bwd_impl(
     empty without a gate.  ``half_floor`` bounds the normalization's part of grad_z of
     fp16/bf16 inputs (float32 inputs: exact gradient, ``half_floor`` unused)."""
     gated = gate_weight is not None
-    config = pick_config("bwd", z.dtype, weight.dtype, gated, z.shape[-1])
-    z2, o2 = _rows(z), _rows(grad_out.to(z.dtype) if grad_out.dtype != z.dtype else grad_out)
-    n_rows, n_cols = z2.shape
-    rstd1 = rstd if rstd.dim() == 1 else rstd.reshape(-1)
+    signature = (
+        _signature(grad_out), _signature(z), _signature(weight), _signature(gate_weight), rstd.shape, half_floor,
+        BWD_PROGRAMS_PER_SM, BWD_PROGRAMS_INTERPRETER,  # (the grid: :func:`_bwd_programs`, as it is now)
+    )  # fmt: skip
+    plan = _BWD_PLANS.get(signature)
+    if plan is None:
+        plan = remember(_BWD_PLANS, signature, _bwd_plan(grad_out, z, weight, gate_weight, rstd, half_floor))
+    n_cols = z.shape[-1]
     grad_z = _empty_as(z)
-    programs = _bwd_programs(n_rows, z.device)
+    programs = plan.grid[0]
     dw_part = torch.empty((programs, n_cols), dtype=torch.float32, device=z.device)
     dgw_part = torch.empty((programs, n_cols), dtype=torch.float32, device=z.device) if gated else dw_part
-    if n_rows:
+    if z.numel():
+        z2, o2 = _rows(z), _rows(grad_out.to(z.dtype) if grad_out.dtype != z.dtype else grad_out)
         gz2 = grad_z if grad_z.dim() == 2 else grad_z.view(-1, n_cols)
         weight, gw = _params(weight, gate_weight)
-        args = (o2, z2, weight, gw, rstd1, gz2, dw_part, dgw_part, n_rows, n_cols, o2.stride(0), z2.stride(0))
-        _launch(config, (programs,), z.device, *args, gz2.stride(0), half_floor)
+        _launch(plan, (o2, z2, weight, gw, rstd if rstd.dim() == 1 else rstd.reshape(-1), gz2, dw_part, dgw_part))
     else:
         dw_part.zero_()
         dgw_part.zero_()
     grad_w = dw_part.sum(0).to(weight.dtype)
     grad_gw = dgw_part.sum(0).to(weight.dtype) if gated else z.new_empty(0)
     return grad_z, grad_w, grad_gw
+
+
+def _bwd_plan(grad_out, z, weight, gate_weight, rstd, half_floor) -> LaunchPlan:
+    _check(z, weight, gate_weight)
+    if grad_out.shape != z.shape or rstd.shape != z.shape[:-1]:
+        raise ValueError(
+            f"fused RMSNorm backward: grad_out {tuple(grad_out.shape)} and rstd {tuple(rstd.shape)} "
+            f"for input {tuple(z.shape)}"
+        )
+    config = pick_config("bwd", z.dtype, weight.dtype, gate_weight is not None, z.shape[-1])
+    # (their layouts follow from the shapes, strides and dtypes: the same at every call of the plan)
+    z2, o2 = _rows(z), _rows(grad_out.to(z.dtype))
+    n_rows, n_cols = z2.shape
+    programs = _bwd_programs(n_rows, z.device)
+    scalars = (n_rows, n_cols, o2.stride(0), z2.stride(0), n_cols, half_floor)  # grad_z: contiguous
+    return _plan(config, (programs,), z.device, z.dtype, scalars)
 
 
 def _bwd_fake(grad_out, z, weight, gate_weight, rstd, half_floor):
@@ -380,7 +424,7 @@ class _RmsNorm(torch.autograd.Function):
         return out, rstd
 
     @staticmethod
-    @torch.autograd.function.once_differentiable  # the backward ops have no autograd: a clear error
+    @ops.once_differentiable  # the backward ops have no autograd: a clear error
     def backward(ctx, grad_out, grad_rstd):
         if grad_out is None:  # (materialize_grads off) the output took no part in the loss
             return None, None, None, None, None

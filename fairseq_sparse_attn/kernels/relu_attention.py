@@ -98,15 +98,16 @@ the weights before it), in both backwards.
 
 import functools
 import math
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
+from . import launch as launching
 from . import ops
-from .launch import interpreted, kernel_forms, launch
+from .launch import LaunchPlan, kernel_forms, plan_cache, remember
 from .rounding import rounded
 from .served import DTYPES, HEAD_DIMS, unserved, unserved_sizes
 
@@ -764,6 +765,14 @@ def _all_configs() -> Dict[Tuple[str, torch.dtype, int, bool, bool, bool], dict]
     }
 
 
+def configurations_changed() -> None:
+    """After a change of the tile tables (``_TILES``, ``_LONG_TILES``, ...: the GPU scripts'
+    tile sweeps and probes): the configurations are built again, and the plans made with
+    the old ones are forgotten."""
+    _all_configs.cache_clear()
+    launching.clear_plans()
+
+
 def launch_configs() -> List[dict]:
     """Every configuration the launcher can pick (see the module docstring)."""
     return [dict(c) for c in _all_configs().values()]
@@ -807,25 +816,40 @@ def _is_long(tgt: int, src: int) -> bool:
     return min(tgt, src) >= LONG_FROM
 
 
-def _launch(kernel: str, cfg: dict, grid, args: tuple) -> None:
-    """Launches ``kernel`` with the configuration ``cfg`` (:func:`_config`); ``args[0]`` is q."""
-    forms = _KERNELS[kernel]
-    on_cpu = interpreted(args[0].device)
+class _Plan(NamedTuple):
+    """A kernel op's launch for one call signature (:func:`_plan`), and its outputs' shapes."""
+
+    launch: LaunchPlan
+    config: dict  # the configuration (:func:`_config`)
+    shapes: tuple  # the op's output shapes, per op
+
+
+def _plan(kernel: str, cfg: dict, grid, scalars: tuple, like: Tensor, shapes: tuple) -> _Plan:
+    """The launch plan of ``kernel`` with the configuration ``cfg`` (:func:`_config`) on
+    ``like``'s device and dtype (``like``: q)."""
     constexprs = dict(cfg["constexprs"])
-    if on_cpu and args[0].dtype == torch.bfloat16:
+    if launching.interpreted(like.device) and like.dtype == torch.bfloat16:
         constexprs["UPCAST"] = True  # the interpreter's bf16 tl.dot is wrong (module docstring)
+    forms = _KERNELS[kernel]
+    launch = LaunchPlan(forms, grid, scalars, constexprs, cfg["num_warps"], cfg["num_stages"], like.device)
+    return _Plan(launch, cfg, shapes)
+
+
+def _launch(plan: _Plan, tensors: tuple) -> None:
+    """Launches ``plan`` on ``tensors`` (its kernel's pointer arguments)."""
     if LAUNCH_LOG is not None:
+        cfg, launch = plan.config, plan.launch
         LAUNCH_LOG.append(
             (
                 cfg["name"],
-                forms.interpreted if on_cpu else forms.compiled,
+                launch.forms.interpreted if launch.interpreted else launch.forms.compiled,
                 dict(cfg["constexprs"]),
                 cfg["num_warps"],
                 cfg["num_stages"],
-                [_arg_type(a) for a in args],
+                [_arg_type(a) for a in (*tensors, *launch.scalars)],
             )
         )
-    launch(forms, grid, args[0].device, args, constexprs, cfg["num_warps"], cfg["num_stages"])
+    plan.launch(tensors)
 
 
 # --------------------------------------------------------------------------- checks
@@ -859,6 +883,11 @@ def _check(q: Tensor, k: Tensor, v: Tensor, key_padding: Optional[Tensor], kv_gr
     for t in (q, k, v):
         if t.stride(-1) != 1:
             raise ValueError("relu_attention: tensors need a unit last stride")
+    if k.device != q.device or v.device != q.device or (key_padding is not None and key_padding.device != q.device):
+        raise ValueError(
+            f"relu_attention: q, k, v and key_padding must be on one device, got {q.device}, {k.device}, {v.device}"
+            + ("" if key_padding is None else f", {key_padding.device}")
+        )
 
 
 def _heads_like(q: Tensor) -> Tensor:
@@ -881,16 +910,24 @@ def _placeholder(like: Tensor, dtype: torch.dtype) -> Tensor:
 _PLACEHOLDERS: Dict[Tuple[torch.device, torch.dtype], Tensor] = {}
 
 
-def _dropout_args(seed: Optional[Tensor], dropout_p: float, like: Tensor) -> Tuple[Tensor, float, float, bool]:
-    """(SEED, drop_p, keep_scale, DROPOUT) of a launch: attention dropout with probability
-    ``dropout_p`` under ``seed`` (one int64 on ``like``'s device), or none (p = 0)."""
+def _dropout_scalars(dropout_p: float) -> Tuple[float, float, bool]:
+    """(drop_p, keep_scale, DROPOUT) of a launch with attention dropout of probability
+    ``dropout_p`` (0: none)."""
     if not 0.0 <= dropout_p <= 1.0:
         raise ValueError(f"relu_attention: dropout_p must be in [0, 1], got {dropout_p}")
     if dropout_p == 0.0:
-        return _placeholder(like, torch.int64), 0.0, 1.0, False
+        return 0.0, 1.0, False
+    return float(dropout_p), (1.0 / (1.0 - dropout_p) if dropout_p < 1.0 else 0.0), True
+
+
+def _seed_arg(seed: Optional[Tensor], dropout_p: float, like: Tensor) -> Tensor:
+    """The SEED argument of a launch: ``seed`` (one int64 on ``like``'s device) with
+    attention dropout, else a placeholder."""
+    if not dropout_p:
+        return _placeholder(like, torch.int64)
     if seed is None or seed.dtype != torch.int64 or seed.numel() != 1 or seed.device != like.device:
         raise ValueError("relu_attention: dropout needs its seed, one int64 on the inputs' device")
-    return seed, float(dropout_p), (1.0 / (1.0 - dropout_p) if dropout_p < 1.0 else 0.0), True
+    return seed
 
 
 def draw_seed(like: Tensor) -> Tensor:
@@ -902,14 +939,47 @@ def draw_seed(like: Tensor) -> Tensor:
     return torch.randint(0, 2**62, (1,), dtype=torch.int64, device=like.device)
 
 
-def _pad_arg(key_padding: Optional[Tensor], like: Tensor) -> Tuple[Tensor, int, int]:
+def _pad_tensor(key_padding: Optional[Tensor], like: Tensor) -> Tensor:
+    """The padding mask as the kernels read it (one byte per key, rows of S bytes), or a
+    placeholder."""
     if key_padding is None:
-        return _placeholder(like, torch.int8), 0, 0
-    pad = key_padding.contiguous().view(torch.int8)
-    return pad, pad.stride(0), 1
+        return _placeholder(like, torch.int8)
+    return key_padding.contiguous().view(torch.int8)
+
+
+def _pad_scalars(key_padding: Optional[Tensor]) -> Tuple[int, int]:
+    """(stride_p, has_pad) of a launch: a contiguous (B_kv, S) mask's row stride."""
+    return (0, 0) if key_padding is None else (key_padding.size(1), 1)
+
+
+def _tensor_signature(t: Optional[Tensor]) -> Optional[tuple]:
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
+
+
+def _call_signature(q: Tensor, k: Tensor, v: Tensor, key_padding: Optional[Tensor]) -> tuple:
+    """What a plan of q, k, v and the padding mask depends on (the mask is laid out
+    contiguously at each call: its strides do not count), and :data:`LONG_FROM` as it is now."""
+    return (
+        LONG_FROM,
+        q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+        v.shape, v.stride(), v.dtype, v.device,
+        None if key_padding is None else (key_padding.shape, key_padding.dtype, key_padding.device),
+    )  # fmt: skip
+
+
+def _meta_strides(shape, permutation=None) -> Tuple[int, ...]:
+    """The strides of a new contiguous tensor of ``shape`` (permuted by ``permutation``)."""
+    t = torch.empty(shape, device="meta")
+    return (t.permute(*permutation) if permutation else t).stride()
 
 
 # --------------------------------------------------------------------------- ops
+#: each op's plans, by call signature (:mod:`.launch`: made once per signature, after the checks)
+_FWD_PLANS = plan_cache()
+_KEY_BLOCK_PLANS = plan_cache()
+_DQ_PLANS = plan_cache()
+
+
 def _fwd_impl(
     q: Tensor,
     k: Tensor,
@@ -927,34 +997,53 @@ def _fwd_impl(
     """(out (B, H, T, d), c (B, H, T) fp32 or an empty tensor when not ``row_scaled``, the
     row sums (B, H, T, 2) fp32 of relu(s) and relu(s) log relu(s) before dropout and c, or
     an empty tensor when not ``row_sums``)."""
+    signature = (
+        _call_signature(q, k, v, key_padding),
+        causal,
+        kv_groups,
+        scale,
+        row_scaled,
+        row_coef,
+        dropout_p,
+        row_sums,
+    )
+    plan = _FWD_PLANS.get(signature) or remember(
+        _FWD_PLANS,
+        signature,
+        _fwd_plan(q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef, dropout_p, row_sums),
+    )
+    seed_arg = _seed_arg(seed, dropout_p, q)
+    out_shape, rs_shape, sums_shape = plan.shapes
+    out = q.new_empty(out_shape).permute(1, 2, 0, 3)  # (B, H, T, d) laid out as (T, B, H, d): _heads_like
+    rs = q.new_empty(rs_shape, dtype=torch.float32)
+    sums = q.new_empty(sums_shape, dtype=torch.float32)
+    rs_arg = rs if row_scaled else _placeholder(q, torch.float32)
+    sums_arg = sums if row_sums else _placeholder(q, torch.float32)
+    _launch(plan, (q, k, v, _pad_tensor(key_padding, q), out, rs_arg, seed_arg, sums_arg))
+    return out, rs, sums
+
+
+def _fwd_plan(q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef, dropout_p, row_sums) -> _Plan:
     _check(q, k, v, key_padding, kv_groups)
-    seed_arg, drop_p, keep_scale, dropout = _dropout_args(seed, dropout_p, q)
+    drop_p, keep_scale, dropout = _dropout_scalars(dropout_p)
     bsz, heads, tgt, d = q.shape
     src = k.size(2)
-    out = _heads_like(q)
-    rs = q.new_empty((bsz, heads, tgt) if row_scaled else (0,), dtype=torch.float32)
-    sums = q.new_empty((bsz, heads, tgt, 2) if row_sums else (0,), dtype=torch.float32)
-    pad, stride_p, has_pad = _pad_arg(key_padding, q)
+    out_shape = (tgt, bsz, heads, d)
+    stride_p, has_pad = _pad_scalars(key_padding)
     cfg = _config("relu_attention_fwd", q.dtype, d, _is_long(tgt, src), dropout, row_sums)
     grid = (_blocks(tgt, cfg["constexprs"]["BLOCK_M"]), bsz, heads)
-    _launch(
-        "relu_attention_fwd",
-        cfg,
-        grid,
-        (
-            q, k, v, pad, out, rs if row_scaled else _placeholder(q, torch.float32), seed_arg,
-            sums if row_sums else _placeholder(q, torch.float32),
-            *q.stride()[:3],
-            *k.stride()[:3],
-            *v.stride()[:3],
-            *out.stride()[:3],
-            stride_p,
-            heads, kv_groups, tgt, src,
-            float(scale), float(row_coef), drop_p, keep_scale,
-            has_pad, int(causal), int(row_scaled),
-        ),
+    scalars = (
+        *q.stride()[:3],
+        *k.stride()[:3],
+        *v.stride()[:3],
+        *_meta_strides(out_shape, (1, 2, 0, 3))[:3],
+        stride_p,
+        heads, kv_groups, tgt, src,
+        float(scale), float(row_coef), drop_p, keep_scale,
+        has_pad, int(causal), int(row_scaled),
     )  # fmt: skip
-    return out, rs, sums
+    shapes = (out_shape, (bsz, heads, tgt) if row_scaled else (0,), (bsz, heads, tgt, 2) if row_sums else (0,))
+    return _plan("relu_attention_fwd", cfg, grid, scalars, q, shapes)
 
 
 def _fwd_fake(q, k, v, key_padding, causal, kv_groups, scale, row_scaled, row_coef, seed, dropout_p, row_sums=False):
@@ -981,16 +1070,38 @@ def _dkdv_impl(
     """(dk, dv), each (B_kv, H, S, d) in the dtype of k."""
     return _key_block_pass(
         "relu_attention_bwd_dkdv", dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled,
-        seed, dropout_p, None, dsums,
+        seed, dropout_p, dsums,
+    )[1:]  # fmt: skip
+
+
+def _sums_grad(dsums: Optional[Tensor], like: Tensor) -> Tensor:
+    """The GSUMS argument of a backward launch: the row sums' gradients as a contiguous fp32
+    (B, H, T, 2) tensor, or a placeholder."""
+    if dsums is None:
+        return _placeholder(like, torch.float32)
+    return dsums.to(torch.float32).contiguous()
+
+
+def _backward_signature(kernel, dout, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, dropout_p, dsums):
+    return (
+        kernel, _call_signature(q, k, v, key_padding), dout.shape, dout.stride(), dout.dtype, dout.device,
+        causal, kv_groups, scale, row_scaled, dropout_p,
+        None if dsums is None else (dsums.shape, dsums.device),
     )  # fmt: skip
 
 
-def _sums_grad_arg(dsums: Optional[Tensor], like: Tensor) -> Tuple[Tensor, bool]:
-    """(GSUMS, ROW_SUMS) of a backward launch: the row sums' gradients as a contiguous fp32
-    (B, H, T, 2) tensor, or none."""
-    if dsums is None:
-        return _placeholder(like, torch.float32), False
-    return dsums.to(torch.float32).contiguous(), True
+def _check_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, key_padding, kv_groups: int, dsums) -> None:
+    _check(q, k, v, key_padding, kv_groups)
+    if dout.shape != q.shape[:-1] + (v.size(-1),) or dout.dtype != q.dtype or dout.device != q.device:
+        raise ValueError(
+            f"relu_attention backward: dout must be {tuple(q.shape[:-1]) + (v.size(-1),)} {q.dtype} on {q.device}, "
+            f"got {tuple(dout.shape)} {dout.dtype} on {dout.device}"
+        )
+    if dsums is not None and (dsums.shape != q.shape[:-1] + (2,) or dsums.device != q.device):
+        raise ValueError(
+            f"relu_attention backward: the row sums' gradients must be {tuple(q.shape[:-1]) + (2,)} on {q.device}, "
+            f"got {tuple(dsums.shape)} on {dsums.device}"
+        )
 
 
 def _key_block_pass(
@@ -1007,44 +1118,58 @@ def _key_block_pass(
     row_scaled: bool,
     seed: Optional[Tensor],
     dropout_p: float,
-    dq_acc: Optional[Tensor],
     dsums: Optional[Tensor] = None,
-) -> Tuple[Tensor, Tensor]:
-    """Launches the key-block kernel (dK, dV; with ``dq_acc``, a zeroed fp32 (B, H, T, d)
-    tensor, also the atomic dQ sums); returns (dk, dv)."""
-    bsz, heads, tgt, d = q.shape
-    kv_bsz, _, src, _ = k.shape
+) -> Tuple[Optional[Tensor], Tensor, Tensor]:
+    """Launches the key-block kernel: ``relu_attention_bwd_dkdv`` (dK, dV) or
+    ``relu_attention_bwd`` (also dQ, summed in fp32 with atomic adds); returns (dq or None,
+    dk, dv)."""
+    signature = _backward_signature(
+        kernel, dout, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, dropout_p, dsums
+    )
+    plan = _KEY_BLOCK_PLANS.get(signature) or remember(
+        _KEY_BLOCK_PLANS,
+        signature,
+        _key_block_plan(kernel, dout, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, dropout_p, dsums),
+    )
     dout = dout if dout.stride(-1) == 1 else dout.contiguous()
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
-    pad, stride_p, has_pad = _pad_arg(key_padding, q)
-    seed_arg, drop_p, keep_scale, dropout = _dropout_args(seed, dropout_p, q)
-    acc = _placeholder(q, torch.float32) if dq_acc is None else dq_acc
-    acc_strides = (0, 0, 0) if dq_acc is None else dq_acc.stride()[:3]
-    gsums, row_sums = _sums_grad_arg(dsums, q)
-    cfg = _config(kernel, q.dtype, d, _is_long(tgt, src), dropout, row_sums)
-    grid = (_blocks(src, cfg["constexprs"]["BLOCK_N"]), kv_bsz, heads)
-    _launch(
-        kernel,
-        cfg,
-        grid,
-        (
-            q, k, v, pad, dout, row_scale if row_scaled else _placeholder(q, torch.float32), seed_arg, gsums, dk, dv,
-            acc,
-            *q.stride()[:3],
-            *k.stride()[:3],
-            *v.stride()[:3],
-            *dout.stride()[:3],
-            *dk.stride()[:3],
-            *dv.stride()[:3],
-            *acc_strides,
-            stride_p,
-            heads, kv_groups, tgt, src,
-            float(scale), drop_p, keep_scale,
-            has_pad, int(causal), int(row_scaled),
-        ),
+    with_dq = kernel == "relu_attention_bwd"
+    dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if with_dq else None
+    tensors = (
+        q, k, v, _pad_tensor(key_padding, q), dout, row_scale if row_scaled else _placeholder(q, torch.float32),
+        _seed_arg(seed, dropout_p, q), _sums_grad(dsums, q), dk, dv,
+        _placeholder(q, torch.float32) if dq_acc is None else dq_acc,
     )  # fmt: skip
-    return dk, dv
+    _launch(plan, tensors)
+    return (None if dq_acc is None else dq_acc.to(q.dtype)), dk, dv
+
+
+def _key_block_plan(kernel, dout, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, dropout_p, dsums):
+    _check_backward(dout, q, k, v, key_padding, kv_groups, dsums)
+    bsz, heads, tgt, d = q.shape
+    kv_bsz, _, src, _ = k.shape
+    dout_strides = dout.stride() if dout.stride(-1) == 1 else _meta_strides(dout.shape)
+    kv_strides = _meta_strides(k.shape)  # dk, dv: contiguous, k's shape
+    acc_strides = _meta_strides(q.shape)[:3] if kernel == "relu_attention_bwd" else (0, 0, 0)
+    stride_p, has_pad = _pad_scalars(key_padding)
+    drop_p, keep_scale, dropout = _dropout_scalars(dropout_p)
+    cfg = _config(kernel, q.dtype, d, _is_long(tgt, src), dropout, dsums is not None)
+    grid = (_blocks(src, cfg["constexprs"]["BLOCK_N"]), kv_bsz, heads)
+    scalars = (
+        *q.stride()[:3],
+        *k.stride()[:3],
+        *v.stride()[:3],
+        *dout_strides[:3],
+        *kv_strides[:3],
+        *kv_strides[:3],
+        *acc_strides,
+        stride_p,
+        heads, kv_groups, tgt, src,
+        float(scale), drop_p, keep_scale,
+        has_pad, int(causal), int(row_scaled),
+    )  # fmt: skip
+    return _plan(kernel, cfg, grid, scalars, q, ())
 
 
 def _dkdv_fake(
@@ -1064,12 +1189,10 @@ def _one_pass_impl(
     passes' 7, one kernel launch instead of two; the adds' order varies from run to run, so
     dQ is reproducible to rounding, not bit for bit: :class:`_ReluAttention` takes the two
     passes under ``torch.use_deterministic_algorithms``)."""
-    dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-    dk, dv = _key_block_pass(
+    return _key_block_pass(
         "relu_attention_bwd", dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled,
-        seed, dropout_p, dq_acc, dsums,
+        seed, dropout_p, dsums,
     )  # fmt: skip
-    return dq_acc.to(q.dtype), dk, dv
 
 
 def _one_pass_fake(
@@ -1084,33 +1207,45 @@ def _one_pass_fake(
 
 def _dq_impl(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, seed, dropout_p, dsums=None):
     """dq, (B, H, T, d) in the dtype of q."""
-    bsz, heads, tgt, d = q.shape
-    src = k.size(2)
+    signature = _backward_signature(
+        "relu_attention_bwd_dq", dout, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, dropout_p, dsums
+    )
+    plan = _DQ_PLANS.get(signature) or remember(
+        _DQ_PLANS,
+        signature,
+        _dq_plan(dout, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, dropout_p, dsums),
+    )
     dout = dout if dout.stride(-1) == 1 else dout.contiguous()
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
-    pad, stride_p, has_pad = _pad_arg(key_padding, q)
-    seed_arg, drop_p, keep_scale, dropout = _dropout_args(seed, dropout_p, q)
-    gsums, row_sums = _sums_grad_arg(dsums, q)
-    cfg = _config("relu_attention_bwd_dq", q.dtype, d, _is_long(tgt, src), dropout, row_sums)
-    grid = (_blocks(tgt, cfg["constexprs"]["BLOCK_M"]), bsz, heads)
-    _launch(
-        "relu_attention_bwd_dq",
-        cfg,
-        grid,
-        (
-            q, k, v, pad, dout, row_scale if row_scaled else _placeholder(q, torch.float32), seed_arg, gsums, dq,
-            *q.stride()[:3],
-            *k.stride()[:3],
-            *v.stride()[:3],
-            *dout.stride()[:3],
-            *dq.stride()[:3],
-            stride_p,
-            heads, kv_groups, tgt, src,
-            float(scale), drop_p, keep_scale,
-            has_pad, int(causal), int(row_scaled),
-        ),
+    tensors = (
+        q, k, v, _pad_tensor(key_padding, q), dout, row_scale if row_scaled else _placeholder(q, torch.float32),
+        _seed_arg(seed, dropout_p, q), _sums_grad(dsums, q), dq,
     )  # fmt: skip
+    _launch(plan, tensors)
     return dq
+
+
+def _dq_plan(dout, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, dropout_p, dsums) -> _Plan:
+    _check_backward(dout, q, k, v, key_padding, kv_groups, dsums)
+    bsz, heads, tgt, d = q.shape
+    src = k.size(2)
+    dout_strides = dout.stride() if dout.stride(-1) == 1 else _meta_strides(dout.shape)
+    stride_p, has_pad = _pad_scalars(key_padding)
+    drop_p, keep_scale, dropout = _dropout_scalars(dropout_p)
+    cfg = _config("relu_attention_bwd_dq", q.dtype, d, _is_long(tgt, src), dropout, dsums is not None)
+    grid = (_blocks(tgt, cfg["constexprs"]["BLOCK_M"]), bsz, heads)
+    scalars = (
+        *q.stride()[:3],
+        *k.stride()[:3],
+        *v.stride()[:3],
+        *dout_strides[:3],
+        *_meta_strides(q.shape)[:3],
+        stride_p,
+        heads, kv_groups, tgt, src,
+        float(scale), drop_p, keep_scale,
+        has_pad, int(causal), int(row_scaled),
+    )  # fmt: skip
+    return _plan("relu_attention_bwd_dq", cfg, grid, scalars, q, ())
 
 
 def _dq_fake(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, seed, dropout_p, dsums=None):
@@ -1156,7 +1291,7 @@ class _ReluAttention(torch.autograd.Function):
         return out, rs, sums
 
     @staticmethod
-    @torch.autograd.function.once_differentiable  # the backward ops have no autograd: a clear error
+    @ops.once_differentiable  # the backward ops have no autograd: a clear error
     def backward(ctx, dout, _drs, dsums):
         if not ctx.row_sums:
             dsums = None
@@ -1192,7 +1327,7 @@ def gradients(
     one_pass = (
         q.dtype in ONE_PASS_DTYPES
         and k.size(2) < TWO_PASS_FROM_KEYS
-        and not torch.are_deterministic_algorithms_enabled()
+        and not torch._C._get_deterministic_algorithms()  # (torch.are_deterministic_algorithms_enabled, one call fewer)
     )
     if one_pass and need_q and (need_k or need_v):
         return relu_attention_bwd(dout, q, k, v, key_padding, row_scale, *args)

@@ -2,8 +2,8 @@
 path with a null driver (what ``bench_host.py --launches triton`` times on a CPU).  Checked
 here: a launch really goes through ``JITFunction.run`` (the kernel compiled for sm_90, its
 arguments bound: a wrong argument fails there), nothing is launched or computed, and on the
-way out Triton's driver, the launchers and the kernels' caches are as before, so the
-interpreter runs the next launch correctly.  No timing is asserted."""
+way out Triton's driver and the choice of the interpreter are as before and the plans and
+kernels made inside are forgotten, so the interpreter runs the next launch correctly.  No timing is asserted."""
 
 import sys
 import types
@@ -19,6 +19,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import triton_host_launch  # noqa: E402
 
+from fairseq_sparse_attn.kernels import launch as kernel_launch  # noqa: E402
 from fairseq_sparse_attn.kernels import output_norm, relu_attention  # noqa: E402
 
 
@@ -35,7 +36,7 @@ def forward(q, k, v):
 def test_a_launch_goes_through_triton_s_compiled_path_and_launches_nothing():
     q, k, v = inputs()
     driver = triton.runtime.driver._active
-    launchers = (relu_attention.launch, output_norm.launch)
+    interpreted = kernel_launch.interpreted
     with triton_host_launch.host_only_launches() as launches:
         assert triton.runtime.driver.active.get_current_target().arch == 90
         out = forward(q, k, v)[0]
@@ -46,12 +47,13 @@ def test_a_launch_goes_through_triton_s_compiled_path_and_launches_nothing():
         forward(q, k, v)
         assert launches.count == 2 and len(kernels) == 1  # the second launch found it compiled
         # the arguments are bound by the compiled form: one too few fails there
-        cfg = relu_attention._config("relu_attention_fwd", q.dtype, 32)
+        plan = relu_attention._fwd_plan(q, k, v, None, False, 1, 0.25, False, 1.0, 0.0, False)
         with pytest.raises(TypeError):
-            relu_attention._launch("relu_attention_fwd", cfg, (1, 2, 1), (q, k, v))
+            relu_attention._launch(plan, (q, k, v))
     assert triton.runtime.driver._active is driver
-    assert (relu_attention.launch, output_norm.launch) == launchers
+    assert kernel_launch.interpreted is interpreted
     assert all(not forms.compiled.device_caches for forms in triton_host_launch._kernel_forms())
+    assert not relu_attention._FWD_PLANS and not output_norm._FWD_PLANS  # the null driver's plans: forgotten
     assert out.shape == q.shape  # (nothing computed into it: the launcher is null)
     # afterwards the interpreter runs the kernel again, and computes
     again = forward(q, k, v)[0].float()

@@ -240,7 +240,9 @@ def test_launcher_picks_only_declared_configs(monkeypatch):
     names = [c["name"] for c in declared]
     assert len(names) == len(set(names))
     launched = []
-    monkeypatch.setattr(fused, "_launch", lambda config, grid, device, *args: launched.append(config))
+    real_plan = fused._plan
+    monkeypatch.setattr(fused, "_plan", lambda config, *args: launched.append(config) or real_plan(config, *args))
+    fused.launching.clear_plans()  # (each call below makes its plan: a signature of its own)
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         for pdtype in {torch.float32, dtype}:
             for width in (1, 37, 64, 65, 320, 512, 768, 1024, 2048):
@@ -286,7 +288,7 @@ def test_cpu_tensors_run_in_the_interpreter_without_triton_interpret(monkeypatch
     torch.testing.assert_close(out, torch.full((2, 64), 2.0))
     assert all(isinstance(c["kernel"], JITFunction) for c in fused.launch_configs())
     with pytest.raises(RuntimeError, match="CUDA tensors, or on CPU tensors in the interpreter; got meta"):
-        fused._launch(fused.launch_configs()[0], (1,), torch.device("meta"))
+        fused._plan(fused.launch_configs()[0], (1,), torch.device("meta"), torch.float32, ())
 
 
 def test_fake_tensors_give_shapes_and_dtypes_without_a_kernel():

@@ -1,0 +1,222 @@
+"""``kernels/launch.py``'s ``LaunchPlan`` and the kernel ops' plans.
+
+A kernel op makes a plan once per call signature (shapes, strides, dtypes, devices, flags):
+the checks, the configuration, the grid and the scalar arguments; later calls of that
+signature pass their tensors.  On CUDA a plan launches through Triton's own launch path the
+first time, then straight to the compiled kernel's launcher.  Checked without a GPU, with
+the null driver of benchmarks/triton_host_launch.py (the kernels compiled for sm_90, nothing
+launched): the direct launch calls the very kernel Triton's path finds, with the very
+arguments Triton's path passes its launcher; misaligned tensors, another current device or
+another debug option go through Triton's path again.  In the interpreter (CPU): a call of a
+known signature computes what a fresh plan computes, and anything in the signature that
+changes gets a plan of its own."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton", reason="triton is not installed (make install installs the version torch pins)")
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import triton_host_launch  # noqa: E402
+from triton import knobs  # noqa: E402
+from triton.runtime.jit import JITFunction  # noqa: E402
+
+from fairseq_sparse_attn.kernels import launch as kl  # noqa: E402
+from fairseq_sparse_attn.kernels import output_norm as fused  # noqa: E402
+from fairseq_sparse_attn.kernels import relu_attention as ra  # noqa: E402
+
+
+@pytest.fixture
+def null_driver(monkeypatch):
+    """(launches, calls of Triton's JITFunction.run) inside the null driver."""
+    runs = []
+    real = JITFunction.run
+
+    def counted(self, *args, **kwargs):
+        runs.append(self)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(JITFunction, "run", counted)
+    with triton_host_launch.host_only_launches() as launches:
+        yield launches, runs
+
+
+def qkv(dtype=torch.float16, offset=0, tgt=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    buf = torch.randn(3 * 2 * tgt * 32 + offset, generator=g).to(dtype)
+    return buf[offset:].view(3, 2, 1, tgt, 32).unbind(0)
+
+
+def captured_plan(monkeypatch, **kw):
+    """(plan, tensors) of ``relu_attention``'s forward for a small call."""
+    seen = {}
+    real = ra._launch
+
+    def grab(plan, tensors):
+        seen.update(plan=plan, tensors=tensors)
+        real(plan, tensors)
+
+    monkeypatch.setattr(ra, "_launch", grab)
+    q, k, v = qkv(**kw)
+    ra._fwd_impl(q, k, v, torch.zeros(2, q.size(2), dtype=torch.bool), False, 1, 0.125, False, 1.0, None, 0.0)
+    monkeypatch.setattr(ra, "_launch", real)
+    return seen["plan"].launch, seen["tensors"]
+
+
+def same_call(a, b):
+    """Two launcher calls alike: the grid, and every argument the same object, but the launch
+    metadata, made anew at each launch (a ``LazyDict`` of the same entries)."""
+    (grid_a, args_a), (grid_b, args_b) = a, b
+    assert grid_a == grid_b and len(args_a) == len(args_b)
+    for i, (x, y) in enumerate(zip(args_a, args_b)):
+        if i == 2:  # (function, packed metadata, launch metadata, enter hook, exit hook, *values)
+            assert type(x) is type(y) and vars(x).keys() == vars(y).keys()
+            assert x.data == y.data if hasattr(x, "data") else x == y
+        else:
+            assert x is y or (type(x) in (int, float, bool, str) and x == y), i
+
+
+def test_the_second_launch_skips_triton_s_path_and_passes_the_same_arguments(null_driver, monkeypatch):
+    launches, runs = null_driver
+    plan, tensors = captured_plan(monkeypatch)  # launched once, through Triton's path
+    assert not plan.interpreted and len(runs) == 1 and launches.count == 1
+    plan(tensors)
+    through_triton = launches.last  # (the first launch's own tensors were others: fresh outputs)
+    runs.clear()
+    plan.direct = None
+    plan(tensors)  # through Triton's path: the reference
+    reference = launches.last
+    assert len(runs) == 1
+    plan(tensors)
+    plan(tensors)
+    assert len(runs) == 1 and launches.count == 5  # launched twice more, without Triton's path
+    same_call(launches.last, reference)  # the same kernel function, metadata, hooks and values
+    same_call(through_triton, reference)
+    device, debug, mode, kernel, tail = plan.direct
+    jit, args = plan.forms.compiled, (*tensors, *plan.scalars)
+    assert (device, debug, mode) == (0, knobs.runtime.debug, knobs.compilation.instrumentation_mode)
+    assert tail == tuple(plan.constexprs[p.name] for p in jit.params[len(args) :])
+    assert kernel is jit[plan.grid](*args, **plan.constexprs, num_warps=plan.num_warps, num_stages=plan.num_stages)
+
+
+def test_misaligned_tensors_go_through_triton_s_path(null_driver, monkeypatch):
+    launches, runs = null_driver
+    plan, tensors = captured_plan(monkeypatch, offset=1)  # q, k, v at an odd fp16 address
+    assert plan.direct is None  # nothing kept for misaligned tensors
+    plan(tensors)
+    assert len(runs) == 2 and plan.direct is None
+    aligned_plan, aligned = captured_plan(monkeypatch)
+    assert aligned_plan is plan  # the same signature: alignment is not in it
+    assert len(runs) == 3 and plan.direct is not None
+    plan(aligned)
+    assert len(runs) == 3  # the aligned call: direct
+    kept = plan.direct
+    plan(tensors)  # misaligned again: Triton's path, and the aligned kernel stays kept
+    assert len(runs) == 4 and plan.direct is kept
+    jit = plan.forms.compiled
+    options = dict(**plan.constexprs, num_warps=plan.num_warps, num_stages=plan.num_stages)
+    misaligned_kernel = jit[plan.grid](*tensors, *plan.scalars, **options)
+    assert misaligned_kernel is not kept[3]  # Triton's own specialization for misaligned pointers
+    assert jit[plan.grid](*aligned, *plan.scalars, **options) is kept[3]
+
+
+def test_another_device_or_debug_option_goes_through_triton_s_path(null_driver, monkeypatch):
+    launches, runs = null_driver
+    plan, tensors = captured_plan(monkeypatch)
+    plan(tensors)
+    assert len(runs) == 1
+    monkeypatch.setattr(triton.runtime.driver.active, "get_current_device", lambda: 1)
+    plan(tensors)
+    assert len(runs) == 2 and plan.direct[0] == 1
+    plan(tensors)
+    assert len(runs) == 2
+    monkeypatch.setattr(knobs.runtime, "debug", not knobs.runtime.debug)
+    plan(tensors)
+    assert len(runs) == 3 and launches.count == 5
+
+
+def test_ops_make_one_plan_per_signature():
+    kl.clear_plans()
+    q, k, v = qkv(torch.float32)
+    pad = torch.zeros(2, 6, dtype=torch.bool)
+    ra.relu_attention(q, k, v, pad, scale=0.5)
+    ra.relu_attention(q, k, v, pad.clone(), scale=0.5)  # another mask tensor, same signature
+    assert len(ra._FWD_PLANS) == 1
+    ra.relu_attention(q, k, v, pad, scale=0.25)  # another scale
+    ra.relu_attention(q, k.transpose(0, 0).contiguous(), v, None, scale=0.5)  # no padding
+    ra.relu_attention(torch.randn(2, 1, 6, 64)[..., :32], k, v, pad, scale=0.5)  # other strides
+    assert len(ra._FWD_PLANS) == 4
+    z = torch.randn(4, 64)
+    fused.fused_rmsnorm(z, torch.ones(64), 1e-6, 1e-2)
+    fused.fused_rmsnorm(z, torch.ones(64), 1e-5, 1e-2)
+    fused.fused_rmsnorm(z.double().float(), torch.ones(64), 1e-6, 1e-2)
+    assert len(fused._FWD_PLANS) == 2
+    kl.clear_plans()
+    assert not ra._FWD_PLANS and not fused._FWD_PLANS
+
+
+def test_a_call_of_a_known_signature_computes_what_a_fresh_plan_computes():
+    """New data, masks and row factors through a plan made by an earlier call: the same
+    numbers as with every plan made anew (the plans keep no data of the call that made them)."""
+    pads = [torch.tensor([[False] * 6, [True, True] + [False] * 4]), torch.tensor([[False] * 5 + [True]] * 2)]
+
+    def outputs():
+        results = []
+        for seed, pad in enumerate(pads):
+            q, k, v = (t.requires_grad_() for t in qkv(torch.float32, seed=seed))
+            out = ra.relu_attention(q, k, v, pad, causal=True, scale=0.3, gamma=1.5)
+            out.square().sum().backward()
+            results.append([out.detach(), q.grad, k.grad, v.grad])
+            z = torch.randn(3, 64, generator=torch.Generator().manual_seed(seed), requires_grad=True)
+            w = torch.linspace(0.5, 1.5, 64, requires_grad=True)
+            normed = fused.fused_gated_rmsnorm(z, w, w.detach().flip(0).requires_grad_(), 1e-6, 1e-2)
+            normed.square().sum().backward()
+            results.append([normed.detach(), z.grad, w.grad])
+        return results
+
+    kl.clear_plans()
+    reused = outputs()  # the second of each pair through the first's plans
+    fresh = []
+    for i in range(2):
+        kl.clear_plans()
+        fresh += outputs()[2 * i : 2 * i + 2]
+    for a, b in zip(reused, fresh):
+        for x, y in zip(a, b):
+            assert torch.equal(x, y)
+
+
+def test_the_plans_hold_a_changed_setting():
+    """A module setting read by the plan (the long tier's threshold) changed after a plan was
+    made: the next call makes a plan under the new setting."""
+    kl.clear_plans()
+    q, k, v = qkv(torch.float32)
+    log = []
+    saved = ra.LAUNCH_LOG, ra.LONG_FROM
+    ra.LAUNCH_LOG = log
+    try:
+        ra.relu_attention(q, k, v)
+        ra.LONG_FROM = 4
+        ra.relu_attention(q, k, v)
+    finally:
+        ra.LAUNCH_LOG, ra.LONG_FROM = saved
+    assert [name for name, *_ in log] == ["relu_attention_fwd_d32_fp32", "relu_attention_fwd_d32_fp32"]
+    assert len(ra._FWD_PLANS) == 2  # (fp32 has no long tier: the same configuration, a plan of its own)
+
+
+def test_a_full_cache_is_emptied_before_the_next_plan(monkeypatch):
+    cache = kl.plan_cache()
+    monkeypatch.setattr(kl, "PLANS_MAX", 2)
+    kl.remember(cache, 1, "a")
+    kl.remember(cache, 2, "b")
+    assert kl.remember(cache, 3, "c") == "c" and cache == {3: "c"}
+
+
+def test_inputs_on_different_devices_are_refused():
+    q, k, v = qkv(torch.float32)
+    with pytest.raises(ValueError, match="one device"):
+        ra._fwd_impl(q, k.to("meta"), v, None, False, 1, 1.0, False, 1.0, None, 0.0)
