@@ -27,7 +27,7 @@ show (programs run one after another).
 """
 
 import contextlib
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
 import torch
 from triton import knobs
@@ -163,20 +163,22 @@ class LaunchPlan:
             self.direct = (*options, kernel, tail)
 
 
+_P = TypeVar("_P")
+
 #: every plan cache (:func:`plan_cache`), for :func:`clear_plans`
-_PLAN_CACHES: List[Dict[tuple, object]] = []
+_PLAN_CACHES: List[Dict[tuple, Any]] = []
 #: a cache holding this many plans is emptied before the next one is added
 PLANS_MAX = 4096
 
 
-def plan_cache() -> Dict[tuple, object]:
+def plan_cache() -> Dict[tuple, Any]:
     """A new cache of a kernel op's plans (call signature -> plan), emptied by :func:`clear_plans`."""
-    cache: Dict[tuple, object] = {}
+    cache: Dict[tuple, Any] = {}
     _PLAN_CACHES.append(cache)
     return cache
 
 
-def remember(cache: Dict[tuple, object], signature: tuple, plan):
+def remember(cache: Dict[tuple, Any], signature: tuple, plan: _P) -> _P:
     """``cache[signature] = plan`` (the cache emptied first when full); returns ``plan``."""
     if len(cache) >= PLANS_MAX:
         cache.clear()
