@@ -247,7 +247,7 @@ def check_norm(device, dtype_name, gated, seed, rows=300, width=512):
 def every_dtype_served():
     """The kernels launched whatever ``kernels.served`` refuses on CUDA: these checks are
     what that table is made from (a dtype refused after a failed check is checked again)."""
-    from fairseq_sparse_attn.kernels import served
+    from fairseq_sparse_attn.kernels import launch, served
 
     refused = dict(served.CUDA_NOT_SERVED)
     served.CUDA_NOT_SERVED.clear()
@@ -255,6 +255,7 @@ def every_dtype_served():
         yield
     finally:
         served.CUDA_NOT_SERVED.update(refused)
+        launch.clear_plans()  # (plans are made after the checks: those made here skipped the refusals)
 
 
 def correctness(device, head_dims, dtype_names, seed=0, rows=None, save=lambda: None, shard=(0, 1)):

@@ -160,9 +160,15 @@ def test_kernel_checks_launch_what_the_serving_table_refuses(monkeypatch):
 
     monkeypatch.setitem(served.CUDA_NOT_SERVED, torch.float32, "float32 on CUDA (a failed check)")
     assert served.unserved("cuda", torch.float32, 64) is not None
+    from fairseq_sparse_attn.kernels import relu_attention as ra
+
     with gpu_kernels.every_dtype_served():
         assert served.unserved("cuda", torch.float32, 64) is None
+        q = torch.randn(1, 1, 4, 32)
+        ra.relu_attention(q, q, q)  # a plan made while every dtype is served
+        assert ra._FWD_PLANS
     assert served.unserved("cuda", torch.float32, 64) == served.CUDA_NOT_SERVED[torch.float32]
+    assert not ra._FWD_PLANS  # forgotten: a later call checks against the table again
 
 
 def test_fp32_probe_checks_each_tile_with_both_precisions(monkeypatch):
