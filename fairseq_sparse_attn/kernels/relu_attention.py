@@ -1104,6 +1104,26 @@ def _check_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, key_padding, 
         )
 
 
+def _backward_scalars(
+    dout, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, dropout_p, output_strides: tuple
+) -> tuple:
+    """A backward kernel's scalar arguments: the inputs' and dO's strides (dO laid out as the
+    launch lays it out: unit last stride), ``output_strides`` (the kernel's outputs'), then
+    the mask, sizes, scale, dropout and flags."""
+    dout_strides = dout.stride() if dout.stride(-1) == 1 else _meta_strides(dout.shape)
+    stride_p, has_pad = _pad_scalars(key_padding)
+    drop_p, keep_scale, _ = _dropout_scalars(dropout_p)
+    heads, tgt, src = q.size(1), q.size(2), k.size(2)
+    return (
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *dout_strides[:3],
+        *output_strides,
+        stride_p,
+        heads, kv_groups, tgt, src,
+        float(scale), drop_p, keep_scale,
+        has_pad, int(causal), int(row_scaled),
+    )  # fmt: skip
+
+
 def _key_block_pass(
     kernel: str,
     dout: Tensor,
@@ -1149,26 +1169,23 @@ def _key_block_plan(kernel, dout, q, k, v, key_padding, causal, kv_groups, scale
     _check_backward(dout, q, k, v, key_padding, kv_groups, dsums)
     bsz, heads, tgt, d = q.shape
     kv_bsz, _, src, _ = k.shape
-    dout_strides = dout.stride() if dout.stride(-1) == 1 else _meta_strides(dout.shape)
-    kv_strides = _meta_strides(k.shape)  # dk, dv: contiguous, k's shape
+    kv_strides = _meta_strides(k.shape)[:3]  # dk, dv: contiguous, k's shape
     acc_strides = _meta_strides(q.shape)[:3] if kernel == "relu_attention_bwd" else (0, 0, 0)
-    stride_p, has_pad = _pad_scalars(key_padding)
-    drop_p, keep_scale, dropout = _dropout_scalars(dropout_p)
-    cfg = _config(kernel, q.dtype, d, _is_long(tgt, src), dropout, dsums is not None)
+    cfg = _config(kernel, q.dtype, d, _is_long(tgt, src), dropout_p > 0, dsums is not None)
     grid = (_blocks(src, cfg["constexprs"]["BLOCK_N"]), kv_bsz, heads)
-    scalars = (
-        *q.stride()[:3],
-        *k.stride()[:3],
-        *v.stride()[:3],
-        *dout_strides[:3],
-        *kv_strides[:3],
-        *kv_strides[:3],
-        *acc_strides,
-        stride_p,
-        heads, kv_groups, tgt, src,
-        float(scale), drop_p, keep_scale,
-        has_pad, int(causal), int(row_scaled),
-    )  # fmt: skip
+    scalars = _backward_scalars(
+        dout,
+        q,
+        k,
+        v,
+        key_padding,
+        causal,
+        kv_groups,
+        scale,
+        row_scaled,
+        dropout_p,
+        kv_strides + kv_strides + acc_strides,
+    )
     return _plan(kernel, cfg, grid, scalars, q, ())
 
 
@@ -1228,23 +1245,11 @@ def _dq_impl(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, ro
 def _dq_plan(dout, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, dropout_p, dsums) -> _Plan:
     _check_backward(dout, q, k, v, key_padding, kv_groups, dsums)
     bsz, heads, tgt, d = q.shape
-    src = k.size(2)
-    dout_strides = dout.stride() if dout.stride(-1) == 1 else _meta_strides(dout.shape)
-    stride_p, has_pad = _pad_scalars(key_padding)
-    drop_p, keep_scale, dropout = _dropout_scalars(dropout_p)
-    cfg = _config("relu_attention_bwd_dq", q.dtype, d, _is_long(tgt, src), dropout, dsums is not None)
+    cfg = _config("relu_attention_bwd_dq", q.dtype, d, _is_long(tgt, k.size(2)), dropout_p > 0, dsums is not None)
     grid = (_blocks(tgt, cfg["constexprs"]["BLOCK_M"]), bsz, heads)
-    scalars = (
-        *q.stride()[:3],
-        *k.stride()[:3],
-        *v.stride()[:3],
-        *dout_strides[:3],
-        *_meta_strides(q.shape)[:3],
-        stride_p,
-        heads, kv_groups, tgt, src,
-        float(scale), drop_p, keep_scale,
-        has_pad, int(causal), int(row_scaled),
-    )  # fmt: skip
+    scalars = _backward_scalars(
+        dout, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, dropout_p, _meta_strides(q.shape)[:3]
+    )
     return _plan("relu_attention_bwd_dq", cfg, grid, scalars, q, ())
 
 
