@@ -952,10 +952,6 @@ def _pad_scalars(key_padding: Optional[Tensor]) -> Tuple[int, int]:
     return (0, 0) if key_padding is None else (key_padding.size(1), 1)
 
 
-def _tensor_signature(t: Optional[Tensor]) -> Optional[tuple]:
-    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
-
-
 def _call_signature(q: Tensor, k: Tensor, v: Tensor, key_padding: Optional[Tensor]) -> tuple:
     """What a plan of q, k, v and the padding mask depends on (the mask is laid out
     contiguously at each call: its strides do not count), and :data:`LONG_FROM` as it is now."""
