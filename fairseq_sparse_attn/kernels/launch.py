@@ -61,25 +61,6 @@ def interpreted(device: torch.device) -> bool:
     raise RuntimeError(f"Triton kernels run on CUDA tensors, or on CPU tensors in the interpreter; got {device.type}")
 
 
-def launch(
-    forms: KernelForms,
-    grid: Tuple[int, ...],
-    device: torch.device,
-    args: tuple,
-    constexprs: Dict[str, object],
-    num_warps: int,
-    num_stages: int,
-) -> None:
-    """Runs the kernel on ``grid`` once, through Triton's own launch path: compiled on CUDA,
-    interpreted on CPU (module docstring).  The kernel ops launch through their
-    :class:`LaunchPlan` instead."""
-    if interpreted(device):
-        with interpreting_nested_jit():
-            forms.interpreted[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
-    else:
-        forms.compiled[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
-
-
 class LaunchPlan:
     """A launch of one kernel whose configuration, grid and scalar arguments are fixed: what
     a kernel op computes once per call signature (its inputs' shapes, strides, dtypes,

@@ -165,26 +165,24 @@ def test_a_call_of_a_known_signature_computes_what_a_fresh_plan_computes():
     numbers as with every plan made anew (the plans keep no data of the call that made them)."""
     pads = [torch.tensor([[False] * 6, [True, True] + [False] * 4]), torch.tensor([[False] * 5 + [True]] * 2)]
 
-    def outputs():
-        results = []
-        for seed, pad in enumerate(pads):
-            q, k, v = (t.requires_grad_() for t in qkv(torch.float32, seed=seed))
-            out = ra.relu_attention(q, k, v, pad, causal=True, scale=0.3, gamma=1.5)
-            out.square().sum().backward()
-            results.append([out.detach(), q.grad, k.grad, v.grad])
-            z = torch.randn(3, 64, generator=torch.Generator().manual_seed(seed), requires_grad=True)
-            w = torch.linspace(0.5, 1.5, 64, requires_grad=True)
-            normed = fused.fused_gated_rmsnorm(z, w, w.detach().flip(0).requires_grad_(), 1e-6, 1e-2)
-            normed.square().sum().backward()
-            results.append([normed.detach(), z.grad, w.grad])
-        return results
+    def outputs(seed, pad):
+        q, k, v = (t.requires_grad_() for t in qkv(torch.float32, seed=seed))
+        out = ra.relu_attention(q, k, v, pad, causal=True, scale=0.3, gamma=1.5)
+        out.square().sum().backward()
+        z = torch.randn(3, 64, generator=torch.Generator().manual_seed(seed), requires_grad=True)
+        w = torch.linspace(0.5, 1.5, 64, requires_grad=True)
+        normed = fused.fused_gated_rmsnorm(z, w, w.detach().flip(0).requires_grad_(), 1e-6, 1e-2)
+        normed.square().sum().backward()
+        return [out.detach(), q.grad, k.grad, v.grad, normed.detach(), z.grad, w.grad]
 
     kl.clear_plans()
-    reused = outputs()  # the second of each pair through the first's plans
+    reused = [outputs(seed, pad) for seed, pad in enumerate(pads)]  # the second through the first's plans
+    plans = len(ra._FWD_PLANS) + len(ra._KEY_BLOCK_PLANS) + len(fused._FWD_PLANS) + len(fused._BWD_PLANS)
+    assert plans == 4  # one per op: both calls had one signature
     fresh = []
-    for i in range(2):
-        kl.clear_plans()
-        fresh += outputs()[2 * i : 2 * i + 2]
+    for seed, pad in enumerate(pads):
+        kl.clear_plans()  # each call makes its own plans
+        fresh.append(outputs(seed, pad))
     for a, b in zip(reused, fresh):
         for x, y in zip(a, b):
             assert torch.equal(x, y)
@@ -192,9 +190,9 @@ def test_a_call_of_a_known_signature_computes_what_a_fresh_plan_computes():
 
 def test_the_plans_hold_a_changed_setting():
     """A module setting read by the plan (the long tier's threshold) changed after a plan was
-    made: the next call makes a plan under the new setting."""
+    made: the next call makes a plan under the new setting, and takes the long tier's tiles."""
     kl.clear_plans()
-    q, k, v = qkv(torch.float32)
+    q, k, v = qkv(torch.float16)
     log = []
     saved = ra.LAUNCH_LOG, ra.LONG_FROM
     ra.LAUNCH_LOG = log
@@ -204,8 +202,8 @@ def test_the_plans_hold_a_changed_setting():
         ra.relu_attention(q, k, v)
     finally:
         ra.LAUNCH_LOG, ra.LONG_FROM = saved
-    assert [name for name, *_ in log] == ["relu_attention_fwd_d32_fp32", "relu_attention_fwd_d32_fp32"]
-    assert len(ra._FWD_PLANS) == 2  # (fp32 has no long tier: the same configuration, a plan of its own)
+    assert [name for name, *_ in log] == ["relu_attention_fwd_d32_fp16", "relu_attention_fwd_d32_fp16_long"]
+    assert len(ra._FWD_PLANS) == 2
 
 
 def test_a_full_cache_is_emptied_before_the_next_plan(monkeypatch):

@@ -46,7 +46,7 @@ def test_the_numpy_philox_is_triton_s():
     few counters (so a failure below is the kernels', not the reference's)."""
     import triton.language as tl
 
-    from fairseq_sparse_attn.kernels.launch import kernel_forms, launch
+    from fairseq_sparse_attn.kernels.launch import LaunchPlan, kernel_forms
 
     def words(SEED, OUT, N: tl.constexpr):
         i = tl.arange(0, N)
@@ -58,7 +58,7 @@ def test_the_numpy_philox_is_triton_s():
 
     seed = 0x1234_5678_9ABC_DEF
     out = torch.zeros(16, dtype=torch.int32)
-    launch(kernel_forms(words), (1,), out.device, (torch.tensor([seed]), out), {"N": 16}, 1, 1)
+    LaunchPlan(kernel_forms(words), (1,), (), {"N": 16}, 1, 1, out.device)((torch.tensor([seed]), out))
     i = np.arange(16, dtype=np.uint64)
     want = philox_first_word(seed, i * 7, i * 3 + 1, i + 5, np.uint64(0)).astype(np.uint32).view(np.int32)
     assert np.array_equal(out.numpy(), want)

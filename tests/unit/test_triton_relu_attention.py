@@ -495,6 +495,19 @@ def test_a_second_derivative_is_one_clear_error(gamma):
         dq.sum().backward()
 
 
+def test_a_second_derivative_through_the_fused_norm_is_one_clear_error():
+    """The same for attention with the fused output norm (one Function, its own backward)."""
+    from fairseq_sparse_attn.kernels.normed_attention import normed_relu_attention
+
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, 2, 5, 32, generator=g).requires_grad_() for _ in range(3))
+    w = torch.ones(64, requires_grad=True)
+    out = normed_relu_attention(q, k, v, None, False, 1, 0.2, None, w, w.detach().clone(), 1e-6, 1e-2)
+    (dq,) = torch.autograd.grad(out.pow(2).sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable|differentiate twice"):
+        dq.sum().backward()
+
+
 def test_an_interpreted_launch_leaves_triton_language_as_it_found_it():
     """Triton 3.7.1's interpreter patches triton.language for each nested @triton.jit call it
     runs and never puts it back; a compile later in the same process then failed
