@@ -31,6 +31,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, TypeV
 
 import torch
 from triton import knobs
+from triton.knobs import HookChain
 from triton.runtime import driver
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
@@ -74,8 +75,9 @@ class LaunchPlan:
     the loaded module are per device), Triton's debug and instrumentation options, or the
     tensors' 16-byte alignment (Triton specializes a pointer on it; the scalars, and so their
     specializations, are the plan's own).  Otherwise straight to the compiled kernel's
-    launcher, called as ``JITFunction.run`` calls it (Triton 3.6 and 3.7: the launch
-    metadata and the launch hooks included) on the current device's current stream."""
+    launcher, called as ``JITFunction.run`` calls it (Triton 3.6 and 3.7) on the current
+    device's current stream, with the launch metadata and the launch hooks where a hook is
+    installed, and without them (None, which the launcher skips) where none is."""
 
     __slots__ = ("forms", "grid", "scalars", "constexprs", "num_warps", "num_stages", "interpreted", "direct")
 
@@ -97,16 +99,16 @@ class LaunchPlan:
         self.num_stages = num_stages
         self.interpreted = interpreted(device)
         #: (current device, debug, instrumentation mode, the compiled kernel Triton's path
-        #: found for aligned tensors, the constexpr values that follow the arguments)
+        #: found for aligned tensors, the values that follow the tensors: the scalars, then
+        #: the constexprs' values)
         self.direct: Optional[tuple] = None
 
     def __call__(self, tensors: tuple) -> None:
         """Launches the kernel on ``(*tensors, *scalars)``."""
-        args = (*tensors, *self.scalars)
         if self.interpreted:
             with interpreting_nested_jit():
                 self.forms.interpreted[self.grid](
-                    *args, **self.constexprs, num_warps=self.num_warps, num_stages=self.num_stages
+                    *tensors, *self.scalars, **self.constexprs, num_warps=self.num_warps, num_stages=self.num_stages
                 )
             return
         active = driver.active
@@ -118,11 +120,19 @@ class LaunchPlan:
         options = (device, runtime.debug, knobs.compilation.instrumentation_mode)
         direct = self.direct
         if direct is not None and not address & 15 and direct[:3] == options:
-            kernel, tail = direct[3], direct[4]
+            kernel, following = direct[3], direct[4]
             stream = active.get_current_stream(device)
             grid = self.grid
             n = len(grid)
-            values = (*args, *tail)
+            values = (*tensors, *following)
+            enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+            if _unhooked(enter) and _unhooked(leave):
+                # the launcher reads the launch metadata only for the hooks, and calls a hook
+                # that is not None (Triton's own path passes its empty hook chains, which the
+                # launcher calls): nothing to call, nothing to describe
+                metadata = enter = leave = None
+            else:
+                metadata = kernel.launch_metadata(grid, stream, *values)
             kernel.run(
                 grid[0],
                 grid[1] if n > 1 else 1,
@@ -130,18 +140,25 @@ class LaunchPlan:
                 stream,
                 kernel.function,
                 kernel.packed_metadata,
-                kernel.launch_metadata(grid, stream, *values),
-                runtime.launch_enter_hook,
-                runtime.launch_exit_hook,
+                metadata,
+                enter,
+                leave,
                 *values,
             )
             return
         jit = self.forms.compiled
+        args = (*tensors, *self.scalars)
         kernel = jit[self.grid](*args, **self.constexprs, num_warps=self.num_warps, num_stages=self.num_stages)
         if kernel is not None and not jit.pre_run_hooks and not address & 15:
             constexprs = self.constexprs
             tail = tuple(constexprs[p.name] if p.name in constexprs else p.default for p in jit.params[len(args) :])
-            self.direct = (*options, kernel, tail)
+            self.direct = (*options, kernel, (*self.scalars, *tail))
+
+
+def _unhooked(hook) -> bool:
+    """No launch hook to call: none, or Triton's hook chain with nothing in it (a profiler,
+    Proton for one, adds its hooks to the chain)."""
+    return hook is None or (type(hook) is HookChain and not hook.calls)
 
 
 _P = TypeVar("_P")

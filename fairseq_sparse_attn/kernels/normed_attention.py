@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from .ops import once_differentiable
-from .output_norm import rms_norm_bwd, rms_norm_fwd
+from .output_norm import param_grads, rms_norm_bwd, rms_norm_fwd
 from .relu_attention import draw_seed, gradients, relu_attention_fwd, row_arguments
 
 
@@ -53,12 +53,12 @@ class _NormedReluAttention(torch.autograd.Function):
             return (None,) * 8
         q, k, v, key_padding, weight, gate_weight, seed = ctx.saved_tensors
         rs, z, rstd = ctx.inner
-        dz, dw, dgw = rms_norm_bwd(grad, z, weight, gate_weight, rstd, ctx.half_floor)
+        dz, grads = rms_norm_bwd(grad, z, weight, gate_weight, rstd, ctx.half_floor)
         bsz, heads, tgt, d = q.shape
         dout = dz.view(tgt, bsz, heads, d).permute(1, 2, 0, 3)
         args = (*ctx.args, seed, ctx.dropout_p)
         dq, dk, dv = gradients(dout, q, k, v, key_padding, rs, args, ctx.needs_input_grad[:3])
-        dgw = dgw if gate_weight is not None else None
+        dw, dgw = param_grads(grads, gate_weight)
         return dq, dk, dv, None, None, dw, dgw, None
 
 

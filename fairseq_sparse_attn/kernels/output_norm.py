@@ -18,11 +18,12 @@ Each direction is one Triton kernel and one torch op (:mod:`.ops`):
   (differentiable: its autograd runs :class:`_RmsNorm`): one program
   per row; ``rstd`` (float32, one per row) is kept for the backward.
 * ``torch.ops.fsa.rms_norm_bwd(grad_out, z, weight, gate_weight, rstd, half_floor)
-  -> (grad_z, grad_weight, grad_gate_weight)``: a fixed number of programs, each looping
-  over rows ``pid, pid + P, ...``; dz per row, the parameter gradients accumulated in
-  float32 registers per program, written as P partial rows that the op sums (in program
-  order: deterministic) and casts to the parameters' dtype inside the op (``grad_gate_weight`` is
-  empty without a gate).
+  -> (grad_z, grads)``: a fixed number of programs, each looping over rows ``pid, pid + P,
+  ...``; dz per row, the parameter gradients accumulated in float32 registers per program,
+  written as P partial rows per parameter that the op sums (in program order:
+  deterministic) and casts to the parameters' dtype inside the op, both parameters in one
+  sum and one cast: ``grads`` is grad_weight (n,) without a gate, and (2, n) with one,
+  grad_weight then grad_gate_weight (:func:`param_grads` splits it).
 
 so autograd, ``torch.compile`` (a fake implementation) and a dispatch-level op counter see one
 op per direction.  On CUDA tensors the kernels are compiled by Triton; on CPU tensors they
@@ -345,10 +346,12 @@ def _fwd_fake(z, weight, gate_weight, eps, half_floor):
 
 def _bwd_impl(
     grad_out: Tensor, z: Tensor, weight: Tensor, gate_weight: Optional[Tensor], rstd: Tensor, half_floor: float
-) -> Tuple[Tensor, Tensor, Tensor]:
-    """(grad_z, grad_weight, grad_gate_weight) of ``rms_norm_fwd``; grad_gate_weight is
-    empty without a gate.  ``half_floor`` bounds the normalization's part of grad_z of
-    fp16/bf16 inputs (float32 inputs: exact gradient, ``half_floor`` unused)."""
+) -> Tuple[Tensor, Tensor]:
+    """(grad_z, the parameters' gradients in weight's dtype) of ``rms_norm_fwd``: grad_weight
+    (n,) without a gate; with one, (2, n): grad_weight, then grad_gate_weight (one sum and
+    one cast for both, where two gradients would take two each: ops a launch-bound step
+    pays for).  ``half_floor`` bounds the normalization's part of grad_z of fp16/bf16 inputs
+    (float32 inputs: exact gradient, ``half_floor`` unused)."""
     gated = gate_weight is not None
     signature = (
         _signature(grad_out), _signature(z), _signature(weight), _signature(gate_weight), rstd.shape, half_floor,
@@ -360,19 +363,26 @@ def _bwd_impl(
     n_cols = z.shape[-1]
     grad_z = _empty_as(z)
     programs = plan.grid[0]
-    dw_part = torch.empty((programs, n_cols), dtype=torch.float32, device=z.device)
-    dgw_part = torch.empty((programs, n_cols), dtype=torch.float32, device=z.device) if gated else dw_part
+    # each program's partial sums, (P, n): the gain's, then (gated) the gate's
+    parts = torch.empty((2, programs, n_cols) if gated else (programs, n_cols), dtype=torch.float32, device=z.device)
+    dgw_part = parts[1] if gated else parts
     if z.numel():
         z2, o2 = _rows(z), _rows(grad_out.to(z.dtype) if grad_out.dtype != z.dtype else grad_out)
         gz2 = grad_z if grad_z.dim() == 2 else grad_z.view(-1, n_cols)
         weight, gw = _params(weight, gate_weight)
-        _launch(plan, (o2, z2, weight, gw, rstd if rstd.dim() == 1 else rstd.reshape(-1), gz2, dw_part, dgw_part))
+        _launch(plan, (o2, z2, weight, gw, rstd if rstd.dim() == 1 else rstd.reshape(-1), gz2, parts, dgw_part))
     else:
-        dw_part.zero_()
-        dgw_part.zero_()
-    grad_w = dw_part.sum(0).to(weight.dtype)
-    grad_gw = dgw_part.sum(0).to(weight.dtype) if gated else z.new_empty(0)
-    return grad_z, grad_w, grad_gw
+        parts.zero_()
+    summed = parts.sum(-2)
+    return grad_z, summed.to(weight.dtype)
+
+
+def param_grads(grads: Tensor, gate_weight: Optional[Tensor]) -> Tuple[Tensor, Optional[Tensor]]:
+    """(grad_weight, grad_gate_weight or None) from ``rms_norm_bwd``'s parameter gradients."""
+    if gate_weight is None:
+        return grads, None
+    grad_w, grad_gw = grads.unbind(0)
+    return grad_w, grad_gw
 
 
 def _bwd_plan(grad_out, z, weight, gate_weight, rstd, half_floor) -> LaunchPlan:
@@ -392,8 +402,8 @@ def _bwd_plan(grad_out, z, weight, gate_weight, rstd, half_floor) -> LaunchPlan:
 
 
 def _bwd_fake(grad_out, z, weight, gate_weight, rstd, half_floor):
-    grad_gw = gate_weight.new_empty(gate_weight.shape) if gate_weight is not None else z.new_empty(0)
-    return z.new_empty(z.shape), weight.new_empty(weight.shape), grad_gw
+    n = weight.shape[0]
+    return z.new_empty(z.shape), weight.new_empty((2, n) if gate_weight is not None else (n,))
 
 
 rms_norm_fwd = ops.define(
@@ -405,7 +415,7 @@ rms_norm_fwd = ops.define(
 rms_norm_bwd = ops.define(
     "rms_norm_bwd",
     "(Tensor grad_out, Tensor z, Tensor weight, Tensor? gate_weight, Tensor rstd, float half_floor) "
-    "-> (Tensor, Tensor, Tensor)",
+    "-> (Tensor, Tensor)",
     _bwd_impl,
     _bwd_fake,
 )
@@ -429,8 +439,8 @@ class _RmsNorm(torch.autograd.Function):
         if grad_out is None:  # (materialize_grads off) the output took no part in the loss
             return None, None, None, None, None
         z, weight, gate_weight, rstd = ctx.saved_tensors
-        grad_z, grad_w, grad_gw = rms_norm_bwd(grad_out, z, weight, gate_weight, rstd, ctx.half_floor)
-        return grad_z, grad_w, (grad_gw if gate_weight is not None else None), None, None
+        grad_z, grads = rms_norm_bwd(grad_out, z, weight, gate_weight, rstd, ctx.half_floor)
+        return (grad_z, *param_grads(grads, gate_weight), None, None)
 
 
 ops.differentiable(rms_norm_fwd, _RmsNorm)

@@ -24,6 +24,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import triton_host_launch  # noqa: E402
 from triton import knobs  # noqa: E402
+from triton.knobs import HookChain  # noqa: E402
 from triton.runtime.jit import JITFunction  # noqa: E402
 
 from fairseq_sparse_attn.kernels import launch as kl  # noqa: E402
@@ -68,13 +69,19 @@ def captured_plan(monkeypatch, **kw):
     return seen["plan"].launch, seen["tensors"]
 
 
-def same_call(a, b):
+def same_call(a, b, unhooked=False):
     """Two launcher calls alike: the grid, and every argument the same object, but the launch
-    metadata, made anew at each launch (a ``LazyDict`` of the same entries)."""
+    metadata, made anew at each launch (a ``LazyDict`` of the same entries).  ``unhooked``:
+    ``a`` is a direct launch with no launch hook installed, which passes None for the
+    metadata and both hooks (the launcher calls a hook that is not None, and reads the
+    metadata only for them), where Triton's path passes its empty hook chains."""
     (grid_a, args_a), (grid_b, args_b) = a, b
     assert grid_a == grid_b and len(args_a) == len(args_b)
     for i, (x, y) in enumerate(zip(args_a, args_b)):
-        if i == 2:  # (function, packed metadata, launch metadata, enter hook, exit hook, *values)
+        # (function, packed metadata, launch metadata, enter hook, exit hook, *values)
+        if unhooked and i in (2, 3, 4):
+            assert x is None and (i == 2 or (type(y) is HookChain and not y.calls)), i
+        elif i == 2:
             assert type(x) is type(y) and vars(x).keys() == vars(y).keys()
             assert x.data == y.data if hasattr(x, "data") else x == y
         else:
@@ -86,7 +93,7 @@ def test_the_second_launch_skips_triton_s_path_and_passes_the_same_arguments(nul
     plan, tensors = captured_plan(monkeypatch)  # launched once, through Triton's path
     assert not plan.interpreted and len(runs) == 1 and launches.count == 1
     plan(tensors)
-    through_triton = launches.last  # (the first launch's own tensors were others: fresh outputs)
+    first_direct = launches.last  # (the first launch's own tensors were others: fresh outputs)
     runs.clear()
     plan.direct = None
     plan(tensors)  # through Triton's path: the reference
@@ -95,13 +102,41 @@ def test_the_second_launch_skips_triton_s_path_and_passes_the_same_arguments(nul
     plan(tensors)
     plan(tensors)
     assert len(runs) == 1 and launches.count == 5  # launched twice more, without Triton's path
-    same_call(launches.last, reference)  # the same kernel function, metadata, hooks and values
-    same_call(through_triton, reference)
-    device, debug, mode, kernel, tail = plan.direct
+    same_call(launches.last, reference, unhooked=True)  # the same kernel function and values
+    same_call(first_direct, reference, unhooked=True)
+    device, debug, mode, kernel, following = plan.direct
     jit, args = plan.forms.compiled, (*tensors, *plan.scalars)
     assert (device, debug, mode) == (0, knobs.runtime.debug, knobs.compilation.instrumentation_mode)
-    assert tail == tuple(plan.constexprs[p.name] for p in jit.params[len(args) :])
+    assert following == (*plan.scalars, *(plan.constexprs[p.name] for p in jit.params[len(args) :]))
     assert kernel is jit[plan.grid](*args, **plan.constexprs, num_warps=plan.num_warps, num_stages=plan.num_stages)
+
+
+@pytest.mark.parametrize("which", ["launch_enter_hook", "launch_exit_hook"])
+def test_a_direct_launch_passes_the_metadata_and_hooks_where_a_hook_is_installed(null_driver, monkeypatch, which):
+    """A profiler's hook (Proton adds its own to the chains) sees every launch: with one
+    installed, the direct launch passes the launch metadata and both hook chains exactly as
+    Triton's path does."""
+    launches, runs = null_driver
+    plan, tensors = captured_plan(monkeypatch)
+    plan(tensors)
+    assert plan.direct is not None
+    chain = getattr(knobs.runtime, which)
+    hook = lambda metadata: None  # noqa: E731
+    chain.add(hook)
+    try:
+        runs.clear()
+        plan(tensors)  # direct, hooked
+        hooked = launches.last
+        plan.direct = None
+        plan(tensors)  # Triton's path
+        assert len(runs) == 1
+        same_call(hooked, launches.last)
+        assert hooked[1][3] is knobs.runtime.launch_enter_hook and hooked[1][4] is knobs.runtime.launch_exit_hook
+        assert hooked[1][2] is not None or which == "launch_exit_hook"  # Triton's metadata: made for an enter hook
+    finally:
+        chain.remove(hook)
+    plan(tensors)  # the hook removed: none passed again
+    assert launches.last[1][2:5] == (None, None, None)
 
 
 def test_misaligned_tensors_go_through_triton_s_path(null_driver, monkeypatch):

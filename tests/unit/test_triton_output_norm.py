@@ -190,6 +190,25 @@ def test_null_rows_give_zero_and_finite_gradients(name):
     assert all(torch.isfinite(t).all() for t in [dz] + dparams)
 
 
+@pytest.mark.parametrize("param_dtype", [torch.float32, torch.float16])
+def test_the_gated_norm_s_two_gradients_accumulate_apart(param_dtype):
+    """The gated norm's gain and gate gradients come out of the op as one (2, n) tensor, so
+    after a first backward each parameter's ``.grad`` is a view of that tensor.  Accumulating
+    a second backward (``--update-freq``) adds to each alone: the same as two backwards of
+    the unfused module, which gives each parameter a tensor of its own."""
+    norm, z, upstream = make("gated_rmsnorm", 96, torch.float16, param_dtype=param_dtype)
+    reference = build_output_norm("gated_rmsnorm", 96, 12).to(param_dtype)
+    reference.load_state_dict(norm.state_dict())
+    for module, forward in ((norm, fused_forward), (reference, lambda m, x: m(x))):
+        forward(module, z).backward(upstream)
+        first = [p.grad.clone() for p in params(module)]
+        forward(module, z).backward(2 * upstream)
+        for p, g in zip(params(module), first):
+            assert torch.allclose(p.grad.float(), 3 * g.float(), rtol=1e-2, atol=1e-3)
+    for fused_p, ref_p in zip(params(norm), params(reference)):
+        assert rel_err(fused_p.grad, ref_p.grad) < TOL[torch.float16]
+
+
 @pytest.mark.parametrize("name", NORMS)
 def test_one_dispatched_op_per_direction(name):
     """What a dispatch-level op counter sees: the forward is one op, the backward one op
@@ -201,8 +220,11 @@ def test_one_dispatched_op_per_direction(name):
     assert fwd.ops == ["fsa.rms_norm_fwd"]
     with OpLog() as bwd:
         out.backward(upstream)
-    # AccumulateGrad stores each leaf's first gradient as a detached alias (any op's backward)
-    assert bwd.ops == ["fsa.rms_norm_bwd"] + ["aten.detach"] * (1 + len(params(norm)))
+    # the gated norm's two parameter gradients come as one (2, n) tensor, split by a view
+    # (unbind); AccumulateGrad stores each leaf's first gradient as a detached alias (any
+    # op's backward)
+    split = ["aten.unbind"] if name == "gated_rmsnorm" else []
+    assert bwd.ops == ["fsa.rms_norm_bwd"] + split + ["aten.detach"] * (1 + len(params(norm)))
     with OpLog() as module:
         norm(z).backward(upstream)
     assert len(module.ops) > 10  # what the fused op replaces
@@ -298,9 +320,11 @@ def test_fake_tensors_give_shapes_and_dtypes_without_a_kernel():
         z = torch.empty(4, 6, 320, dtype=torch.float16)
         w = torch.empty(320)
         out, rstd = torch.ops.fsa.rms_norm_fwd(z, w, w, 1e-8, 1e-2)
-        dz, dw, dgw = torch.ops.fsa.rms_norm_bwd(out, z, w, w, rstd, 1e-2)
+        dz, gated = torch.ops.fsa.rms_norm_bwd(out, z, w, w, rstd, 1e-2)
+        _, plain = torch.ops.fsa.rms_norm_bwd(out, z, w, None, rstd, 1e-2)
     assert (out.shape, out.dtype, rstd.shape, rstd.dtype) == (z.shape, z.dtype, (4, 6), torch.float32)
-    assert (dz.shape, dz.dtype, dw.shape, dw.dtype, dgw.shape) == (z.shape, z.dtype, (320,), torch.float32, (320,))
+    assert (dz.shape, dz.dtype) == (z.shape, z.dtype)
+    assert (gated.shape, gated.dtype, plain.shape, plain.dtype) == ((2, 320), torch.float32, (320,), torch.float32)
 
 
 @pytest.mark.parametrize("name", ["gated_rmsnorm", "rmsnorm_i"])
