@@ -354,7 +354,7 @@ def _bwd_impl(
     (float32 inputs: exact gradient, ``half_floor`` unused)."""
     gated = gate_weight is not None
     signature = (
-        _signature(grad_out), _signature(z), _signature(weight), _signature(gate_weight), rstd.shape, half_floor,
+        _signature(grad_out), _signature(z), _signature(weight), _signature(gate_weight), _signature(rstd), half_floor,
         BWD_PROGRAMS_PER_SM, BWD_PROGRAMS_INTERPRETER,  # (the grid: :func:`_bwd_programs`, as it is now)
     )  # fmt: skip
     plan = _BWD_PLANS.get(signature)
@@ -370,7 +370,9 @@ def _bwd_impl(
         z2, o2 = _rows(z), _rows(grad_out.to(z.dtype) if grad_out.dtype != z.dtype else grad_out)
         gz2 = grad_z if grad_z.dim() == 2 else grad_z.view(-1, n_cols)
         weight, gw = _params(weight, gate_weight)
-        _launch(plan, (o2, z2, weight, gw, rstd if rstd.dim() == 1 else rstd.reshape(-1), gz2, parts, dgw_part))
+        # the kernel reads r of row i at RSTD + i: a strided r (a direct caller's) is copied
+        r = rstd if rstd.dim() == 1 and rstd.stride(0) == 1 else rstd.contiguous().view(-1)
+        _launch(plan, (o2, z2, weight, gw, r, gz2, parts, dgw_part))
     else:
         parts.zero_()
     summed = parts.sum(-2)
@@ -387,10 +389,17 @@ def param_grads(grads: Tensor, gate_weight: Optional[Tensor]) -> Tuple[Tensor, O
 
 def _bwd_plan(grad_out, z, weight, gate_weight, rstd, half_floor) -> LaunchPlan:
     _check(z, weight, gate_weight)
-    if grad_out.shape != z.shape or rstd.shape != z.shape[:-1]:
+    if (
+        grad_out.shape != z.shape
+        or grad_out.device != z.device
+        or rstd.shape != z.shape[:-1]
+        or rstd.dtype != torch.float32
+        or rstd.device != z.device
+    ):
         raise ValueError(
-            f"fused RMSNorm backward: grad_out {tuple(grad_out.shape)} and rstd {tuple(rstd.shape)} "
-            f"for input {tuple(z.shape)}"
+            f"fused RMSNorm backward: grad_out {tuple(grad_out.shape)} on {grad_out.device} and rstd "
+            f"{tuple(rstd.shape)} {rstd.dtype} on {rstd.device} for input {tuple(z.shape)} on {z.device} "
+            f"(rstd: the forward's, float32)"
         )
     config = pick_config("bwd", z.dtype, weight.dtype, gate_weight is not None, z.shape[-1])
     # (their layouts follow from the shapes, strides and dtypes: the same at every call of the plan)

@@ -1070,6 +1070,15 @@ def _dkdv_impl(
     )[1:]  # fmt: skip
 
 
+def _row_scale_arg(row_scale: Tensor, row_scaled: bool, like: Tensor) -> Tensor:
+    """The ROW_SCALE argument of a backward launch: the forward's row factors c (B, H, T)
+    fp32 as the kernels read them (contiguous: a direct caller's view is copied), or a
+    placeholder."""
+    if not row_scaled:
+        return _placeholder(like, torch.float32)
+    return row_scale if row_scale.is_contiguous() else row_scale.contiguous()
+
+
 def _sums_grad(dsums: Optional[Tensor], like: Tensor) -> Tensor:
     """The GSUMS argument of a backward launch: the row sums' gradients as a contiguous fp32
     (B, H, T, 2) tensor, or a placeholder."""
@@ -1078,16 +1087,28 @@ def _sums_grad(dsums: Optional[Tensor], like: Tensor) -> Tensor:
     return dsums.to(torch.float32).contiguous()
 
 
-def _backward_signature(kernel, dout, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, dropout_p, dsums):
+def _backward_signature(
+    kernel, dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, dropout_p, dsums
+):
     return (
         kernel, _call_signature(q, k, v, key_padding), dout.shape, dout.stride(), dout.dtype, dout.device,
         causal, kv_groups, scale, row_scaled, dropout_p,
         None if dsums is None else (dsums.shape, dsums.device),
+        (row_scale.shape, row_scale.dtype, row_scale.device) if row_scaled else None,
     )  # fmt: skip
 
 
-def _check_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, key_padding, kv_groups: int, dsums) -> None:
+def _check_backward(
+    dout: Tensor, q: Tensor, k: Tensor, v: Tensor, key_padding, row_scale, row_scaled: bool, kv_groups: int, dsums
+) -> None:
     _check(q, k, v, key_padding, kv_groups)
+    if row_scaled and (
+        row_scale.shape != q.shape[:-1] or row_scale.dtype != torch.float32 or row_scale.device != q.device
+    ):
+        raise ValueError(
+            f"relu_attention backward: the row factors must be {tuple(q.shape[:-1])} float32 on {q.device} "
+            f"(the forward's), got {tuple(row_scale.shape)} {row_scale.dtype} on {row_scale.device}"
+        )
     if dout.shape != q.shape[:-1] + (v.size(-1),) or dout.dtype != q.dtype or dout.device != q.device:
         raise ValueError(
             f"relu_attention backward: dout must be {tuple(q.shape[:-1]) + (v.size(-1),)} {q.dtype} on {q.device}, "
@@ -1140,12 +1161,14 @@ def _key_block_pass(
     ``relu_attention_bwd`` (also dQ, summed in fp32 with atomic adds); returns (dq or None,
     dk, dv)."""
     signature = _backward_signature(
-        kernel, dout, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, dropout_p, dsums
+        kernel, dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, dropout_p, dsums
     )
     plan = _KEY_BLOCK_PLANS.get(signature) or remember(
         _KEY_BLOCK_PLANS,
         signature,
-        _key_block_plan(kernel, dout, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, dropout_p, dsums),
+        _key_block_plan(
+            kernel, dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, dropout_p, dsums
+        ),
     )
     dout = dout if dout.stride(-1) == 1 else dout.contiguous()
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
@@ -1153,7 +1176,7 @@ def _key_block_pass(
     with_dq = kernel == "relu_attention_bwd"
     dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if with_dq else None
     tensors = (
-        q, k, v, _pad_tensor(key_padding, q), dout, row_scale if row_scaled else _placeholder(q, torch.float32),
+        q, k, v, _pad_tensor(key_padding, q), dout, _row_scale_arg(row_scale, row_scaled, q),
         _seed_arg(seed, dropout_p, q), _sums_grad(dsums, q), dk, dv,
         _placeholder(q, torch.float32) if dq_acc is None else dq_acc,
     )  # fmt: skip
@@ -1161,8 +1184,10 @@ def _key_block_pass(
     return (None if dq_acc is None else dq_acc.to(q.dtype)), dk, dv
 
 
-def _key_block_plan(kernel, dout, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, dropout_p, dsums):
-    _check_backward(dout, q, k, v, key_padding, kv_groups, dsums)
+def _key_block_plan(
+    kernel, dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, dropout_p, dsums
+):
+    _check_backward(dout, q, k, v, key_padding, row_scale, row_scaled, kv_groups, dsums)
     bsz, heads, tgt, d = q.shape
     kv_bsz, _, src, _ = k.shape
     kv_strides = _meta_strides(k.shape)[:3]  # dk, dv: contiguous, k's shape
@@ -1221,25 +1246,26 @@ def _one_pass_fake(
 def _dq_impl(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, seed, dropout_p, dsums=None):
     """dq, (B, H, T, d) in the dtype of q."""
     signature = _backward_signature(
-        "relu_attention_bwd_dq", dout, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, dropout_p, dsums
-    )
+        "relu_attention_bwd_dq", dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled,
+        dropout_p, dsums,
+    )  # fmt: skip
     plan = _DQ_PLANS.get(signature) or remember(
         _DQ_PLANS,
         signature,
-        _dq_plan(dout, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, dropout_p, dsums),
+        _dq_plan(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, dropout_p, dsums),
     )
     dout = dout if dout.stride(-1) == 1 else dout.contiguous()
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     tensors = (
-        q, k, v, _pad_tensor(key_padding, q), dout, row_scale if row_scaled else _placeholder(q, torch.float32),
+        q, k, v, _pad_tensor(key_padding, q), dout, _row_scale_arg(row_scale, row_scaled, q),
         _seed_arg(seed, dropout_p, q), _sums_grad(dsums, q), dq,
     )  # fmt: skip
     _launch(plan, tensors)
     return dq
 
 
-def _dq_plan(dout, q, k, v, key_padding, causal, kv_groups, scale, row_scaled, dropout_p, dsums) -> _Plan:
-    _check_backward(dout, q, k, v, key_padding, kv_groups, dsums)
+def _dq_plan(dout, q, k, v, key_padding, row_scale, causal, kv_groups, scale, row_scaled, dropout_p, dsums) -> _Plan:
+    _check_backward(dout, q, k, v, key_padding, row_scale, row_scaled, kv_groups, dsums)
     bsz, heads, tgt, d = q.shape
     cfg = _config("relu_attention_bwd_dq", q.dtype, d, _is_long(tgt, k.size(2)), dropout_p > 0, dsums is not None)
     grid = (_blocks(tgt, cfg["constexprs"]["BLOCK_M"]), bsz, heads)

@@ -313,6 +313,28 @@ def test_cpu_tensors_run_in_the_interpreter_without_triton_interpret(monkeypatch
         fused._plan(fused.launch_configs()[0], (1,), torch.device("meta"), torch.float32, ())
 
 
+def test_a_strided_rstd_is_read_by_its_strides():
+    """A direct caller of ``fsa::rms_norm_bwd`` may pass r as any view: every other element
+    of a longer tensor, or a transposed (rows, cols) one.  The op gives what it gives for
+    the same values laid out contiguously (the kernel itself reads r of row i at i).  An r
+    of another dtype or shape is one clear error."""
+    norm, z, upstream = make("gated_rmsnorm", 96, torch.float32, rows=(4, 6))
+    w, gw = norm.weight.detach(), norm.gate_weight.detach()
+    _, rstd = torch.ops.fsa.rms_norm_fwd(z, w, gw, norm.eps, 1e-2)
+    expected = torch.ops.fsa.rms_norm_bwd(upstream, z, w, gw, rstd, 1e-2)
+    every_other = torch.stack([rstd.reshape(-1), torch.full((24,), 7.0)], dim=1).reshape(-1)[::2]
+    transposed = rstd.t().contiguous().t()
+    for strided in (every_other.view(4, 6), transposed):
+        assert not strided.is_contiguous() and torch.equal(strided, rstd)
+        got = torch.ops.fsa.rms_norm_bwd(upstream, z, w, gw, strided, 1e-2)
+        assert all(torch.equal(a, b) for a, b in zip(got, expected))
+    flat = torch.ops.fsa.rms_norm_bwd(upstream.view(24, 96), z.view(24, 96), w, gw, every_other, 1e-2)
+    assert all(torch.equal(a.reshape(b.shape), b) for a, b in zip(flat, expected))
+    for wrong in (rstd.half(), rstd[:, :5], upstream):  # another dtype or shape: one clear error
+        with pytest.raises(ValueError, match=r"fused RMSNorm backward: .* \(rstd: the forward's, float32\)"):
+            torch.ops.fsa.rms_norm_bwd(upstream, z, w, gw, wrong, 1e-2)
+
+
 def test_fake_tensors_give_shapes_and_dtypes_without_a_kernel():
     from torch._subclasses.fake_tensor import FakeTensorMode
 

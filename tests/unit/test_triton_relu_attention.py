@@ -538,6 +538,36 @@ def test_a_padding_mask_laid_out_with_other_strides():
     assert rel(out, reference(q, k, v, pad)) <= 1e-5
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])  # two passes, one pass
+def test_the_backward_ops_read_the_row_factors_by_their_strides_and_refuse_wrong_ones(dtype):
+    """A direct caller of the backward ops may pass the row factors c (B, H, T) as any view
+    (here every other element of a longer tensor): they give what the contiguous c gives.
+    A c of another shape, dtype or device is one clear error, where the kernels would read
+    past it."""
+    g = torch.Generator().manual_seed(11)
+    q, dout = (torch.randn(2, 2, 5, 32, generator=g).to(dtype) for _ in range(2))
+    k, v = (torch.randn(2, 2, 6, 32, generator=g).to(dtype) for _ in range(2))
+    pad = padding(2, 6, [6, 4])
+    rs = torch.rand(2, 2, 5, generator=g) + 0.5
+    strided = torch.stack([rs.reshape(-1), torch.full((20,), 9.0)], dim=1).reshape(-1)[::2].view(2, 2, 5)
+    assert not strided.is_contiguous() and torch.equal(strided, rs)
+    ops = (ra.relu_attention_bwd_dkdv, ra.relu_attention_bwd_dq) + (
+        (ra.relu_attention_bwd,) if dtype != torch.float32 else ()
+    )
+    for op in ops:
+        args = (False, 1, 0.5, True, None, 0.0)
+        expected = op(dout, q, k, v, pad, rs, *args)
+        got = op(dout, q, k, v, pad, strided, *args)
+        for a, b in zip(
+            got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,)
+        ):
+            assert torch.allclose(a, b, rtol=0, atol=1e-6 if op is not ra.relu_attention_bwd else 1e-2)
+        for wrong in (rs[:, :, :4], rs.double()):
+            with pytest.raises(ValueError, match=r"the row factors must be \(2, 2, 5\) float32"):
+                op(dout, q, k, v, pad, wrong, *args)
+        op(dout, q, k, v, pad, rs[:, :, :4], False, 1, 0.5, False, None, 0.0)  # unread when not row-scaled
+
+
 def test_the_launch_grid_serves_exactly_65535_batch_entries_and_heads():
     """CUDA's grid holds at most 65,535 in its second and third dimensions: 65,535 batch
     entries (or heads) are served, 65,536 are not (expanded views: no memory)."""
