@@ -21,7 +21,7 @@ TEST_WORKERS ?= 2
 test:               ## the whole test suite: tests/unit + tests/integration (small real runs), TEST_WORKERS processes
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30 tests/unit tests/integration
 
-test-fast:          ## tests/unit only: no training run (about two minutes on 2 idle cores)
+test-fast:          ## tests/unit only: no training run (about five minutes on 2 idle cores)
 	$(PYTHON) -m pytest -q tests/unit
 
 test-fairseq:       ## fairseq 0.12.3's own tests (FAIRSEQ_TESTS_DIR, from a temporary copy) stock and with the plugin; fails on an unlisted difference (docs/install.md)
