@@ -37,7 +37,10 @@
 #               1,024 tokens, $SWEEP_LENGTHS), each checked once then timed against flash at
 #               each length, the backward's tiles first: ~4 min (not measured; 1,024 alone
 #               with 20 tiles: ~3 min)
-#   host        benchmarks/bench_host.py on the GPU (real kernels, fp16, wall clock): a
+#   host        benchmarks/launch_costs.py first (~15 s): the host time of one kernel op's
+#               pieces (the dispatch, the implementation, the plan, the C launcher,
+#               Triton's own path) against one aten op; then
+#               benchmarks/bench_host.py on the GPU (real kernels, fp16, wall clock): a
 #               forward + backward of every preset against stock fairseq, at the base size
 #               (8 heads, d 512, 8 x 24 tokens) and at the CPU proxy's shape (1 head, d 32,
 #               2 x 6 tokens): whether the CPU's host-time ratios (docs/performance.md,
@@ -171,7 +174,11 @@ for step in ${STEPS//,/ }; do
         --out "$OUT/sweep.json" > "$WORK/sweep.log" 2>&1; status $? "$WORK/sweep.log" sweep
       grep "^\[kernels\] sweep" "$WORK/sweep.log"; keep none none ;;
     host)
-      say "host: bench_host on CUDA, base size and proxy shape ($(left)s left)"
+      say "host: launch_costs, then bench_host on CUDA, base size and proxy shape ($(left)s left)"
+      timeout $(limit 60) $PY benchmarks/launch_costs.py --device cuda --rounds 9 --min-time 0.05 \
+        --json "$OUT/launch-costs.json" \
+        > "$WORK/launch-costs.log" 2>&1; status $? "$WORK/launch-costs.log" launch-costs
+      grep "^|\|^launch costs\|Error\|error" "$WORK/launch-costs.log" | cut -c1-300
       for shape in base proxy; do
         args="--heads 1 --batch 2 --length 6" lim=80
         [[ $shape == base ]] && args="--heads 8 --width 512 --batch 8 --length 24 --profile 5" lim=110
