@@ -141,6 +141,28 @@ def test_train_generate_bleu(data, name, tmp_path):
         assert len(aligns) == 1000 and re.match(r"A-\d+\t(\d+-\d+ ?)+$", aligns[0])
 
 
+def test_the_triton_backend_trains_as_the_materialized_one_with_update_freq(data, tmp_path):
+    """fairseq-train's own loop (its trainer, fp32 Adam, --update-freq 2, so every
+    parameter's gradient is accumulated over two backwards) on the fused kernels (Triton's
+    interpreter on a CPU; the gated norm's two parameter gradients come out of one op as
+    one tensor) logs the same losses and gradient norms as on the materialized backend."""
+    logs = {}
+    for backend in ("triton", "materialized"):
+        proc = run(
+            [
+                sys.executable, "-m", "fairseq_cli.train", data / "data-bin", "--user-dir", USER_DIR,
+                "--arch", "rela_transformer_wmt_en_de", "--attn-backend", backend,
+                *model_size_flags(layers=1, dim=64, ffn=64, heads=2),  # head dim 32: the kernels' smallest
+                "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "300", "--update-freq", "2",
+                "--max-update", "3", "--no-save", "--disable-validation", "--num-workers", "0", "--seed", "3",
+                "--log-format", "simple", "--log-interval", "1", "--save-dir", tmp_path / backend,
+            ]
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        logs[backend] = re.findall(r"loss=([\d.]+).*?gnorm=([\d.]+)", proc.stdout + proc.stderr)
+    assert len(logs["triton"]) == 3 and logs["triton"] == logs["materialized"], logs
+
+
 @pytest.fixture(scope="session")
 def rela_checkpoint(data, tmp_path_factory):
     save = tmp_path_factory.mktemp("rela_ckpt")
