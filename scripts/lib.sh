@@ -229,11 +229,11 @@ fsa_generate() {
 # paired-bootstrap p-value against it (tools.score --baseline; `significance` in the JSON)
 fsa_score() {
   local name=$1 subset=$2; shift 2
-  local base=()
+  local baseline_flags=()
   local base_gen="$OUT/${FSA_BASELINE:-}/gen.$subset.txt"
-  [[ -n "${FSA_BASELINE:-}" && -f "$base_gen" ]] && base=(--baseline "$base_gen")
+  [[ -n "${FSA_BASELINE:-}" && -f "$base_gen" ]] && baseline_flags=(--baseline "$base_gen")
   "$PY" -m fairseq_sparse_attn.tools.score "$OUT/$name/gen.$subset.txt" \
-    --ref "$DATA_ROOT/raw/$subset.$TGT" --tok-ref "$DATA_ROOT/tok/$subset.$TGT" "${base[@]}" \
+    --ref "$DATA_ROOT/raw/$subset.$TGT" --tok-ref "$DATA_ROOT/tok/$subset.$TGT" "${baseline_flags[@]}" \
     --seed "${FSA_RUN_SEED:-${SEED:-1}}" --json "$OUT/$name/bleu.$subset.json" "$@" || fsa_die "$name: scoring failed"
 }
 
@@ -313,7 +313,7 @@ fsa_curves() {
 # against $FSA_BASELINE's row (when it ran first), sacreBLEU's 95% CI and paired-bootstrap p
 fsa_eval_row() {
   local name=$1 tsv=$2; shift 2
-  local ckpt scores
+  local ckpt
   ckpt=$(fsa_average "$name" "${AVERAGE:-5}")
   fsa_generate "$name" "$ckpt" test "${GEN_ARGS[@]}" > /dev/null
   fsa_score "$name" test "${SCORE_ARGS[@]}" > /dev/null

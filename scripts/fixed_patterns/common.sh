@@ -56,15 +56,16 @@ merges (Raganato et al. used $want, Sec. 4.2); prepare it with data_prep/prepare
 }
 # fp_config_args CONFIG [low]: encoder attention configuration (docs/fixed_patterns.md)
 fp_config_args() {
-  local low=()
+  local low_flags=()
   # the low-resource adaptations: dropout 0.3 and tied embeddings (1k-token batches: FP_TARGET)
-  [[ "${2:-}" == low ]] && low=(--dropout 0.3 $(fsa_share_args))
+  # shellcheck disable=SC2207  # fsa_share_args prints flags: split into words on purpose
+  [[ "${2:-}" == low ]] && low_flags=(--dropout 0.3 $(fsa_share_args))
   case $1 in
-    8L)      echo --arch softmax_transformer_wmt_en_de "${low[@]}" ;;
-    7Ftoken) echo --arch fixed_pattern_transformer_wmt_en_de "${low[@]}" ;;
-    7Fword)  echo --arch fixed_pattern_word_transformer_wmt_en_de "${low[@]}" ;;
-    1L)      echo --arch softmax_transformer_wmt_en_de --encoder-attention-heads 1 "${low[@]}" ;;
-    8F)      echo --arch fixed_pattern_transformer_wmt_en_de --encoder-fixed-patterns 8F "${low[@]}" ;;
+    8L)      echo --arch softmax_transformer_wmt_en_de "${low_flags[@]}" ;;
+    7Ftoken) echo --arch fixed_pattern_transformer_wmt_en_de "${low_flags[@]}" ;;
+    7Fword)  echo --arch fixed_pattern_word_transformer_wmt_en_de "${low_flags[@]}" ;;
+    1L)      echo --arch softmax_transformer_wmt_en_de --encoder-attention-heads 1 "${low_flags[@]}" ;;
+    8F)      echo --arch fixed_pattern_transformer_wmt_en_de --encoder-fixed-patterns 8F "${low_flags[@]}" ;;
     *) fsa_die "unknown configuration '$1' (8L 7Ftoken 7Fword 1L 8F)" ;;
   esac
 }

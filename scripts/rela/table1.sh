@@ -31,6 +31,7 @@ ROWS_SPEC=(
   "12|ReLA-g decoder attention only|--arch softmax_transformer_wmt_en_de --decoder-self-attn-activation relu --decoder-self-attn-output-norm gated_rmsnorm|27.0|27.70"
   "13|ReLA-g cross attention only|--arch softmax_transformer_wmt_en_de --cross-attn-activation relu --cross-attn-output-norm gated_rmsnorm|27.0|27.69"
 )
+# shellcheck disable=SC2046  # the rows' ids, one word each
 fsa_check_selection ROWS "${ROWS:-}" $(printf '%s\n' "${ROWS_SPEC[@]}" | cut -d'|' -f1)
 for spec in "${ROWS_SPEC[@]}"; do
   IFS='|' read -r row name flags paper_sb paper_tok <<< "$spec"

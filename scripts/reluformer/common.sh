@@ -15,6 +15,7 @@ rf_base_args() {  # rf_base_args iwslt14|wmt14
     wmt14)   lr=${LR:-7e-4}; RF_SIZE=wmt_en_de;   GEN_ARGS=(--beam 5 --lenpen 0.6 --batch-size "${GEN_BATCH:-128}") ;;
     *) fsa_die "TASK must be iwslt14 or wmt14, got '$task'" ;;
   esac
+  # shellcheck disable=SC2207  # fsa_share_args prints flags: split into words on purpose
   RF_ARGS=(--optimizer adam --adam-betas '(0.9,0.98)' --lr "$lr" --lr-scheduler inverse_sqrt
            --warmup-updates 4000 --warmup-init-lr 1e-7 --dropout 0.1 --attention-dropout 0.1
            --label-smoothing 0.1 $(fsa_share_args) --max-update "$MAX_UPDATE"
