@@ -18,22 +18,13 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import launch_costs  # noqa: E402
 import triton_host_launch  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from triton.runtime.jit import JITFunction  # noqa: E402
 
 from fairseq_sparse_attn.provenance import check_provenance  # noqa: E402
 
+from helpers import OpLog  # noqa: E402
+
 PIECES = ("op", "impl", "plan", "launcher", "triton")
-
-
-class _Ops(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.names = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(str(func).split(".")[0] + "." + str(func).split(".")[1])
-        return func(*args, **(kwargs or {}))
 
 
 def test_each_piece_launches_as_its_name_says(monkeypatch):
@@ -57,17 +48,17 @@ def test_each_piece_launches_as_its_name_says(monkeypatch):
         for name, job in jobs.items():
             runs.clear()
             before = launches.count
-            with _Ops() as ops:
+            with OpLog() as ops:
                 job()
             kind = name.rsplit("_", 1)[-1]
             assert launches.count - before == (0 if name.startswith("aten_") else 1), name
             assert len(runs) == (1 if kind == "triton" else 0), name  # only the Triton row binds
-            fsa_ops = [n for n in ops.names if n.startswith("fsa.")]
+            fsa_ops = [n for n in ops.ops if n.startswith("fsa.")]
             assert fsa_ops == (
                 [f"fsa.{'rms_norm_fwd' if name.startswith('norm') else 'relu_attention_fwd'}"] if kind == "op" else []
             ), name
             if kind == "impl":
-                assert ops.names and all(n.startswith("aten.") for n in ops.names), name  # its allocations
+                assert ops.ops and all(n.startswith("aten.") for n in ops.ops), name  # its allocations
 
 
 def test_a_run_writes_every_piece_with_provenance(tmp_path, capsys):
