@@ -27,6 +27,9 @@ Interruptions at a known point (for tests/integration/test_resume.py):
 - ``FSA_PROBE_WAIT_AT=6``: after update 6, each rank writes ``DIR/waiting.rankR`` (its pid)
   and waits, at most 120 s, until it has received SIGUSR1 or SIGTERM (the preemption
   patch's flag), so that a test signals or kills a job at a known update;
+- ``FSA_PROBE_SLOW_REQUEUE_S=2``: the preemption patch's ``scontrol requeue`` (master rank)
+  takes 2 s more before and after it runs, as on a loaded machine: the other ranks reach
+  their exit first, and SLURM's SIGTERM for the requeue comes before the next log line;
 - ``FSA_PROBE_KILL_IN_COPY=25``: SIGKILL halfway through writing ``checkpoint_last*``
   while the checkpoint of update 25 is saved (fairseq copies the new checkpoint to
   ``checkpoint_last.pt``; the plugin copies it to a temporary file first).
@@ -149,6 +152,20 @@ def main():
         return original_copyfile(src, dst, *args, **kwargs)
 
     shutil.copyfile = copyfile
+
+    slow_requeue_s = float(os.environ.get("FSA_PROBE_SLOW_REQUEUE_S", 0))
+    if slow_requeue_s:
+        from fairseq_sparse_attn.compat import preemption
+
+        original_requeue = preemption.slurm_requeue
+
+        def slurm_requeue(*args, **kwargs):
+            time.sleep(slow_requeue_s)
+            problem = original_requeue(*args, **kwargs)
+            time.sleep(slow_requeue_s)
+            return problem
+
+        preemption.slurm_requeue = slurm_requeue
 
     Trainer.__init__ = __init__
     Trainer.train_step = train_step

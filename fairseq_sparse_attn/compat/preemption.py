@@ -18,7 +18,10 @@ them stop after the same update.  Then, skipping validation:
    checkpoint is on disk before any rank exits);
 3. on SIGUSR1 inside a SLURM batch job that may be requeued (not ``--no-requeue``), the
    master rank runs ``scontrol requeue $SLURM_JOB_ID``: SLURM ends this run and starts the
-   job again, which resumes from that checkpoint exactly (exact_resume);
+   job again, which resumes from that checkpoint exactly (exact_resume).  SLURM ends the
+   run at once (SIGTERM to every task): from the signal on, every rank lets SIGTERM and
+   SIGUSR1 pass, and the ranks wait for each other again after the requeue (under
+   ``srun --kill-on-bad-exit`` the first rank to exit has the others killed);
 4. every rank exits with status 128 + the signal (138 for SIGUSR1, 143 for SIGTERM), the
    status a killed process would have had, so that no script takes it for a finished run.
 
@@ -57,6 +60,9 @@ class _State:
     previous = None  # {signum: handler} while ours are installed
     forked = False  # a process was forked while training (its signals blocked: _forked_child)
     trained = False  # this process's training loop has started (train() was entered)
+
+    def __init__(self):
+        self.late_signals = []  # signals let pass while exiting after a SIGUSR1 (_while_exiting)
 
 
 _STATE = _State()
@@ -205,7 +211,7 @@ def stop(cfg, trainer, epoch_itr, signum):
 
         save_dir_lock.release_all()  # a requeued job may start on another node
     _barrier(trainer)  # no rank leaves before the checkpoint is on disk
-    _exit(cfg, signum, master, last)
+    _exit(cfg, signum, master, last, trainer)
 
 
 def stop_before_training(cfg, trainer, signum):
@@ -226,22 +232,43 @@ def stop_before_training(cfg, trainer, signum):
 
         save_dir_lock.release_all()
     _barrier(trainer)
-    _exit(cfg, signum, master, os.path.join(cfg.checkpoint.save_dir, "checkpoint_last.pt"))
+    _exit(cfg, signum, master, os.path.join(cfg.checkpoint.save_dir, "checkpoint_last.pt"), trainer)
 
 
-def _exit(cfg, signum, master, last):
-    """Requeue (SIGUSR1 under SLURM, master rank) and exit with 128 + signum."""
+def _while_exiting(signum, frame):
+    """SIGTERM or SIGUSR1 while this rank ends after a SIGUSR1: the requeue itself ends the
+    run (SLURM signals every task with SIGTERM, SIGKILL ``KillWait`` later); the rank is
+    already on its way out and leaves with its own status."""
+    _STATE.late_signals.append(signum)
+
+
+def _exit(cfg, signum, master, last, trainer):
+    """Requeue (SIGUSR1 under SLURM, master rank) and exit with 128 + signum.
+
+    On SIGUSR1, no rank exits before the master rank has requeued and logged it: under
+    ``srun --kill-on-bad-exit`` (train.sbatch) the first task that exits, with 138, has the
+    others killed, and the requeue sends SIGTERM to every task as soon as ``scontrol``
+    returns.  Both cut the master rank's requeue or its log lines short on a loaded machine
+    (a CI run, 2026-11-29: the job requeued, its log did not say so).  So every rank lets
+    those signals pass (:func:`_while_exiting`) and waits for the others after the requeue."""
     name = _name(signum)
     restore_handlers()
-    if signum == REQUEUE_SIGNAL and master:
-        problem = slurm_requeue()
-        if problem is None:
-            logger.info(
-                f"{name}: requeued SLURM job {os.environ['SLURM_JOB_ID']}; it resumes from {last} "
-                "when SLURM starts it again"
-            )
-        else:
-            logger.warning(f"{name}: {problem}")
+    if signum == REQUEUE_SIGNAL:
+        try:
+            for s in SIGNALS:
+                signal.signal(s, _while_exiting)
+        except ValueError:  # not the main thread: the default handlers stay
+            pass
+        if master:
+            problem = slurm_requeue()
+            if problem is None:
+                logger.info(
+                    f"{name}: requeued SLURM job {os.environ['SLURM_JOB_ID']}; it resumes from {last} "
+                    "when SLURM starts it again"
+                )
+            else:
+                logger.warning(f"{name}: {problem}")
+        _barrier(trainer)  # no rank exits before the requeue
     logger.info(f"{name}: exiting with status {128 + signum}")
     for handler in logging.getLogger().handlers:
         handler.flush()

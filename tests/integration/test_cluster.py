@@ -312,7 +312,16 @@ def test_slurm_preemption_signal_saves_requeues_and_the_requeued_job_ends_like_a
     holds a requeued job back for 2 minutes: the test lets it start at once), resumes from
     update 5 and ends with the parameters of the uninterrupted run."""
     save_dir = tmp_path / "ckpt"
-    job = Job(slurm, small_data, tmp_path / "job", save_dir, env_extra={"FSA_PROBE_WAIT_AT": "5"})
+    job = Job(
+        slurm,
+        small_data,
+        tmp_path / "job",
+        save_dir,
+        # the master's requeue 2 s slower before and after scontrol, as under load (a CI
+        # run, 2026-11-29: rank 1 exited first and srun --kill-on-bad-exit, or the
+        # requeue's SIGTERM, ended rank 0 before its requeue line)
+        env_extra={"FSA_PROBE_WAIT_AT": "5", "FSA_PROBE_SLOW_REQUEUE_S": "2"},
+    )
     job.waiting()
     job.signal("--batch", "--signal=USR1")
     wait_for(lambda: job.field("Restarts") == "1", f"job {job.id} requeued")
@@ -341,6 +350,8 @@ def test_slurm_preemption_signal_saves_requeues_and_the_requeued_job_ends_like_a
     state, log = job.wait()
     assert state == "COMPLETED", log[-4000:]
     assert f"[train.sbatch] job {job.id} (restart 1)" in log
+    for rank in (0, 1):  # each rank of the first run ended itself (not killed by the requeue)
+        assert re.search(rf"tasks? (0-1|{rank}): Exited with exit code 138", log), rank
     assert re.search(r"Loaded checkpoint \S+checkpoint_last\.pt \(epoch 1 @ 5 updates\)", log)
     assert [r["update"] for r in records(tmp_path / "job" / "probe")] == list(range(6, UPDATES + 1))
     assert_same_params(tmp_path / "job" / "probe", reference)

@@ -70,6 +70,49 @@ def test_a_failed_requeue_is_one_line_with_scontrol_s_reason():
     assert "\n" not in line
 
 
+def test_after_a_sigusr1_no_rank_exits_before_the_requeue_and_the_requeue_s_sigterm_passes(
+    fresh_state, monkeypatch
+):
+    """SLURM sends SIGTERM to every task as soon as `scontrol requeue` returns: the master
+    rank still logs the requeue and exits with 138; every rank waits for the others after
+    the requeue (srun --kill-on-bad-exit kills the rest when the first rank exits)."""
+    events = []
+
+    def requeue():
+        events.append("requeue")
+        os.kill(os.getpid(), signal.SIGTERM)  # SLURM ending the run; the default would kill us
+        return None
+
+    monkeypatch.setattr(preemption, "slurm_requeue", requeue)
+    monkeypatch.setattr(preemption, "_barrier", lambda trainer: events.append("barrier"))
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    before = {s: signal.getsignal(s) for s in preemption.SIGNALS}
+    assert preemption.install_handlers()
+    with pytest.raises(SystemExit) as ended:
+        preemption._exit(None, signal.SIGUSR1, True, "ckpt/checkpoint_last.pt", trainer=None)
+    assert ended.value.code == 138
+    assert events == ["requeue", "barrier"]
+    assert fresh_state.late_signals == [signal.SIGTERM]
+    events.clear()
+    with pytest.raises(SystemExit) as ended:  # another rank: no requeue, the same wait
+        preemption._exit(None, signal.SIGUSR1, False, "ckpt/checkpoint_last.pt", trainer=None)
+    assert ended.value.code == 138 and events == ["barrier"]
+    for s, handler in before.items():
+        signal.signal(s, handler)
+
+
+def test_after_a_sigterm_no_requeue_and_no_second_wait(fresh_state, monkeypatch):
+    events = []
+    monkeypatch.setattr(preemption, "slurm_requeue", lambda: events.append("requeue"))
+    monkeypatch.setattr(preemption, "_barrier", lambda trainer: events.append("barrier"))
+    before = {s: signal.getsignal(s) for s in preemption.SIGNALS}
+    assert preemption.install_handlers()
+    with pytest.raises(SystemExit) as ended:
+        preemption._exit(None, signal.SIGTERM, True, "ckpt/checkpoint_last.pt", trainer=None)
+    assert ended.value.code == 143 and events == []
+    assert {s: signal.getsignal(s) for s in preemption.SIGNALS} == before
+
+
 MAIN = "def main():\n    return probe()\n"
 
 
