@@ -70,9 +70,7 @@ def test_a_failed_requeue_is_one_line_with_scontrol_s_reason():
     assert "\n" not in line
 
 
-def test_after_a_sigusr1_no_rank_exits_before_the_requeue_and_the_requeue_s_sigterm_passes(
-    fresh_state, monkeypatch
-):
+def test_after_a_sigusr1_no_rank_exits_before_the_requeue_and_the_requeue_s_sigterm_passes(fresh_state, monkeypatch):
     """SLURM sends SIGTERM to every task as soon as `scontrol requeue` returns: the master
     rank still logs the requeue and exits with 138; every rank waits for the others after
     the requeue (srun --kill-on-bad-exit kills the rest when the first rank exits)."""
