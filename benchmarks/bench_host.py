@@ -156,6 +156,38 @@ def ops_of(step):
     return counter.total, counter.kernels
 
 
+def launch_paths_of(step):
+    """How one step's kernel launches went (kernels/launch.py: LaunchPlan): ``plan_launches``
+    (every launch of the kernels), ``through_triton`` (those that took Triton's own launch
+    path, ``JITFunction.run``: a plan's first launch, a tensor not 16-byte aligned, a changed
+    device or Triton option; the rest went straight to the compiled kernel's launcher) and
+    ``plans_made`` (plan-cache misses: call signatures not seen before).  After a warm step
+    of one batch shape, a step should launch every kernel directly and make no plan."""
+    from triton.runtime.jit import JITFunction
+
+    from fairseq_sparse_attn.kernels import launch
+
+    counts = {"plan_launches": 0, "through_triton": 0}
+    plan_call, triton_run = launch.LaunchPlan.__call__, JITFunction.run
+
+    def counted_plan(self, tensors):
+        counts["plan_launches"] += 1
+        return plan_call(self, tensors)
+
+    def counted_run(self, *args, **kwargs):
+        counts["through_triton"] += 1
+        return triton_run(self, *args, **kwargs)
+
+    plans_before = sum(len(cache) for cache in launch._PLAN_CACHES)
+    launch.LaunchPlan.__call__, JITFunction.run = counted_plan, counted_run
+    try:
+        step()
+    finally:
+        launch.LaunchPlan.__call__, JITFunction.run = plan_call, triton_run
+    counts["plans_made"] = sum(len(cache) for cache in launch._PLAN_CACHES) - plans_before
+    return counts
+
+
 @contextlib.contextmanager
 def stubbed_launches():
     """The Triton kernels' launches do nothing while inside (module docstring)."""
@@ -250,7 +282,7 @@ def main(argv=None):
         launches = "stubbed"
         stub = stubbed_launches()
     with stub:
-        jobs, ops = {}, {}
+        jobs, ops, paths = {}, {}, {}
         for name in names:
             model = build(name, dictionary, args.heads, width, device, dtype, args.attention_dropout)
             step = step_fn(model, batch)
@@ -258,6 +290,8 @@ def main(argv=None):
             ops[name] = ops_of(step)
             if name.endswith("_triton") and not ops[name][1]:
                 raise SystemExit(f"bench_host: {name} dispatched no kernel op: the triton backend did not serve it")
+            # (stubbed launches never reach a plan: nothing to count)
+            paths[name] = launch_paths_of(step) if ops[name][1] and launches != "stubbed" else None
             jobs[name] = step
 
         def sync():
@@ -285,6 +319,7 @@ def main(argv=None):
             "speed_vs_stock": summarize_ratios(timed["speed"][name]),
             "ops_per_step": ops[name][0],
             "kernel_ops_per_step": ops[name][1],
+            "launch_paths": paths[name],
         }
     result = {
         "what": "host time of one training step (forward + backward), per preset, against stock fairseq's transformer",
@@ -331,6 +366,13 @@ def format_table(result) -> str:
             f"| {name} | {row['ms_per_step']:.2f} | {s['median']:.3f} [{s['ci95_low']:.3f}, {s['ci95_high']:.3f}] "
             f"({s['min']:.2f}-{s['max']:.2f}) | {row['ops_per_step']:,} |"
         )
+    for name, row in result["presets"].items():
+        paths = row.get("launch_paths")
+        if paths:
+            lines.append(
+                f"{name}, one warm step: {paths['plan_launches']} kernel launches, {paths['through_triton']} of them "
+                f"through Triton's own launch path, {paths['plans_made']} plans made"
+            )
     return "\n".join(lines)
 
 

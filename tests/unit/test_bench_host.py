@@ -32,6 +32,7 @@ def test_it_times_stock_and_a_triton_preset_and_writes_its_json(tmp_path, capsys
     rows = result["presets"]
     assert list(rows) == ["stock", "rela_g_triton"]  # the baseline comes first, always
     assert rows["stock"]["kernel_ops_per_step"] == 0
+    assert rows["rela_g_triton"]["launch_paths"] is None  # stubbed: no launch to count
     # 18 attention calls: forward, one-pass backward (fp16), norm forward and backward
     assert rows["rela_g_triton"]["kernel_ops_per_step"] == 4 * 18
     assert rows["stock"]["speed_vs_stock"]["median"] == 1.0
@@ -131,5 +132,38 @@ def test_with_triton_launches_the_kernels_go_through_triton_s_launch_path():
         triton_host_launch._NullLauncher.__call__ = real
     assert result["kernel_launches"] == "triton launch path, null driver (sm_90)"
     assert result["presets"]["reluformer_triton"]["kernel_ops_per_step"] == 2 * 18
+    # after the warm step, every launch goes straight to the compiled kernel's launcher
+    assert result["presets"]["reluformer_triton"]["launch_paths"] == {
+        "plan_launches": 2 * 18,
+        "through_triton": 0,
+        "plans_made": 0,
+    }
+    assert result["presets"]["stock"]["launch_paths"] is None
     assert seen and set(seen) <= {"_relu_attention_fwd", "_relu_attention_bwd_dkdv"}
     assert triton.runtime.driver._active is driver
+
+
+def test_launch_paths_count_a_step_s_plans_and_triton_s_path():
+    """A step whose plans are new (a batch shape not seen before) makes a plan per call
+    signature and launches each one's first call through Triton's path; the next step of
+    that shape launches directly."""
+    import torch
+    from triton_host_launch import host_only_launches
+
+    import fairseq_sparse_attn.plugin  # noqa: F401
+    from fairseq_sparse_attn.kernels.launch import clear_plans
+    from fairseq_sparse_attn.models.standalone import synthetic_dictionary
+
+    dictionary = synthetic_dictionary(100)
+    with host_only_launches():
+        model = bench_host.build("reluformer_triton", dictionary, 1, 32, torch.device("cpu"), torch.float16)
+        step = bench_host.step_fn(model, bench_host.make_batch(dictionary, 2, 6, torch.device("cpu")))
+        step()
+        clear_plans()
+        fresh = bench_host.launch_paths_of(step)
+        warm = bench_host.launch_paths_of(step)
+    # 2 call signatures (the encoder's self-attention and the cross-attention are the same
+    # call here: source and target of 6 tokens, the source's padding; the decoder's is
+    # causal) x (forward, one-pass backward)
+    assert fresh == {"plan_launches": 36, "through_triton": 4, "plans_made": 4}
+    assert warm == {"plan_launches": 36, "through_triton": 0, "plans_made": 0}
