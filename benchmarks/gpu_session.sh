@@ -185,7 +185,7 @@ for step in ${STEPS//,/ }; do
         timeout "$(limit $lim)" $PY benchmarks/bench_host.py --device cuda $args \
           --presets stock,softmax,rela_g,rela_g_triton,rela_i,reluformer,reluformer_triton --rounds 11 \
           --json "$WORK/host-$shape.json" > "$WORK/host-$shape.log" 2>&1
-        grep -v "^round" "$WORK/host-$shape.log" | grep "^|\|^host\|^where\|top host:\|Error\|error" | cut -c1-400
+        grep -v "^round" "$WORK/host-$shape.log" | grep "^|\|^host\|^where\|top host:\|one warm step:\|Error\|error" | cut -c1-400
       done
       keep none none ;;
     demo)

@@ -111,7 +111,7 @@ def test_with_profile_every_preset_gets_where_its_host_time_goes(tmp_path, capsy
     assert "profile" not in bench_host.main(["--presets", "rela_g_triton", *QUICK])  # off by default
 
 
-def test_with_triton_launches_the_kernels_go_through_triton_s_launch_path():
+def test_with_triton_launches_the_kernels_go_through_triton_s_launch_path(capsys):
     """``--launches triton``: the launches run Triton's compiled launch path with a null
     driver (benchmarks/triton_host_launch.py), and Triton's driver is restored after."""
     import triton
@@ -139,6 +139,11 @@ def test_with_triton_launches_the_kernels_go_through_triton_s_launch_path():
         "plans_made": 0,
     }
     assert result["presets"]["stock"]["launch_paths"] is None
+    # the line the GPU session's host step keeps (benchmarks/gpu_session.sh greps "one warm step:")
+    assert (
+        "reluformer_triton, one warm step: 36 kernel launches, 0 of them through Triton's own launch path, "
+        "0 plans made" in capsys.readouterr().out
+    )
     assert seen and set(seen) <= {"_relu_attention_fwd", "_relu_attention_bwd_dkdv"}
     assert triton.runtime.driver._active is driver
 
