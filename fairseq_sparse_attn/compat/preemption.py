@@ -238,7 +238,9 @@ def stop_before_training(cfg, trainer, signum):
 def _while_exiting(signum, frame):
     """SIGTERM or SIGUSR1 while this rank ends after a SIGUSR1: the requeue itself ends the
     run (SLURM signals every task with SIGTERM, SIGKILL ``KillWait`` later); the rank is
-    already on its way out and leaves with its own status."""
+    already on its way out and leaves with its own status.  It stays installed until the
+    process ends (the interpreter's shutdown included), since the SIGTERM may come late;
+    a caller that catches the SystemExit in-process gets it with it."""
     _STATE.late_signals.append(signum)
 
 
