@@ -78,7 +78,10 @@ def test_after_a_sigusr1_no_rank_exits_before_the_requeue_and_the_requeue_s_sigt
 
     def requeue():
         events.append("requeue")
-        os.kill(os.getpid(), signal.SIGTERM)  # SLURM ending the run; the default would kill us
+        # without the exit's handler, the SIGTERM below would end this test's process: a clear
+        # failure first
+        assert signal.getsignal(signal.SIGTERM) is preemption._while_exiting
+        os.kill(os.getpid(), signal.SIGTERM)  # SLURM ending the run
         return None
 
     monkeypatch.setattr(preemption, "slurm_requeue", requeue)
