@@ -118,14 +118,16 @@ def _with_user_dir(argv):
     return argv + ["--user-dir", user_dir()]
 
 
-def _pop_option(argv, name):
+def _pop_option(argv, name, command="fsa", example=""):
     """(argv without ``name VALUE`` / ``name=VALUE``, VALUE or None)."""
     out, value, i = [], None, 0
     while i < len(argv):
         arg = argv[i]
         if arg == name:
             if i + 1 >= len(argv):
-                raise SystemExit(f"{name} needs a value, e.g. {name} 0,7")
+                raise SystemExit(
+                    f"{command}: error: {name} needs a value" + (f", e.g. {name} {example}" if example else "")
+                )
             value = argv[i + 1]
             i += 2
             continue
@@ -139,7 +141,7 @@ def _pop_option(argv, name):
 
 def _model_overrides(command, argv):
     """The dict of ``--model-overrides`` (fairseq ends in a traceback on anything else)."""
-    _, overrides = _pop_option(argv, "--model-overrides")
+    _, overrides = _pop_option(argv, "--model-overrides", command, "\"{'attn_backend': 'auto'}\"")
     try:
         merged = ast.literal_eval(overrides) if overrides else {}
     except (ValueError, SyntaxError):
@@ -154,7 +156,7 @@ def with_head_masking(argv, command="fsa-generate"):
     one line, ``<command>: error: ...``, before anything is loaded."""
     from fairseq_sparse_attn.options.cli import parse_head_list
 
-    argv, heads = _pop_option(argv, "--mask-encoder-heads")
+    argv, heads = _pop_option(argv, "--mask-encoder-heads", command, "0,7")
     if heads is None:
         return argv
     try:
@@ -184,6 +186,7 @@ def _required_flags(command, argv):
         return
     _check_user_dir(command, argv)
     _check_values(command, argv)
+    _check_combinations(command, argv)
     if command == "fsa-train" and not _flag_given(argv, "--arch", "-a"):
         raise SystemExit(
             "fsa-train: error: --arch is required, e.g. --arch "
@@ -241,7 +244,43 @@ _VALUE_RULES = (
     (("fsa-generate", "fsa-interactive"), "--nbest", lambda x: x >= 1 and x == int(x), "a whole number >= 1"),
     (("fsa-generate", "fsa-interactive"), "--temperature", lambda x: x > 0, "> 0"),
     (("fsa-generate", "fsa-interactive"), "--sampling-topp", lambda x: x <= 1, "<= 1 (0 or below: off)"),
+    (("fsa-generate", "fsa-interactive"), "--min-len", lambda x: x >= 0 and x == int(x), "a whole number >= 0"),
+    (("fsa-generate", "fsa-interactive"), "--diverse-beam-groups", lambda x: x == int(x), "a whole number"),
+    (("fsa-train",), "--warmup-updates", lambda x: x >= 0 and x == int(x), "a whole number >= 0"),
 )
+
+
+def _flag_number(argv, flag, default):
+    """The number the last ``flag`` of ``argv`` gives (``default`` without one or for a
+    value that is not a number: argparse reports that itself)."""
+    value = _number(_option_value(argv, flag, last=True) or "")
+    return default if value is None else value
+
+
+def _check_combinations(command, argv):
+    """Values that are fine alone and fail together, in fairseq after the model loaded (an
+    AssertionError, a ValueError or a ZeroDivisionError traceback); fairseq's defaults
+    where a flag is not given."""
+    if command in ("fsa-generate", "fsa-interactive"):
+        beam, groups = _flag_number(argv, "--beam", 5), _flag_number(argv, "--diverse-beam-groups", -1)
+        if groups > 0 and beam % groups:
+            raise SystemExit(
+                f"{command}: error: --diverse-beam-groups {groups:g}: --beam {beam:g} must be a multiple of it"
+            )
+        min_len, a, b = (
+            _flag_number(argv, f, d) for f, d in (("--min-len", 1), ("--max-len-a", 0), ("--max-len-b", 200))
+        )
+        if a == 0 and min_len > b:  # with --max-len-a 0 every output is at most --max-len-b long
+            raise SystemExit(
+                f"{command}: error: --min-len {min_len:g} is above the longest output --max-len-a {a:g} "
+                f"--max-len-b {b:g} allow ({b:g})"
+            )
+    if command == "fsa-train" and _option_value(argv, "--lr-scheduler", last=True) == "inverse_sqrt":
+        if _flag_number(argv, "--warmup-updates", 4000) == 0:
+            raise SystemExit(
+                "fsa-train: error: --warmup-updates 0: --lr-scheduler inverse_sqrt needs at least 1 "
+                "(its decay starts from the warmup's last learning rate)"
+            )
 
 
 def _check_values(command, argv):
@@ -264,8 +303,17 @@ def _check_values(command, argv):
         why = "is a directory" if os.path.isdir(source) else "does not exist"  # a pipe (<(zcat ...)) is read
         raise SystemExit(f"{command}: error: --input {source} {why} (a text file, or - for standard input)")
     results = _option_value(argv, "--results-path", last=True) if command == "fsa-generate" else None
-    if results is not None and os.path.exists(results) and not os.path.isdir(results):
-        raise SystemExit(f"{command}: error: --results-path {results} is a file (a directory, created when missing)")
+    if results is not None:
+        target = existing = os.path.abspath(results)
+        while not os.path.exists(existing):
+            existing = os.path.dirname(existing)
+        why = None
+        if not os.path.isdir(existing):
+            why = "is a file" if existing == target else f"is inside {existing}, a file"
+        elif not os.access(existing, os.W_OK | os.X_OK):
+            why = f"cannot be written: {existing} is not writable"
+        if why is not None:
+            raise SystemExit(f"{command}: error: --results-path {results} {why} (a directory, created when missing)")
 
 
 def _check_user_dir(command, argv):
@@ -335,7 +383,56 @@ def _checkpoint_task(path):
         return None
 
 
-def _run(module_name, mask_heads=False, log_stream=None, checks_input=False):
+def _restore_failure(e, argv):
+    """fairseq's "Cannot load model parameters from checkpoint X" (``--restore-file`` of a
+    model another ``--arch`` or other model flags built) in one line, with the first line
+    of what torch said and the checkpoint's architecture."""
+    cause = e.__context__
+    lines = [line.strip() for line in str(cause or "").splitlines() if line.strip()]
+    said = " ".join(lines[:2])  # torch: "Error(s) in loading state_dict for M:", then the first kind of error
+    said = said if len(said) <= 240 else said[:240] + "..."
+    path = str(e).split("checkpoint ", 1)[1].split("; please", 1)[0]
+    cfg = None
+    try:
+        from fairseq_sparse_attn.compat.resume_config_check import saved_model_args
+
+        cfg = saved_model_args(path)
+    except Exception:  # the checkpoint loaded a moment ago; its record is only a hint
+        pass
+    saved = getattr(cfg, "arch", None) or getattr(cfg, "_name", None)
+    asked = _option_value(argv, "--arch", last=True) or _option_value(argv, "-a", last=True)
+    what = f"it holds a {saved} model and this run builds {asked}" if saved and asked and saved != asked else ""
+    what = what or "its model's flags differ from this run's"
+    return (
+        f"--restore-file {path}: cannot load its model parameters: {what} ({said}); "
+        "train with the checkpoint's --arch and model flags, or start from another checkpoint"
+    )
+
+
+#: fairseq exceptions that a user's flags cause, raised after the work began: (type, start
+#: of the message, the one line to say instead)
+_FAIRSEQ_FAILURES = (
+    (
+        AssertionError,
+        "min_len cannot be larger than max_len",
+        lambda e, argv: (
+            "--min-len is above the longest output that --max-len-a / --max-len-b allow for a "
+            "sentence of this data (max_len_a * source length + max_len_b): lower --min-len or raise --max-len-b"
+        ),
+    ),
+    (Exception, "Cannot load model parameters from checkpoint", _restore_failure),
+)
+
+
+def _known_failure(e, argv):
+    """The one line for an exception of :data:`_FAIRSEQ_FAILURES`, or None."""
+    for kind, start, say in _FAIRSEQ_FAILURES:
+        if type(e) is kind and str(e).startswith(start):
+            return say(e, argv)
+    return None
+
+
+def _run(module_name, mask_heads=False, log_stream=None, checks_input=False, prepare=None):
     import importlib
 
     command = os.path.basename(sys.argv[0]) or "fsa"
@@ -359,12 +456,25 @@ def _run(module_name, mask_heads=False, log_stream=None, checks_input=False):
         unk_check.install(command, bpe, codes, LOADED_RECORDS)
     sys.argv = [sys.argv[0]] + _with_user_dir(argv)
     errors = _user_errors()
+    module = importlib.import_module(module_name)
+    if prepare is not None:
+        prepare(module)
     try:
-        importlib.import_module(module_name).cli_main()
+        module.cli_main()
     except errors as e:
         if os.environ.get("FSA_TRACEBACK") == "1":
             raise
         raise SystemExit(f"{command}: error: {' '.join(str(e).split())}") from None
+    except KeyboardInterrupt:
+        if os.environ.get("FSA_TRACEBACK") == "1" or command == "fsa-train":
+            raise  # training: where it stopped is worth its traceback
+        print(f"{command}: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+    except Exception as e:
+        said = None if os.environ.get("FSA_TRACEBACK") == "1" else _known_failure(e, argv)
+        if said is None:
+            raise
+        raise SystemExit(f"{command}: error: {said}") from None
 
 
 # ---------------------------------------------------------------------------- --help
@@ -454,8 +564,24 @@ def train():
     _run("fairseq_cli.train")
 
 
+def _results_written_whole(module):
+    """fairseq opens ``--results-path``'s ``generate-SUBSET.txt`` for writing before it
+    loads anything: a wrong ``--path``, an error later on or a Ctrl-C left it empty or cut
+    short, the previous run's results gone.  Its ``open`` (the one in fairseq_cli.generate)
+    now writes under a temporary name, renamed over the file when generation completes."""
+    from fairseq_sparse_attn.writers import replaced_when_complete
+
+    module.open = replaced_when_complete
+
+
 def generate():
-    _run("fairseq_cli.generate", mask_heads=True, log_stream=sys.stderr, checks_input=True)
+    _run(
+        "fairseq_cli.generate",
+        mask_heads=True,
+        log_stream=sys.stderr,
+        checks_input=True,
+        prepare=_results_written_whole,
+    )
 
 
 def interactive():

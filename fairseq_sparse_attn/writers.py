@@ -11,6 +11,8 @@ The same record (pid, host) names the holder of a save-dir lock
 (:mod:`fairseq_sparse_attn.compat.save_dir_lock`).
 """
 
+import builtins
+import contextlib
 import os
 import re
 import socket
@@ -111,6 +113,16 @@ def unwritable_file(path, flag):
     return None
 
 
+def same_file(path, flag, other, what):
+    """None unless ``path`` (given as ``flag``) names the file ``other`` (``what``: how the
+    message calls it) names, when writing it would destroy that input; else that, in one
+    line."""
+    a, b = os.path.realpath(os.fspath(path)), os.path.realpath(os.fspath(other))
+    if a == b or (os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)):
+        return f"{flag} {path} is {what} ({other}): writing it would replace that"
+    return None
+
+
 def write_text(path, text):
     """``text`` into ``path`` (UTF-8; missing parent folders created) by a rename: a
     reader, or a run that is killed, never leaves a part of it."""
@@ -120,6 +132,26 @@ def write_text(path, text):
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+@contextlib.contextmanager
+def replaced_when_complete(path, mode="r", *args, **kwargs):
+    """``open(path, mode, ...)``, except that a file opened for writing (``"w"``) is written
+    under :func:`temporary_name` and renamed over ``path`` only when the ``with`` block ends
+    without an exception: an error or a Ctrl-C leaves an earlier ``path`` as it was and no
+    part of the new one.  Other modes open ``path`` itself."""
+    if "w" not in mode:
+        with builtins.open(path, mode, *args, **kwargs) as f:
+            yield f
+        return
+    tmp = temporary_name(os.fspath(path))
+    try:
+        with builtins.open(tmp, mode, *args, **kwargs) as f:
+            yield f
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

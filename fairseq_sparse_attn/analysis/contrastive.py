@@ -10,6 +10,7 @@ group.  Formats ``plain``, ``lingeval97``, ``contrawsd``, ``mucow``, the decisio
 import argparse
 import json
 import os
+import sys
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -17,7 +18,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from ..errors import OneLineErrorParser
-from ..writers import unwritable_file, write_text
+from ..writers import same_file, unwritable_file, write_text
 
 # text, encoders, batches and the checkpoint loader are the analyses' own (re-exported here)
 from .loading import (  # noqa: F401
@@ -535,7 +536,9 @@ def cli_main(argv=None) -> Dict:
             parser.error(f"--error-types: give error types separated by commas, got {args.error_types!r}")
     try:
         items = read_items(args.format, args.inputs, args.group_file, args.group_by, error_types)
-    except (ValueError, FileNotFoundError) as e:
+    except OSError as e:  # a missing input, a directory, an unreadable file
+        parser.error(f"{e.filename}: {e.strerror}" if e.filename and e.strerror else str(e))
+    except ValueError as e:
         parser.error(str(e))
     if args.max_items is not None:
         items = items[: args.max_items]
@@ -543,10 +546,20 @@ def cli_main(argv=None) -> Dict:
         check_items(items, args.format, args.inputs)
     except ValueError as e:
         parser.error(str(e))
-    for flag, path in (("--output-json", args.output_json), ("--output-tsv", args.output_tsv)):
-        reason = path and unwritable_file(path, flag)
+    outputs = [(f, p) for f, p in (("--output-json", args.output_json), ("--output-tsv", args.output_tsv)) if p]
+    for flag, path in outputs:
+        reason = unwritable_file(path, flag)
+        for other, what in [(i, "an input") for i in args.inputs] + [(args.path, "the checkpoint")]:
+            reason = reason or same_file(path, flag, other, what)
         if reason:
             parser.error(reason)
+    if len(outputs) == 2 and same_file(args.output_json, "--output-json", args.output_tsv, "--output-tsv"):
+        parser.error(same_file(args.output_json, "--output-json", args.output_tsv, "--output-tsv"))
+    if args.bpe_codes is not None and not os.path.isfile(args.bpe_codes):
+        parser.error(
+            f"--bpe-codes {args.bpe_codes}: "
+            + ("is a directory" if os.path.isdir(args.bpe_codes) else "does not exist")
+        )
     average_groups = [g.strip() for g in args.average_groups.split(",") if g.strip()] if args.average_groups else None
     if args.average_groups is not None and not average_groups:
         parser.error(f"--average-groups: give group names separated by commas, got {args.average_groups!r}")
@@ -569,20 +582,24 @@ def cli_main(argv=None) -> Dict:
     encode_source = build_encoder(args.tokenizer, args.bpe_codes, src_lang)
     encode_target = build_encoder(args.tokenizer, args.bpe_codes, tgt_lang)
 
-    report, decisions = evaluate(
-        model,
-        items,
-        task.source_dictionary,
-        task.target_dictionary,
-        encode_source,
-        encode_target,
-        unit=args.decision or DEFAULT_DECISION[args.format],
-        batch_size=args.batch_size,
-        max_tokens=args.max_tokens,
-        device=device,
-        progress=not args.no_progress,
-        average_groups=average_groups,
-    )
+    try:
+        report, decisions = evaluate(
+            model,
+            items,
+            task.source_dictionary,
+            task.target_dictionary,
+            encode_source,
+            encode_target,
+            unit=args.decision or DEFAULT_DECISION[args.format],
+            batch_size=args.batch_size,
+            max_tokens=args.max_tokens,
+            device=device,
+            progress=not args.no_progress,
+            average_groups=average_groups,
+        )
+    except ValueError as e:  # a sentence longer than the model's positions; items of two groups
+        where = "line" if args.format == "plain" else "item"
+        parser.error(f"{' / '.join(args.inputs)}, {str(e).replace('item ', where + ' ', 1)}")
     report["decision"] = args.decision or DEFAULT_DECISION[args.format]
     report["checkpoint"] = os.path.abspath(args.path)
     report["inputs"] = [os.path.abspath(p) for p in args.inputs]
@@ -605,6 +622,9 @@ def main(argv=None) -> None:
     """The ``fsa-contrastive`` command: exit status 0 on success (a console script passes
     what its function returns to ``sys.exit``, so :func:`cli_main`'s report would read as
     a failure)."""
+    from ..cli import configure_logging
+
+    configure_logging(sys.stderr)  # fairseq's format on stderr, INFO (LOGLEVEL=...), as the fsa-* wrappers
     cli_main(argv)
 
 

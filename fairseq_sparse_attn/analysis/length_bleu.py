@@ -42,11 +42,12 @@ def read_generate_output(path: str) -> Tuple[List[str], List[str]]:
     """(references, hypotheses) ordered by sentence id, from a fairseq-generate log.
 
     Lines other than T-/H-/D- are ignored.  Raises ``ValueError`` naming the file and line
-    for a malformed T/H/D line, and naming the sentence ids that lack a reference or a
-    hypothesis."""
+    for a malformed T/H/D line or a second reference of one sentence (two runs in one
+    file), and naming the sentence ids that lack a reference or a hypothesis."""
     refs: Dict[int, str] = {}
     hyps: Dict[int, str] = {}
     detok: Dict[int, str] = {}
+    ref_line: Dict[int, int] = {}
     for lineno, line in enumerate(read_lines(path), 1):  # split on "\n" only (text_lines)
         if line[:2] not in ("T-", "H-", "D-"):
             continue
@@ -57,7 +58,12 @@ def read_generate_output(path: str) -> Tuple[List[str], List[str]]:
             )
         kind, sid, rest = m.group(1), int(m.group(2)), m.group(3)
         if kind == "T":
-            refs[sid] = rest
+            if sid in ref_line:  # a second run appended (>>): its hypotheses would pair with the first's
+                raise ValueError(
+                    f"{path}:{lineno}: a second 'T-{sid}' line (the first is line {ref_line[sid]}): "
+                    "the output of more than one fairseq-generate run? score each run's output alone"
+                )
+            refs[sid], ref_line[sid] = rest, lineno
             continue
         parts = rest.split("\t", 1)
         try:
@@ -134,7 +140,7 @@ def cli_main(argv=None):
     """Runs ``fsa-length-bleu``; returns the rows (library use: :func:`main` is the command)."""
     from sacrebleu.metrics import BLEU
 
-    from ..writers import unwritable_file, write_text
+    from ..writers import same_file, unwritable_file, write_text
 
     parser = OneLineErrorParser(prog="fsa-length-bleu", description=__doc__.split("\n\n")[0])
     parser.add_argument("generate_output", help="stdout of fairseq-generate (T-/H-/D- lines)")
@@ -146,14 +152,19 @@ def cli_main(argv=None):
         BLEU(tokenize=args.tokenize)
     except Exception as e:  # sacreBLEU's KeyError or its own message for a tokenizer it lacks
         parser.error(f"--tokenize {args.tokenize}: not a sacreBLEU tokenizer ({type(e).__name__}: {e})")
-    for flag, path in (("--json", args.json), ("--tsv", args.tsv)):
-        reason = path and unwritable_file(path, flag)
+    outputs = [(flag, path) for flag, path in (("--json", args.json), ("--tsv", args.tsv)) if path]
+    for flag, path in outputs:
+        reason = unwritable_file(path, flag) or same_file(path, flag, args.generate_output, "the generate output")
         if reason:
-            sys.exit(f"fsa-length-bleu: {reason}")
+            sys.exit(f"fsa-length-bleu: error: {reason}")
+    if len(outputs) == 2 and same_file(args.json, "--json", args.tsv, "--tsv"):
+        sys.exit(f"fsa-length-bleu: error: {same_file(args.json, '--json', args.tsv, '--tsv')}")
     try:
         refs, hyps = read_generate_output(args.generate_output)
-    except (OSError, ValueError) as e:
-        sys.exit(f"fsa-length-bleu: {e}")
+    except OSError as e:
+        sys.exit(f"fsa-length-bleu: error: {args.generate_output}: {e.strerror or e}")
+    except ValueError as e:
+        sys.exit(f"fsa-length-bleu: error: {e}")
     rows = bleu_by_length(refs, hyps, tokenize=args.tokenize)
     print(format_table(rows))
     if args.tsv:  # first: the JSON (with provenance) is the record that the run finished

@@ -284,7 +284,9 @@ def read_lines(path, blank_tail: bool = False) -> List[str]:
 
 def read_text_lines(path: str) -> List[str]:
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"text file not found: {path}")
+        raise FileNotFoundError(
+            f"{path} is a directory, not a text file" if os.path.isdir(path) else f"text file not found: {path}"
+        )
     return read_lines(path)
 
 

@@ -106,7 +106,7 @@ def check_dictionaries(path, state, task):
     record = state.get(RECORD_KEY) if isinstance(state, dict) else None
     saved = (record or {}).get("dictionaries") or {}
     dictionaries = _task_dictionaries(task)
-    check_direction(path, saved, {side: lang for side, (lang, _) in dictionaries.items()})
+    check_direction(path, *_trained_languages(state, saved), {side: lang for side, (lang, _) in dictionaries.items()})
     for side, (lang, dictionary) in dictionaries.items():
         want = saved.get(side)
         if not want:
@@ -129,19 +129,41 @@ def check_dictionaries(path, state, task):
         )
 
 
-def check_direction(path, saved, langs):
-    """DictionaryMismatch when the task's languages are the recorded ones swapped (``-s de
-    -t en`` for a model trained en->de): with a joined dictionary the ids still match, and
-    the model would translate from its own target language with nothing said.  Other names
-    (a test set binarized as ``deu``/``eng`` with the model's dictionaries) are allowed."""
-    trained = {side: (saved.get(side) or {}).get("lang") for side in ("source", "target")}
+def _trained_languages(state, saved):
+    """({"source": lang, "target": lang}, where they come from): the record's languages;
+    for a checkpoint without a record (stock fairseq's, an older one's) those of the task
+    it saved (``cfg.task``, or ``args`` of a pre-hydra checkpoint); None where unknown."""
+    recorded = {side: (saved.get(side) or {}).get("lang") for side in ("source", "target")}
+    if None not in recorded.values():
+        return recorded, "recorded"
+    task = None
+    if isinstance(state, dict):
+        cfg = state.get("cfg")
+        try:
+            task = cfg.get("task") if cfg is not None else None
+        except (AttributeError, TypeError):
+            task = None
+        if task is None and state.get("args") is not None:
+            task = vars(state["args"])
+    if task is None:
+        return recorded, "recorded"
+    langs = {side: task.get(f"{side}_lang") if hasattr(task, "get") else None for side in ("source", "target")}
+    return langs, "saved task's"
+
+
+def check_direction(path, trained, where, langs):
+    """DictionaryMismatch when the task's languages are the checkpoint's (``trained``, from
+    ``where``: its record, or its saved task's) swapped (``-s de -t en`` for a model
+    trained en->de): with a joined dictionary the ids still match, and the model would
+    translate from its own target language with nothing said.  Other names (a test set
+    binarized as ``deu``/``eng`` with the model's dictionaries) are allowed."""
     source, target = langs.get("source"), langs.get("target")
     if None in (trained["source"], trained["target"]) or trained["source"] == trained["target"]:
         return
     if source == trained["target"] or target == trained["source"]:
         raise DictionaryMismatch(
             f"-s {source} -t {target}: {path} was trained {trained['source']}->{trained['target']} "
-            f"(its recorded source language is {trained['source']}); give -s {trained['source']} "
+            f"(its {where} source language is {trained['source']}); give -s {trained['source']} "
             f"-t {trained['target']}, or a model of the other direction"
         )
 

@@ -580,15 +580,20 @@ def test_cli_bad_arguments(tmp_path, checkpoint, capsys):
     assert "checkpoint not found: " in capsys.readouterr().err
 
 
-def test_cli_model_overrides_reach_the_model(tmp_path, checkpoint):
+def test_cli_model_overrides_reach_the_model(tmp_path, checkpoint, capsys):
     path, data_bin, _, _ = checkpoint
     src = write(tmp_path / "src.en", "the dog runs .\n")
     good = write(tmp_path / "good.de", "der hund läuft .\n")
     bad = write(tmp_path / "bad.de", "der hund laufen .\n")
     args = [str(data_bin), str(src), str(good), str(bad), "--path", str(path), "--no-progress", "--cpu"]
     assert C.cli_main(args)["overall"]["total"] == 1
-    with pytest.raises(ValueError, match=r"item 1: the correct target has 5 tokens .* at most 4"):
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
         C.cli_main(args + ["--model-overrides", "{'max_target_positions': 4}"])
+    assert (
+        f"{src} / {good} / {bad}, line 1: the correct target has 5 tokens (with EOS) but the model accepts at most 4"
+        in (capsys.readouterr().err)
+    )
 
 
 def test_cli_json_has_provenance_and_the_file_is_announced(tmp_path, checkpoint, capsys):
@@ -678,3 +683,35 @@ def test_the_command_exits_0_and_writes_both_outputs(tmp_path, checkpoint, capsy
     assert C.main(args + ["--output-json", str(out / "r.json"), "--output-tsv", str(out / "d.tsv")]) is None
     assert sorted(p.name for p in out.iterdir()) == ["d.tsv", "r.json"]
     assert (out / "d.tsv").read_text().splitlines()[0] == "item_id\tgroup\tscore_correct\tscore_incorrect\tcorrect"
+
+
+def test_cli_checks_its_files_before_the_model_loads(tmp_path, checkpoint, capsys):
+    """A directory as an input, missing --bpe-codes and an output that names an input: one
+    line before the model loads (the checkpoint path does not exist: a load would say so);
+    a sentence longer than the model's positions: one line naming the files and the line
+    (before: IsADirectoryError and FileNotFoundError tracebacks, the input overwritten, and
+    'item 1: ...' naming no file)."""
+    path, data_bin, _, _ = checkpoint
+    src = write(tmp_path / "src.en", "the dog runs .\nthe dogs run .\n")
+    good = write(tmp_path / "good.de", "der hund läuft .\ndie hunde laufen .\n")
+    bad = write(tmp_path / "bad.de", "der hund laufen .\ndie hunde läuft .\n")
+    missing = str(tmp_path / "no-such.pt")
+    base = [str(data_bin), str(src), str(good), "--path", missing, "--cpu", "--no-progress"]
+    for argv, said in (
+        (base[:3] + [str(tmp_path)] + base[3:], f"error: {tmp_path}: Is a directory"),
+        (base[:3] + [str(bad)] + base[3:] + ["--bpe-codes", str(tmp_path / "codes")], "--bpe-codes "),
+        (base[:3] + [str(bad)] + base[3:] + ["--output-json", str(bad)], f"--output-json {bad} is an input"),
+    ):
+        with pytest.raises(SystemExit):
+            C.cli_main(argv)
+        err = capsys.readouterr().err
+        assert said in err and "no-such.pt" not in err, err
+    assert bad.read_text() == "der hund laufen .\ndie hunde läuft .\n"
+    long_good = write(tmp_path / "long.de", "der hund läuft .\n" + "der " * 1100 + "\n")
+    long_bad = write(tmp_path / "longi.de", "die hund läuft .\n" + "die " * 1100 + "\n")
+    with pytest.raises(SystemExit):
+        C.cli_main(
+            [str(data_bin), str(src), str(long_good), str(long_bad), "--path", str(path), "--cpu", "--no-progress"]
+        )
+    err = capsys.readouterr().err
+    assert f"{src} / {long_good} / {long_bad}, line 2: the correct target has 1101 tokens" in err, err

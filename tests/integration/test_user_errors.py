@@ -436,6 +436,61 @@ def test_mask_encoder_heads_on_a_plugin_checkpoint_changes_the_output(tiny, rela
     assert len(hyps[0]) == 6 and hyps[0] != hyps[1]
 
 
+def test_a_failed_generate_keeps_the_previous_results_file(tiny, rela_checkpoint, tmp_path):
+    """fairseq opens --results-path's generate-test.txt before it loads anything: a typo in
+    --path, or a failure in the search, left it empty (a black-box sweep, 2026-11-29)."""
+    results = tmp_path / "results"
+    common = ("--gen-subset", "test", "--max-tokens", "500", "--results-path", results)
+    proc = fsa("generate", tiny / "data-bin", "--path", rela_checkpoint, *common)
+    assert proc.returncode == 0, text(proc)[1][-3000:]
+    before = (results / "generate-test.txt").read_text()
+    assert "H-0" in before
+    one_line_error(
+        fsa("generate", tiny / "data-bin", "--path", tmp_path / "typo.pt", *common), "fsa-generate: error: ", "typo.pt"
+    )
+    # fails in the search, after the model loaded and the file was opened: a batch whose
+    # longest source has at most 9 tokens may have outputs of 0.1 * 9 - 1 < 1 token
+    proc = fsa(
+        "generate", tiny / "data-bin", "--path", rela_checkpoint, *common, "--max-len-a", "0.1", "--max-len-b", "-1"
+    )
+    one_line_error(proc, "fsa-generate: error: --min-len is above the longest output")
+    assert (results / "generate-test.txt").read_text() == before
+    assert [p.name for p in results.iterdir()] == ["generate-test.txt"]
+
+
+def test_restore_file_of_another_architecture(tiny, rela_checkpoint, tmp_path):
+    """fairseq's bare 'Cannot load model parameters from checkpoint' Exception."""
+    save = tmp_path / "ck"
+    proc = train(tiny / "data-bin", save, "--restore-file", rela_checkpoint, "--reset-optimizer", arch="transformer")
+    one_line_error(
+        proc,
+        f"fsa-train: error: --restore-file {rela_checkpoint}: cannot load its model parameters: ",
+        "it holds a rela_transformer_wmt_en_de model and this run builds transformer",
+        "Unexpected key(s) in state_dict",
+    )
+    assert not list(save.glob("*.pt"))
+
+
+def test_a_swapped_direction_is_refused_for_a_checkpoint_without_a_record(tiny, tmp_path):
+    """A stock fairseq checkpoint (no fsa_record) names its languages in its saved task:
+    -s en -t de on a de->en model with a joined dictionary translated with nothing said."""
+    import torch
+
+    save = tmp_path / "stock"
+    proc = train(tiny / "data-bin", save, "-s", "de", "-t", "en", arch="transformer")
+    assert proc.returncode == 0, text(proc)[1][-3000:]
+    state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    del state["fsa_record"]
+    assert state["cfg"]["task"]["source_lang"] == "de"
+    stock = tmp_path / "stock.pt"
+    torch.save(state, stock)
+    proc = fsa("generate", tiny / "data-bin", "--path", stock, "--gen-subset", "test", "-s", "en", "-t", "de")
+    one_line_error(
+        proc, "fsa-generate: error: -s en -t de: ", "was trained de->en (its saved task's source language is de)"
+    )
+    assert "H-" not in text(proc)[0]
+
+
 # --- Interactive ----------------------------------------------------------------------
 
 

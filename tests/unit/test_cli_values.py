@@ -32,6 +32,9 @@ GENERATE = ["data-bin", "--path", "model.pt"]
         ("fsa-generate", GENERATE + ["--temperature", "0"], "--temperature 0: must be > 0"),
         ("fsa-generate", GENERATE + ["--sampling-topp", "1.5"], "--sampling-topp 1.5: must be <= 1 (0 or below: off)"),
         ("fsa-interactive", GENERATE + ["--nbest", "0"], "--nbest 0: must be a whole number >= 1"),
+        ("fsa-generate", GENERATE + ["--min-len", "-1"], "--min-len -1: must be a whole number >= 0"),
+        ("fsa-generate", GENERATE + ["--diverse-beam-groups", "1.5"], "--diverse-beam-groups 1.5: must be a whole"),
+        ("fsa-train", TRAIN + ["--warmup-updates", "-5"], "--warmup-updates -5: must be a whole number >= 0"),
     ],
 )
 def test_bad_values_are_one_line_before_any_work(command, argv, message):
@@ -51,6 +54,40 @@ def test_files_the_wrappers_read_or_write(tmp_path):
     a_file.write_text("")
     with pytest.raises(SystemExit, match=r"--results-path \S+gen.txt is a file"):
         _required_flags("fsa-generate", GENERATE + ["--results-path", str(a_file)])
+    # under a file: os.makedirs' NotADirectoryError traceback before
+    with pytest.raises(SystemExit, match=r"--results-path \S+gen.txt/a/b is inside \S+gen.txt, a file"):
+        _required_flags("fsa-generate", GENERATE + ["--results-path", str(a_file / "a" / "b")])
+    _required_flags("fsa-generate", GENERATE + ["--results-path", str(tmp_path / "new" / "dir")])
+
+
+@pytest.mark.parametrize(
+    "command,argv,message",
+    [
+        # fairseq's "DiverseBeamSearch requires --beam to be divisible..." after the model loaded
+        ("fsa-generate", GENERATE + ["--diverse-beam-groups", "3", "--beam", "4"], "--diverse-beam-groups 3: --beam 4"),
+        (
+            "fsa-interactive",
+            GENERATE + ["--diverse-beam-groups", "2", "--beam", "5"],
+            "--diverse-beam-groups 2: --beam 5",
+        ),
+        # its "min_len cannot be larger than max_len" assertion, for every sentence
+        ("fsa-generate", GENERATE + ["--max-len-b", "-5"], "--min-len 1 is above the longest output --max-len-a 0"),
+        ("fsa-generate", GENERATE + ["--min-len", "50", "--max-len-b", "10"], "--min-len 50 is above"),
+        # inverse_sqrt divides by its warmup: a ZeroDivisionError after the data loaded
+        ("fsa-train", TRAIN + ["--lr-scheduler", "inverse_sqrt", "--warmup-updates", "0"], "--warmup-updates 0:"),
+    ],
+)
+def test_values_that_fail_together_are_one_line_before_any_work(command, argv, message):
+    with pytest.raises(SystemExit) as e:
+        _required_flags(command, argv)
+    assert str(e.value).startswith(f"{command}: error: {message}"), str(e.value)
+
+
+def test_values_that_work_together_pass():
+    _required_flags("fsa-generate", GENERATE + ["--diverse-beam-groups", "2", "--beam", "4", "--max-len-b", "3"])
+    _required_flags("fsa-generate", GENERATE + ["--max-len-a", "1.2", "--max-len-b", "-2"])  # per sentence: later
+    _required_flags("fsa-train", TRAIN + ["--lr-scheduler", "polynomial_decay", "--warmup-updates", "0"])
+    _required_flags("fsa-train", TRAIN + ["--lr-scheduler", "inverse_sqrt", "--warmup-updates", "1"])
 
 
 def test_good_values_pass():
@@ -207,3 +244,102 @@ def test_the_user_dir_notice_shows_only_when_verbose(monkeypatch):
     assert not _UserDirNotice().filter(notice) and _UserDirNotice().filter(other)
     monkeypatch.setenv("FSA_VERBOSE", "1")
     assert _UserDirNotice().filter(notice)
+
+
+# --------------------------------------------------------------------------- after the work began
+def _fake_command(monkeypatch, raises, command="fsa-generate"):
+    """``cli._run`` of a fake fairseq_cli module whose ``cli_main`` raises ``raises``."""
+    import argparse
+    import sys
+    import types
+
+    from fairseq_sparse_attn import cli
+
+    module = types.ModuleType("fsa_fake_cli")
+
+    def cli_main():
+        raise raises
+
+    module.cli_main = cli_main
+    monkeypatch.setitem(sys.modules, "fsa_fake_cli", module)
+    argv = TRAIN if command == "fsa-train" else GENERATE
+    monkeypatch.setattr(sys, "argv", [f"/bin/{command}", *argv])
+    monkeypatch.setattr(cli, "configure_logging", lambda stream=None: None)
+    monkeypatch.setattr(argparse.ArgumentParser, "error", argparse.ArgumentParser.error)  # _run replaces it
+    monkeypatch.delenv("FSA_TRACEBACK", raising=False)
+    return lambda: cli._run("fsa_fake_cli")
+
+
+def test_fairseq_failures_a_user_causes_are_one_line(monkeypatch):
+    """fairseq's own exceptions for a user's flags, raised after the work began: its
+    min_len assertion (a --max-len-b too small for a short sentence) and the
+    ``--restore-file`` of another architecture (a bare Exception)."""
+    run = _fake_command(monkeypatch, AssertionError("min_len cannot be larger than max_len, please adjust these!"))
+    with pytest.raises(SystemExit, match=r"^fsa-generate: error: --min-len is above the longest output"):
+        run()
+    try:
+        raise RuntimeError('Error(s) in loading state_dict for TransformerModel:\n\tUnexpected key(s): "a"')
+    except RuntimeError:
+        try:
+            raise Exception(
+                "Cannot load model parameters from checkpoint /x/ck.pt; please ensure that the architectures match."
+            )
+        except Exception as e:
+            restore = e
+    run = _fake_command(monkeypatch, restore, "fsa-train")
+    with pytest.raises(SystemExit) as e:
+        run()
+    assert str(e.value) == (
+        "fsa-train: error: --restore-file /x/ck.pt: cannot load its model parameters: its model's flags differ "
+        'from this run\'s (Error(s) in loading state_dict for TransformerModel: Unexpected key(s): "a"); train '
+        "with the checkpoint's --arch and model flags, or start from another checkpoint"
+    )
+
+
+def test_other_exceptions_keep_their_traceback(monkeypatch):
+    for error in (AssertionError("something else"), ValueError("min_len cannot be larger than max_len")):
+        run = _fake_command(monkeypatch, error)
+        with pytest.raises(type(error)):
+            run()
+    run = _fake_command(monkeypatch, AssertionError("min_len cannot be larger than max_len"))
+    monkeypatch.setenv("FSA_TRACEBACK", "1")
+    with pytest.raises(AssertionError):
+        run()
+
+
+def test_ctrl_c_is_one_line_and_status_130_except_in_training(monkeypatch, capsys):
+    run = _fake_command(monkeypatch, KeyboardInterrupt())
+    with pytest.raises(SystemExit) as e:
+        run()
+    assert e.value.code == 130 and capsys.readouterr().err == "fsa-generate: interrupted\n"
+    run = _fake_command(monkeypatch, KeyboardInterrupt(), "fsa-train")
+    with pytest.raises(KeyboardInterrupt):
+        run()
+
+
+def test_generate_writes_its_results_file_whole(tmp_path):
+    """fsa-generate's ``open`` in fairseq_cli.generate (the --results-path file, opened
+    before the model loads): a run that fails leaves the previous results and no part of
+    its own; one that completes replaces them."""
+    import types
+
+    from fairseq_sparse_attn.cli import _results_written_whole
+
+    module = types.ModuleType("fake_generate")
+    _results_written_whole(module)
+    results = tmp_path / "generate-test.txt"
+    results.write_text("previous run\n")
+
+    def main(fail):  # fairseq_cli.generate.main's shape
+        with module.open(results, "w", buffering=1, encoding="utf-8") as h:
+            h.write("S-0\tpartial\n")
+            if fail:
+                raise fail
+            h.write("done\n")
+
+    for fail in (RuntimeError("model failed"), KeyboardInterrupt()):
+        with pytest.raises(type(fail)):
+            main(fail)
+        assert results.read_text() == "previous run\n" and [p.name for p in tmp_path.iterdir()] == [results.name]
+    main(None)
+    assert results.read_text() == "S-0\tpartial\ndone\n" and [p.name for p in tmp_path.iterdir()] == [results.name]

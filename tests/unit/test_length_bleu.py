@@ -154,3 +154,32 @@ def test_the_command_exits_0_and_checks_its_outputs_before_reading(tmp_path, cap
             main([str(tmp_path / "missing.out"), *flags])  # checked before the input is read
         assert "is a file, not a directory" in str(e.value) or "is a directory, not a file" in str(e.value)
     assert not (tmp_path / "j.json").exists()
+
+
+def test_two_runs_in_one_log_are_refused_naming_the_line(tmp_path):
+    """``fairseq-generate ... >> gen.out`` twice: the first run's hypotheses were paired
+    with the second run's references (the first H/D line of an id was kept, the last T
+    line), a score of neither run with exit status 0."""
+    log = tmp_path / "gen.out"
+    log.write_text("T-0\ta b\nH-0\t-1\ta b\nT-1\tc\nH-1\t-1\tc\nT-0\ta b\nH-0\t-1\tx y\n")
+    with pytest.raises(ValueError, match=r"gen.out:5: a second 'T-0' line \(the first is line 1\)"):
+        read_generate_output(log)
+    log.write_text("T-0\ta b\nH-0\t-1\ta b\nH-0\t-2\ta c\nD-0\t-1\ta b\nD-0\t-2\ta c\n")  # --nbest 2
+    assert read_generate_output(log) == (["a b"], ["a b"])
+
+
+def test_an_output_naming_the_input_or_the_other_output_is_refused(tmp_path, capsys):
+    log = tmp_path / "gen.out"
+    write_log(log, [(words(12), words(12))])
+    before = log.read_bytes()
+    for argv, message in (
+        ([str(log), "--json", str(log)], f"--json {log} is the generate output"),
+        ([str(log), "--tsv", str(tmp_path / "." / "gen.out")], "--tsv"),
+        ([str(log), "--json", str(tmp_path / "a"), "--tsv", str(tmp_path / "a")], "is --tsv"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            cli_main(argv)
+        assert str(e.value).startswith("fsa-length-bleu: error: ") and message in str(e.value), str(e.value)
+    assert log.read_bytes() == before and not (tmp_path / "a").exists()
+    with pytest.raises(SystemExit, match=r"^fsa-length-bleu: error: \S+missing.out: No such file or directory$"):
+        cli_main([str(tmp_path / "missing.out")])
