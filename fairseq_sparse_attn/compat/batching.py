@@ -148,14 +148,46 @@ def install_batching_fix():
     def get_train_iterator_stock(self, *args, **kwargs):
         if complete_train_batches():
             return get_train_iterator(self, *args, **kwargs)
-        with stock_batches():
-            itr = get_train_iterator(self, *args, **kwargs)
+        try:
+            with stock_batches():
+                itr = get_train_iterator(self, *args, **kwargs)
+        except Exception as e:
+            if type(e) is Exception and str(e).startswith("The dataset is empty"):
+                raise no_training_batch(self) from e
+            raise
         sampler = getattr(itr, "batch_sampler", None)
         if callable(sampler) and not getattr(sampler, "_fsa_stock", False):
             itr.batch_sampler = _stock_sampler(sampler)
         return itr
 
     trainer.Trainer.get_train_iterator = get_train_iterator_stock
+
+
+def no_training_batch(trainer):
+    """The UsageError for fairseq's "The dataset is empty ... Try increasing the max number
+    of allowed tokens": in a split of fewer sentences than ``--required-batch-size-multiple``
+    (8 by default) fairseq's training batches leave out every sentence, and more tokens do
+    not help."""
+    from ..errors import UsageError
+
+    cfg = trainer.cfg.dataset
+    split, multiple = cfg.train_subset, cfg.required_batch_size_multiple
+    try:
+        sentences = len(trainer.task.dataset(split))
+    except Exception:  # not loaded: say what is known
+        sentences = None
+    said = f"training split '{split}' gave no batch"
+    if sentences is not None and sentences < multiple:
+        return UsageError(
+            f"{said}: it has {sentences} sentences, fewer than --required-batch-size-multiple {multiple}, and "
+            "fairseq's training batches leave out the last (sentences mod that multiple) of a split; give "
+            f"--required-batch-size-multiple 1, or set {COMPLETE_TRAIN}=1 (every sentence in every epoch)"
+        )
+    return UsageError(
+        f"{said} ({sentences if sentences is not None else 'unknown'} sentences, --max-tokens {cfg.max_tokens}, "
+        f"--batch-size {cfg.batch_size}, --required-batch-size-multiple {multiple}): every sentence was left "
+        "out; check that the split holds sentences no longer than --max-tokens and the model's positions"
+    )
 
 
 install = install_batching_fix

@@ -275,6 +275,26 @@ def test_empty_train_split(tiny, tmp_path):
     assert empty(tmp_path / "ckpt")
 
 
+def test_a_train_split_smaller_than_the_batch_multiple(tiny, tmp_path):
+    """6 sentences and --required-batch-size-multiple 8 (fairseq's default): its training
+    batches leave out all 6, then 'The dataset is empty ... Try increasing the max number of
+    allowed tokens' (a traceback, and advice that does not help)."""
+    splits = corpus()
+    splits["train"] = (splits["train"][0][:6], splits["train"][1][:6])
+    write_raw(tmp_path / "raw", splits)
+    data = preprocess(tmp_path / "raw", tmp_path / "data-bin", srcdict=tiny / "data-bin" / "dict.de.txt")
+    proc = train(data, tmp_path / "ckpt")
+    one_line_error(
+        proc,
+        "fsa-train: error: training split 'train' gave no batch: it has 6 sentences, fewer than "
+        "--required-batch-size-multiple 8",
+        "give --required-batch-size-multiple 1",
+    )
+    assert not list((tmp_path / "ckpt").glob("*.pt"))
+    proc = train(data, tmp_path / "ckpt", "--required-batch-size-multiple", "1")
+    assert proc.returncode == 0, text(proc)[1][-3000:]
+
+
 def test_missing_valid_split(databin, tmp_path):
     for f in databin.glob("valid.*"):
         f.unlink()
