@@ -267,6 +267,11 @@ def _check_combinations(command, argv):
             raise SystemExit(
                 f"{command}: error: --diverse-beam-groups {groups:g}: --beam {beam:g} must be a multiple of it"
             )
+        nbest = _flag_number(argv, "--nbest", 1)
+        if nbest > beam:  # the search keeps --beam hypotheses: fairseq printed fewer with nothing said
+            raise SystemExit(
+                f"{command}: error: --nbest {nbest:g}: at most --beam {beam:g} (the search keeps --beam hypotheses)"
+            )
         min_len, a, b = (
             _flag_number(argv, f, d) for f, d in (("--min-len", 1), ("--max-len-a", 0), ("--max-len-b", 200))
         )

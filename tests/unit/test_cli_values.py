@@ -70,6 +70,9 @@ def test_files_the_wrappers_read_or_write(tmp_path):
             GENERATE + ["--diverse-beam-groups", "2", "--beam", "5"],
             "--diverse-beam-groups 2: --beam 5",
         ),
+        # fairseq printed --beam hypotheses per sentence, not --nbest, with nothing said
+        ("fsa-generate", GENERATE + ["--nbest", "5", "--beam", "2"], "--nbest 5: at most --beam 2"),
+        ("fsa-interactive", GENERATE + ["--nbest", "6"], "--nbest 6: at most --beam 5"),
         # its "min_len cannot be larger than max_len" assertion, for every sentence
         ("fsa-generate", GENERATE + ["--max-len-b", "-5"], "--min-len 1 is above the longest output --max-len-a 0"),
         ("fsa-generate", GENERATE + ["--min-len", "50", "--max-len-b", "10"], "--min-len 50 is above"),
@@ -85,6 +88,7 @@ def test_values_that_fail_together_are_one_line_before_any_work(command, argv, m
 
 def test_values_that_work_together_pass():
     _required_flags("fsa-generate", GENERATE + ["--diverse-beam-groups", "2", "--beam", "4", "--max-len-b", "3"])
+    _required_flags("fsa-generate", GENERATE + ["--nbest", "5"])
     _required_flags("fsa-generate", GENERATE + ["--max-len-a", "1.2", "--max-len-b", "-2"])  # per sentence: later
     _required_flags("fsa-train", TRAIN + ["--lr-scheduler", "polynomial_decay", "--warmup-updates", "0"])
     _required_flags("fsa-train", TRAIN + ["--lr-scheduler", "inverse_sqrt", "--warmup-updates", "1"])
