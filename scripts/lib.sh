@@ -28,6 +28,10 @@ set -euo pipefail
 FSA_REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 FSA_USER_DIR="$FSA_REPO/fairseq_sparse_attn"
 export PYTHONPATH="$FSA_REPO${PYTHONPATH:+:$PYTHONPATH}"
+# a save point (--save-interval-updates) on an epoch's last update keeps its
+# checkpoint_<epoch>_<updates>.pt under --no-epoch-checkpoints: "the last 5 checkpoints" are
+# the last 5 save points (compat patch epoch_end_save_points)
+export FSA_SAVE_POINTS_AT_EPOCH_ENDS=1
 PY="${PYTHON:-python3}"
 SMOKE="${SMOKE:-0}"
 
@@ -89,6 +93,7 @@ fsa_init() {
   [[ "$NGPUS" =~ ^[0-9]+$ ]] || fsa_die "NUM_GPUS must be a number (0 = CPU), got '$NGPUS'"
   mkdir -p "$OUT"
   OUT="$(cd "$OUT" && pwd)"
+  FSA_OUT_ROOT=$OUT  # OUT_DIR itself: scripts that train into OUT_DIR/<part>/ move OUT there
   MAX_TOKENS="${MAX_TOKENS:-4096}"
   FSA_DEVICE_ARGS=()
   if [[ "$NGPUS" -eq 0 ]]; then
@@ -194,7 +199,7 @@ $(tail -5 "$dir/train.log")"
 }
 
 # fsa_average NAME N: $OUT/NAME/checkpoint_avgN.pt from the last N update checkpoints
-# (else epoch checkpoints; else checkpoint_last.pt alone); prints its path
+# (else the last N epoch checkpoints); prints its path
 fsa_average() {
   local name=$1 n=$2 dir="$OUT/$1/checkpoints"
   local out="$dir/checkpoint_avg$n.pt"
@@ -291,20 +296,24 @@ fsa_publish() {
   mv "$part" "$final"
   fsa_log "results: $final"
   { column -t -s $'\t' "$final" || cat "$final"; } >&2 2>/dev/null
-  fsa_curves
+  fsa_curves "$FSA_OUT_ROOT"
 }
 
-# fsa_curves: $OUT/learning_curves.{png,csv,json}: validation loss vs updates of every run
-# trained under $OUT (runs without validation lines are left out, with a note)
+# fsa_curves [DIR]: DIR/learning_curves.{png,csv,json} (DIR: $OUT by default): validation
+# loss vs updates of every run trained under DIR, in DIR/<run>/ or one level deeper
+# (DIR/<part>/<run>/, named <part>/<run>: table3's tasks, table6's lengths); runs without
+# validation lines are left out, with a note
 fsa_curves() {
-  local logs=() f
-  for f in "$OUT"/*/train.log; do
-    [[ -f "$f" ]] && logs+=("$(basename "$(dirname "$f")")=$f")
+  local dir=${1:-$OUT} logs=() f run
+  for f in "$dir"/*/train.log "$dir"/*/*/train.log; do
+    [[ -f "$f" ]] || continue
+    run=${f#"$dir"/}
+    logs+=("${run%/train.log}=$f")
   done
   [[ ${#logs[@]} -gt 0 ]] || return 0
-  "$PY" -m fairseq_sparse_attn.tools.learning_curves --out "$OUT/learning_curves" --skip-empty \
+  "$PY" -m fairseq_sparse_attn.tools.learning_curves --out "$dir/learning_curves" --skip-empty \
     --title "$(basename "$0" .sh): validation loss" "${logs[@]}" > /dev/null \
-    && fsa_log "learning curves: $OUT/learning_curves.png (.csv, .json)" \
+    && fsa_log "learning curves: $dir/learning_curves.png (.csv, .json)" \
     || fsa_log "warning: no learning curves written (see the message above)"
 }
 

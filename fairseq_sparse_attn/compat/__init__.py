@@ -21,6 +21,10 @@ save_dir_lock            yes        one training per ``--save-dir``: a lock file
                                     pid and host; a second start refuses in one line
 crash_safe_checkpoints   yes        checkpoints written to a temporary file and renamed;
                                     a restart skips a checkpoint that does not load
+epoch_end_save_points    yes        with ``FSA_SAVE_POINTS_AT_EPOCH_ENDS=1`` (the
+                                    scripts): a ``--save-interval-updates`` save on an
+                                    epoch's last update also gets its
+                                    ``checkpoint_<epoch>_<updates>.pt``
 resume_config_check      yes        refuses to resume a checkpoint whose attention
                                     options differ from the flags
                                     (``--allow-attention-change`` to allow it); a
@@ -75,6 +79,7 @@ from . import (  # noqa: F401  (the patch modules)
     crash_safe_checkpoints,
     data_checks,
     divergence_guard,
+    epoch_end_save_points,
     exact_resume,
     fp16_needs_cuda,
     no_crash_dump,
@@ -111,6 +116,7 @@ PATCHES = {
     "exact_resume": exact_resume,
     "save_dir_lock": save_dir_lock,
     "crash_safe_checkpoints": crash_safe_checkpoints,
+    "epoch_end_save_points": epoch_end_save_points,
     "resume_config_check": resume_config_check,
     "checkpoint_record": checkpoint_record,
     "preemption": preemption,

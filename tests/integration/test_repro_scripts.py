@@ -391,6 +391,12 @@ def test_reluformer_documents_script(tmp_path):
     assert row["p_vs_baseline"] == str(sig["p_value"]) and row["tok_bleu_ci95"] == "-".join(
         f"{x:.2f}" for x in sig["ci95"]
     )
+    # the curves of every run at OUT_DIR, each named by its length (before: the last
+    # length's runs only, in OUT_DIR/L<last>/)
+    t6 = tmp_path / "t6"
+    assert not (t6 / "L128" / "learning_curves.csv").exists()
+    with open(t6 / "learning_curves.csv", encoding="utf-8") as f:
+        assert {r["variant"] for r in csv.DictReader(f)} == {"L128/transformer", "L128/reluformer"}
 
 
 def test_reluformer_learning_rate_is_the_peak_of_the_paper_s_schedule():

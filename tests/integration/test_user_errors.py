@@ -511,6 +511,40 @@ def test_a_swapped_direction_is_refused_for_a_checkpoint_without_a_record(tiny, 
     assert "H-" not in text(proc)[0]
 
 
+@pytest.mark.parametrize("asked", [False, True], ids=["stock", "asked"])
+def test_a_save_point_on_an_epoch_end_keeps_its_update_checkpoint(tiny, tmp_path, monkeypatch, asked):
+    """40 sentences in batches of 8: updates 5 and 10 end epochs 1 and 2.  fairseq names
+    those saves only as epoch checkpoints, and with --no-epoch-checkpoints nowhere: the
+    scripts' averaging had nothing (a smoke run) or other update counts (a long run).
+    FSA_SAVE_POINTS_AT_EPOCH_ENDS=1 (scripts/lib.sh) keeps them; --keep-interval-updates
+    prunes them as fairseq's own."""
+    if asked:
+        monkeypatch.setenv("FSA_SAVE_POINTS_AT_EPOCH_ENDS", "1")
+    save = tmp_path / "ck"
+    flags = ["--batch-size", "8", "--required-batch-size-multiple", "1", "--max-update", "10"]
+    proc = train(tiny / "data-bin", save, *flags, "--save-interval-updates", "5", "--keep-interval-updates", "5")
+    assert proc.returncode == 0, text(proc)[1][-3000:]
+    log = "".join(text(proc))
+    assert (
+        "end of epoch 1 (average epoch stats below)" in log and "(epoch 1 @ 5 updates" in log
+    )  # saved at an epoch end
+    assert "(epoch 2 @ 10 updates" in log
+    names = sorted(p.name for p in save.glob("checkpoint_*_*.pt"))
+    assert names == (["checkpoint_1_5.pt", "checkpoint_2_10.pt"] if asked else [])
+    if asked:
+        import torch
+
+        for name, updates in (("checkpoint_1_5.pt", 5), ("checkpoint_2_10.pt", 10)):
+            state = torch.load(save / name, map_location="cpu", weights_only=False)
+            assert state["optimizer_history"][-1]["num_updates"] == updates
+        last = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+        assert all(torch.equal(last["model"][k], state["model"][k]) for k in last["model"])
+        save = tmp_path / "ck1"
+        proc = train(tiny / "data-bin", save, *flags, "--save-interval-updates", "5", "--keep-interval-updates", "1")
+        assert proc.returncode == 0, text(proc)[1][-3000:]
+        assert sorted(p.name for p in save.glob("checkpoint_*_*.pt")) == ["checkpoint_2_10.pt"]
+
+
 # --- Interactive ----------------------------------------------------------------------
 
 
