@@ -154,10 +154,20 @@ fsa_require() {
   "$PY" -c "$check" >/dev/null 2>&1 || fsa_die "$msg"
 }
 
+# fsa_run_command_key CMDLINE DIR NAME: a training command with its run's own paths (DIR,
+# the tensorboard folder of NAME) replaced, so that two runs' commands compare
+fsa_run_command_key() {
+  local key=${1//"$2"/@RUN@}
+  [[ -n "${TENSORBOARD_DIR:-}" ]] && key=${key//"$TENSORBOARD_DIR/$3"/@TB@}
+  printf '%s' "$key"
+}
+
 # fsa_train NAME TARGET_TOKENS ARGS... : trains into $OUT/NAME.  A finished run
 # ($OUT/NAME/.trained) is reused when its command was the same (scripts sharing an OUT_DIR
-# share models), and refused when it differs.  Returns 1 when the run diverged (the row
-# then says so); any other failure stops the script with the log's last lines.
+# share models), and refused when it differs; a run of $OUT whose command is the same but
+# for the run's name lends its checkpoints (NAME/same_training_as says which).  Returns 1
+# when the run diverged (the row then says so); any other failure stops the script with
+# the log's last lines.
 fsa_train() {
   local name=$1 target=$2; shift 2
   local dir="$OUT/$name"
@@ -184,6 +194,23 @@ fsa_train() {
     fi
     fsa_die "$name: $dir was trained with other arguments (see $dir/train.cmd); remove it or use another OUT_DIR"
   fi
+  # another run of $OUT trained with this command but for its name (RHE's lpea_rhe,
+  # gate_dynamic and k6 are one model): its checkpoints and log, not a second training
+  local other same
+  same=$(fsa_run_command_key "$cmdline" "$dir" "$name")
+  [[ -e "$dir/checkpoints" ]] || for other in "$OUT"/*/.trained; do
+    other=$(dirname "$other")
+    [[ -f "$other/.trained" && "$other" != "$dir" && ! -L "$other/checkpoints" ]] || continue
+    if [[ "$(fsa_run_command_key "$(cat "$other/train.cmd")" "$other" "$(basename "$other")")" == "$same" ]]; then
+      ln -sfn "$other/checkpoints" "$dir/checkpoints"
+      ln -sfn "$other/train.log" "$dir/train.log"
+      echo "$cmdline" > "$dir/train.cmd"
+      basename "$other" > "$dir/same_training_as"
+      touch "$dir/.trained"
+      fsa_log "$name: the same training as $(basename "$other") (its command but for the run name): its checkpoints, not a second training"
+      return 0
+    fi
+  done
   echo "$cmdline" > "$dir/train.cmd"
   fsa_log "$name: training, effective batch $(( mt * gpus * uf )) tokens (max-tokens $mt x $gpus GPU(s) x update-freq $uf; paper: $paper_target) -> $dir/train.log"
   if fsa_watched train "$name" "$dir/train.log" "$dir/train.log" "${cmd[@]}"; then

@@ -4,7 +4,9 @@ behind ``sacrebleu --paired-bs``; Koehn 2004), 1000 resamples, seed 12345 (sacre
 default, ``$SACREBLEU_SEED``), so the numbers equal the CLI's on the same files.
 
 The CI is sacreBLEU's: the 2.5th-97.5th percentile half-width of the resampled scores
-around their mean (``mean ± ci``).  The p-value is sacreBLEU's two-sided paired test of
+around their mean (``mean ± ci``), with its ends kept inside BLEU's range [0, 100] (``ci95``;
+near 0 BLEU, as a smoke run scores, ``mean - ci`` is below 0, and a table's ``-0.00-0.02``
+read as two negative numbers).  The p-value is sacreBLEU's two-sided paired test of
 "the two systems' BLEU differ only by chance": small p (< 0.05) means the difference is
 unlikely to come from which test sentences were drawn; a large p means the test set cannot
 tell the two apart (a tie *on this test set*, not a proof of equality).
@@ -54,7 +56,10 @@ def paired_bootstrap(
             "bleu": round(result.score, 2),
             "mean": round(float(result.mean), 2),
             "ci": round(float(result.ci), 2),
-            "ci95": [round(float(result.mean - result.ci), 2), round(float(result.mean + result.ci), 2)],
+            "ci95": [
+                round(max(0.0, float(result.mean - result.ci)), 2),
+                round(min(100.0, float(result.mean + result.ci)), 2),
+            ],
             "p_value": None if result.p_value is None else round(float(result.p_value), 4),
         }
     for name, hyps in systems:

@@ -100,6 +100,51 @@ def test_batch_plan_keeps_the_paper_s_batch_on_any_gpu_count():
     assert plan(1024, 512, 1) == (512, 2)  # SMOKE
 
 
+def test_a_training_that_another_run_made_is_not_made_again(tmp_path):
+    """fsa_train: RHE's lpea_rhe, gate_dynamic and k6 are one command but for the run name;
+    each was trained in full.  A run whose command matches another trained run's (its own
+    paths aside) takes that run's checkpoints and log; another seed or flag trains."""
+    fake = tmp_path / "python"
+    calls = tmp_path / "calls"
+    fake.write_text(
+        "#!/usr/bin/env bash\n"
+        'if [[ "$2" == fairseq_cli.train ]]; then\n'
+        f'  echo "$*" >> "{calls}"\n'
+        '  while [[ "$1" != --save-dir ]]; do shift; done; mkdir -p "$2"; touch "$2/checkpoint_1_5.pt"\n'
+        "  echo 'valid | loss 3.0 | num_updates 5'; exit 0\n"
+        "fi\n"
+        f'exec "{sys.executable}" "$@"\n'
+    )
+    fake.chmod(0o755)
+    data = tmp_path / "data"
+    (data / "data-bin").mkdir(parents=True)
+    for f in ("train.de-en.de.idx", "dict.de.txt", "dict.en.txt"):
+        (data / "data-bin" / f).write_text("")
+    out = tmp_path / "out"
+    script = (
+        f'source "{SCRIPTS}/lib.sh"; fsa_init usage "{data}" 0 "{out}"; '
+        "fsa_train lpea_rhe 1024 --seed 1 --rhe; fsa_train gate_dynamic 1024 --seed 1 --rhe; "
+        "fsa_train k6 1024 --seed 1 --rhe; fsa_train gate_0.1 1024 --seed 1 --rhe --rhe-gate 0.1; "
+        "fsa_train lpea_rhe_seed2 1024 --seed 2 --rhe; fsa_train gate_dynamic 1024 --seed 1 --rhe"
+    )
+    proc = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, env=dict(os.environ, PYTHON=str(fake))
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trained = calls.read_text().splitlines()
+    assert (
+        len(trained) == 3
+        and [f"{out}/{n}/checkpoints" in t for n, t in zip(("lpea_rhe", "gate_0.1", "lpea_rhe_seed2"), trained)]
+        == [True] * 3
+    )
+    for name in ("gate_dynamic", "k6"):
+        assert (out / name / "checkpoints").resolve() == out / "lpea_rhe" / "checkpoints"
+        assert (out / name / "same_training_as").read_text().strip() == "lpea_rhe"
+        assert f"{name}: the same training as lpea_rhe" in proc.stderr
+    assert "gate_dynamic: trained already" in proc.stderr  # its own command, on a second call
+    assert not (out / "gate_0.1" / "same_training_as").exists()
+
+
 def test_seed_summary_mean_and_std(tmp_path):
     """SEEDS="1 2": run names and the .mean.tsv of fsa_seed_summary (mean and sample std
     computed here with the statistics module; a diverged seed is counted apart)."""
@@ -549,6 +594,8 @@ def test_norm_analysis_script_refuses_data_that_is_not_de_en(tmp_path):
     links read the wrong way round."""
     data = tmp_path / "ende"
     (data / "data-bin").mkdir(parents=True)
+    for f in ("train.de-en.de.idx", "dict.de.txt", "dict.en.txt"):
+        (data / "data-bin" / f).write_text("")
     (data / "gold").mkdir()
     (data / "gold" / "test.talp").touch()
     for split in ("train", "valid", "test"):
@@ -752,6 +799,15 @@ def test_rhe_scripts(rhe_smoke_data, tmp_path):
     assert "--lpea-max-distance 0" in (out / "k0" / "train.cmd").read_text()
     for r in (t2, k):
         _check_row(r, out)
+
+    # Fig. 4's dynamic gate is Table 1's lpea_rhe model (one command but for the run name):
+    # evaluated from its checkpoints, not trained again
+    proc = run_script("rhe/table2_gate_k.sh", rhe_smoke_data, 0, out, PARTS="gate", ROWS="gate_dynamic")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "gate_dynamic: the same training as lpea_rhe" in proc.stderr
+    (gate,) = rows(out / "gate.tsv")
+    assert gate["row"] == "gate_dynamic" and gate["sacrebleu"] == row["sacrebleu"]
+    assert (out / "gate_dynamic" / "checkpoints").resolve() == out / "lpea_rhe" / "checkpoints"
 
 
 @pytest.mark.parametrize("script", ["rhe/common.sh", "rhe/table1.sh", "rhe/table2_gate_k.sh"])

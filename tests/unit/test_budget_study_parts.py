@@ -77,7 +77,8 @@ def test_translation_statistics():
 
 def test_table_number_formats():
     fmt = study["fmt"]
-    assert fmt(None) == "-" and fmt([30.04, 31.96]) == "30.0-32.0"
+    assert fmt(None) == "-" and fmt([30.04, 31.96]) == "30.04-31.96"
+    assert fmt([0.05, 0.12]) == "0.05-0.12"  # at .1f: "0.1-0.1", beside a BLEU of 0.07
     assert fmt(0.12345) == "0.123" and fmt(31.666, 2) == "31.67" and fmt(7) == "7"
     row = {"test_avg3_bleu": 30.0, "test_avg3_ci95": [29.0, 31.0], "cross_null": {"all": 0.1, "first": 0.2}}
     flat = study["flat"](row, 3)

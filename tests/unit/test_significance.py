@@ -125,3 +125,23 @@ def test_bleus_equal_only_when_rounded_keep_sacrebleu_s_p_value():
         [("base", base), ("system", system)], {"BLEU": BLEU()}, references=[refs], test_type="bs", n_samples=200
     )()
     assert out["system"]["p_value"] == round(float(scores["BLEU"][1].p_value), 4) < 1.0
+
+
+def test_the_interval_stays_inside_bleu_s_range(tmp_path):
+    """A system near BLEU 0 (a smoke run): mean - ci is below 0, a CI end BLEU cannot take
+    (table6 printed it as "-0.00-0.02")."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    from fairseq_sparse_attn.tools.significance import paired_bootstrap
+
+    refs = [f"the cat sat on the mat number {i} today" for i in range(40)]
+    hyps = ["the cat sat on the mat number 0 today"] + ["x"] * 39  # one good sentence in 40
+    _, scores = PairedTest(
+        [("base", refs), ("sys", hyps)], {"BLEU": BLEU()}, references=[refs], test_type="bs", n_samples=1000
+    )()
+    low = scores["BLEU"][1]
+    assert low.mean - low.ci < 0  # sacreBLEU's own interval leaves BLEU's range here
+    out, _ = paired_bootstrap(("base", refs), [("sys", hyps)], refs)
+    assert out["sys"]["ci95"] == [0.0, round(low.mean + low.ci, 2)]
+    assert out["base"]["ci95"][1] <= 100.0
