@@ -471,7 +471,7 @@ def _run(module_name, mask_heads=False, log_stream=None, checks_input=False, pre
             raise
         raise SystemExit(f"{command}: error: {' '.join(str(e).split())}") from None
     except KeyboardInterrupt:
-        if os.environ.get("FSA_TRACEBACK") == "1" or command == "fsa-train":
+        if os.environ.get("FSA_TRACEBACK") == "1" or module_name == "fairseq_cli.train":
             raise  # training: where it stopped is worth its traceback
         print(f"{command}: interrupted", file=sys.stderr)
         raise SystemExit(130) from None

@@ -130,7 +130,8 @@ def test_rows_bleu_and_significance(study_out):
             assert base_row[f"{key}_p_vs_baseline"] is None
             assert row[f"{key}_p_vs_baseline"] == pytest.approx(cli_system["p_value"], abs=1e-4)
             assert row[f"{key}_ci95"] == pytest.approx(
-                [cli_system["mean"] - cli_system["ci"], cli_system["mean"] + cli_system["ci"]], abs=0.006
+                [max(0.0, cli_system["mean"] - cli_system["ci"]), min(100.0, cli_system["mean"] + cli_system["ci"])],
+                abs=0.006,
             )
     assert "| rela_g_adrop (--attention-dropout 0.1) | 12 |" in (out / "study.md").read_text()
     assert "| rela_g_adrop (--attention-dropout 0.1) | 12 |" in stdout

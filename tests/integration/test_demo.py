@@ -112,7 +112,7 @@ def test_demo_reports_bleu_ci_and_p_value(demo_out):
     ]
     assert data["models"]["rela_g"]["bleu_mean"] == rela["bleu"] and data["models"]["rela_g"]["bleu_std"] is None
     assert rela["bleu_ci95"] == pytest.approx(
-        [cli_rela["mean"] - cli_rela["ci"], cli_rela["mean"] + cli_rela["ci"]], abs=0.006
+        [max(0.0, cli_rela["mean"] - cli_rela["ci"]), min(100.0, cli_rela["mean"] + cli_rela["ci"])], abs=0.006
     )
     lrs = runpy.run_path(str(REPO / "scripts" / "demo.py"))["DEMO_LR"]  # the defaults docs/demo.md justifies
     assert soft["lr"] == lrs["softmax"] and rela["lr"] == lrs["rela_g"]

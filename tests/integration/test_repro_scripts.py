@@ -594,8 +594,6 @@ def test_norm_analysis_script_refuses_data_that_is_not_de_en(tmp_path):
     links read the wrong way round."""
     data = tmp_path / "ende"
     (data / "data-bin").mkdir(parents=True)
-    for f in ("train.de-en.de.idx", "dict.de.txt", "dict.en.txt"):
-        (data / "data-bin" / f).write_text("")
     (data / "gold").mkdir()
     (data / "gold" / "test.talp").touch()
     for split in ("train", "valid", "test"):

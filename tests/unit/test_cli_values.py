@@ -259,19 +259,20 @@ def _fake_command(monkeypatch, raises, command="fsa-generate"):
 
     from fairseq_sparse_attn import cli
 
-    module = types.ModuleType("fsa_fake_cli")
+    name = "fairseq_cli.train" if command == "fsa-train" else "fsa_fake_cli"  # _run knows training by its module
+    module = types.ModuleType(name)
 
     def cli_main():
         raise raises
 
     module.cli_main = cli_main
-    monkeypatch.setitem(sys.modules, "fsa_fake_cli", module)
+    monkeypatch.setitem(sys.modules, name, module)
     argv = TRAIN if command == "fsa-train" else GENERATE
     monkeypatch.setattr(sys, "argv", [f"/bin/{command}", *argv])
     monkeypatch.setattr(cli, "configure_logging", lambda stream=None: None)
     monkeypatch.setattr(argparse.ArgumentParser, "error", argparse.ArgumentParser.error)  # _run replaces it
     monkeypatch.delenv("FSA_TRACEBACK", raising=False)
-    return lambda: cli._run("fsa_fake_cli")
+    return lambda: cli._run(name)
 
 
 def test_fairseq_failures_a_user_causes_are_one_line(monkeypatch):

@@ -35,6 +35,7 @@ def test_compat_switch_names_patches():
     assert {
         "exact_resume",
         "crash_safe_checkpoints",
+        "epoch_end_save_points",
         "batching",
         "divergence_guard",
         "cpu_distributed",
