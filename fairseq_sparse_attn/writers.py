@@ -123,6 +123,17 @@ def same_file(path, flag, other, what):
     return None
 
 
+def output_over_input(outputs, inputs):
+    """The first reason, in one line, that one of ``outputs`` ((flag, path), ...) would
+    replace one of ``inputs`` ((path, what), ...) or another output; None when none would."""
+    for i, (flag, path) in enumerate(outputs):
+        for other, what in list(inputs) + [(p, f) for f, p in outputs[i + 1 :]]:
+            reason = same_file(path, flag, other, what)
+            if reason:
+                return reason
+    return None
+
+
 def write_text(path, text):
     """``text`` into ``path`` (UTF-8; missing parent folders created) by a rename: a
     reader, or a run that is killed, never leaves a part of it."""

@@ -372,8 +372,8 @@ fsa_seed_name() {
 
 # fsa_use_seed SEED NAME [BASELINE]: the per-seed settings of a table's row loop
 # (for seed in $(fsa_seeds); do fsa_use_seed "$seed" NAME BASELINE; <rebuild the paper's
-# base args: they hold --seed>; ...): SEED and FSA_RUN_SEED (the training seed, which the score JSON records; the bootstrap keeps sacreBLEU's seed 12345),
-# FSA_RUN (fsa_seed_name NAME SEED), FSA_BASELINE (fsa_seed_name BASELINE SEED: the run of
+# base args: they hold --seed>; ...): SEED and FSA_RUN_SEED (the training seed, which the
+# score JSON records; the bootstrap keeps sacreBLEU's seed 12345), FSA_RUN (fsa_seed_name NAME SEED), FSA_BASELINE (fsa_seed_name BASELINE SEED: the run of
 # the same seed every row is compared with; empty without BASELINE) and FSA_SEED_COL, the
 # seed column for fsa_result: ("seed=SEED") with several seeds, () with one (one-seed tables
 # keep their columns)

@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from ..errors import OneLineErrorParser
-from ..writers import same_file, unwritable_file, write_text
+from ..writers import output_over_input, unwritable_file, write_text
 
 # text, encoders, batches and the checkpoint loader are the analyses' own (re-exported here)
 from .loading import (  # noqa: F401
@@ -547,14 +547,10 @@ def cli_main(argv=None) -> Dict:
     except ValueError as e:
         parser.error(str(e))
     outputs = [(f, p) for f, p in (("--output-json", args.output_json), ("--output-tsv", args.output_tsv)) if p]
-    for flag, path in outputs:
-        reason = unwritable_file(path, flag)
-        for other, what in [(i, "an input") for i in args.inputs] + [(args.path, "the checkpoint")]:
-            reason = reason or same_file(path, flag, other, what)
-        if reason:
-            parser.error(reason)
-    if len(outputs) == 2 and same_file(args.output_json, "--output-json", args.output_tsv, "--output-tsv"):
-        parser.error(same_file(args.output_json, "--output-json", args.output_tsv, "--output-tsv"))
+    reasons = [unwritable_file(path, flag) for flag, path in outputs]
+    reasons.append(output_over_input(outputs, [(i, "an input") for i in args.inputs] + [(args.path, "the checkpoint")]))
+    for reason in filter(None, reasons):
+        parser.error(reason)
     if args.bpe_codes is not None and not os.path.isfile(args.bpe_codes):
         parser.error(
             f"--bpe-codes {args.bpe_codes}: "

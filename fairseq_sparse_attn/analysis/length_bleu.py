@@ -140,7 +140,7 @@ def cli_main(argv=None):
     """Runs ``fsa-length-bleu``; returns the rows (library use: :func:`main` is the command)."""
     from sacrebleu.metrics import BLEU
 
-    from ..writers import same_file, unwritable_file, write_text
+    from ..writers import output_over_input, unwritable_file, write_text
 
     parser = OneLineErrorParser(prog="fsa-length-bleu", description=__doc__.split("\n\n")[0])
     parser.add_argument("generate_output", help="stdout of fairseq-generate (T-/H-/D- lines)")
@@ -153,12 +153,10 @@ def cli_main(argv=None):
     except Exception as e:  # sacreBLEU's KeyError or its own message for a tokenizer it lacks
         parser.error(f"--tokenize {args.tokenize}: not a sacreBLEU tokenizer ({type(e).__name__}: {e})")
     outputs = [(flag, path) for flag, path in (("--json", args.json), ("--tsv", args.tsv)) if path]
-    for flag, path in outputs:
-        reason = unwritable_file(path, flag) or same_file(path, flag, args.generate_output, "the generate output")
-        if reason:
-            sys.exit(f"fsa-length-bleu: error: {reason}")
-    if len(outputs) == 2 and same_file(args.json, "--json", args.tsv, "--tsv"):
-        sys.exit(f"fsa-length-bleu: error: {same_file(args.json, '--json', args.tsv, '--tsv')}")
+    reasons = [unwritable_file(path, flag) for flag, path in outputs]
+    reasons.append(output_over_input(outputs, [(args.generate_output, "the generate output")]))
+    for reason in filter(None, reasons):
+        sys.exit(f"fsa-length-bleu: error: {reason}")
     try:
         refs, hyps = read_generate_output(args.generate_output)
     except OSError as e:

@@ -18,7 +18,6 @@ Without it nothing changes (stock fairseq's files).
 import functools
 import logging
 import os
-import re
 
 BEHAVIOUR_CHANGE = True
 
@@ -39,8 +38,14 @@ def missed_save_point(cfg, updates: int, end_of_epoch: bool) -> bool:
 
 
 def _written(cfg, epoch: int, suffix: str):
-    """A checkpoint fairseq's save just wrote (all hold the same state), or None."""
-    names = [f"checkpoint_last{suffix}.pt", f"checkpoint{epoch}{suffix}.pt"]
+    """A checkpoint that fairseq's save at an epoch end just wrote (they hold the same
+    state), or None: ``checkpoint_last`` unless ``--no-last-checkpoints``, else the epoch
+    checkpoint when fairseq wrote one (a file left from an earlier run is not taken)."""
+    names = []
+    if not cfg.no_last_checkpoints:
+        names.append(f"checkpoint_last{suffix}.pt")
+    if not cfg.no_epoch_checkpoints and epoch % cfg.save_interval == 0:
+        names.append(f"checkpoint{epoch}{suffix}.pt")
     for name in names:
         path = os.path.join(cfg.save_dir, name)
         if os.path.isfile(path):
@@ -48,17 +53,20 @@ def _written(cfg, epoch: int, suffix: str):
     return None
 
 
-def prune_update_checkpoints(save_dir: str, keep: int, suffix: str = ""):
-    """Remove all but the ``keep`` newest ``checkpoint_<epoch>_<updates><suffix>.pt``
-    (fairseq's ``--keep-interval-updates``; ``keep`` <= 0 keeps all)."""
-    if keep <= 0:
+def prune_update_checkpoints(cfg, suffix: str = ""):
+    """fairseq's own pruning of the update checkpoints (``--keep-interval-updates``, and
+    ``--keep-interval-updates-pattern``), with its ``checkpoint_paths``, once more: it ran
+    before the copy was made."""
+    from fairseq.checkpoint_utils import checkpoint_paths
+
+    if cfg.keep_interval_updates <= 0:
         return
-    pattern = re.compile(r"^checkpoint_\d+_(\d+)" + re.escape(suffix) + r"\.pt$")
-    found = sorted(
-        ((int(m.group(1)), name) for name in os.listdir(save_dir) if (m := pattern.match(name))), reverse=True
-    )
-    for _, name in found[keep:]:
-        os.remove(os.path.join(save_dir, name))
+    pattern = r"checkpoint_\d+_(\d+){}\.pt".format(suffix)
+    found = checkpoint_paths(cfg.save_dir, pattern=pattern, keep_match=True)  # newest first
+    if cfg.keep_interval_updates_pattern != -1:
+        found = [x for x in found if x[1] % cfg.keep_interval_updates_pattern != 0]
+    for old, _ in found[cfg.keep_interval_updates :]:
+        os.remove(old)
 
 
 def install():
@@ -89,7 +97,7 @@ def install():
         logger.info(
             f"update {updates} ends epoch {epoch_itr.epoch}: also saved as {os.path.basename(target)} ({SWITCH})"
         )
-        prune_update_checkpoints(cfg.save_dir, cfg.keep_interval_updates, suffix)
+        prune_update_checkpoints(cfg, suffix)
         return result
 
     save_checkpoint._fsa_epoch_end_save_points = True

@@ -506,3 +506,41 @@ def test_fp16_training_without_cuda_is_refused_and_generation_is_not(monkeypatch
     with pytest.raises(UsageError, match="and --cpu is given"):
         train("--fp16", "--cpu")
     assert fp16_needs_cuda.fp16_without_cuda(train()) is None
+
+
+# --- save points at epoch ends (epoch_end_save_points) -------------------------------------
+def test_epoch_end_save_point_copies_only_what_this_save_wrote_and_prunes_as_fairseq(tmp_path):
+    """The copy is taken from a checkpoint this save wrote: with --no-last-checkpoints a
+    checkpoint_last.pt left by an earlier run is not it.  Pruning is fairseq's own rule,
+    --keep-interval-updates-pattern included (checkpoints at multiples of it are kept)."""
+    from types import SimpleNamespace
+
+    from fairseq_sparse_attn.compat import epoch_end_save_points as E
+
+    def cfg(**kw):
+        base = dict(
+            save_dir=str(tmp_path),
+            no_last_checkpoints=False,
+            no_epoch_checkpoints=True,
+            save_interval=1,
+            save_interval_updates=5,
+            keep_interval_updates=2,
+            keep_interval_updates_pattern=-1,
+        )
+        return SimpleNamespace(**{**base, **kw})
+
+    assert E.missed_save_point(cfg(), 10, True) and not E.missed_save_point(cfg(), 10, False)
+    assert not E.missed_save_point(cfg(), 12, True) and not E.missed_save_point(cfg(save_interval_updates=0), 10, True)
+    (tmp_path / "checkpoint_last.pt").write_text("left from an earlier run")
+    assert E._written(cfg(no_last_checkpoints=True), 2, "") is None
+    assert E._written(cfg(), 2, "") == str(tmp_path / "checkpoint_last.pt")
+    (tmp_path / "checkpoint2.pt").write_text("epoch 2")
+    assert E._written(cfg(no_last_checkpoints=True, no_epoch_checkpoints=False), 2, "") == str(
+        tmp_path / "checkpoint2.pt"
+    )
+    for u in (5, 10, 15, 20):
+        (tmp_path / f"checkpoint_1_{u}.pt").write_text("")
+    E.prune_update_checkpoints(cfg(keep_interval_updates=1, keep_interval_updates_pattern=10))  # 10, 20 kept
+    assert sorted(p.name for p in tmp_path.glob("checkpoint_1_*.pt")) == [f"checkpoint_1_{u}.pt" for u in (10, 15, 20)]
+    E.prune_update_checkpoints(cfg(keep_interval_updates=1))
+    assert sorted(p.name for p in tmp_path.glob("checkpoint_1_*.pt")) == ["checkpoint_1_20.pt"]
