@@ -140,3 +140,23 @@ def _third_party_warnings():
     for message in HYDRA_DEPRECATIONS:
         warnings.filterwarnings("ignore", message=message, category=UserWarning)
     yield
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored():
+    """The root logger's handlers and level as they were before the test.  A command's
+    ``main`` run in-process sets up logging on the stream of the moment (pytest's capture,
+    closed once the test ends); a later test in the same worker that flushes the root
+    handlers (the preemption exit) then met a closed file (CI, 2026-11-29)."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in root.handlers:
+        if handler not in handlers:
+            root.removeHandler(handler)
+    for handler in handlers:
+        if handler not in root.handlers:
+            root.addHandler(handler)
+    root.setLevel(level)

@@ -272,9 +272,20 @@ def _exit(cfg, signum, master, last, trainer):
                 logger.warning(f"{name}: {problem}")
         _barrier(trainer)  # no rank exits before the requeue
     logger.info(f"{name}: exiting with status {128 + signum}")
-    for handler in logging.getLogger().handlers:
-        handler.flush()
+    _flush_log_handlers()
     sys.exit(128 + signum)
+
+
+def _flush_log_handlers():
+    """Flush the root logger's handlers before the exit.  A handler whose stream is already
+    closed (a log file gone with its file system, a pipe whose reader left) must not turn
+    the exit with 128 + signum into a ValueError traceback: logging itself reports such a
+    write and goes on, and so does this."""
+    for handler in logging.getLogger().handlers:
+        try:
+            handler.flush()
+        except (OSError, ValueError):
+            pass
 
 
 def _patch_training_loop(module_globals):

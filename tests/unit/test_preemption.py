@@ -114,6 +114,33 @@ def test_after_a_sigterm_no_requeue_and_no_second_wait(fresh_state, monkeypatch)
     assert {s: signal.getsignal(s) for s in preemption.SIGNALS} == before
 
 
+def test_the_exit_s_status_stands_when_a_log_handler_s_stream_is_closed(fresh_state, monkeypatch):
+    """A root handler whose stream is closed (its log file or pipe gone) made the exit's
+    flush raise ValueError in place of the exit with 128 + signum."""
+    import io
+    import logging
+
+    monkeypatch.setattr(preemption, "slurm_requeue", lambda: None)
+    monkeypatch.setattr(preemption, "_barrier", lambda trainer: None)
+    stream = io.TextIOWrapper(io.BytesIO())  # as pytest's captured stderr
+    handler = logging.StreamHandler(stream)
+    stream.close()
+    with pytest.raises(ValueError):  # what the exit met
+        handler.flush()
+    root = logging.getLogger()
+    root.addHandler(handler)
+    monkeypatch.setattr(logging, "raiseExceptions", False)  # logging's own report of the write: not this test's
+    before = {s: signal.getsignal(s) for s in preemption.SIGNALS}
+    try:
+        with pytest.raises(SystemExit) as ended:
+            preemption._exit(None, signal.SIGTERM, True, "ckpt/checkpoint_last.pt", trainer=None)
+    finally:
+        root.removeHandler(handler)
+        for s, previous in before.items():
+            signal.signal(s, previous)
+    assert ended.value.code == 143
+
+
 MAIN = "def main():\n    return probe()\n"
 
 
