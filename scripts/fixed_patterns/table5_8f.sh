@@ -30,7 +30,7 @@ for config in ${CONFIGS:-8L 7Ftoken 8F}; do
       r="$OUT/$name.row.tsv"
       rm -f "$r"
       fp_run "$name" "$r" "Table 5" "$config" "$layers" $low
-      params=$(grep -o 'num. shared model params: [0-9,]*' "$OUT/$name/train.log" | head -1 | grep -o '[0-9,]*$' || echo -)
+      params=$(grep -o 'num. shared model params: [0-9,]*' "$OUT/$name/train.log" | head -1 | grep -o '[0-9,]*$' | tr -d , || echo -)
       fsa_result "$TSV" "config=$config" "layers=$layers" "${FSA_SEED_COL[@]}" "params=$params" \
         "sacrebleu=$(fsa_tsv_last "$r" sacrebleu)" "sacrebleu_ci95=$(fsa_tsv_last "$r" sacrebleu_ci95)" \
         "p_vs_baseline=$(fsa_tsv_last "$r" p_vs_baseline)" "baseline=$(fsa_tsv_last "$r" baseline)" \
