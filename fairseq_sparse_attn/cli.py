@@ -545,10 +545,21 @@ def print_help(command, module_name, argv):
             options.parse_args_and_arch(parser, input_args=argv, modify_parser=stop_when_complete)
         except _Ready:
             pass
+    elif getattr(known, "task", None) is not None:  # no --arch: the task's flags all the same
+        _add_task_args(parser, known.task)
     if module_name == "fairseq_cli.train":
         add_help_group(parser, arch)
     _add_wrapper_args(parser, command)
     parser.print_help()
+
+
+def _add_task_args(parser, task):
+    """The flags of ``task`` (``--max-doc-length`` of document_translation, ``--eval-bleu``
+    of translation), as fairseq adds them once it has parsed ``--arch``."""
+    from fairseq.tasks import TASK_REGISTRY
+
+    if task in TASK_REGISTRY:
+        TASK_REGISTRY[task].add_args(parser.add_argument_group("Task-specific configuration"))
 
 
 def print_user_dir():

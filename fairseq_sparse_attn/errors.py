@@ -71,10 +71,11 @@ class TrainingDivergedError(FloatingPointError):
 # ---------------------------------------------------------------- command lines
 
 
-def usage_error_line(prog: str, message: str) -> str:
+def usage_error_line(prog: str, message: str, help_command: str = None) -> str:
     """A bad flag of the command ``prog`` as one line, without argparse's usage block (the
-    ``fsa-*`` commands' form; printed with exit status 2)."""
-    return f"{prog}: error: {message} (`{prog} --help` lists the flags)\n"
+    ``fsa-*`` commands' form; printed with exit status 2).  ``help_command``: how the user
+    runs it, where that is not ``prog`` (``python -m fairseq_sparse_attn.tools.score``)."""
+    return f"{prog}: error: {message} (`{help_command or prog} --help` lists the flags)\n"
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -82,5 +83,9 @@ class OneLineErrorParser(argparse.ArgumentParser):
     ``fsa-train`` family's wrappers report theirs); its subcommands' parsers are of this
     class too."""
 
+    def __init__(self, *args, help_command=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.help_command = help_command
+
     def error(self, message):
-        self.exit(2, usage_error_line(self.prog, message))
+        self.exit(2, usage_error_line(self.prog, message, self.help_command))

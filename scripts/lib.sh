@@ -256,16 +256,17 @@ fsa_generate() {
 
 # fsa_score NAME SUBSET [--lowercase]: sacreBLEU of the detokenized output against
 # DATA/raw/SUBSET.TGT (with signature) and tokenized BLEU against DATA/tok/SUBSET.TGT
-# -> $OUT/NAME/bleu.SUBSET.json (with provenance); prints "sacrebleu tok_bleu".  When
-# FSA_BASELINE names a run whose output of SUBSET exists, adds the 95% CI and the
-# paired-bootstrap p-value against it (tools.score --baseline; `significance` in the JSON)
+# -> $OUT/NAME/bleu.SUBSET.json (with provenance); prints "sacrebleu tok_bleu".  Adds the
+# 95% CI (`significance` in the JSON, tools.score --baseline): when FSA_BASELINE names a run
+# whose output of SUBSET exists, with the paired-bootstrap p-value against it; otherwise
+# (no baseline, or one not run, e.g. ROWS=7) the run's own CI and no p-value
 fsa_score() {
   local name=$1 subset=$2; shift 2
-  local baseline_flags=()
+  local gen="$OUT/$name/gen.$subset.txt"
   local base_gen="$OUT/${FSA_BASELINE:-}/gen.$subset.txt"
-  [[ -n "${FSA_BASELINE:-}" && -f "$base_gen" ]] && baseline_flags=(--baseline "$base_gen")
-  "$PY" -m fairseq_sparse_attn.tools.score "$OUT/$name/gen.$subset.txt" \
-    --ref "$DATA_ROOT/raw/$subset.$TGT" --tok-ref "$DATA_ROOT/tok/$subset.$TGT" "${baseline_flags[@]}" \
+  [[ -n "${FSA_BASELINE:-}" && -f "$base_gen" ]] || base_gen=$gen
+  "$PY" -m fairseq_sparse_attn.tools.score "$gen" \
+    --ref "$DATA_ROOT/raw/$subset.$TGT" --tok-ref "$DATA_ROOT/tok/$subset.$TGT" --baseline "$base_gen" \
     --seed "${FSA_RUN_SEED:-${SEED:-1}}" --json "$OUT/$name/bleu.$subset.json" "$@" || fsa_die "$name: scoring failed"
 }
 

@@ -20,6 +20,8 @@ from fairseq import utils
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
+from ..errors import DataError, DataNotFoundError, UsageError
+
 DOC_INFO = "doc_info.json"
 
 
@@ -37,7 +39,7 @@ class DocumentTranslationConfig(TranslationConfig):
 def read_doc_info(data: str) -> dict:
     path = os.path.join(utils.split_paths(data)[0], DOC_INFO)
     if not os.path.exists(path):
-        raise FileNotFoundError(
+        raise DataNotFoundError(
             f"{path} not found: --task document_translation needs a data-bin made by "
             "data_prep/prepare_europarl_docs.py (it records the packing length L)"
         )
@@ -45,7 +47,7 @@ def read_doc_info(data: str) -> dict:
         info = json.load(f)
     for key in ("max_doc_length", "longest_document"):
         if key not in info:
-            raise ValueError(f"{path}: missing field {key!r}")
+            raise DataError(f"{path}: missing field {key!r}")
     return info
 
 
@@ -55,9 +57,9 @@ class DocumentTranslationTask(TranslationTask):
     def setup_task(cls, cfg, **kwargs):
         info = read_doc_info(cfg.data)
         if cfg.max_doc_length <= 0:
-            raise ValueError(f"--max-doc-length is required (this data was packed with L={info['max_doc_length']})")
+            raise UsageError(f"--max-doc-length is required (this data was packed with L={info['max_doc_length']})")
         if cfg.max_doc_length != info["max_doc_length"]:
-            raise ValueError(
+            raise UsageError(
                 f"--max-doc-length {cfg.max_doc_length} does not match the data "
                 f"({cfg.data}: packed with L={info['max_doc_length']})"
             )

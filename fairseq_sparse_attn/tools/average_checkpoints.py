@@ -18,7 +18,6 @@ models' tensors, computed in float64 and cast back to each tensor's dtype; integ
 tensors (buffers such as step counters) must be equal and are copied.
 """
 
-import argparse
 import os
 import re
 import sys
@@ -26,6 +25,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import List
 
+from ..errors import OneLineErrorParser
 from ..writers import temporary_name, unwritable_file
 
 _UPDATE = re.compile(r"^checkpoint_(\d+)_(\d+)\.pt$")
@@ -101,7 +101,11 @@ def average(paths: List[Path]):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineErrorParser(
+        prog="average_checkpoints",
+        help_command="python -m fairseq_sparse_attn.tools.average_checkpoints",
+        description=__doc__.split("\n\n")[0],
+    )
     p.add_argument("--inputs", nargs="+", required=True, help="a save directory, or checkpoint files")
     p.add_argument("--num", type=int, default=5, help="with a directory: how many of the newest checkpoints")
     p.add_argument(

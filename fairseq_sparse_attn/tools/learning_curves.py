@@ -17,7 +17,6 @@ same way), a validation line ``... | valid | epoch 001 | valid on 'valid' subset
 validate at regular intervals with ``--validate-interval-updates N``.
 """
 
-import argparse
 import csv
 import json
 import math
@@ -25,6 +24,7 @@ import re
 import sys
 from pathlib import Path
 
+from ..errors import OneLineErrorParser
 from ..writers import unwritable_file
 
 _VALID = re.compile(r"\| [^|]+ \| .*?valid on '([^']+)' subset(.*)$")  # simple: "| <subset> | ..."
@@ -178,7 +178,11 @@ def plot(runs, path, title=None):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineErrorParser(
+        prog="learning_curves",
+        help_command="python -m fairseq_sparse_attn.tools.learning_curves",
+        description=__doc__.split("\n\n")[0],
+    )
     p.add_argument("logs", nargs="+", metavar="NAME=TRAIN_LOG")
     p.add_argument("--out", required=True, help="output prefix: PREFIX.csv, PREFIX.json, PREFIX.png")
     p.add_argument("--subset", default="valid")

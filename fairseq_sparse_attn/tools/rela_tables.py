@@ -30,6 +30,8 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..errors import OneLineErrorParser
+
 #: the attention kinds as ``stats.json`` names them, and Table 6's column names
 KINDS = (("encoder_self", "enc"), ("decoder_self", "dec"), ("cross", "cross"))
 #: align.json's settings and the paper's names for them
@@ -141,7 +143,11 @@ def parse_run(spec: str) -> Tuple[str, Path]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = OneLineErrorParser(
+        prog="rela_tables",
+        help_command="python -m fairseq_sparse_attn.tools.rela_tables",
+        description=__doc__.split("\n")[0],
+    )
     p.add_argument("--out", required=True, help="directory for table5.tsv, fig4.tsv and table6.tsv (created)")
     p.add_argument("runs", nargs="+", type=parse_run, metavar="LABEL=RUN_DIR")
     args = p.parse_args(argv)

@@ -17,11 +17,11 @@ Hypotheses are ordered by sentence id; a count different from the reference file
 error naming both files.
 """
 
-import argparse
 import os
 import re
 import sys
 
+from ..errors import OneLineErrorParser
 from ..provenance import write_json
 from .significance import N_RESAMPLES, paired_bootstrap
 
@@ -151,7 +151,9 @@ def compare_with_baseline(
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineErrorParser(
+        prog="score", help_command="python -m fairseq_sparse_attn.tools.score", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("gen", help="fairseq-generate output")
     p.add_argument("--ref", help="untokenized reference (sacreBLEU)")
     p.add_argument("--tok-ref", help="tokenized reference (tokenized BLEU)")

@@ -118,6 +118,23 @@ def test_train_help_without_arch_lists_the_plugin_options_with_their_defaults():
     quiet(proc)
 
 
+@pytest.mark.parametrize(
+    "task, flags",
+    [
+        ("document_translation", ["--max-doc-length"]),
+        ("parse_annotated_translation", ["--parse-dir", "--syntax-inputs"]),
+        ("translation", ["--eval-bleu"]),
+    ],
+)
+def test_train_help_without_arch_lists_the_task_s_flags(task, flags):
+    """fairseq adds a task's flags with the model's, after --arch: `fsa-train --task
+    document_translation --help` did not list --max-doc-length, which flags.md names."""
+    proc = fsa("train", "--task", task, "--help")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    listed = entries(group(proc.stdout, "Task-specific configuration"))
+    assert set(flags) <= set(listed), sorted(listed)
+
+
 def test_train_help_with_a_stock_arch_has_no_plugin_group():
     proc = fsa("train", "--arch", "transformer", "--help")
     assert proc.returncode == 0, proc.stderr[-3000:]

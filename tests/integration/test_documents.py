@@ -425,3 +425,13 @@ def test_document_task_rejects_wrong_length(doc_data, tmp_path):
     )
     assert proc.returncode != 0
     assert "does not match the data" in proc.stderr and "L=256" in proc.stderr
+    # fsa-train: the same message as one line, exit 1, before any data loads (docs/errors.md)
+    code = "import sys; sys.argv[0] = 'fsa-train'; from fairseq_sparse_attn.cli import train; train()"
+    flags = ["--task", "document_translation", "--max-doc-length", "512", "--arch", "sparse_transformer"]
+    flags += ["--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000", "--save-dir", tmp_path / "fsa"]
+    proc = run([sys.executable, "-c", code, doc_data / "data-bin", *flags])
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"fsa-train: error: --max-doc-length 512 does not match the data ({doc_data / 'data-bin'}: packed with L=256)"
+    )
+    assert "loaded" not in proc.stderr  # no split was read

@@ -809,8 +809,13 @@ def test_rhe_scripts(rhe_smoke_data, tmp_path):
     assert (out / "gate_dynamic" / "checkpoints").resolve() == out / "lpea_rhe" / "checkpoints"
     (own,) = rows(out / "table2.tsv")
     assert own["row"] == "lpea_rhe" and own["baseline"] == "lpea_rhe" and own["p_vs_baseline"] == "-"
-    lo, hi = map(float, own["sacrebleu_ci95"].split("-"))  # table1 ran without its baseline: "-" there
-    assert 0 <= lo <= hi and row["sacrebleu_ci95"] == "-"
+    lo, hi = map(float, own["sacrebleu_ci95"].split("-"))
+    assert 0 <= lo <= hi
+    # table1 ran without its baseline (ROWS=lpea_rhe): its own CI there too, no p-value
+    assert row["baseline"] == "-" and row["p_vs_baseline"] == "-"
+    assert row["sacrebleu_ci95"] == "-".join(
+        f"{x:.2f}" for x in json.loads((out / "lpea_rhe" / "bleu.test.json").read_text())["significance"]["ci95"]
+    )
 
 
 @pytest.mark.parametrize("script", ["rhe/common.sh", "rhe/table1.sh", "rhe/table2_gate_k.sh"])

@@ -363,6 +363,30 @@ def test_document_corpus_lines_end_at_newline_only(tmp_path):
             "fsa-length-bleu: error: the following arguments are required: generate_output "
             "(`fsa-length-bleu --help` lists the flags)",
         ),
+        (  # the tools run with python -m: the line says so
+            "fairseq_sparse_attn.tools.score",
+            ["gen", "--ref", "ref", "--baseline", "base", "--paired-bs-n", "0"],
+            "score: error: --paired-bs-n 0: give at least 100 (default 1000; the 95% interval and the "
+            "p-value are read off the resamples) (`python -m fairseq_sparse_attn.tools.score --help` lists the flags)",
+        ),
+        (
+            "fairseq_sparse_attn.tools.average_checkpoints",
+            ["--inputs", "ckpt"],
+            "average_checkpoints: error: the following arguments are required: --output "
+            "(`python -m fairseq_sparse_attn.tools.average_checkpoints --help` lists the flags)",
+        ),
+        (
+            "fairseq_sparse_attn.tools.learning_curves",
+            ["run=train.log", "--out"],
+            "learning_curves: error: argument --out: expected one argument "
+            "(`python -m fairseq_sparse_attn.tools.learning_curves --help` lists the flags)",
+        ),
+        (
+            "fairseq_sparse_attn.tools.rela_tables",
+            ["--out", "tables", "no_label"],
+            "rela_tables: error: argument LABEL=RUN_DIR: 'no_label': expected LABEL=RUN_DIR "
+            "(`python -m fairseq_sparse_attn.tools.rela_tables --help` lists the flags)",
+        ),
     ],
 )
 def test_analysis_commands_report_a_bad_flag_in_one_line(capsys, module, argv, line):
