@@ -44,8 +44,8 @@ rhe_base_args() {
 }
 # rhe_rows TSV NAME=FLAGS|PAPER[|BASELINE] ... : train and evaluate each row.
 # BASELINE: the row every BLEU of this row is compared with (sacreBLEU's 95% CI and the
-# paired-bootstrap p-value; default $RHE_BASELINE, else the row itself: its CI, no p-value);
-# it must have run earlier in OUT_DIR.
+# paired-bootstrap p-value; default $RHE_BASELINE); it must have run earlier in OUT_DIR.
+# A row without one gets its own CI and no p-value (lib.sh's fsa_score).
 # NAME@MODEL=FLAGS|PAPER: no training of its own; evaluates the model of row MODEL (trained
 # here with FLAGS, or reused from OUT_DIR when MODEL's row ran with the same command) with
 # test-time pruning of the redundant heads: --prune-redundant-heads is a test-time flag
@@ -59,7 +59,7 @@ rhe_rows() {
   for spec in "$@"; do
     name=${spec%%=*}; rest=${spec#*=}
     IFS='|' read -r flags paper base <<< "$rest"
-    base=${base:-${RHE_BASELINE:-${name%%@*}}}  # a row without a baseline: its own CI
+    base=${base:-${RHE_BASELINE:-}}
     model=$name
     [[ "$name" == *@* ]] && { model=${name#*@}; name=${name%%@*}; }
     fsa_selected "$name" "${ROWS:-}" || continue
