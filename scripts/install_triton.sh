@@ -17,6 +17,13 @@ if ! pin=$("$PY" scripts/triton_pin.py); then
   say "skipping triton (see the line above): the triton attention backend and its tests need it"
   exit 0
 fi
+# the kernels run with the Triton versions fairseq_sparse_attn/kernels/served.py names: say so
+# for another (a cluster's own torch 2.7-2.9 pins Triton 3.3-3.5)
+unserved=$("$PY" -c 'import sys; from fairseq_sparse_attn.kernels.served import triton_unserved
+print(triton_unserved(sys.argv[1]) or "")' "${pin#triton==}" 2>/dev/null || true)
+if [[ -n "$unserved" ]]; then
+  say "note: $unserved: --attn-backend triton is refused under it, and auto runs the other backends"
+fi
 have=$("$PY" -c 'import importlib.metadata as m; print("triton==" + m.version("triton"))' 2>/dev/null || true)
 if [[ "$have" == "$pin" ]]; then
   say "keeping installed $pin (the version torch pins)"

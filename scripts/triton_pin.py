@@ -17,7 +17,7 @@ import sys
 from typing import Iterable, Optional
 
 #: torch minor version -> the Triton version its CUDA wheels pin
-TORCH_TRITON = {"2.11": "3.6.0", "2.13": "3.7.1"}
+TORCH_TRITON = {"2.10": "3.6.0", "2.11": "3.6.0", "2.12": "3.7.0", "2.13": "3.7.1"}
 
 
 def _applies(requirement: str) -> bool:

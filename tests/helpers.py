@@ -182,14 +182,17 @@ def kernel_call(device="cuda", dtype=torch.float16, activation="relu", dropout=F
                 keys=10, dtype=dtype, head_dim=head_dim)  # fmt: skip
 
 
-def on_cuda_device(monkeypatch, family):
+def on_cuda_device(monkeypatch, family, triton="3.6.0"):
     """CUDA looks available and its current device is of ``family`` (a name, or a callable
-    giving it at each call): what auto's per-family decisions read, without a GPU."""
+    giving it at each call), with Triton ``triton`` installed (by default the version the
+    recorded GPU results ran with; the kernels still run under the installed one): what
+    auto's per-family decisions read, without a GPU."""
     from fairseq_sparse_attn.attention.backends import triton as tb
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(tb, "_family_of_device", lambda index: family() if callable(family) else family)
+    monkeypatch.setattr(tb, "installed_triton", lambda: triton)
 
 
 def make_examples(dictionary, n=7, seed=0, min_len=2, max_len=9):

@@ -27,14 +27,21 @@ show (programs run one after another).
 """
 
 import contextlib
+import logging
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
 import torch
-from triton import knobs
-from triton.knobs import HookChain
-from triton.runtime import driver
-from triton.runtime.interpreter import InterpretedFunction
-from triton.runtime.jit import JITFunction
+
+from .served import CUDA_CHECKED_TRITON, installed_triton, minor_version, triton_unserved
+
+if triton_unserved() is not None:  # before Triton's internals are imported (3.4 lacks HookChain)
+    raise ImportError(f"fairseq_sparse_attn.kernels: {triton_unserved()}")
+
+from triton import knobs  # noqa: E402
+from triton.knobs import HookChain  # noqa: E402
+from triton.runtime import driver  # noqa: E402
+from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
+from triton.runtime.jit import JITFunction  # noqa: E402
 
 
 class KernelForms(NamedTuple):
@@ -146,6 +153,8 @@ class LaunchPlan:
                 *values,
             )
             return
+        if not _CUDA_CHECK_NOTED:
+            _note_unchecked_triton()
         jit = self.forms.compiled
         args = (*tensors, *self.scalars)
         kernel = jit[self.grid](*args, **self.constexprs, num_warps=self.num_warps, num_stages=self.num_stages)
@@ -153,6 +162,27 @@ class LaunchPlan:
             constexprs = self.constexprs
             tail = tuple(constexprs[p.name] if p.name in constexprs else p.default for p in jit.params[len(args) :])
             self.direct = (*options, kernel, (*self.scalars, *tail))
+
+
+logger = logging.getLogger(__name__)
+#: whether the first CUDA launch of this process has looked at the Triton version
+_CUDA_CHECK_NOTED = False
+
+
+def _note_unchecked_triton() -> None:
+    """At the first CUDA launch: one warning when the installed Triton is not a version under
+    which the kernels' CUDA correctness check passed on a GPU (:data:`.served.CUDA_CHECKED_TRITON`)."""
+    global _CUDA_CHECK_NOTED
+    _CUDA_CHECK_NOTED = True
+    version = installed_triton() or ""
+    if minor_version(version) not in CUDA_CHECKED_TRITON:
+        logger.warning(
+            "the Triton kernels run on CUDA under Triton %s, under which their CUDA correctness has not been "
+            "checked on a GPU (checked: Triton %s); `python benchmarks/bench_gpu.py --parts kernels` checks them "
+            "on this GPU",
+            version,
+            ", ".join(CUDA_CHECKED_TRITON),
+        )
 
 
 def _unhooked(hook) -> bool:

@@ -13,8 +13,13 @@ within 3.4e-7).  The run of 2026-11-26 (commit d775827) had found float32 forwar
 head dims 64 and 128; the forward's loop has been rewritten since, and the probe of every
 float32 forward tile with IEEE dots found none wrong (docs/performance.md "GPU").  CPU tensors
 (Triton's interpreter) are checked by the unit tests at every dtype.
+
+The Triton version: the kernels run with the versions of :data:`TRITON_VERSIONS` only
+(:func:`triton_unserved`); the backend refuses the others, and ``auto`` then takes another
+backend (a cluster's own torch 2.7-2.9 brings Triton 3.3-3.5).
 """
 
+import functools
 from typing import Dict, Optional
 
 import torch
@@ -57,6 +62,65 @@ def unserved_sizes(q: Tensor, k: Tensor, v: Tensor) -> Optional[str]:
     if q.size(0) > GRID_LIMIT or q.size(1) > GRID_LIMIT:
         return f"{q.size(0):,} batch entries x {q.size(1):,} heads (the launch grid: at most {GRID_LIMIT:,} of each)"
     return None
+
+
+#: the Triton versions (major.minor) the kernels run with: the ones torch 2.10 to 2.13 pin.
+#: Under these the unit tests run the kernels (Triton's interpreter), check that a plan's
+#: direct launch passes the compiled kernel's launcher what Triton's own launch path passes
+#: (``kernels/launch.py``: Triton's internals, which change between versions), and compile
+#: every configuration ahead of time.  Others were seen to fail: Triton 3.4 lacks
+#: ``knobs.HookChain`` (an ImportError), 3.5's interpreter fails on the forward kernel.
+TRITON_VERSIONS = ("3.6", "3.7")
+#: the Triton versions (major.minor) under which the CUDA correctness check passed on a GPU
+#: (``make bench-gpu``'s kernels part: 3.6.0 on an H100 and an H200, 2026-11-27)
+CUDA_CHECKED_TRITON = ("3.6",)
+
+
+def minor_version(version: str) -> str:
+    """ "3.6.0" -> "3.6" (a local or pre-release suffix dropped: "3.7.1+git1a2b" -> "3.7")."""
+    return ".".join(version.split("+")[0].split(".")[:2])
+
+
+@functools.lru_cache(maxsize=None)
+def installed_triton() -> Optional[str]:
+    """The installed Triton's version ("3.6.0"), "" when it cannot be imported (the error in
+    :func:`triton_import_error`), None when it is not installed; imported once."""
+    try:
+        import triton
+    except ModuleNotFoundError as e:
+        if e.name == "triton":
+            return None
+        _IMPORT_ERROR.append(f"{type(e).__name__}: {e}")
+        return ""
+    except Exception as e:  # a broken install: its own error, not the kernels'
+        _IMPORT_ERROR.append(f"{type(e).__name__}: {e}")
+        return ""
+    return str(getattr(triton, "__version__", ""))
+
+
+_IMPORT_ERROR: list = []
+
+
+def triton_unserved(version: Optional[str] = "installed") -> Optional[str]:
+    """None when the kernels run with ``version`` of Triton (by default the installed one),
+    else why not, in words."""
+    if version == "installed":
+        return _installed_triton_unserved()
+    if version is None:
+        return "Triton is not installed (make install installs the version torch pins)"
+    if not version:
+        return f"Triton cannot be imported ({_IMPORT_ERROR[-1] if _IMPORT_ERROR else 'no version'})"
+    if minor_version(version) not in TRITON_VERSIONS:
+        return (
+            f"Triton {version} is installed; the kernels run with Triton {' or '.join(TRITON_VERSIONS)} "
+            "(the versions torch 2.10 to 2.13 pin)"
+        )
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _installed_triton_unserved() -> Optional[str]:
+    return triton_unserved(installed_triton())
 
 
 def unserved(device_type: str, dtype: torch.dtype, head_dim: int) -> Optional[str]:

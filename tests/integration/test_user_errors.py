@@ -45,17 +45,22 @@ TINY = [
 ]
 
 
-def env():
+def env(first_on_path=()):
     out = {k: v for k, v in os.environ.items() if k not in ("FSA_COMPAT_OFF", "FSA_TRACEBACK")}
-    out.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    out.update(PYTHONPATH=os.pathsep.join([*map(str, first_on_path), str(REPO)]), OMP_NUM_THREADS="1")
     return out
 
 
-def fsa(command, *args, input=None):
-    """``fsa-<command> args`` as the console script runs it, from this checkout."""
+def fsa(command, *args, input=None, first_on_path=()):
+    """``fsa-<command> args`` as the console script runs it, from this checkout (with the
+    folders ``first_on_path`` before it on the import path)."""
     code = f"import sys; sys.argv[0] = 'fsa-{command}'; from fairseq_sparse_attn.cli import {command}; {command}()"
     return subprocess.run(
-        [sys.executable, "-c", code, *map(str, args)], env=env(), capture_output=True, input=input, timeout=600
+        [sys.executable, "-c", code, *map(str, args)],
+        env=env(first_on_path),
+        capture_output=True,
+        input=input,
+        timeout=600,
     )
 
 
@@ -147,8 +152,8 @@ def databin(tiny, tmp_path):
     return d
 
 
-def train(data, save, *flags, arch="rela_transformer_wmt_en_de"):
-    return fsa("train", data, "--arch", arch, *TINY, *flags, "--save-dir", save)
+def train(data, save, *flags, arch="rela_transformer_wmt_en_de", first_on_path=()):
+    return fsa("train", data, "--arch", arch, *TINY, *flags, "--save-dir", save, first_on_path=first_on_path)
 
 
 @pytest.fixture(scope="module")
@@ -228,6 +233,28 @@ def test_print_alignment_on_a_triton_model_is_one_line_naming_the_override(tiny,
     out, err = text(proc)
     assert proc.returncode == 0, err[-3000:]
     assert sum(line.startswith("A-") for line in out.splitlines()) == 6  # the 6 test sentences
+
+
+def test_a_triton_the_kernels_do_not_run_with_is_named_in_one_line(tiny, tmp_path):
+    """A cluster's own torch 2.7-2.9 brings Triton 3.3-3.5 (make install keeps the
+    installed torch and installs the Triton it pins); the kernels do not run there (under
+    3.4 an ImportError from inside them).  ``--attn-backend triton`` is one line naming the
+    installed version, before any work; auto trains (it never imports the kernels there)."""
+    old = tmp_path / "old_triton"  # the installed Triton, saying it is 3.4.0 (sitecustomize runs first)
+    old.mkdir()
+    (old / "sitecustomize.py").write_text('import triton\n\ntriton.__version__ = "3.4.0"\n')
+    save = tmp_path / "ckpt"
+    head_dim_32 = model_size_flags(layers=1, dim=64, ffn=64, heads=2)
+    proc = train(tiny / "data-bin", save, *head_dim_32, "--attn-backend", "triton", first_on_path=[old])
+    one_line_error(
+        proc,
+        "fsa-train: error: attention backend 'triton' (--attn-backend) cannot serve the ",
+        "Triton 3.4.0 is installed; the kernels run with Triton 3.6 or 3.7",
+        "use --attn-backend auto",
+    )
+    assert "begin training" not in "".join(text(proc)) and (not save.exists() or empty(save))
+    proc = train(tiny / "data-bin", save, *head_dim_32, "--max-update", "2", first_on_path=[old])
+    assert proc.returncode == 0, text(proc)[1][-3000:]
 
 
 def test_removed_flex_backend_says_what_to_use(tiny, tmp_path):

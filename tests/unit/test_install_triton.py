@@ -50,7 +50,7 @@ def test_unknown_torch_is_one_clear_line():
     assert p.returncode == 3 and p.stdout == ""
     assert p.stderr.strip().splitlines() == [
         "make install: no Triton version known for torch 1.13.1 (its metadata pins none; "
-        "known: 2.11 -> 3.6.0, 2.13 -> 3.7.1); set TRITON_VERSION=X.Y.Z"
+        "known: 2.10 -> 3.6.0, 2.11 -> 3.6.0, 2.12 -> 3.7.0, 2.13 -> 3.7.1); set TRITON_VERSION=X.Y.Z"
     ]
 
 
@@ -77,3 +77,16 @@ def test_install_step_installs_the_pin_once():
 
 def test_make_install_runs_the_triton_step():
     assert 'PYTHON="$PY" bash scripts/install_triton.sh' in (REPO / "scripts" / "install.sh").read_text()
+
+
+def test_a_triton_the_kernels_do_not_run_with_is_said_at_install():
+    """A cluster's own torch 2.8 pins Triton 3.4.0, which make install installs (it keeps
+    the installed torch): one line says that the triton backend is refused under it."""
+    p = run("bash", str(SCRIPT), FSA_INSTALL_DRY_RUN="1", TRITON_VERSION="3.4.0")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[0] == (
+        "[install] note: Triton 3.4.0 is installed; the kernels run with Triton 3.6 or 3.7 (the versions torch "
+        "2.10 to 2.13 pin): --attn-backend triton is refused under it, and auto runs the other backends"
+    )
+    p = run("bash", str(SCRIPT), FSA_INSTALL_DRY_RUN="1", TRITON_VERSION="3.6.0")
+    assert "note:" not in p.stdout

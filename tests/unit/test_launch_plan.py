@@ -111,6 +111,31 @@ def test_the_second_launch_skips_triton_s_path_and_passes_the_same_arguments(nul
     assert kernel is jit[plan.grid](*args, **plan.constexprs, num_warps=plan.num_warps, num_stages=plan.num_stages)
 
 
+@pytest.mark.parametrize("version, warned", [("3.7.1", True), ("3.6.0", False)])
+def test_the_first_cuda_launch_says_when_triton_s_version_was_never_checked_on_a_gpu(
+    null_driver, monkeypatch, caplog, version, warned
+):
+    """The kernels' CUDA correctness was checked on a GPU under Triton 3.6 only: under 3.7
+    (torch 2.12/2.13, which the kernels run with) the first CUDA launch of the process says
+    so, once, and names the check to run."""
+    monkeypatch.setattr(kl, "installed_triton", lambda: version)
+    monkeypatch.setattr(kl, "_CUDA_CHECK_NOTED", False)
+    with caplog.at_level("WARNING", logger=kl.__name__):
+        plan, tensors = captured_plan(monkeypatch)
+        plan.direct = None
+        plan(tensors)  # Triton's path again: no second warning
+        captured_plan(monkeypatch, tgt=7)  # another plan: none either
+    lines = [r.getMessage() for r in caplog.records if r.name == kl.__name__]
+    if warned:
+        assert lines == [
+            f"the Triton kernels run on CUDA under Triton {version}, under which their CUDA correctness has not "
+            "been checked on a GPU (checked: Triton 3.6); `python benchmarks/bench_gpu.py --parts kernels` checks "
+            "them on this GPU"
+        ]
+    else:
+        assert lines == []
+
+
 @pytest.mark.parametrize("which", ["launch_enter_hook", "launch_exit_hook"])
 def test_a_direct_launch_passes_the_metadata_and_hooks_where_a_hook_is_installed(null_driver, monkeypatch, which):
     """A profiler's hook (Proton adds its own to the chains) sees every launch: with one

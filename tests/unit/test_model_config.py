@@ -133,6 +133,7 @@ def test_a_named_backend_that_can_serve_no_call_is_refused_when_the_model_is_bui
     assert "activation relu" in refusal(attn_backend="sdpa", **relu)
     # served by what the configuration fixes: built (dropout is the call's to refuse)
     resolve_model(model_args(attn_backend="triton", attention_dropout=0.1, **relu))
+
     for backend in ("auto", "materialized"):
         resolve_model(model_args(attn_backend=backend, attn_activation="softmax", encoder_rel_pos_k=2))
     # cross-attention has the decoder's heads (fairseq's build_encoder_attention): 512 / 8 =
@@ -145,3 +146,20 @@ def test_a_named_backend_that_can_serve_no_call_is_refused_when_the_model_is_bui
     # and the other way: the cross-attention's head dim 512 / 1 is refused, whatever the encoder's
     asymmetric.update(encoder_embed_dim=512, encoder_attention_heads=8, decoder_attention_heads=1)
     assert "self-attention: head dim 512" in refusal(attn_backend="triton", attn_activation="relu", **asymmetric)
+
+
+def test_a_named_triton_backend_under_a_triton_it_does_not_run_with_is_refused_when_built(monkeypatch):
+    """``--attn-backend triton`` under a Triton version the kernels do not run with (a
+    cluster's torch 2.8 brings 3.4): one line naming the version, when the model is built
+    (under 3.4 it was an ImportError from inside the kernels)."""
+    from fairseq_sparse_attn.kernels import served
+
+    monkeypatch.setattr(served, "_installed_triton_unserved", lambda: served.triton_unserved("3.4.0"))
+    size = dict(encoder_embed_dim=64, decoder_embed_dim=64, encoder_attention_heads=2, decoder_attention_heads=2)
+    with pytest.raises(UsageError) as e:
+        resolve_model(model_args(attn_backend="triton", attn_activation="relu", **size))
+    assert str(e.value).startswith(
+        "attention backend 'triton' (--attn-backend) cannot serve the decoder self-attention: "
+        "Triton 3.4.0 is installed; the kernels run with Triton 3.6 or 3.7"
+    ), str(e.value)
+    resolve_model(model_args(attn_backend="auto", attn_activation="relu", **size))

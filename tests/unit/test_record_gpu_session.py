@@ -75,7 +75,7 @@ def test_a_session_s_files_become_the_family_s_result(tmp_path, capsys):
     assert data["provenance"]["git_commit"] == "abc123" and data["provenance"]["versions"]["triton"] == "3.6.0"
     # the fairseq-train rounds alone decide nothing (2 of 3); the paired blocks do (30 of 40)
     assert tb.faster_in(data) == {("relu", "fp16")}
-    assert tb.measured_faster(results) == {("H100", "relu", "fp16"): "bench-gpu.json"}
+    assert tb.measured_faster(results) == {("H100", "relu", "fp16"): tb.Measurement("bench-gpu.json", "3.6")}
     out = capsys.readouterr().out
     assert "auto would take the kernels for [('relu', 'fp16')]" in out
     assert "auto's table changes: set MEASURED_FASTER" in out  # the package's table must follow

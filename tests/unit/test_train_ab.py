@@ -97,11 +97,11 @@ def test_auto_reads_the_paired_blocks_of_a_recorded_result(tmp_path):
     )
     result = {
         "parts": {"train_ab": {"fp16": {"blocks": blocks}}, "kernels": {"correctness": [{"ok": True}]}},
-        "provenance": {"device": "NVIDIA H100 80GB HBM3"},
+        "provenance": {"device": "NVIDIA H100 80GB HBM3", "versions": {"triton": "3.6.0"}},
     }
     assert tb.faster_in(result) == {("relu", "fp16")}
     (tmp_path / "bench-gpu.json").write_text(json.dumps(result))
-    assert tb.measured_faster(tmp_path) == {("H100", "relu", "fp16"): "bench-gpu.json"}
+    assert tb.measured_faster(tmp_path) == {("H100", "relu", "fp16"): tb.Measurement("bench-gpu.json", "3.6")}
     # without a passing correctness part, no blocks decide
     result["parts"]["kernels"] = {"correctness": [{"ok": False}]}
     assert tb.faster_in(result) == frozenset()

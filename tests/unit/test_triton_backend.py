@@ -298,14 +298,18 @@ def test_a_gamma_set_after_the_first_call_reaches_the_kernels():
     run_both(ref, fused, x, x, **kw)
 
 
-def bench_result(tmp_path, device, eager, fused, name="bench-gpu-h100.json", dtype="fp16", checks=None, pair=None):
+def bench_result(
+    tmp_path, device, eager, fused, name="bench-gpu-h100.json", dtype="fp16", checks=None, pair=None, triton="3.6.0"
+):
     """A make bench-gpu result whose train part ran ``pair`` (fused, eager presets; ReLA-g's
-    by default) with the given updates/s per round, and whose kernels passed ``checks``."""
+    by default) with the given updates/s per round, and whose kernels passed ``checks``,
+    under Triton ``triton`` (None: not recorded)."""
     fused_name, eager_name = pair or ("rela_g_triton", "rela_g")
     train = {"fp16": {"runs": {}, "ratios": {}, "valid": False}, "bf16": {"runs": {}, "ratios": {}, "valid": False}}
     train[dtype] = {"runs": {"softmax": [10.0] * len(eager), eager_name: eager, fused_name: fused}, "ratios": {}}
     checks = [{"ok": True}] * 3 if checks is None else checks
-    data = {"parts": {"train": train, "kernels": {"correctness": checks}}, "provenance": {"device": device}}
+    provenance = {"device": device, "versions": {"triton": triton} if triton else {}}
+    data = {"parts": {"train": train, "kernels": {"correctness": checks}}, "provenance": provenance}
     (tmp_path / name).write_text(json.dumps(data))
 
 
@@ -318,7 +322,7 @@ def test_auto_takes_it_only_where_a_recorded_gpu_result_shows_it_faster(tmp_path
     assert len(tb.paired_rounds(h200["fp16"], "rela_g_triton", "rela_g")) == 1
     h100 = json.loads((tb.RESULTS / "bench-gpu.json").read_text())["parts"]["train"]["fp16"]
     assert len(tb.paired_rounds(h100, "rela_g_triton", "rela_g")) == 2
-    assert tb.measured_faster() == {("H200", "relu", "bf16"): "bench-gpu-h200.json"}
+    assert tb.measured_faster() == {("H200", "relu", "bf16"): tb.Measurement("bench-gpu-h200.json", "3.6")}
     # what auto reads at run time: the package's table, the same as the recorded results
     assert tb.MEASURED_FASTER == tb.measured_faster()
     assert tb.device_family("NVIDIA H200") == "H200"
@@ -341,11 +345,15 @@ def test_auto_takes_it_only_where_a_recorded_gpu_result_shows_it_faster(tmp_path
     bench_result(tmp_path, "NVIDIA L40S", [9.0] * 3, [9.5] * 3, name="bench-gpu-l40s.json",
                  pair=("reluformer_triton", "reluformer"))  # fmt: skip
     bench_result(tmp_path, "cpu", [5.0] * 3, [20.0] * 3, name="bench-gpu-cpu.json")
+    # the Triton version is part of the measurement; a result that does not record it decides nothing
+    bench_result(tmp_path, "NVIDIA H20", [9.0] * 3, [9.5] * 3, name="bench-gpu-h20.json", triton="3.7.1+git")
+    bench_result(tmp_path, "NVIDIA A10", [9.0] * 3, [9.5] * 3, name="bench-gpu-a10.json", triton=None)
     assert tb.measured_faster(tmp_path) == {
-        ("H100", "relu", "fp16"): "bench-gpu-h100.json",
-        ("H200", "relu", "bf16"): "bench-gpu-h200.json",
-        ("B200", "relu", "fp16"): "bench-gpu-b200.json",
-        ("L40S", "relu_scaled", "fp16"): "bench-gpu-l40s.json",
+        ("H100", "relu", "fp16"): tb.Measurement("bench-gpu-h100.json", "3.6"),
+        ("H200", "relu", "bf16"): tb.Measurement("bench-gpu-h200.json", "3.6"),
+        ("B200", "relu", "fp16"): tb.Measurement("bench-gpu-b200.json", "3.6"),
+        ("L40S", "relu_scaled", "fp16"): tb.Measurement("bench-gpu-l40s.json", "3.6"),
+        ("H20", "relu", "fp16"): tb.Measurement("bench-gpu-h20.json", "3.7"),
     }
     # a correctness part cut off (fewer checks than it planned, or a shard that wrote
     # nothing) decides nothing either
@@ -389,8 +397,63 @@ def test_auto_on_cuda_takes_it_only_in_the_measured_family_and_dtype(monkeypatch
     assert isinstance(scaled, Call) and not tb._auto_enabled(None, scaled)
     family["name"] = "H100"
     assert not tb._auto_enabled(None, _call("cuda", torch.float16))
-    monkeypatch.setitem(tb.MEASURED_FASTER, ("H100", "relu", "fp16"), "bench-gpu.json")
+    monkeypatch.setitem(tb.MEASURED_FASTER, ("H100", "relu", "fp16"), tb.Measurement("bench-gpu.json", "3.6"))
     assert tb._auto_enabled(None, _call("cuda", torch.float16))
+
+
+def test_auto_takes_it_only_under_the_triton_version_it_was_measured_with(monkeypatch):
+    """A measurement is of the code one Triton version compiles: the H200's bf16 result ran
+    with Triton 3.6.0, so under 3.7 (torch 2.13's) auto does not take the kernels there, nor
+    make the plan's direct call; under 3.6 it does."""
+    from helpers import on_cuda_device
+
+    assert tb.MEASURED_FASTER[("H200", "relu", "bf16")].triton == "3.6"
+    on_cuda_device(monkeypatch, "H200", triton="3.6.0")
+    assert tb.auto_may_take_it() and tb._auto_enabled(None, _call("cuda", torch.bfloat16))
+    on_cuda_device(monkeypatch, "H200", triton="3.7.1")
+    assert not tb.auto_may_take_it() and not tb._auto_enabled(None, _call("cuda", torch.bfloat16))
+    monkeypatch.setitem(tb.MEASURED_FASTER, ("H100", "relu", "fp16"), tb.Measurement("bench-gpu.json", "3.7"))
+    assert tb.auto_may_take_it() and not tb._auto_enabled(None, _call("cuda", torch.bfloat16))
+
+
+def test_under_a_triton_version_the_kernels_do_not_run_with_the_backend_serves_nothing(monkeypatch):
+    """A cluster's own torch 2.7-2.9 brings Triton 3.3-3.5: under 3.4 the kernels do not
+    import (no ``knobs.HookChain``), under 3.5 the interpreter fails on the forward; a later
+    Triton may change the launcher the direct launch calls.  The backend then serves nothing
+    and names the version: auto on CUDA neither takes the kernels nor imports them (it
+    imported them, and under Triton 3.4 the first forward of a ReLA model on auto failed
+    with an ImportError)."""
+    import triton
+
+    from fairseq_sparse_attn.kernels import served
+
+    from helpers import on_cuda_device
+
+    for version in ("3.6.0", "3.7.1", "3.7.1+git4a5b6c"):
+        assert served.triton_unserved(version) is None, version
+    for version in ("3.3.1", "3.4.0", "3.5.1", "3.8.0", "4.0.0"):
+        reason = served.triton_unserved(version)
+        assert reason == (
+            f"Triton {version} is installed; the kernels run with Triton 3.6 or 3.7 "
+            "(the versions torch 2.10 to 2.13 pin)"
+        ), reason
+    assert served.triton_unserved(None) == "Triton is not installed (make install installs the version torch pins)"
+    # the installed one (make install: the version torch pins) serves
+    assert served.installed_triton() == triton.__version__ and served.triton_unserved() is None
+
+    monkeypatch.setattr(served, "_installed_triton_unserved", lambda: served.triton_unserved("3.4.0"))
+    on_cuda_device(monkeypatch, "H200", triton="3.4.0")
+    monkeypatch.setitem(tb.MEASURED_FASTER, ("H100", "relu", "fp16"), tb.Measurement("bench-gpu.json", "3.4"))
+    assert not tb.auto_may_take_it()
+    call = _call("cuda", torch.bfloat16)
+    assert tb._unavailable(call).startswith("Triton 3.4.0 is installed; ")
+    assert tb._unavailable(_call("cpu", torch.float32)).startswith("Triton 3.4.0 is installed; ")
+    assert tb.direct_call(build_activation("relu", H), torch.nn.Identity(), torch.nn.Dropout(0.0)) is None
+    from fairseq_sparse_attn.attention.core import BACKENDS, choose_backend
+
+    assert BACKENDS["triton"].cannot_serve(call) is not None
+    spec = AttendSpec(build_activation("relu", H), torch.nn.Dropout(0.0), HeadPlan(H), backend="auto")
+    assert choose_backend(spec, call).name != "triton"
 
 
 def test_float32_on_cuda_is_served_as_the_recorded_gpu_run_showed_it_right(monkeypatch):

@@ -312,17 +312,22 @@ def test_auto_takes_the_kernels_with_dropout_only_where_dropout_was_measured(mon
         return kernel_call(dropout=dropout)
 
     on_cuda_device(monkeypatch, "H100")
-    monkeypatch.setitem(tb.MEASURED_FASTER, ("H100", "relu", "fp16"), "bench-gpu.json")
+    monkeypatch.setitem(tb.MEASURED_FASTER, ("H100", "relu", "fp16"), tb.Measurement("bench-gpu.json", "3.6"))
     assert tb._auto_enabled(None, call(False)) and not tb._auto_enabled(None, call(True))
-    monkeypatch.setitem(tb.MEASURED_FASTER, ("H100", "relu", "fp16+dropout"), "bench-gpu.json")
+    monkeypatch.setitem(tb.MEASURED_FASTER, ("H100", "relu", "fp16+dropout"), tb.Measurement("bench-gpu.json", "3.6"))
     assert tb._auto_enabled(None, call(True))
 
     runs = {"softmax_dropout": [7.0] * 3, "rela_g_dropout": [7.0, 7.2, 6.9], "rela_g_triton_dropout": [7.5, 7.6, 7.1]}
     runs.update(rela_g=[8.0] * 3, rela_g_triton=[7.5] * 3)  # slower without dropout: not decided
     kernels = {"correctness": [{"ok": True}]}
-    result = {"parts": {"train": {"bf16": {"runs": runs}}, "kernels": kernels}, "provenance": {"device": "NVIDIA H200"}}
+    result = {
+        "parts": {"train": {"bf16": {"runs": runs}}, "kernels": kernels},
+        "provenance": {"device": "NVIDIA H200", "versions": {"triton": "3.6.0"}},
+    }
     (tmp_path / "bench-gpu-h200.json").write_text(json.dumps(result))
-    assert tb.measured_faster(tmp_path) == {("H200", "relu", "bf16+dropout"): "bench-gpu-h200.json"}
+    assert tb.measured_faster(tmp_path) == {
+        ("H200", "relu", "bf16+dropout"): tb.Measurement("bench-gpu-h200.json", "3.6")
+    }
     runs["rela_g_triton_dropout"] = [7.5, None, None]  # one round decides nothing
     (tmp_path / "bench-gpu-h200.json").write_text(json.dumps(result))
     assert tb.measured_faster(tmp_path) == {}

@@ -337,10 +337,12 @@ def test_auto_takes_the_kernels_for_row_sums_only_where_measured(monkeypatch):
         return kernel_call(activation="relu_scaled", dropout=dropout, row_sums=row_sums)
 
     on_cuda_device(monkeypatch, "H100")
-    monkeypatch.setitem(tb.MEASURED_FASTER, ("H100", "relu_scaled", "fp16"), "bench-gpu.json")
+    monkeypatch.setitem(tb.MEASURED_FASTER, ("H100", "relu_scaled", "fp16"), tb.Measurement("bench-gpu.json", "3.6"))
     assert tb._auto_enabled(None, call(False, False))
     assert not tb._auto_enabled(None, call(False, True)) and not tb._auto_enabled(None, call(True, True))
-    monkeypatch.setitem(tb.MEASURED_FASTER, ("H100", "relu_scaled", "fp16+dropout+rowsums"), "bench-gpu.json")
+    monkeypatch.setitem(
+        tb.MEASURED_FASTER, ("H100", "relu_scaled", "fp16+dropout+rowsums"), tb.Measurement("bench-gpu.json", "3.6")
+    )
     assert tb._auto_enabled(None, call(True, True)) and not tb._auto_enabled(None, call(False, True))
 
 

@@ -30,14 +30,21 @@ what that declines comes here through :func:`~..core.attend`, which says why.  A
 Devices: CUDA runs the compiled kernels.  On CPU the same kernels run through Triton's
 interpreter (slow: for tests), only when the backend is named (``--attn-backend triton``).
 
+Triton: the kernels run with the Triton versions of :data:`~...kernels.served.TRITON_VERSIONS`
+(3.6 and 3.7, which torch 2.10 to 2.13 pin).  Under any other, or without Triton, the
+backend serves nothing (:func:`~...kernels.served.triton_unserved` names the version): a
+named ``--attn-backend triton`` is refused in one line when the model is built, and
+``auto`` never takes it, nor imports the kernels.
+
 ``auto`` (:func:`_auto_enabled`) takes it only for a training call on a CUDA device whose
 family (board) has a recorded ``make bench-gpu`` result in ``docs/results/`` that shows it
-faster for the call's activation in its dtype (:data:`MEASURED_FASTER`, what
+faster for the call's activation in its dtype, with the installed Triton's version
+(:data:`MEASURED_FASTER`, what
 :func:`measured_faster` reads from the results: at least 3 paired rounds, of
 ``fairseq-train`` runs or of ``benchmarks/train_ab.py``'s blocks, the kernels faster in
 enough of them for a one-sided sign test at 1/8 (all of 3), and a complete, passing
 correctness part: :func:`faster_in`).  The recorded runs
-(2026-11-27) show it for ReLA's ``relu`` in bf16 on an H200 (``bench-gpu-h200.json``:
+(2026-11-27, Triton 3.6.0) show it for ReLA's ``relu`` in bf16 on an H200 (``bench-gpu-h200.json``:
 ReLA-g's updates/s ahead of eager in each of 3 rounds); the H100's fp16 (2 rounds, ranges
 overlapping) and the H200's fp16 (1 round) decide nothing.  A call with attention dropout or
 row sums is a setting of its own (``"fp16+dropout"``, ``"fp16+rowsums"``,
@@ -55,12 +62,12 @@ import math
 import re
 import sys
 from pathlib import Path
-from typing import Callable, Dict, FrozenSet, Hashable, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, Hashable, NamedTuple, Optional, Tuple
 
 import torch
 
 from ...errors import UsageError
-from ...kernels.served import unserved, unserved_sizes
+from ...kernels.served import installed_triton, minor_version, triton_unserved, unserved, unserved_sizes
 from .. import masks
 from ..core import (
     AttendSpec,
@@ -239,34 +246,45 @@ def faster_in(result: dict) -> FrozenSet[Tuple[str, str]]:
     return frozenset(faster)
 
 
-def measured_faster(results: Path = RESULTS) -> Dict[Tuple[str, str, str], str]:
-    """{(device family, activation, setting): result file} for every recorded ``make
+class Measurement(NamedTuple):
+    """A recorded result that shows the kernels faster: its file in ``docs/results/``, and
+    the Triton version (major.minor) it ran with (another Triton compiles other code)."""
+
+    file: str
+    triton: str
+
+
+def measured_faster(results: Path = RESULTS) -> Dict[Tuple[str, str, str], Measurement]:
+    """{(device family, activation, setting): measurement} for every recorded ``make
     bench-gpu`` result (``docs/results/bench-gpu*.json``) that shows the triton backend
-    faster there (:func:`faster_in`)."""
-    found: Dict[Tuple[str, str, str], str] = {}
+    faster there (:func:`faster_in`), and records the Triton version it ran with (a result
+    without it decides nothing)."""
+    found: Dict[Tuple[str, str, str], Measurement] = {}
     for path in sorted(results.glob("bench-gpu*.json")) if results.is_dir() else ():
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        device = (data.get("provenance") or {}).get("device", "")
-        if device and device != "cpu":
+        provenance = data.get("provenance") or {}
+        device = provenance.get("device", "")
+        triton = (provenance.get("versions") or {}).get("triton")
+        if device and device != "cpu" and triton:
             for activation, setting in faster_in(data):
                 for name in device.split(", "):
-                    found[(device_family(name), activation, setting)] = path.name
+                    found[(device_family(name), activation, setting)] = Measurement(path.name, minor_version(triton))
     return found
 
 
-#: where auto takes this backend: {(device family, activation, setting): the result file
-#: that shows it faster} (a setting: the dtype, with "+dropout" for calls with attention
+#: where auto takes this backend: {(device family, activation, setting): the result that
+#: shows it faster, and the Triton version it ran with} (a setting: the dtype, with "+dropout" for calls with attention
 #: dropout and "+rowsums" with ReLUFormer's row sums, :func:`measured_setting`), what
 #: :func:`measured_faster` reads from ``docs/results/`` (a test keeps the two equal, so a
 #: new recorded result changes auto only with this table).  Kept in the package because an
 #: installed wheel (``make install OFFLINE=...``, the GPU nodes' install) has no ``docs/``:
 #: read from there, auto never took the kernels on any GPU.  (H100 fp16 was here until
 #: 2026-11-27 on 2 rounds whose ranges overlapped; it needs a third.)
-MEASURED_FASTER: Dict[Tuple[str, str, str], str] = {
-    ("H200", "relu", "bf16"): "bench-gpu-h200.json",
+MEASURED_FASTER: Dict[Tuple[str, str, str], Measurement] = {
+    ("H200", "relu", "bf16"): Measurement("bench-gpu-h200.json", "3.6"),
 }
 
 
@@ -276,10 +294,20 @@ def _family_of_device(index: int) -> str:
 
 
 def auto_may_take_it() -> bool:
-    """``auto`` may take this backend on this machine: CUDA is available and a recorded
-    measurement shows it faster on some device family (:func:`_auto_enabled` decides per
-    call, for the call's device and dtype; this does not initialise CUDA)."""
-    return bool(MEASURED_FASTER) and torch.cuda.is_available()
+    """``auto`` may take this backend on this machine: CUDA is available, and a recorded
+    measurement with the installed Triton's version shows it faster on some device family
+    (:func:`_auto_enabled` decides per call, for the call's device and dtype; this does not
+    initialise CUDA, and imports Triton only on a CUDA machine)."""
+    return bool(MEASURED_FASTER) and torch.cuda.is_available() and _installed_triton_measured()
+
+
+def _installed_triton_measured() -> bool:
+    """Some recorded measurement ran with the installed Triton (major.minor), which the
+    kernels run with (:func:`~...kernels.served.triton_unserved`)."""
+    version = installed_triton()
+    if triton_unserved() is not None or not version:
+        return False
+    return any(m.triton == minor_version(version) for m in MEASURED_FASTER.values())
 
 
 def measured_setting(dtype: torch.dtype, dropout: bool, row_sums: bool = False) -> str:
@@ -293,14 +321,15 @@ def _auto_enabled(spec: AttendSpec, call: Call) -> bool:
     if call.device != "cuda" or not call.grad or call.dtype is None or not torch.cuda.is_available():
         return False
     family = _family_of_device(torch.cuda.current_device())
-    return (family, call.activation, measured_setting(call.dtype, call.dropout, call.row_sums)) in MEASURED_FASTER
+    measured = MEASURED_FASTER.get((family, call.activation, measured_setting(call.dtype, call.dropout, call.row_sums)))
+    return measured is not None and measured.triton == minor_version(installed_triton() or "")
 
 
 # --------------------------------------------------------------------------- the backend
 def _unavailable(call: Call) -> Optional[str]:
     if call.dtype is None:
         return "no values dtype"
-    reason = unserved(call.device, call.dtype, call.head_dim)
+    reason = triton_unserved() or unserved(call.device, call.dtype, call.head_dim)
     if reason is not None or call.device == "cpu":
         return reason  # CPU: Triton's interpreter (named backend only: auto never takes it on CPU)
     if not torch.cuda.is_available():
@@ -413,7 +442,7 @@ def direct_call(activation, output_norm, dropout) -> Optional[Callable[..., Opti
     and a fused RMS norm run in the same ``autograd.Function``
     (:mod:`...kernels.normed_attention`): what these cost a launch-bound step on the host
     (docs/performance.md, "Host time of a training step")."""
-    if not TRITON_TRAITS <= getattr(activation, "traits", frozenset()):
+    if not TRITON_TRAITS <= getattr(activation, "traits", frozenset()) or triton_unserved() is not None:
         return None
     try:
         kernel_gamma(activation)
@@ -466,7 +495,13 @@ register_backend(
         auto_when=(
             "for training calls on CUDA devices whose family has a recorded make bench-gpu result showing it "
             "faster for the call's activation in its dtype, with attention dropout and row sums or without ("
-            + (", ".join(f"{family} {act} {setting}" for family, act, setting in sorted(MEASURED_FASTER)) or "none")
+            + (
+                ", ".join(
+                    f"{family} {act} {setting} with Triton {MEASURED_FASTER[family, act, setting].triton}"
+                    for family, act, setting in sorted(MEASURED_FASTER)
+                )
+                or "none"
+            )
             + ")"
         ),
         unavailable=_unavailable,
