@@ -79,9 +79,29 @@ def _as(t, dtype):
     return t if t is None or t.dtype == dtype else t.to(dtype)
 
 
-#: torch's fused RMSNorm forward op (torch >= 2.8); older builds (a cluster's own CUDA torch)
+def fused_rms_norm_fits(schema) -> bool:
+    """Whether ``schema`` (a ``torch.FunctionSchema``) is the fused RMSNorm forward this module
+    calls: ``aten::_fused_rms_norm(Tensor input, int[] normalized_shape, Tensor? weight, float?
+    eps) -> (Tensor, Tensor)`` (the output and 1/RMS; torch >= 2.9).  torch 2.8 has an op of
+    that name with another schema, ``(Tensor input, int normalized_shape_ndim, Tensor weight,
+    float eps) -> Tensor`` (an MPS kernel): calling it as the newer one failed at the first
+    forward of every RMS-normed model."""
+    args = schema.arguments
+    return len(args) == 4 and [str(a.type) for a in args[:2]] == ["Tensor", "List[int]"] and len(schema.returns) == 2
+
+
+def _torch_fused_rms_norm() -> bool:
+    op = getattr(torch.ops.aten, "_fused_rms_norm", None)
+    try:
+        return op is not None and fused_rms_norm_fits(op.default._schema)
+    except (AttributeError, RuntimeError):
+        return False
+
+
+#: torch's fused RMSNorm forward op, where this torch has it as this module calls it
+#: (:func:`fused_rms_norm_fits`); other builds (a cluster's own CUDA torch 2.8 or older)
 #: compute the same formula in separate ops
-_FUSED_RMS_NORM = hasattr(torch.ops.aten, "_fused_rms_norm")
+_FUSED_RMS_NORM = _torch_fused_rms_norm()
 
 
 def _rms_norm_forward(z, eps, weight, gate_weight, keep_y=False):

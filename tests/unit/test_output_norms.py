@@ -159,10 +159,26 @@ def test_fused_forward_equals_the_written_out_ops_bit_for_bit(width):
         assert torch.equal(out, z * ref_r * w)
 
 
+def test_torchs_fused_rms_norm_is_used_only_with_the_schema_it_is_called_with():
+    """torch 2.13's aten::_fused_rms_norm (the output and 1/RMS) is used; torch 2.8 has an op
+    of that name with another schema (an MPS kernel), which every RMS-normed model's first
+    forward called as the newer one and failed on (`Expected a value of type 'int' for
+    argument 'normalized_shape_ndim'`, seen with torch 2.8.0): not used."""
+    from fairseq_sparse_attn.attention import output_norms as on
+
+    assert on._FUSED_RMS_NORM == on.fused_rms_norm_fits(torch.ops.aten._fused_rms_norm.default._schema)
+    newer = (
+        "aten::_fused_rms_norm(Tensor input, int[] normalized_shape, Tensor? weight, float? eps) -> (Tensor, Tensor)"
+    )
+    torch_2_8 = "aten::_fused_rms_norm(Tensor input, int normalized_shape_ndim, Tensor weight, float eps) -> Tensor"
+    assert on.fused_rms_norm_fits(torch._C.parse_schema(newer))
+    assert not on.fused_rms_norm_fits(torch._C.parse_schema(torch_2_8))
+
+
 @pytest.mark.parametrize("gated", [False, True])
 def test_rms_forward_without_torchs_fused_op_is_the_same(gated, monkeypatch):
-    """torch builds before 2.8 have no aten::_fused_rms_norm: the separate-op formula gives
-    the same output and 1/RMS."""
+    """torch builds without aten::_fused_rms_norm as it is called here (torch 2.8 and older):
+    the separate-op formula gives the same output and 1/RMS."""
     from fairseq_sparse_attn.attention import output_norms as on
 
     z, w = torch.randn(4, 6, 16), torch.rand(16) + 0.5
