@@ -20,7 +20,7 @@ backend (a cluster's own torch 2.7-2.9 brings Triton 3.3-3.5).
 """
 
 import functools
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -82,34 +82,30 @@ def minor_version(version: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def installed_triton() -> Optional[str]:
-    """The installed Triton's version ("3.6.0"), "" when it cannot be imported (the error in
-    :func:`triton_import_error`), None when it is not installed; imported once."""
+def _import_triton() -> Tuple[Optional[str], Optional[str]]:
+    """(the installed Triton's version, None) or, where it cannot be imported, (None, the
+    error; None when no Triton is installed); imported once."""
     try:
         import triton
     except ModuleNotFoundError as e:
-        if e.name == "triton":
-            return None
-        _IMPORT_ERROR.append(f"{type(e).__name__}: {e}")
-        return ""
+        return None, None if e.name == "triton" else f"{type(e).__name__}: {e}"
     except Exception as e:  # a broken install: its own error, not the kernels'
-        _IMPORT_ERROR.append(f"{type(e).__name__}: {e}")
-        return ""
-    return str(getattr(triton, "__version__", ""))
+        return None, f"{type(e).__name__}: {e}"
+    return str(getattr(triton, "__version__", "?")), None
 
 
-_IMPORT_ERROR: list = []
+def installed_triton() -> Optional[str]:
+    """The installed Triton's version ("3.6.0"), or None where none can be imported."""
+    return _import_triton()[0]
 
 
 def triton_unserved(version: Optional[str] = "installed") -> Optional[str]:
-    """None when the kernels run with ``version`` of Triton (by default the installed one),
-    else why not, in words."""
+    """None when the kernels run with ``version`` of Triton (by default the installed one;
+    None: not installed), else why not, in words."""
     if version == "installed":
         return _installed_triton_unserved()
     if version is None:
         return "Triton is not installed (make install installs the version torch pins)"
-    if not version:
-        return f"Triton cannot be imported ({_IMPORT_ERROR[-1] if _IMPORT_ERROR else 'no version'})"
     if minor_version(version) not in TRITON_VERSIONS:
         return (
             f"Triton {version} is installed; the kernels run with Triton {' or '.join(TRITON_VERSIONS)} "
@@ -120,7 +116,10 @@ def triton_unserved(version: Optional[str] = "installed") -> Optional[str]:
 
 @functools.lru_cache(maxsize=None)
 def _installed_triton_unserved() -> Optional[str]:
-    return triton_unserved(installed_triton())
+    version, error = _import_triton()
+    if error is not None:
+        return f"Triton cannot be imported ({error})"
+    return triton_unserved(version)
 
 
 def unserved(device_type: str, dtype: torch.dtype, head_dim: int) -> Optional[str]:

@@ -71,7 +71,10 @@ def test_install_step_installs_the_pin_once():
         return
     p = run("bash", str(SCRIPT), FSA_INSTALL_DRY_RUN="1", TRITON_VERSION=installed)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.strip() == f"[install] keeping installed triton=={installed} (the version torch pins)"
+    # (after the note of a version the kernels do not run with, where that is installed)
+    assert (
+        p.stdout.strip().splitlines()[-1] == f"[install] keeping installed triton=={installed} (the version torch pins)"
+    )
     assert "[dry-run]" not in p.stdout
 
 

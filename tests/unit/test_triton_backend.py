@@ -438,6 +438,14 @@ def test_under_a_triton_version_the_kernels_do_not_run_with_the_backend_serves_n
             "(the versions torch 2.10 to 2.13 pin)"
         ), reason
     assert served.triton_unserved(None) == "Triton is not installed (make install installs the version torch pins)"
+    # a Triton that fails to import (a broken install) is named with its own error
+    monkeypatch.setattr(served, "_import_triton", lambda: (None, "ImportError: libtriton.so: cannot open"))
+    assert served._installed_triton_unserved.__wrapped__() == (
+        "Triton cannot be imported (ImportError: libtriton.so: cannot open)"
+    )
+    monkeypatch.setattr(served, "_import_triton", lambda: (None, None))
+    assert served._installed_triton_unserved.__wrapped__().startswith("Triton is not installed")
+    monkeypatch.undo()
     # the installed one (make install: the version torch pins) serves
     assert served.installed_triton() == triton.__version__ and served.triton_unserved() is None
 
