@@ -14,7 +14,8 @@ field                       what
 ``plugin_version``          ``fairseq_sparse_attn.__version__``
 ``git_commit``              commit of the checkout the plugin was imported from (or None)
 ``git_dirty``               True when that checkout has uncommitted changes (None: no git)
-``versions``                python, torch, fairseq, sacrebleu, entmax, numpy (None: missing)
+``versions``                python, torch, fairseq, sacrebleu, entmax, numpy (None: missing);
+                            triton, where installed (what auto's decisions are measured under)
 ``device``                  ``cpu`` or the CUDA device name(s); ``cuda_available``
 ``threads``                 ``torch.get_num_threads()``; ``cpu_count``
 ``command``                 the full command line (``sys.argv``, shell-quoted)
@@ -56,6 +57,10 @@ REQUIRED_FIELDS = (
     "sacrebleu_signature",
 )
 VERSIONED_PACKAGES = ("torch", "fairseq", "sacrebleu", "entmax", "numpy")
+#: recorded where installed, not required of a record (results made before 2026-11-29 lack
+#: it): the Triton version a ``make bench-gpu`` result ran with, which auto's decisions hold
+#: for (``attention/backends/triton.py: measured_faster``)
+OPTIONAL_VERSIONED_PACKAGES = ("triton",)
 
 _REPO = Path(__file__).resolve().parents[1]
 
@@ -81,7 +86,7 @@ def package_versions() -> Dict[str, Optional[str]]:
     from importlib import metadata
 
     versions = {"python": platform.python_version()}
-    for name in VERSIONED_PACKAGES:
+    for name in VERSIONED_PACKAGES + OPTIONAL_VERSIONED_PACKAGES:
         module = sys.modules.get(name)
         version = getattr(module, "__version__", None) if module is not None else None
         if version is None:
@@ -91,7 +96,8 @@ def package_versions() -> Dict[str, Optional[str]]:
                     break
                 except metadata.PackageNotFoundError:
                     continue
-        versions[name] = None if version is None else str(version)
+        if version is not None or name in VERSIONED_PACKAGES:
+            versions[name] = None if version is None else str(version)
     return versions
 
 

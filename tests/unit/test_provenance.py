@@ -68,3 +68,24 @@ def test_git_state_counts_tracked_changes_only(tmp_path, monkeypatch):
     assert provenance.git_state() == (commit, True)
     monkeypatch.setattr(provenance, "_REPO", tmp_path / "not-a-repo")
     assert provenance.git_state() == (None, None)
+
+
+def test_the_triton_version_is_recorded_where_installed(monkeypatch):
+    """A ``make bench-gpu`` result's decisions hold for the Triton version it ran with
+    (``measured_faster`` reads ``versions.triton``): recorded where Triton is installed, left
+    out where it is not (a record need not have it: results before 2026-11-29 lack it)."""
+    from importlib import metadata
+
+    triton = pytest.importorskip("triton")
+    assert provenance.package_versions()["triton"] == triton.__version__
+    monkeypatch.setitem(__import__("sys").modules, "triton", None)
+    real = metadata.version
+
+    def version(name):
+        if name == "triton":
+            raise metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(metadata, "version", version)
+    versions = provenance.package_versions()
+    assert "triton" not in versions and versions["torch"] is not None
