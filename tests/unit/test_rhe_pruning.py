@@ -185,7 +185,7 @@ def test_pruning_in_training_with_dropout_and_gradients(skip):
         want = torch.zeros_like(params[name]) if want is None else want
         # float32 sums over the sentences, in an order the torch build picks (torch 2.6.0:
         # 1.8e-6 apart on one of v_proj.weight's 256 entries)
-        torch.testing.assert_close(got, want, atol=5e-6, rtol=1e-5, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(got, want, atol=5e-6, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
 
 
 def test_kept_value_mix_against_plain_products():
