@@ -276,8 +276,9 @@ def measured_faster(results: Path = RESULTS) -> Dict[Tuple[str, str, str], Measu
 
 
 #: where auto takes this backend: {(device family, activation, setting): the result that
-#: shows it faster, and the Triton version it ran with} (a setting: the dtype, with "+dropout" for calls with attention
-#: dropout and "+rowsums" with ReLUFormer's row sums, :func:`measured_setting`), what
+#: shows it faster, and the Triton version it ran with} (a setting: the dtype, with
+#: "+dropout" for calls with attention dropout and "+rowsums" with ReLUFormer's row sums,
+#: :func:`measured_setting`), what
 #: :func:`measured_faster` reads from ``docs/results/`` (a test keeps the two equal, so a
 #: new recorded result changes auto only with this table).  Kept in the package because an
 #: installed wheel (``make install OFFLINE=...``, the GPU nodes' install) has no ``docs/``:
