@@ -456,6 +456,10 @@ def test_under_a_triton_version_the_kernels_do_not_run_with_the_backend_serves_n
     call = _call("cuda", torch.bfloat16)
     assert tb._unavailable(call).startswith("Triton 3.4.0 is installed; ")
     assert tb._unavailable(_call("cpu", torch.float32)).startswith("Triton 3.4.0 is installed; ")
+    # what the call itself has that the kernels do not serve is named too
+    assert tb._unavailable(_call("cuda", torch.float16, head_dim=48)).endswith(
+        "2.13 pin), head dim 48 (the kernels serve 32, 64, 128, 256)"
+    )
     assert tb.direct_call(build_activation("relu", H), torch.nn.Identity(), torch.nn.Dropout(0.0)) is None
     from fairseq_sparse_attn.attention.core import BACKENDS, choose_backend
 

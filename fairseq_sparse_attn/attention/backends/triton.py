@@ -330,7 +330,7 @@ def _auto_enabled(spec: AttendSpec, call: Call) -> bool:
 def _unavailable(call: Call) -> Optional[str]:
     if call.dtype is None:
         return "no values dtype"
-    reason = triton_unserved() or unserved(call.device, call.dtype, call.head_dim)
+    reason = ", ".join(r for r in (triton_unserved(), unserved(call.device, call.dtype, call.head_dim)) if r) or None
     if reason is not None or call.device == "cpu":
         return reason  # CPU: Triton's interpreter (named backend only: auto never takes it on CPU)
     if not torch.cuda.is_available():
