@@ -166,7 +166,8 @@ def test_torchs_fused_rms_norm_is_used_only_with_the_schema_it_is_called_with():
     argument 'normalized_shape_ndim'`, seen with torch 2.8.0): not used."""
     from fairseq_sparse_attn.attention import output_norms as on
 
-    assert on._FUSED_RMS_NORM == on.fused_rms_norm_fits(torch.ops.aten._fused_rms_norm.default._schema)
+    op = getattr(torch.ops.aten, "_fused_rms_norm", None)  # (torch 2.7 and older: none)
+    assert on._FUSED_RMS_NORM == (op is not None and on.fused_rms_norm_fits(op.default._schema))
     newer = (
         "aten::_fused_rms_norm(Tensor input, int[] normalized_shape, Tensor? weight, float? eps) -> (Tensor, Tensor)"
     )
