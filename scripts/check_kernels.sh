@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # make check-kernels: the ahead-of-time compile check (fairseq_sparse_attn/kernels/aot.py)
-# under every Triton our users' torch versions pin (scripts/triton_pin.py TORCH_TRITON):
+# under every Triton minor version our users' torch versions pin (scripts/triton_pin.py
+# TORCH_TRITON; the newest patch of each: 3.6.0 and 3.7.1):
 #   * the installed Triton: fit rules, and docs/performance.md's table compared;
-#   * each other version (3.6.0: torch 2.11, what the lent GPU machines run), installed
+#   * each other minor version (3.6.0: torch 2.10/2.11, what the lent GPU machines run), installed
 #     once with `pip install --target` into $KERNEL_TRITON_CACHE/triton-X.Y.Z: fit rules
 #     only (registers differ between versions).  A kernel that compiles under one version
 #     can crash another's compiler at launch (2026-11-26: Triton 3.6.0's pipeliner on an
@@ -16,7 +17,8 @@ JOBS=${AOT_JOBS:-1}
 CACHE=${KERNEL_TRITON_CACHE:-$HOME/.cache/fairseq_sparse_attn}
 installed=$("$PY" -c 'import importlib.metadata as m; print(m.version("triton"))')
 if [[ -z "${KERNEL_TRITONS+set}" ]]; then
-  KERNEL_TRITONS=$("$PY" -c 'import sys; sys.path.insert(0, "scripts"); import triton_pin; print(" ".join(sorted(set(triton_pin.TORCH_TRITON.values()))))')
+  # (a patch release of the installed minor version is not compiled again: triton_pin.py)
+  KERNEL_TRITONS=$("$PY" -c 'import sys; sys.path.insert(0, "scripts"); import triton_pin; print(" ".join(triton_pin.kernel_check_versions(sys.argv[1])))' "$installed")
 fi
 
 status=0

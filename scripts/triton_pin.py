@@ -14,10 +14,25 @@ Usage: ``python scripts/triton_pin.py`` (the installed torch), or
 import os
 import re
 import sys
-from typing import Iterable, Optional
+from typing import Dict, Iterable, List, Optional
 
 #: torch minor version -> the Triton version its CUDA wheels pin
 TORCH_TRITON = {"2.10": "3.6.0", "2.11": "3.6.0", "2.12": "3.7.0", "2.13": "3.7.1"}
+
+
+def kernel_check_versions(installed: str) -> List[str]:
+    """The other Triton versions ``make check-kernels`` compiles every kernel configuration
+    under (scripts/check_kernels.sh): the newest patch of each minor version in
+    :data:`TORCH_TRITON`, but the installed one's minor version (3.7.0 beside an installed
+    3.7.1 cost ~10 minutes of compiling in CI, for a toolchain the same but for fixes)."""
+
+    def minor(v: str) -> str:
+        return ".".join(v.split(".")[:2])
+
+    newest: Dict[str, str] = {}
+    for v in sorted(set(TORCH_TRITON.values()), key=lambda v: tuple(int(x) for x in re.findall(r"\d+", v)[:3])):
+        newest[minor(v)] = v
+    return [v for m, v in newest.items() if m != minor(installed)]
 
 
 def _applies(requirement: str) -> bool:

@@ -93,3 +93,14 @@ def test_a_triton_the_kernels_do_not_run_with_is_said_at_install():
     )
     p = run("bash", str(SCRIPT), FSA_INSTALL_DRY_RUN="1", TRITON_VERSION="3.6.0")
     assert "note:" not in p.stdout
+
+
+def test_check_kernels_compiles_under_the_newest_patch_of_each_other_minor_version():
+    """make check-kernels compiles again under each other Triton minor version that users'
+    torch pins (3.6.0 for torch 2.10/2.11 beside an installed 3.7.1), not under another patch
+    of the installed one (torch 2.12's 3.7.0: ~10 minutes of CI's compiling)."""
+    versions = _pin_module().kernel_check_versions
+    assert versions("3.7.1") == ["3.6.0"]
+    assert versions("3.6.0") == ["3.7.1"]
+    assert versions("3.4.0") == ["3.6.0", "3.7.1"]
+    assert "triton_pin.kernel_check_versions(sys.argv[1])" in (REPO / "scripts" / "check_kernels.sh").read_text()
