@@ -30,7 +30,7 @@ def kernel_check_versions(installed: str) -> List[str]:
         return ".".join(v.split(".")[:2])
 
     newest: Dict[str, str] = {}
-    for v in sorted(set(TORCH_TRITON.values()), key=lambda v: tuple(int(x) for x in re.findall(r"\d+", v)[:3])):
+    for v in sorted(set(TORCH_TRITON.values()), key=lambda v: tuple(int(x) for x in v.split("."))):
         newest[minor(v)] = v
     return [v for m, v in newest.items() if m != minor(installed)]
 

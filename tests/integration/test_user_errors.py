@@ -239,7 +239,9 @@ def test_a_triton_the_kernels_do_not_run_with_is_named_in_one_line(tiny, tmp_pat
     """A cluster's own torch 2.7-2.9 brings Triton 3.3-3.5 (make install keeps the
     installed torch and installs the Triton it pins); the kernels do not run there (under
     3.4 an ImportError from inside them).  ``--attn-backend triton`` is one line naming the
-    installed version, before any work; auto trains (it never imports the kernels there)."""
+    installed version, before any work; auto trains.  (That auto on CUDA neither takes nor
+    imports the kernels there is tests/unit/test_triton_backend.py's: on this CPU it never
+    would.)"""
     old = tmp_path / "old_triton"  # the installed Triton, saying it is 3.4.0 (sitecustomize runs first)
     old.mkdir()
     (old / "sitecustomize.py").write_text('import triton\n\ntriton.__version__ = "3.4.0"\n')

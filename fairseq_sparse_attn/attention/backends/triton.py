@@ -330,7 +330,10 @@ def _auto_enabled(spec: AttendSpec, call: Call) -> bool:
 def _unavailable(call: Call) -> Optional[str]:
     if call.dtype is None:
         return "no values dtype"
-    reason = ", ".join(r for r in (triton_unserved(), unserved(call.device, call.dtype, call.head_dim)) if r) or None
+    reason = unserved(call.device, call.dtype, call.head_dim)
+    version_reason = triton_unserved()  # (cached: read at every call of a named backend)
+    if version_reason is not None:
+        reason = version_reason if reason is None else f"{version_reason}, {reason}"
     if reason is not None or call.device == "cpu":
         return reason  # CPU: Triton's interpreter (named backend only: auto never takes it on CPU)
     if not torch.cuda.is_available():
