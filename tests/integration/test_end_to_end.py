@@ -141,6 +141,7 @@ def test_train_generate_bleu(data, name, tmp_path):
         assert len(aligns) == 1000 and re.match(r"A-\d+\t(\d+-\d+ ?)+$", aligns[0])
 
 
+@pytest.mark.kernels
 def test_the_triton_backend_trains_as_the_materialized_one_with_update_freq(data, tmp_path):
     """fairseq-train's own loop (its trainer, fp32 Adam, --update-freq 2, so every
     parameter's gradient is accumulated over two backwards) on the fused kernels (Triton's

@@ -213,6 +213,7 @@ def test_backend_refusal_at_first_forward_leaves_no_crash_dump(tiny, tmp_path):
     assert not list(save.glob("*.pt"))
 
 
+@pytest.mark.kernels
 def test_print_alignment_on_a_triton_model_is_one_line_naming_the_override(tiny, tmp_path):
     """fsa-generate --print-alignment on a model whose backend is triton (here by
     --model-overrides; a checkpoint trained with --attn-backend triton keeps it): one line

@@ -149,6 +149,7 @@ def test_data_languages_names_the_folder(tmp_path):
         bench_gpu.data_languages(tmp_path / "empty")
 
 
+@pytest.mark.kernels
 def test_kernel_checks_launch_what_the_serving_table_refuses(monkeypatch):
     """The CUDA checks of gpu_kernels.py test the kernels themselves: inside them a dtype
     that kernels.served refuses on CUDA is launched (the check is how it gets served
@@ -171,6 +172,7 @@ def test_kernel_checks_launch_what_the_serving_table_refuses(monkeypatch):
     assert not ra._FWD_PLANS  # forgotten: a later call checks against the table again
 
 
+@pytest.mark.kernels
 def test_fp32_probe_checks_each_tile_with_both_precisions(monkeypatch):
     """--parts fp32probe (interpreter, one small tile): a row per tile and precision, each
     with the forward's error for every case, and the shipped tiles put back afterwards."""
@@ -205,6 +207,7 @@ def test_fp32_probe_checks_each_tile_with_both_precisions(monkeypatch):
     )
 
 
+@pytest.mark.kernels
 def test_the_diagnosis_finds_the_wrong_rows_and_a_moving_error(monkeypatch):
     """check_attention(diagnose=True) on a forward made wrong at one head and query position
     names those rows; a forward whose result changes from run to run is reported as moving."""
@@ -242,6 +245,7 @@ def test_the_diagnosis_finds_the_wrong_rows_and_a_moving_error(monkeypatch):
     assert r["diagnosis"]["repeat_identical"] is False
 
 
+@pytest.mark.kernels
 def test_correctness_checks_both_backwards_in_half_precision(monkeypatch):
     """The CUDA correctness part checks fp16/bf16 through the one-pass backward (the default)
     and the two passes, each reaching its own kernels; fp32 has the two passes only."""
@@ -282,6 +286,7 @@ def test_correctness_checks_both_backwards_in_half_precision(monkeypatch):
     assert not torch.are_deterministic_algorithms_enabled() and ra.LONG_FROM == 1024
 
 
+@pytest.mark.kernels
 def test_the_sweep_puts_each_tile_in_the_tier_its_length_takes(monkeypatch):
     """--parts sweep at a length that takes the long tier and one that does not: each swept
     tile is checked once and reaches the short check and both timed calls alike (its forward
@@ -338,6 +343,7 @@ def test_two_pass_backward_restores_the_settings():
     assert not torch.are_deterministic_algorithms_enabled() and deterministic.fill_uninitialized_memory == fill
 
 
+@pytest.mark.kernels
 def test_one_pass_backward_times_the_one_pass_at_any_length(monkeypatch):
     """one_pass_backward lifts TWO_PASS_FROM_KEYS for the block (the timing part's
     relu_triton_one_pass_ms and the sweep of the one-pass tiles time that kernel even at the
@@ -377,6 +383,7 @@ def test_the_eager_rela_g_names_its_backend():
         assert bench_host.PRESETS[f"{name}_triton"][1]["attn_backend"] == "triton"
 
 
+@pytest.mark.kernels
 def test_each_length_is_timed_on_both_tiers(monkeypatch):
     """The timing part times every length on the tier it takes and on the other one where
     the long tier has tiles (fp16/bf16): the sentence tiles from LONG_FROM tokens, the long
@@ -419,6 +426,7 @@ def test_each_length_is_timed_on_both_tiers(monkeypatch):
     assert ra.LONG_FROM == 6
 
 
+@pytest.mark.kernels
 def test_graph_timing_replays_the_shipped_steps_and_a_capture_failure_keeps_the_other_times(monkeypatch):
     """time_case(graphs=True) also times flash's and the kernels' forward+backward from a
     CUDA graph (do_bench_cudagraph: the GPU's time without the host's), the kernels in the
@@ -465,6 +473,7 @@ def test_graph_timing_replays_the_shipped_steps_and_a_capture_failure_keeps_the_
     assert "graph" not in "".join(gpu_kernels.time_case("cpu", "fp16", 6, 6, 1, 32, causal=False))
 
 
+@pytest.mark.kernels
 @pytest.mark.parametrize("form", ["two_pass", "one_pass"])
 def test_a_forced_backward_form_is_timed_in_every_bench(monkeypatch, form):
     """time_case(two_pass=True) / (one_pass=True), as the sweep calls it for the backward's
@@ -527,6 +536,7 @@ def test_timing_adds_the_graph_times_in_a_second_pass_and_stops_capturing_after_
     assert calls == [(8, False, False), (8, True, False)]
 
 
+@pytest.mark.kernels
 def test_correctness_shards_split_the_checks_by_configuration(monkeypatch):
     """--shard K/N: N processes run the correctness checks between them, each (head dim,
     dtype) group (its kernels' configurations, compiled once) in one shard only, the norms'
@@ -644,6 +654,7 @@ def test_dropout_and_base_presets_are_divided_by_their_own_softmax(monkeypatch, 
     assert tb.faster_in(result) == {("relu", "fp16+dropout")}
 
 
+@pytest.mark.kernels
 def test_correctness_checks_the_dropout_forms_against_the_numpy_philox(monkeypatch):
     """The cases of DROPOUT_CASES are checked again with attention dropout, through every
     backward form, against philox_reference's decisions (so the first GPU run checks the
@@ -670,6 +681,7 @@ def test_correctness_checks_the_dropout_forms_against_the_numpy_philox(monkeypat
     assert not wrong["ok"] and wrong["errors"]["out"] > 0.1
 
 
+@pytest.mark.kernels
 def test_correctness_checks_the_row_sums_forms(monkeypatch):
     """The cases of ROW_SUMS_CASES are checked again with the row sums (a loss of the output
     and both sums), without and with dropout, through every backward form, launching the

@@ -95,7 +95,9 @@ def test_no_steps_is_refused():
 
 
 def test_a_real_profile_counts_the_host_reads_a_dispatch_counter_sees():
-    pytest.importorskip("triton", reason="triton is not installed")
+    from conftest import require_kernels
+
+    require_kernels()
     import bench_host
 
     import fairseq_sparse_attn.plugin  # noqa: F401

@@ -107,6 +107,7 @@ def test_encoder_layers_to_keep_gives_one_config_per_kept_layer():
     assert model.encoder.layers[1].self_attn.config.biases.providers
 
 
+@pytest.mark.kernels
 def test_a_named_backend_that_can_serve_no_call_is_refused_when_the_model_is_built():
     """A named --attn-backend against what the configuration fixes (activation, head dim,
     bias providers, fixed or masked heads) is one UsageError naming the module, at resolve

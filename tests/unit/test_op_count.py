@@ -166,7 +166,9 @@ def test_relu_family_on_triton_within_3_percent_of_stock(preset, attention_dropo
     backend).  The launches inside the ops are stubbed here: they sit below the dispatcher,
     so they dispatch nothing and cannot change the count, and the interpreter would take
     minutes."""
-    pytest.importorskip("triton")
+    from conftest import require_kernels
+
+    require_kernels()
     from fairseq_sparse_attn.kernels import output_norm, relu_attention
 
     for kernels in (relu_attention, output_norm):
