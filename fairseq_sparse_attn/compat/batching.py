@@ -1,11 +1,13 @@
-"""Batching that loses sentences.  fairseq's vectorized ``batch_by_size`` (the Cython
-``batch_by_size_vec`` of fairseq-fixed 0.12.3.1) silently drops the last
-``len(indices) % required_batch_size_multiple`` examples when only ``max_sentences`` is
-given: ``fairseq-generate --batch-size 32`` on a 447-document test set translated 440
-(its default ``--required-batch-size-multiple`` is 8).  The wrapper puts every
-dropped index back, in extra batches that respect ``max_sentences``/``max_tokens``
-(each sentence's length read from ``num_tokens_vec`` at its position in ``indices``, as
-fairseq passes it, or from ``num_tokens_fn``).
+"""Batching that loses sentences.  fairseq-fixed 0.12.3.1's ``batch_by_size`` silently
+drops its last batch when that batch's size is not a multiple of
+``required_batch_size_multiple``: with only ``max_sentences`` given, the last
+``len(indices) % required_batch_size_multiple`` examples (``fairseq-generate --batch-size
+32`` on a 447-document test set translated 440; the default multiple is 8), with
+``max_tokens`` the whole unfinished last batch (6 of 13 sentences in a test here).  The
+wrapper puts every dropped index back, in extra batches that respect
+``max_sentences``/``max_tokens`` (each sentence's length read from ``num_tokens_vec`` at
+its position in ``indices``, as fairseq passes it, or from ``num_tokens_fn``).  fairseq
+0.12.2 drops none; there the wrapper finds nothing missing and changes nothing.
 
 Where it applies: wherever a lost sentence is a wrong result, i.e. every batching except
 fairseq's training batches (generate, validate, the validation of a training run,

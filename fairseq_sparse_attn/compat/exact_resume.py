@@ -15,19 +15,62 @@ trains the same examples in the same order, so losses and final parameters are
 bit-identical (tests/integration/test_resume.py).  Where fairseq rebuilds batches every
 epoch anyway (``--update-epoch-batch-itr True``, sharded data, ``disable_iterator_cache``)
 resume was already exact and nothing changes.
+
+fairseq 0.12.2 orders the indices under ``numpy_seed(seed)``, the same in every epoch, so
+a resume there is already exact: the patch is installed only where fairseq mixes the
+epoch into that seed (:func:`epoch_seeds_batches`; under 0.12.2 it made a resume build
+other batches than the uninterrupted run).
 """
 
 import functools
 import inspect
 
+import numpy as np
+
 BEHAVIOUR_CHANGE = True
+
+
+def epoch_seeds_batches(get_batch_iterator) -> bool:
+    """Whether ``get_batch_iterator`` orders an epoch's indices under a seed that depends on
+    the epoch (fairseq-fixed 0.12.3.1: ``seed + epoch``; fairseq 0.12.2: ``seed``), seen
+    from the draws a one-example dataset's ``ordered_indices`` makes in epochs 1 and 2 (no
+    iterator kept: ``disable_iterator_cache``)."""
+    from types import SimpleNamespace
+
+    from fairseq.data import FairseqDataset
+    from fairseq.tasks import FairseqTask
+
+    drawn = []
+
+    class Probe(FairseqDataset):
+        def __len__(self):
+            return 1
+
+        def __getitem__(self, index):
+            return index
+
+        def num_tokens(self, index):
+            return 1
+
+        def size(self, index):
+            return 1
+
+        def ordered_indices(self):
+            drawn.append(np.random.randint(2**31))
+            return np.arange(1)
+
+    for epoch in (1, 2):
+        get_batch_iterator(
+            FairseqTask(SimpleNamespace()), Probe(), max_sentences=1, seed=1, epoch=epoch, disable_iterator_cache=True
+        )
+    return drawn[0] != drawn[1]
 
 
 def install():
     from fairseq.tasks import FairseqTask
 
     original = FairseqTask.get_batch_iterator
-    if getattr(original, "_fsa_exact_resume", False):
+    if getattr(original, "_fsa_exact_resume", False) or not epoch_seeds_batches(original):
         return
     signature = inspect.signature(original)
 

@@ -69,10 +69,55 @@ def wrap_layer(layer, cfg):
     return fsdp_wrap(layer, min_num_params=min_params_to_wrap)
 
 
+#: the copies of its weights that fairseq 0.12.2's encoder layer keeps, as parameters, for
+#: its fast path (concatenated from the projections when a state dict is loaded)
+FAST_PATH_PARAMETERS = (
+    "in_proj_weight",
+    "in_proj_bias",
+    "out_proj_weight",
+    "out_proj_bias",
+    "fc1_weight",
+    "fc1_bias",
+    "fc2_weight",
+    "fc2_bias",
+)
+
+
+class _NoQueryProjection(torch.nn.Module):
+    """The query projection of a layer whose heads are all fixed (it has none) while the
+    encoder layer's ``__init__`` runs: fairseq 0.12.2's sizes the fast path's copies from
+    it (:class:`_NeverFastPath` drops them, and this, after).  Its empty tensors are plain
+    attributes, not parameters or buffers."""
+
+    def __init__(self, embed_dim):
+        super().__init__()
+        self.weight = torch.empty(0, embed_dim)
+        self.bias = torch.empty(0)
+
+
 class _NeverFastPath:
     """fairseq 0.12.2's encoder layer may run ``torch._transformer_encoder_layer_fwd``
     ("BetterTransformer") in eval mode after a checkpoint load; that bypasses our
-    self-attention.  These read-only flags keep the layer on the regular path."""
+    self-attention.  These read-only flags keep the layer on the regular path.
+
+    The path's weight copies (:data:`FAST_PATH_PARAMETERS`) are left out: they would be
+    parameters that nothing uses (in the parameter count, the optimizer and every
+    checkpoint), and 0.12.2 builds the in-projection's as three times the query
+    projection, which a fixed-pattern layer (no query and key projections for its fixed
+    heads) does not match, so its checkpoints did not load.  A state dict that has them
+    (saved under 0.12.2) loads without them.  fairseq-fixed 0.12.3.1 has none of this."""
+
+    def drop_fast_path_parameters(self):
+        for name in FAST_PATH_PARAMETERS:
+            self._parameters.pop(name, None)
+        if isinstance(self.self_attn.q_proj, _NoQueryProjection):
+            self.self_attn.q_proj = None
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # nn.Module's own loading, without 0.12.2's concatenation into the copies
+        for name in FAST_PATH_PARAMETERS:
+            state_dict.pop(prefix + name, None)
+        torch.nn.Module._load_from_state_dict(self, state_dict, prefix, *args, **kwargs)
 
     @property
     def BT_version(self):
@@ -118,6 +163,7 @@ class SparseTransformerEncoderLayer(_NeverFastPath, _FFNVariant, TransformerEnco
     def __init__(self, cfg, return_fc=False, *, layer_index: int, model_config: ModelConfig):
         self._layer_index = layer_index  # read by build_self_attention during the base __init__
         super().__init__(cfg, return_fc=return_fc, model_config=model_config)
+        self.drop_fast_path_parameters()
 
     def forward(
         self,
@@ -165,7 +211,7 @@ class SparseTransformerEncoderLayer(_NeverFastPath, _FFNVariant, TransformerEnco
         return x
 
     def build_self_attention(self, embed_dim, cfg):
-        return build_attention(
+        attention = build_attention(
             embed_dim,
             cfg.encoder.attention_heads,
             cfg,
@@ -173,6 +219,9 @@ class SparseTransformerEncoderLayer(_NeverFastPath, _FFNVariant, TransformerEnco
             self._model_config.attention("encoder_self", self._layer_index),
             self_attention=True,
         )
+        if attention.q_proj is None:  # every head fixed: until __init__ ends (_NoQueryProjection)
+            attention.q_proj = _NoQueryProjection(embed_dim)
+        return attention
 
 
 class SparseTransformerDecoderLayer(_FFNVariant, TransformerDecoderLayerBase):

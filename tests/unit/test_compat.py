@@ -64,8 +64,20 @@ def test_extra_batches_sized_from_true_lengths():
             max_sentences=32,
             required_batch_size_multiple=8,
         )
-    assert len(batches) > len(stock)  # some were left out, so extra batches were built
     assert all((a == b).all() for a, b in zip(stock, batches))  # fairseq's batches kept as they are
+    if sum(map(len, stock)) < len(indices):  # some were left out (fairseq-fixed 0.12.3.1)
+        assert len(batches) > len(stock)  # so extra batches were built
+    else:  # fairseq 0.12.2 left none out: its batches, unchanged
+        assert len(batches) == len(stock)
+    # the extra batches for sentences left out, wherever fairseq leaves them: sized from the
+    # true lengths at their positions
+    from fairseq_sparse_attn.compat.batching import _complete_batches
+
+    completed = _complete_batches(stock[:-2], indices, lambda i: lengths[i], 1000, 32, vec)
+    assert sorted(int(i) for b in completed for i in b) == sorted(int(i) for i in indices)
+    assert len(completed) > len(stock) - 2
+    for b in completed:
+        assert len(b) <= 32 and len(b) * lengths[b].max() <= 1000
 
 
 def test_training_batches_are_stock_unless_asked(monkeypatch):
@@ -92,8 +104,12 @@ def test_training_batches_are_stock_unless_asked(monkeypatch):
     monkeypatch.setattr(trainer.Trainer, "get_train_iterator", fake_get_train_iterator)
     monkeypatch.delattr(data_utils.batch_by_size, "_fsa_complete")
     monkeypatch.setattr(data_utils, "batch_by_size", data_utils.batch_by_size.__wrapped__)
+    # fairseq's own batching: 200 here, 203 % 8 left out (fairseq-fixed 0.12.3.1); 0.12.2
+    # leaves none out
+    stock = covered(data_utils.batch_by_size(np.arange(203), lambda i: sizes[i], sizes, None, 8, 8))
+    assert stock in (200, 203)
     batching.install_batching_fix()
-    for setting, expected in ((None, 200), ("0", 200), ("1", 203)):  # fairseq's batching: 203 % 8 left out
+    for setting, expected in ((None, stock), ("0", stock), ("1", 203)):
         if setting is None:
             monkeypatch.delenv(batching.COMPLETE_TRAIN, raising=False)
         else:
@@ -129,6 +145,44 @@ def test_resumed_epoch_trains_the_batches_of_an_uninterrupted_run():
     resumed = FairseqTask(SimpleNamespace()).get_batch_iterator(ds, max_tokens=40, seed=7, epoch=3)
     assert epochs[0] != epochs[2]  # the epochs do differ
     assert epoch_batches(resumed) == epochs[2]
+
+
+def test_exact_resume_is_installed_only_where_fairseq_seeds_the_batches_by_epoch(monkeypatch):
+    """fairseq 0.12.2 orders an epoch's indices under numpy_seed(seed), the same in every
+    epoch, so its resume is already exact, and the patch (which builds a later epoch's
+    batches with seed + 1 - epoch, undoing fairseq-fixed's seed + epoch) made it build other
+    batches there.  It is installed only where the epoch is in the seed."""
+    from fairseq.tasks import FairseqTask
+
+    from fairseq_sparse_attn.compat import exact_resume
+
+    def seeded_by(offset):
+        def get_batch_iterator(self, dataset, seed=1, epoch=1, **kwargs):
+            with data_utils.numpy_seed(seed + offset(epoch)):
+                dataset.ordered_indices()
+
+        return get_batch_iterator
+
+    installed = FairseqTask.get_batch_iterator  # patched where the installed fairseq seeds by epoch
+    assert getattr(installed, "_fsa_exact_resume", False) == fairseq_seeds_by_epoch()
+    assert exact_resume.epoch_seeds_batches(inspect.unwrap(installed)) == fairseq_seeds_by_epoch()
+    assert exact_resume.epoch_seeds_batches(seeded_by(lambda epoch: epoch))
+    by_seed = seeded_by(lambda epoch: 0)  # as 0.12.2
+    assert not exact_resume.epoch_seeds_batches(by_seed)
+    monkeypatch.setattr(FairseqTask, "get_batch_iterator", by_seed)
+    exact_resume.install()
+    assert FairseqTask.get_batch_iterator is by_seed  # left as it is
+    monkeypatch.setattr(FairseqTask, "get_batch_iterator", seeded_by(lambda epoch: epoch))
+    exact_resume.install()
+    assert FairseqTask.get_batch_iterator._fsa_exact_resume
+
+
+def fairseq_seeds_by_epoch():
+    """Whether the installed fairseq's get_batch_iterator says ``numpy_seed(seed + epoch)``
+    (an independent reading: its source)."""
+    from fairseq.tasks import FairseqTask
+
+    return "seed + epoch" in inspect.getsource(inspect.unwrap(FairseqTask.get_batch_iterator))
 
 
 def _trainer_stub(value):
@@ -397,17 +451,28 @@ def test_cpu_flag_on_a_gpu_machine(monkeypatch):
 
 
 def test_call_main_leaves_gpu_runs_to_fairseq(monkeypatch):
-    """With CUDA visible (and no --cpu) fairseq's own setup runs: nccl, nothing changed."""
+    """With CUDA visible (and no --cpu) fairseq's own setup runs: nccl, nothing changed.
+    What fairseq's own does under torchrun's variables differs by version (fairseq-fixed
+    0.12.3.1 runs ``main`` in this process with a world of 1; 0.12.2 starts its distributed
+    main, on the GPU, here recorded instead): the plugin's goes the same way with the same
+    configuration."""
     import torch
     from fairseq.distributed import utils as distributed_utils
 
     for k, v in TORCHRUN.items():
         monkeypatch.setenv(k, v)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    cfg, seen = training_cfg(), []
-    distributed_utils.call_main(cfg, lambda c: seen.append(dict(c.distributed_training)))
-    assert seen and seen[0]["distributed_backend"] == "nccl"
-    assert seen[0]["distributed_init_method"] is None and seen[0]["distributed_world_size"] == 1
+
+    def run(call_main):
+        seen = []
+        record = lambda path: lambda i, main, c, kwargs: seen.append((path, dict(c.distributed_training)))  # noqa: E731
+        monkeypatch.setattr(distributed_utils, "distributed_main", record("distributed_main"))
+        call_main(training_cfg(), lambda c: seen.append(("main", dict(c.distributed_training))))
+        return seen
+
+    stock, ours = run(inspect.unwrap(distributed_utils.call_main)), run(distributed_utils.call_main)
+    assert ours == stock and len(ours) == 1 and ours[0][1]["distributed_backend"] == "nccl", (ours, stock)
+    cfg = training_cfg()
     assert not compat._runs_on_cpu(cfg)
     assert compat._runs_on_cpu(training_cfg("--cpu"))  # --cpu on a GPU machine: the CPU path
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

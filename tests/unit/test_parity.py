@@ -4,7 +4,15 @@ import pytest
 import torch
 from fairseq.models.transformer import TransformerModel
 
+from fairseq_sparse_attn.models.sparse_transformer import FAST_PATH_PARAMETERS
+
 from helpers import build_model, random_batch
+
+
+def stock_state(model):
+    """A stock model's state dict without the weight copies that fairseq 0.12.2's encoder
+    layers keep for their fast path (ours leave them out; fairseq-fixed 0.12.3.1 has none)."""
+    return {k: v for k, v in model.state_dict().items() if k.rsplit(".", 1)[-1] not in FAST_PATH_PARAMETERS}
 
 
 @pytest.mark.parametrize("backend", ["auto", "materialized"])
@@ -14,8 +22,8 @@ def test_loads_stock_state_dict_and_gives_same_outputs(backend):
         arch="softmax_transformer_wmt_en_de", seed=4, dictionary=d, encoder_embed_dim=16, decoder_embed_dim=16
     )
     assert type(stock) is TransformerModel
-    assert set(ours.state_dict()) == set(stock.state_dict())
-    ours.load_state_dict(stock.state_dict(), strict=True)  # unchanged
+    assert set(ours.state_dict()) == set(stock_state(stock))
+    ours.load_state_dict(stock.state_dict(), strict=True)  # unchanged (0.12.2's copies too)
     for m in ours.attention_modules():
         m.backend = backend
     src, lengths, prev = random_batch(d, bsz=4, src_len=9, tgt_len=7)
@@ -29,8 +37,12 @@ def test_loads_stock_state_dict_and_gives_same_outputs(backend):
 def test_same_seed_same_initialisation_as_stock():
     stock, d = build_model(arch="transformer", seed=7)
     ours, _ = build_model(arch="sparse_transformer", seed=7, dictionary=d)
-    for (k, v), (k2, v2) in zip(stock.state_dict().items(), ours.state_dict().items()):
-        assert k == k2 and torch.equal(v, v2), k
+    stock_sd, ours_sd = stock_state(stock), ours.state_dict()
+    assert list(stock_sd) == list(ours_sd)
+    for k, v in ours_sd.items():
+        # the positions' _float_tensor: a placeholder for dtype and device, uninitialised
+        # memory in fairseq 0.12.2
+        assert torch.equal(v, stock_sd[k]) or k.endswith("._float_tensor"), k
 
 
 def test_per_kind_configuration():
@@ -79,3 +91,47 @@ def test_encoder_layer_never_takes_bettertransformer_path():
     layer.BT_version = True
     layer.can_use_fastpath = True
     assert layer.BT_version is False and layer.can_use_fastpath is False
+
+
+@pytest.mark.parametrize("patterns", ["7F", "8F"])
+def test_encoder_layers_keep_no_fast_path_copies_and_load_a_state_dict_that_has_them(patterns):
+    """fairseq 0.12.2's encoder layer keeps copies of its weights for the fast path, as
+    parameters, sized from the query projection: dead weight in our layers (the parameter
+    count, the optimizer, every checkpoint), a checkpoint of a fixed-pattern model that did
+    not load (query and key projections for one head, the copy sized for three times the
+    query's), and a model with every head fixed (no query projection) that did not build.
+    Ours have none of them, and a state dict saved with them (0.12.2) loads without them."""
+    model, d = build_model(
+        "fixed_pattern_transformer_wmt_en_de",
+        encoder_fixed_patterns=patterns,
+        encoder_attention_heads=8,
+        decoder_attention_heads=8,
+        encoder_embed_dim=32,
+        decoder_embed_dim=32,
+    )
+    names = {n.rsplit(".", 1)[-1] for n, _ in model.named_parameters()}
+    assert not names & set(FAST_PATH_PARAMETERS)
+    layer = model.encoder.layers[0]
+    assert (layer.self_attn.q_proj is None) == (patterns == "8F")  # no stand-in left behind
+    saved = model.state_dict()
+    with_copies = dict(saved)
+    for i in range(len(model.encoder.layers)):
+        for name in FAST_PATH_PARAMETERS:
+            with_copies[f"encoder.layers.{i}.{name}"] = torch.zeros(3, 32)  # as 0.12.2 saves them
+    other, _ = build_model(
+        "fixed_pattern_transformer_wmt_en_de",
+        seed=5,
+        dictionary=d,
+        encoder_fixed_patterns=patterns,
+        encoder_attention_heads=8,
+        decoder_attention_heads=8,
+        encoder_embed_dim=32,
+        decoder_embed_dim=32,
+    )
+    other.load_state_dict(with_copies, strict=True)
+    loaded = other.state_dict()
+    # (the positions' _float_tensor: uninitialised memory in fairseq 0.12.2, maybe a NaN)
+    assert [k for k, v in saved.items() if not torch.equal(v, loaded[k]) and not k.endswith("._float_tensor")] == []
+    src, lengths, prev = random_batch(d, bsz=2, src_len=6, tgt_len=5)
+    with torch.no_grad():
+        torch.testing.assert_close(other(src, lengths, prev)[0], model(src, lengths, prev)[0])
