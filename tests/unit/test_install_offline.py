@@ -122,7 +122,9 @@ def test_the_plugin_s_wheel_keeps_auto_s_measured_choices(tmp_path):
     )
     env = {**os.environ, "PYTHONPATH": str(site)}
     # from tmp_path, which holds no package (python -P is 3.11+; the plugin runs on 3.10)
-    out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     where, has_docs, faster = json.loads(out.stdout.strip().splitlines()[-1])
     assert where.startswith(str(site)) and not has_docs

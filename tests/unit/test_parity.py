@@ -101,14 +101,8 @@ def test_encoder_layers_keep_no_fast_path_copies_and_load_a_state_dict_that_has_
     not load (query and key projections for one head, the copy sized for three times the
     query's), and a model with every head fixed (no query projection) that did not build.
     Ours have none of them, and a state dict saved with them (0.12.2) loads without them."""
-    model, d = build_model(
-        "fixed_pattern_transformer_wmt_en_de",
-        encoder_fixed_patterns=patterns,
-        encoder_attention_heads=8,
-        decoder_attention_heads=8,
-        encoder_embed_dim=32,
-        decoder_embed_dim=32,
-    )
+    size = dict(encoder_attention_heads=8, decoder_attention_heads=8, encoder_embed_dim=32, decoder_embed_dim=32)
+    model, d = build_model("fixed_pattern_transformer_wmt_en_de", encoder_fixed_patterns=patterns, **size)
     names = {n.rsplit(".", 1)[-1] for n, _ in model.named_parameters()}
     assert not names & set(FAST_PATH_PARAMETERS)
     layer = model.encoder.layers[0]
@@ -119,14 +113,7 @@ def test_encoder_layers_keep_no_fast_path_copies_and_load_a_state_dict_that_has_
         for name in FAST_PATH_PARAMETERS:
             with_copies[f"encoder.layers.{i}.{name}"] = torch.zeros(3, 32)  # as 0.12.2 saves them
     other, _ = build_model(
-        "fixed_pattern_transformer_wmt_en_de",
-        seed=5,
-        dictionary=d,
-        encoder_fixed_patterns=patterns,
-        encoder_attention_heads=8,
-        decoder_attention_heads=8,
-        encoder_embed_dim=32,
-        decoder_embed_dim=32,
+        "fixed_pattern_transformer_wmt_en_de", seed=5, dictionary=d, encoder_fixed_patterns=patterns, **size
     )
     other.load_state_dict(with_copies, strict=True)
     loaded = other.state_dict()
