@@ -68,7 +68,7 @@ if [[ -n "${OFFLINE:-}" ]]; then
   exit 0
 fi
 
-# 1. torch: keep an installed build (CUDA clusters), else the CPU wheel
+# 1. torch: keep an installed build (CUDA clusters), else torch==$TORCH_VERSION from the index
 if have torch; then
   say "keeping installed torch $("$PY" -c 'import torch; print(torch.__version__)')"
 else
