@@ -31,11 +31,16 @@ def require_shared_data(path: Path, what: str) -> Path:
     """``path`` (a file of ../shared/data); when it is missing the test skips, or fails
     where ``$FSA_REQUIRE_SHARED_DATA`` is 1 (CI)."""
     if not path.exists():
-        message = f"{what} not found at {path} (set FSA_SHARED_DATA)"
-        if os.environ.get(REQUIRE_SHARED_DATA_ENV) == "1":
-            pytest.fail(f"{message}; {REQUIRE_SHARED_DATA_ENV}=1 requires it", pytrace=False)
-        pytest.skip(message)
+        skip_unless_required(f"{what} not found at {path} (set FSA_SHARED_DATA)", REQUIRE_SHARED_DATA_ENV, "it")
     return path
+
+
+def skip_unless_required(message: str, env: str, what: str) -> None:
+    """Skip the calling test (or, at a module's top, the module) with ``message``; fail with
+    it instead where ``$env`` is 1 (CI: a missing requirement is not a skip CI never shows)."""
+    if os.environ.get(env) == "1":
+        pytest.fail(f"{message}; {env}=1 requires {what}", pytrace=False)
+    pytest.skip(message, allow_module_level=True)
 
 
 #: set by .ci/run: a test of the Triton kernels fails instead of skipping where the installed
@@ -52,12 +57,8 @@ def require_kernels() -> None:
     from fairseq_sparse_attn.kernels.served import triton_unserved
 
     reason = triton_unserved()
-    if reason is None:
-        return
-    message = f"the Triton kernels do not run here: {reason}"
-    if os.environ.get(REQUIRE_KERNELS_ENV) == "1":
-        pytest.fail(f"{message}; {REQUIRE_KERNELS_ENV}=1 requires them", pytrace=False)
-    pytest.skip(message, allow_module_level=True)
+    if reason is not None:
+        skip_unless_required(f"the Triton kernels do not run here: {reason}", REQUIRE_KERNELS_ENV, "them")
 
 
 def pytest_runtest_setup(item):
