@@ -14,7 +14,10 @@ resamples, ``tools/significance.py``) for the first BLEU computed: sacreBLEU wit
 ``--ref``, else tokenized BLEU.  A baseline that is the file itself gives its CI alone.
 
 Hypotheses are ordered by sentence id; a count different from the reference file's is an
-error naming both files.
+error naming both files.  So are, each in one line before any scoring: a ``--json`` that
+names one of the inputs or a directory; H- lines that still carry subword-nmt's ``@@ ``
+(a generate run without ``--remove-bpe``), where they are scored; and a baseline whose T-
+lines (the references fairseq-generate printed) are not the output's, where both have them.
 """
 
 import os
@@ -58,6 +61,66 @@ def read_hypotheses(path):
     return hyps, detok
 
 
+#: ``@@ `` (or ``@@`` at the end of a line): subword-nmt's separator, which
+#: ``fairseq-generate --remove-bpe`` takes out of the H- lines
+_BPE_SEPARATOR = re.compile(r"@@( |$)")
+
+
+def _no_bpe_separators(lines, path, what):
+    """``lines`` unless they still carry subword-nmt separators: BLEU over BPE pieces is not
+    the papers' BLEU and reads several points apart, so it is refused in one line."""
+    marked = sum(1 for line in lines if _BPE_SEPARATOR.search(line))
+    if marked:
+        raise ValueError(
+            f"{path}: {marked} of its {len(lines)} {what} still carry BPE separators ('@@ '): "
+            "run fairseq-generate with --remove-bpe (BLEU over subword pieces is not comparable)"
+        )
+    return lines
+
+
+#: more than this share of sentences with other T- lines (after the normalization of
+#: :func:`_normalized_target`) marks two outputs of different test sets
+MAX_DIFFERENT_TARGETS = 0.1
+
+_MOSES_ESCAPES = (
+    ("&apos;", "'"),
+    ("&quot;", '"'),
+    ("&lt;", "<"),
+    ("&gt;", ">"),
+    ("&#91;", "["),
+    ("&#93;", "]"),
+    ("&#124;", "|"),
+    ("&amp;", "&"),
+)
+
+
+def _normalized_target(text):
+    """A T- line without what two generate runs of one test set may print differently:
+    BPE separators, Moses escapes, whitespace (tokenized or not), case."""
+    text = _BPE_SEPARATOR.sub("", text)
+    for escaped, char in _MOSES_ESCAPES:
+        text = text.replace(escaped, char)
+    return "".join(text.split()).lower()
+
+
+def check_same_targets(gen, baseline):
+    """Refuse (ValueError, one line) two generate outputs whose T- lines show different test
+    sets: more than ``MAX_DIFFERENT_TARGETS`` of the sentences both print differ after
+    :func:`_normalized_target`.  Outputs without T- lines (``fairseq-interactive``, a
+    generate run on raw text) are not compared."""
+    ours, theirs = read_targets(gen), read_targets(baseline)
+    common = sorted(set(ours) & set(theirs))
+    if not common:
+        return
+    differ = [i for i in common if _normalized_target(ours[i]) != _normalized_target(theirs[i])]
+    if len(differ) > MAX_DIFFERENT_TARGETS * len(common):
+        i = differ[0]
+        raise ValueError(
+            f"{baseline} and {gen} are not outputs of the same test set: their T- lines differ in "
+            f"{len(differ)} of {len(common)} sentences (T-{i}: {theirs[i][:40]!r} against {ours[i][:40]!r})"
+        )
+
+
 def _ordered(table, n, path, ref):
     ids = sorted(table)
     if ids != list(range(n)):
@@ -82,20 +145,25 @@ def score(gen, ref=None, tok_ref=None, lowercase=False, t_lines=False, baseline=
         if sorted(refs_by_id) != ids:
             raise ValueError(f"{gen}: T- lines for {len(refs_by_id)} sentences, H- lines for {len(ids)}")
         bleu = sacrebleu.metrics.BLEU(tokenize="none", lowercase=lowercase, force=True)
-        s = bleu.corpus_score([hyps[i] for i in ids], [[refs_by_id[i] for i in ids]])
+        s = bleu.corpus_score(
+            _no_bpe_separators([hyps[i] for i in ids], gen, "H- lines"), [[refs_by_id[i] for i in ids]]
+        )
         result.update(tok_bleu=round(s.score, 2), tok_reference="T- lines", signature=str(bleu.get_signature()))
     if ref:
         refs = _read(ref)
         sys_out = _ordered(detok or hyps, len(refs), gen, ref)
+        if not detok:
+            _no_bpe_separators(sys_out, gen, "H- lines")
         bleu = sacrebleu.metrics.BLEU(lowercase=lowercase)
         s = bleu.corpus_score(sys_out, [refs])
         result.update(sacrebleu=round(s.score, 2), signature=str(bleu.get_signature()), reference=ref)
     if tok_ref:
         refs = _read(tok_ref)
-        sys_out = _ordered(hyps, len(refs), gen, tok_ref)
+        sys_out = _no_bpe_separators(_ordered(hyps, len(refs), gen, tok_ref), gen, "H- lines")
         bleu = sacrebleu.metrics.BLEU(tokenize="none", lowercase=lowercase, force=True)
         result.update(tok_bleu=round(bleu.corpus_score(sys_out, [refs]).score, 2), tok_reference=tok_ref)
     if baseline:
+        check_same_targets(gen, baseline)
         result["significance"] = compare_with_baseline(gen, baseline, ref, tok_ref, lowercase, t_lines, n_resamples)
     return result
 
@@ -105,15 +173,18 @@ def _systems_for(gen, ref, tok_ref, t_lines):
     hyps, detok = read_hypotheses(gen)
     if ref:
         refs = _read(ref)
-        return "sacrebleu", _ordered(detok or hyps, len(refs), gen, ref), refs, {}
+        out = _ordered(detok or hyps, len(refs), gen, ref)
+        return "sacrebleu", out if detok else _no_bpe_separators(out, gen, "H- lines"), refs, {}
     if t_lines:
         by_id = read_targets(gen)
         ids = sorted(hyps)
         if sorted(by_id) != ids:
             raise ValueError(f"{gen}: T- lines for {len(by_id)} sentences, H- lines for {len(ids)} (--t-lines)")
-        return "tok_bleu", [hyps[i] for i in ids], [by_id[i] for i in ids], {"tokenize": "none", "force": True}
-    refs = _read(tok_ref)
-    return "tok_bleu", _ordered(hyps, len(refs), gen, tok_ref), refs, {"tokenize": "none", "force": True}
+        out, refs = [hyps[i] for i in ids], [by_id[i] for i in ids]
+    else:
+        refs = _read(tok_ref)
+        out = _ordered(hyps, len(refs), gen, tok_ref)
+    return "tok_bleu", _no_bpe_separators(out, gen, "H- lines"), refs, {"tokenize": "none", "force": True}
 
 
 def compare_with_baseline(
@@ -179,6 +250,16 @@ def main(argv=None):
             f"--paired-bs-n {args.paired_bs_n}: give at least {MIN_RESAMPLES} (default {N_RESAMPLES}; the 95% "
             "interval and the p-value are read off the resamples)"
         )
+    inputs = [(args.gen, "the generate output"), (args.ref, "the reference"), (args.tok_ref, "the tokenized reference")]
+    inputs.append((args.baseline, "the baseline"))
+    if args.json:
+        from ..writers import output_over_input, unwritable_file
+
+        reason = unwritable_file(args.json, "--json") or output_over_input(
+            [("--json", args.json)], [(path, what) for path, what in inputs if path]
+        )
+        if reason:
+            p.error(reason)
     try:
         result = score(args.gen, args.ref, args.tok_ref, args.lowercase, args.t_lines, args.baseline, args.paired_bs_n)
     except (ValueError, OSError) as e:

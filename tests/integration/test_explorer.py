@@ -209,6 +209,22 @@ def test_bad_input_gives_one_line(tmp_path, capsys):
         cli.get_parser().parse_args([*args, "--data", str(DATA), "--n", "0"])
 
 
+def test_an_out_that_names_an_input_is_refused_before_any_work(tmp_path, capsys):
+    """--out model.pt wrote the HTML over the checkpoint, --out DATA/dict.en.txt over the
+    dictionary, and exited 0."""
+    model = tmp_path / "model.pt"
+    shutil.copy(FIXTURES / "rela_g.pt", model)
+    data = tmp_path / "data-bin"
+    shutil.copytree(DATA, data)
+    base = ["explore", "--path", str(model), "--data", str(data), "-s", "en", "-t", "de", "--no-progress"]
+    for out, what in ((model, "the checkpoint"), (data / "dict.en.txt", f"a file of the data directory {data}")):
+        before = out.read_bytes()
+        assert cli.main([*base, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and f"--out {out} is {what}" in err[0]
+        assert out.read_bytes() == before
+
+
 # ----------------------------------------------------------------------- bertviz
 
 

@@ -145,3 +145,72 @@ def test_the_interval_stays_inside_bleu_s_range(tmp_path):
     out, _ = paired_bootstrap(("base", refs), [("sys", hyps)], refs)
     assert out["sys"]["ci95"] == [0.0, round(low.mean + low.ci, 2)]
     assert out["base"]["ci95"][1] <= 100.0
+
+
+def _gen_with_targets(path, hyps, targets):
+    with open(path, "w", encoding="utf-8") as f:
+        for i, (h, t) in enumerate(zip(hyps, targets)):
+            f.write(f"S-{i}\tquelle\nT-{i}\t{t}\nH-{i}\t-0.5\t{h}\nD-{i}\t-0.5\t{h}\n")
+    return str(path)
+
+
+def test_a_json_over_an_input_or_a_directory_is_refused_before_scoring(systems, tmp_path, capsys):
+    """--json gen.txt replaced the generate output with the result and exited 0; --json .
+    scored, then failed with a traceback."""
+    import pytest
+
+    ref, files = systems
+    gen, base = files["close"][0], files["base"][0]
+    before = {p: open(p, encoding="utf-8").read() for p in (gen, ref, base)}
+    for target, what in ((gen, "the generate output"), (ref, "the reference"), (base, "the baseline")):
+        with pytest.raises(SystemExit) as e:
+            score.main([gen, "--ref", ref, "--baseline", base, "--json", target])
+        assert e.value.code == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and f"--json {target} is {what}" in err[0]
+    with pytest.raises(SystemExit):
+        score.main([gen, "--ref", ref, "--json", str(tmp_path)])
+    assert f"--json {tmp_path} is a directory, not a file" in capsys.readouterr().err
+    assert {p: open(p, encoding="utf-8").read() for p in (gen, ref, base)} == before
+
+
+def test_hypotheses_that_still_carry_bpe_are_refused_where_they_are_scored(tmp_path, capsys):
+    """A generate run without --remove-bpe: its H- lines are subword pieces, and tokenized
+    BLEU over them read as a BLEU; the D- lines (decoded by --bpe) stay scorable."""
+    refs = ["a dog runs on the grass", "two cats sit here"]
+    tok_ref = tmp_path / "ref.tok"
+    tok_ref.write_text("\n".join(refs) + "\n", encoding="utf-8")
+    gen = tmp_path / "gen.txt"
+    with open(gen, "w", encoding="utf-8") as f:
+        for i, (pieces, text) in enumerate(
+            (("a dog ru@@ ns on the gra@@ ss", refs[0]), ("two c@@ ats sit here", refs[1]))
+        ):
+            f.write(f"S-{i}\tx\nT-{i}\t{text}\nH-{i}\t-0.5\t{pieces}\nD-{i}\t-0.5\t{text}\n")
+    for argv in (["--tok-ref", str(tok_ref)], ["--t-lines"]):
+        assert score.main([str(gen), *argv]) == 1
+        err = capsys.readouterr().err
+        assert f"{gen}: 2 of its 2 H- lines still carry BPE separators" in err and "--remove-bpe" in err
+    # sacreBLEU scores the D- lines, which the generate run decoded
+    out = tmp_path / "bleu.json"
+    assert score.main([str(gen), "--ref", str(tok_ref), "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["sacrebleu"] == 100.0
+
+
+def test_a_baseline_whose_t_lines_show_another_test_set_is_refused(tmp_path, capsys):
+    """Both outputs carry the references fairseq-generate printed: a baseline of another test
+    set of the same size gave a significant-looking p-value.  The same test set printed
+    another way (tokenized or not, Moses escapes, BPE) is the same test set."""
+    targets = [f"sentence number {i} , it's here ." for i in range(20)]
+    other = [f"another line {i} entirely" for i in range(20)]
+    hyps = [t.replace("here", "there") for t in targets]
+    ref = tmp_path / "ref.txt"
+    ref.write_text("\n".join(targets) + "\n", encoding="utf-8")
+    gen = _gen_with_targets(tmp_path / "gen.txt", hyps, targets)
+    wrong = _gen_with_targets(tmp_path / "wrong.txt", targets, other)
+    assert score.main([gen, "--ref", str(ref), "--baseline", wrong]) == 1
+    err = capsys.readouterr().err
+    assert f"{wrong} and {gen} are not outputs of the same test set: their T- lines differ in 20 of 20" in err
+    printed_otherwise = [t.replace("'", "&apos;").replace("number", "num@@ ber").replace(" ,", ",") for t in targets]
+    same = _gen_with_targets(tmp_path / "same.txt", targets, printed_otherwise)
+    assert score.main([gen, "--ref", str(ref), "--baseline", same]) == 0
+    assert "vs baseline" in capsys.readouterr().out

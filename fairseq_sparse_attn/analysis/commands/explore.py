@@ -25,16 +25,32 @@ def add_arguments(p) -> None:
     )
 
 
+def _inputs(args):
+    """(path, what) of every file this command reads."""
+    inputs = [(args.path, "the checkpoint")]
+    for flag in ("raw_source", "raw_target", "bpe_codes", "target_bpe_codes"):
+        if getattr(args, flag, None):
+            inputs.append((getattr(args, flag), "--" + flag.replace("_", "-")))
+    if os.path.isdir(args.data):
+        inputs += [
+            (os.path.join(args.data, name), f"a file of the data directory {args.data}")
+            for name in os.listdir(args.data)
+        ]
+    return inputs
+
+
 def run(args) -> Dict:
     from ...provenance import provenance
-    from ...writers import unwritable_file, write_text
+    from ...writers import output_over_input, unwritable_file, write_text
     from ..explorer import ExplorerCollector, explorer_data, norm_support
     from ..explorer_html import render
 
     resolve_data(args)
     if os.path.isdir(args.out):
         raise UsageError(f"--out {args.out}: is a directory; give the HTML file to write")
-    reason = unwritable_file(args.out, "--out")  # before the model and the data load
+    # before the model and the data load; an --out naming an input (the checkpoint, a file
+    # of the data directory, a raw text or BPE codes file) would replace it
+    reason = unwritable_file(args.out, "--out") or output_over_input([("--out", args.out)], _inputs(args))
     if reason:
         raise UsageError(reason)
     args.output_dir = os.path.dirname(os.path.abspath(args.out))
