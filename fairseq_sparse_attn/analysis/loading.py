@@ -35,6 +35,7 @@ Data (:func:`examples_from_split`, :func:`examples_from_raw`)
 """
 
 import argparse
+import copy
 import logging
 import os
 from dataclasses import dataclass
@@ -161,13 +162,20 @@ def load_checkpoint(
 
     import fairseq_sparse_attn.plugin  # noqa: F401  (registers the plugin; torch>=2.6 loading fix)
 
-    overrides = {**(model_overrides or {}), "data": data}
-    if source_lang:
-        overrides["source_lang"] = source_lang
-    if target_lang:
-        overrides["target_lang"] = target_lang
-    state = _read_state(path, overrides)
+    # the languages are not overrides of the saved configuration: the direction check
+    # (check_dictionaries) compares them with the task the checkpoint saved, which an
+    # override would have replaced (-s de -t en on an en->de model passed unnoticed)
+    state = _read_state(path, {**(model_overrides or {}), "data": data})
     cfg = state["cfg"]
+    task_cfg = cfg.task
+    languages = {k: v for k, v in (("source_lang", source_lang), ("target_lang", target_lang)) if v}
+    if languages:
+        from omegaconf import open_dict
+
+        task_cfg = copy.deepcopy(cfg.task)
+        with open_dict(task_cfg):
+            for key, value in languages.items():
+                setattr(task_cfg, key, value)
     model_args = _model_args(cfg, path)
     arch = checkpoint_architecture(model_args)
     loaded_as = check_architecture(arch, path)
@@ -185,7 +193,7 @@ def load_checkpoint(
         model_args = argparse.Namespace(**vars(model_args))
         model_args.arch = PLUGIN_MODEL
         model_args._name = PLUGIN_MODEL
-    task = tasks.setup_task(cfg.task)
+    task = tasks.setup_task(task_cfg)
     from ..compat.checkpoint_record import check_dictionaries
 
     check_dictionaries(path, state, task)  # DATA's dictionaries must be the checkpoint's

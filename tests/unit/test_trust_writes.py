@@ -465,6 +465,21 @@ def test_a_swapped_direction_is_refused_even_where_the_dictionaries_match(tmp_pa
         )
 
 
+def test_the_analysis_loader_refuses_a_swapped_direction_of_a_checkpoint_without_a_record():
+    """fsa-analyze / fsa-contrastive wrote -s/-t into the saved task before the direction
+    check read it, so an en->de checkpoint without a record (a stock fairseq one, an older
+    plugin one) was analysed as de->en with nothing said, where fsa-generate refused."""
+    from fairseq_sparse_attn.analysis.loading import load_checkpoint
+
+    fixtures = REPO / "tests" / "fixtures" / "checkpoints"
+    path, data = str(fixtures / "rela_g.pt"), str(fixtures / "data-bin")
+    with pytest.raises(DictionaryMismatch) as e:
+        load_checkpoint(path, data, "de", "en")
+    assert str(e.value).startswith(f"-s de -t en: {path} was trained en->de (its saved task's source language is en)")
+    loaded = load_checkpoint(path, data, "en", "de")
+    assert (loaded.task.cfg.source_lang, loaded.task.cfg.target_lang) == ("en", "de")
+
+
 def test_stock_checkpoint_counts_as_softmax_for_the_resume_guard():
     """Issue 24: a stock transformer save dir restarted with ReLA flags trained on as ReLA."""
     from fairseq.models import ARCH_MODEL_REGISTRY
