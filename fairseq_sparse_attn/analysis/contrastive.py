@@ -17,7 +17,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from ..errors import OneLineErrorParser
+from ..errors import OneLineErrorParser, UsageError
 from ..writers import output_over_input, unwritable_file, write_text
 
 # text, encoders, batches and the checkpoint loader are the analyses' own (re-exported here)
@@ -239,6 +239,7 @@ def encode_items(
     """(source, target) index tensors: per item the correct target, then each contrastive."""
     encode_target = encode_target or encode_source
     pairs = []
+    ties = []  # (item id, k): a contrastive target with the correct one's ids
     for item in items:
         src = encode_text(src_dict, encode_source(item.source))
         check_length(src, max_positions[0], f"item {item.item_id}: the source")
@@ -246,7 +247,17 @@ def encode_items(
             tgt = encode_text(tgt_dict, encode_target(text))
             what = "the correct target" if k == 0 else f"contrastive target {k}"
             check_length(tgt, max_positions[1], f"item {item.item_id}: {what}")
+            if k > 0 and torch.equal(tgt, pairs[-k][1]):
+                ties.append((item.item_id, k))
             pairs.append((src, tgt))
+    if ties:  # as check_items for equal texts: a tie counts as the model's error
+        item_id, k = ties[0]
+        raise ValueError(
+            f"item {item_id}: contrastive target {k} has the same token ids as the correct one once encoded "
+            f"(so have {len(ties)} of the pairs): the words that differ are unknown to the dictionary "
+            "(<unk>) or lost in encoding, and a tie counts as an error of the model; give the suite's "
+            "--tokenizer / --bpe-codes, or remove those pairs"
+        )
     return pairs
 
 
@@ -360,7 +371,15 @@ def load_model(path: str, data_bin: str, source_lang=None, target_lang=None, mod
     ``model_overrides`` (dict) replaces saved arguments, as fairseq's ``--model-overrides``.
     The analyses' loader (:func:`.loading.load_checkpoint`): plugin checkpoints as trained,
     stock fairseq transformers as the parity-tested ``sparse_transformer``."""
+    from .loading import source_annotations_needed
+
     loaded = load_checkpoint(path, data_bin, source_lang, target_lang, model_overrides)
+    needs = source_annotations_needed(loaded.model)
+    if needs:  # the suites are raw text: no parses for the encoder (one line, before any scoring)
+        raise UsageError(
+            f"{path}: its attention needs the source's syntax ({', '.join(needs)}) for each sentence, "
+            "which a contrastive suite (raw text) does not give"
+        )
     return loaded.model, loaded.task
 
 

@@ -36,6 +36,7 @@ Data (:func:`examples_from_split`, :func:`examples_from_raw`)
 
 import argparse
 import copy
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass
@@ -223,6 +224,41 @@ class Example:
     target: torch.Tensor
     source_pieces: List[str]
     target_pieces: List[str]
+    #: the source's syntax for the encoder (``--task parse_annotated_translation``: DEA,
+    #: LPEA, RHE), (n, n) over its tokens with ``</s>``, as the task's dataset makes them
+    src_dep: Optional[torch.Tensor] = None
+    src_rp: Optional[torch.Tensor] = None
+
+    def with_target(self, other: "Example") -> "Example":
+        """This source (and its syntax) with ``other``'s target."""
+        return dataclasses.replace(self, target=other.target, target_pieces=other.target_pieces)
+
+
+#: the per-sentence source inputs some encoders need (Example fields, net_input keys)
+SOURCE_ANNOTATIONS = ("src_dep", "src_rp")
+
+
+def source_annotations_needed(model) -> Tuple[str, ...]:
+    """Which of :data:`SOURCE_ANNOTATIONS` the model's attention needs for each batch."""
+    needs = set()
+    for module in model.modules():
+        needs.update(getattr(module, "source_needs", ()) or ())
+    return tuple(name for name in SOURCE_ANNOTATIONS if name in needs)
+
+
+def check_source_annotations_available(model, examples: Sequence["Example"], where: str, path: str) -> None:
+    """UsageError (one line) when the model needs the source's syntax and ``examples`` do
+    not carry it: raw text (no parses), or a split loaded without the side files."""
+    from ..errors import UsageError
+
+    needs = source_annotations_needed(model)
+    missing = [name for name in needs if any(getattr(ex, name) is None for ex in examples)]
+    if missing:
+        raise UsageError(
+            f"{path}: its attention needs the source's syntax ({', '.join(missing)}) for each sentence, "
+            f"which {where} does not give: analyse a binarized split with the parse side files of "
+            "--task parse_annotated_translation beside it (data_prep/parse_source.py; raw text has no parses)"
+        )
 
 
 def _pieces(dictionary, tokens: torch.Tensor, where: str) -> List[str]:
@@ -267,6 +303,8 @@ def examples_from_split(task, split: str, limit: Optional[int] = None) -> List[E
                 item["target"],
                 _pieces(task.source_dictionary, item["source"], where),
                 _pieces(task.target_dictionary, item["target"], where),
+                item.get("src_dep"),
+                item.get("src_rp"),
             )
         )
     return out
@@ -438,7 +476,19 @@ def collate(
     from fairseq.data.language_pair_dataset import collate as fairseq_collate
 
     samples = [{"id": p, "source": examples[p].source, "target": examples[p].target} for p in positions]
-    return fairseq_collate(samples, pad, eos, left_pad_source=left_pad_source, left_pad_target=left_pad_target)
+    batch = fairseq_collate(samples, pad, eos, left_pad_source=left_pad_source, left_pad_target=left_pad_target)
+    annotations = [n for n in SOURCE_ANNOTATIONS if all(getattr(examples[p], n) is not None for p in positions)]
+    if annotations and batch:  # placed as the task's collater places them
+        from ..data.parse_annotated_dataset import collate_structure
+
+        for sample in samples:
+            for name in annotations:
+                sample[name] = getattr(examples[sample["id"]], name)
+        features = tuple(name[len("src_") :] for name in annotations)
+        batch["net_input"].update(
+            collate_structure(samples, batch["id"], batch["net_input"]["src_tokens"], pad, features)
+        )
+    return batch
 
 
 def iterate_batches(
@@ -472,8 +522,5 @@ def shuffle_targets(examples: Sequence[Example], seed: int = 1) -> Tuple[List[Ex
     for i in range(n - 1, 0, -1):  # Sattolo: j < i, one cycle through all positions
         j = rng.randrange(i)
         perm[i], perm[j] = perm[j], perm[i]
-    out = [
-        Example(ex.index, ex.source, examples[perm[i]].target, ex.source_pieces, examples[perm[i]].target_pieces)
-        for i, ex in enumerate(examples)
-    ]
+    out = [ex.with_target(examples[perm[i]]) for i, ex in enumerate(examples)]
     return out, perm

@@ -417,7 +417,9 @@ def checkpoint(tmp_path_factory):
     data_bin.mkdir()
     for lang, words in [
         ("en", ["the", "dog", "dogs", "runs", "run", "."]),
-        ("de", ["der", "die", "hund", "hunde", "läuft", "laufen", "."]),
+        # and the target words of the WSD suite, whose variants would otherwise be the same
+        # <unk> ids (refused: a tie counts as the model's error)
+        ("de", ["der", "die", "hund", "hunde", "läuft", "laufen", ".", "The", "He", "bank", "bench", "branch"]),
     ]:
         (data_bin / f"dict.{lang}.txt").write_text("".join(f"{w} {100 - i}\n" for i, w in enumerate(words)))
     parser = options.get_training_parser()
@@ -715,3 +717,23 @@ def test_cli_checks_its_files_before_the_model_loads(tmp_path, checkpoint, capsy
         )
     err = capsys.readouterr().err
     assert f"{src} / {long_good} / {long_bad}, line 2: the correct target has 1101 tokens" in err, err
+
+
+def test_pairs_that_encode_to_the_same_ids_are_refused_before_scoring(tmp_path, checkpoint, capsys):
+    """Variants that differ only in words the dictionary lacks (a BPE model run without
+    --bpe-codes, another vocabulary) became the same <unk> ids, tied, and counted as the
+    model's errors with nothing said (0/20 on a real suite)."""
+    path, data_bin, _, _ = checkpoint
+    src, good, bad = tmp_path / "src.en", tmp_path / "good.de", tmp_path / "bad.de"
+    src.write_text("the dog runs .\nthe dogs run .\n")
+    good.write_text("der hund läuft .\ndie hunde giraffe .\n")
+    bad.write_text("der hund laufen .\ndie hunde zebra .\n")  # line 2: two words the dictionary lacks
+    argv = [str(data_bin), str(src), str(good), str(bad), "--path", str(path), "--no-progress", "--cpu"]
+    with pytest.raises(SystemExit):
+        C.cli_main(argv)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "line 2: contrastive target 1 has the same token ids as the correct one" in err[0]
+    assert "(so have 1 of the pairs)" in err[0]
+    good.write_text("der hund läuft .\ndie hunde laufen .\n")
+    bad.write_text("der hund laufen .\ndie hunde läuft .\n")
+    assert C.cli_main(argv)["overall"]["total"] == 2

@@ -173,6 +173,48 @@ def test_fixed_heads_are_named_and_undefined_norms_said(pages):
     assert rel["kinds"]["cross"]["norms"] and rel["kinds"]["cross"]["norms_exact"]
 
 
+@pytest.mark.parametrize("name", ["dea", "lpea_rhe"])
+def test_syntax_models_are_analysed_with_the_parses_of_their_task(name, tmp_path, capsys):
+    """DEA / LPEA / RHE checkpoints (--task parse_annotated_translation): every fsa-analyze
+    subcommand that runs a model stopped at the first forward, asking for src_dep.  The
+    page's encoder weights against a forward of the same sentence batched by the task's own
+    dataset (its side files, its collater); DEA's weights are 0 where the parse relates no
+    tokens.  Raw text, which has no parses, is refused in one line before any forward."""
+    from fairseq_sparse_attn.analysis.recording import record_attention
+
+    out = tmp_path / f"{name}.html"
+    assert explore(name, out) == 0
+    data = page_data(out)
+    model, task = load_model(name)
+    task.load_dataset("test")
+    dataset = task.dataset("test")
+    assert type(dataset).__name__ == "ParseAnnotatedDataset"
+    modules = dict(model.named_modules())
+    masked = 0
+    for s in data["sentences"]:
+        sample = dataset.collater([dataset[s["index"]]])
+        with torch.no_grad(), record_attention(model) as taps:
+            model(**sample["net_input"])
+        direct = {(t.site.kind, t.site.layer): (t, t.weights[0].double()) for t in taps}
+        for entry in s["attention"]["encoder_self"]:
+            tap, w = direct[("encoder_self", entry["layer"])]
+            got = decode_weights(entry["weights"])
+            assert got.shape == w.shape and (got - w).abs().max() <= ALPHA_TOL
+            biases = getattr(modules[tap.site.name], "biases", {})
+            if name == "dea" and "dea" in biases:
+                dep = sample["net_input"]["src_dep"][0]
+                masked += int((~dep).sum())
+                assert bool((w[:, ~dep] == 0).all())  # every head of the layer here: DEA
+    assert name != "dea" or masked > 0
+    raw = FIXTURES / "raw"
+    argv = ["stats", str(DATA), "--path", str(FIXTURES / f"{name}.pt"), "--output-dir", str(tmp_path / "raw")]
+    argv += ["--raw-source", str(raw / "test.en"), "--raw-target", str(raw / "test.de"), "--no-progress"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "its attention needs the source's syntax (src_dep" in err[0]
+    assert not (tmp_path / "raw").exists()
+
+
 def test_page_needs_no_network(pages):
     text = pages["rela_g"].read_text(encoding="utf-8")
     assert re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text) is None

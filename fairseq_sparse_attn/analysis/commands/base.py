@@ -62,6 +62,7 @@ class Context:
     def __init__(self, args, limit: Optional[int] = None):
         from ..loading import (
             check_lengths,
+            check_source_annotations_available,
             examples_from_raw,
             examples_from_split,
             load_checkpoint,
@@ -122,6 +123,7 @@ class Context:
         if not self.examples:
             raise UsageError(f"{self.where}: no sentence pairs to analyse")
         check_lengths(self.examples, self.loaded.model, self.where)
+        check_source_annotations_available(self.loaded.model, self.examples, self.where, args.path)
         self.out = Output(args.output_dir, argv=getattr(args, "argv", None))
 
     @property
