@@ -26,11 +26,13 @@ without the file a table needs is left out of that table with a note on stderr.
 import argparse
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import OneLineErrorParser
+from ..writers import unwritable_file
 
 #: the attention kinds as ``stats.json`` names them, and Table 6's column names
 KINDS = (("encoder_self", "enc"), ("decoder_self", "dec"), ("cross", "cross"))
@@ -151,6 +153,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--out", required=True, help="directory for table5.tsv, fig4.tsv and table6.tsv (created)")
     p.add_argument("runs", nargs="+", type=parse_run, metavar="LABEL=RUN_DIR")
     args = p.parse_args(argv)
+    out = Path(args.out)  # a directory to create or fill, checked before any reading
+    if not out.exists():
+        reason = unwritable_file(out, "--out")  # its missing folders can be made
+        if reason:
+            p.error(reason)
+    elif not out.is_dir():
+        p.error(f"--out {args.out} is a file, not a directory")
+    elif not os.access(out, os.W_OK | os.X_OK):
+        p.error(f"--out {args.out} is not writable")
+    seen: dict = {}
+    for label, run in args.runs:  # a run given twice counted twice in its label's mean
+        real = run.resolve()
+        if real in seen:
+            p.error(f"{label}={run}: the run directory {seen[real]} is given twice; each run counts once")
+        seen[real] = f"{label}={run}"
     five = Table(("model", "attention", "AoL_percent", "AoH_percent"))
     four = Table(("model", "attention", "layer", "layer_attention_aer_percent", "best_head_aer_percent"))
     six = Table(("model", "kind", "tau", "js_mean_over_layers"))
@@ -179,7 +196,6 @@ def main(argv: Optional[List[str]] = None) -> int:
             file=sys.stderr,
         )
         return 2
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     five.write(out / "table5.tsv")
     four.write(out / "fig4.tsv")

@@ -231,3 +231,42 @@ def test_aer_table_refuses_mismatched_or_incomplete_runs(tmp_path):
     assert run_rows(
         align_json("/a.pt", aers), norms_json("/a.pt", [[1.0]], data=dict(DATA, data_bin="/x/../data-bin")), "run"
     )
+
+
+def test_aer_table_refuses_runs_that_are_not_seeds_of_one_experiment(tmp_path, capsys):
+    """A directory given three times counted as three seeds (sd 1e-16); runs of another
+    architecture, gold file or data set were averaged in without a word."""
+    table = {(0, None): 0.3, (0, 0): 0.4}
+    aers = {(m, s): table for m in ("weights", "norms") for s in ("awo", "awi")}
+
+    def make(name, checkpoint="/a.pt", arch="rela", gold="/gold.talp", data=DATA):
+        d = tmp_path / name
+        d.mkdir()
+        align = dict(align_json(checkpoint, aers, data), gold=gold)
+        align["model"]["arch"] = arch
+        (d / "align.json").write_text(json.dumps(align))
+        (d / "norms.json").write_text(json.dumps(norms_json(checkpoint, [[1.0]], data)))
+        return str(d)
+
+    a = make("a")
+    cases = [
+        ([a, a], "the run directory"),
+        ([a, str(tmp_path / "." / "a")], "is given twice"),
+        ([a, make("copy")], "are results of the same checkpoint /a.pt"),
+        ([a, make("arch", "/b.pt", arch="softmax")], "of different architectures"),
+        ([a, make("gold", "/c.pt", gold="/other.talp")], "were scored against different gold alignments"),
+        ([a, make("data", "/d.pt", data=dict(DATA, sentences=5))], "are not of the same data (sentences: 5 against 6)"),
+    ]
+    for runs, message in cases:
+        assert cli.main(["aer-table", *runs, "--output-dir", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "out").exists()
+    # seeds: other checkpoints of the same architecture, data and gold (a copy of the gold
+    # file elsewhere is the same gold)
+    gold_copy = tmp_path / "gold_copy.talp"
+    gold_copy.write_text("1-1\n")
+    (tmp_path / "gold.talp").write_text("1-1\n")
+    b = make("b", "/b.pt", gold=str(tmp_path / "gold.talp"))
+    c = make("c", "/c.pt", gold=str(gold_copy))
+    assert cli.main(["aer-table", b, c, "--output-dir", str(tmp_path / "out")]) == 0

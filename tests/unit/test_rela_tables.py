@@ -4,6 +4,8 @@ hand."""
 
 import json
 
+import pytest
+
 from fairseq_sparse_attn.tools import rela_tables
 
 
@@ -126,3 +128,24 @@ def test_a_missing_value_makes_its_mean_missing_not_a_mean_over_fewer(tmp_path):
     assert rela_tables.table6_values("x", {"attention": {"encoder_self": [layer(0.2), layer(None)]}}) == {
         ("x", "enc", "-"): (None,)
     }
+
+
+def test_a_file_as_out_or_a_run_given_twice_is_one_line_before_reading(tmp_path, capsys):
+    """--out naming a file was a FileExistsError traceback after every run was read; a run
+    directory given twice (under one label or two) counted twice in its label's mean."""
+    run = tmp_path / "run"
+    (run / "stats").mkdir(parents=True)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    for out, message in (
+        (blocker, f"--out {blocker} is a file, not a directory"),
+        (blocker / "x", f"--out {blocker}/x: {blocker} is a file, not a directory"),
+    ):
+        with pytest.raises(SystemExit):
+            rela_tables.main(["--out", str(out), f"a={run}"])
+        assert capsys.readouterr().err.splitlines()[0].startswith(f"rela_tables: error: {message}")
+    with pytest.raises(SystemExit):
+        rela_tables.main(["--out", str(tmp_path / "o"), f"a={run}", f"b={tmp_path}/./run"])
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and f"b={run}: the run directory a={run} is given twice" in err[0]
+    assert not (tmp_path / "o").exists()

@@ -156,12 +156,68 @@ def summarize(values: List[Optional[float]]) -> Tuple[Optional[float], Optional[
     return mean, math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
 
 
+def _same_file(a: Optional[str], b: Optional[str]) -> bool:
+    """Whether two recorded paths name the same file, or files of the same content."""
+    if a is None or b is None:
+        return a == b
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return Path(a).read_bytes() == Path(b).read_bytes()
+    except OSError:
+        return False
+
+
+def check_runs_comparable(runs: List[Tuple[str, Dict]]) -> None:
+    """UsageError (one line) unless the runs (RUN_DIR, align.json) are seeds of one
+    experiment: each a directory and a checkpoint of its own, all of the same architecture,
+    on the same data, against the same gold alignments.  A directory given twice counted
+    twice (sd 0); a run of another model or data set was averaged in as a seed."""
+    seen_dirs: Dict[str, str] = {}
+    seen_checkpoints: Dict[str, str] = {}
+    first_name, first = runs[0]
+    first_data = _data_of(first, "align.json", first_name)
+    for name, align in runs:
+        real = os.path.realpath(name)
+        if real in seen_dirs:
+            raise UsageError(f"{name}: the run directory {seen_dirs[real]} is given twice; each run counts once")
+        seen_dirs[real] = name
+        checkpoint = align["model"]["checkpoint"]
+        if checkpoint in seen_checkpoints:
+            raise UsageError(
+                f"{name} and {seen_checkpoints[checkpoint]} are results of the same checkpoint {checkpoint}: "
+                "the runs are seeds, one checkpoint each"
+            )
+        seen_checkpoints[checkpoint] = name
+        if name == first_name:
+            continue
+        if align["model"].get("arch") != first["model"].get("arch"):
+            raise UsageError(
+                f"{name} ({align['model'].get('arch')}) and {first_name} ({first['model'].get('arch')}) are "
+                "of different architectures: the runs of one table row are seeds of one model"
+            )
+        if not _same_file(align.get("gold"), first.get("gold")):
+            raise UsageError(
+                f"{name} and {first_name} were scored against different gold alignments "
+                f"({align.get('gold')} against {first.get('gold')})"
+            )
+        data = _data_of(align, "align.json", name)
+        if data != first_data:
+            differ = "; ".join(
+                f"{k}: {data.get(k)} against {first_data.get(k)}" for k in DATA_KEYS if data.get(k) != first_data.get(k)
+            )
+            raise UsageError(f"{name} and {first_name} are not of the same data ({differ})")
+
+
 def run(args) -> Dict:
     runs = []
+    loaded = []
     for d in args.runs:
         p = Path(d)
         align, norms = _load(p / "align.json", "align"), _load(p / "norms.json", "norms")
         runs.append((str(p), run_rows(align, norms, str(p))))
+        loaded.append((str(p), align))
+    check_runs_comparable(loaded)
     table = []
     for k, first in enumerate(runs[0][1]):
         per_run = [
