@@ -112,6 +112,13 @@ def shared_scale(matrices) -> Tuple[float, float]:
     return low, (high if high > low else low + 1.0)
 
 
+def matplotlib_color_cycle():
+    """The default property cycle's entries (``{"color": ...}``)."""
+    import matplotlib
+
+    return list(matplotlib.rcParams["axes.prop_cycle"])
+
+
 def layer_curves(
     series: Dict[str, Dict[str, Sequence[Tuple[int, Optional[float]]]]],
     path: Union[str, Path],
@@ -128,13 +135,18 @@ def layer_curves(
     height = 3.4
     fig = _figure(4.2 * len(names), height)
     axes = fig.subplots(1, len(names), squeeze=False)[0]
+    # one colour per label in every panel: a panel where some label has no values (AER
+    # only where align ran) must not shift the others' colours
+    labels = list(dict.fromkeys(label for name in names for label in series[name]))
+    cycle = [c["color"] for c in matplotlib_color_cycle()]
+    colors = {label: cycle[i % len(cycle)] for i, label in enumerate(labels)}
     for ax, name in zip(axes, names):
         for label, points in series[name].items():
             xs = [int(layer) for layer, _ in points]
             ys = [
                 float("nan") if v is None or (isinstance(v, float) and math.isnan(v)) else float(v) for _, v in points
             ]
-            ax.plot(xs, ys, marker="o", label=label)
+            ax.plot(xs, ys, marker="o", label=label, color=colors[label])
         ax.set_xlabel("layer")
         ax.set_ylabel((ylabels or {}).get(name, name))
         ax.set_title(name, fontsize=9)

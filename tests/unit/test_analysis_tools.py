@@ -501,6 +501,10 @@ def test_layer_curves_and_bars_draw_the_given_values(tmp_path):
     assert lines == {"softmax": ([0, 1], [0.0, 0.0]), "rela": ([0, 1], [0.4, 0.6])}
     ys = list(ax1.lines[0].get_ydata())
     assert ys[0] == 0.5 and math.isnan(ys[1])
+    # a label keeps its colour in every panel: "rela" alone in the AER panel was drawn in
+    # the first colour, softmax's in the other panels
+    colors = {(i, line.get_label()): line.get_color() for i, ax in enumerate((ax0, ax1)) for line in ax.lines}
+    assert colors[(1, "rela")] == colors[(0, "rela")] != colors[(0, "softmax")]
     fig = real_vs_shuffled([0, 1], [0.1, 0.2], [0.3, 0.5], tmp_path / "b.png")
     heights = [p.get_height() for p in fig.axes[0].patches]
     assert heights == pytest.approx([0.1, 0.2, 0.3, 0.5])
