@@ -40,14 +40,62 @@ def file_sha256(path):
 def codes_record(bpe_codes=None, data=None):
     """``{"path", "sha256"}`` of the BPE codes a model is trained with: ``bpe_codes`` (the
     ``--bpe-codes`` given), else ``bpe/codes`` beside the (first) data-bin, the layout of
-    ``data_prep/``; None when there are none."""
+    ``data_prep/``, where they are the codes of that data-bin (:func:`codes_fit_data`: a
+    word-level data-bin, or one made with other codes, beside them records none); None when
+    there are none."""
     path = bpe_codes
     if not path and data:
         first = str(data).split(os.pathsep)[0]
         path = os.path.join(os.path.dirname(os.path.abspath(first)), "bpe", "codes")
+        if not os.path.isfile(path) or not codes_fit_data(path, first):
+            return None
     if not path or not os.path.isfile(path):
         return None
     return {"path": os.path.abspath(path), "sha256": file_sha256(path)}
+
+
+#: :func:`codes_fit_data`: at most this share of the dictionary's pieces may be outside
+#: what the codes make, and at least this share of their last merges' pieces must be used
+MAX_UNMADE_PIECES = 0.01
+MIN_LAST_MERGES_USED = 0.5
+
+
+def _dictionary_pieces(data):
+    pieces = set()
+    for name in sorted(os.listdir(data)) if os.path.isdir(data) else ():
+        if name.startswith("dict.") and name.endswith(".txt"):
+            with open(os.path.join(data, name), encoding="utf-8", errors="replace") as f:
+                pieces.update(line.split(" ", 1)[0] for line in f if line.strip())
+    # fairseq-preprocess pads a dictionary to a multiple of 8 with these (--padding-factor)
+    return {p for p in pieces if not p.startswith("madeupword")}
+
+
+def codes_fit_data(codes, data):
+    """Whether the subword-nmt ``codes`` are those the data-bin ``data`` was segmented with,
+    as far as its dictionaries tell: they hold continuation pieces (``@@``: the data is
+    BPE), nearly every multi-character piece is one the codes make (codes of fewer merges
+    make fewer), and the pieces of the codes' last tenth of merges occur (codes of more
+    merges make pieces the data never had)."""
+    pieces = _dictionary_pieces(data)
+    if not any(p.endswith(CONTINUATION) for p in pieces):
+        return False
+    made, merges = set(), []
+    with open(codes, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) != 2 or line.startswith("#version"):
+                continue
+            product = parts[0] + parts[1]
+            piece = product[: -len("</w>")] if product.endswith("</w>") else product + CONTINUATION
+            made.add(piece)
+            merges.append(piece)
+    if not merges:
+        return False
+    longer = [p for p in pieces if len(p[: -len(CONTINUATION)] if p.endswith(CONTINUATION) else p) > 1]
+    unmade = sum(1 for p in longer if p not in made)
+    last = merges[-max(1, len(merges) // 10) :]
+    used = sum(1 for p in last if p in pieces)
+    return unmade <= MAX_UNMADE_PIECES * max(1, len(longer)) and used >= MIN_LAST_MERGES_USED * len(last)
 
 
 def unknown_words(pieces, is_unk):

@@ -5,7 +5,7 @@ tests/integration/test_new_user.py."""
 import hashlib
 import io
 
-from fairseq_sparse_attn.unk_check import InputCheck, codes_record, too_many_unknown, unknown_words
+from fairseq_sparse_attn.unk_check import InputCheck, codes_fit_data, codes_record, too_many_unknown, unknown_words
 
 VOCAB = {"ein", "hund", "l@@", "äuft", "."}
 
@@ -33,10 +33,36 @@ def test_codes_record_from_the_flag_or_beside_the_data_bin(tmp_path):
     codes = tmp_path / "bpe" / "codes"
     codes.write_text("#version: 0.2\ne n\n")
     (tmp_path / "data-bin").mkdir()
+    (tmp_path / "data-bin" / "dict.en.txt").write_text("en@@ 4\nn 3\nmadeupword0000 0\n")
     want = {"path": str(codes), "sha256": hashlib.sha256(codes.read_bytes()).hexdigest()}
     assert codes_record(None, str(tmp_path / "data-bin")) == want
     assert codes_record(str(codes), None) == want
     assert codes_record(None, str(tmp_path / "elsewhere" / "data-bin")) is None
+
+
+def test_codes_beside_a_data_bin_they_did_not_segment_are_not_recorded(tmp_path):
+    """bpe/codes beside a word-level data-bin, or beside one made with other codes, was
+    recorded: fsa-interactive then told the user to pass those codes, which made the input
+    worse.  Codes of fewer merges make fewer pieces than the dictionary has; codes of more
+    make pieces it never had.  Codes given as --bpe-codes are recorded as given."""
+    codes = tmp_path / "bpe" / "codes"
+    codes.parent.mkdir()
+    merges = ["h u", "hu n", "hun d</w>", "l a", "la u", "lau f", "lauf t</w>", "d e", "de r</w>", "u n"]
+    codes.write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
+    data = tmp_path / "data-bin"
+    data.mkdir()
+    fitting = ["hund", "lauft", "der", "un@@", "hu@@", "d", "e", "x@@", "madeupword0000"]
+    cases = {
+        "the codes' data": (fitting, True),
+        "word-level": (["hund", "läuft", "der", "über"], False),
+        "fewer merges made it": (["hu@@", "n@@", "d", "la@@", "u@@", "f@@", "t"], False),
+        "more merges made it": (fitting + ["hunde@@", "läuft@@", "über@@", "die@@", "das@@"], False),
+    }
+    for name, (pieces, fits) in cases.items():
+        (data / "dict.de.txt").write_text("".join(f"{p} 1\n" for p in pieces))
+        assert codes_fit_data(str(codes), str(data)) is fits, name
+        assert (codes_record(None, str(data)) is not None) is fits, name
+        assert codes_record(str(codes), str(data))["path"] == str(codes)  # the flag: as given
 
 
 def check(bpe=None, codes=None, record=None):
@@ -95,6 +121,8 @@ def test_codes_record_reads_beside_the_first_data_bin_of_a_list(tmp_path):
     for name in ("first", "second"):
         (tmp_path / name / "bpe").mkdir(parents=True)
         (tmp_path / name / "bpe" / "codes").write_text(f"#version: 0.2\n{name[0]} n\n")
+        (tmp_path / name / "data-bin").mkdir()
+        (tmp_path / name / "data-bin" / "dict.en.txt").write_text(f"{name[0]}n@@ 2\n")
     data = f"{tmp_path / 'first' / 'data-bin'}:{tmp_path / 'second' / 'data-bin'}"
     assert codes_record(None, data)["path"] == str(tmp_path / "first" / "bpe" / "codes")
 
