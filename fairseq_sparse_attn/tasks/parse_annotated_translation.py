@@ -166,7 +166,7 @@ class ParseAnnotatedTranslationTask(TranslationTask):
         self.datasets[split] = dataset
 
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
-        raise NotImplementedError(
+        raise UsageError(
             "--task parse_annotated_translation has no parses for raw-text input "
             "(fairseq-interactive, hub translate): parse the tokenized input with "
             "data_prep/parse_source.py, binarize it with fairseq-preprocess, put the side files "

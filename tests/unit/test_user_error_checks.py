@@ -351,6 +351,12 @@ def test_document_corpus_lines_end_at_newline_only(tmp_path):
             "fsa-analyze stats: error: argument --batch-size: expected a positive integer, got 0 "
             "(`fsa-analyze stats --help` lists the flags)",
         ),
+        (  # --top-p 0 or 1.5 was refused only after the model and the split had loaded
+            "fairseq_sparse_attn.analysis.cli",
+            ["stats", "data-bin", "--path", "m.pt", "--output-dir", "o", "--top-p", "0.01,1.5"],
+            "fsa-analyze stats: error: argument --top-p: every value must be a fraction in (0, 1] (top-1% is "
+            "0.01), got '0.01,1.5' (`fsa-analyze stats --help` lists the flags)",
+        ),
         (
             "fairseq_sparse_attn.analysis.contrastive",
             ["data-bin", "a", "b", "c", "--path", "m.pt", "--max-items", "x"],

@@ -36,6 +36,15 @@ def positive_float_list(text: str) -> List[float]:
     return values
 
 
+def fraction_list(text: str) -> List[float]:
+    """Comma-separated fractions, each in (0, 1] (``--top-p``: 0 or 1.5 was refused only
+    after the model and the split had loaded)."""
+    values = float_list(text)
+    if any(not 0 < v <= 1 for v in values):
+        raise argparse.ArgumentTypeError(f"every value must be a fraction in (0, 1] (top-1% is 0.01), got {text!r}")
+    return values
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)

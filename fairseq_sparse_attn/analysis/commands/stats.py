@@ -3,7 +3,7 @@ layer / head; head JS per layer; FFN statistics (ReLUFormer)."""
 
 from typing import Dict
 
-from .base import Context, add_model_args, add_plots_flag, float_list, positive_float_list
+from .base import Context, add_model_args, add_plots_flag, fraction_list, positive_float_list
 
 NAME = "stats"
 HELP = "sparsity, null rate, entropy, top-p%%, head JS divergence, FFN anisotropy / variance ratio / top-p mass"
@@ -13,7 +13,7 @@ def add_arguments(p) -> None:
     add_model_args(p)
     p.add_argument(
         "--top-p",
-        type=float_list,
+        type=fraction_list,
         default=[0.01, 0.05, 0.1],
         metavar="P,...",
         help="top-p fractions for the score sums (0.01 = top-1%%; default 0.01,0.05,0.1)",
