@@ -408,10 +408,33 @@ def _restore_failure(e, argv):
     asked = _option_value(argv, "--arch", last=True) or _option_value(argv, "-a", last=True)
     what = f"it holds a {saved} model and this run builds {asked}" if saved and asked and saved != asked else ""
     what = what or "its model's flags differ from this run's"
+    flag = "--finetune-from-model" if _option_value(argv, "--finetune-from-model") else "--restore-file"
     return (
-        f"--restore-file {path}: cannot load its model parameters: {what} ({said}); "
+        f"{flag} {path}: cannot load its model parameters: {what} ({said}); "
         "train with the checkpoint's --arch and model flags, or start from another checkpoint"
     )
+
+
+def _first_lines(text, limit=240):
+    lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
+    said = " ".join(lines[:2])
+    return said if len(said) <= limit else said[:limit] + "..."
+
+
+def _load_failure(e, argv):
+    """torch's "Error(s) in loading state_dict" while fsa-generate / fsa-validate /
+    fsa-interactive load ``--path``: the model these flags build (``--model-overrides`` that
+    change its parameters, e.g. another output norm) is not the checkpoint's."""
+    path = _option_value(argv, "--path")
+    overrides = _option_value(argv, "--model-overrides", last=True)
+    if overrides:
+        what = (
+            f"--model-overrides {overrides} builds a model with other parameters than the checkpoint's "
+            "(override only options that keep them: the activation, the backend, head masking)"
+        )
+    else:
+        what = "the model this command builds has other parameters than the checkpoint's"
+    return f"--path {path}: cannot load its model parameters: {what} ({_first_lines(e)})"
 
 
 #: fairseq exceptions that a user's flags cause, raised after the work began: (type, start
@@ -426,6 +449,23 @@ _FAIRSEQ_FAILURES = (
         ),
     ),
     (Exception, "Cannot load model parameters from checkpoint", _restore_failure),
+    (RuntimeError, "Error(s) in loading state_dict", _load_failure),
+    (
+        AssertionError,
+        "--replace-unk requires a raw text dataset",
+        lambda e, argv: (
+            "--replace-unk copies source words, which a binarized data-bin does not keep: binarize with "
+            "fairseq-preprocess --dataset-impl raw and generate with --dataset-impl raw, or leave --replace-unk out"
+        ),
+    ),
+    (
+        Exception,
+        "Size of sample #",
+        lambda e, argv: (
+            f"{' '.join(str(e).split())} (a sentence longer than --max-source-positions / "
+            "--max-target-positions in a validation or test split; or raise those limits)"
+        ),
+    ),
 )
 
 

@@ -181,5 +181,7 @@ def check_resume_config(path, saved, given, model_class):
         raise UsageError(
             f"{path} was trained with other attention options than the flags "
             f"given ({listed}): pass the checkpoint's flags, another --save-dir, "
-            f"or {ALLOW_FLAG} to resume with the new ones"
+            f"or {ALLOW_FLAG} to resume with the new ones (where the two models have the same parameters: "
+            "another activation or backend; a model with another output norm, fixed heads or biases cannot "
+            "load these parameters)"
         )

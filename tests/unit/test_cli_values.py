@@ -301,6 +301,67 @@ def test_fairseq_failures_a_user_causes_are_one_line(monkeypatch):
     )
 
 
+def test_a_checkpoint_the_command_cannot_load_is_one_line(monkeypatch):
+    """fsa-generate with --model-overrides that change the parameters (ReLA-g loaded as
+    ReLA-i) ended in torch's 25-line traceback; --finetune-from-model's failure named
+    --restore-file, a flag the user had not given."""
+    import sys
+
+    state = RuntimeError(
+        'Error(s) in loading state_dict for SparseTransformerModel:\n\tUnexpected key(s) in state_dict: "g".'
+    )
+    run = _fake_command(monkeypatch, state)
+    monkeypatch.setattr(sys, "argv", [*sys.argv, "--model-overrides", "{'attn_output_norm': 'rmsnorm_i'}"])
+    with pytest.raises(SystemExit) as e:
+        run()
+    assert str(e.value) == (
+        "fsa-generate: error: --path model.pt: cannot load its model parameters: --model-overrides "
+        "{'attn_output_norm': 'rmsnorm_i'} builds a model with other parameters than the checkpoint's (override "
+        "only options that keep them: the activation, the backend, head masking) (Error(s) in loading state_dict "
+        'for SparseTransformerModel: Unexpected key(s) in state_dict: "g".)'
+    )
+    try:
+        raise state
+    except RuntimeError:
+        try:
+            raise Exception("Cannot load model parameters from checkpoint /x/ck.pt; please ensure that the arch")
+        except Exception as error:
+            finetune = error
+    run = _fake_command(monkeypatch, finetune, "fsa-train")
+    monkeypatch.setattr(sys, "argv", [*sys.argv, "--finetune-from-model", "/x/ck.pt"])
+    with pytest.raises(SystemExit, match=r"^fsa-train: error: --finetune-from-model /x/ck.pt: cannot load"):
+        run()
+
+
+@pytest.mark.parametrize(
+    "raised, command, said",
+    [
+        (
+            AssertionError("--replace-unk requires a raw text dataset (--dataset-impl=raw)"),
+            "fsa-generate",
+            "fsa-generate: error: --replace-unk copies source words, which a binarized data-bin does not keep",
+        ),
+        (
+            Exception(
+                "Size of sample #14 is invalid (=(9, 8)) since max_positions=(8, 8), "
+                "skip this example with --skip-invalid-size-inputs-valid-test"
+            ),
+            "fsa-train",
+            "fsa-train: error: Size of sample #14 is invalid (=(9, 8)) since max_positions=(8, 8), skip this "
+            "example with --skip-invalid-size-inputs-valid-test (a sentence longer than --max-source-positions",
+        ),
+    ],
+)
+def test_stock_fairseq_failures_of_a_flag_are_one_line(monkeypatch, raised, command, said):
+    """fairseq's own assertion (--replace-unk on a binarized data-bin) and its bare
+    Exception for a validation sentence longer than the model's positions ended in
+    tracebacks."""
+    run = _fake_command(monkeypatch, raised, command)
+    with pytest.raises(SystemExit) as e:
+        run()
+    assert str(e.value).startswith(said) and "\n" not in str(e.value)
+
+
 def test_other_exceptions_keep_their_traceback(monkeypatch):
     for error in (AssertionError("something else"), ValueError("min_len cannot be larger than max_len")):
         run = _fake_command(monkeypatch, error)
