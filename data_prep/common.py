@@ -702,11 +702,18 @@ def write_stamp(path: Path, data: dict) -> None:
 
 
 def main_wrapper(tag: str, run: Callable[[], None]) -> int:
-    """Run ``run`` and turn PrepError / Ctrl-C into a message and an exit status."""
+    """Run ``run`` and turn PrepError / Ctrl-C, and a file the system refuses (an ``--out``
+    under a file, a folder without write permission, a full disk), into one line and an
+    exit status."""
     try:
         run()
     except PrepError as e:
         print(f"{tag} error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        if not e.filename or not e.strerror:
+            raise
+        print(f"{tag} error: {e.filename}: {e.strerror}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"{tag} interrupted", file=sys.stderr)

@@ -82,7 +82,12 @@ fsa_batch() {
 # fsa_init USAGE "$@": DATA NGPUS OUT from the command line; checks the data dir
 fsa_init() {
   local usage=$1; shift
-  if [[ $# -lt 3 || "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+  if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then  # asked for: on stdout, exit 0
+    echo "usage: $(basename "$0") DATA_DIR NUM_GPUS OUT_DIR"
+    echo "$usage"
+    exit 0
+  fi
+  if [[ $# -lt 3 ]]; then
     echo "usage: $(basename "$0") DATA_DIR NUM_GPUS OUT_DIR" >&2
     echo "$usage" >&2
     exit 2

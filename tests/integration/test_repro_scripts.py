@@ -181,6 +181,9 @@ def test_seed_summary_mean_and_std(tmp_path):
 def test_usage_and_bad_data_dir(tmp_path):
     proc = run_script("rela/table1.sh")
     assert proc.returncode == 2 and "usage: table1.sh DATA_DIR NUM_GPUS OUT_DIR" in proc.stderr
+    for asked in ("--help", "-h"):  # asked for, the usage is no error: stdout, exit 0 (was 2)
+        proc = run_script("rela/table1.sh", asked)
+        assert proc.returncode == 0 and proc.stdout.startswith("usage: table1.sh DATA_DIR NUM_GPUS OUT_DIR")
     proc = run_script("rela/table1.sh", tmp_path, 0, tmp_path / "out")
     assert proc.returncode == 1 and "no train.SRC-TGT.*.idx" in proc.stderr
     proc = run_script("rela/table1.sh", tmp_path, "two", tmp_path / "out")

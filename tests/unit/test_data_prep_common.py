@@ -214,6 +214,23 @@ def test_main_wrapper_exit_statuses(capsys):
     assert capsys.readouterr().err == "[x] interrupted\n"
 
 
+def test_a_file_the_system_refuses_is_one_line(tmp_path, capsys):
+    """--out under a file was a NotADirectoryError traceback; an OSError without a file
+    (a bug, not the user's input) keeps its traceback."""
+    import pytest
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    assert common.main_wrapper("[x]", lambda: (blocker / "out").mkdir(parents=True)) == 1
+    assert capsys.readouterr().err == f"[x] error: {blocker / 'out'}: Not a directory\n"
+
+    def bare():
+        raise OSError("no file named")
+
+    with pytest.raises(OSError):
+        common.main_wrapper("[x]", bare)
+
+
 def test_the_worker_pools_spawn_their_processes():
     """Not forked: a fork copies the parent's threads' locks as they are (CI, 2026-11-29: a
     forked tokenize worker never ran, and the pool's join waited for ever); spawned workers
