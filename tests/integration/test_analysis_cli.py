@@ -739,6 +739,12 @@ def test_curves_compare_checkpoints(stats_dirs, data, models, six, tmp_path):
     aer = [r["aer"] for r in load(align_out / "align.json")["results"][1]["rows"] if r["head"] is None]
     assert [p["value"] for p in report["series"]["aer"]["rela"]] == aer  # weights, awi
     assert is_png(out / "curves.png")
+    # one label of two checkpoints' results (the stock model's stats, ReLA's alignments)
+    # drew one curve of both with nothing said
+    mixed = analyze(
+        "curves", f"x={stats_dirs['stock']}", f"x={align_out / 'align.json'}", "--output-dir", tmp_path / "m"
+    )
+    assert mixed == 2 and not (tmp_path / "m").exists()
 
 
 # --------------------------------------------------------------- bad checkpoints

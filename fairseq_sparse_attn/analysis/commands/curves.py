@@ -80,6 +80,14 @@ def run(args) -> Dict:
                 f"label {label!r} is given two {clash[0]} results; name the inputs LABEL=PATH with different labels"
             )
         merged.update(results)
+    for label, results in inputs:  # one label is one checkpoint
+        checkpoints = {c: (r.get("model") or {}).get("checkpoint") for c, r in results.items()}
+        if len(set(checkpoints.values())) > 1:
+            raise UsageError(
+                f"label {label!r} joins results of different checkpoints ("
+                + ", ".join(f"{c}: {path}" for c, path in sorted(checkpoints.items()))
+                + "); give each checkpoint's results a label of its own"
+            )
     tau = format(float(args.tau), "g")
     wanted = args.metrics or list(CURVE_METRICS)
     series: Dict[str, Dict[str, List]] = {}
