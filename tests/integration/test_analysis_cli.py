@@ -150,8 +150,17 @@ def read_tsv(path):
 
 HEADER_KEYS = {"command", "schema_version", "model", "data", "provenance"}
 MODEL_KEYS = {"checkpoint", "arch", "loaded_as"}
-SPLIT_DATA_KEYS = {"data_bin", "split", "sentences", "sentences_in_data"}
-RAW_DATA_KEYS = {"data_bin", "raw_source", "raw_target", "tokenizer", "bpe_codes", "sentences", "sentences_in_data"}
+LANGS = {"source_lang", "target_lang"}
+SPLIT_DATA_KEYS = {"data_bin", "split", "sentences", "sentences_in_data"} | LANGS
+RAW_DATA_KEYS = {
+    "data_bin",
+    "raw_source",
+    "raw_target",
+    "tokenizer",
+    "bpe_codes",
+    "sentences",
+    "sentences_in_data",
+} | LANGS
 
 
 def check_header(report, command, loaded_as, sentences, data_keys=SPLIT_DATA_KEYS):
@@ -161,6 +170,8 @@ def check_header(report, command, loaded_as, sentences, data_keys=SPLIT_DATA_KEY
     assert report["command"] == command and report["schema_version"] == 1
     assert set(report["model"]) == MODEL_KEYS and report["model"]["loaded_as"] == loaded_as
     assert set(report["data"]) == data_keys and report["data"]["sentences"] == sentences
+    langs = report["data"]["source_lang"], report["data"]["target_lang"]
+    assert all(langs) and langs[0] != langs[1]  # the direction analysed
 
 
 def is_rate(x):

@@ -87,7 +87,18 @@ def highest_norm_choices(norms: Dict, where: str) -> Tuple[int, Tuple[int, int]]
 
 
 #: what a result's ``data`` block says about the sentences it read (paths compared resolved)
-DATA_KEYS = ("data_bin", "split", "raw_source", "raw_target", "tokenizer", "bpe_codes", "target_bpe_codes", "sentences")
+DATA_KEYS = (
+    "data_bin",
+    "split",
+    "raw_source",
+    "raw_target",
+    "tokenizer",
+    "bpe_codes",
+    "target_bpe_codes",
+    "source_lang",
+    "target_lang",
+    "sentences",
+)
 _PATHS = ("data_bin", "raw_source", "raw_target", "bpe_codes", "target_bpe_codes")
 
 

@@ -129,6 +129,9 @@ class Context:
             self.total = split_size(task, args.split)
             self.where = f"{args.data} split {args.split!r}"
             self.data = {"data_bin": os.path.abspath(args.data), "split": args.split}
+        # the direction analysed (a model's two languages, checked against its record)
+        self.data["source_lang"] = getattr(task.cfg, "source_lang", None)
+        self.data["target_lang"] = getattr(task.cfg, "target_lang", None)
         if not self.examples:
             raise UsageError(f"{self.where}: no sentence pairs to analyse")
         check_lengths(self.examples, self.loaded.model, self.where)
