@@ -388,14 +388,19 @@ def _checkpoint_task(path):
         return None
 
 
+def _first_lines(text, limit=240):
+    """The first two non-empty lines of ``text`` in one (torch: "Error(s) in loading
+    state_dict for M:", then the first kind of error), cut at ``limit`` characters."""
+    lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
+    said = " ".join(lines[:2])
+    return said if len(said) <= limit else said[:limit] + "..."
+
+
 def _restore_failure(e, argv):
     """fairseq's "Cannot load model parameters from checkpoint X" (``--restore-file`` of a
     model another ``--arch`` or other model flags built) in one line, with the first line
     of what torch said and the checkpoint's architecture."""
-    cause = e.__context__
-    lines = [line.strip() for line in str(cause or "").splitlines() if line.strip()]
-    said = " ".join(lines[:2])  # torch: "Error(s) in loading state_dict for M:", then the first kind of error
-    said = said if len(said) <= 240 else said[:240] + "..."
+    said = _first_lines(e.__context__)
     path = str(e).split("checkpoint ", 1)[1].split("; please", 1)[0]
     cfg = None
     try:
@@ -415,17 +420,13 @@ def _restore_failure(e, argv):
     )
 
 
-def _first_lines(text, limit=240):
-    lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
-    said = " ".join(lines[:2])
-    return said if len(said) <= limit else said[:limit] + "..."
-
-
 def _load_failure(e, argv):
     """torch's "Error(s) in loading state_dict" while fsa-generate / fsa-validate /
     fsa-interactive load ``--path``: the model these flags build (``--model-overrides`` that
     change its parameters, e.g. another output norm) is not the checkpoint's."""
     path = _option_value(argv, "--path")
+    if path is None:  # not a load of --path: its traceback stays
+        return None
     overrides = _option_value(argv, "--model-overrides", last=True)
     if overrides:
         what = (

@@ -47,7 +47,7 @@ def codes_record(bpe_codes=None, data=None):
     if not path and data:
         first = str(data).split(os.pathsep)[0]
         path = os.path.join(os.path.dirname(os.path.abspath(first)), "bpe", "codes")
-        if not os.path.isfile(path) or not codes_fit_data(path, first):
+        if os.path.isfile(path) and not codes_fit_data(path, first):
             return None
     if not path or not os.path.isfile(path):
         return None

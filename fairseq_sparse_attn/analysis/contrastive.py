@@ -247,7 +247,9 @@ def encode_items(
             tgt = encode_text(tgt_dict, encode_target(text))
             what = "the correct target" if k == 0 else f"contrastive target {k}"
             check_length(tgt, max_positions[1], f"item {item.item_id}: {what}")
-            if k > 0 and torch.equal(tgt, pairs[-k][1]):
+            if k == 0:
+                correct = tgt
+            elif torch.equal(tgt, correct):
                 ties.append((item.item_id, k))
             pairs.append((src, tgt))
     if ties:  # as check_items for equal texts: a tie counts as the model's error

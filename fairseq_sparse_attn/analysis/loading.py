@@ -234,8 +234,10 @@ class Example:
         return dataclasses.replace(self, target=other.target, target_pieces=other.target_pieces)
 
 
-#: the per-sentence source inputs some encoders need (Example fields, net_input keys)
-SOURCE_ANNOTATIONS = ("src_dep", "src_rp")
+#: the per-sentence source inputs some encoders need (Example fields, net_input keys), each
+#: with the name of the ``parse_annotated_translation`` feature that makes it
+#: (``data/parse_annotated_dataset.FEATURES``)
+SOURCE_ANNOTATIONS = {"src_dep": "dep", "src_rp": "rp"}
 
 
 def source_annotations_needed(model) -> Tuple[str, ...]:
@@ -484,7 +486,7 @@ def collate(
         for sample in samples:
             for name in annotations:
                 sample[name] = getattr(examples[sample["id"]], name)
-        features = tuple(name[len("src_") :] for name in annotations)
+        features = tuple(SOURCE_ANNOTATIONS[name] for name in annotations)
         batch["net_input"].update(
             collate_structure(samples, batch["id"], batch["net_input"]["src_tokens"], pad, features)
         )

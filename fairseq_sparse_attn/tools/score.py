@@ -250,8 +250,12 @@ def main(argv=None):
             f"--paired-bs-n {args.paired_bs_n}: give at least {MIN_RESAMPLES} (default {N_RESAMPLES}; the 95% "
             "interval and the p-value are read off the resamples)"
         )
-    inputs = [(args.gen, "the generate output"), (args.ref, "the reference"), (args.tok_ref, "the tokenized reference")]
-    inputs.append((args.baseline, "the baseline"))
+    inputs = [
+        (args.gen, "the generate output"),
+        (args.ref, "the reference"),
+        (args.tok_ref, "the tokenized reference"),
+        (args.baseline, "the baseline"),
+    ]
     if args.json:
         from ..writers import output_over_input, unwritable_file
 

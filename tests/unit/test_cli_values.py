@@ -331,6 +331,10 @@ def test_a_checkpoint_the_command_cannot_load_is_one_line(monkeypatch):
     monkeypatch.setattr(sys, "argv", [*sys.argv, "--finetune-from-model", "/x/ck.pt"])
     with pytest.raises(SystemExit, match=r"^fsa-train: error: --finetune-from-model /x/ck.pt: cannot load"):
         run()
+    # a state-dict error without --path (not the load of a checkpoint given) keeps its traceback
+    run = _fake_command(monkeypatch, state, "fsa-train")
+    with pytest.raises(RuntimeError, match="Error"):
+        run()
 
 
 @pytest.mark.parametrize(
